@@ -1,0 +1,60 @@
+# sidecar: build, test and install.  `make help` lists the targets.
+
+GO      ?= go
+BIN     ?= bin/sidecar
+PREFIX  ?= /usr/local
+DESTDIR ?=
+ARGS    ?=
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+
+CONFDIR := $(DESTDIR)/etc/sidecar
+UNITDIR := $(DESTDIR)/etc/systemd/system
+
+.PHONY: all build run test bench lint install clean help
+
+all: build
+
+help:
+	@echo "build    compile $(BIN) (version $(VERSION))"
+	@echo "run      build, then ./$(BIN) serve \$$(ARGS)   e.g. make run ARGS='--config config.hcl'"
+	@echo "test     go test -race on every package, end-to-end tests included"
+	@echo "bench    run every benchmark"
+	@echo "lint     gofmt and go vet"
+	@echo "install  install binary, systemd unit and (if absent) /etc/sidecar/config.hcl"
+	@echo "clean    remove bin/"
+
+build:
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/sidecar
+
+run: build
+	./$(BIN) serve $(ARGS)
+
+# tests/ starts the real binary; those tests build it themselves.
+test:
+	$(GO) test -race -count=1 -timeout 12m ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+lint:
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+# The config is installed only when absent, so an upgrade never overwrites local edits.
+install: build
+	install -D -m0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/sidecar
+	install -D -m0644 systemd/sidecar.service $(UNITDIR)/sidecar.service
+	install -d -m0755 $(CONFDIR)
+	@if [ -e $(CONFDIR)/config.hcl ]; then \
+		echo "keeping existing $(CONFDIR)/config.hcl"; \
+	else \
+		echo "install -m0640 config.hcl $(CONFDIR)/config.hcl"; \
+		install -m0640 config.hcl $(CONFDIR)/config.hcl; \
+	fi
+	@echo
+	@echo "Installed. Optionally put SIDECAR_TOKEN in /etc/sidecar/sidecar.env (see systemd/sidecar.env.example), then:"
+	@echo "  systemctl daemon-reload && systemctl enable --now sidecar"
+
+clean:
+	rm -rf bin

@@ -1,0 +1,422 @@
+// Package client is the Go client of the sidecar: it dials a host, speaks
+// the AHP control plane, and carries channels with the same windowed
+// delivery engine as the host (seed 000), offering windows, crediting what
+// its consumer has taken, and sending its own data within hostReceive.
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/rpc"
+	"github.com/sidecar-dev/sidecar/transport"
+	"github.com/sidecar-dev/sidecar/transport/tlscert"
+)
+
+// ProtocolVersions are the AHP versions the client offers, preferred first.
+var ProtocolVersions = []string{"0.5.0"}
+
+// DefaultReceive is the window the client offers for data it receives:
+// 256 KiB window, 16 KiB frames (UTF-16 bytes).
+var DefaultReceive = delivery.Limits{WindowBytes: 256 << 10, MaximumFrameBytes: 16 << 10}
+
+// Options configure Dial.
+type Options struct {
+	// Token authenticates to the host (Authorization: Bearer).
+	Token string
+	// CertHash pins the host's certificate: the SHA-256 of its DER, hex.
+	// When set, the certificate chain is not otherwise verified.
+	CertHash string
+	// ClientID identifies this client; "" means a random one.
+	ClientID string
+	// Receive is the windowed-delivery offer; zero means DefaultReceive.
+	Receive delivery.Limits
+	// Ordinary turns windowed delivery off: subscriptions are ordinary.
+	Ordinary bool
+	// MaxMessageBytes bounds one received message (UTF-8 bytes), default 16 MiB.
+	MaxMessageBytes int
+	// ClientName is sent as clientInfo.name.
+	ClientName string
+}
+
+// Conn is one client connection. Its methods are safe for concurrent use.
+type Conn struct {
+	mc       transport.MessageConn
+	sched    *delivery.Scheduler
+	opts     Options
+	clientID string
+	init     rpc.InitializeResult
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+	errMu  sync.Mutex
+
+	nextID    atomic.Uint64
+	clientSeq atomic.Uint64
+
+	mu      sync.Mutex
+	pending map[uint64]chan response
+	subs    map[string]*Subscription
+}
+
+type response struct {
+	result json.RawMessage
+	err    *rpc.Error
+}
+
+// Dial connects to the host at rawURL (wss://host:port/ahp, or ws:// on
+// loopback) and initializes the AHP session with the root catalogue as the
+// initial subscription. Errors say what a person can do about them.
+func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("invalid URL %q: want wss://HOST:PORT/ahp", rawURL)
+	}
+	switch u.Scheme {
+	case "wss", "ws":
+	case "https", "http":
+		return nil, fmt.Errorf("%s: transport-io (https://) is not supported by this client yet; use wss://%s/ahp", rawURL, u.Host)
+	default:
+		return nil, fmt.Errorf("invalid URL %q: scheme must be wss:// (or ws:// for plain loopback)", rawURL)
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = "/ahp"
+	}
+	tlsConf := &tls.Config{}
+	if opts.CertHash != "" {
+		pin, err := tlscert.ParsePin(opts.CertHash)
+		if err != nil {
+			return nil, fmt.Errorf("--cert-hash: %w", err)
+		}
+		tlsConf.InsecureSkipVerify = true // the pin replaces chain verification
+		tlsConf.VerifyPeerCertificate = tlscert.VerifyPin(pin)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf, Proxy: http.ProxyFromEnvironment}}
+	header := http.Header{}
+	if opts.Token != "" {
+		header.Set("Authorization", "Bearer "+opts.Token)
+	}
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = 16 << 20
+	}
+	if opts.Receive == (delivery.Limits{}) {
+		opts.Receive = DefaultReceive
+	}
+	mc, err := transport.DialWebSocket(ctx, u.String(), header, hc, int64(opts.MaxMessageBytes))
+	if err != nil {
+		return nil, explainDial(u, err)
+	}
+	c := newConn(mc, opts)
+	if err := c.initialize(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// explainDial turns a dial error into one a person can act on.
+func explainDial(u *url.URL, err error) error {
+	var he *transport.HTTPError
+	var certErr *tls.CertificateVerificationError
+	var unknownAuth x509.UnknownAuthorityError
+	var hostnameErr x509.HostnameError
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("nothing is listening at %s (connection refused): is sidecar serve running?", u.Host)
+	case errors.As(err, &he) && he.StatusCode == http.StatusUnauthorized:
+		return fmt.Errorf("%s refused the token (HTTP 401): check --token or SIDECAR_TOKEN", u.Host)
+	case errors.As(err, &he) && he.StatusCode == http.StatusForbidden:
+		return fmt.Errorf("%s refused the connection (HTTP 403): origin not allowed", u.Host)
+	case errors.As(err, &he) && he.StatusCode == http.StatusNotFound:
+		return fmt.Errorf("%s has no endpoint %s (HTTP 404): is it a sidecar?", u.Host, u.Path)
+	case errors.As(err, &he):
+		return fmt.Errorf("%s refused the connection: %v", u.Host, he)
+	case strings.Contains(err.Error(), "certificate pin mismatch"):
+		return fmt.Errorf("%s: %v; check --cert-hash (sidecar serve prints the current one)", u.Host, unwrapAll(err))
+	case errors.As(err, &certErr) || errors.As(err, &unknownAuth) || errors.As(err, &hostnameErr):
+		return fmt.Errorf("%s: the certificate is not trusted (%v); pass --cert-hash with the pin that sidecar serve printed", u.Host, unwrapAll(err))
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("%s did not answer in time: %v", u.Host, err)
+	}
+	return fmt.Errorf("cannot connect to %s: %v", u.Host, err)
+}
+
+func unwrapAll(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
+	}
+}
+
+// NewConn runs the client protocol over an established transport (tests,
+// stdio). Call Initialize next.
+func NewConn(mc transport.MessageConn, opts Options) *Conn {
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = 16 << 20
+	}
+	if opts.Receive == (delivery.Limits{}) {
+		opts.Receive = DefaultReceive
+	}
+	return newConn(mc, opts)
+}
+
+func newConn(mc transport.MessageConn, opts Options) *Conn {
+	id := opts.ClientID
+	if id == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		id = "sidecar-" + hex.EncodeToString(b[:])
+	}
+	c := &Conn{
+		mc: mc, opts: opts, clientID: id,
+		sched:   delivery.NewScheduler(delivery.SchedulerConfig{}),
+		done:    make(chan struct{}),
+		pending: map[uint64]chan response{},
+		subs:    map[string]*Subscription{},
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	go c.writeLoop()
+	go c.readLoop()
+	return c
+}
+
+// ClientID returns the client id sent in initialize.
+func (c *Conn) ClientID() string { return c.clientID }
+
+// Initialized returns the initialize result.
+func (c *Conn) Initialized() rpc.InitializeResult { return c.init }
+
+// Done is closed when the connection has ended; Err says why.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err returns why the connection ended (nil while open).
+func (c *Conn) Err() error {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	return c.err
+}
+
+// Close closes the connection.
+func (c *Conn) Close() error {
+	c.fail(errClosedByUs, transport.CloseNormal, "")
+	<-c.done
+	return nil
+}
+
+var errClosedByUs = errors.New("client: connection closed")
+
+func (c *Conn) fail(err error, code transport.CloseCode, reason string) {
+	c.errMu.Lock()
+	if c.err != nil {
+		c.errMu.Unlock()
+		return
+	}
+	c.err = err
+	c.errMu.Unlock()
+	c.sched.Close(err)
+	_ = c.mc.Close(code, reason)
+	c.cancel()
+}
+
+func (c *Conn) writeLoop() {
+	err := c.sched.Run(c.ctx, c.mc)
+	if err != nil && !errors.Is(err, errClosedByUs) && !errors.Is(err, context.Canceled) {
+		c.fail(fmt.Errorf("connection lost: %w", err), transport.CloseInternalError, "")
+	}
+}
+
+func (c *Conn) readLoop() {
+	defer close(c.done)
+	defer func() {
+		c.mu.Lock()
+		for id, ch := range c.pending {
+			ch <- response{err: &rpc.Error{Code: rpc.CodeInternalError, Message: "connection closed"}}
+			delete(c.pending, id)
+		}
+		subs := c.subs
+		c.mu.Unlock()
+		for _, s := range subs {
+			s.q.close(c.Err())
+		}
+	}()
+	for {
+		raw, err := c.mc.ReadMessage(c.ctx)
+		if err != nil {
+			c.fail(describeClose(err), transport.CloseNormal, "")
+			return
+		}
+		if err := c.handle(raw); err != nil {
+			c.fail(err, transport.CloseProtocolError, err.Error())
+			return
+		}
+	}
+}
+
+// describeClose explains why the server ended the connection.
+func describeClose(err error) error {
+	code := transport.CloseStatus(err)
+	reason := transport.CloseReason(err)
+	switch code {
+	case -1:
+		return fmt.Errorf("connection lost: %w", err)
+	case transport.CloseGoingAway:
+		return fmt.Errorf("the server is shutting down (%s)", reason)
+	case transport.CloseNormal:
+		return fmt.Errorf("the server closed the connection: %w", err)
+	}
+	return fmt.Errorf("the server closed the connection (code %d: %s)", code, reason)
+}
+
+func (c *Conn) handle(raw []byte) error {
+	h, perr := rpc.ParseHeader(raw)
+	if perr != nil {
+		return fmt.Errorf("bad message from server: %s", perr.Message)
+	}
+	if h.IsResponse() {
+		var id uint64
+		if json.Unmarshal(h.ID, &id) != nil {
+			return nil
+		}
+		c.mu.Lock()
+		ch := c.pending[id]
+		delete(c.pending, id)
+		c.mu.Unlock()
+		if ch == nil {
+			return nil
+		}
+		r := response{result: h.Result}
+		if h.Error != nil {
+			r.err = &rpc.Error{}
+			if json.Unmarshal(h.Error, r.err) != nil {
+				r.err = &rpc.Error{Code: rpc.CodeInternalError, Message: string(h.Error)}
+			}
+		}
+		ch <- r
+		return nil
+	}
+	if !h.IsNotification() {
+		return nil // the client serves no requests
+	}
+	c.mu.Lock()
+	sub := c.subs[h.Channel]
+	c.mu.Unlock()
+	if sub == nil {
+		return nil
+	}
+	return sub.receive(h, raw)
+}
+
+// Call sends a request and waits for its response. A JSON-RPC error comes
+// back as *rpc.Error.
+func (c *Conn) Call(ctx context.Context, method string, params, result any) error {
+	id := c.nextID.Add(1)
+	text, err := rpc.Request(id, method, params)
+	if err != nil {
+		return err
+	}
+	ch := make(chan response, 1)
+	c.mu.Lock()
+	c.pending[id] = ch
+	c.mu.Unlock()
+	if err := c.sched.PushProtected(text); err != nil {
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+		if e := c.Err(); e != nil {
+			return e
+		}
+		return err
+	}
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			if r.err.Message == "connection closed" {
+				if e := c.Err(); e != nil {
+					return e
+				}
+			}
+			return r.err
+		}
+		if result != nil && len(r.result) > 0 {
+			return json.Unmarshal(r.result, result)
+		}
+		return nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+func (c *Conn) initialize(ctx context.Context) error {
+	name := c.opts.ClientName
+	if name == "" {
+		name = "sidecar"
+	}
+	err := c.Call(ctx, rpc.MethodInitialize, rpc.InitializeParams{
+		Channel: rpc.RootChannel, ProtocolVersions: ProtocolVersions, ClientID: c.clientID,
+		ClientInfo: &rpc.ClientInfo{Name: name},
+	}, &c.init)
+	var re *rpc.Error
+	if errors.As(err, &re) && re.Code == rpc.CodeUnsupportedProtocolVersion {
+		var d rpc.UnsupportedVersionData
+		_ = json.Unmarshal(re.Data, &d)
+		return fmt.Errorf("protocol version mismatch: this client speaks AHP %s, the server supports %s", strings.Join(ProtocolVersions, ", "), strings.Join(d.SupportedVersions, ", "))
+	}
+	if err != nil {
+		return fmt.Errorf("initialize: %w", err)
+	}
+	return nil
+}
+
+// Ping checks the connection.
+func (c *Conn) Ping(ctx context.Context) error {
+	return c.Call(ctx, rpc.MethodPing, rpc.ChannelParams{Channel: rpc.RootChannel}, nil)
+}
+
+// RootState fetches the root catalogue (an ordinary subscribe that is
+// dropped right after).
+func (c *Conn) RootState(ctx context.Context) (rpc.RootState, error) {
+	var res rpc.SubscribeResult
+	var st rpc.RootState
+	if err := c.Call(ctx, rpc.MethodSubscribe, rpc.SubscribeParams{Channel: rpc.RootChannel}, &res); err != nil {
+		return st, err
+	}
+	_ = c.notify(rpc.MethodUnsubscribe, rpc.ChannelParams{Channel: rpc.RootChannel})
+	if res.Snapshot == nil {
+		return st, errors.New("root subscribe returned no snapshot")
+	}
+	err := json.Unmarshal(res.Snapshot.State, &st)
+	return st, err
+}
+
+// notify sends a control notification.
+func (c *Conn) notify(method string, params any) error {
+	text, err := rpc.Notification(method, params)
+	if err != nil {
+		return err
+	}
+	return c.sched.PushControl(text)
+}

@@ -1,0 +1,325 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+// Message is one data message received on a subscription. The consumer
+// calls Release once it has taken the message (written the output,
+// applied the action): on a windowed subscription that returns credit.
+type Message struct {
+	Method string
+	Params json.RawMessage
+	// Raw is the complete message text (reassembled if it came in fragments).
+	Raw     []byte
+	release func()
+	once    sync.Once
+}
+
+// Release releases the message's bytes; calling it more than once is harmless.
+func (m *Message) Release() {
+	m.once.Do(func() {
+		if m.release != nil {
+			m.release()
+		}
+	})
+}
+
+// Subscription is a client subscription to one channel.
+type Subscription struct {
+	c       *Conn
+	Channel string
+	// Windowed is true when the host accepted windowed delivery; then
+	// ClientReceive bounds what the host sends and HostReceive what we send.
+	Windowed      bool
+	ClientReceive delivery.Limits
+	HostReceive   delivery.Limits
+	// Snapshot is the ordinary subscribe result's snapshot (nil when windowed:
+	// the snapshot then arrives as the first data message).
+	Snapshot *rpc.Snapshot
+
+	q   msgQueue
+	src *outQueue
+
+	mu  sync.Mutex
+	in  *delivery.Inbound
+	out *delivery.Stream
+}
+
+func (s *Subscription) parts() (*delivery.Inbound, *delivery.Stream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.in, s.out
+}
+
+// maxOrdinaryQueue bounds messages queued for the consumer on an ordinary
+// subscription (a windowed one is bounded by its window). Past it the host
+// is flooding an ordinary subscription and the connection is closed.
+const maxOrdinaryQueue = 4096
+
+// maxOutQueueBytes bounds data we have accepted to send (UTF-8 bytes) but
+// the window has not let out yet: Send blocks beyond it, which is the
+// backpressure on the local input.
+const maxOutQueueBytes = 64 << 10
+
+// Subscribe subscribes to channel, offering windowed delivery unless
+// Options.Ordinary is set.
+func (c *Conn) Subscribe(ctx context.Context, channel string) (*Subscription, error) {
+	sub := &Subscription{c: c, Channel: channel}
+	sub.q.init()
+	sub.src = newOutQueue()
+	params := rpc.SubscribeParams{Channel: channel}
+	if !c.opts.Ordinary {
+		offer := c.opts.Receive
+		params.FlowControl = &rpc.FlowControlOffer{Receive: &offer}
+	}
+	// Register before the request, counting with the offered limits, so
+	// data that follows the result is counted even before Call returns.
+	if !c.opts.Ordinary {
+		sub.in = c.sched.NewInbound(channel, c.opts.Receive, c.opts.MaxMessageBytes)
+	}
+	c.mu.Lock()
+	if _, dup := c.subs[channel]; dup {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("already subscribed to %s", channel)
+	}
+	c.subs[channel] = sub
+	c.mu.Unlock()
+	var res rpc.SubscribeResult
+	if err := c.Call(ctx, rpc.MethodSubscribe, params, &res); err != nil {
+		c.mu.Lock()
+		delete(c.subs, channel)
+		c.mu.Unlock()
+		return nil, err
+	}
+	sub.Snapshot = res.Snapshot
+	unbounded := delivery.Limits{WindowBytes: 1 << 60, MaximumFrameBytes: 1 << 60}
+	sub.mu.Lock()
+	if res.FlowControl != nil {
+		sub.Windowed = true
+		sub.ClientReceive = res.FlowControl.ClientReceive
+		sub.HostReceive = res.FlowControl.HostReceive
+		sub.in.SetLimits(sub.ClientReceive)
+		sub.out = c.sched.AddStream(channel, sub.HostReceive, sub.src)
+	} else {
+		// Ordinary: nothing is counted; the stream only orders our sends.
+		sub.in = nil
+		sub.out = c.sched.AddStream(channel, unbounded, sub.src)
+	}
+	sub.mu.Unlock()
+	sub.src.setStream(sub.out)
+	return sub, nil
+}
+
+// receive handles a notification for this subscription (reader goroutine).
+func (s *Subscription) receive(h *rpc.Header, raw []byte) error {
+	in, out := s.parts()
+	switch h.Method {
+	case rpc.MethodChannelCredit:
+		var p rpc.ChannelCreditParams
+		if json.Unmarshal(h.Params, &p) != nil || out == nil {
+			return nil
+		}
+		return out.Credit(p.ConsumedBytes)
+	}
+	if delivery.IsControlMethod(h.Method) {
+		return s.q.push(&Message{Method: h.Method, Params: h.Params, Raw: raw}, 0)
+	}
+	if in == nil {
+		return s.q.push(&Message{Method: h.Method, Params: h.Params, Raw: raw}, maxOrdinaryQueue)
+	}
+	size := delivery.Measure(raw)
+	if err := in.Receive(size); err != nil {
+		return err
+	}
+	if h.Method == rpc.MethodChannelFrame {
+		var p rpc.ChannelFrameParams
+		if json.Unmarshal(h.Params, &p) != nil {
+			return &delivery.ViolationError{Kind: delivery.BadFragment, Channel: s.Channel}
+		}
+		msg, complete, err := in.Frame(p.Data, p.Final, size)
+		if err != nil || !complete {
+			return err
+		}
+		inner, perr := rpc.ParseHeader(msg)
+		if perr != nil || inner.Channel != s.Channel {
+			return &delivery.ViolationError{Kind: delivery.BadFragment, Channel: s.Channel}
+		}
+		h, raw = inner, msg
+	}
+	return s.q.push(&Message{Method: h.Method, Params: h.Params, Raw: raw, release: func() { in.Release(size) }}, 0)
+}
+
+// Next returns the next data message; the consumer must Release it.
+func (s *Subscription) Next(ctx context.Context) (*Message, error) {
+	return s.q.pop(ctx)
+}
+
+// Send queues a data message (its complete JSON-RPC text) for this
+// subscription; the delivery engine sends it within hostReceive. It
+// blocks while maxOutQueueBytes are already waiting.
+func (s *Subscription) Send(ctx context.Context, text []byte) error {
+	return s.src.push(ctx, text, s.c.done)
+}
+
+// Dispatch sends dispatchAction with the next clientSeq and returns it.
+func (s *Subscription) Dispatch(ctx context.Context, action any) (uint64, error) {
+	a, err := rpc.Marshal(action)
+	if err != nil {
+		return 0, err
+	}
+	seq := s.c.clientSeq.Add(1)
+	text, err := rpc.Notification(rpc.MethodDispatchAction, rpc.DispatchActionParams{Channel: s.Channel, ClientSeq: seq, Action: a})
+	if err != nil {
+		return 0, err
+	}
+	return seq, s.Send(ctx, text)
+}
+
+// Unsubscribe ends the subscription.
+func (s *Subscription) Unsubscribe() error {
+	s.c.mu.Lock()
+	delete(s.c.subs, s.Channel)
+	s.c.mu.Unlock()
+	if _, out := s.parts(); out != nil {
+		out.Remove()
+	}
+	s.q.close(errUnsubscribed)
+	return s.c.notify(rpc.MethodUnsubscribe, rpc.ChannelParams{Channel: s.Channel})
+}
+
+var errUnsubscribed = errors.New("client: unsubscribed")
+
+// msgQueue hands received messages to the consumer. A windowed
+// subscription's queue is bounded by its window (the host cannot send
+// more than windowBytes + maximumFrameBytes unreleased).
+type msgQueue struct {
+	mu     sync.Mutex
+	items  []*Message
+	wake   chan struct{}
+	closed error
+}
+
+func (q *msgQueue) init() { q.wake = make(chan struct{}, 1) }
+
+func (q *msgQueue) push(m *Message, limit int) error {
+	q.mu.Lock()
+	if limit > 0 && len(q.items) >= limit {
+		q.mu.Unlock()
+		return fmt.Errorf("client: %d messages queued on an ordinary subscription: consumer too slow", limit)
+	}
+	q.items = append(q.items, m)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (q *msgQueue) pop(ctx context.Context) (*Message, error) {
+	for {
+		q.mu.Lock()
+		if len(q.items) > 0 {
+			m := q.items[0]
+			q.items[0] = nil
+			q.items = q.items[1:]
+			q.mu.Unlock()
+			return m, nil
+		}
+		if q.closed != nil {
+			err := q.closed
+			q.mu.Unlock()
+			return nil, err
+		}
+		q.mu.Unlock()
+		select {
+		case <-q.wake:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (q *msgQueue) close(err error) {
+	if err == nil {
+		err = errors.New("client: connection closed")
+	}
+	q.mu.Lock()
+	if q.closed == nil {
+		q.closed = err
+	}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// outQueue is the Source of our outbound data on one subscription.
+type outQueue struct {
+	mu     sync.Mutex
+	items  [][]byte
+	bytes  int
+	space  chan struct{} // 1-slot: room freed
+	stream *delivery.Stream
+}
+
+func newOutQueue() *outQueue { return &outQueue{space: make(chan struct{}, 1)} }
+
+func (q *outQueue) push(ctx context.Context, text []byte, done <-chan struct{}) error {
+	for {
+		q.mu.Lock()
+		if q.bytes == 0 || q.bytes+len(text) <= maxOutQueueBytes {
+			q.items = append(q.items, text)
+			q.bytes += len(text)
+			st := q.stream
+			q.mu.Unlock()
+			// Before Subscribe returns, stream is nil; setStream wakes it.
+			if st != nil {
+				st.Wake()
+			}
+			return nil
+		}
+		q.mu.Unlock()
+		select {
+		case <-q.space:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-done:
+			return errors.New("client: connection closed")
+		}
+	}
+}
+
+func (q *outQueue) setStream(st *delivery.Stream) {
+	q.mu.Lock()
+	q.stream = st
+	q.mu.Unlock()
+	st.Wake()
+}
+
+// Next implements delivery.Source.
+func (q *outQueue) Next() []byte {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) == 0 {
+		return nil
+	}
+	t := q.items[0]
+	q.items[0] = nil
+	q.items = q.items[1:]
+	q.bytes -= len(t)
+	select {
+	case q.space <- struct{}{}:
+	default:
+	}
+	return t
+}

@@ -1,0 +1,128 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+// Terminal is a subscription to an ahp-terminal: channel, with its output,
+// input and size.
+type Terminal struct {
+	c   *Conn
+	sub *Subscription
+	URI string
+}
+
+// OpenTerminal subscribes to the terminal uri (windowed unless the Conn is
+// ordinary).
+func OpenTerminal(ctx context.Context, c *Conn, uri string) (*Terminal, error) {
+	sub, err := c.Subscribe(ctx, uri)
+	if err != nil {
+		return nil, err
+	}
+	return &Terminal{c: c, sub: sub, URI: uri}, nil
+}
+
+// Subscription returns the underlying subscription.
+func (t *Terminal) Subscription() *Subscription { return t.sub }
+
+// Done is closed when the connection ends.
+func (t *Terminal) Done() <-chan struct{} { return t.c.done }
+
+// Input sends terminal/input; it blocks while earlier input waits for the
+// host's window.
+func (t *Terminal) Input(ctx context.Context, data []byte) error {
+	_, err := t.sub.Dispatch(ctx, rpc.TerminalDataAction{Type: rpc.ActionTerminalInput, Data: string(data)})
+	return err
+}
+
+// Resize sends terminal/resized.
+func (t *Terminal) Resize(ctx context.Context, cols, rows int) error {
+	_, err := t.sub.Dispatch(ctx, rpc.TerminalResizedAction{Type: rpc.ActionTerminalResized, Cols: cols, Rows: rows})
+	return err
+}
+
+// Copy writes the terminal's output to w until the program exits, and
+// returns its exit code (nil when it was killed without one). With
+// scrollback, the snapshot's content is written first (what the terminal
+// printed before we subscribed). Each message is released, and so credited,
+// only once w has taken it: a slow w slows the program, never memory.
+func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exitCode *int, err error) {
+	first := true
+	handleState := func(raw json.RawMessage) (bool, *int, error) {
+		var st rpc.TerminalState
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return false, nil, fmt.Errorf("bad terminal state: %w", err)
+		}
+		if scrollback && first {
+			for _, p := range st.Content {
+				if _, err := io.WriteString(w, p.Value); err != nil {
+					return false, nil, err
+				}
+			}
+		}
+		first = false
+		if st.Lifecycle.Status == "exited" || st.ExitCode != nil {
+			return true, st.ExitCode, nil
+		}
+		return false, nil, nil
+	}
+	if s := t.sub.Snapshot; s != nil {
+		if done, code, err := handleState(s.State); err != nil || done {
+			return code, err
+		}
+	}
+	for {
+		m, err := t.sub.Next(ctx)
+		if err != nil {
+			if e := t.c.Err(); e != nil {
+				return nil, e
+			}
+			return nil, err
+		}
+		switch m.Method {
+		case rpc.MethodChannelSnapshot:
+			var p rpc.ChannelSnapshotParams
+			if err := json.Unmarshal(m.Params, &p); err != nil {
+				return nil, fmt.Errorf("bad channel/snapshot: %w", err)
+			}
+			done, code, err := handleState(p.Snapshot.State)
+			m.Release()
+			if err != nil || done {
+				return code, err
+			}
+		case rpc.MethodAction:
+			var env struct {
+				Action json.RawMessage `json:"action"`
+			}
+			_ = json.Unmarshal(m.Params, &env)
+			var a struct {
+				Type     string `json:"type"`
+				Data     string `json:"data"`
+				ExitCode *int   `json:"exitCode"`
+			}
+			_ = json.Unmarshal(env.Action, &a)
+			switch a.Type {
+			case rpc.ActionTerminalData:
+				if _, err := io.WriteString(w, a.Data); err != nil {
+					m.Release()
+					return nil, err
+				}
+			case rpc.ActionTerminalExited:
+				m.Release()
+				return a.ExitCode, nil
+			}
+			m.Release()
+		case rpc.MethodChannelGap:
+			// Ordinary delivery overflowed: output was lost. Say so.
+			_, _ = io.WriteString(w, "\r\n[sidecar: output skipped: the connection fell behind]\r\n")
+			m.Release()
+		default:
+			m.Release()
+		}
+	}
+}

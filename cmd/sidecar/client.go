@@ -1,0 +1,451 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/sidecar-dev/sidecar/client"
+	"github.com/sidecar-dev/sidecar/config"
+	"github.com/sidecar-dev/sidecar/rpc"
+	"github.com/sidecar-dev/sidecar/transport/tlscert"
+)
+
+// connFlags are the connection options every client command takes.
+type connFlags struct {
+	token    string
+	certHash string
+	ordinary bool
+	timeout  time.Duration
+}
+
+func (f *connFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.token, "token", "", "token (default $SIDECAR_TOKEN)")
+	fs.StringVar(&f.certHash, "cert-hash", "", "SHA-256 pin of the server certificate, hex (default $SIDECAR_CERT_HASH)")
+	fs.BoolVar(&f.ordinary, "ordinary", false, "use ordinary delivery instead of windowed delivery (for debugging)")
+	fs.DurationVar(&f.timeout, "connect-timeout", 15*time.Second, "time allowed to connect and initialize")
+}
+
+func (f *connFlags) dial(ctx context.Context, url string) (*client.Conn, error) {
+	token := f.token
+	if token == "" {
+		token = os.Getenv("SIDECAR_TOKEN")
+	}
+	pin := f.certHash
+	if pin == "" {
+		pin = os.Getenv("SIDECAR_CERT_HASH")
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	return client.Dial(ctx, url, client.Options{Token: token, CertHash: pin, Ordinary: f.ordinary, ClientName: "sidecar-cli/" + version})
+}
+
+// terminalURI accepts "t1" or "ahp-terminal:/t1".
+func terminalURI(s string) string {
+	if strings.HasPrefix(s, rpc.TerminalScheme) {
+		return s
+	}
+	return rpc.TerminalScheme + "/" + s
+}
+
+func newTerminalID(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+func runCmd() *cobra.Command {
+	var cf connFlags
+	cmd := &cobra.Command{
+		Use:     "run URL [flags] -- CMD [ARGS...]",
+		Short:   "Run a command in a new terminal, copy its output, exit with its status",
+		Example: `  sidecar run wss://127.0.0.1:4433/ahp --token T --cert-hash H -- sh -c 'echo $((6*7)); exit 3'`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			dash := cmd.ArgsLenAtDash()
+			if dash != 1 || len(args) < 2 {
+				return errors.New("usage: sidecar run URL [flags] -- CMD [ARGS...]")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runCommand(cmd.Context(), &cf, args[0], args[1:])
+		},
+	}
+	cf.register(cmd)
+	return cmd
+}
+
+func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	conn, err := cf.dial(ctx, url)
+	if err != nil {
+		return &exitError{code: 255, err: err}
+	}
+	defer conn.Close()
+	stdinTTY := term.IsTerminal(int(os.Stdin.Fd()))
+	stdoutTTY := term.IsTerminal(int(os.Stdout.Fd()))
+	cols, rows := 80, 24
+	if stdoutTTY {
+		if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+			cols, rows = w, h
+		}
+	}
+	uri := terminalURI(newTerminalID("run"))
+	if err := conn.Call(ctx, rpc.MethodCreateTerminal, rpc.CreateTerminalParams{
+		Channel: uri, Command: argv, Cols: cols, Rows: rows,
+	}, nil); err != nil {
+		return &exitError{code: 255, err: fmt.Errorf("cannot start %s: %w", argv[0], err)}
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Call(dctx, rpc.MethodDisposeTerminal, rpc.ChannelParams{Channel: uri}, nil)
+	}()
+	t, err := client.OpenTerminal(ctx, conn, uri)
+	if err != nil {
+		return &exitError{code: 255, err: err}
+	}
+	if stdinTTY {
+		restore, err := makeRaw(os.Stdin)
+		if err == nil {
+			defer restore()
+		}
+		go watchResize(ctx, t)
+	}
+	go forwardInput(ctx, t, os.Stdin, nil, !stdinTTY)
+	var out io.Writer = os.Stdout
+	if !stdoutTTY {
+		out = &crlfWriter{w: os.Stdout}
+	}
+	code, err := t.Copy(ctx, out, true)
+	if err != nil {
+		return &exitError{code: 255, err: err}
+	}
+	if cw, ok := out.(*crlfWriter); ok {
+		cw.Flush()
+	}
+	if code == nil {
+		return &exitError{code: 255, err: errors.New("the command was killed without an exit status")}
+	}
+	if *code != 0 {
+		return &exitError{code: *code}
+	}
+	return nil
+}
+
+func attachCmd() *cobra.Command {
+	var cf connFlags
+	var name string
+	cmd := &cobra.Command{
+		Use:   "attach URL [TERMINAL]",
+		Short: "Open an interactive shell, or reattach to a running terminal by id",
+		Long: `Open a new interactive shell on the host, or reattach to TERMINAL (an id
+from "sidecar ls", or a full ahp-terminal:/ URI). Type ~. after a newline to
+detach: the terminal keeps running and can be reattached.`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := ""
+			if len(args) == 2 {
+				id = args[1]
+			}
+			return attach(&cf, args[0], id, name)
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().StringVar(&name, "name", "", "title of a new terminal")
+	return cmd
+}
+
+func attach(cf *connFlags, url, id, name string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	conn, err := cf.dial(ctx, url)
+	if err != nil {
+		return &exitError{code: 255, err: err}
+	}
+	defer conn.Close()
+	fd := int(os.Stdin.Fd())
+	cols, rows := 80, 24
+	if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+		cols, rows = w, h
+	}
+	created := false
+	var uri string
+	if id == "" {
+		uri = terminalURI(newTerminalID("t"))
+		if err := conn.Call(ctx, rpc.MethodCreateTerminal, rpc.CreateTerminalParams{Channel: uri, Name: name, Cols: cols, Rows: rows}, nil); err != nil {
+			return &exitError{code: 255, err: fmt.Errorf("cannot start a shell: %w", err)}
+		}
+		created = true
+	} else {
+		uri = terminalURI(id)
+	}
+	t, err := client.OpenTerminal(ctx, conn, uri)
+	if err != nil {
+		var re *rpc.Error
+		if errors.As(err, &re) && re.Code == rpc.CodeNotFound {
+			return &exitError{code: 255, err: fmt.Errorf("no terminal %s on this host (sidecar ls %s lists them)", uri, url)}
+		}
+		return &exitError{code: 255, err: err}
+	}
+	if term.IsTerminal(fd) {
+		restore, err := makeRaw(os.Stdin)
+		if err != nil {
+			return &exitError{code: 255, err: err}
+		}
+		defer restore()
+	}
+	// Our size wins on attach; later on every SIGWINCH.
+	_ = t.Resize(ctx, cols, rows)
+	go watchResize(ctx, t)
+	detached := make(chan struct{})
+	go forwardInput(ctx, t, os.Stdin, detached, false)
+	copyDone := make(chan struct{})
+	var code *int
+	var copyErr error
+	go func() {
+		defer close(copyDone)
+		code, copyErr = t.Copy(ctx, os.Stdout, true)
+	}()
+	select {
+	case <-detached:
+		fmt.Fprintf(os.Stderr, "\r\nsidecar: detached from %s; reattach with: sidecar attach %s %s\r\n", uri, url, strings.TrimPrefix(uri, rpc.TerminalScheme+"/"))
+		return nil
+	case <-copyDone:
+	}
+	if copyErr != nil {
+		return &exitError{code: 255, err: copyErr}
+	}
+	if created || code != nil {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = conn.Call(dctx, rpc.MethodDisposeTerminal, rpc.ChannelParams{Channel: uri}, nil)
+		cancel()
+	}
+	if code == nil {
+		return &exitError{code: 255, err: errors.New("the shell was killed")}
+	}
+	if *code != 0 {
+		return &exitError{code: *code}
+	}
+	return nil
+}
+
+func makeRaw(f *os.File) (func(), error) {
+	state, err := term.MakeRaw(int(f.Fd()))
+	if err != nil {
+		return nil, err
+	}
+	return func() { _ = term.Restore(int(f.Fd()), state) }, nil
+}
+
+// watchResize sends terminal/resized on every SIGWINCH.
+func watchResize(ctx context.Context, t *client.Terminal) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGWINCH)
+	defer signal.Stop(ch)
+	for {
+		select {
+		case <-ch:
+			if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+				_ = t.Resize(ctx, w, h)
+			}
+		case <-ctx.Done():
+			return
+		case <-t.Done():
+			return
+		}
+	}
+}
+
+// forwardInput copies r to the terminal. With detach set, "~." after a
+// newline closes it instead (ssh's escape). With eofCtrlD, the end of r
+// sends ^D so a program reading its input sees end of file.
+func forwardInput(ctx context.Context, t *client.Terminal, r io.Reader, detach chan struct{}, eofCtrlD bool) {
+	var esc escapeFilter
+	buf := make([]byte, 4096)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			data := buf[:n]
+			if detach != nil {
+				var hit bool
+				data, hit = esc.Filter(data)
+				if len(data) > 0 {
+					if t.Input(ctx, data) != nil {
+						return
+					}
+				}
+				if hit {
+					close(detach)
+					return
+				}
+				continue
+			}
+			if t.Input(ctx, data) != nil {
+				return
+			}
+		}
+		if err != nil {
+			if eofCtrlD {
+				_ = t.Input(ctx, []byte{4})
+			}
+			return
+		}
+	}
+}
+
+// crlfWriter turns the PTY's "\r\n" into "\n" when output goes to a file
+// or pipe, holding back a trailing '\r' until the next write.
+type crlfWriter struct {
+	w       io.Writer
+	pending bool
+	buf     []byte
+}
+
+func (c *crlfWriter) Write(p []byte) (int, error) {
+	c.buf = c.buf[:0]
+	if c.pending {
+		c.pending = false
+		if len(p) == 0 || p[0] != '\n' {
+			c.buf = append(c.buf, '\r')
+		}
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] == '\r' {
+			if i+1 == len(p) {
+				c.pending = true
+				break
+			}
+			if p[i+1] == '\n' {
+				continue
+			}
+		}
+		c.buf = append(c.buf, p[i])
+	}
+	if _, err := c.w.Write(c.buf); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Flush writes a held-back '\r'.
+func (c *crlfWriter) Flush() {
+	if c.pending {
+		c.pending = false
+		_, _ = c.w.Write([]byte{'\r'})
+	}
+}
+
+func lsCmd() *cobra.Command {
+	var cf connFlags
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls URL",
+		Short: "List the host's terminals",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := context.Background()
+			conn, err := cf.dial(ctx, args[0])
+			if err != nil {
+				return &exitError{code: 255, err: err}
+			}
+			defer conn.Close()
+			st, err := conn.RootState(ctx)
+			if err != nil {
+				return &exitError{code: 255, err: err}
+			}
+			if asJSON {
+				b, _ := json.MarshalIndent(st, "", "  ")
+				fmt.Println(string(b))
+				return nil
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TERMINAL\tTITLE\tCLAIM\tSTATUS")
+			for _, t := range st.Terminals {
+				status := "running"
+				if t.ExitCode != nil {
+					status = fmt.Sprintf("exited (%d)", *t.ExitCode)
+				}
+				claim := t.Claim.Kind + ":" + t.Claim.ClientID + t.Claim.Session
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.TrimPrefix(t.Resource, rpc.TerminalScheme+"/"), t.Title, claim, status)
+			}
+			return tw.Flush()
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the root state as JSON")
+	return cmd
+}
+
+func tokenCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "token",
+		Short: "Print a new random token (for auth.token or SIDECAR_TOKEN)",
+		Args:  cobra.NoArgs,
+		Run: func(*cobra.Command, []string) {
+			fmt.Println(config.NewToken())
+		},
+	}
+}
+
+func certCmd() *cobra.Command {
+	var configFile, stateDir string
+	cmd := &cobra.Command{
+		Use:   "cert",
+		Short: "Print the pin (--cert-hash) of the certificate sidecar serve uses",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			cfg, err := config.Load(configFile)
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			if stateDir != "" {
+				cfg.StateDir = stateDir
+			}
+			var c = struct{}{}
+			_ = c
+			if cfg.TLS.CertFile != "" {
+				cert, err := tlscert.Load(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+				if err != nil {
+					return err
+				}
+				fmt.Println(tlscert.Pin(cert))
+				return nil
+			}
+			cs, err := newCertSource(cfg, nil)
+			if err != nil {
+				return err
+			}
+			fmt.Println(cs.pin())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&configFile, "config", "", "configuration file")
+	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory")
+	return cmd
+}
+
+// parseOrigin returns the host[:port] of an origin URL.
+func parseOrigin(o string) (string, error) {
+	u, err := url.Parse(o)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("bad origin %q", o)
+	}
+	return u.Host, nil
+}

@@ -1,0 +1,56 @@
+// Command sidecar is the sidecar daemon (sidecar serve) and its client
+// (run, attach, ls, token, cert): terminals of a remote machine over the
+// Agent Host Protocol with windowed delivery.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sidecar-dev/sidecar/host"
+)
+
+// version is set at build time (-ldflags "-X main.version=...").
+var version = "dev"
+
+// exitError carries a process exit status through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func main() {
+	host.Version = version
+	root := &cobra.Command{
+		Use:           "sidecar",
+		Short:         "Terminals of this machine, flow-controlled, for remote clients",
+		Long:          "sidecar runs beside a workload (sidecar serve) and is the client people use to reach it\n(sidecar attach, run, ls). It speaks the Agent Host Protocol with windowed delivery.",
+		Version:       version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(serveCmd(), runCmd(), attachCmd(), lsCmd(), tokenCmd(), certCmd())
+	err := root.Execute()
+	if err == nil {
+		return
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintln(os.Stderr, "sidecar:", ee.err)
+		}
+		os.Exit(ee.code)
+	}
+	fmt.Fprintln(os.Stderr, "sidecar:", err)
+	os.Exit(1)
+}

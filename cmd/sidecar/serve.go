@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/sidecar-dev/sidecar/config"
+	"github.com/sidecar-dev/sidecar/host"
+	"github.com/sidecar-dev/sidecar/transport"
+	"github.com/sidecar-dev/sidecar/transport/tlscert"
+)
+
+func serveCmd() *cobra.Command {
+	var configFile, listen, token, stateDir string
+	cmd := &cobra.Command{
+		Use:   "serve [--config FILE] [--listen HOST:PORT] [--token TOKEN] [--state-dir DIR]",
+		Short: "Run the daemon (embedded default config when no --config)",
+		Long: `Run the sidecar daemon. With no --config it uses the embedded default:
+listen on 127.0.0.1:4433 with a development certificate and a random token,
+and print the command that attaches to it. SIDECAR_TOKEN works like --token.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return serve(configFile, listen, token, stateDir)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configFile, "config", "", "configuration file (HCL); default: the embedded default")
+	f.StringVar(&listen, "listen", "", "address to listen on, HOST:PORT (overrides listener.address)")
+	f.StringVar(&token, "token", "", "token clients must present (overrides auth; default $SIDECAR_TOKEN or random)")
+	f.StringVar(&stateDir, "state-dir", "", "directory for the development certificate (overrides state_dir)")
+	return cmd
+}
+
+func serve(configFile, listen, token, stateDir string) error {
+	cfg, err := config.Load(configFile)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if listen != "" {
+		cfg.Listener.Address = listen
+	}
+	if stateDir != "" {
+		cfg.StateDir = stateDir
+	}
+	if token != "" {
+		cfg.Auth.Token, cfg.Auth.TokenFile = token, ""
+	}
+	if err := cfg.Validate(); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	logger, err := cfg.Logger(os.Stderr, term.IsTerminal(int(os.Stderr.Fd())))
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	// Libraries that log through the standard logger go to hclog too.
+	log.SetFlags(0)
+	log.SetOutput(logger.Named("stdlog").StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true}))
+
+	tok, generated, err := cfg.ResolveToken()
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	certs, err := newCertSource(cfg, logger)
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	ln, err := net.Listen("tcp", cfg.Listener.Address)
+	if err != nil {
+		return &exitError{code: 1, err: fmt.Errorf("cannot listen on %s: %w", cfg.Listener.Address, err)}
+	}
+	addr := ln.Addr().(*net.TCPAddr)
+
+	srv := host.New(cfg, logger)
+	mux := http.NewServeMux()
+	mux.Handle("/ahp", transport.AHPHandler(transport.AcceptOptions{
+		Token:          tok,
+		OriginPatterns: originHosts(cfg.Listener.Origins),
+		ReadLimit:      readLimit(cfg),
+		OnReject: func(r *http.Request, status int, why string) {
+			logger.Warn("connection refused", "peer", r.RemoteAddr, "status", status, "reason", why)
+		},
+	}, func(ctx context.Context, mc transport.MessageConn) {
+		_ = srv.ServeConn(context.WithoutCancel(ctx), mc)
+	}))
+	hs := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:         &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12},
+		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.ServeTLS(ln, "", "") }()
+
+	connectHost := addr.IP.String()
+	if addr.IP.IsUnspecified() {
+		connectHost = "127.0.0.1"
+	}
+	url := fmt.Sprintf("wss://%s/ahp", net.JoinHostPort(connectHost, fmt.Sprint(addr.Port)))
+	logger.Info("listening", "address", addr.String(), "config", cfg.Source, "version", version, "token_generated", generated)
+	fmt.Fprintf(os.Stdout, "sidecar attach %s --token %s --cert-hash %s\n", url, tok, certs.pin())
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS=listening on "+addr.String())
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	select {
+	case sig := <-sigs:
+		logger.Info("shutting down", "signal", sig.String())
+	case err := <-serveErr:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return &exitError{code: 1, err: fmt.Errorf("listener failed: %w", err)}
+		}
+	}
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(ctx) // stop accepting; upgraded connections are the host's
+	if err := srv.Shutdown(ctx); err != nil {
+		logger.Warn("shutdown incomplete", "error", err)
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+// readLimit bounds one incoming message in UTF-8 bytes: a frame is at most
+// maximum_frame_bytes UTF-16 bytes, i.e. at most 3/2 as many UTF-8 bytes,
+// and requests are small; 1 MiB covers both with room.
+func readLimit(cfg *config.Config) int64 {
+	return max(cfg.Delivery.MaximumFrameBytes*2, 1<<20)
+}
+
+// originHosts turns configured origins (https://host:port) into the host
+// patterns coder/websocket matches.
+func originHosts(origins []string) []string {
+	var hosts []string
+	for _, o := range origins {
+		if u, err := parseOrigin(o); err == nil {
+			hosts = append(hosts, u)
+		}
+	}
+	return hosts
+}
+
+// certSource serves the configured certificate, or the development one,
+// renewed in place when less than a day of validity remains.
+type certSource struct {
+	cfg *config.Config
+	log hclog.Logger
+	mu  sync.Mutex
+	c   tls.Certificate
+	dev bool
+}
+
+func newCertSource(cfg *config.Config, log hclog.Logger) (*certSource, error) {
+	cs := &certSource{cfg: cfg, log: log}
+	if cfg.TLS.CertFile != "" {
+		c, err := tlscert.Load(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		cs.c = c
+		return cs, nil
+	}
+	cs.dev = true
+	if err := cs.loadDev(time.Now()); err != nil {
+		return nil, err
+	}
+	return cs, nil
+}
+
+func (cs *certSource) loadDev(now time.Time) error {
+	host, _, _ := net.SplitHostPort(cs.cfg.Listener.Address)
+	var hosts []string
+	if host != "" {
+		hosts = append(hosts, host)
+	}
+	if hn, err := os.Hostname(); err == nil {
+		hosts = append(hosts, hn)
+	}
+	dir := cs.cfg.ResolvedStateDir()
+	c, err := tlscert.LoadOrCreateDev(dir, hosts, now)
+	if err != nil {
+		return fmt.Errorf("development certificate in %s: %w", dir, err)
+	}
+	cs.c = c
+	return nil
+}
+
+func (cs *certSource) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.dev && cs.c.Leaf != nil && time.Until(cs.c.Leaf.NotAfter) < 24*time.Hour {
+		old := tlscert.Pin(cs.c)
+		if err := cs.loadDev(time.Now()); err != nil {
+			cs.log.Error("cannot renew the development certificate", "error", err)
+		} else {
+			cs.log.Warn("development certificate renewed: clients need the new --cert-hash", "old", old, "new", tlscert.Pin(cs.c))
+		}
+	}
+	c := cs.c
+	return &c, nil
+}
+
+func (cs *certSource) pin() string {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return tlscert.Pin(cs.c)
+}

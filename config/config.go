@@ -1,0 +1,720 @@
+// Package config is the sidecar daemon's configuration: an HCL file (hashicorp/hcl/v2)
+// whose every block and attribute is optional, an embedded default (default.hcl, the same
+// values as the commented config.hcl at the repository root) and validation whose errors
+// carry file:line:col.
+//
+// Units: every *_bytes setting in the delivery block counts UTF-16 bytes (two per UTF-16
+// code unit of the exact JSON text), as in the Windowed Delivery spec; scrollback_bytes and
+// the journal's max_bytes count UTF-8 bytes as stored. Durations are strings such as
+// "500ms", "10s" or "2m" (Go's time.ParseDuration).
+package config
+
+import (
+	"bytes"
+	"crypto/rand"
+	_ "embed"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/zclconf/go-cty/cty/convert"
+	"github.com/zclconf/go-cty/cty/gocty"
+)
+
+//go:embed default.hcl
+var defaultHCL []byte
+
+// DefaultSource is Config.Source for the embedded default configuration.
+const DefaultSource = "<embedded default>"
+
+// Config is the whole daemon configuration. Build one with Default or Load; a Config
+// changed in code should be checked again with Validate.
+type Config struct {
+	// StateDir holds the development certificate and other state. "" means the default
+	// (see ResolvedStateDir).
+	StateDir  string
+	Listener  Listener
+	TLS       TLS
+	Auth      Auth
+	Terminal  Terminal
+	TCP       TCP
+	Telemetry Telemetry
+	Delivery  Delivery
+	Journal   Journal
+	Log       Log
+	// Source is the file the configuration came from, DefaultSource for the default.
+	Source string
+
+	// pos maps "block.attribute" (or "attribute", or "block") to where it was set in
+	// Source, so that Validate can point at the offending line. Only what the loaded
+	// file itself set is recorded.
+	pos map[string]hcl.Range
+}
+
+// Listener is block listener.
+type Listener struct {
+	// Address is host:port for both TCP (WebSocket) and UDP (WebTransport). Port 0
+	// picks a free port.
+	Address string
+	// Origins lists the browser origins ("https://app.example.com") allowed to open a
+	// WebSocket. Requests without an Origin header (non-browser clients) are not
+	// affected. Empty: every browser origin is refused.
+	Origins []string
+}
+
+// TLS is block tls. Both empty: a development certificate kept in the state directory.
+type TLS struct {
+	CertFile, KeyFile string // PEM files; both set or both empty
+}
+
+// Auth is block auth. Both empty: $SIDECAR_TOKEN, else a random token made at start.
+type Auth struct {
+	Token     string // the bearer token itself
+	TokenFile string // a file whose content (surrounding white space trimmed) is the token
+}
+
+// Terminal is block terminal.
+type Terminal struct {
+	Shell string // program to run; "" means the user's login shell, else /bin/sh
+	User  string // user the PTYs run as; "" means the daemon's own user
+	Login bool   // start the shell as a login shell (argv[0] prefixed with "-")
+	Term  string // $TERM for the PTY
+
+	// ScrollbackBytes is how many UTF-8 bytes of output each terminal keeps for
+	// snapshots after a reconnect.
+	ScrollbackBytes int
+	MaxPerClient    int // open terminals one client may create
+	MaxTotal        int // open terminals in total
+
+	// Env is the environment of the PTY on top of the clean base (HOME, USER, SHELL,
+	// PATH, TERM). Setting it in a file replaces the default map entirely.
+	Env map[string]string
+}
+
+// TCP is block tcp: outbound connections the sidecar makes for forwarded ports.
+type TCP struct {
+	// Allow lists destination CIDRs or single IPs. Checked against the resolved IP at
+	// dial time; everything else is refused.
+	Allow        []string
+	MaxPerClient int           // open TCP connections per client
+	MaxTotal     int           // open TCP connections in total
+	DialTimeout  time.Duration // limit for one dial, including DNS
+}
+
+// Telemetry is block telemetry.
+type Telemetry struct {
+	Interval time.Duration // time between two metric samples
+}
+
+// Delivery is block delivery: the limits the host accepts and offers for windowed
+// delivery, and the size of its queues. Byte counts are UTF-16 bytes.
+type Delivery struct {
+	WindowBytes       int64 // windowBytes the host offers: outstanding data before waiting for credit
+	MaximumFrameBytes int64 // maximumFrameBytes: largest data message or channel/frame fragment (>= 1024)
+	MaxMessageBytes   int64 // largest logical message (a reassembled fragmented one) the host accepts
+
+	TransportQueueFrames   int // emit frames in flight on the transport (< 256, the peer's WT_PEER_TOO_SLOW limit)
+	OrdinaryQueueMessages  int // queued messages per ordinary subscription before it collapses to channel/gap
+	ProtectedQueueMessages int // queued protected messages per client before the client is closed as too slow
+	MaxConcurrentRequests  int // JSON-RPC requests one client may have in progress (more get -32050 Overloaded)
+	MaxSubscriptions       int // subscriptions per client
+}
+
+// Journal is block journal: what is kept so that a client can reconnect.
+type Journal struct {
+	MaxBytes       int64         // UTF-8 bytes of journal kept per client session
+	MaxAge         time.Duration // journal entries older than this are dropped
+	ReconnectGrace time.Duration // how long a disconnected client's state is kept
+}
+
+// Log is block log.
+type Log struct {
+	Level  string // trace, debug, info, warn or error
+	Format string // auto (text on a terminal, JSON otherwise), text or json
+}
+
+// Diagnostic is one problem in a configuration. Line and Column are 1-based; they are 0
+// when the position is not known (a Config built in code).
+type Diagnostic struct {
+	File         string
+	Line, Column int
+	Summary      string
+	Detail       string
+}
+
+// String formats d as "file:line:col: summary: detail", leaving out what is unknown.
+func (d Diagnostic) String() string {
+	var b strings.Builder
+	switch {
+	case d.File != "" && d.Line > 0:
+		fmt.Fprintf(&b, "%s:%d:%d: ", d.File, d.Line, d.Column)
+	case d.File != "":
+		fmt.Fprintf(&b, "%s: ", d.File)
+	}
+	b.WriteString(d.Summary)
+	if d.Detail != "" {
+		b.WriteString(": ")
+		b.WriteString(d.Detail)
+	}
+	// One diagnostic per line, whatever a detail contains.
+	return strings.ReplaceAll(b.String(), "\n", " ")
+}
+
+// Error is what Load and Validate return when the configuration is wrong. It holds
+// every problem found, not only the first.
+type Error struct {
+	Diagnostics []Diagnostic
+}
+
+// Error lists every diagnostic, one per line, as "file:line:col: summary: detail".
+func (e *Error) Error() string {
+	lines := make([]string, len(e.Diagnostics))
+	for i, d := range e.Diagnostics {
+		lines[i] = d.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Default returns a fresh copy of the embedded default configuration (default.hcl).
+// It panics only if the embedded file is broken, which the package tests guard.
+func Default() *Config {
+	c := &Config{Source: DefaultSource, pos: map[string]hcl.Range{}}
+	if err, _ := c.decode(defaultHCL, DefaultSource); err != nil {
+		panic("config: embedded default.hcl: " + err.Error())
+	}
+	if err := c.Validate(); err != nil {
+		panic("config: embedded default.hcl: " + err.Error())
+	}
+	c.pos = nil // values changed in code later must not point into the default file
+	return c
+}
+
+// Load reads the HCL file at path over the defaults and validates the result. path ""
+// returns Default(). Every block and attribute is optional; missing ones keep their
+// default value. Unknown blocks or attributes, wrong types and invalid values are
+// reported together as an *Error whose diagnostics carry file:line:col. A file that
+// cannot be read is returned as a wrapped os error (errors.Is(err, fs.ErrNotExist)).
+// A path ending in ".json" is read as HCL's JSON syntax.
+func Load(path string) (*Config, error) {
+	if path == "" {
+		return Default(), nil
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c := Default()
+	c.Source = path
+	c.pos = map[string]hcl.Range{}
+	var all Error
+	if derr, syntax := c.decode(src, path); derr != nil {
+		if syntax { // the body is incomplete: validating it would only add noise
+			return nil, derr
+		}
+		all.Diagnostics = append(all.Diagnostics, derr.Diagnostics...)
+	}
+	// Attributes that failed to decode kept their default, so Validate reports only
+	// the other problems.
+	if err := c.Validate(); err != nil {
+		all.Diagnostics = append(all.Diagnostics, err.(*Error).Diagnostics...)
+	}
+	if len(all.Diagnostics) > 0 {
+		return nil, &all
+	}
+	return c, nil
+}
+
+// field is one attribute: its name and a pointer to where its value goes.
+type field struct {
+	name   string
+	target any // *string, *bool, *int, *int64, *[]string, *map[string]string, *time.Duration
+}
+
+type section struct {
+	block  string // "" for top-level attributes
+	fields []field
+}
+
+// schema lists every block and attribute, pointing into c. It is the one place that
+// maps HCL names to Config fields.
+func (c *Config) schema() []section {
+	return []section{
+		{"", []field{{"state_dir", &c.StateDir}}},
+		{"listener", []field{
+			{"address", &c.Listener.Address},
+			{"origins", &c.Listener.Origins},
+		}},
+		{"tls", []field{
+			{"cert_file", &c.TLS.CertFile},
+			{"key_file", &c.TLS.KeyFile},
+		}},
+		{"auth", []field{
+			{"token", &c.Auth.Token},
+			{"token_file", &c.Auth.TokenFile},
+		}},
+		{"terminal", []field{
+			{"shell", &c.Terminal.Shell},
+			{"user", &c.Terminal.User},
+			{"login", &c.Terminal.Login},
+			{"term", &c.Terminal.Term},
+			{"scrollback_bytes", &c.Terminal.ScrollbackBytes},
+			{"max_per_client", &c.Terminal.MaxPerClient},
+			{"max_total", &c.Terminal.MaxTotal},
+			{"env", &c.Terminal.Env},
+		}},
+		{"tcp", []field{
+			{"allow", &c.TCP.Allow},
+			{"max_per_client", &c.TCP.MaxPerClient},
+			{"max_total", &c.TCP.MaxTotal},
+			{"dial_timeout", &c.TCP.DialTimeout},
+		}},
+		{"telemetry", []field{
+			{"interval", &c.Telemetry.Interval},
+		}},
+		{"delivery", []field{
+			{"window_bytes", &c.Delivery.WindowBytes},
+			{"maximum_frame_bytes", &c.Delivery.MaximumFrameBytes},
+			{"max_message_bytes", &c.Delivery.MaxMessageBytes},
+			{"transport_queue_frames", &c.Delivery.TransportQueueFrames},
+			{"ordinary_queue_messages", &c.Delivery.OrdinaryQueueMessages},
+			{"protected_queue_messages", &c.Delivery.ProtectedQueueMessages},
+			{"max_concurrent_requests", &c.Delivery.MaxConcurrentRequests},
+			{"max_subscriptions", &c.Delivery.MaxSubscriptions},
+		}},
+		{"journal", []field{
+			{"max_bytes", &c.Journal.MaxBytes},
+			{"max_age", &c.Journal.MaxAge},
+			{"reconnect_grace", &c.Journal.ReconnectGrace},
+		}},
+		{"log", []field{
+			{"level", &c.Log.Level},
+			{"format", &c.Log.Format},
+		}},
+	}
+}
+
+func attrSchema(fields []field) *hcl.BodySchema {
+	s := &hcl.BodySchema{}
+	for _, f := range fields {
+		s.Attributes = append(s.Attributes, hcl.AttributeSchema{Name: f.name})
+	}
+	return s
+}
+
+// decode parses src (named filename in diagnostics) and sets what it contains over c.
+// It returns the problems found, nil if none, and whether they are syntax errors (after
+// which nothing was decoded).
+func (c *Config) decode(src []byte, filename string) (*Error, bool) {
+	p := hclparse.NewParser()
+	var f *hcl.File
+	var diags hcl.Diagnostics
+	if strings.HasSuffix(filename, ".json") {
+		f, diags = p.ParseJSON(src, filename)
+	} else {
+		f, diags = p.ParseHCL(src, filename)
+	}
+	if diags.HasErrors() || f == nil {
+		return fromHCL(diags), true
+	}
+
+	sections := c.schema()
+	top := attrSchema(sections[0].fields)
+	for _, s := range sections[1:] {
+		top.Blocks = append(top.Blocks, hcl.BlockHeaderSchema{Type: s.block})
+	}
+	content, diags := f.Body.Content(top)
+	diags = append(diags, c.decodeAttrs("", content.Attributes, sections[0].fields)...)
+
+	seen := map[string]*hcl.Block{}
+	for _, blk := range content.Blocks {
+		if prev := seen[blk.Type]; prev != nil {
+			diags = append(diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  fmt.Sprintf("Duplicate %s block", blk.Type),
+				Detail:   fmt.Sprintf("Only one %s block is allowed; another was defined at %s.", blk.Type, prev.DefRange),
+				Subject:  blk.DefRange.Ptr(),
+			})
+			continue
+		}
+		seen[blk.Type] = blk
+		c.pos[blk.Type] = blk.DefRange
+		for _, s := range sections[1:] {
+			if s.block != blk.Type {
+				continue
+			}
+			bc, d := blk.Body.Content(attrSchema(s.fields))
+			diags = append(diags, d...)
+			diags = append(diags, c.decodeAttrs(s.block+".", bc.Attributes, s.fields)...)
+		}
+	}
+	if diags.HasErrors() {
+		return fromHCL(diags), false
+	}
+	return nil, false
+}
+
+func (c *Config) decodeAttrs(prefix string, attrs hcl.Attributes, fields []field) hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	for _, f := range fields {
+		a := attrs[f.name]
+		if a == nil {
+			continue
+		}
+		c.pos[prefix+f.name] = a.Expr.Range()
+		if d, ok := f.target.(*time.Duration); ok {
+			var s string
+			if dd := decodeExpr(a.Expr, &s); dd.HasErrors() {
+				diags = append(diags, dd...)
+				continue
+			}
+			v, err := time.ParseDuration(s)
+			if err != nil {
+				diags = append(diags, &hcl.Diagnostic{
+					Severity: hcl.DiagError,
+					Summary:  "Invalid duration",
+					Detail:   fmt.Sprintf("%s = %q is not a duration; write a number with a unit, such as \"500ms\", \"10s\" or \"2m\".", prefix+f.name, s),
+					Subject:  a.Expr.Range().Ptr(),
+				})
+				continue
+			}
+			*d = v
+			continue
+		}
+		diags = append(diags, decodeExpr(a.Expr, f.target)...)
+	}
+	return diags
+}
+
+// decodeExpr evaluates expr with no variables or functions and stores it in target (a
+// pointer to a Go value). It is gohcl.DecodeExpression without the gohcl package, whose
+// encoder side (hclwrite) would add go-cmp to the module's dependencies.
+func decodeExpr(expr hcl.Expression, target any) hcl.Diagnostics {
+	v, diags := expr.Value(nil)
+	if diags.HasErrors() {
+		return diags
+	}
+	ty, err := gocty.ImpliedType(target)
+	if err != nil {
+		panic(fmt.Sprintf("config: unsuitable decode target %T: %v", target, err))
+	}
+	if v, err = convert.Convert(v, ty); err == nil {
+		err = gocty.FromCtyValue(v, target)
+	}
+	if err != nil {
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Unsuitable value type",
+			Detail:   "Unsuitable value: " + err.Error(),
+			Subject:  expr.StartRange().Ptr(),
+			Context:  expr.Range().Ptr(),
+		})
+	}
+	return diags
+}
+
+func fromHCL(diags hcl.Diagnostics) *Error {
+	e := &Error{}
+	for _, d := range diags {
+		if d.Severity != hcl.DiagError {
+			continue
+		}
+		out := Diagnostic{Summary: d.Summary, Detail: d.Detail}
+		r := d.Subject
+		if r == nil {
+			r = d.Context
+		}
+		if r != nil {
+			out.File, out.Line, out.Column = r.Filename, r.Start.Line, r.Start.Column
+		}
+		e.Diagnostics = append(e.Diagnostics, out)
+	}
+	return e
+}
+
+// validator collects semantic problems with the position of the attribute at fault.
+type validator struct {
+	c    *Config
+	errs []Diagnostic
+}
+
+// bad records a problem with attribute key ("block.attr"): it points at the attribute
+// when the loaded file set it, else at its block, else at the file.
+func (v *validator) bad(key, format string, args ...any) {
+	d := Diagnostic{Summary: "Invalid " + key, Detail: fmt.Sprintf(format, args...)}
+	if v.c.pos != nil { // loaded from a file, not changed in code after Default()
+		d.File = v.c.Source
+	}
+	r, ok := v.c.pos[key]
+	if !ok {
+		if i := strings.IndexByte(key, '.'); i > 0 {
+			r, ok = v.c.pos[key[:i]]
+		}
+	}
+	if ok {
+		d.File, d.Line, d.Column = r.Filename, r.Start.Line, r.Start.Column
+	}
+	v.errs = append(v.errs, d)
+}
+
+func (v *validator) positive(key string, n int64, unit string) {
+	if n <= 0 {
+		v.bad(key, "must be greater than 0 %s, got %d", unit, n)
+	}
+}
+
+func (v *validator) duration(key string, d time.Duration) {
+	if d <= 0 {
+		v.bad(key, "must be a duration greater than 0, got %q", d.String())
+	}
+}
+
+// Validate checks the values: durations and sizes greater than zero,
+// delivery.maximum_frame_bytes in [MinMaximumFrameBytes, MaxMaximumFrameBytes],
+// delivery.transport_queue_frames at most MaxTransportQueueFrames, listener.address a
+// host:port, listener.origins "scheme://host[:port]", tcp.allow entries CIDRs or IPs,
+// log.level one of trace/debug/info/warn/error, log.format auto/text/json, tls.cert_file
+// and tls.key_file both set or both empty, auth.token and auth.token_file not both set,
+// terminal.env names non-empty without "=" or NUL. It returns an *Error listing every
+// problem, with file:line:col when the value came from a loaded file, or nil.
+func (c *Config) Validate() error {
+	v := &validator{c: c}
+
+	if c.StateDir != "" && strings.ContainsRune(c.StateDir, 0) {
+		v.bad("state_dir", "contains a NUL byte")
+	}
+
+	// listener
+	if host, port, err := net.SplitHostPort(c.Listener.Address); err != nil {
+		v.bad("listener.address", "%q is not host:port (%v); write for example \"127.0.0.1:4433\" or \"[::]:4433\"", c.Listener.Address, err)
+	} else if n, err := strconv.ParseUint(port, 10, 16); err != nil || (port != "0" && n == 0) {
+		v.bad("listener.address", "port %q of %q is not a number from 0 to 65535", port, c.Listener.Address)
+	} else if strings.ContainsAny(host, " /") {
+		v.bad("listener.address", "host %q is not a host name or IP address", host)
+	}
+	for _, o := range c.Listener.Origins {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			v.bad("listener.origins", "%q is not an origin; write \"https://host\" or \"https://host:port\" with no path", o)
+		}
+	}
+
+	// tls
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		key := "tls.cert_file" // point at the one that is set
+		if c.TLS.KeyFile != "" {
+			key = "tls.key_file"
+		}
+		v.bad(key, "cert_file and key_file must be set together (or both left empty for a development certificate)")
+	}
+
+	// auth
+	if c.Auth.Token != "" && c.Auth.TokenFile != "" {
+		v.bad("auth.token_file", "token and token_file are both set; set one of them")
+	}
+	if c.Auth.Token != "" && !validToken(c.Auth.Token) {
+		v.bad("auth.token", "may contain only printable ASCII characters without spaces (it travels in an HTTP header)")
+	}
+
+	// terminal
+	if c.Terminal.Term == "" {
+		v.bad("terminal.term", "must not be empty; \"xterm-256color\" suits most clients")
+	}
+	v.positive("terminal.scrollback_bytes", int64(c.Terminal.ScrollbackBytes), "UTF-8 bytes")
+	v.positive("terminal.max_per_client", int64(c.Terminal.MaxPerClient), "terminals")
+	v.positive("terminal.max_total", int64(c.Terminal.MaxTotal), "terminals")
+	for _, k := range slices.Sorted(maps.Keys(c.Terminal.Env)) { // sorted: stable error order
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			v.bad("terminal.env", "%q is not a valid environment variable name", k)
+		}
+		if strings.ContainsRune(c.Terminal.Env[k], 0) {
+			v.bad("terminal.env", "value of %s contains a NUL byte", k)
+		}
+	}
+
+	// tcp
+	for _, a := range c.TCP.Allow {
+		if _, err := netip.ParsePrefix(a); err == nil {
+			continue
+		}
+		if _, err := netip.ParseAddr(a); err == nil {
+			continue
+		}
+		v.bad("tcp.allow", "%q is neither a CIDR (\"10.0.0.0/8\") nor an IP address", a)
+	}
+	v.positive("tcp.max_per_client", int64(c.TCP.MaxPerClient), "connections")
+	v.positive("tcp.max_total", int64(c.TCP.MaxTotal), "connections")
+	v.duration("tcp.dial_timeout", c.TCP.DialTimeout)
+
+	// telemetry
+	v.duration("telemetry.interval", c.Telemetry.Interval)
+
+	// delivery
+	d := c.Delivery
+	v.positive("delivery.window_bytes", d.WindowBytes, "UTF-16 bytes")
+	if d.MaximumFrameBytes < MinMaximumFrameBytes || d.MaximumFrameBytes > MaxMaximumFrameBytes {
+		v.bad("delivery.maximum_frame_bytes", "must be from %d to %d UTF-16 bytes (the Windowed Delivery spec requires at least 1024), got %d",
+			MinMaximumFrameBytes, MaxMaximumFrameBytes, d.MaximumFrameBytes)
+	}
+	v.positive("delivery.max_message_bytes", d.MaxMessageBytes, "UTF-16 bytes")
+	if d.TransportQueueFrames > MaxTransportQueueFrames {
+		v.bad("delivery.transport_queue_frames", "must be at most %d (a transport-io peer closes the session at 256 pending frames), got %d",
+			MaxTransportQueueFrames, d.TransportQueueFrames)
+	} else {
+		v.positive("delivery.transport_queue_frames", int64(d.TransportQueueFrames), "frames")
+	}
+	v.positive("delivery.ordinary_queue_messages", int64(d.OrdinaryQueueMessages), "messages")
+	v.positive("delivery.protected_queue_messages", int64(d.ProtectedQueueMessages), "messages")
+	v.positive("delivery.max_concurrent_requests", int64(d.MaxConcurrentRequests), "requests")
+	v.positive("delivery.max_subscriptions", int64(d.MaxSubscriptions), "subscriptions")
+
+	// journal
+	v.positive("journal.max_bytes", c.Journal.MaxBytes, "bytes")
+	v.duration("journal.max_age", c.Journal.MaxAge)
+	v.duration("journal.reconnect_grace", c.Journal.ReconnectGrace)
+
+	// log
+	switch c.Log.Level {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		v.bad("log.level", "%q is not one of trace, debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "auto", "text", "json":
+	default:
+		v.bad("log.format", "%q is not one of auto, text, json", c.Log.Format)
+	}
+
+	if len(v.errs) > 0 {
+		return &Error{Diagnostics: v.errs}
+	}
+	return nil
+}
+
+func validToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// ResolvedStateDir returns the directory for the daemon's state: StateDir when set;
+// else the first entry of $STATE_DIRECTORY (set by systemd's StateDirectory=); else
+// /var/lib/sidecar when running as root; else $XDG_STATE_HOME/sidecar when that is an
+// absolute path; else ~/.local/state/sidecar; and as a last resort
+// <os.TempDir()>/sidecar-<uid>. It does not create the directory.
+func (c *Config) ResolvedStateDir() string {
+	if c.StateDir != "" {
+		return c.StateDir
+	}
+	if s := os.Getenv("STATE_DIRECTORY"); s != "" {
+		first, _, _ := strings.Cut(s, ":")
+		if first != "" {
+			return first
+		}
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/sidecar"
+	}
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "sidecar")
+	}
+	if home, err := os.UserHomeDir(); err == nil && home != "" {
+		return filepath.Join(home, ".local", "state", "sidecar")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("sidecar-%d", os.Geteuid()))
+}
+
+// TokenEnv is the environment variable ResolveToken reads when the auth block sets
+// neither token nor token_file (systemd's EnvironmentFile, a Kubernetes Secret).
+const TokenEnv = "SIDECAR_TOKEN"
+
+// ResolveToken returns the bearer token clients must present: auth.token; else the
+// content of auth.token_file with surrounding white space trimmed (an error if it cannot
+// be read, is larger than MaxTokenFileBytes, is empty or has characters other than
+// printable ASCII); else $SIDECAR_TOKEN; else a new random token from NewToken, with
+// generated = true so the caller can print it.
+func (c *Config) ResolveToken() (token string, generated bool, err error) {
+	if c.Auth.Token != "" {
+		return c.Auth.Token, false, nil
+	}
+	if c.Auth.TokenFile != "" {
+		f, err := os.Open(c.Auth.TokenFile)
+		if err != nil {
+			return "", false, fmt.Errorf("config: auth.token_file: %w", err)
+		}
+		defer f.Close()
+		b, err := io.ReadAll(io.LimitReader(f, MaxTokenFileBytes+1))
+		if err != nil {
+			return "", false, fmt.Errorf("config: auth.token_file: %w", err)
+		}
+		if len(b) > MaxTokenFileBytes {
+			return "", false, fmt.Errorf("config: auth.token_file %s: larger than %d bytes; it must hold only the token", c.Auth.TokenFile, MaxTokenFileBytes)
+		}
+		t := string(bytes.TrimSpace(b))
+		if t == "" {
+			return "", false, fmt.Errorf("config: auth.token_file %s: empty", c.Auth.TokenFile)
+		}
+		if !validToken(t) {
+			return "", false, fmt.Errorf("config: auth.token_file %s: the token may contain only printable ASCII characters without spaces", c.Auth.TokenFile)
+		}
+		return t, false, nil
+	}
+	if t := strings.TrimSpace(os.Getenv(TokenEnv)); t != "" {
+		if !validToken(t) {
+			return "", false, fmt.Errorf("config: $%s: the token may contain only printable ASCII characters without spaces", TokenEnv)
+		}
+		return t, false, nil
+	}
+	return NewToken(), true, nil
+}
+
+// NewToken returns a new random token: 32 bytes from crypto/rand, base64url without
+// padding (43 characters).
+func NewToken() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it crashes the program instead)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// Logger returns the daemon's go-hclog logger, named "sidecar", writing to out at
+// log.level. log.format "json" or "auto" with isTerminal false gives JSON lines (for
+// journald and container logs); "text" or "auto" on a terminal gives text. It returns an
+// error for a level or format Validate would refuse.
+func (c *Config) Logger(out io.Writer, isTerminal bool) (hclog.Logger, error) {
+	level := hclog.LevelFromString(c.Log.Level)
+	if level == hclog.NoLevel {
+		return nil, fmt.Errorf("config: log.level %q is not one of trace, debug, info, warn, error", c.Log.Level)
+	}
+	var jsonFormat bool
+	switch c.Log.Format {
+	case "json":
+		jsonFormat = true
+	case "text":
+	case "auto":
+		jsonFormat = !isTerminal
+	default:
+		return nil, fmt.Errorf("config: log.format %q is not one of auto, text, json", c.Log.Format)
+	}
+	return hclog.New(&hclog.LoggerOptions{
+		Name:       "sidecar",
+		Level:      level,
+		Output:     out,
+		JSONFormat: jsonFormat,
+	}), nil
+}

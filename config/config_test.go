@@ -1,0 +1,496 @@
+package config
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func writeFile(t *testing.T, name, src string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// same compares two configs, ignoring where they came from.
+func same(a, b *Config) bool {
+	x, y := *a, *b
+	x.Source, y.Source, x.pos, y.pos = "", "", nil, nil
+	return reflect.DeepEqual(x, y)
+}
+
+func TestDefault(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("default does not validate: %v", err)
+	}
+	if c.Source != DefaultSource {
+		t.Errorf("Source = %q", c.Source)
+	}
+	want := &Config{
+		Listener: Listener{Address: "127.0.0.1:4433", Origins: []string{}},
+		Terminal: Terminal{Login: true, Term: "xterm-256color", ScrollbackBytes: 1 << 20,
+			MaxPerClient: 16, MaxTotal: 64, Env: map[string]string{"LANG": "C.UTF-8"}},
+		TCP: TCP{Allow: []string{"127.0.0.0/8", "::1/128"}, MaxPerClient: 256, MaxTotal: 1024,
+			DialTimeout: 10 * time.Second},
+		Telemetry: Telemetry{Interval: time.Second},
+		Delivery: Delivery{WindowBytes: 262144, MaximumFrameBytes: 16384, MaxMessageBytes: 16 << 20,
+			TransportQueueFrames: 32, OrdinaryQueueMessages: 1024, ProtectedQueueMessages: 256,
+			MaxConcurrentRequests: 16, MaxSubscriptions: 256},
+		Journal: Journal{MaxBytes: 8 << 20, MaxAge: 10 * time.Minute, ReconnectGrace: 2 * time.Minute},
+		Log:     Log{Level: "info", Format: "auto"},
+	}
+	if !same(c, want) {
+		t.Errorf("Default() =\n%+v\nwant\n%+v", *c, *want)
+	}
+	// Each call is a fresh copy.
+	c.Terminal.Env["X"] = "y"
+	c.TCP.Allow[0] = "x"
+	if d := Default(); d.Terminal.Env["X"] != "" || d.TCP.Allow[0] != "127.0.0.0/8" {
+		t.Error("Default() shares maps or slices between calls")
+	}
+	if c, err := Load(""); err != nil || !same(c, Default()) {
+		t.Errorf(`Load("") = %v, %v`, c, err)
+	}
+}
+
+// TestExampleMatchesDefault keeps the commented config.hcl at the repository root and
+// the embedded default.hcl equal, and checks both set every attribute of the schema.
+func TestExampleMatchesDefault(t *testing.T) {
+	const example = "../config.hcl"
+	c, err := Load(example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !same(c, Default()) {
+		t.Errorf("config.hcl and default.hcl differ:\n%+v\n%+v", *c, *Default())
+	}
+	for _, file := range []string{example, "default.hcl"} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, diags := hclparse.NewParser().ParseHCL(src, file)
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		for _, s := range (&Config{}).schema() {
+			body := f.Body
+			if s.block != "" {
+				content, _, _ := f.Body.PartialContent(&hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: s.block}}})
+				if len(content.Blocks) != 1 {
+					t.Errorf("%s: block %s missing", file, s.block)
+					continue
+				}
+				body = content.Blocks[0].Body
+			}
+			attrs, _ := body.JustAttributes()
+			for _, fl := range s.fields {
+				if attrs[fl.name] == nil {
+					t.Errorf("%s: %s.%s is not shown", file, s.block, fl.name)
+				}
+			}
+		}
+	}
+}
+
+const full = `
+state_dir = "/srv/sidecar"
+listener {
+  address = "[::]:8443"
+  origins = ["https://app.example.com", "http://localhost:3000"]
+}
+tls {
+  cert_file = "/etc/sidecar/cert.pem"
+  key_file  = "/etc/sidecar/key.pem"
+}
+auth {
+  token_file = "/run/secrets/token"
+}
+terminal {
+  shell = "/bin/zsh"
+  user = "dev"
+  login = false
+  term = "screen"
+  scrollback_bytes = 65536
+  max_per_client = 2
+  max_total = 3
+  env = { FOO = "bar" }
+}
+tcp {
+  allow = ["10.0.0.0/8", "192.168.1.7"]
+  max_per_client = 4
+  max_total = 5
+  dial_timeout = "1500ms"
+}
+telemetry { interval = "250ms" }
+delivery {
+  window_bytes = 512
+  maximum_frame_bytes = 1024
+  max_message_bytes = 4096
+  transport_queue_frames = 8
+  ordinary_queue_messages = 9
+  protected_queue_messages = 10
+  max_concurrent_requests = 11
+  max_subscriptions = 12
+}
+journal {
+  max_bytes = 1000
+  max_age = "1h"
+  reconnect_grace = "30s"
+}
+log {
+  level = "debug"
+  format = "json"
+}
+`
+
+func TestLoadOverridesEverything(t *testing.T) {
+	p := writeFile(t, "full.hcl", full)
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Config{
+		StateDir: "/srv/sidecar",
+		Listener: Listener{Address: "[::]:8443", Origins: []string{"https://app.example.com", "http://localhost:3000"}},
+		TLS:      TLS{CertFile: "/etc/sidecar/cert.pem", KeyFile: "/etc/sidecar/key.pem"},
+		Auth:     Auth{TokenFile: "/run/secrets/token"},
+		Terminal: Terminal{Shell: "/bin/zsh", User: "dev", Login: false, Term: "screen", ScrollbackBytes: 65536,
+			MaxPerClient: 2, MaxTotal: 3, Env: map[string]string{"FOO": "bar"}},
+		TCP: TCP{Allow: []string{"10.0.0.0/8", "192.168.1.7"}, MaxPerClient: 4, MaxTotal: 5,
+			DialTimeout: 1500 * time.Millisecond},
+		Telemetry: Telemetry{Interval: 250 * time.Millisecond},
+		Delivery: Delivery{WindowBytes: 512, MaximumFrameBytes: 1024, MaxMessageBytes: 4096,
+			TransportQueueFrames: 8, OrdinaryQueueMessages: 9, ProtectedQueueMessages: 10,
+			MaxConcurrentRequests: 11, MaxSubscriptions: 12},
+		Journal: Journal{MaxBytes: 1000, MaxAge: time.Hour, ReconnectGrace: 30 * time.Second},
+		Log:     Log{Level: "debug", Format: "json"},
+	}
+	if !same(c, want) {
+		t.Errorf("got\n%+v\nwant\n%+v", *c, *want)
+	}
+	if c.Source != p {
+		t.Errorf("Source = %q, want %q", c.Source, p)
+	}
+	// Every field of want differs from the default, so the file overrode every one.
+	def := reflect.ValueOf(*Default())
+	got := reflect.ValueOf(*want)
+	for i := 0; i < def.NumField(); i++ {
+		name := def.Type().Field(i).Name
+		if name == "Source" || name == "pos" {
+			continue
+		}
+		sub, dsub := got.Field(i), def.Field(i)
+		if sub.Kind() != reflect.Struct {
+			if reflect.DeepEqual(sub.Interface(), dsub.Interface()) {
+				t.Errorf("%s equals the default", name)
+			}
+			continue
+		}
+		for j := 0; j < sub.NumField(); j++ {
+			if reflect.DeepEqual(sub.Field(j).Interface(), dsub.Field(j).Interface()) &&
+				!(name == "Auth" && sub.Type().Field(j).Name == "Token") { // token and token_file exclude each other
+				t.Errorf("%s.%s equals the default", name, sub.Type().Field(j).Name)
+			}
+		}
+	}
+}
+
+func TestLoadPartialKeepsDefaults(t *testing.T) {
+	c, err := Load(writeFile(t, "part.hcl", "delivery {\n  window_bytes = 1024\n}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Delivery.WindowBytes = 1024
+	if !same(c, want) {
+		t.Errorf("got %+v", *c)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	tests := []struct {
+		name, file, src string
+		want            []string // regexps, one per expected diagnostic, in order
+	}{
+		{"syntax", "bad.hcl", "listener {\n  address = \"127.0.0.1:1\"\n  origins = [\"a\" \"b\"]\n}\n",
+			[]string{`bad\.hcl:3:\d+: `}},
+		{"unknown attribute", "unknown.hcl", "listener {\n  adress = \"x:1\"\n}\n",
+			[]string{`unknown\.hcl:2:3: Unsupported argument: .*Did you mean "address"\?`}},
+		{"unknown block", "block.hcl", "\n\nlisteners {\n}\n",
+			[]string{`block\.hcl:3:1: Unsupported block type`}},
+		{"duplicate block", "dup.hcl", "log {}\nlog {}\n",
+			[]string{`dup\.hcl:2:1: Duplicate log block`}},
+		{"wrong type", "type.hcl", "tcp {\n  allow = \"127.0.0.1\"\n}\n",
+			[]string{`type\.hcl:2:\d+: Unsuitable value type: .*list of string required`}},
+		{"bad duration", "dur.hcl", "telemetry {\n  interval = \"1 second\"\n}\n",
+			[]string{`dur\.hcl:2:14: Invalid duration: telemetry\.interval = "1 second" is not a duration`}},
+		{"variables", "var.hcl", "state_dir = env.HOME\n",
+			[]string{`var\.hcl:1:13: Variables not allowed`}},
+		{"semantic", "frame.hcl", "delivery {\n\n  maximum_frame_bytes = 100\n}\n",
+			[]string{`frame\.hcl:3:25: Invalid delivery\.maximum_frame_bytes: must be from 1024 to 524288 UTF-16 bytes .*got 100`}},
+		{"zero duration", "zero.hcl", "journal {\n  max_age = \"0s\"\n}\n",
+			[]string{`zero\.hcl:2:13: Invalid journal\.max_age: must be a duration greater than 0`}},
+		{"tls half", "tls.hcl", "tls {\n  key_file = \"k.pem\"\n}\n",
+			[]string{`tls\.hcl:2:14: Invalid tls\.key_file: cert_file and key_file must be set together`}},
+		{"several", "several.hcl", `listener {
+  address = "localhost"
+  origins = ["app.example.com"]
+}
+auth {
+  token = "abc"
+  token_file = "/t"
+}
+tcp {
+  allow = ["10.0.0.0/33", "::1"]
+  dial_timeout = "-1s"
+  bogus = 1
+}
+delivery {
+  transport_queue_frames = 256
+  window_bytes = 0
+}
+log {
+  level = "verbose"
+  format = "xml"
+}
+`, []string{
+			`several\.hcl:12:3: Unsupported argument`,
+			`several\.hcl:2:13: Invalid listener\.address: "localhost" is not host:port`,
+			`several\.hcl:3:13: Invalid listener\.origins: "app\.example\.com" is not an origin`,
+			`several\.hcl:7:16: Invalid auth\.token_file: token and token_file are both set`,
+			`several\.hcl:10:11: Invalid tcp\.allow: "10\.0\.0\.0/33" is neither a CIDR`,
+			`several\.hcl:11:18: Invalid tcp\.dial_timeout: must be a duration greater than 0, got "-1s"`,
+			`several\.hcl:16:18: Invalid delivery\.window_bytes: must be greater than 0 UTF-16 bytes, got 0`,
+			`several\.hcl:15:28: Invalid delivery\.transport_queue_frames: must be at most 255`,
+			`several\.hcl:19:11: Invalid log\.level: "verbose"`,
+			`several\.hcl:20:12: Invalid log\.format: "xml"`,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := writeFile(t, tt.file, tt.src)
+			c, err := Load(p)
+			if err == nil {
+				t.Fatalf("Load succeeded: %+v", c)
+			}
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("error %T %v is not *Error", err, err)
+			}
+			lines := strings.Split(err.Error(), "\n")
+			if len(lines) != len(ce.Diagnostics) {
+				t.Errorf("Error() has %d lines for %d diagnostics", len(lines), len(ce.Diagnostics))
+			}
+			if tt.name == "syntax" { // the parser may add more than one diagnostic
+				lines = lines[:1]
+			}
+			if len(lines) != len(tt.want) {
+				t.Fatalf("got %d diagnostics, want %d:\n%s", len(lines), len(tt.want), err)
+			}
+			for i, w := range tt.want {
+				if !regexp.MustCompile(`^` + regexp.QuoteMeta(filepath.Dir(p)+"/") + w).MatchString(lines[i]) {
+					t.Errorf("diagnostic %d:\n got %s\nwant %s", i, lines[i], w)
+				}
+			}
+			for _, d := range ce.Diagnostics {
+				if d.File != p || d.Line == 0 || d.Column == 0 {
+					t.Errorf("diagnostic without position: %+v", d)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.hcl"))
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("err = %v, want fs.ErrNotExist", err)
+	}
+}
+
+func TestLoadJSON(t *testing.T) {
+	c, err := Load(writeFile(t, "c.json", `{"log": {"level": "warn"}, "tcp": {"dial_timeout": "3s"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Log.Level != "warn" || c.TCP.DialTimeout != 3*time.Second {
+		t.Errorf("got %+v", *c)
+	}
+}
+
+// TestValidateInCode checks a Config changed in code: the errors have no position.
+func TestValidateInCode(t *testing.T) {
+	c := Default()
+	c.Delivery.MaximumFrameBytes = 100
+	c.Terminal.Env = map[string]string{"A=B": "x"}
+	err := c.Validate()
+	var ce *Error
+	if !errors.As(err, &ce) || len(ce.Diagnostics) != 2 {
+		t.Fatalf("err = %v", err)
+	}
+	for _, d := range ce.Diagnostics {
+		if d.File != "" || d.Line != 0 {
+			t.Errorf("unexpected position %+v", d)
+		}
+	}
+	if !strings.Contains(err.Error(), "\nInvalid delivery.maximum_frame_bytes: ") {
+		t.Errorf("Error() = %q", err)
+	}
+}
+
+func TestValidateAccepts(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:4433", "[::1]:4433", "0.0.0.0:0", "localhost:80", ":4433"} {
+		c := Default()
+		c.Listener.Address = addr
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: %v", addr, err)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1", "127.0.0.1:65536", "127.0.0.1:x", "a b:1"} {
+		c := Default()
+		c.Listener.Address = addr
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s accepted", addr)
+		}
+	}
+}
+
+func TestResolvedStateDir(t *testing.T) {
+	c := Default()
+	c.StateDir = "/x"
+	if got := c.ResolvedStateDir(); got != "/x" {
+		t.Errorf("got %q", got)
+	}
+	c.StateDir = ""
+	t.Setenv("STATE_DIRECTORY", "/var/lib/sidecar-test:/other")
+	if got := c.ResolvedStateDir(); got != "/var/lib/sidecar-test" {
+		t.Errorf("got %q", got)
+	}
+	t.Setenv("STATE_DIRECTORY", "")
+	t.Setenv("XDG_STATE_HOME", "/xdg")
+	want := "/xdg/sidecar"
+	if os.Geteuid() == 0 {
+		want = "/var/lib/sidecar"
+	}
+	if got := c.ResolvedStateDir(); got != want {
+		t.Errorf("got %q want %q", got, want)
+	}
+}
+
+func TestResolveToken(t *testing.T) {
+	t.Setenv(TokenEnv, "")
+	c := Default()
+	tok, gen, err := c.ResolveToken()
+	if err != nil || !gen || len(tok) != 43 {
+		t.Fatalf("generated: %q %v %v", tok, gen, err)
+	}
+	if b, err := base64.RawURLEncoding.DecodeString(tok); err != nil || len(b) != 32 {
+		t.Errorf("token %q is not 32 bytes base64url: %v", tok, err)
+	}
+	if NewToken() == NewToken() {
+		t.Error("NewToken repeats")
+	}
+
+	t.Setenv(TokenEnv, "from-env")
+	if tok, gen, err := c.ResolveToken(); tok != "from-env" || gen || err != nil {
+		t.Errorf("env: %q %v %v", tok, gen, err)
+	}
+
+	c.Auth.TokenFile = writeFile(t, "token", "\n  s3cret-file \n")
+	if tok, gen, err := c.ResolveToken(); tok != "s3cret-file" || gen || err != nil {
+		t.Errorf("file: %q %v %v", tok, gen, err)
+	}
+	for name, content := range map[string]string{"empty": " \n", "space": "a b", "big": strings.Repeat("a", MaxTokenFileBytes+1)} {
+		c.Auth.TokenFile = writeFile(t, name, content)
+		if _, _, err := c.ResolveToken(); err == nil {
+			t.Errorf("%s token file accepted", name)
+		}
+	}
+	c.Auth.TokenFile = filepath.Join(t.TempDir(), "missing")
+	if _, _, err := c.ResolveToken(); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+
+	c.Auth.TokenFile = ""
+	c.Auth.Token = "literal"
+	if tok, gen, err := c.ResolveToken(); tok != "literal" || gen || err != nil {
+		t.Errorf("literal: %q %v %v", tok, gen, err)
+	}
+}
+
+func TestLogger(t *testing.T) {
+	for _, tt := range []struct {
+		format   string
+		terminal bool
+		json     bool
+	}{
+		{"auto", false, true}, {"auto", true, false}, {"json", true, true}, {"text", false, false},
+	} {
+		c := Default()
+		c.Log.Format = tt.format
+		c.Log.Level = "debug"
+		var buf bytes.Buffer
+		l, err := c.Logger(&buf, tt.terminal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Named("wt").Debug("hello", "k", 1)
+		l.Trace("hidden")
+		var m map[string]any
+		isJSON := json.Unmarshal(buf.Bytes(), &m) == nil
+		if isJSON != tt.json {
+			t.Errorf("%s terminal=%v: output %q", tt.format, tt.terminal, buf.String())
+		}
+		if !strings.Contains(buf.String(), "sidecar.wt") || strings.Contains(buf.String(), "hidden") {
+			t.Errorf("%s: output %q", tt.format, buf.String())
+		}
+	}
+	c := Default()
+	c.Log.Level = "verbose"
+	if _, err := c.Logger(&bytes.Buffer{}, false); err == nil {
+		t.Error("bad level accepted")
+	}
+}
+
+// FuzzDecode checks that no input makes decoding or validation panic, and that every
+// diagnostic of a rejected file carries the file name.
+func FuzzDecode(f *testing.F) {
+	f.Add(defaultHCL)
+	f.Add([]byte(full))
+	f.Add([]byte("delivery {\n  maximum_frame_bytes = 100\n}\n"))
+	f.Add([]byte("tcp { allow = [\"::1\", 3] }\nlog {}\nlog {}\n"))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		c := Default()
+		c.Source = "fuzz.hcl"
+		c.pos = map[string]hcl.Range{}
+		derr, _ := c.decode(src, "fuzz.hcl")
+		if derr != nil {
+			for _, d := range derr.Diagnostics {
+				if d.File != "fuzz.hcl" {
+					t.Fatalf("diagnostic without file: %+v", d)
+				}
+			}
+		}
+		_ = c.Validate()
+	})
+}

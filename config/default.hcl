@@ -1,0 +1,139 @@
+# sidecar configuration (HCL). `sidecar serve --config config.hcl`
+#
+# Every block and every attribute is optional: anything left out keeps the value shown
+# here, which is also the built-in default (config/default.hcl, checked equal by a test).
+# Unknown names are errors, reported with file:line:col, as are invalid values.
+#
+# Units
+#   * Durations are strings with a unit: "500ms", "10s", "2m", "1h".
+#   * Sizes in the delivery block are UTF-16 bytes, as in the Windowed Delivery spec:
+#     two bytes per UTF-16 code unit of the exact JSON-RPC text ("é" = 2, "😀" = 4),
+#     whatever the transport sends on the wire.
+#   * terminal.scrollback_bytes and journal.max_bytes are UTF-8 bytes as stored.
+
+# Directory for the development certificate and other state. "" picks:
+# $STATE_DIRECTORY (systemd's StateDirectory=), else /var/lib/sidecar when running as
+# root, else $XDG_STATE_HOME/sidecar, else ~/.local/state/sidecar.
+state_dir = ""
+
+listener {
+  # host:port for both TCP (WebSocket: /transport-io, /ahp) and UDP (WebTransport over
+  # HTTP/3). Loopback by default; a non-loopback address needs a real certificate (tls
+  # block) or clients that pin the certificate. "0.0.0.0:4433" or "[::]:4433" listens on
+  # every interface (for example in a Kubernetes pod). Port 0 picks a free port.
+  address = "127.0.0.1:4433"
+
+  # Browser origins allowed to open a WebSocket, as "scheme://host[:port]", for example
+  # ["https://app.example.com"]. Checked only when a request carries an Origin header
+  # (browsers always do; the sidecar CLI does not). Empty: every browser is refused.
+  origins = []
+}
+
+tls {
+  # PEM certificate chain and private key. Set both, or leave both empty to use a
+  # development certificate (ECDSA P-256, 14 days, renewed automatically, kept in
+  # state_dir). Its SHA-256 pin is printed at start and by `sidecar cert`; clients pass
+  # it as --cert-hash / SIDECAR_CERT_HASH.
+  cert_file = ""
+  key_file  = ""
+}
+
+auth {
+  # The bearer token every client must present (Authorization: Bearer, or ?token= for
+  # browsers). Set at most one of token and token_file. Both empty: $SIDECAR_TOKEN if
+  # set, else a random token generated at start and printed once.
+  token = ""
+  # A file holding the token (white space around it is ignored). Prefer this, or
+  # $SIDECAR_TOKEN, to writing the token here.
+  token_file = ""
+}
+
+terminal {
+  # Program run in each new terminal. "" means the user's login shell from the password
+  # database, else /bin/sh.
+  shell = ""
+  # User the terminals run as. "" means the user the daemon runs as. Another user needs
+  # the daemon to run as root (setuid/setgid before exec, no PAM).
+  user = ""
+  # Start the shell as a login shell (argv[0] "-bash"), reading the profile files.
+  login = true
+  # $TERM inside the terminal.
+  term = "xterm-256color"
+  # Output each terminal keeps (UTF-8 bytes, 1 MiB) to send as a snapshot when a client
+  # reconnects after the journal no longer holds everything it missed.
+  scrollback_bytes = 1048576
+  # Open terminals one client may have, and in total on this sidecar.
+  max_per_client = 16
+  max_total      = 64
+  # Environment added on top of the clean base (HOME, USER, LOGNAME, SHELL, PATH, TERM).
+  # Nothing is inherited from the daemon's own environment. Setting env replaces this
+  # whole map.
+  env = {
+    LANG = "C.UTF-8"
+  }
+}
+
+tcp {
+  # Destinations the sidecar may connect to for forwarded ports, as CIDRs or single IPs.
+  # Checked against the resolved address at dial time, so a name cannot be rebound to a
+  # link-local or metadata address. Everything else is refused. Loopback only by default;
+  # add for example "10.0.0.0/8" to reach other hosts.
+  allow = ["127.0.0.0/8", "::1/128"]
+  # Open forwarded TCP connections one client may have, and in total.
+  max_per_client = 256
+  max_total      = 1024
+  # Longest time one dial (name resolution included) may take.
+  dial_timeout = "10s"
+}
+
+telemetry {
+  # Time between two system metric samples sent on ahp-otlp://metrics.
+  interval = "1s"
+}
+
+delivery {
+  # Windowed delivery limits the host offers and accepts (UTF-16 bytes).
+  # Outstanding data per subscription before the sender waits for credit (256 KiB). A
+  # soft target: the last message may go past it by at most maximum_frame_bytes.
+  window_bytes = 262144
+  # Largest single data message or channel/frame fragment (16 KiB). At least 1024 (the
+  # spec's minimum), at most 524288 (so one fragment always fits a 1 MiB transport-io
+  # EMIT frame, even as UTF-8).
+  maximum_frame_bytes = 16384
+  # Largest logical message, once its fragments are put together (16 MiB). Bigger
+  # inbound messages are refused.
+  max_message_bytes = 16777216
+
+  # Emit frames the sidecar keeps in flight on the transport per client. Below 256,
+  # where a transport-io peer closes the session as WT_PEER_TOO_SLOW; small keeps
+  # scheduling fair and Ctrl-C quick.
+  transport_queue_frames = 32
+  # Messages queued per ordinary (non-windowed) subscription; past it the subscription
+  # collapses to a channel/gap and the client pages the rest from the journal.
+  ordinary_queue_messages = 1024
+  # Protected messages (responses, credit, gap notices) queued per client; past it the
+  # client is too slow and its connection is closed.
+  protected_queue_messages = 256
+  # JSON-RPC requests one client may have in progress; more get error -32050 Overloaded.
+  max_concurrent_requests = 16
+  # Subscriptions one client may hold.
+  max_subscriptions = 256
+}
+
+journal {
+  # Journal kept per client session for reconnection (UTF-8 bytes, 8 MiB) and the age
+  # past which entries are dropped. A client that missed more gets snapshots instead.
+  max_bytes = 8388608
+  max_age   = "10m"
+  # How long a disconnected client's subscriptions, terminals and TCP connections are
+  # kept waiting for it to reconnect.
+  reconnect_grace = "2m"
+}
+
+log {
+  # trace, debug, info, warn or error.
+  level = "info"
+  # auto: text on a terminal, JSON lines otherwise (journald, container logs);
+  # or text, or json.
+  format = "auto"
+}

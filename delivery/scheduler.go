@@ -1,0 +1,370 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// MessageWriter is the transport under a Scheduler: it writes one complete
+// JSON-RPC message text (one WebSocket text frame, one transport-io EMIT).
+// It may block; the Scheduler calls it from one goroutine only.
+type MessageWriter interface {
+	WriteMessage(ctx context.Context, text []byte) error
+}
+
+// Source produces the data messages of one windowed subscription, pulled by
+// the Scheduler only when the subscription can start a message (seed 000
+// "When the Window Is Full": the adapter never queues without bound).
+//
+// Next returns the next complete data message (its exact JSON text, which
+// the Scheduler does not modify) or nil when none is ready; it must not
+// block. When a nil-returning Source later has data it calls Stream.Wake.
+type Source interface {
+	Next() []byte
+}
+
+// SchedulerConfig bounds one connection's outbound queues.
+type SchedulerConfig struct {
+	// ProtectedMessages bounds responses, errors and channel/gap (seed 003's
+	// protected set). They are never dropped: a push beyond the bound fails
+	// with ErrProtectedFull and the connection must be closed.
+	ProtectedMessages int
+	// ControlMessages bounds control messages other than credit (which
+	// coalesce to one per subscription): tcp/reset, unsubscribe. Beyond it
+	// PushControl fails with ErrControlFull.
+	ControlMessages int
+	// OrdinaryMessages bounds the FIFO of ordinary-subscription messages.
+	// On overflow the backlog collapses into one channel/gap per channel.
+	OrdinaryMessages int
+	// Quantum is the deficit round-robin quantum in UTF-16 bytes; at least
+	// the largest frame, so every busy participant sends each round.
+	Quantum UTF16Bytes
+	// OnSent, if set, is called from the writer goroutine after each message
+	// is written (for metrics and tests).
+	OnSent func(text []byte)
+}
+
+// DefaultSchedulerConfig returns the bounds used when a field is zero.
+func DefaultSchedulerConfig() SchedulerConfig {
+	return SchedulerConfig{ProtectedMessages: 256, ControlMessages: 256, OrdinaryMessages: 1024, Quantum: 16384}
+}
+
+// Errors of the Scheduler. Each one ends the connection.
+var (
+	ErrProtectedFull = errors.New("delivery: protected queue full (peer too slow)")
+	ErrControlFull   = errors.New("delivery: control queue full")
+	ErrClosed        = errors.New("delivery: scheduler closed")
+)
+
+// Scheduler is the outbound side of one connection (DESIGN.md §4): a
+// protected queue first, then control messages (coalesced credit first),
+// then data by deficit round-robin over the ordinary FIFO and the windowed
+// subscriptions that can send, one frame per pick. It keeps no transport
+// queue of its own: the writer writes one message at a time, so at most one
+// frame waits below it.
+//
+// All methods are safe for concurrent use; Run must be called once.
+type Scheduler struct {
+	cfg  SchedulerConfig
+	wake chan struct{}
+
+	mu        sync.Mutex
+	closed    error
+	protected fifo
+	control   fifo
+	credits   map[string]UTF16Bytes // coalesced channel/credit per channel
+	creditQ   []string              // channels with a pending credit, in order
+	ordinary  ordinaryQueue
+	streams   []*Stream
+	gaps      uint64 // number of gap collapses, for metrics and tests
+	// flushErr, when set, closes the scheduler with it once the protected
+	// queue is empty (an error response that ends the connection).
+	flushErr error
+
+	// Owned by the writer goroutine.
+	rr         int // index into the participant ring
+	ordDeficit UTF16Bytes
+}
+
+// NewScheduler returns a Scheduler with cfg (zero fields take defaults).
+func NewScheduler(cfg SchedulerConfig) *Scheduler {
+	d := DefaultSchedulerConfig()
+	if cfg.ProtectedMessages <= 0 {
+		cfg.ProtectedMessages = d.ProtectedMessages
+	}
+	if cfg.ControlMessages <= 0 {
+		cfg.ControlMessages = d.ControlMessages
+	}
+	if cfg.OrdinaryMessages <= 0 {
+		cfg.OrdinaryMessages = d.OrdinaryMessages
+	}
+	if cfg.Quantum <= 0 {
+		cfg.Quantum = d.Quantum
+	}
+	return &Scheduler{
+		cfg:      cfg,
+		wake:     make(chan struct{}, 1),
+		credits:  map[string]UTF16Bytes{},
+		ordinary: ordinaryQueue{lastSeq: map[string]uint64{}},
+	}
+}
+
+func (s *Scheduler) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// PushProtected queues a response, error or gap. It fails with
+// ErrProtectedFull beyond SchedulerConfig.ProtectedMessages.
+func (s *Scheduler) PushProtected(text []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed != nil {
+		return s.closed
+	}
+	if s.protected.len() >= s.cfg.ProtectedMessages {
+		return fmt.Errorf("%w: %d queued", ErrProtectedFull, s.protected.len())
+	}
+	s.protected.push(text)
+	s.signal()
+	return nil
+}
+
+// PushControl queues a control message other than credit.
+func (s *Scheduler) PushControl(text []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed != nil {
+		return s.closed
+	}
+	if s.control.len() >= s.cfg.ControlMessages {
+		return fmt.Errorf("%w: %d queued", ErrControlFull, s.control.len())
+	}
+	s.control.push(text)
+	s.signal()
+	return nil
+}
+
+// PushCredit queues channel/credit for channel with the cumulative
+// consumedBytes, replacing any credit for it not yet sent (coalescing keeps
+// the control queue bounded by the number of subscriptions).
+func (s *Scheduler) PushCredit(channel string, consumed UTF16Bytes) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed != nil {
+		return
+	}
+	prev, pending := s.credits[channel]
+	if pending && prev >= consumed {
+		return
+	}
+	if !pending {
+		s.creditQ = append(s.creditQ, channel)
+	}
+	s.credits[channel] = consumed
+	s.signal()
+}
+
+// PushOrdinary queues an action of an ordinary subscription to channel with
+// its serverSeq. When the FIFO is full, the whole backlog collapses into one
+// protected channel/gap per channel it held (seed 003 "gap, don't drop
+// silently"), then text is queued. It fails only if the gaps cannot be
+// queued (ErrProtectedFull).
+func (s *Scheduler) PushOrdinary(channel string, seq uint64, text []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed != nil {
+		return s.closed
+	}
+	if s.ordinary.len() >= s.cfg.OrdinaryMessages {
+		if err := s.collapseLocked(); err != nil {
+			return err
+		}
+	}
+	s.ordinary.push(ordinaryItem{channel: channel, seq: seq, text: text})
+	s.signal()
+	return nil
+}
+
+func (s *Scheduler) collapseLocked() error {
+	gaps := s.ordinary.collapse()
+	if s.protected.len()+len(gaps) > s.cfg.ProtectedMessages {
+		return fmt.Errorf("%w: cannot queue %d gaps", ErrProtectedFull, len(gaps))
+	}
+	for _, g := range gaps {
+		s.protected.push(g)
+	}
+	s.gaps++
+	return nil
+}
+
+// DropOrdinary removes queued ordinary messages of channel (unsubscribe).
+func (s *Scheduler) DropOrdinary(channel string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ordinary.drop(channel)
+}
+
+// Gaps returns how many times the ordinary backlog collapsed into gaps.
+func (s *Scheduler) Gaps() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gaps
+}
+
+// QueueLens reports the current queue lengths (protected, control + credit,
+// ordinary), for tests and metrics.
+func (s *Scheduler) QueueLens() (protected, control, ordinary int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.protected.len(), s.control.len() + len(s.creditQ), s.ordinary.len()
+}
+
+// Close stops Run with err (ErrClosed if nil) and fails later pushes.
+func (s *Scheduler) Close(err error) {
+	if err == nil {
+		err = ErrClosed
+	}
+	s.mu.Lock()
+	if s.closed == nil {
+		s.closed = err
+	}
+	s.mu.Unlock()
+	s.signal()
+}
+
+// CloseWhenFlushed closes the scheduler with err once every protected
+// message queued so far has been written (e.g. after -32005).
+func (s *Scheduler) CloseWhenFlushed(err error) {
+	s.mu.Lock()
+	s.flushErr = err
+	s.mu.Unlock()
+	s.signal()
+}
+
+// Run writes messages to w until ctx ends, Close is called, or a write
+// fails; it returns the reason. Call it once, from the connection's writer
+// goroutine.
+func (s *Scheduler) Run(ctx context.Context, w MessageWriter) error {
+	for {
+		text, err := s.next(ctx)
+		if err != nil {
+			return err
+		}
+		if err := w.WriteMessage(ctx, text); err != nil {
+			s.Close(err)
+			return err
+		}
+		if s.cfg.OnSent != nil {
+			s.cfg.OnSent(text)
+		}
+	}
+}
+
+// next blocks until a message can be sent and returns it.
+func (s *Scheduler) next(ctx context.Context) ([]byte, error) {
+	for {
+		s.mu.Lock()
+		if s.closed != nil {
+			err := s.closed
+			s.mu.Unlock()
+			return nil, err
+		}
+		if t, ok := s.protected.pop(); ok {
+			s.mu.Unlock()
+			return t, nil
+		}
+		if s.flushErr != nil {
+			s.closed = s.flushErr
+			s.mu.Unlock()
+			return nil, s.flushErr
+		}
+		if len(s.creditQ) > 0 {
+			ch := s.creditQ[0]
+			s.creditQ[0] = ""
+			s.creditQ = s.creditQ[1:]
+			v := s.credits[ch]
+			delete(s.credits, ch)
+			s.mu.Unlock()
+			return AppendCredit(nil, ch, v), nil
+		}
+		if t, ok := s.control.pop(); ok {
+			s.mu.Unlock()
+			return t, nil
+		}
+		streams := append([]*Stream(nil), s.streams...)
+		s.mu.Unlock()
+
+		if t := s.pickData(streams); t != nil {
+			return t, nil
+		}
+		select {
+		case <-s.wake:
+		case <-ctx.Done():
+			s.Close(ctx.Err())
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// pickData runs deficit round-robin over the participants: index 0 is the
+// ordinary FIFO, 1..n the windowed streams. A participant with a frame
+// ready and enough deficit sends it; one without enough gets a quantum and
+// sends if that covers it, else the turn passes. Idle participants lose
+// their deficit. One frame per call; the ring position is kept across calls
+// so a participant keeps its turn while its deficit lasts.
+func (s *Scheduler) pickData(streams []*Stream) []byte {
+	n := len(streams) + 1
+	if s.rr >= n {
+		s.rr = 0
+	}
+	// Two passes: the first may only hand out quanta.
+	for visited := 0; visited < 2*n; visited++ {
+		i := s.rr
+		var size UTF16Bytes
+		var deficit *UTF16Bytes
+		if i == 0 {
+			s.mu.Lock()
+			it, ok := s.ordinary.peek()
+			s.mu.Unlock()
+			if !ok {
+				s.ordDeficit = 0
+				s.rr = (s.rr + 1) % n
+				continue
+			}
+			size, deficit = it.size(), &s.ordDeficit
+		} else {
+			st := streams[i-1]
+			frame := st.ready()
+			if frame == nil {
+				st.deficit = 0
+				s.rr = (s.rr + 1) % n
+				continue
+			}
+			size, deficit = frame.size, &st.deficit
+		}
+		if *deficit < size {
+			*deficit += s.cfg.Quantum
+			if *deficit < size {
+				s.rr = (s.rr + 1) % n
+				continue
+			}
+		}
+		*deficit -= size
+		if i == 0 {
+			s.mu.Lock()
+			it, ok := s.ordinary.pop()
+			s.mu.Unlock()
+			if ok {
+				return it.text
+			}
+			continue
+		}
+		return streams[i-1].take()
+	}
+	return nil
+}

@@ -1,0 +1,283 @@
+package delivery
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Stream is the sending side of one windowed subscription on a Scheduler
+// (seed 000 "Window and Credit"): its window, the message in progress, and
+// the Source it pulls from.
+type Stream struct {
+	sched   *Scheduler
+	channel string
+	src     Source
+	removed atomic.Bool
+	changed chan struct{} // 1-slot: window or pull state may have changed
+
+	mu  sync.Mutex
+	win *SendWindow
+
+	// Owned by the Scheduler's writer goroutine.
+	frag    *Fragmenter
+	pending []byte // built, debited, not yet handed to the transport
+	pendSz  UTF16Bytes
+	deficit UTF16Bytes
+}
+
+// AddStream registers a windowed subscription to channel sending within
+// limits (the negotiated clientReceive on the host, hostReceive on the
+// client). Call it only after the subscribe result has been queued: the
+// result is protected and so always precedes the stream's first data.
+func (s *Scheduler) AddStream(channel string, limits Limits, src Source) *Stream {
+	st := &Stream{sched: s, channel: channel, src: src, win: NewSendWindow(limits), changed: make(chan struct{}, 1)}
+	s.mu.Lock()
+	s.streams = append(s.streams, st)
+	s.mu.Unlock()
+	s.signal()
+	return st
+}
+
+// Channel returns the subscription's channel URI.
+func (st *Stream) Channel() string { return st.channel }
+
+// Remove takes the stream off the scheduler (unsubscribe, dispose). A
+// message in progress is abandoned.
+func (st *Stream) Remove() {
+	if st.removed.Swap(true) {
+		return
+	}
+	s := st.sched
+	s.mu.Lock()
+	for i, x := range s.streams {
+		if x == st {
+			s.streams = append(s.streams[:i], s.streams[i+1:]...)
+			break
+		}
+	}
+	s.mu.Unlock()
+	st.notify()
+}
+
+// Removed reports whether Remove was called.
+func (st *Stream) Removed() bool { return st.removed.Load() }
+
+func (st *Stream) notify() {
+	select {
+	case st.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Changed returns a channel that receives (coalesced) when the stream's
+// ability to start a message may have changed: credit arrived, or the
+// Scheduler pulled from the Source. Adapters that pace their source (the
+// PTY reader) wait on it.
+func (st *Stream) Changed() <-chan struct{} { return st.changed }
+
+// Wake tells the Scheduler that the Source has data again.
+func (st *Stream) Wake() { st.sched.signal() }
+
+// CanStart reports whether a data message could start now
+// (outstanding < windowBytes).
+func (st *Stream) CanStart() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.win.CanStart()
+}
+
+// Window returns a copy of the window counters: sent, consumed and limits.
+func (st *Stream) Window() (sent, consumed UTF16Bytes, l Limits) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.win.Sent(), st.win.Consumed(), st.win.Limits()
+}
+
+// SetLimits changes the limits and keeps the counters (a re-subscribe).
+func (st *Stream) SetLimits(l Limits) {
+	st.mu.Lock()
+	st.win.SetLimits(l)
+	st.mu.Unlock()
+	st.sched.signal()
+	st.notify()
+}
+
+// Credit applies a channel/credit consumedBytes received from the peer.
+// Stale values are ignored; a value beyond what was sent is a
+// *ViolationError, which must close the connection.
+func (st *Stream) Credit(consumed UTF16Bytes) error {
+	st.mu.Lock()
+	advanced, err := st.win.Credit(consumed)
+	st.mu.Unlock()
+	if err != nil {
+		if v, ok := err.(*ViolationError); ok && v.Channel == "" {
+			v.Channel = st.channel
+		}
+		return err
+	}
+	if advanced {
+		st.sched.signal()
+		st.notify()
+	}
+	return nil
+}
+
+// ready returns the stream's next frame size, building (and debiting) it if
+// needed, or nil if it cannot send now. Writer goroutine only.
+func (st *Stream) ready() *readyFrame {
+	if st.removed.Load() {
+		return nil
+	}
+	if st.pending != nil {
+		return &readyFrame{size: st.pendSz}
+	}
+	st.mu.Lock()
+	can := st.win.CanStart()
+	limits := st.win.Limits()
+	remaining := st.win.Remaining()
+	st.mu.Unlock()
+	if !can {
+		return nil
+	}
+	if st.frag == nil {
+		msg := st.src.Next()
+		st.notify()
+		if msg == nil {
+			return nil
+		}
+		size := Measure(msg)
+		if size <= limits.MaximumFrameBytes {
+			return st.debit(msg, size)
+		}
+		st.frag = NewFragmenter(st.channel, msg)
+	}
+	// Size the fragment to the remaining credit when that is below the
+	// frame limit (seed 000 "Fragments"), but never so small that the
+	// envelope dominates.
+	budget := limits.MaximumFrameBytes
+	if floor := FrameOverhead(st.channel, true) + minFragmentPayload; remaining < budget {
+		budget = max(remaining, floor)
+		budget = min(budget, limits.MaximumFrameBytes)
+	}
+	frame, size, final, err := st.frag.Next(nil, budget)
+	if err != nil {
+		// Negotiation guarantees one character fits in MaximumFrameBytes;
+		// a smaller floor budget cannot fail either. Abandon the message
+		// rather than loop.
+		st.frag = nil
+		return nil
+	}
+	if final {
+		st.frag = nil
+	}
+	return st.debit(frame, size)
+}
+
+// minFragmentPayload is the least UTF-16 bytes of data a fragment carries
+// when the remaining credit is smaller: below it the envelope would be most
+// of what is sent.
+const minFragmentPayload UTF16Bytes = 256
+
+func (st *Stream) debit(text []byte, size UTF16Bytes) *readyFrame {
+	st.mu.Lock()
+	err := st.win.Debit(size)
+	st.mu.Unlock()
+	if err != nil {
+		return nil // cannot happen: CanStart was checked by this goroutine
+	}
+	st.pending, st.pendSz = text, size
+	return &readyFrame{size: size}
+}
+
+func (st *Stream) take() []byte {
+	t := st.pending
+	st.pending, st.pendSz = nil, 0
+	return t
+}
+
+type readyFrame struct{ size UTF16Bytes }
+
+// Inbound is the receiving side of one windowed subscription: it counts
+// what arrives, reassembles channel/frame fragments, and returns credit as
+// the consumer releases bytes (seed 000 "Window and Credit").
+type Inbound struct {
+	sched   *Scheduler
+	channel string
+
+	mu  sync.Mutex
+	win *RecvWindow
+	re  *Reassembler
+}
+
+// NewInbound returns the receiver for channel with the limits this side
+// announced (hostReceive on the host, clientReceive on the client);
+// maxMessage bounds a reassembled message in UTF-8 bytes.
+func (s *Scheduler) NewInbound(channel string, limits Limits, maxMessage int) *Inbound {
+	return &Inbound{sched: s, channel: channel, win: NewRecvWindow(limits), re: NewReassembler(maxMessage)}
+}
+
+// SetLimits changes the limits, keeping the counters.
+func (in *Inbound) SetLimits(l Limits) {
+	in.mu.Lock()
+	in.win.SetLimits(l)
+	in.mu.Unlock()
+}
+
+// Receive counts one data message or fragment of size bytes as received.
+// A *ViolationError (frame over the limit, data on a full window) must close
+// the connection.
+func (in *Inbound) Receive(size UTF16Bytes) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	err := in.win.Receive(size)
+	if v, ok := err.(*ViolationError); ok && v.Channel == "" {
+		v.Channel = in.channel
+	}
+	return err
+}
+
+// Frame adds the data of a received channel/frame (already counted with
+// Receive). A fragment that does not complete the message is released at
+// once (the reassembly buffer is bounded by maxMessage, not the window), so
+// a message larger than the window can complete. When complete is true the
+// caller processes message and then releases the final fragment's size.
+func (in *Inbound) Frame(data string, final bool, size UTF16Bytes) (message []byte, complete bool, err error) {
+	in.mu.Lock()
+	message, complete, err = in.re.Add(data, final)
+	in.mu.Unlock()
+	if err != nil {
+		if v, ok := err.(*ViolationError); ok && v.Channel == "" {
+			v.Channel = in.channel
+		}
+		return nil, false, err
+	}
+	if !complete {
+		in.Release(size)
+	}
+	return message, complete, nil
+}
+
+// Release records that the consumer released size bytes and queues a
+// coalesced channel/credit when one is due.
+func (in *Inbound) Release(size UTF16Bytes) {
+	if size <= 0 {
+		return
+	}
+	in.mu.Lock()
+	in.win.Release(size)
+	v, due := in.win.CreditDue()
+	if due {
+		in.win.MarkCredited(v)
+	}
+	in.mu.Unlock()
+	if due {
+		in.sched.PushCredit(in.channel, v)
+	}
+}
+
+// Counters returns received and released bytes.
+func (in *Inbound) Counters() (received, released UTF16Bytes) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.win.Received(), in.win.Released()
+}

@@ -1,0 +1,534 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/rpc"
+	"github.com/sidecar-dev/sidecar/transport"
+)
+
+// conn is one client connection: a reader that classifies every message
+// (data and credit inline, requests to jsonrpc2's synchronous handler) and
+// the delivery Scheduler as its only writer.
+type conn struct {
+	s     *Server
+	mc    transport.MessageConn
+	log   hclog.Logger
+	sched *delivery.Scheduler
+	ctx   context.Context
+	stop  context.CancelFunc
+
+	closeOnce sync.Once
+	closeErr  error
+
+	mu          sync.Mutex
+	initialized bool
+	clientID    string
+	subs        map[string]*subscription
+}
+
+func newConn(s *Server, mc transport.MessageConn) *conn {
+	c := &conn{s: s, mc: mc, log: s.log.Named("conn").With("peer", mc.Peer()), subs: map[string]*subscription{}}
+	c.sched = delivery.NewScheduler(delivery.SchedulerConfig{
+		ProtectedMessages: s.cfg.Delivery.ProtectedQueueMessages,
+		OrdinaryMessages:  s.cfg.Delivery.OrdinaryQueueMessages,
+		Quantum:           delivery.UTF16Bytes(s.cfg.Delivery.MaximumFrameBytes),
+	})
+	return c
+}
+
+// serve runs the connection until it ends.
+func (c *conn) serve(parent context.Context) error {
+	c.ctx, c.stop = context.WithCancel(parent)
+	defer c.stop()
+	c.log.Debug("connection open")
+
+	writerDone := make(chan error, 1)
+	go func() {
+		err := c.sched.Run(c.ctx, c.mc)
+		switch {
+		case errors.Is(err, errVersionMismatch):
+			c.close(transport.CloseVersionMismatch, "no common protocol version")
+		case err != nil && !errors.Is(err, delivery.ErrClosed) && !errors.Is(err, context.Canceled):
+			c.close(transport.CloseInternalError, "write failed")
+		}
+		writerDone <- err
+	}()
+
+	rc := jsonrpc2.NewConn(c.ctx, &objectStream{c: c}, c, jsonrpc2.SetLogger(c.log.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})))
+	select {
+	case <-rc.DisconnectNotify():
+	case <-c.ctx.Done():
+	}
+	c.close(transport.CloseNormal, "")
+	_ = rc.Close()
+	werr := <-writerDone
+	c.cleanup()
+	c.log.Debug("connection closed", "reason", c.closeErr, "writer", werr)
+	return c.closeErr
+}
+
+var errVersionMismatch = errors.New("host: no common protocol version")
+
+// close ends the connection once, with a close code and reason for the peer.
+func (c *conn) close(code transport.CloseCode, reason string) {
+	c.closeOnce.Do(func() {
+		if reason != "" {
+			c.closeErr = errors.New(reason)
+		}
+		c.sched.Close(nil)
+		_ = c.mc.Close(code, reason)
+		if c.stop != nil {
+			c.stop()
+		}
+	})
+}
+
+// fail closes the connection because of err, choosing the code from it.
+func (c *conn) fail(err error) {
+	code := transport.CloseInternalError
+	var v *delivery.ViolationError
+	switch {
+	case errors.As(err, &v):
+		code = transport.CloseProtocolError
+	case errors.Is(err, delivery.ErrProtectedFull):
+		code = transport.ClosePeerTooSlow
+	case errors.Is(err, delivery.ErrClosed):
+		return
+	}
+	c.log.Warn("closing connection", "client", c.id(), "error", err)
+	c.close(code, err.Error())
+}
+
+func (c *conn) id() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.clientID
+}
+
+// cleanup removes every subscription of the connection.
+func (c *conn) cleanup() {
+	c.mu.Lock()
+	subs := c.subs
+	c.subs = map[string]*subscription{}
+	c.mu.Unlock()
+	for _, sub := range subs {
+		c.dropSubscription(sub)
+	}
+}
+
+func (c *conn) dropSubscription(sub *subscription) {
+	c.s.journal.Unlisten(sub.channel, sub)
+	if sub.out != nil {
+		sub.out.Remove()
+	}
+	c.sched.DropOrdinary(sub.channel)
+	if t, ok := sub.ch.(*terminal); ok {
+		t.detach(sub)
+	}
+}
+
+// protocolError answers a message that could not be processed. Requests
+// get an error response; notifications cannot be answered, so they are
+// logged.
+func (c *conn) reply(id json.RawMessage, e *rpc.Error) {
+	if err := c.sched.PushProtected(rpc.ErrorResponse(id, e)); err != nil {
+		c.fail(err)
+	}
+}
+
+// objectStream is the jsonrpc2.ObjectStream of a connection (golibs.md §3):
+// ReadObject reads raw messages from the transport, measures and classifies
+// them, handles notifications (data, credit, unsubscribe) inline in arrival
+// order, answers malformed input itself, and returns only requests to
+// jsonrpc2. WriteObject queues responses on the protected queue.
+type objectStream struct{ c *conn }
+
+func (o *objectStream) ReadObject(v any) error {
+	c := o.c
+	for {
+		raw, err := c.mc.ReadMessage(c.ctx)
+		if err != nil {
+			if code := transport.CloseStatus(err); code == transport.CloseMessageTooBig {
+				c.log.Warn("message too big, closing", "client", c.id(), "limit", c.s.cfg.Delivery.MaxMessageBytes)
+			}
+			return err
+		}
+		h, perr := rpc.ParseHeader(raw)
+		if perr != nil {
+			c.log.Warn("bad message", "client", c.id(), "code", perr.Code, "error", perr.Message)
+			c.reply(h.ID, perr)
+			continue
+		}
+		switch {
+		case h.IsResponse():
+			c.log.Debug("ignoring unexpected response", "client", c.id())
+			continue
+		case h.IsNotification():
+			if err := c.notification(h, raw); err != nil {
+				c.fail(err)
+				return err
+			}
+			continue
+		}
+		return json.Unmarshal(raw, v)
+	}
+}
+
+func (o *objectStream) WriteObject(obj any) error {
+	text, err := rpc.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	if err := o.c.sched.PushProtected(text); err != nil {
+		go o.c.fail(err)
+		return err
+	}
+	return nil
+}
+
+func (o *objectStream) Close() error {
+	o.c.close(transport.CloseNormal, "")
+	return nil
+}
+
+// notification handles a client notification. A returned error is a
+// violation that closes the connection.
+func (c *conn) notification(h *rpc.Header, raw []byte) error {
+	if !c.isInitialized() {
+		c.log.Warn("notification before initialize ignored", "method", h.Method)
+		return nil
+	}
+	sub := c.subscription(h.Channel)
+	switch h.Method {
+	case rpc.MethodChannelCredit:
+		var p rpc.ChannelCreditParams
+		if e := rpc.DecodeParams(h.Params, &p); e != nil {
+			c.log.Warn("bad channel/credit", "client", c.id(), "error", e.Message)
+			return nil
+		}
+		if sub == nil || !sub.windowed() {
+			c.log.Debug("credit for a channel without a windowed subscription", "channel", h.Channel)
+			return nil
+		}
+		return sub.out.Credit(p.ConsumedBytes)
+	case rpc.MethodUnsubscribe:
+		if sub != nil {
+			c.mu.Lock()
+			delete(c.subs, sub.channel)
+			c.mu.Unlock()
+			c.dropSubscription(sub)
+		}
+		return nil
+	}
+	if delivery.IsControlMethod(h.Method) {
+		c.log.Debug("control message not handled on this channel", "method", h.Method, "channel", h.Channel)
+		return nil
+	}
+	// A data message. On a windowed subscription it counts (seed 000).
+	var size delivery.UTF16Bytes
+	if sub != nil && sub.windowed() {
+		size = delivery.Measure(raw)
+		if err := sub.in.Receive(size); err != nil {
+			return err
+		}
+		if h.Method == rpc.MethodChannelFrame {
+			var p rpc.ChannelFrameParams
+			if e := rpc.DecodeParams(h.Params, &p); e != nil {
+				return &delivery.ViolationError{Kind: delivery.BadFragment, Channel: sub.channel}
+			}
+			msg, complete, err := sub.in.Frame(p.Data, p.Final, size)
+			if err != nil || !complete {
+				return err
+			}
+			inner, perr := rpc.ParseHeader(msg)
+			if perr != nil || !inner.IsNotification() {
+				return &delivery.ViolationError{Kind: delivery.BadFragment, Channel: sub.channel}
+			}
+			if inner.Channel != sub.channel {
+				return &delivery.ViolationError{Kind: delivery.ChannelMismatch, Channel: sub.channel}
+			}
+			h = inner
+		}
+	}
+	release := func() {
+		if sub != nil && sub.in != nil {
+			sub.in.Release(size)
+		}
+	}
+	switch h.Method {
+	case rpc.MethodDispatchAction:
+		c.dispatchAction(h, release)
+	default:
+		c.log.Debug("unknown notification ignored", "method", h.Method, "channel", h.Channel)
+		release()
+	}
+	return nil
+}
+
+// dispatchAction applies a client action write-ahead (ahp.md §3): accepted
+// actions are echoed to every subscriber with origin, rejected ones with
+// rejectionReason. release is called once the action's bytes are released.
+func (c *conn) dispatchAction(h *rpc.Header, release func()) {
+	var p rpc.DispatchActionParams
+	if e := rpc.DecodeParams(h.Params, &p); e != nil {
+		c.log.Warn("bad dispatchAction", "client", c.id(), "error", e.Message)
+		release()
+		return
+	}
+	var a rpc.Action
+	if err := json.Unmarshal(p.Action, &a); err != nil || a.Type == "" {
+		c.log.Warn("bad dispatchAction: action has no type", "client", c.id())
+		release()
+		return
+	}
+	origin := &rpc.Origin{ClientID: c.id(), ClientSeq: p.ClientSeq}
+	if t := c.s.terminal(p.Channel); t != nil {
+		t.dispatch(origin, p.Action, a.Type, release)
+		return
+	}
+	if p.Channel == rpc.RootChannel {
+		c.s.rejectAction(p.Channel, p.Action, origin, "root actions are not client-dispatchable on this host")
+		release()
+		return
+	}
+	c.log.Warn("dispatchAction on unknown channel", "client", c.id(), "channel", p.Channel)
+	release()
+}
+
+// rejectAction echoes a rejected action to the channel's subscribers.
+func (s *Server) rejectAction(channel string, action json.RawMessage, origin *rpc.Origin, reason string) {
+	_, _ = s.journal.Append(channel, func(seq uint64) ([]byte, error) {
+		return rpc.Notification(rpc.MethodAction, rpc.ActionEnvelope{Channel: channel, Action: action, ServerSeq: seq, Origin: origin, RejectionReason: reason})
+	})
+}
+
+func (c *conn) isInitialized() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.initialized
+}
+
+func (c *conn) subscription(channel string) *subscription {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.subs[channel]
+}
+
+// Handle implements jsonrpc2.Handler: requests, one at a time in arrival
+// order, never blocking for long (process starts are the slowest part).
+func (c *conn) Handle(ctx context.Context, rc *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	id, _ := json.Marshal(req.ID)
+	var params json.RawMessage
+	if req.Params != nil {
+		params = *req.Params
+	}
+	result, after, e := c.request(req.Method, params)
+	if e != nil {
+		if e.Code != rpc.CodeMethodNotFound && e.Code != rpc.CodeUnsupportedProtocolVersion {
+			c.log.Info("request failed", "client", c.id(), "method", req.Method, "code", e.Code, "error", e.Message)
+		}
+		c.reply(id, e)
+	} else if err := rc.Reply(ctx, req.ID, result); err != nil {
+		c.fail(err)
+		return
+	}
+	if after != nil {
+		after()
+	}
+}
+
+// request dispatches one request. after, if not nil, runs once the
+// response is queued (subscriptions start their data after their result).
+func (c *conn) request(method string, params json.RawMessage) (result any, after func(), e *rpc.Error) {
+	if method == rpc.MethodPing {
+		return nil, nil, nil
+	}
+	if method == rpc.MethodInitialize {
+		return c.initialize(params)
+	}
+	if !c.isInitialized() {
+		return nil, nil, rpc.Errorf(rpc.CodeNotInitialized, "%s before initialize: send initialize first", method)
+	}
+	switch method {
+	case rpc.MethodSubscribe:
+		return c.subscribe(params)
+	case rpc.MethodCreateTerminal:
+		r, e := c.createTerminal(params)
+		return r, nil, e
+	case rpc.MethodDisposeTerminal:
+		r, e := c.disposeTerminal(params)
+		return r, nil, e
+	}
+	return nil, nil, rpc.Errorf(rpc.CodeMethodNotFound, "method not found: %s", method)
+}
+
+func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
+	var p rpc.InitializeParams
+	if e := rpc.DecodeParams(params, &p); e != nil {
+		return nil, nil, e
+	}
+	if len(p.ProtocolVersions) == 0 {
+		return nil, nil, rpc.Missing("protocolVersions")
+	}
+	if p.ClientID == "" {
+		return nil, nil, rpc.Missing("clientId")
+	}
+	if c.isInitialized() {
+		return nil, nil, rpc.Errorf(rpc.CodeInvalidRequest, "already initialized")
+	}
+	version := pickVersion(p.ProtocolVersions)
+	if version == "" {
+		data, _ := json.Marshal(rpc.UnsupportedVersionData{SupportedVersions: SupportedVersions})
+		e := &rpc.Error{Code: rpc.CodeUnsupportedProtocolVersion,
+			Message: fmt.Sprintf("unsupported protocol version: offered %s, host supports %s", strings.Join(p.ProtocolVersions, ", "), strings.Join(SupportedVersions, ", ")),
+			Data:    data}
+		c.log.Warn("no common protocol version, closing", "offered", p.ProtocolVersions)
+		return nil, func() { c.sched.CloseWhenFlushed(errVersionMismatch) }, e
+	}
+	c.mu.Lock()
+	c.initialized = true
+	c.clientID = p.ClientID
+	c.mu.Unlock()
+	c.log = c.log.With("client", p.ClientID)
+	c.log.Info("client initialized", "version", version, "client_info", p.ClientInfo)
+
+	res := rpc.InitializeResult{
+		ProtocolVersion:  version,
+		ServerSeq:        c.s.journal.Seq(),
+		ServerInfo:       &rpc.ServerInfo{Name: "sidecar", Version: Version},
+		Snapshots:        []rpc.Snapshot{},
+		DefaultDirectory: c.s.defaultDirectory(),
+	}
+	var activate []*subscription
+	for _, uri := range p.InitialSubscriptions {
+		ch := c.s.channel(uri)
+		if ch == nil {
+			continue
+		}
+		sub, snap := c.subscribeOrdinary(ch)
+		res.Snapshots = append(res.Snapshots, snap)
+		activate = append(activate, sub)
+	}
+	return res, func() {
+		for _, sub := range activate {
+			sub.activate()
+		}
+	}, nil
+}
+
+// pickVersion returns the client's first offered version within
+// SupportedVersions (^0.5.0: 0.5.x).
+func pickVersion(offered []string) string {
+	for _, v := range offered {
+		if strings.HasPrefix(v, "0.5.") {
+			return v
+		}
+	}
+	return ""
+}
+
+// channel returns the state-bearing channel named uri, or nil.
+func (s *Server) channel(uri string) channel {
+	if uri == rpc.RootChannel {
+		return s.root
+	}
+	if t := s.terminal(uri); t != nil {
+		return t
+	}
+	return nil
+}
+
+func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
+	var p rpc.SubscribeParams
+	if e := rpc.DecodeParams(params, &p); e != nil {
+		return nil, nil, e
+	}
+	if p.Channel == "" {
+		return nil, nil, rpc.Missing("channel")
+	}
+	ch := c.s.channel(p.Channel)
+	if ch == nil {
+		return nil, nil, rpc.Errorf(rpc.CodeNotFound, "no such channel: %s", p.Channel)
+	}
+	var limits delivery.Limits
+	windowed := false
+	if p.FlowControl != nil && p.FlowControl.Receive != nil {
+		l, err := delivery.Negotiate(p.Channel, *p.FlowControl.Receive, c.s.hostMax)
+		switch {
+		case err == nil:
+			limits, windowed = l, true
+		case errors.Is(err, delivery.ErrDecline):
+			c.log.Info("windowed delivery declined, using ordinary delivery", "channel", p.Channel, "reason", err)
+		default:
+			return nil, nil, rpc.Errorf(rpc.CodeInvalidParams, "invalid params: flowControl.receive: %v", err)
+		}
+	}
+	old := c.subscription(p.Channel)
+	if old != nil && old.windowed() && windowed {
+		// Re-subscribe: counters continue, only the limits change.
+		old.out.SetLimits(limits)
+		old.in.SetLimits(limits)
+		return rpc.SubscribeResult{FlowControl: &rpc.NegotiatedFlowControl{ClientReceive: limits, HostReceive: limits}}, nil, nil
+	}
+	if old != nil {
+		c.mu.Lock()
+		delete(c.subs, p.Channel)
+		c.mu.Unlock()
+		c.dropSubscription(old)
+	}
+	if n := c.subCount(); n >= c.s.cfg.Delivery.MaxSubscriptions {
+		return nil, nil, rpc.Errorf(rpc.CodeInvalidRequest, "too many subscriptions on this connection (limit %d)", c.s.cfg.Delivery.MaxSubscriptions)
+	}
+	if !windowed {
+		sub, snap := c.subscribeOrdinary(ch)
+		return rpc.SubscribeResult{Snapshot: &snap}, sub.activate, nil
+	}
+	sub := &subscription{c: c, ch: ch, channel: p.Channel}
+	res := rpc.SubscribeResult{FlowControl: &rpc.NegotiatedFlowControl{ClientReceive: limits, HostReceive: limits}}
+	return res, func() {
+		sub.src = newLogSource(ch, c.s.journal)
+		sub.in = c.sched.NewInbound(p.Channel, limits, int(c.s.cfg.Delivery.MaxMessageBytes))
+		sub.out = c.sched.AddStream(p.Channel, limits, sub.src)
+		c.mu.Lock()
+		c.subs[p.Channel] = sub
+		c.mu.Unlock()
+		c.s.journal.Listen(p.Channel, sub, sub.onEntry, nil)
+		if t, ok := ch.(*terminal); ok {
+			t.attach(sub)
+		}
+	}, nil
+}
+
+func (c *conn) subCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.subs)
+}
+
+// subscribeOrdinary takes the channel's snapshot and registers the
+// subscription atomically (under the channel lock), held until activate.
+func (c *conn) subscribeOrdinary(ch channel) (*subscription, rpc.Snapshot) {
+	sub := &subscription{c: c, ch: ch, channel: ch.uri()}
+	var snap rpc.Snapshot
+	ch.lockedSnapshot(func(s rpc.Snapshot) {
+		snap = s
+		c.s.journal.Listen(ch.uri(), sub, sub.onEntry, nil)
+	})
+	c.mu.Lock()
+	c.subs[ch.uri()] = sub
+	c.mu.Unlock()
+	if t, ok := ch.(*terminal); ok {
+		t.attach(sub)
+	}
+	return sub, snap
+}

@@ -1,0 +1,175 @@
+// Package host is the sidecar daemon's AHP host: it serves connections
+// (the JSON-RPC control plane on sourcegraph/jsonrpc2, data through the
+// delivery Scheduler), the root catalogue and the terminal channels.
+//
+// Locks are taken in one order only: terminal → root → subscription →
+// journal → scheduler/stream. Journal listeners run under the journal lock
+// and only push to schedulers.
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/sidecar-dev/sidecar/config"
+	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/journal"
+	"github.com/sidecar-dev/sidecar/transport"
+)
+
+// SupportedVersions is the AHP version range the host speaks: it answers
+// initialize with the client's first offered version that matches.
+var SupportedVersions = []string{"^0.5.0"}
+
+// Version is the sidecar's version, reported in serverInfo.
+var Version = "dev"
+
+// Server is the AHP host of one machine. Create it with New, serve
+// connections with ServeConn, stop it with Shutdown.
+type Server struct {
+	cfg     *config.Config
+	log     hclog.Logger
+	journal *journal.Journal
+	root    *root
+	hostMax delivery.Limits
+
+	mu        sync.Mutex
+	terminals map[string]*terminal
+	conns     map[*conn]struct{}
+	closing   bool
+	wg        sync.WaitGroup // connections and terminal goroutines
+}
+
+// New returns a Server for cfg, logging to log.
+func New(cfg *config.Config, log hclog.Logger) *Server {
+	j := journal.New(journal.Limits{
+		ChannelMaxBytes: channelLogBytes(cfg),
+		MaxAge:          cfg.Journal.MaxAge,
+	}, nil)
+	s := &Server{
+		cfg:       cfg,
+		log:       log,
+		journal:   j,
+		terminals: map[string]*terminal{},
+		conns:     map[*conn]struct{}{},
+		hostMax: delivery.Limits{
+			WindowBytes:       delivery.UTF16Bytes(cfg.Delivery.WindowBytes),
+			MaximumFrameBytes: delivery.UTF16Bytes(cfg.Delivery.MaximumFrameBytes),
+		},
+	}
+	s.root = newRoot(s)
+	return s
+}
+
+// channelLogBytes bounds each channel's journal: the configured total
+// spread over the terminals allowed, but at least 256 KiB so a viewer one
+// window behind is still served from the log.
+func channelLogBytes(cfg *config.Config) int {
+	per := int(cfg.Journal.MaxBytes) / max(cfg.Terminal.MaxTotal, 1)
+	return max(per, 256<<10)
+}
+
+// Journal returns the server's journal (for tests).
+func (s *Server) Journal() *journal.Journal { return s.journal }
+
+// ErrShuttingDown is returned by ServeConn once Shutdown has begun.
+var ErrShuttingDown = errors.New("host: shutting down")
+
+// ServeConn serves one client connection until it closes, ctx ends, or
+// the server shuts down. It owns mc and closes it before returning.
+func (s *Server) ServeConn(ctx context.Context, mc transport.MessageConn) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		_ = mc.Close(transport.CloseGoingAway, "server shutting down")
+		return ErrShuttingDown
+	}
+	c := newConn(s, mc)
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
+	return c.serve(ctx)
+}
+
+// Shutdown stops accepting connections, closes every connection with
+// 1001 "server shutting down", kills every terminal's process group and
+// waits (bounded by ctx) for all of it to finish.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	terms := make([]*terminal, 0, len(s.terminals))
+	for _, t := range s.terminals {
+		terms = append(terms, t)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.close(transport.CloseGoingAway, "server shutting down")
+	}
+	var wg sync.WaitGroup
+	for _, t := range terms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.kill()
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("host: shutdown: %w", ctx.Err())
+	}
+}
+
+// terminalCount returns the terminals in total and those created by clientID.
+func (s *Server) terminalCount(clientID string) (total, mine int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.terminals {
+		total++
+		if t.creator == clientID {
+			mine++
+		}
+	}
+	return total, mine
+}
+
+func (s *Server) terminal(uri string) *terminal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.terminals[uri]
+}
+
+func (s *Server) defaultDirectory() string {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	return fileURI(home)
+}
+
+// killGrace is how long a terminal's process group has after SIGHUP and
+// SIGTERM before SIGKILL.
+const killGrace = 2 * time.Second

@@ -1,0 +1,241 @@
+// Package journal holds the host's global serverSeq and a bounded log of
+// encoded action envelopes per channel, read by cursor.
+//
+// Every action the host applies gets the next serverSeq (one counter across
+// all channels, ahp.md §2) and its notification text, encoded once, is kept
+// in its channel's log. Windowed subscribers read the log by cursor at their
+// own pace (seed 000); ordinary subscribers get each entry pushed, in
+// serverSeq order, through the listener called under the journal lock.
+// Logs are bounded in bytes per channel and in age; a reader whose cursor
+// fell behind what is retained learns so (ErrTruncated) and recovers with a
+// snapshot. No network I/O happens here.
+package journal
+
+import (
+	"errors"
+	"sync"
+	"time"
+)
+
+// Limits bound what the journal keeps.
+type Limits struct {
+	// ChannelMaxBytes bounds the encoded text kept per channel, in UTF-8
+	// bytes. The newest entry is always kept, even if larger.
+	ChannelMaxBytes int
+	// MaxAge drops entries older than this on append; 0 keeps them until
+	// the byte bound drops them.
+	MaxAge time.Duration
+}
+
+// DefaultLimits: 1 MiB of envelopes per channel (about 4 screens of a busy
+// terminal at 256 KiB windows), kept up to 10 minutes for reconnect replay.
+var DefaultLimits = Limits{ChannelMaxBytes: 1 << 20, MaxAge: 10 * time.Minute}
+
+// ErrTruncated means the entries after the cursor are no longer retained.
+var ErrTruncated = errors.New("journal: entries after cursor are no longer retained")
+
+// Entry is one logged action.
+type Entry struct {
+	Seq  uint64
+	Text []byte // the complete notification text, shared: never modify
+	at   time.Time
+}
+
+// Listener receives every entry appended to a channel, under the journal
+// lock and in serverSeq order. It must not block or call back into the
+// journal.
+type Listener func(channel string, e Entry)
+
+// Journal is safe for concurrent use.
+type Journal struct {
+	mu        sync.Mutex
+	seq       uint64
+	limits    Limits
+	logs      map[string]*channelLog
+	listeners map[string]map[any]Listener
+	now       func() time.Time
+}
+
+type channelLog struct {
+	entries []Entry // ring in slice form: entries[head:]
+	head    int
+	bytes   int
+	// floor is the highest seq dropped from this log (0 if none): a cursor
+	// below it cannot be served.
+	floor uint64
+}
+
+// New returns an empty journal; now may be nil (time.Now).
+func New(l Limits, now func() time.Time) *Journal {
+	if now == nil {
+		now = time.Now
+	}
+	if l.ChannelMaxBytes <= 0 {
+		l.ChannelMaxBytes = DefaultLimits.ChannelMaxBytes
+	}
+	return &Journal{limits: l, logs: map[string]*channelLog{}, listeners: map[string]map[any]Listener{}, now: now}
+}
+
+// Seq returns the current serverSeq (the seq of the last appended action).
+func (j *Journal) Seq() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.seq
+}
+
+// Append assigns the next serverSeq, encodes the entry with encode(seq),
+// keeps it in channel's log and hands it to the channel's listeners. If
+// encode fails nothing is assigned and the error is returned.
+func (j *Journal) Append(channel string, encode func(seq uint64) ([]byte, error)) (Entry, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	text, err := encode(j.seq + 1)
+	if err != nil {
+		return Entry{}, err
+	}
+	j.seq++
+	e := Entry{Seq: j.seq, Text: text, at: j.now()}
+	l := j.logs[channel]
+	if l == nil {
+		l = &channelLog{}
+		j.logs[channel] = l
+	}
+	l.entries = append(l.entries, e)
+	l.bytes += len(text)
+	j.trim(l, e.at)
+	for _, fn := range j.listeners[channel] {
+		fn(channel, e)
+	}
+	return e, nil
+}
+
+func (j *Journal) trim(l *channelLog, now time.Time) {
+	for len(l.entries)-l.head > 1 {
+		old := l.entries[l.head]
+		tooBig := l.bytes > j.limits.ChannelMaxBytes
+		tooOld := j.limits.MaxAge > 0 && now.Sub(old.at) > j.limits.MaxAge
+		if !tooBig && !tooOld {
+			break
+		}
+		l.bytes -= len(old.Text)
+		l.floor = old.Seq
+		l.entries[l.head] = Entry{}
+		l.head++
+	}
+	// Compact once half the slice is dead, so memory stays O(retained).
+	if l.head > 0 && l.head*2 >= len(l.entries) {
+		n := copy(l.entries, l.entries[l.head:])
+		clear(l.entries[n:])
+		l.entries = l.entries[:n]
+		l.head = 0
+	}
+}
+
+// Read returns up to max entries of channel with Seq > after, oldest first,
+// and ErrTruncated if some entries after the cursor were dropped. The
+// returned entries share their Text with the journal.
+func (j *Journal) Read(channel string, after uint64, max int) ([]Entry, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	l := j.logs[channel]
+	if l == nil {
+		return nil, nil
+	}
+	if after < l.floor {
+		return nil, ErrTruncated
+	}
+	live := l.entries[l.head:]
+	// Entries are in seq order: binary search for the first > after.
+	lo, hi := 0, len(live)
+	for lo < hi {
+		m := (lo + hi) / 2
+		if live[m].Seq <= after {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	live = live[lo:]
+	if max > 0 && len(live) > max {
+		live = live[:max]
+	}
+	return append([]Entry(nil), live...), nil
+}
+
+// Next returns the first entry of channel with Seq > after. ok is false when
+// there is none yet; err is ErrTruncated when it was dropped.
+func (j *Journal) Next(channel string, after uint64) (e Entry, ok bool, err error) {
+	es, err := j.Read(channel, after, 1)
+	if err != nil || len(es) == 0 {
+		return Entry{}, false, err
+	}
+	return es[0], true, nil
+}
+
+// Head returns the seq of channel's newest entry (0 if none).
+func (j *Journal) Head(channel string) uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	l := j.logs[channel]
+	if l == nil || len(l.entries) == l.head {
+		return 0
+	}
+	return l.entries[len(l.entries)-1].Seq
+}
+
+// Bytes returns the bytes retained for channel.
+func (j *Journal) Bytes(channel string) int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if l := j.logs[channel]; l != nil {
+		return l.bytes
+	}
+	return 0
+}
+
+// Listen registers fn for channel under key (any comparable value, e.g.
+// the subscriber) and calls atomically with it snap(), so that the caller
+// can take a snapshot at the current seq and be sure to receive every later
+// entry exactly once. It returns the seq at registration.
+func (j *Journal) Listen(channel string, key any, fn Listener, snap func(seq uint64)) uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	m := j.listeners[channel]
+	if m == nil {
+		m = map[any]Listener{}
+		j.listeners[channel] = m
+	}
+	m[key] = fn
+	if snap != nil {
+		snap(j.seq)
+	}
+	return j.seq
+}
+
+// Unlisten removes the listener registered under key.
+func (j *Journal) Unlisten(channel string, key any) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if m := j.listeners[channel]; m != nil {
+		delete(m, key)
+		if len(m) == 0 {
+			delete(j.listeners, channel)
+		}
+	}
+}
+
+// Drop forgets channel's log (the channel was disposed). Its listeners stay
+// until removed.
+func (j *Journal) Drop(channel string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	delete(j.logs, channel)
+}
+
+// Locked runs fn while holding the journal lock, so that state read in fn is
+// consistent with Seq (fn receives it). fn must not call the journal.
+func (j *Journal) Locked(fn func(seq uint64)) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	fn(j.seq)
+}

@@ -1,0 +1,196 @@
+package rpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Marshal encodes v as compact JSON without HTML escaping (so terminal
+// output keeps '<', '>' and '&' as one code unit each, as JSON.stringify
+// would). The result is the exact text sent; sizes are measured on it.
+func Marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	b := buf.Bytes()
+	return b[:len(b)-1], nil // Encode appends '\n'
+}
+
+// notification is the wire form of a JSON-RPC notification.
+type notification struct {
+	JSONRPC string `json:"jsonrpc"`
+	Method  string `json:"method"`
+	Params  any    `json:"params"`
+}
+
+// Notification encodes {"jsonrpc":"2.0","method":method,"params":params}.
+func Notification(method string, params any) ([]byte, error) {
+	return Marshal(notification{JSONRPC: "2.0", Method: method, Params: params})
+}
+
+// request is the wire form of a JSON-RPC request.
+type request struct {
+	JSONRPC string `json:"jsonrpc"`
+	ID      uint64 `json:"id"`
+	Method  string `json:"method"`
+	Params  any    `json:"params"`
+}
+
+// Request encodes a request with a numeric id (AHP ids are numbers).
+func Request(id uint64, method string, params any) ([]byte, error) {
+	return Marshal(request{JSONRPC: "2.0", ID: id, Method: method, Params: params})
+}
+
+// Error is a JSON-RPC error object.
+type Error struct {
+	Code    int64           `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s (code %d)", e.Message, e.Code) }
+
+// Errorf returns an *Error with code and a formatted message.
+func Errorf(code int64, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorResponse encodes an error response for id (raw JSON of the request
+// id, or nil for "id":null as JSON-RPC requires when the id is unknown).
+func ErrorResponse(id json.RawMessage, e *Error) []byte {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	b, err := Marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   *Error          `json:"error"`
+	}{"2.0", id, e})
+	if err != nil { // cannot happen: every field is plain data
+		panic(err)
+	}
+	return b
+}
+
+// Header is the routing part of any JSON-RPC message, decoded once by the
+// reader (golibs.md §3: classify before jsonrpc2 sees anything).
+type Header struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params"`
+	Result  json.RawMessage `json:"result"`
+	Error   json.RawMessage `json:"error"`
+	// Channel is params.channel when params is an object carrying it.
+	Channel string `json:"-"`
+}
+
+// IsNotification reports whether the message is a notification (a method
+// without an id, or with "id":null which JSON-RPC treats alike).
+func (h *Header) IsNotification() bool {
+	return h.Method != "" && (len(h.ID) == 0 || string(h.ID) == "null")
+}
+
+// IsRequest reports whether the message is a request.
+func (h *Header) IsRequest() bool { return h.Method != "" && !h.IsNotification() }
+
+// IsResponse reports whether the message is a response.
+func (h *Header) IsResponse() bool { return h.Method == "" && (h.Result != nil || h.Error != nil) }
+
+// ErrBatch is returned by ParseHeader for a JSON array (batches are not
+// part of AHP).
+var ErrBatch = errors.New("rpc: batch requests are not supported")
+
+// ParseHeader decodes the routing header of one message. A *Error with
+// CodeParseError or CodeInvalidRequest describes what is wrong; its
+// returned Header still carries the id when it could be read, so the error
+// response can name it.
+func ParseHeader(raw []byte) (*Header, *Error) {
+	trimmed := bytes.TrimLeft(raw, " \t\r\n")
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		return &Header{}, &Error{Code: CodeInvalidRequest, Message: ErrBatch.Error()}
+	}
+	var h Header
+	if err := json.Unmarshal(raw, &h); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return &h, Errorf(CodeInvalidRequest, "invalid request: field %q has the wrong type", typeErr.Field)
+		}
+		return &Header{}, Errorf(CodeParseError, "parse error: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if h.JSONRPC != "2.0" {
+		return &h, Errorf(CodeInvalidRequest, `invalid request: "jsonrpc" must be "2.0"`)
+	}
+	if len(h.ID) > 0 && string(h.ID) != "null" {
+		switch h.ID[0] {
+		case '"':
+		default:
+			var n uint64
+			if err := json.Unmarshal(h.ID, &n); err != nil {
+				return &Header{}, Errorf(CodeInvalidRequest, "invalid request: id must be a non-negative integer or a string")
+			}
+		}
+	}
+	if h.Method == "" && h.Result == nil && h.Error == nil {
+		return &h, Errorf(CodeInvalidRequest, "invalid request: no method")
+	}
+	if len(h.Params) > 0 && h.Params[0] == '{' {
+		var c struct {
+			Channel json.RawMessage `json:"channel"`
+		}
+		if err := json.Unmarshal(h.Params, &c); err == nil && len(c.Channel) > 0 {
+			var s string
+			if json.Unmarshal(c.Channel, &s) == nil {
+				h.Channel = s
+			}
+		}
+	}
+	return &h, nil
+}
+
+// DecodeParams decodes params into v; a failure becomes -32602 naming the
+// field.
+func DecodeParams(params json.RawMessage, v any) *Error {
+	if len(params) == 0 || string(params) == "null" {
+		return Errorf(CodeInvalidParams, "invalid params: params object required")
+	}
+	if err := json.Unmarshal(params, v); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			field := typeErr.Field
+			if field == "" {
+				return Errorf(CodeInvalidParams, "invalid params: params must be an object")
+			}
+			return Errorf(CodeInvalidParams, "invalid params: %q must be %s", field, jsonKind(typeErr.Type.Kind().String()))
+		}
+		return Errorf(CodeInvalidParams, "invalid params: %v", err)
+	}
+	return nil
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "a string"
+	case "int", "int64", "int32", "uint64", "uint32", "uint16", "uint8", "float64":
+		return "a number"
+	case "bool":
+		return "a boolean"
+	case "slice":
+		return "an array"
+	case "struct", "map", "ptr":
+		return "an object"
+	}
+	return "of another type"
+}
+
+// Missing returns -32602 naming a required field that is absent.
+func Missing(field string) *Error {
+	return Errorf(CodeInvalidParams, "invalid params: %q is required", field)
+}

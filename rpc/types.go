@@ -1,0 +1,322 @@
+// Package rpc holds the Agent Host Protocol (AHP) message shapes the sidecar
+// speaks and the helpers that encode them byte-exactly.
+//
+// Shapes follow ../shared/reference/ahp.md (AHP 0.5.x with the windowed
+// delivery of seed 000 and the TCP channel "v3"). Every array the protocol
+// declares is emitted as [] and never as null. Params are decoded without
+// DisallowUnknownFields: receivers ignore unknown keys and _meta.
+package rpc
+
+import (
+	"encoding/json"
+
+	"github.com/sidecar-dev/sidecar/delivery"
+)
+
+// RootChannel is the literal channel of connection-level methods and of the
+// root catalogue (ahp.md §4).
+const RootChannel = "ahp-root://"
+
+// TerminalScheme prefixes terminal channel URIs: ahp-terminal:/<id>.
+const TerminalScheme = "ahp-terminal:"
+
+// Method names of the AHP surface the sidecar implements.
+const (
+	MethodInitialize      = "initialize"
+	MethodReconnect       = "reconnect"
+	MethodPing            = "ping"
+	MethodSubscribe       = "subscribe"
+	MethodUnsubscribe     = "unsubscribe"
+	MethodDispatchAction  = "dispatchAction"
+	MethodAction          = "action"
+	MethodCreateTerminal  = "createTerminal"
+	MethodDisposeTerminal = "disposeTerminal"
+	MethodChannelSnapshot = "channel/snapshot"
+	MethodChannelFrame    = "channel/frame"
+	MethodChannelCredit   = "channel/credit"
+	MethodChannelGap      = "channel/gap"
+)
+
+// JSON-RPC and AHP error codes (ahp.md §2 "Error codes"; -32050 is our
+// seed 003 extension).
+const (
+	CodeParseError                 = -32700
+	CodeInvalidRequest             = -32600
+	CodeMethodNotFound             = -32601
+	CodeInvalidParams              = -32602
+	CodeInternalError              = -32603
+	CodeUnsupportedProtocolVersion = -32005
+	CodeNotFound                   = -32008
+	CodePermissionDenied           = -32009
+	CodeAlreadyExists              = -32010
+	CodeTCPConnectionOpenFailed    = -32012
+	CodeOverloaded                 = -32050
+	// CodeNotInitialized is returned for requests other than ping sent
+	// before initialize. It reuses InvalidRequest, as AHP defines no code.
+	CodeNotInitialized = CodeInvalidRequest
+)
+
+// ClientInfo describes the client in initialize.
+type ClientInfo struct {
+	Name    string `json:"name"`
+	Version string `json:"version,omitempty"`
+	Title   string `json:"title,omitempty"`
+}
+
+// ServerInfo describes the host in the initialize result.
+type ServerInfo struct {
+	Name    string `json:"name"`
+	Version string `json:"version,omitempty"`
+}
+
+// InitializeParams is the first request of a connection.
+type InitializeParams struct {
+	Channel              string          `json:"channel"`
+	ProtocolVersions     []string        `json:"protocolVersions"`
+	ClientID             string          `json:"clientId"`
+	ClientInfo           *ClientInfo     `json:"clientInfo,omitempty"`
+	InitialSubscriptions []string        `json:"initialSubscriptions,omitempty"`
+	Locale               string          `json:"locale,omitempty"`
+	Capabilities         json.RawMessage `json:"capabilities,omitempty"`
+}
+
+// TelemetryCapability advertises the telemetry channels (ahp.md §6).
+type TelemetryCapability struct {
+	Logs    string `json:"logs,omitempty"`
+	Traces  string `json:"traces,omitempty"`
+	Metrics string `json:"metrics,omitempty"`
+}
+
+// InitializeResult answers initialize. Snapshots is never nil.
+type InitializeResult struct {
+	ProtocolVersion  string               `json:"protocolVersion"`
+	ServerSeq        uint64               `json:"serverSeq"`
+	ServerInfo       *ServerInfo          `json:"serverInfo,omitempty"`
+	Snapshots        []Snapshot           `json:"snapshots"`
+	DefaultDirectory string               `json:"defaultDirectory,omitempty"`
+	Telemetry        *TelemetryCapability `json:"telemetry,omitempty"`
+	TCPConnections   *struct{}            `json:"tcpConnections,omitempty"`
+}
+
+// Snapshot is a channel's state at serverSeq FromSeq.
+type Snapshot struct {
+	Resource string          `json:"resource"`
+	State    json.RawMessage `json:"state"`
+	FromSeq  uint64          `json:"fromSeq"`
+}
+
+// UnsupportedVersionData is the data of a -32005 error.
+type UnsupportedVersionData struct {
+	SupportedVersions []string `json:"supportedVersions"`
+}
+
+// ChannelParams is the params of any message that only names its channel
+// (ping, unsubscribe, disposeTerminal).
+type ChannelParams struct {
+	Channel string `json:"channel"`
+}
+
+// FlowControlOffer is subscribe's flowControl: the largest limits the client
+// can accept for data it receives (seed 000 "Negotiation").
+type FlowControlOffer struct {
+	Receive *delivery.Limits `json:"receive"`
+}
+
+// NegotiatedFlowControl is the flowControl of a windowed subscribe result.
+// ClientReceive applies to host→client data, HostReceive to client→host data.
+type NegotiatedFlowControl struct {
+	ClientReceive delivery.Limits `json:"clientReceive"`
+	HostReceive   delivery.Limits `json:"hostReceive"`
+}
+
+// SubscribeParams subscribes to a channel, ordinarily or windowed.
+type SubscribeParams struct {
+	Channel     string            `json:"channel"`
+	FlowControl *FlowControlOffer `json:"flowControl,omitempty"`
+}
+
+// SubscribeResult is one of: {snapshot} (ordinary, state-bearing), {}
+// (ordinary, stateless) or {flowControl} (windowed; never with snapshot).
+type SubscribeResult struct {
+	Snapshot    *Snapshot              `json:"snapshot,omitempty"`
+	FlowControl *NegotiatedFlowControl `json:"flowControl,omitempty"`
+}
+
+// Origin identifies the client action an envelope acknowledges.
+type Origin struct {
+	ClientID  string `json:"clientId"`
+	ClientSeq uint64 `json:"clientSeq"`
+}
+
+// ActionEnvelope is the params of an action notification.
+type ActionEnvelope struct {
+	Channel         string          `json:"channel"`
+	Action          json.RawMessage `json:"action"`
+	ServerSeq       uint64          `json:"serverSeq"`
+	Origin          *Origin         `json:"origin,omitempty"`
+	RejectionReason string          `json:"rejectionReason,omitempty"`
+}
+
+// DispatchActionParams is a client's write-ahead action.
+type DispatchActionParams struct {
+	Channel   string          `json:"channel"`
+	ClientSeq uint64          `json:"clientSeq"`
+	Action    json.RawMessage `json:"action"`
+}
+
+// ChannelSnapshotParams is the params of channel/snapshot, the first data
+// message of a windowed subscription (seed 000 "Initial Data").
+type ChannelSnapshotParams struct {
+	Channel  string   `json:"channel"`
+	Snapshot Snapshot `json:"snapshot"`
+}
+
+// ChannelFrameParams is the params of channel/frame.
+type ChannelFrameParams struct {
+	Channel string `json:"channel"`
+	Data    string `json:"data"`
+	Final   bool   `json:"final,omitempty"`
+}
+
+// ChannelCreditParams is the params of channel/credit.
+type ChannelCreditParams struct {
+	Channel       string              `json:"channel"`
+	ConsumedBytes delivery.UTF16Bytes `json:"consumedBytes"`
+}
+
+// ChannelGapParams is the params of channel/gap (our seed 003 extension):
+// actions of Channel after AfterSeq were not pushed to this client.
+type ChannelGapParams struct {
+	Channel  string `json:"channel"`
+	AfterSeq uint64 `json:"afterSeq"`
+}
+
+// Claim is a terminal claim: {"kind":"client","clientId":...} or
+// {"kind":"session","session":...}.
+type Claim struct {
+	Kind       string `json:"kind"`
+	ClientID   string `json:"clientId,omitempty"`
+	Session    string `json:"session,omitempty"`
+	TurnID     string `json:"turnId,omitempty"`
+	ToolCallID string `json:"toolCallId,omitempty"`
+}
+
+// TerminalInfo is one entry of RootState.terminals.
+type TerminalInfo struct {
+	Resource string `json:"resource"`
+	Title    string `json:"title"`
+	Claim    Claim  `json:"claim"`
+	ExitCode *int   `json:"exitCode,omitempty"`
+}
+
+// RootState is the state of ahp-root://. Agents and Terminals are never nil.
+type RootState struct {
+	Agents    []json.RawMessage `json:"agents"`
+	Terminals []TerminalInfo    `json:"terminals"`
+}
+
+// ContentPart is one part of TerminalState.content; the sidecar emits only
+// "unclassified" parts of raw VT text.
+type ContentPart struct {
+	Type  string `json:"type"`
+	Value string `json:"value"`
+}
+
+// Lifecycle is seed 000's terminal lifecycle, emitted for clients that read it.
+type Lifecycle struct {
+	Status string `json:"status"`
+}
+
+// TerminalState is the state of ahp-terminal:/<id>. Content is never nil.
+type TerminalState struct {
+	Title     string        `json:"title"`
+	Cwd       string        `json:"cwd,omitempty"`
+	Cols      int           `json:"cols,omitempty"`
+	Rows      int           `json:"rows,omitempty"`
+	Content   []ContentPart `json:"content"`
+	ExitCode  *int          `json:"exitCode,omitempty"`
+	Lifecycle Lifecycle     `json:"lifecycle"`
+	Claim     Claim         `json:"claim"`
+}
+
+// CreateTerminalParams creates a terminal on a client-chosen URI.
+//
+// Command and Env are sidecar extensions (docs/protocol.md): Command runs
+// argv instead of the configured shell (for `sidecar run`), Env adds
+// environment variables.
+type CreateTerminalParams struct {
+	Channel string            `json:"channel"`
+	Claim   *Claim            `json:"claim,omitempty"`
+	Name    string            `json:"name,omitempty"`
+	Cwd     string            `json:"cwd,omitempty"`
+	Cols    int               `json:"cols,omitempty"`
+	Rows    int               `json:"rows,omitempty"`
+	Command []string          `json:"command,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+}
+
+// Action is the common part of every action: its type.
+type Action struct {
+	Type string `json:"type"`
+}
+
+// Terminal action types (ahp.md §5).
+const (
+	ActionTerminalData      = "terminal/data"
+	ActionTerminalInput     = "terminal/input"
+	ActionTerminalResized   = "terminal/resized"
+	ActionTerminalClaimed   = "terminal/claimed"
+	ActionTerminalTitle     = "terminal/titleChanged"
+	ActionTerminalCwd       = "terminal/cwdChanged"
+	ActionTerminalExited    = "terminal/exited"
+	ActionTerminalCleared   = "terminal/cleared"
+	ActionRootTerminals     = "root/terminalsChanged"
+	ActionRootConfigChanged = "root/configChanged"
+	ActionTerminalCmdExec   = "terminal/commandExecuted"
+	ActionTerminalCmdFinish = "terminal/commandFinished"
+	ActionTerminalCmdDetect = "terminal/commandDetectionAvailable"
+)
+
+// TerminalDataAction carries output text (valid UTF-8).
+type TerminalDataAction struct {
+	Type string `json:"type"`
+	Data string `json:"data"`
+}
+
+// TerminalResizedAction sets the terminal size.
+type TerminalResizedAction struct {
+	Type string `json:"type"`
+	Cols int    `json:"cols"`
+	Rows int    `json:"rows"`
+}
+
+// TerminalTitleAction sets the title.
+type TerminalTitleAction struct {
+	Type  string `json:"type"`
+	Title string `json:"title"`
+}
+
+// TerminalCwdAction sets the working directory (a file:// URI).
+type TerminalCwdAction struct {
+	Type string `json:"type"`
+	Cwd  string `json:"cwd"`
+}
+
+// TerminalExitedAction reports the exit code; ExitCode is absent when the
+// program was killed without one.
+type TerminalExitedAction struct {
+	Type     string `json:"type"`
+	ExitCode *int   `json:"exitCode,omitempty"`
+}
+
+// TerminalClaimedAction sets the claim.
+type TerminalClaimedAction struct {
+	Type  string `json:"type"`
+	Claim Claim  `json:"claim"`
+}
+
+// RootTerminalsAction replaces the terminal catalogue.
+type RootTerminalsAction struct {
+	Type      string         `json:"type"`
+	Terminals []TerminalInfo `json:"terminals"`
+}

@@ -1,0 +1,63 @@
+// Package transport carries AHP messages between a client and the sidecar:
+// plain AHP over WebSocket (/ahp, one JSON-RPC message per text frame) now,
+// transport-io sessions (WebTransport, its WebSocket mapping, stdio) next.
+//
+// Every transport presents the same MessageConn: whole JSON-RPC message
+// texts in, whole texts out, so sizes are measured on exactly what crossed
+// the wire (seed 000 "Measuring Size").
+package transport
+
+import (
+	"context"
+	"crypto/subtle"
+	"net/http"
+	"strings"
+)
+
+// MessageConn is one connection carrying complete JSON-RPC message texts.
+//
+// ReadMessage may be called from one goroutine at a time and returns the
+// next message; WriteMessage likewise from one goroutine (the delivery
+// Scheduler's writer). Close may be called from any goroutine, more than
+// once; it ends pending reads and writes.
+type MessageConn interface {
+	ReadMessage(ctx context.Context) ([]byte, error)
+	WriteMessage(ctx context.Context, text []byte) error
+	Close(code CloseCode, reason string) error
+	// Peer describes the remote end for logs ("127.0.0.1:50122").
+	Peer() string
+}
+
+// CloseCode is why a connection ends, as the WebSocket close code on /ahp.
+type CloseCode int
+
+// Close codes used on /ahp (RFC 6455 §7.4 and the private 4000-4999 range).
+const (
+	CloseNormal          CloseCode = 1000 // the client or server is done
+	CloseGoingAway       CloseCode = 1001 // the server is shutting down
+	CloseProtocolError   CloseCode = 1002 // a protocol violation (flow control, framing)
+	CloseMessageTooBig   CloseCode = 1009 // a message over the read limit
+	CloseInternalError   CloseCode = 1011
+	ClosePeerTooSlow     CloseCode = 4008 // protected queue stayed full (seed 003)
+	CloseVersionMismatch CloseCode = 4005 // no common AHP version
+)
+
+// TokenFromRequest returns the bearer token of r: the Authorization header
+// ("Bearer T") or, for browsers that cannot set headers, the token query
+// parameter.
+func TokenFromRequest(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); h != "" {
+		if v, ok := strings.CutPrefix(h, "Bearer "); ok {
+			return strings.TrimSpace(v)
+		}
+		if v, ok := strings.CutPrefix(h, "bearer "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return r.URL.Query().Get("token")
+}
+
+// TokenEqual compares tokens in constant time (for equal lengths).
+func TokenEqual(got, want string) bool {
+	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}

@@ -1,0 +1,142 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+)
+
+// wsConn adapts a coder/websocket connection carrying plain AHP text frames.
+type wsConn struct {
+	c    *websocket.Conn
+	peer string
+}
+
+// NewWebSocketConn wraps c (already upgraded or dialled) as a MessageConn;
+// readLimit bounds one message in UTF-8 bytes (a larger one closes the
+// connection with 1009).
+func NewWebSocketConn(c *websocket.Conn, peer string, readLimit int64) MessageConn {
+	c.SetReadLimit(readLimit)
+	return &wsConn{c: c, peer: peer}
+}
+
+func (w *wsConn) ReadMessage(ctx context.Context) ([]byte, error) {
+	for {
+		typ, data, err := w.c.Read(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if typ == websocket.MessageText || typ == websocket.MessageBinary {
+			if !utf8.Valid(data) {
+				_ = w.c.Close(websocket.StatusInvalidFramePayloadData, "message is not valid UTF-8")
+				return nil, errors.New("transport: message is not valid UTF-8")
+			}
+			return data, nil
+		}
+	}
+}
+
+func (w *wsConn) WriteMessage(ctx context.Context, text []byte) error {
+	return w.c.Write(ctx, websocket.MessageText, text)
+}
+
+func (w *wsConn) Close(code CloseCode, reason string) error {
+	return w.c.Close(websocket.StatusCode(code), TruncateReason(reason, 123))
+}
+
+func (w *wsConn) Peer() string { return w.peer }
+
+// TruncateReason cuts reason to at most n UTF-8 bytes on a character
+// boundary (a WebSocket close reason is at most 123 bytes).
+func TruncateReason(reason string, n int) string {
+	if len(reason) <= n {
+		return reason
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(reason[cut]) {
+		cut--
+	}
+	return reason[:cut]
+}
+
+// AcceptOptions configure the /ahp endpoint.
+type AcceptOptions struct {
+	// Token is required from every client (Authorization: Bearer, or
+	// ?token=). Compared in constant time.
+	Token string
+	// OriginPatterns are host patterns (path.Match) allowed in the Origin
+	// header when present; the request's own host is always allowed.
+	OriginPatterns []string
+	// ReadLimit bounds one incoming message, in UTF-8 bytes.
+	ReadLimit int64
+	// OnReject is called for each refused request (for logging).
+	OnReject func(r *http.Request, status int, why string)
+}
+
+// AHPHandler returns the http.Handler of the /ahp endpoint: it refuses a
+// missing or wrong token with 401 before the upgrade, checks Origin, and
+// hands each accepted connection to serve (which owns it until it returns).
+func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageConn)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !TokenEqual(TokenFromRequest(r), opts.Token) {
+			if opts.OnReject != nil {
+				opts.OnReject(r, http.StatusUnauthorized, "missing or wrong token")
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sidecar"`)
+			http.Error(w, "401 unauthorized: missing or wrong token", http.StatusUnauthorized)
+			return
+		}
+		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: opts.OriginPatterns})
+		if err != nil {
+			// Accept has written the HTTP error (403 for a foreign origin).
+			if opts.OnReject != nil {
+				opts.OnReject(r, http.StatusForbidden, err.Error())
+			}
+			return
+		}
+		mc := NewWebSocketConn(c, r.RemoteAddr, opts.ReadLimit)
+		serve(r.Context(), mc)
+	})
+}
+
+// DialWebSocket dials a plain-AHP WebSocket endpoint with header (which
+// carries the Authorization) and client (which carries TLS settings).
+// A refusal before the upgrade returns *HTTPError.
+func DialWebSocket(ctx context.Context, url string, header http.Header, client *http.Client, readLimit int64) (MessageConn, error) {
+	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: header, HTTPClient: client})
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			return nil, &HTTPError{StatusCode: resp.StatusCode, Err: err}
+		}
+		return nil, err
+	}
+	return NewWebSocketConn(c, url, readLimit), nil
+}
+
+// HTTPError is a refusal of the upgrade request.
+type HTTPError struct {
+	StatusCode int
+	Err        error
+}
+
+func (e *HTTPError) Error() string {
+	return fmt.Sprintf("server answered HTTP %d: %v", e.StatusCode, e.Err)
+}
+
+func (e *HTTPError) Unwrap() error { return e.Err }
+
+// CloseStatus returns the WebSocket close code in err, or -1.
+func CloseStatus(err error) CloseCode { return CloseCode(websocket.CloseStatus(err)) }
+
+// CloseReason returns the close reason in err, if any.
+func CloseReason(err error) string {
+	var ce websocket.CloseError
+	if errors.As(err, &ce) {
+		return ce.Reason
+	}
+	return ""
+}
