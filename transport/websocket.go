@@ -129,11 +129,22 @@ func (e *HTTPError) Error() string {
 
 func (e *HTTPError) Unwrap() error { return e.Err }
 
-// CloseStatus returns the WebSocket close code in err, or -1.
-func CloseStatus(err error) CloseCode { return CloseCode(websocket.CloseStatus(err)) }
+// CloseStatus returns the close code in err (a WebSocket close or a Pipe
+// close), or -1.
+func CloseStatus(err error) CloseCode {
+	var pe *PipeCloseError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return CloseCode(websocket.CloseStatus(err))
+}
 
 // CloseReason returns the close reason in err, if any.
 func CloseReason(err error) string {
+	var pe *PipeCloseError
+	if errors.As(err, &pe) {
+		return pe.Reason
+	}
 	var ce websocket.CloseError
 	if errors.As(err, &ce) {
 		return ce.Reason
