@@ -139,7 +139,11 @@ func (s *Subscription) receive(h *rpc.Header, raw []byte) error {
 	if err := in.Receive(size); err != nil {
 		return err
 	}
-	if h.Method == rpc.MethodChannelFrame {
+	if h.Method != rpc.MethodChannelFrame {
+		if err := in.CheckWhole(); err != nil {
+			return err
+		}
+	} else {
 		var p rpc.ChannelFrameParams
 		if json.Unmarshal(h.Params, &p) != nil {
 			return &delivery.ViolationError{Kind: delivery.BadFragment, Channel: s.Channel}

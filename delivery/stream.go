@@ -275,6 +275,18 @@ func (in *Inbound) Release(size UTF16Bytes) {
 	}
 }
 
+// CheckWhole reports a *ViolationError when a whole (unfragmented) data
+// message arrives while a fragmented one is in progress: seed 000 allows one
+// fragmented message per subscription and direction, finished first.
+func (in *Inbound) CheckWhole() error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.re.InProgress() {
+		return &ViolationError{Kind: FragmentInterleaved, Channel: in.channel}
+	}
+	return nil
+}
+
 // Counters returns received and released bytes.
 func (in *Inbound) Counters() (received, released UTF16Bytes) {
 	in.mu.Lock()

@@ -12,12 +12,48 @@ import (
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
-// channel is a state-bearing AHP channel whose actions live in the journal.
+// channel is an AHP channel. By default its actions live in the journal
+// and windowed subscribers read them by cursor (logSource); a channel
+// implements the optional interfaces below to do otherwise.
 type channel interface {
 	uri() string
 	// lockedSnapshot runs fn with the channel's snapshot while the channel
 	// lock is held, so no action of the channel is appended meanwhile.
 	lockedSnapshot(fn func(rpc.Snapshot))
+}
+
+// sourceChannel provides its own windowed Source (TCP, telemetry) instead
+// of the journal. The Source's first message must be channel/snapshot.
+type sourceChannel interface {
+	newSource(sub *subscription) delivery.Source
+}
+
+// windowedOnly channels refuse ordinary subscriptions (TCP).
+type windowedOnly interface{ windowedOnly() }
+
+// statelessChannel answers an ordinary subscribe with {} (no snapshot) and
+// pushes its own notifications to ordinary subscribers (telemetry).
+type statelessChannel interface{ stateless() }
+
+// attachable channels track their subscriptions (terminal pacing, TCP).
+// attach runs once the subscription is registered and its result queued;
+// detach when it ends (unsubscribe, dispose, connection closed).
+type attachable interface {
+	attach(sub *subscription)
+	detach(sub *subscription)
+}
+
+// dataHandler channels receive client data messages other than
+// dispatchAction (tcp/data, tcp/eof), counted and reassembled already;
+// release must be called once the bytes are released.
+type dataHandler interface {
+	clientData(sub *subscription, h *rpc.Header, release func())
+}
+
+// controlHandler channels receive channel-defined control messages
+// (tcp/reset), which are never counted.
+type controlHandler interface {
+	clientControl(sub *subscription, h *rpc.Header)
 }
 
 // snapshotNotification encodes channel/snapshot for a windowed subscriber.

@@ -132,8 +132,8 @@ func (c *conn) dropSubscription(sub *subscription) {
 		sub.out.Remove()
 	}
 	c.sched.DropOrdinary(sub.channel)
-	if t, ok := sub.ch.(*terminal); ok {
-		t.detach(sub)
+	if a, ok := sub.ch.(attachable); ok {
+		a.detach(sub)
 	}
 }
 
@@ -231,6 +231,10 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 		return nil
 	}
 	if delivery.IsControlMethod(h.Method) {
+		if ch, ok := subChannel(sub).(controlHandler); ok {
+			ch.clientControl(sub, h)
+			return nil
+		}
 		c.log.Debug("control message not handled on this channel", "method", h.Method, "channel", h.Channel)
 		return nil
 	}
@@ -241,7 +245,11 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 		if err := sub.in.Receive(size); err != nil {
 			return err
 		}
-		if h.Method == rpc.MethodChannelFrame {
+		if h.Method != rpc.MethodChannelFrame {
+			if err := sub.in.CheckWhole(); err != nil {
+				return err
+			}
+		} else {
 			var p rpc.ChannelFrameParams
 			if e := rpc.DecodeParams(h.Params, &p); e != nil {
 				return &delivery.ViolationError{Kind: delivery.BadFragment, Channel: sub.channel}
@@ -265,14 +273,24 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 			sub.in.Release(size)
 		}
 	}
-	switch h.Method {
-	case rpc.MethodDispatchAction:
+	if h.Method == rpc.MethodDispatchAction {
 		c.dispatchAction(h, release)
-	default:
-		c.log.Debug("unknown notification ignored", "method", h.Method, "channel", h.Channel)
-		release()
+		return nil
 	}
+	if dh, ok := subChannel(sub).(dataHandler); ok {
+		dh.clientData(sub, h, release)
+		return nil
+	}
+	c.log.Debug("unknown notification ignored", "method", h.Method, "channel", h.Channel)
+	release()
 	return nil
+}
+
+func subChannel(sub *subscription) channel {
+	if sub == nil {
+		return nil
+	}
+	return sub.ch
 }
 
 // dispatchAction applies a client action write-ahead (ahp.md §3): accepted
@@ -368,6 +386,9 @@ func (c *conn) request(method string, params json.RawMessage) (result any, after
 	case rpc.MethodDisposeTerminal:
 		r, e := c.disposeTerminal(params)
 		return r, nil, e
+	case rpc.MethodCreateTCPConnection:
+		r, e := c.createTCPConnection(params)
+		return r, nil, e
 	}
 	return nil, nil, rpc.Errorf(rpc.CodeMethodNotFound, "method not found: %s", method)
 }
@@ -445,7 +466,7 @@ func (s *Server) channel(uri string) channel {
 	if t := s.terminal(uri); t != nil {
 		return t
 	}
-	return nil
+	return s.extraChannel(uri)
 }
 
 func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
@@ -490,21 +511,43 @@ func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
 		return nil, nil, rpc.Errorf(rpc.CodeInvalidRequest, "too many subscriptions on this connection (limit %d)", c.s.cfg.Delivery.MaxSubscriptions)
 	}
 	if !windowed {
+		if _, ok := ch.(windowedOnly); ok {
+			return nil, nil, rpc.Errorf(rpc.CodeInvalidParams, "invalid params: %s requires windowed delivery: offer flowControl.receive", p.Channel)
+		}
+		if _, ok := ch.(statelessChannel); ok {
+			sub := &subscription{c: c, ch: ch, channel: p.Channel, active: true}
+			c.mu.Lock()
+			c.subs[p.Channel] = sub
+			c.mu.Unlock()
+			return rpc.SubscribeResult{}, func() {
+				if a, ok := ch.(attachable); ok {
+					a.attach(sub)
+				}
+			}, nil
+		}
 		sub, snap := c.subscribeOrdinary(ch)
 		return rpc.SubscribeResult{Snapshot: &snap}, sub.activate, nil
 	}
 	sub := &subscription{c: c, ch: ch, channel: p.Channel}
 	res := rpc.SubscribeResult{FlowControl: &rpc.NegotiatedFlowControl{ClientReceive: limits, HostReceive: limits}}
 	return res, func() {
-		sub.src = newLogSource(ch, c.s.journal)
+		var src delivery.Source
+		if sc, ok := ch.(sourceChannel); ok {
+			src = sc.newSource(sub)
+		} else {
+			sub.src = newLogSource(ch, c.s.journal)
+			src = sub.src
+		}
 		sub.in = c.sched.NewInbound(p.Channel, limits, int(c.s.cfg.Delivery.MaxMessageBytes))
-		sub.out = c.sched.AddStream(p.Channel, limits, sub.src)
+		sub.out = c.sched.AddStream(p.Channel, limits, src)
 		c.mu.Lock()
 		c.subs[p.Channel] = sub
 		c.mu.Unlock()
-		c.s.journal.Listen(p.Channel, sub, sub.onEntry, nil)
-		if t, ok := ch.(*terminal); ok {
-			t.attach(sub)
+		if sub.src != nil {
+			c.s.journal.Listen(p.Channel, sub, sub.onEntry, nil)
+		}
+		if a, ok := ch.(attachable); ok {
+			a.attach(sub)
 		}
 	}, nil
 }
@@ -527,8 +570,8 @@ func (c *conn) subscribeOrdinary(ch channel) (*subscription, rpc.Snapshot) {
 	c.mu.Lock()
 	c.subs[ch.uri()] = sub
 	c.mu.Unlock()
-	if t, ok := ch.(*terminal); ok {
-		t.attach(sub)
+	if a, ok := ch.(attachable); ok {
+		a.attach(sub)
 	}
 	return sub, snap
 }

@@ -35,6 +35,13 @@ const (
 	MethodChannelFrame    = "channel/frame"
 	MethodChannelCredit   = "channel/credit"
 	MethodChannelGap      = "channel/gap"
+
+	MethodCreateTCPConnection = "createTcpConnection"
+	MethodTCPData             = "tcp/data"
+	MethodTCPEOF              = "tcp/eof"
+	MethodTCPReset            = "tcp/reset"
+	MethodOTLPExportMetrics   = "otlp/exportMetrics"
+	MethodOTLPExportLogs      = "otlp/exportLogs"
 )
 
 // JSON-RPC and AHP error codes (ahp.md §2 "Error codes"; -32050 is our
