@@ -429,6 +429,8 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 		ServerInfo:       &rpc.ServerInfo{Name: "sidecar", Version: Version},
 		Snapshots:        []rpc.Snapshot{},
 		DefaultDirectory: c.s.defaultDirectory(),
+		Telemetry:        c.s.telemetryCapability(),
+		TCPConnections:   c.s.tcpCapability(),
 	}
 	var activate []*subscription
 	for _, uri := range p.InitialSubscriptions {
@@ -466,7 +468,13 @@ func (s *Server) channel(uri string) channel {
 	if t := s.terminal(uri); t != nil {
 		return t
 	}
-	return s.extraChannel(uri)
+	switch {
+	case strings.HasPrefix(uri, "ahp-tcp:"):
+		return s.tcpChannel(uri)
+	case strings.HasPrefix(uri, "ahp-otlp:"):
+		return s.telemetryChannel(uri)
+	}
+	return nil
 }
 
 func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {

@@ -39,6 +39,9 @@ type Server struct {
 	root    *root
 	hostMax delivery.Limits
 
+	tcp       tcpState       // host/tcp.go
+	telemetry telemetryState // host/telemetry.go
+
 	mu        sync.Mutex
 	terminals map[string]*terminal
 	conns     map[*conn]struct{}
@@ -64,6 +67,8 @@ func New(cfg *config.Config, log hclog.Logger) *Server {
 		},
 	}
 	s.root = newRoot(s)
+	s.initTCP()
+	s.initTelemetry()
 	return s
 }
 
@@ -121,6 +126,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, c := range conns {
 		c.close(transport.CloseGoingAway, "server shutting down")
 	}
+	s.shutdownTCP()
+	s.shutdownTelemetry()
 	var wg sync.WaitGroup
 	for _, t := range terms {
 		wg.Add(1)
