@@ -327,3 +327,13 @@ func (q *outQueue) Next() []byte {
 	}
 	return t
 }
+
+// Window returns our sending window for this subscription: sent and
+// consumed UTF-16 bytes and the limits (hostReceive); zero when ordinary.
+func (s *Subscription) Window() (sent, consumed delivery.UTF16Bytes, l delivery.Limits) {
+	_, out := s.parts()
+	if out == nil {
+		return 0, 0, delivery.Limits{}
+	}
+	return out.Window()
+}

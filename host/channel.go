@@ -108,9 +108,15 @@ func (ls *logSource) snapshot() []byte {
 	return text
 }
 
-// caughtUp reports whether the subscriber has pulled everything logged.
-func (ls *logSource) caughtUp() bool {
-	return !ls.snap.Load() && ls.cursor.Load() >= ls.j.Head(ls.ch.uri())
+// lagBelow reports whether what the subscriber has not pulled yet is
+// under maxBytes (UTF-8 bytes of notification text). A pending snapshot
+// counts as a lag.
+func (ls *logSource) lagBelow(maxBytes int) bool {
+	if ls.snap.Load() {
+		return false
+	}
+	_, b := ls.j.Lag(ls.ch.uri(), ls.cursor.Load(), maxBytes)
+	return b < maxBytes
 }
 
 // subscription is one client's subscription to one channel.

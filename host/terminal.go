@@ -20,6 +20,11 @@ const (
 	// action. Small enough that a window (256 KiB by default) holds many,
 	// so pacing is fine-grained.
 	readChunk = 4096
+	// readAhead bounds the output read from the PTY that the pacing
+	// subscription has not pulled yet (UTF-8 bytes of notification text):
+	// enough to keep the pipeline busy, small against the window so Ctrl-C
+	// still finds little in flight.
+	readAhead = 4 * readChunk
 	// maxInputQueueBytes bounds input accepted but not yet written to the
 	// PTY (a program that does not read its input). Windowed subscriptions
 	// are bounded by their window anyway; this bounds ordinary ones.
@@ -381,7 +386,7 @@ func (t *terminal) waitReadable() bool {
 		t.mu.Lock()
 		p := t.pacer
 		t.mu.Unlock()
-		if p == nil || p.out.Removed() || (p.src.caughtUp() && p.out.CanStart()) {
+		if p == nil || p.out.Removed() || (p.src.lagBelow(readAhead) && p.out.CanStart()) {
 			select {
 			case <-t.killed:
 				return false

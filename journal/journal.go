@@ -183,6 +183,26 @@ func (j *Journal) Head(channel string) uint64 {
 	return l.entries[len(l.entries)-1].Seq
 }
 
+// Lag returns how many entries of channel, and how many bytes of text, lie
+// after the cursor (what a reader at after has not read yet). It stops
+// counting at maxBytes.
+func (j *Journal) Lag(channel string, after uint64, maxBytes int) (entries, bytes int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	l := j.logs[channel]
+	if l == nil {
+		return 0, 0
+	}
+	for i := len(l.entries) - 1; i >= l.head && l.entries[i].Seq > after; i-- {
+		entries++
+		bytes += len(l.entries[i].Text)
+		if bytes >= maxBytes {
+			break
+		}
+	}
+	return entries, bytes
+}
+
 // Bytes returns the bytes retained for channel.
 func (j *Journal) Bytes(channel string) int {
 	j.mu.Lock()
