@@ -135,6 +135,9 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 	}
 	code, err := t.Copy(ctx, out, true)
 	if err != nil {
+		if ctx.Err() != nil {
+			return &exitError{code: 129} // hung up or terminated: quietly
+		}
 		return &exitError{code: 255, err: err}
 	}
 	if cw, ok := out.(*crlfWriter); ok {
@@ -230,6 +233,9 @@ func attach(cf *connFlags, url, id, name string) error {
 	case <-copyDone:
 	}
 	if copyErr != nil {
+		if ctx.Err() != nil {
+			return &exitError{code: 129}
+		}
 		return &exitError{code: 255, err: copyErr}
 	}
 	if created || code != nil {
