@@ -47,7 +47,8 @@ func (t *Terminal) Resize(ctx context.Context, cols, rows int) error {
 }
 
 // Copy writes the terminal's output to w until the program exits, and
-// returns its exit code (nil when it was killed without one). With
+// returns its exit code: 128+n when signal n killed it (the host's
+// signalNumber extension), nil when it ended without either. With
 // scrollback, the snapshot's content is written first (what the terminal
 // printed before we subscribed). Each message is released, and so credited,
 // only once w has taken it: a slow w slows the program, never memory.
@@ -101,9 +102,10 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 			}
 			_ = json.Unmarshal(m.Params, &env)
 			var a struct {
-				Type     string `json:"type"`
-				Data     string `json:"data"`
-				ExitCode *int   `json:"exitCode"`
+				Type         string `json:"type"`
+				Data         string `json:"data"`
+				ExitCode     *int   `json:"exitCode"`
+				SignalNumber int    `json:"signalNumber"`
 			}
 			_ = json.Unmarshal(env.Action, &a)
 			switch a.Type {
@@ -114,6 +116,10 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 				}
 			case rpc.ActionTerminalExited:
 				m.Release()
+				if a.ExitCode == nil && a.SignalNumber > 0 {
+					code := 128 + a.SignalNumber // as a shell reports it
+					return &code, nil
+				}
 				return a.ExitCode, nil
 			}
 			m.Release()

@@ -25,7 +25,8 @@ listener {
 
   # Browser origins allowed to open a WebSocket, as "scheme://host[:port]", for example
   # ["https://app.example.com"]. Checked only when a request carries an Origin header
-  # (browsers always do; the sidecar CLI does not). Empty: every browser is refused.
+  # (browsers always do; the sidecar CLI does not). A page served from this listener's
+  # own host:port is always allowed. Empty: every other origin is refused (HTTP 403).
   origins = []
 }
 

@@ -124,6 +124,7 @@ func (c *conn) cleanup() {
 	for _, sub := range subs {
 		c.dropSubscription(sub)
 	}
+	c.closeTCP()
 }
 
 func (c *conn) dropSubscription(sub *subscription) {
@@ -493,9 +494,14 @@ func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
 	windowed := false
 	if p.FlowControl != nil && p.FlowControl.Receive != nil {
 		l, err := delivery.Negotiate(p.Channel, *p.FlowControl.Receive, c.s.hostMax)
+		var lerr *delivery.LimitsError
 		switch {
 		case err == nil:
 			limits, windowed = l, true
+		case errors.As(err, &lerr) && p.FlowControl.Receive.Validate() != nil:
+			// The offer itself breaks seed 000 (maximumFrameBytes >= 1024,
+			// positive values): a client error, not a decline.
+			return nil, nil, rpc.Errorf(rpc.CodeInvalidParams, "invalid params: flowControl.receive: %v", p.FlowControl.Receive.Validate())
 		case errors.Is(err, delivery.ErrDecline):
 			c.log.Info("windowed delivery declined, using ordinary delivery", "channel", p.Channel, "reason", err)
 		default:

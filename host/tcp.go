@@ -1,25 +1,638 @@
 package host
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"time"
 
+	"github.com/hashicorp/go-hclog"
+
+	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
+	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
-// tcpState is the server's TCP channel state (issue 5).
-type tcpState struct{}
+// TCP channel bounds.
+const (
+	// tcpSubscribeLease is how long a created TCP connection waits for its
+	// creator's windowed subscription; past it the socket is closed and the
+	// URI freed (ahp.md §6b: bound the unsubscribed lifetime). Nothing is
+	// read from the socket before the subscription.
+	tcpSubscribeLease = 10 * time.Second
+	// maxTCPID bounds the id part of an ahp-tcp: URI, so that a tcp/data
+	// envelope always leaves room for data within a 1024-byte frame.
+	maxTCPID = 128
+	// maxTCPHost bounds the host of createTcpConnection (a DNS name is at
+	// most 253 characters).
+	maxTCPHost = 253
+	// portsInterval is how often the listening ports are read.
+	portsInterval = 3 * time.Second
+)
 
-func (s *Server) initTCP()     {}
-func (s *Server) shutdownTCP() {}
+// tcpScheme prefixes TCP channel URIs: ahp-tcp:/<id>.
+const tcpScheme = "ahp-tcp:"
+
+// tcpState is the server's TCP channel state: every open connection by
+// URI, the dialer with the destination policy, and the listening ports.
+type tcpState struct {
+	dialer *tcpadapter.Dialer
+	stop   chan struct{} // closed by shutdownTCP: ends the ports loop
+
+	mu    sync.Mutex
+	conns map[string]*tcpConn
+
+	// ports is RootState.ports, guarded by the root's lock.
+	ports []rpc.ListeningPort
+}
+
+func (s *Server) initTCP() {
+	pol, err := tcpadapter.NewPolicy(s.cfg.TCP.Allow)
+	if err != nil { // config.Load validated it; a hand-built config may not be
+		s.log.Error("tcp.allow is invalid; every destination is refused", "error", err)
+		pol, _ = tcpadapter.NewPolicy(nil)
+	}
+	s.tcp.dialer = &tcpadapter.Dialer{Policy: pol, Timeout: s.cfg.TCP.DialTimeout}
+	s.tcp.conns = map[string]*tcpConn{}
+	s.tcp.stop = make(chan struct{})
+	s.wg.Add(1)
+	go s.portsLoop()
+}
+
+// shutdownTCP stops the ports loop and closes every TCP connection.
+func (s *Server) shutdownTCP() {
+	s.tcp.mu.Lock()
+	select {
+	case <-s.tcp.stop:
+	default:
+		close(s.tcp.stop)
+	}
+	conns := make([]*tcpConn, 0, len(s.tcp.conns))
+	for _, tc := range s.tcp.conns {
+		conns = append(conns, tc)
+	}
+	s.tcp.mu.Unlock()
+	for _, tc := range conns {
+		tc.close("server shutting down")
+	}
+}
 
 // tcpCapability is InitializeResult.tcpConnections: {} when TCP channels
 // are offered, nil otherwise.
-func (s *Server) tcpCapability() *struct{} { return nil }
-
-// createTCPConnection is the TCP channel's createTcpConnection.
-func (c *conn) createTCPConnection(params json.RawMessage) (any, *rpc.Error) {
-	return nil, rpc.Errorf(rpc.CodeMethodNotFound, "method not found: %s", rpc.MethodCreateTCPConnection)
-}
+func (s *Server) tcpCapability() *struct{} { return &struct{}{} }
 
 // tcpChannel returns the ahp-tcp: channel named uri, or nil.
-func (s *Server) tcpChannel(uri string) channel { return nil }
+func (s *Server) tcpChannel(uri string) channel {
+	s.tcp.mu.Lock()
+	defer s.tcp.mu.Unlock()
+	if tc := s.tcp.conns[uri]; tc != nil && tc.sock != nil {
+		return tc
+	}
+	return nil
+}
+
+// closeTCP closes every TCP connection created on c (the connection has
+// ended: TCP channels are not resumable).
+func (c *conn) closeTCP() {
+	s := c.s
+	s.tcp.mu.Lock()
+	var mine []*tcpConn
+	for _, tc := range s.tcp.conns {
+		if tc.owner == c {
+			mine = append(mine, tc)
+		}
+	}
+	s.tcp.mu.Unlock()
+	for _, tc := range mine {
+		tc.close("client connection closed")
+	}
+}
+
+// createTCPConnection is the TCP channel's createTcpConnection: check the
+// limits, reserve the URI, resolve and dial under the policy.
+func (c *conn) createTCPConnection(params json.RawMessage) (any, *rpc.Error) {
+	var p tcpadapter.CreateParams
+	if e := rpc.DecodeParams(params, &p); e != nil {
+		return nil, e
+	}
+	id, ok := strings.CutPrefix(p.Channel, tcpScheme+"/")
+	if !ok || id == "" || len(id) > maxTCPID || strings.IndexFunc(id, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "channel" must be ahp-tcp:/<id> (id of 1-%d characters without spaces)`, maxTCPID)
+	}
+	host := p.Host
+	if host == "" {
+		return nil, rpc.Missing("host")
+	}
+	if len(host) > maxTCPHost || strings.ContainsAny(host, "/ \t\r\n@?#") {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "host" must be a DNS name or an IP address, not a URL`)
+	}
+	if p.Port == nil {
+		return nil, rpc.Missing("port")
+	}
+	if *p.Port < 1 || *p.Port > 65535 {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "port" must be between 1 and 65535`)
+	}
+	s := c.s
+	cfg := s.cfg.TCP
+	clientID := c.id()
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		return nil, rpc.Errorf(rpc.CodeInternalError, "server is shutting down")
+	}
+	s.tcp.mu.Lock()
+	if _, exists := s.tcp.conns[p.Channel]; exists {
+		s.tcp.mu.Unlock()
+		return nil, rpc.Errorf(rpc.CodeAlreadyExists, "TCP connection already exists: %s", p.Channel)
+	}
+	total, mine := 0, 0
+	for _, tc := range s.tcp.conns {
+		total++
+		if tc.clientID == clientID {
+			mine++
+		}
+	}
+	if total >= cfg.MaxTotal {
+		s.tcp.mu.Unlock()
+		return nil, rpc.Errorf(rpc.CodePermissionDenied, "TCP connection limit reached: %d open on this host (tcp.max_total); close one first", cfg.MaxTotal)
+	}
+	if mine >= cfg.MaxPerClient {
+		s.tcp.mu.Unlock()
+		return nil, rpc.Errorf(rpc.CodePermissionDenied, "TCP connection limit reached: %d open for this client (tcp.max_per_client); close one first", cfg.MaxPerClient)
+	}
+	tc := &tcpConn{
+		s: s, id: p.Channel, owner: c, clientID: clientID,
+		enc:    tcpadapter.NewEncoder(p.Channel),
+		log:    s.log.Named("tcp").With("channel", p.Channel, "client", clientID),
+		closed: make(chan struct{}),
+		wake:   make(chan struct{}, 1),
+		wqWake: make(chan struct{}, 1),
+	}
+	// Reserve the URI while dialing (outside the lock).
+	s.tcp.conns[p.Channel] = tc
+	s.tcp.mu.Unlock()
+
+	ctx := c.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	sock, err := s.tcp.dialer.Dial(ctx, host, *p.Port)
+	if err != nil {
+		s.tcp.mu.Lock()
+		delete(s.tcp.conns, p.Channel)
+		s.tcp.mu.Unlock()
+		code := int64(rpc.CodeTCPConnectionOpenFailed)
+		var oe *tcpadapter.OpenError
+		if errors.As(err, &oe) && oe.Kind == tcpadapter.KindDenied {
+			code = rpc.CodePermissionDenied
+		}
+		tc.log.Info("TCP connection not opened", "host", host, "port", *p.Port, "error", err, "cause", errors.Unwrap(err))
+		return nil, rpc.Errorf(code, "%s", err.Error())
+	}
+	s.tcp.mu.Lock()
+	tc.sock = sock
+	s.tcp.mu.Unlock()
+	tc.log.Info("TCP connection opened", "host", host, "port", *p.Port, "remote", sock.RemoteAddr().String())
+	tc.lease = time.AfterFunc(tcpSubscribeLease, func() {
+		tc.mu.Lock()
+		subscribed := tc.sub != nil
+		tc.mu.Unlock()
+		if !subscribed {
+			tc.close("not subscribed within " + tcpSubscribeLease.String())
+		}
+	})
+	s.wg.Add(2)
+	go tc.readLoop()
+	go tc.writeLoop()
+	return nil, nil
+}
+
+// tcpConn is one ahp-tcp:/<id> channel and its socket. It belongs to the
+// connection that created it; only that connection's windowed subscription
+// moves data.
+//
+// Socket to client: readLoop reads only when the subscription can start a
+// message and the one-message slot is empty, so at most one tcp/data
+// message (MaxPayload bytes) is held on the host whatever the client does;
+// the Source hands the slot to the scheduler. Client to socket: clientData
+// queues decoded bytes (bounded by hostReceive's window) for writeLoop,
+// which releases each message's credit once the socket took its bytes.
+type tcpConn struct {
+	s        *Server
+	id       string // the channel URI
+	owner    *conn
+	clientID string
+	enc      *tcpadapter.Encoder
+	log      hclog.Logger
+	sock     *net.TCPConn // nil while dialing; set under s.tcp.mu
+	lease    *time.Timer
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed when the connection is closed or reset
+	wake      chan struct{} // 1-slot: the reader may proceed (attached, slot taken)
+	wqWake    chan struct{} // 1-slot: the write queue has items
+
+	mu  sync.Mutex
+	sub *subscription // the creator's windowed subscription
+	// Socket to client.
+	slot     []byte                   // the next tcp/data, read but not yet pulled
+	readOff  tcpadapter.DecodedOffset // bytes read from the socket
+	eofRead  bool                     // the socket reached EOF: tcp/eof is due after slot
+	eofSent  bool
+	isClosed bool
+	// Client to socket.
+	wq      []tcpWrite
+	recvOff tcpadapter.DecodedOffset // bytes accepted from the client
+	eofRecv bool                     // tcp/eof received: no more data
+}
+
+// tcpWrite is one queued client message: bytes to write (or the
+// half-close, eof) and the release that credits its size once done.
+type tcpWrite struct {
+	data    []byte
+	eof     bool
+	release func()
+}
+
+
+func (tc *tcpConn) uri() string { return tc.id }
+
+// lockedSnapshot implements channel: a TCP channel's state is empty.
+func (tc *tcpConn) lockedSnapshot(fn func(rpc.Snapshot)) {
+	fn(rpc.Snapshot{Resource: tc.id, State: json.RawMessage(`{}`), FromSeq: tc.s.journal.Seq()})
+}
+
+func (tc *tcpConn) windowedOnly() {}
+
+// newSource implements sourceChannel: channel/snapshot {} first, then the
+// socket's bytes and tcp/eof.
+func (tc *tcpConn) newSource(sub *subscription) delivery.Source {
+	text, _ := snapshotNotification(tc)
+	return &tcpSource{tc: tc, sub: sub, snap: text}
+}
+
+// attach implements attachable: the creator's subscription starts the
+// socket; anybody else's is answered with tcp/reset (only the creating
+// client and transport may use a TCP channel).
+func (tc *tcpConn) attach(sub *subscription) {
+	if sub.c != tc.owner || !sub.windowed() {
+		tc.log.Warn("subscription from another connection refused", "client", sub.c.id())
+		if err := sub.c.sched.PushControl(tc.enc.Reset()); err != nil {
+			go sub.c.fail(err)
+		}
+		return
+	}
+	tc.mu.Lock()
+	if tc.sub == nil && !tc.isClosed {
+		tc.sub = sub
+	}
+	tc.mu.Unlock()
+	if tc.lease != nil {
+		tc.lease.Stop()
+	}
+	signal(tc.wake)
+}
+
+// detach implements attachable: unsubscribe (or the connection's end)
+// closes the socket.
+func (tc *tcpConn) detach(sub *subscription) {
+	tc.mu.Lock()
+	mine := tc.sub == sub
+	tc.mu.Unlock()
+	if mine {
+		tc.close("unsubscribed")
+	}
+}
+
+// clientData implements dataHandler: tcp/data and tcp/eof from the
+// creator, in order, to the writer.
+func (tc *tcpConn) clientData(sub *subscription, h *rpc.Header, release func()) {
+	tc.mu.Lock()
+	if sub != tc.sub || tc.isClosed {
+		tc.mu.Unlock()
+		release()
+		return
+	}
+	tc.mu.Unlock()
+	switch h.Method {
+	case rpc.MethodTCPData:
+		p, data, err := tcpadapter.ParseData(h.Params)
+		if err != nil {
+			release()
+			tc.abort(err.Error(), true)
+			return
+		}
+		tc.mu.Lock()
+		if tc.eofRecv {
+			tc.mu.Unlock()
+			release()
+			tc.abort("protocol error: tcp/data after tcp/eof", true)
+			return
+		}
+		data, err = tcpadapter.Trim(p.Offset, data, tc.recvOff)
+		if err != nil {
+			tc.mu.Unlock()
+			release()
+			tc.abort(err.Error(), true)
+			return
+		}
+		if len(data) == 0 { // a resend of bytes already taken
+			tc.mu.Unlock()
+			release()
+			return
+		}
+		tc.recvOff += tcpadapter.DecodedOffset(len(data))
+		tc.wq = append(tc.wq, tcpWrite{data: data, release: release})
+		tc.mu.Unlock()
+		signal(tc.wqWake)
+	case rpc.MethodTCPEOF:
+		p, err := tcpadapter.ParseEOF(h.Params)
+		tc.mu.Lock()
+		switch {
+		case err != nil:
+		case tc.eofRecv:
+			err = errors.New("protocol error: a second tcp/eof")
+		case p.Offset != nil && *p.Offset != tc.recvOff:
+			err = errors.New("protocol error: tcp/eof offset does not match the bytes received")
+		}
+		if err != nil {
+			tc.mu.Unlock()
+			release()
+			tc.abort(err.Error(), true)
+			return
+		}
+		tc.eofRecv = true
+		tc.wq = append(tc.wq, tcpWrite{eof: true, release: release})
+		tc.mu.Unlock()
+		signal(tc.wqWake)
+	default:
+		release()
+	}
+}
+
+// clientControl implements controlHandler: tcp/reset aborts at once.
+func (tc *tcpConn) clientControl(sub *subscription, h *rpc.Header) {
+	tc.mu.Lock()
+	mine := sub == tc.sub
+	tc.mu.Unlock()
+	if mine && h.Method == rpc.MethodTCPReset {
+		tc.abort("reset by the client", false)
+	}
+}
+
+// readLoop reads the socket only when the subscription can start a
+// message and the slot is empty: at most one message is read ahead.
+func (tc *tcpConn) readLoop() {
+	defer tc.s.wg.Done()
+	var buf []byte
+	for {
+		sub, ok := tc.waitReadable()
+		if !ok {
+			return
+		}
+		_, _, lim := sub.out.Window()
+		tc.mu.Lock()
+		off := tc.readOff
+		tc.mu.Unlock()
+		n := tc.enc.MaxPayload(off, lim.MaximumFrameBytes)
+		if n <= 0 {
+			tc.abort("maximumFrameBytes too small for tcp/data", true)
+			return
+		}
+		if cap(buf) < n {
+			buf = make([]byte, n)
+		}
+		nr, err := tc.sock.Read(buf[:n])
+		if nr > 0 {
+			text := tc.enc.AppendData(make([]byte, 0, tc.enc.DataLen(off, nr)), off, buf[:nr])
+			tc.mu.Lock()
+			if tc.isClosed {
+				tc.mu.Unlock()
+				return
+			}
+			tc.slot = text
+			tc.readOff += tcpadapter.DecodedOffset(nr)
+			tc.mu.Unlock()
+			sub.out.Wake()
+		}
+		if errors.Is(err, io.EOF) {
+			tc.mu.Lock()
+			tc.eofRead = true
+			tc.mu.Unlock()
+			sub.out.Wake()
+			return
+		}
+		if err != nil {
+			tc.abort("socket read failed: "+err.Error(), true)
+			return
+		}
+	}
+}
+
+// waitReadable blocks until the reader may read; false once closed.
+func (tc *tcpConn) waitReadable() (*subscription, bool) {
+	for {
+		tc.mu.Lock()
+		sub, empty, closed := tc.sub, tc.slot == nil, tc.isClosed
+		tc.mu.Unlock()
+		if closed {
+			return nil, false
+		}
+		var changed <-chan struct{}
+		if sub != nil {
+			if empty && sub.out.CanStart() {
+				return sub, true
+			}
+			changed = sub.out.Changed()
+		}
+		select {
+		case <-changed:
+		case <-tc.wake:
+		case <-tc.closed:
+			return nil, false
+		}
+	}
+}
+
+// writeLoop writes client bytes to the socket in order, one writer per
+// connection, and credits each message once the socket took it.
+func (tc *tcpConn) writeLoop() {
+	defer tc.s.wg.Done()
+	for {
+		select {
+		case <-tc.wqWake:
+		case <-tc.closed:
+			return
+		}
+		for {
+			tc.mu.Lock()
+			if len(tc.wq) == 0 || tc.isClosed {
+				tc.mu.Unlock()
+				break
+			}
+			w := tc.wq[0]
+			tc.wq[0] = tcpWrite{}
+			tc.wq = tc.wq[1:]
+			tc.mu.Unlock()
+			if w.eof {
+				err := tc.sock.CloseWrite()
+				w.release()
+				if err != nil {
+					tc.abort("half-close failed: "+err.Error(), true)
+				}
+				return
+			}
+			_, err := tc.sock.Write(w.data)
+			w.release()
+			if err != nil {
+				tc.abort("socket write failed: "+err.Error(), true)
+				return
+			}
+		}
+	}
+}
+
+// close closes the connection gracefully (unsubscribe, the client's
+// connection ended, the lease expired, shutdown) and frees its URI.
+func (tc *tcpConn) close(reason string) { tc.end(reason, false, false) }
+
+// abort resets the connection at once: the socket is closed with an RST
+// (SO_LINGER 0), queued bytes are dropped, and with tell the client gets
+// tcp/reset.
+func (tc *tcpConn) abort(reason string, tell bool) { tc.end(reason, true, tell) }
+
+func (tc *tcpConn) end(reason string, reset, tell bool) {
+	tc.mu.Lock()
+	if tc.isClosed {
+		tc.mu.Unlock()
+		return
+	}
+	tc.isClosed = true
+	sub := tc.sub
+	wq := tc.wq
+	tc.wq, tc.slot = nil, nil
+	tc.mu.Unlock()
+	tc.closeOnce.Do(func() { close(tc.closed) })
+	if tc.lease != nil {
+		tc.lease.Stop()
+	}
+	for _, w := range wq {
+		w.release()
+	}
+	s := tc.s
+	s.tcp.mu.Lock()
+	if s.tcp.conns[tc.id] == tc {
+		delete(s.tcp.conns, tc.id)
+	}
+	sock := tc.sock
+	s.tcp.mu.Unlock()
+	if sock != nil {
+		if reset {
+			_ = sock.SetLinger(0)
+		}
+		_ = sock.Close()
+	}
+	if reset {
+		tc.log.Info("TCP connection reset", "reason", reason)
+	} else {
+		tc.log.Debug("TCP connection closed", "reason", reason)
+	}
+	if tell && sub != nil {
+		if err := sub.c.sched.PushControl(tc.enc.Reset()); err != nil && !errors.Is(err, delivery.ErrClosed) {
+			go sub.c.fail(err)
+		}
+	}
+	if sub != nil {
+		sub.out.Wake()
+	}
+}
+
+// tcpSource is the delivery.Source of a TCP subscription.
+type tcpSource struct {
+	tc   *tcpConn
+	sub  *subscription
+	snap []byte // channel/snapshot, sent first
+}
+
+// Next implements delivery.Source (writer goroutine; never blocks).
+func (src *tcpSource) Next() []byte {
+	if src.snap != nil {
+		t := src.snap
+		src.snap = nil
+		return t
+	}
+	tc := src.tc
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if tc.sub != src.sub || tc.isClosed {
+		return nil
+	}
+	if tc.slot != nil {
+		t := tc.slot
+		tc.slot = nil
+		signal(tc.wake)
+		return t
+	}
+	if tc.eofRead && !tc.eofSent {
+		tc.eofSent = true
+		return tc.enc.EOF(tc.readOff)
+	}
+	return nil
+}
+
+// signal is a non-blocking send on a 1-slot channel.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// portsLoop reads the listening ports every portsInterval and publishes
+// changes as root/portsChanged.
+func (s *Server) portsLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(portsInterval)
+	defer t.Stop()
+	logged := false
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), portsInterval)
+		ports, err := tcpadapter.ListeningPorts(ctx)
+		cancel()
+		switch {
+		case err != nil && !logged:
+			s.log.Warn("cannot read the listening ports; RootState.ports stays as it is", "error", err)
+			logged = true
+		case err == nil:
+			s.root.setPorts(ports)
+		}
+		select {
+		case <-t.C:
+		case <-s.tcp.stop:
+			return
+		}
+	}
+}
+
+// setPorts replaces RootState.ports and, when it changed, dispatches
+// root/portsChanged with the full list.
+func (r *root) setPorts(ports []rpc.ListeningPort) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.s.tcp.ports != nil && slices.Equal(r.s.tcp.ports, ports) {
+		return
+	}
+	r.s.tcp.ports = ports
+	action := rpc.RootPortsAction{Type: rpc.ActionRootPorts, Ports: ports}
+	_, _ = r.s.journal.Append(rpc.RootChannel, hostAction(rpc.RootChannel, action))
+}
+
+// portsLocked returns RootState.ports (call with r.mu held), for the
+// root's snapshot.
+func (r *root) portsLocked() []rpc.ListeningPort { return r.s.tcp.ports }

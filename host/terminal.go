@@ -3,12 +3,14 @@ package host
 import (
 	"encoding/json"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 
 	"github.com/sidecar-dev/sidecar/adapters/pty"
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -146,6 +148,9 @@ func (c *conn) createTerminal(params json.RawMessage) (any, *rpc.Error) {
 			return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "cwd" must be a file:// URI, got %q`, p.Cwd)
 		}
 		dir = u.Path
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "cwd" %s is not a directory on this host`, p.Cwd)
+		}
 	}
 	claim := rpc.Claim{Kind: "client", ClientID: c.id()}
 	if p.Claim != nil {
@@ -367,14 +372,23 @@ func (t *terminal) readLoop() {
 		<-t.proc.Done()
 	}
 	code, ok := t.proc.ExitCode()
+	sig, signaled := t.proc.Signaled()
 	t.mu.Lock()
 	t.exited = true
 	var exit *int
-	if ok {
+	action := rpc.TerminalExitedAction{Type: rpc.ActionTerminalExited}
+	switch {
+	case signaled:
+		// AHP: no exitCode when killed without one; our extension names
+		// the signal so a client can exit 128+n as a shell would.
+		action.Signal = unix.SignalName(sig)
+		action.SignalNumber = int(sig)
+	case ok:
 		exit = &code
+		action.ExitCode = exit
 	}
 	t.exitCode = exit
-	t.appendLocked(rpc.TerminalExitedAction{Type: rpc.ActionTerminalExited, ExitCode: exit})
+	t.appendLocked(action)
 	t.s.root.update(t.infoLocked(), false)
 	t.mu.Unlock()
 	t.log.Info("terminal exited", "exit_code", code, "known", ok)

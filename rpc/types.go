@@ -220,7 +220,26 @@ type TerminalInfo struct {
 type RootState struct {
 	Agents    []json.RawMessage `json:"agents"`
 	Terminals []TerminalInfo    `json:"terminals"`
+	// Ports is our extension (docs/protocol.md "TCP channels"): the TCP
+	// ports listening on the host, so clients can offer to forward them.
+	Ports []ListeningPort `json:"ports,omitempty"`
 }
+
+// ListeningPort is one entry of RootState.ports.
+type ListeningPort struct {
+	Address string `json:"address"`           // the bound address, "0.0.0.0" or "::" for all
+	Port    int    `json:"port"`              // 1..65535
+	Process string `json:"process,omitempty"` // the owning program's name, when visible
+}
+
+// RootPortsAction replaces RootState.ports (root/portsChanged, our extension).
+type RootPortsAction struct {
+	Type  string          `json:"type"`
+	Ports []ListeningPort `json:"ports"`
+}
+
+// ActionRootPorts is the type of RootPortsAction.
+const ActionRootPorts = "root/portsChanged"
 
 // ContentPart is one part of TerminalState.content; the sidecar emits only
 // "unclassified" parts of raw VT text.
@@ -311,9 +330,14 @@ type TerminalCwdAction struct {
 
 // TerminalExitedAction reports the exit code; ExitCode is absent when the
 // program was killed without one.
+//
+// Signal and SignalNumber are sidecar extensions (docs/protocol.md): the
+// signal that killed the program ("SIGKILL", 9), when one did.
 type TerminalExitedAction struct {
-	Type     string `json:"type"`
-	ExitCode *int   `json:"exitCode,omitempty"`
+	Type         string `json:"type"`
+	ExitCode     *int   `json:"exitCode,omitempty"`
+	Signal       string `json:"signal,omitempty"`
+	SignalNumber int    `json:"signalNumber,omitempty"`
 }
 
 // TerminalClaimedAction sets the claim.

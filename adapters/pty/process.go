@@ -81,6 +81,7 @@ type Process struct {
 	done     chan struct{}
 	exitCode int
 	exitOK   bool
+	signal   syscall.Signal // the signal that ended the child, or 0
 
 	closeOnce sync.Once
 	closeErr  error
@@ -244,6 +245,7 @@ func (p *Process) reap() {
 				p.exitCode, p.exitOK = ws.ExitStatus(), true
 			case ws.Signaled():
 				p.exitCode, p.exitOK = 128+int(ws.Signal()), true
+				p.signal = ws.Signal()
 			}
 		}
 	}
@@ -351,6 +353,17 @@ func (p *Process) ExitCode() (code int, ok bool) {
 	select {
 	case <-p.done:
 		return p.exitCode, p.exitOK
+	default:
+		return 0, false
+	}
+}
+
+// Signaled returns the signal that ended the child once Done is closed;
+// ok is false when it exited by itself (or has not been reaped yet).
+func (p *Process) Signaled() (sig syscall.Signal, ok bool) {
+	select {
+	case <-p.done:
+		return p.signal, p.signal != 0
 	default:
 		return 0, false
 	}

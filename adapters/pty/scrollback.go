@@ -113,6 +113,9 @@ type Scrollback struct {
 	start int    // index of the oldest byte when the ring is full
 	head  vtState
 	tail  vtState
+	// trimmed is set once older output has been dropped: only then can the
+	// retained text start mid-line (or mid-character, mid-sequence).
+	trimmed bool
 }
 
 // NewScrollback returns a Scrollback that retains at most maxBytes UTF-8
@@ -127,6 +130,9 @@ func NewScrollback(maxBytes int) *Scrollback {
 // amortized.
 func (s *Scrollback) Append(text string) {
 	s.tail = s.tail.advance(text)
+	if len(s.buf)+len(text) > s.max {
+		s.trimmed = true
+	}
 	if len(text) >= s.max {
 		// Everything retained now comes from text.
 		s.head = s.head.advanceBytes(s.buf[s.start:])
@@ -172,10 +178,15 @@ func (s *Scrollback) linear() string {
 // oldest retained bytes are inside an escape sequence (CSI, OSC or other
 // string) that ends within the text, it starts after that sequence; and it
 // starts just after the first newline when one lies in the first 1/8 of the
-// remaining text, so a snapshot does not begin mid-line. Its length in
+// remaining text, so a snapshot does not begin mid-line. These cuts apply
+// only once older output has been dropped; until then the text is returned
+// whole, from the first byte. Its length in
 // bytes is at most Len.
 func (s *Scrollback) String() string {
 	t := s.linear()
+	if !s.trimmed && s.head == vtGround {
+		return t
+	}
 	i := 0
 	if st := s.head; st != vtGround {
 		for j := 0; j < len(t); j++ {
@@ -188,6 +199,9 @@ func (s *Scrollback) String() string {
 	}
 	for k := 0; k < utf8.UTFMax-1 && i < len(t) && !utf8.RuneStart(t[i]); k++ {
 		i++
+	}
+	if !s.trimmed {
+		return t[i:]
 	}
 	limit := i + (len(t)-i)/8
 	st := vtGround
@@ -210,4 +224,5 @@ func (s *Scrollback) Clear() {
 	s.buf = s.buf[:0]
 	s.start = 0
 	s.head = s.tail
+	s.trimmed = false
 }

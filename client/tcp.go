@@ -1,0 +1,376 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+// TCP errors.
+var (
+	// ErrTCPNotOffered: the host's initialize result has no tcpConnections.
+	ErrTCPNotOffered = errors.New("client: the host does not offer TCP connections")
+	// ErrTCPReset: the connection was reset (tcp/reset from the host, or
+	// Reset). It wraps syscall.ECONNRESET so callers can treat it like a
+	// socket's reset.
+	ErrTCPReset = fmt.Errorf("client: TCP connection reset by the host side: %w", syscall.ECONNRESET)
+	// errTCPClosed: the TCPConn was closed locally.
+	errTCPClosed = fmt.Errorf("client: TCP connection closed: %w", net.ErrClosed)
+)
+
+// TCPCloseLinger bounds how long Close waits for the host to write what
+// was sent (all credit returned) before it unsubscribes, which closes the
+// host's socket.
+const TCPCloseLinger = 5 * time.Second
+
+// TCPConn is a TCP connection the host opened for us (createTcpConnection
+// on an ahp-tcp: channel, then a windowed subscription). It is a net.Conn
+// with CloseWrite, like *net.TCPConn.
+//
+// Received bytes are credited only once the consumer has taken them: with
+// WriteTo (which io.Copy uses) once the destination writer returned, with
+// Read at the next Read. So a consumer that stops reading stops the host
+// from reading the remote socket after one window. Write blocks while the
+// host's window and the subscription's bounded send queue are full.
+//
+// One goroutine may read and another write at the same time; Close may be
+// called from any goroutine. Deadlines: only the read deadline is honoured.
+type TCPConn struct {
+	c      *Conn
+	sub    *Subscription
+	enc    *tcpadapter.Encoder
+	remote *net.TCPAddr
+	ctx    context.Context // canceled by Close and on reset: unblocks Write
+	cancel context.CancelFunc
+
+	rmu      sync.Mutex
+	cur      *Message // the message buf comes from, released when used up
+	buf      []byte
+	recvOff  tcpadapter.DecodedOffset
+	rerr     error // sticky: io.EOF, ErrTCPReset
+
+	dmu      sync.Mutex
+	deadline time.Time
+
+	wmu     sync.Mutex
+	sendOff tcpadapter.DecodedOffset
+	wclosed bool
+
+	closeOnce sync.Once
+	mu        sync.Mutex
+	reset     bool
+}
+
+// DialTCP asks the host to connect to host:port and returns the stream.
+// A refusal is an *rpc.Error: CodePermissionDenied (not allowed by the
+// host's policy, or a limit), CodeTCPConnectionOpenFailed (refused,
+// unreachable, timed out); its Message says what happened in words a
+// person can act on.
+func (c *Conn) DialTCP(ctx context.Context, host string, port int) (*TCPConn, error) {
+	if c.init.TCPConnections == nil {
+		return nil, ErrTCPNotOffered
+	}
+	if c.opts.Ordinary {
+		return nil, errors.New("client: TCP connections need windowed delivery (do not use --ordinary)")
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	uri := "ahp-tcp:/" + hex.EncodeToString(b[:])
+	if err := c.Call(ctx, rpc.MethodCreateTCPConnection, tcpadapter.CreateParams{Channel: uri, Host: host, Port: &port}, nil); err != nil {
+		return nil, err
+	}
+	sub, err := c.Subscribe(ctx, uri)
+	if err != nil {
+		_ = c.notify(rpc.MethodUnsubscribe, rpc.ChannelParams{Channel: uri})
+		return nil, err
+	}
+	if !sub.Windowed {
+		_ = sub.Unsubscribe()
+		return nil, errors.New("client: the host declined windowed delivery for a TCP channel")
+	}
+	t := &TCPConn{c: c, sub: sub, enc: tcpadapter.NewEncoder(uri), remote: &net.TCPAddr{Port: port}}
+	if a, err := netip.ParseAddr(host); err == nil {
+		t.remote.IP = a.AsSlice()
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	return t, nil
+}
+
+// Channel returns the ahp-tcp: URI.
+func (t *TCPConn) Channel() string { return t.sub.Channel }
+
+// next returns the next bytes received, or the sticky error. The previous
+// message is released first (its bytes were taken). Call with rmu held.
+func (t *TCPConn) next() ([]byte, error) {
+	for len(t.buf) == 0 {
+		if t.cur != nil {
+			t.cur.Release()
+			t.cur = nil
+		}
+		if t.rerr != nil {
+			return nil, t.rerr
+		}
+		ctx := context.Background()
+		t.dmu.Lock()
+		deadline := t.deadline
+		t.dmu.Unlock()
+		if !deadline.IsZero() {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+		}
+		m, err := t.sub.Next(ctx)
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return nil, os.ErrDeadlineExceeded
+			}
+			if t.isReset() {
+				return nil, ErrTCPReset
+			}
+			if errors.Is(err, errUnsubscribed) {
+				return nil, errTCPClosed
+			}
+			return nil, fmt.Errorf("client: TCP connection lost: %w", err)
+		}
+		switch m.Method {
+		case rpc.MethodTCPData:
+			p, data, err := tcpadapter.ParseData(m.Params)
+			if err == nil {
+				data, err = tcpadapter.Trim(p.Offset, data, t.recvOff)
+			}
+			if err != nil {
+				m.Release()
+				t.rerr = err
+				t.Reset()
+				return nil, err
+			}
+			t.recvOff += tcpadapter.DecodedOffset(len(data))
+			t.cur, t.buf = m, data
+		case rpc.MethodTCPEOF:
+			m.Release()
+			t.rerr = io.EOF
+		case rpc.MethodTCPReset:
+			t.markReset()
+			t.rerr = ErrTCPReset
+		default: // channel/snapshot {} and anything we do not know
+			m.Release()
+		}
+	}
+	return t.buf, nil
+}
+
+// Read reads received bytes; io.EOF after the host's tcp/eof, ErrTCPReset
+// after a reset.
+func (t *TCPConn) Read(p []byte) (int, error) {
+	t.rmu.Lock()
+	defer t.rmu.Unlock()
+	data, err := t.next()
+	if err != nil {
+		return 0, err
+	}
+	n := copy(p, data)
+	t.buf = data[n:]
+	return n, nil
+}
+
+// WriteTo writes received bytes to w until tcp/eof (nil), a reset or an
+// error, releasing each message once w has taken it.
+func (t *TCPConn) WriteTo(w io.Writer) (int64, error) {
+	t.rmu.Lock()
+	defer t.rmu.Unlock()
+	var total int64
+	for {
+		data, err := t.next()
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+		n, err := w.Write(data)
+		total += int64(n)
+		t.buf = data[n:]
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// Write sends p as tcp/data messages that each fit the host's
+// maximumFrameBytes whole.
+func (t *TCPConn) Write(p []byte) (int, error) {
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	if t.wclosed {
+		return 0, fmt.Errorf("client: write after CloseWrite: %w", net.ErrClosed)
+	}
+	written := 0
+	for len(p) > 0 {
+		if t.isReset() {
+			return written, ErrTCPReset
+		}
+		n := t.enc.MaxPayload(t.sendOff, t.sub.HostReceive.MaximumFrameBytes)
+		if n <= 0 {
+			return written, errors.New("client: hostReceive.maximumFrameBytes too small for tcp/data")
+		}
+		n = min(n, len(p))
+		text := t.enc.AppendData(make([]byte, 0, t.enc.DataLen(t.sendOff, n)), t.sendOff, p[:n])
+		if err := t.sub.Send(t.ctx, text); err != nil {
+			if t.isReset() {
+				return written, ErrTCPReset
+			}
+			if errors.Is(err, context.Canceled) {
+				return written, errTCPClosed
+			}
+			return written, err
+		}
+		t.sendOff += tcpadapter.DecodedOffset(n)
+		written += n
+		p = p[n:]
+	}
+	return written, nil
+}
+
+// ReadFrom copies r to the connection (io.Copy uses it).
+func (t *TCPConn) ReadFrom(r io.Reader) (int64, error) {
+	buf := make([]byte, 32<<10)
+	var total int64
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			w, werr := t.Write(buf[:n])
+			total += int64(w)
+			if werr != nil {
+				return total, werr
+			}
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// CloseWrite sends tcp/eof after everything written: the host half-closes
+// its socket once it has written those bytes. Reading goes on.
+func (t *TCPConn) CloseWrite() error {
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	if t.wclosed {
+		return nil
+	}
+	t.wclosed = true
+	if t.isReset() {
+		return ErrTCPReset
+	}
+	return t.sub.Send(t.ctx, t.enc.EOF(t.sendOff))
+}
+
+// Close ends the connection gracefully: tcp/eof if not sent yet, then,
+// once the host has written every byte sent (bounded by TCPCloseLinger),
+// unsubscribe, which closes the host's socket.
+func (t *TCPConn) Close() error {
+	t.closeOnce.Do(func() {
+		if !t.isReset() {
+			_ = t.CloseWrite()
+			t.waitFlushed(TCPCloseLinger)
+		}
+		t.cancel()
+		_ = t.sub.Unsubscribe()
+	})
+	return nil
+}
+
+// Reset aborts the connection at once: tcp/reset (a control message,
+// which overtakes queued data), then unsubscribe. The host closes its
+// socket with an RST.
+func (t *TCPConn) Reset() {
+	t.closeOnce.Do(func() {
+		already := t.isReset()
+		t.markReset()
+		if !already {
+			_ = t.c.notify(rpc.MethodTCPReset, rpc.ChannelParams{Channel: t.sub.Channel})
+		}
+		_ = t.sub.Unsubscribe()
+	})
+}
+
+func (t *TCPConn) markReset() {
+	t.mu.Lock()
+	t.reset = true
+	t.mu.Unlock()
+	t.cancel()
+}
+
+func (t *TCPConn) isReset() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.reset
+}
+
+// waitFlushed waits until the send queue is empty and the host has
+// credited everything sent, at most d.
+func (t *TCPConn) waitFlushed(d time.Duration) {
+	_, out := t.sub.parts()
+	if out == nil {
+		return
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		t.sub.src.mu.Lock()
+		queued := len(t.sub.src.items)
+		t.sub.src.mu.Unlock()
+		sent, consumed, _ := out.Window()
+		if queued == 0 && consumed >= sent {
+			return
+		}
+		select {
+		case <-out.Changed():
+		case <-timer.C:
+			return
+		case <-t.c.done:
+			return
+		case <-t.ctx.Done():
+			return
+		}
+	}
+}
+
+// LocalAddr returns an unspecified *net.TCPAddr: the socket is on the host.
+func (t *TCPConn) LocalAddr() net.Addr { return &net.TCPAddr{} }
+
+// RemoteAddr returns the destination (its IP when it was given as one).
+func (t *TCPConn) RemoteAddr() net.Addr { return t.remote }
+
+// SetDeadline sets the read deadline (write deadlines are not supported).
+func (t *TCPConn) SetDeadline(d time.Time) error { return t.SetReadDeadline(d) }
+
+// SetReadDeadline bounds the next Reads; it takes effect from the next
+// call on.
+func (t *TCPConn) SetReadDeadline(d time.Time) error {
+	t.dmu.Lock()
+	t.deadline = d
+	t.dmu.Unlock()
+	return nil
+}
+
+// SetWriteDeadline is accepted and ignored: Write blocks only while the
+// host's window is full.
+func (t *TCPConn) SetWriteDeadline(time.Time) error { return nil }
+
+var _ net.Conn = (*TCPConn)(nil)
