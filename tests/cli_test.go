@@ -1,0 +1,245 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// TestConnectionErrors: every way a client can fail to connect exits 255
+// with a message that says what is wrong; the endpoint refuses a missing or
+// wrong token with HTTP 401 before the WebSocket upgrade.
+func TestConnectionErrors(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	runTrue := func(url, token, hash string) (string, int) {
+		_, errOut, code := s.run(t, "run", url, "--token", token, "--cert-hash", hash, "--", "true")
+		return errOut, code
+	}
+	t.Run("wrong token", func(t *testing.T) {
+		errOut, code := runTrue(s.url, s.token+"x", s.hash)
+		if code != 255 || !strings.Contains(errOut, "refused the token") {
+			t.Errorf("exit %d, stderr %q; want 255 and \"refused the token\"", code, errOut)
+		}
+	})
+	t.Run("wrong pin", func(t *testing.T) {
+		wrong := strings.Repeat("0", 64)
+		errOut, code := runTrue(s.url, s.token, wrong)
+		if code != 255 || !strings.Contains(errOut, "pin mismatch") {
+			t.Errorf("exit %d, stderr %q; want 255 and \"pin mismatch\"", code, errOut)
+		}
+	})
+	t.Run("nothing listening", func(t *testing.T) {
+		errOut, code := runTrue("wss://"+freePort(t)+"/ahp", s.token, s.hash)
+		if code != 255 || !strings.Contains(errOut, "nothing is listening") {
+			t.Errorf("exit %d, stderr %q; want 255 and \"nothing is listening\"", code, errOut)
+		}
+	})
+	t.Run("HTTP GET without token", func(t *testing.T) {
+		resp, err := s.httpClient(t).Get("https://" + s.host + "/ahp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("status %d, want 401", resp.StatusCode)
+		}
+	})
+	t.Run("WebSocket without token", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		c, resp, err := websocket.Dial(ctx, s.url, &websocket.DialOptions{HTTPClient: s.httpClient(t)})
+		if err == nil {
+			_ = c.CloseNow()
+			t.Fatal("dial without a token succeeded")
+		}
+		if resp == nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("response %v, want HTTP 401 (error %v)", resp, err)
+		}
+	})
+	t.Run("WebSocket with wrong token", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		hdr := http.Header{}
+		hdr.Set("Authorization", "Bearer "+s.token+"x")
+		c, resp, err := websocket.Dial(ctx, s.url, &websocket.DialOptions{HTTPClient: s.httpClient(t), HTTPHeader: hdr})
+		if err == nil {
+			_ = c.CloseNow()
+			t.Fatal("dial with a wrong token succeeded")
+		}
+		if resp == nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("response %v, want HTTP 401 (error %v)", resp, err)
+		}
+	})
+}
+
+// TestBadConfigFileLine: an invalid config makes serve exit non-zero at
+// once, naming the file and the line.
+func TestBadConfigFileLine(t *testing.T) {
+	t.Parallel()
+	cases := map[string]string{
+		"unknown attribute": "listener {\n  address = \"127.0.0.1:0\"\n  bogus = 1\n}\n",
+		"syntax error":      "listener {\n  address = \"127.0.0.1:0\"\n  origins = [\"https://x\" \"https://y\"]\n}\n",
+		"invalid value":     "delivery {\n  window_bytes = 262144\n  maximum_frame_bytes = 12\n}\n",
+	}
+	for name, text := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			f := filepath.Join(dir, "bad.hcl")
+			if err := os.WriteFile(f, []byte(text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			p := start(t, "serve", "--config", f, "--state-dir", filepath.Join(dir, "state"), "--token", "x")
+			code := p.wait(t, 10*time.Second)
+			errOut := p.stderr.String()
+			if code == 0 {
+				t.Errorf("serve exited 0 with a bad config")
+			}
+			if !strings.Contains(errOut, f+":3") {
+				t.Errorf("stderr does not point at %s:3:\n%s", f, errOut)
+			}
+			if strings.Contains(p.stdout.String(), "sidecar attach") {
+				t.Errorf("serve started listening with a bad config: %q", p.stdout.String())
+			}
+		})
+	}
+}
+
+var shellPidLine = regexp.MustCompile(`\r\nshell-pid=(\d+)\r\n`)
+
+var pidLine = regexp.MustCompile(`pid=(\d+) child=(\d+)\r\n`)
+
+// TestServeSIGTERM: SIGTERM with a client attached to a running terminal:
+// serve exits 0 within 10 s, the client sees close code 1001, and the
+// terminal's processes (shell and its child) are gone.
+func TestServeSIGTERM(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	rc := s.dialRaw(t)
+	rc.initialize("sigterm-client")
+	uri := "ahp-terminal:/sig-1"
+	rc.mustCall("createTerminal", map[string]any{
+		"channel": uri, "command": []string{"sh", "-c", "sleep 300 & echo pid=$$ child=$!; wait"},
+	})
+	sub := rc.mustCall("subscribe", map[string]any{"channel": uri})
+	var out strings.Builder
+	out.WriteString(snapshotContent(t, sub.Result))
+	var m []string
+	rc.waitNotification("pid line", func(msg message) bool {
+		out.WriteString(actionData(t, msg))
+		m = pidLine.FindStringSubmatch(out.String())
+		return m != nil
+	})
+	var pids []int
+	for _, s := range m[1:] {
+		pid, _ := strconv.Atoi(s)
+		if !alive(pid) {
+			t.Fatalf("pid %d is not running before SIGTERM", pid)
+		}
+		pids = append(pids, pid)
+	}
+	t.Cleanup(func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+
+	// An interactive client attached to a shell of its own.
+	att := startInPTY(t, append([]string{"attach", s.url}, s.connArgs()...)...)
+	att.out.waitFor(t, "attach prompt", 0, "XPROMPT> ")
+	att.typeText(t, "echo shell-pid=$$\r")
+	var shellPid int
+	text, ok := att.out.waitMatch(waitTimeout, func(text string) bool {
+		m := shellPidLine.FindStringSubmatch(text)
+		if m != nil {
+			shellPid, _ = strconv.Atoi(m[1])
+		}
+		return m != nil
+	})
+	if !ok {
+		t.Fatalf("no shell pid from attach; screen:\n%s", text)
+	}
+	pids = append(pids, shellPid)
+
+	start := time.Now()
+	if err := s.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err, _ := rc.waitClosed(10 * time.Second)
+	if code := websocket.CloseStatus(err); code != websocket.StatusGoingAway {
+		t.Errorf("client saw %v (close code %d), want close code 1001", err, code)
+	}
+	if code := s.p.wait(t, 10*time.Second); code != 0 {
+		t.Errorf("serve exited %d on SIGTERM, want 0", code)
+	}
+	t.Logf("serve exited %v after SIGTERM", time.Since(start).Round(time.Millisecond))
+	if code := att.wait(t); code != 255 {
+		t.Errorf("attach exited %d when the server shut down, want 255", code)
+	}
+	if screen := att.out.String(); !strings.Contains(screen, "shutting down") {
+		t.Errorf("attach did not say the server is shutting down; screen:\n%s", tail(screen, 1000))
+	}
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("terminal process %d still alive after serve exited", pid)
+		}
+	}
+	if strings.Contains(s.p.stderr.String(), `"@level":"error"`) {
+		t.Errorf("serve logged errors:\n%s", tail(s.p.stderr.String(), 3000))
+	}
+}
+
+// actionData returns the text of a terminal/data action notification, or "".
+func actionData(t *testing.T, m message) string {
+	t.Helper()
+	if m.Method != "action" {
+		return ""
+	}
+	var p struct {
+		Action struct {
+			Type string `json:"type"`
+			Data string `json:"data"`
+		} `json:"action"`
+	}
+	if err := json.Unmarshal(m.Params, &p); err != nil {
+		t.Fatalf("bad action: %v", err)
+	}
+	if p.Action.Type != "terminal/data" {
+		return ""
+	}
+	return p.Action.Data
+}
+
+// snapshotContent returns the concatenated content of the terminal state
+// in a subscribe result or a channel/snapshot's params.
+func snapshotContent(t *testing.T, raw json.RawMessage) string {
+	t.Helper()
+	var r struct {
+		Snapshot struct {
+			State struct {
+				Content []struct {
+					Value string `json:"value"`
+				} `json:"content"`
+			} `json:"state"`
+		} `json:"snapshot"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatalf("bad snapshot: %v: %.300s", err, raw)
+	}
+	var b strings.Builder
+	for _, p := range r.Snapshot.State.Content {
+		b.WriteString(p.Value)
+	}
+	return b.String()
+}

@@ -1,0 +1,339 @@
+package tests
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/sidecar-dev/sidecar/client"
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+// TestRunExitStatusAndOutput: `sidecar run` copies the command's output to
+// a non-TTY stdout with "\r\n" turned into "\n", and exits with its status.
+func TestRunExitStatusAndOutput(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	out, errOut, code := s.run(t, append(append([]string{"run", s.url}, s.connArgs()...), "--", "sh", "-c", "echo $((6*7)); exit 3")...)
+	if out != "42\n" {
+		t.Errorf("stdout = %q, want %q (stderr %q)", out, "42\n", errOut)
+	}
+	if code != 3 {
+		t.Errorf("exit status = %d, want 3 (stderr %q)", code, errOut)
+	}
+}
+
+// TestRunLargeOutputComplete: a multi-megabyte output arrives complete and
+// in order (windowed delivery end to end through the CLI).
+func TestRunLargeOutputComplete(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	want, err := exec.Command("seq", "1", "400000").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, append(append([]string{"run", s.url}, s.connArgs()...), "--", "seq", "1", "400000")...)
+	if code := p.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("exit status %d, stderr %q", code, p.stderr.String())
+	}
+	got := p.stdout.Bytes()
+	if sha256.Sum256(got) != sha256.Sum256(want) {
+		t.Fatalf("stdout differs from local seq: %d bytes, want %d; first difference at %d", len(got), len(want), firstDiff(got, want))
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// ptyProc is a sidecar client running inside a PTY (an interactive user).
+type ptyProc struct {
+	cmd  *exec.Cmd
+	ptmx *os.File
+	out  *streamBuf
+	done chan struct{}
+	err  error
+	read chan struct{}
+}
+
+func startInPTY(t *testing.T, args ...string) *ptyProc {
+	t.Helper()
+	cmd := exec.Command(sidecarBin, args...)
+	cmd.Env = cleanEnv()
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 80, Rows: 24})
+	if err != nil {
+		t.Fatalf("start in pty: %v", err)
+	}
+	p := &ptyProc{cmd: cmd, ptmx: ptmx, out: newStreamBuf(), done: make(chan struct{}), read: make(chan struct{})}
+	go func() {
+		defer close(p.read)
+		_, _ = io.Copy(p.out, ptmx) // ends with EIO once the process has exited
+	}()
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.done:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-p.done
+			}
+		}
+		_ = ptmx.Close()
+		<-p.read
+	})
+	return p
+}
+
+func (p *ptyProc) typeText(t *testing.T, s string) {
+	t.Helper()
+	if _, err := p.ptmx.Write([]byte(s)); err != nil {
+		t.Fatalf("typing %q: %v", s, err)
+	}
+}
+
+func (p *ptyProc) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(waitTimeout):
+		t.Fatalf("attach did not exit within %v; screen:\n%s", waitTimeout, tail(p.out.String(), 2000))
+	}
+	return exitCode(p.err)
+}
+
+// TestAttachInteractive drives `sidecar attach` through a PTY: prompt,
+// command output, window-size propagation (SIGWINCH → terminal/resized →
+// remote pty), and exit status on `exit`.
+func TestAttachInteractive(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	a := startInPTY(t, append([]string{"attach", s.url}, s.connArgs()...)...)
+	pos := a.out.waitFor(t, "prompt", 0, "XPROMPT> ")
+	a.typeText(t, "echo hi\r")
+	pos = a.out.waitFor(t, "echo hi", pos, "\r\nhi\r\n")
+	pos = a.out.waitFor(t, "prompt after echo", pos, "XPROMPT> ")
+
+	// The initial size is the outer PTY's.
+	a.typeText(t, "stty size\r")
+	pos = a.out.waitFor(t, "initial size", pos, "\r\n24 80\r\n")
+	pos = a.out.waitFor(t, "prompt after stty", pos, "XPROMPT> ")
+
+	if err := pty.Setsize(a.ptmx, &pty.Winsize{Rows: 50, Cols: 132}); err != nil {
+		t.Fatal(err)
+	}
+	// SIGWINCH reaches attach asynchronously: ask again until the remote
+	// side reports the new size (each try is bounded; the total too).
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		a.typeText(t, "stty size\r")
+		from := pos
+		text, ok := a.out.waitMatch(3*time.Second, func(text string) bool {
+			return strings.Contains(text[from:], "\r\n50 132\r\n")
+		})
+		if ok {
+			pos = strings.Index(text[from:], "\r\n50 132\r\n") + from
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("remote size never became 50 132; screen:\n%s", tail(text, 2000))
+		}
+		pos = len(text)
+	}
+	pos = a.out.waitFor(t, "prompt after resize", pos, "XPROMPT> ")
+	a.typeText(t, "exit\r")
+	if code := a.wait(t); code != 0 {
+		t.Fatalf("attach exit status = %d, want 0; screen:\n%s", code, tail(a.out.String(), 2000))
+	}
+}
+
+var reattachHint = regexp.MustCompile(`detached from ahp-terminal:/(\S+); reattach with: sidecar attach (\S+) (\S+)\r?\n`)
+
+// TestAttachDetachReattach: "~." after Enter detaches (exit 0, "detached"),
+// the terminal keeps running (sidecar ls), and `sidecar attach URL ID`
+// reattaches to the same shell.
+func TestAttachDetachReattach(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	a := startInPTY(t, append([]string{"attach", s.url}, s.connArgs()...)...)
+	pos := a.out.waitFor(t, "prompt", 0, "XPROMPT> ")
+	// A marker in the shell's environment shows the reattach reaches the
+	// same shell.
+	a.typeText(t, "MARK=same-shell-7\r")
+	pos = a.out.waitFor(t, "prompt after MARK", pos+1, "XPROMPT> ")
+	a.typeText(t, "\r~.")
+	if code := a.wait(t); code != 0 {
+		t.Fatalf("detach: exit status %d, want 0; screen:\n%s", code, tail(a.out.String(), 2000))
+	}
+	<-a.read
+	screen := a.out.String()
+	if !strings.Contains(screen[pos:], "detached") {
+		t.Fatalf("detach did not print \"detached\"; screen:\n%s", tail(screen, 2000))
+	}
+	m := reattachHint.FindStringSubmatch(screen)
+	if m == nil {
+		t.Fatalf("no reattach hint; screen:\n%s", tail(screen, 2000))
+	}
+	id := m[1]
+	if m[2] != s.url || m[3] != id {
+		t.Errorf("reattach hint = %q, want URL %s and id %s", m[0], s.url, id)
+	}
+
+	out, errOut, code := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
+	if code != 0 {
+		t.Fatalf("ls: exit %d, stderr %q", code, errOut)
+	}
+	found := false
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == id {
+			found = true
+			if f[len(f)-1] != "running" {
+				t.Errorf("ls shows %q, want the terminal running", line)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("ls does not list %s:\n%s", id, out)
+	}
+
+	b := startInPTY(t, append([]string{"attach", s.url, id}, s.connArgs()...)...)
+	// Reattaching replays the terminal's scrollback first.
+	b.out.waitFor(t, "scrollback on reattach", 0, "XPROMPT> MARK=same-shell-7\r\n")
+	b.typeText(t, "echo back $MARK\r")
+	pos = b.out.waitFor(t, "echo back", 0, "\r\nback same-shell-7\r\n")
+	b.out.waitFor(t, "prompt after back", pos, "XPROMPT> ")
+	b.typeText(t, "exit\r")
+	if code := b.wait(t); code != 0 {
+		t.Fatalf("reattached shell: exit status %d, want 0; screen:\n%s", code, tail(b.out.String(), 2000))
+	}
+	// Exiting the shell ends (and disposes) the terminal.
+	out, _, _ = s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
+	if strings.Contains(out, id+" ") && strings.Contains(out, "running") {
+		t.Errorf("terminal %s still running after exit:\n%s", id, out)
+	}
+}
+
+// TestTwoClientsShareTerminal: with the Go client library, two connections
+// subscribe to one terminal; input from the second (not the claim holder)
+// reaches the program and both see its output and its exit status.
+func TestTwoClientsShareTerminal(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	dial := func() *client.Conn {
+		c, err := client.Dial(ctx, s.url, client.Options{Token: s.token, CertHash: s.hash})
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	ca, cb := dial(), dial()
+	uri := "ahp-terminal:/shared-1"
+	if err := ca.Call(ctx, rpc.MethodCreateTerminal, rpc.CreateTerminalParams{
+		Channel: uri, Command: []string{"sh", "-c", "read x; echo got-$x; exit 5"},
+	}, nil); err != nil {
+		t.Fatalf("createTerminal: %v", err)
+	}
+	ta, err := client.OpenTerminal(ctx, ca, uri)
+	if err != nil {
+		t.Fatalf("open A: %v", err)
+	}
+	tb, err := client.OpenTerminal(ctx, cb, uri)
+	if err != nil {
+		t.Fatalf("open B: %v", err)
+	}
+	type result struct {
+		code *int
+		err  error
+	}
+	outA, outB := newStreamBuf(), newStreamBuf()
+	resA, resB := make(chan result, 1), make(chan result, 1)
+	go func() { c, err := ta.Copy(ctx, outA, true); resA <- result{c, err} }()
+	go func() { c, err := tb.Copy(ctx, outB, true); resB <- result{c, err} }()
+	if err := tb.Input(ctx, []byte("hello\r")); err != nil {
+		t.Fatalf("input from B: %v", err)
+	}
+	for name, out := range map[string]*streamBuf{"A": outA, "B": outB} {
+		out.waitFor(t, "client "+name, 0, "got-hello\r\n")
+	}
+	for name, ch := range map[string]chan result{"A": resA, "B": resB} {
+		select {
+		case r := <-ch:
+			if r.err != nil || r.code == nil || *r.code != 5 {
+				t.Errorf("client %s: Copy = (%v, %v), want exit code 5", name, r.code, r.err)
+			}
+		case <-time.After(waitTimeout):
+			t.Fatalf("client %s never saw the exit", name)
+		}
+	}
+	var re *rpc.Error
+	// The exited terminal is still listed until disposed; dispose it.
+	if err := ca.Call(ctx, rpc.MethodDisposeTerminal, rpc.ChannelParams{Channel: uri}, nil); err != nil && !(errors.As(err, &re) && re.Code == rpc.CodeNotFound) {
+		t.Errorf("dispose: %v", err)
+	}
+}
+
+// TestRunInputComplete: stdin of `sidecar run` reaches the program
+// complete (client → host windowed input), and its end is end of file.
+func TestRunInputComplete(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	// Base64 lines (short, printable) so the PTY's canonical mode passes
+	// them through unchanged.
+	var in strings.Builder
+	for i := 0; in.Len() < 600000; i++ {
+		fmt.Fprintf(&in, "line %06d %s\n", i, strings.Repeat("abcdefghij", 6))
+	}
+	input := in.String()
+	sum := sha256.Sum256([]byte(input))
+	want := hex.EncodeToString(sum[:]) + "  -\n"
+	p := exec.Command(sidecarBin, append(append([]string{"run", s.url}, s.connArgs()...), "--", "sh", "-c", "stty -echo; sha256sum")...)
+	p.Env = cleanEnv()
+	p.Stdin = strings.NewReader(input)
+	out, errOut := newStreamBuf(), newStreamBuf()
+	p.Stdout, p.Stderr = out, errOut
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v, stderr %q", err, errOut.String())
+		}
+	case <-time.After(waitTimeout):
+		_ = p.Process.Kill()
+		<-done
+		t.Fatalf("run did not finish within %v; stdout tail %q", waitTimeout, tail(out.String(), 300))
+	}
+	if got := out.String(); !strings.HasSuffix(got, want) {
+		t.Errorf("program saw different input: output ends %q, want %q", tail(got, 200), want)
+	}
+}
