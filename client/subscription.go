@@ -337,3 +337,7 @@ func (s *Subscription) Window() (sent, consumed delivery.UTF16Bytes, l delivery.
 	}
 	return out.Window()
 }
+
+// Initialize sends initialize on a Conn made with NewConn (Dial does it
+// itself). Its result is available from Initialized.
+func (c *Conn) Initialize(ctx context.Context) error { return c.initialize(ctx) }
