@@ -711,7 +711,9 @@ func (c *Config) Logger(out io.Writer, isTerminal bool) (hclog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("config: log.format %q is not one of auto, text, json", c.Log.Format)
 	}
-	return hclog.New(&hclog.LoggerOptions{
+	// An InterceptLogger, so that sinks (the ahp-otlp://logs channel) can
+	// receive every record.
+	return hclog.NewInterceptLogger(&hclog.LoggerOptions{
 		Name:       "sidecar",
 		Level:      level,
 		Output:     out,

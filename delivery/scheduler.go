@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // MessageWriter is the transport under a Scheduler: it writes one complete
@@ -79,6 +81,8 @@ type Scheduler struct {
 	ordinary  ordinaryQueue
 	streams   []*Stream
 	gaps      uint64 // number of gap collapses, for metrics and tests
+	// creditWait accumulates nanoseconds streams spent with a full window.
+	creditWait atomic.Int64
 	// flushErr, when set, closes the scheduler with it once the protected
 	// queue is empty (an error response that ends the connection).
 	flushErr error
@@ -202,6 +206,30 @@ func (s *Scheduler) collapseLocked() error {
 	return nil
 }
 
+// TryPushOrdinary queues text like PushOrdinary, but only while fewer than
+// maxQueued ordinary messages wait; otherwise it returns false and queues
+// nothing (a live channel's subscriber simply misses this batch, and never
+// causes a gap collapse).
+func (s *Scheduler) TryPushOrdinary(channel string, seq uint64, text []byte, maxQueued int) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed != nil {
+		return false, s.closed
+	}
+	if s.ordinary.len() >= min(maxQueued, s.cfg.OrdinaryMessages) {
+		return false, nil
+	}
+	s.ordinary.push(ordinaryItem{channel: channel, seq: seq, text: text})
+	s.signal()
+	return true, nil
+}
+
+// CreditWait returns the total time the windowed streams of this scheduler
+// have spent unable to start a message for lack of credit.
+func (s *Scheduler) CreditWait() time.Duration {
+	return time.Duration(s.creditWait.Load())
+}
+
 // DropOrdinary removes queued ordinary messages of channel (unsubscribe).
 func (s *Scheduler) DropOrdinary(channel string) {
 	s.mu.Lock()
@@ -322,8 +350,18 @@ func (s *Scheduler) pickData(streams []*Stream) []byte {
 	if s.rr >= n {
 		s.rr = 0
 	}
-	// Two passes: the first may only hand out quanta.
-	for visited := 0; visited < 2*n; visited++ {
+	// Visit until a participant sends. Every visit to a participant with a
+	// frame adds a quantum, so a frame larger than several quanta goes out
+	// after that many rounds; the loop ends once a whole round finds no
+	// participant with anything to send.
+	withData := 0
+	for visited := 0; ; visited++ {
+		if visited > 0 && visited%n == 0 {
+			if withData == 0 {
+				return nil
+			}
+			withData = 0
+		}
 		i := s.rr
 		var size UTF16Bytes
 		var deficit *UTF16Bytes
@@ -347,6 +385,7 @@ func (s *Scheduler) pickData(streams []*Stream) []byte {
 			}
 			size, deficit = frame.size, &st.deficit
 		}
+		withData++
 		if *deficit < size {
 			*deficit += s.cfg.Quantum
 			if *deficit < size {
@@ -366,5 +405,4 @@ func (s *Scheduler) pickData(streams []*Stream) []byte {
 		}
 		return streams[i-1].take()
 	}
-	return nil
 }

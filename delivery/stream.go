@@ -3,6 +3,7 @@ package delivery
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Stream is the sending side of one windowed subscription on a Scheduler
@@ -15,8 +16,9 @@ type Stream struct {
 	removed atomic.Bool
 	changed chan struct{} // 1-slot: window or pull state may have changed
 
-	mu  sync.Mutex
-	win *SendWindow
+	mu        sync.Mutex
+	win       *SendWindow
+	blockedAt time.Time // when the window last filled; zero while open
 
 	// Owned by the Scheduler's writer goroutine.
 	frag    *Fragmenter
@@ -108,6 +110,10 @@ func (st *Stream) SetLimits(l Limits) {
 func (st *Stream) Credit(consumed UTF16Bytes) error {
 	st.mu.Lock()
 	advanced, err := st.win.Credit(consumed)
+	if advanced && !st.blockedAt.IsZero() && st.win.CanStart() {
+		st.sched.creditWait.Add(int64(time.Since(st.blockedAt)))
+		st.blockedAt = time.Time{}
+	}
 	st.mu.Unlock()
 	if err != nil {
 		if v, ok := err.(*ViolationError); ok && v.Channel == "" {
@@ -181,6 +187,9 @@ const minFragmentPayload UTF16Bytes = 256
 func (st *Stream) debit(text []byte, size UTF16Bytes) *readyFrame {
 	st.mu.Lock()
 	err := st.win.Debit(size)
+	if err == nil && !st.win.CanStart() {
+		st.blockedAt = time.Now()
+	}
 	st.mu.Unlock()
 	if err != nil {
 		return nil // cannot happen: CanStart was checked by this goroutine

@@ -132,10 +132,10 @@ func (c *conn) dropSubscription(sub *subscription) {
 	if sub.out != nil {
 		sub.out.Remove()
 	}
-	c.sched.DropOrdinary(sub.channel)
 	if a, ok := sub.ch.(attachable); ok {
-		a.detach(sub)
+		a.detach(sub) // no more pushes after this
 	}
+	c.sched.DropOrdinary(sub.channel)
 }
 
 // protocolError answers a message that could not be processed. Requests
@@ -434,9 +434,22 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 		TCPConnections:   c.s.tcpCapability(),
 	}
 	var activate []*subscription
+	var attach []*subscription
 	for _, uri := range p.InitialSubscriptions {
 		ch := c.s.channel(uri)
-		if ch == nil {
+		if ch == nil || c.subscription(uri) != nil {
+			continue
+		}
+		if _, ok := ch.(windowedOnly); ok {
+			continue
+		}
+		if _, ok := ch.(statelessChannel); ok {
+			// No snapshot: the array holds state-bearing channels only.
+			sub := &subscription{c: c, ch: ch, channel: uri, active: true}
+			c.mu.Lock()
+			c.subs[uri] = sub
+			c.mu.Unlock()
+			attach = append(attach, sub)
 			continue
 		}
 		sub, snap := c.subscribeOrdinary(ch)
@@ -446,6 +459,11 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 	return res, func() {
 		for _, sub := range activate {
 			sub.activate()
+		}
+		for _, sub := range attach {
+			if a, ok := sub.ch.(attachable); ok {
+				a.attach(sub)
+			}
 		}
 	}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -38,6 +39,10 @@ type Server struct {
 	journal *journal.Journal
 	root    *root
 	hostMax delivery.Limits
+
+	// Counters of connections already closed, for the sidecar.* metrics.
+	closedGaps       atomic.Uint64
+	closedCreditWait atomic.Int64
 
 	tcp       tcpState       // host/tcp.go
 	telemetry telemetryState // host/telemetry.go
@@ -95,7 +100,7 @@ func (s *Server) ServeConn(ctx context.Context, mc transport.MessageConn) error 
 		_ = mc.Close(transport.CloseGoingAway, "server shutting down")
 		return ErrShuttingDown
 	}
-	c := newConn(s, mc)
+	c := newConn(s, s.countConn(mc))
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -103,6 +108,8 @@ func (s *Server) ServeConn(ctx context.Context, mc transport.MessageConn) error 
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.mu.Unlock()
+		s.closedGaps.Add(c.sched.Gaps())
+		s.closedCreditWait.Add(int64(c.sched.CreditWait()))
 		s.wg.Done()
 	}()
 	return c.serve(ctx)

@@ -237,18 +237,32 @@ type otlpSub struct {
 
 	snapDue atomic.Bool
 	latest  atomic.Pointer[telemetry.Batch] // metrics: newest batch offered
+	need    atomic.Int64                    // metrics: credit a batch needs (UTF-16 bytes)
 	sent    uint64                          // metrics: seq of the last batch sent (writer goroutine)
 	cursor  atomic.Uint64                   // logs: ring seq read up to
 }
 
-// Ready implements telemetry.Subscriber: a windowed subscription can start
-// a message; an ordinary one has headroom in its connection's FIFO.
+// Ready implements telemetry.Subscriber. A windowed subscription is ready
+// when its credit covers a whole batch (the last one's size with room for
+// the fragments' envelopes and escaping), or, with a window smaller than
+// that, when nothing is outstanding: a batch that started could otherwise
+// stall half-sent and arrive old once credit comes. An ordinary one is
+// ready with headroom in its connection's FIFO.
 func (os *otlpSub) Ready() bool {
 	if os.detached.Load() {
 		return false
 	}
 	if st := os.sub.out; st != nil {
-		return !st.Removed() && st.CanStart()
+		if st.Removed() || !st.CanStart() {
+			return false
+		}
+		sent, consumed, l := st.Window()
+		outstanding := sent - consumed
+		need := delivery.UTF16Bytes(os.need.Load())
+		if need > l.WindowBytes {
+			return outstanding == 0
+		}
+		return outstanding+need <= l.WindowBytes
 	}
 	os.sub.mu.Lock()
 	active := os.sub.active
@@ -263,6 +277,9 @@ func (os *otlpSub) Ready() bool {
 // Offer implements telemetry.Subscriber.
 func (os *otlpSub) Offer(b *telemetry.Batch) {
 	if st := os.sub.out; st != nil {
+		// Fragments escape the message into a JSON string and add an
+		// envelope each: budget half as much again.
+		os.need.Store(int64(delivery.Measure(b.Text)) * 3 / 2)
 		os.latest.Store(b)
 		st.Wake()
 		return
@@ -282,7 +299,7 @@ func (os *otlpSub) pushOrdinary(text []byte) {
 	if !sub.active {
 		return
 	}
-	if err := sub.c.sched.PushOrdinary(sub.channel, 0, text); err != nil {
+	if _, err := sub.c.sched.TryPushOrdinary(sub.channel, 0, text, ordinaryTelemetryHeadroom); err != nil {
 		go sub.c.fail(err)
 	}
 }
@@ -409,10 +426,14 @@ func (s *Server) selfStats() telemetry.Self {
 		BytesSent:     s.telemetry.bytesSent.Load(),
 		BytesReceived: s.telemetry.bytesReceived.Load(),
 	}
+	st.Gaps = s.closedGaps.Load()
+	wait := time.Duration(s.closedCreditWait.Load())
 	for _, c := range conns {
 		st.Subscriptions += c.subCount()
 		st.Gaps += c.sched.Gaps()
+		wait += c.sched.CreditWait()
 	}
+	st.CreditWait = wait
 	return st
 }
 
@@ -420,8 +441,7 @@ func (s *Server) selfStats() telemetry.Self {
 func (s *Server) TelemetryStats() telemetry.HubStats { return s.telemetry.hub.Stats() }
 
 // countConn wraps a connection's transport so that the bytes it carries
-// count in sidecar.io. ServeConn does not call it yet: it needs a one-line
-// change there (mc = s.countConn(mc)).
+// count in sidecar.io (ServeConn wraps every connection).
 func (s *Server) countConn(mc transport.MessageConn) transport.MessageConn {
 	return &countingConn{MessageConn: mc, ts: &s.telemetry}
 }
