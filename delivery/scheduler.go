@@ -88,7 +88,8 @@ type Scheduler struct {
 	flushErr error
 
 	// Owned by the writer goroutine.
-	rr         int // index into the participant ring
+	rr         int  // index into the participant ring
+	fresh      bool // the participant at rr has not had its quantum yet
 	ordDeficit UTF16Bytes
 }
 
@@ -111,6 +112,7 @@ func NewScheduler(cfg SchedulerConfig) *Scheduler {
 		cfg:      cfg,
 		wake:     make(chan struct{}, 1),
 		credits:  map[string]UTF16Bytes{},
+		fresh:    true,
 		ordinary: ordinaryQueue{lastSeq: map[string]uint64{}},
 	}
 }
@@ -296,6 +298,10 @@ func (s *Scheduler) Run(ctx context.Context, w MessageWriter) error {
 // next blocks until a message can be sent and returns it.
 func (s *Scheduler) next(ctx context.Context) ([]byte, error) {
 	for {
+		if err := ctx.Err(); err != nil {
+			s.Close(err)
+			return nil, err
+		}
 		s.mu.Lock()
 		if s.closed != nil {
 			err := s.closed
@@ -340,20 +346,21 @@ func (s *Scheduler) next(ctx context.Context) ([]byte, error) {
 }
 
 // pickData runs deficit round-robin over the participants: index 0 is the
-// ordinary FIFO, 1..n the windowed streams. A participant with a frame
-// ready and enough deficit sends it; one without enough gets a quantum and
-// sends if that covers it, else the turn passes. Idle participants lose
-// their deficit. One frame per call; the ring position is kept across calls
-// so a participant keeps its turn while its deficit lasts.
+// ordinary FIFO, 1..n the windowed streams. When a participant's turn
+// begins it gets one quantum; it then sends frames, one per call, while its
+// deficit covers the next one, and the turn passes on when it does not (the
+// deficit carries over, so a frame larger than a quantum goes out after
+// enough turns). Idle participants lose their deficit. The position is kept
+// across calls. It returns nil once a whole round finds nothing to send.
 func (s *Scheduler) pickData(streams []*Stream) []byte {
 	n := len(streams) + 1
 	if s.rr >= n {
-		s.rr = 0
+		s.rr, s.fresh = 0, true
 	}
-	// Visit until a participant sends. Every visit to a participant with a
-	// frame adds a quantum, so a frame larger than several quanta goes out
-	// after that many rounds; the loop ends once a whole round finds no
-	// participant with anything to send.
+	next := func() {
+		s.rr = (s.rr + 1) % n
+		s.fresh = true
+	}
 	withData := 0
 	for visited := 0; ; visited++ {
 		if visited > 0 && visited%n == 0 {
@@ -371,7 +378,7 @@ func (s *Scheduler) pickData(streams []*Stream) []byte {
 			s.mu.Unlock()
 			if !ok {
 				s.ordDeficit = 0
-				s.rr = (s.rr + 1) % n
+				next()
 				continue
 			}
 			size, deficit = it.size(), &s.ordDeficit
@@ -380,18 +387,19 @@ func (s *Scheduler) pickData(streams []*Stream) []byte {
 			frame := st.ready()
 			if frame == nil {
 				st.deficit = 0
-				s.rr = (s.rr + 1) % n
+				next()
 				continue
 			}
 			size, deficit = frame.size, &st.deficit
 		}
 		withData++
-		if *deficit < size {
+		if s.fresh {
 			*deficit += s.cfg.Quantum
-			if *deficit < size {
-				s.rr = (s.rr + 1) % n
-				continue
-			}
+			s.fresh = false
+		}
+		if *deficit < size {
+			next()
+			continue
 		}
 		*deficit -= size
 		if i == 0 {

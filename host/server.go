@@ -170,10 +170,15 @@ func (s *Server) terminalCount(clientID string) (total, mine int) {
 	return total, mine
 }
 
+// terminal returns the running (or exited) terminal uri; one whose process
+// is still starting is not visible yet.
 func (s *Server) terminal(uri string) *terminal {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.terminals[uri]
+	if t := s.terminals[uri]; t != nil && t.proc != nil {
+		return t
+	}
+	return nil
 }
 
 func (s *Server) defaultDirectory() string {

@@ -67,6 +67,7 @@ type terminal struct {
 	claim    rpc.Claim
 	exitCode *int
 	exited   bool
+	disposed bool // removed from the catalogue: never re-listed
 	scroll   *pty.Scrollback
 	subs     map[*subscription]struct{}
 	pacer    *subscription
@@ -218,7 +219,17 @@ func (c *conn) createTerminal(params json.RawMessage) (any, *rpc.Error) {
 		s.mu.Unlock()
 		return nil, rpc.Errorf(rpc.CodeInternalError, "cannot start terminal: %v", err)
 	}
-	t.proc = proc
+	s.mu.Lock()
+	t.proc = proc // published under s.mu: lookups skip terminals still starting
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		_ = proc.Kill(killGrace)
+		s.mu.Lock()
+		delete(s.terminals, p.Channel)
+		s.mu.Unlock()
+		return nil, rpc.Errorf(rpc.CodeInternalError, "server is shutting down")
+	}
 	switch {
 	case p.Name != "":
 		t.title = p.Name
@@ -263,6 +274,7 @@ func (c *conn) disposeTerminal(params json.RawMessage) (any, *rpc.Error) {
 	s.mu.Unlock()
 	t.log.Info("terminal disposed", "client", c.id())
 	t.mu.Lock()
+	t.disposed = true
 	subs := make([]*subscription, 0, len(t.subs))
 	for sub := range t.subs {
 		subs = append(subs, sub)
@@ -289,8 +301,11 @@ func (c *conn) disposeTerminal(params json.RawMessage) (any, *rpc.Error) {
 // kill ends the process group and waits for the reader.
 func (t *terminal) kill() {
 	t.killOnce.Do(func() { close(t.killed) })
-	if t.proc != nil {
-		_ = t.proc.Kill(killGrace)
+	t.s.mu.Lock()
+	proc := t.proc
+	t.s.mu.Unlock()
+	if proc != nil {
+		_ = proc.Kill(killGrace)
 		<-t.readerDone
 	}
 }
@@ -389,7 +404,9 @@ func (t *terminal) readLoop() {
 	}
 	t.exitCode = exit
 	t.appendLocked(action)
-	t.s.root.update(t.infoLocked(), false)
+	if !t.disposed {
+		t.s.root.update(t.infoLocked(), false)
+	}
 	t.mu.Unlock()
 	t.log.Info("terminal exited", "exit_code", code, "known", ok)
 }
@@ -444,7 +461,7 @@ func (t *terminal) output(out pty.Output) {
 			}
 		}
 	}
-	if changed {
+	if changed && !t.disposed {
 		t.s.root.update(t.infoLocked(), false)
 	}
 }
@@ -505,7 +522,9 @@ func (t *terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 		}
 		t.title = a.Title
 		t.echoLocked(raw, origin, "")
-		t.s.root.update(t.infoLocked(), false)
+		if !t.disposed {
+			t.s.root.update(t.infoLocked(), false)
+		}
 		release()
 	case rpc.ActionTerminalCleared:
 		t.scroll.Clear()
@@ -524,7 +543,9 @@ func (t *terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 		t.claim = a.Claim
 		t.echoLocked(raw, origin, "")
 		t.choosePacerLocked()
-		t.s.root.update(t.infoLocked(), false)
+		if !t.disposed {
+			t.s.root.update(t.infoLocked(), false)
+		}
 		release()
 	case rpc.ActionTerminalData, rpc.ActionTerminalExited, rpc.ActionTerminalCwd,
 		rpc.ActionTerminalCmdExec, rpc.ActionTerminalCmdFinish, rpc.ActionTerminalCmdDetect:

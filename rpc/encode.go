@@ -10,7 +10,9 @@ import (
 
 // Marshal encodes v as compact JSON without HTML escaping (so terminal
 // output keeps '<', '>' and '&' as one code unit each, as JSON.stringify
-// would). The result is the exact text sent; sizes are measured on it.
+// would; encoding/json still escapes U+2028 and U+2029). The result is the
+// exact text sent; sizes are measured on it. Values with their own
+// MarshalJSON (jsonrpc2's responses) may still HTML-escape inside.
 func Marshal(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

@@ -1,0 +1,500 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// text returns an encoder producing exactly n bytes that start with the seq.
+func text(n int) func(seq uint64) ([]byte, error) {
+	return func(seq uint64) ([]byte, error) {
+		s := fmt.Sprintf("%d:", seq)
+		if len(s) > n {
+			panic("entry too small for its seq")
+		}
+		return []byte(s + strings.Repeat("x", n-len(s))), nil
+	}
+}
+
+func mustAppend(t testing.TB, j *Journal, ch string, enc func(uint64) ([]byte, error)) Entry {
+	t.Helper()
+	e, err := j.Append(ch, enc)
+	if err != nil {
+		t.Fatalf("Append(%q): %v", ch, err)
+	}
+	return e
+}
+
+func seqs(es []Entry) []uint64 {
+	out := make([]uint64, len(es))
+	for i, e := range es {
+		out[i] = e.Seq
+	}
+	return out
+}
+
+func equalSeqs(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestSeqIsGlobalAndMonotonicAcrossChannels(t *testing.T) {
+	j := New(Limits{}, nil)
+	if got := j.Seq(); got != 0 {
+		t.Fatalf("Seq of empty journal = %d, want 0", got)
+	}
+	order := []string{"a", "b", "a", "c", "b", "a"}
+	for i, ch := range order {
+		e := mustAppend(t, j, ch, text(8))
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("append %d on %q: seq %d, want %d", i, ch, e.Seq, i+1)
+		}
+	}
+	if got := j.Seq(); got != 6 {
+		t.Fatalf("Seq = %d, want 6", got)
+	}
+	for ch, want := range map[string]uint64{"a": 6, "b": 5, "c": 4, "none": 0} {
+		if got := j.Head(ch); got != want {
+			t.Errorf("Head(%q) = %d, want %d", ch, got, want)
+		}
+	}
+	es, err := j.Read("a", 0, 0)
+	if err != nil || !equalSeqs(seqs(es), []uint64{1, 3, 6}) {
+		t.Fatalf("Read(a, 0) = %v, %v; want [1 3 6]", seqs(es), err)
+	}
+}
+
+func TestEncodeErrorAssignsNoSeq(t *testing.T) {
+	j := New(Limits{}, nil)
+	mustAppend(t, j, "a", text(4))
+	boom := errors.New("boom")
+	var offered uint64
+	_, err := j.Append("a", func(seq uint64) ([]byte, error) { offered = seq; return nil, boom })
+	if !errors.Is(err, boom) {
+		t.Fatalf("Append error = %v, want boom", err)
+	}
+	if offered != 2 {
+		t.Fatalf("encode saw seq %d, want 2", offered)
+	}
+	if j.Seq() != 1 || j.Bytes("a") != 4 {
+		t.Fatalf("after failed encode: Seq %d Bytes %d, want 1 and 4", j.Seq(), j.Bytes("a"))
+	}
+	if e := mustAppend(t, j, "a", text(4)); e.Seq != 2 {
+		t.Fatalf("next append got seq %d, want 2 (the failed one must not burn a seq)", e.Seq)
+	}
+}
+
+func TestReadAndNextByCursor(t *testing.T) {
+	j := New(Limits{}, nil)
+	// Channel a gets seqs 1, 3, 5, 7; b gets 2, 4, 6.
+	for i := 0; i < 7; i++ {
+		ch := "a"
+		if i%2 == 1 {
+			ch = "b"
+		}
+		mustAppend(t, j, ch, text(6))
+	}
+	tests := []struct {
+		name  string
+		after uint64
+		max   int
+		want  []uint64
+	}{
+		{"from start", 0, 0, []uint64{1, 3, 5, 7}},
+		{"after an entry", 3, 0, []uint64{5, 7}},
+		{"after a seq of another channel", 4, 0, []uint64{5, 7}},
+		{"max limits", 0, 2, []uint64{1, 3}},
+		{"negative max is unlimited", 1, -1, []uint64{3, 5, 7}},
+		{"at head", 7, 0, []uint64{}},
+		{"beyond head", 100, 0, []uint64{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			es, err := j.Read("a", tc.after, tc.max)
+			if err != nil {
+				t.Fatalf("Read: %v", err)
+			}
+			if !equalSeqs(seqs(es), tc.want) {
+				t.Fatalf("Read(a, %d, %d) = %v, want %v", tc.after, tc.max, seqs(es), tc.want)
+			}
+		})
+	}
+	t.Run("Next", func(t *testing.T) {
+		e, ok, err := j.Next("a", 3)
+		if err != nil || !ok || e.Seq != 5 || string(e.Text) != "5:xxxx" {
+			t.Fatalf("Next(a, 3) = %d %q %v %v, want 5 \"5:xxxx\" true nil", e.Seq, e.Text, ok, err)
+		}
+		_, ok, err = j.Next("a", 7)
+		if ok || err != nil {
+			t.Fatalf("Next(a, 7) = ok %v err %v, want false nil", ok, err)
+		}
+		_, ok, err = j.Next("unknown", 0)
+		if ok || err != nil {
+			t.Fatalf("Next(unknown, 0) = ok %v err %v, want false nil", ok, err)
+		}
+	})
+	t.Run("returned slice is a copy", func(t *testing.T) {
+		es, _ := j.Read("a", 0, 0)
+		es[0] = Entry{Seq: 99}
+		again, _ := j.Read("a", 0, 1)
+		if again[0].Seq != 1 {
+			t.Fatalf("mutating a Read result changed the journal: first seq now %d", again[0].Seq)
+		}
+	})
+}
+
+func TestByteBoundPerChannel(t *testing.T) {
+	j := New(Limits{ChannelMaxBytes: 30}, nil)
+	// Fill exactly to the bound: 3 × 10 bytes = 30 is kept whole.
+	for i := 0; i < 3; i++ {
+		mustAppend(t, j, "a", text(10))
+	}
+	// Another channel's bytes do not count against a.
+	mustAppend(t, j, "b", text(25))
+	if got := j.Bytes("a"); got != 30 {
+		t.Fatalf("Bytes(a) at the bound = %d, want 30", got)
+	}
+	if es, err := j.Read("a", 0, 0); err != nil || !equalSeqs(seqs(es), []uint64{1, 2, 3}) {
+		t.Fatalf("at the bound Read(a, 0) = %v, %v; want [1 2 3] nil", seqs(es), err)
+	}
+	// One more evicts exactly the oldest.
+	mustAppend(t, j, "a", text(10)) // seq 5
+	if got := j.Bytes("a"); got != 30 {
+		t.Fatalf("Bytes(a) after one more = %d, want 30", got)
+	}
+	if _, err := j.Read("a", 0, 0); !errors.Is(err, ErrTruncated) {
+		t.Fatalf("Read(a, 0) after eviction err = %v, want ErrTruncated", err)
+	}
+	if es, err := j.Read("a", 1, 0); err != nil || !equalSeqs(seqs(es), []uint64{2, 3, 5}) {
+		t.Fatalf("Read(a, 1) = %v, %v; want [2 3 5] nil", seqs(es), err)
+	}
+	if got := j.Bytes("b"); got != 25 {
+		t.Fatalf("Bytes(b) = %d, want 25 (untouched)", got)
+	}
+	// The newest is kept even if alone larger than the bound.
+	mustAppend(t, j, "a", text(50)) // seq 6
+	if got := j.Bytes("a"); got != 50 {
+		t.Fatalf("Bytes(a) after oversized entry = %d, want 50", got)
+	}
+	if es, err := j.Read("a", 5, 0); err != nil || !equalSeqs(seqs(es), []uint64{6}) {
+		t.Fatalf("Read(a, 5) = %v, %v; want [6] nil", seqs(es), err)
+	}
+	if _, err := j.Read("a", 4, 0); !errors.Is(err, ErrTruncated) {
+		t.Fatalf("Read(a, 4) err = %v, want ErrTruncated (seq 5 was dropped)", err)
+	}
+	// And it is dropped as soon as something else arrives.
+	mustAppend(t, j, "a", text(10)) // seq 7
+	if got := j.Bytes("a"); got != 10 {
+		t.Fatalf("Bytes(a) = %d, want 10", got)
+	}
+	if es, err := j.Read("a", 6, 0); err != nil || !equalSeqs(seqs(es), []uint64{7}) {
+		t.Fatalf("Read(a, 6) = %v, %v; want [7] nil", seqs(es), err)
+	}
+}
+
+// fakeClock is an injected clock; tests advance it explicitly.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func TestAgeBound(t *testing.T) {
+	clk := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	j := New(Limits{ChannelMaxBytes: 1 << 20, MaxAge: time.Minute}, clk.Now)
+	mustAppend(t, j, "a", text(10)) // seq 1 at t0
+	clk.Advance(30 * time.Second)
+	mustAppend(t, j, "a", text(10)) // seq 2 at t0+30s
+	clk.Advance(30 * time.Second)
+	// Exactly MaxAge old is still kept (the bound is "older than").
+	mustAppend(t, j, "a", text(10)) // seq 3 at t0+60s
+	if es, err := j.Read("a", 0, 0); err != nil || !equalSeqs(seqs(es), []uint64{1, 2, 3}) {
+		t.Fatalf("at exactly MaxAge Read(a, 0) = %v, %v; want [1 2 3] nil", seqs(es), err)
+	}
+	clk.Advance(time.Nanosecond)
+	mustAppend(t, j, "a", text(10)) // seq 4 at t0+60s+1ns: seq 1 is now too old
+	if _, err := j.Read("a", 0, 0); !errors.Is(err, ErrTruncated) {
+		t.Fatalf("Read(a, 0) err = %v, want ErrTruncated", err)
+	}
+	if es, err := j.Read("a", 1, 0); err != nil || !equalSeqs(seqs(es), []uint64{2, 3, 4}) {
+		t.Fatalf("Read(a, 1) = %v, %v; want [2 3 4]", seqs(es), err)
+	}
+	if got := j.Bytes("a"); got != 30 {
+		t.Fatalf("Bytes(a) = %d, want 30", got)
+	}
+	// Much later, everything but the newest is too old; the newest stays.
+	clk.Advance(time.Hour)
+	mustAppend(t, j, "a", text(10)) // seq 5
+	if es, err := j.Read("a", 4, 0); err != nil || !equalSeqs(seqs(es), []uint64{5}) {
+		t.Fatalf("Read(a, 4) = %v, %v; want [5]", seqs(es), err)
+	}
+	if _, err := j.Read("a", 3, 0); !errors.Is(err, ErrTruncated) {
+		t.Fatalf("Read(a, 3) err = %v, want ErrTruncated", err)
+	}
+	if got := j.Bytes("a"); got != 10 {
+		t.Fatalf("Bytes(a) = %d, want 10", got)
+	}
+}
+
+func TestTruncatedCursor(t *testing.T) {
+	j := New(Limits{ChannelMaxBytes: 20}, nil)
+	for i := 0; i < 5; i++ {
+		mustAppend(t, j, "a", text(10))
+	}
+	// Retained: 4, 5. Dropped up to 3.
+	for _, after := range []uint64{0, 1, 2} {
+		if _, err := j.Read("a", after, 0); !errors.Is(err, ErrTruncated) {
+			t.Errorf("Read(a, %d) err = %v, want ErrTruncated", after, err)
+		}
+		if _, ok, err := j.Next("a", after); ok || !errors.Is(err, ErrTruncated) {
+			t.Errorf("Next(a, %d) = ok %v err %v, want false ErrTruncated", after, ok, err)
+		}
+	}
+	if es, err := j.Read("a", 3, 0); err != nil || !equalSeqs(seqs(es), []uint64{4, 5}) {
+		t.Fatalf("Read(a, 3) = %v, %v; want [4 5] nil", seqs(es), err)
+	}
+	if !strings.Contains(ErrTruncated.Error(), "no longer retained") {
+		t.Fatalf("ErrTruncated text %q", ErrTruncated)
+	}
+}
+
+func TestDropForgetsLog(t *testing.T) {
+	j := New(Limits{}, nil)
+	mustAppend(t, j, "a", text(10))
+	j.Drop("a")
+	if j.Bytes("a") != 0 || j.Head("a") != 0 {
+		t.Fatalf("after Drop: Bytes %d Head %d, want 0 0", j.Bytes("a"), j.Head("a"))
+	}
+	if es, err := j.Read("a", 0, 0); es != nil || err != nil {
+		t.Fatalf("Read after Drop = %v, %v; want nil nil", es, err)
+	}
+	if j.Seq() != 1 {
+		t.Fatalf("Seq after Drop = %d, want 1 (serverSeq never goes back)", j.Seq())
+	}
+}
+
+func TestListenersInSeqOrderAndUnlisten(t *testing.T) {
+	j := New(Limits{}, nil)
+	var got []string
+	j.Listen("a", "k1", func(ch string, e Entry) {
+		got = append(got, fmt.Sprintf("k1 %s %d %s", ch, e.Seq, e.Text))
+	}, nil)
+	mustAppend(t, j, "a", text(4)) // 1
+	mustAppend(t, j, "b", text(4)) // 2: not a's listener
+	mustAppend(t, j, "a", text(4)) // 3
+	j.Unlisten("a", "k1")
+	mustAppend(t, j, "a", text(4)) // 4: nobody listens
+	j.Unlisten("a", "k1")          // twice is harmless
+	j.Unlisten("zzz", "nobody")    // unknown is harmless
+	want := []string{"k1 a 1 1:xx", "k1 a 3 3:xx"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("listener saw %q, want %q", got, want)
+	}
+	// Re-registering under the same key replaces, never duplicates.
+	var n int
+	j.Listen("a", "k", func(string, Entry) { n += 1 }, nil)
+	j.Listen("a", "k", func(string, Entry) { n += 10 }, nil)
+	mustAppend(t, j, "a", text(4))
+	if n != 10 {
+		t.Fatalf("after re-Listen under the same key, calls added %d, want 10", n)
+	}
+}
+
+func TestListenersSeeSeqOrderUnderConcurrentAppends(t *testing.T) {
+	j := New(Limits{ChannelMaxBytes: 1 << 10}, nil)
+	const writers, per = 8, 200
+	var mu sync.Mutex // the listener runs under the journal lock; mu is for the test's read
+	var seen []uint64
+	j.Listen("a", 1, func(_ string, e Entry) {
+		mu.Lock()
+		seen = append(seen, e.Seq)
+		mu.Unlock()
+	}, nil)
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				if _, err := j.Append("a", text(12)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != writers*per {
+		t.Fatalf("listener called %d times, want %d", len(seen), writers*per)
+	}
+	for i, s := range seen {
+		if s != uint64(i+1) {
+			t.Fatalf("listener call %d saw seq %d, want %d (seq order under Append)", i, s, i+1)
+		}
+	}
+}
+
+func TestListenSnapSeesSeqAndEveryLaterEntryOnce(t *testing.T) {
+	j := New(Limits{}, nil)
+	mustAppend(t, j, "a", text(4))
+	mustAppend(t, j, "b", text(4))
+	var snapSeq uint64
+	var got []uint64
+	ret := j.Listen("a", "k", func(_ string, e Entry) { got = append(got, e.Seq) }, func(seq uint64) { snapSeq = seq })
+	if snapSeq != 2 || ret != 2 {
+		t.Fatalf("snap saw %d, Listen returned %d; want 2 and 2", snapSeq, ret)
+	}
+	mustAppend(t, j, "a", text(4))
+	if !equalSeqs(got, []uint64{3}) {
+		t.Fatalf("listener after snap saw %v, want [3]", got)
+	}
+
+	// Under concurrent appends, snap + listener together cover every entry
+	// of the channel exactly once: those ≤ snapSeq via Read, the rest pushed.
+	j2 := New(Limits{ChannelMaxBytes: 1 << 30}, nil)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := j2.Append("a", text(8)); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	// Let the writer run for a bounded number of appends before listening.
+	deadline := time.Now().Add(5 * time.Second)
+	for j2.Seq() < 100 {
+		if time.Now().After(deadline) {
+			close(stop)
+			<-done
+			t.Fatal("writer made no progress")
+		}
+	}
+	var mu sync.Mutex
+	var pushed []uint64
+	var before []Entry
+	j2.Listen("a", "k", func(_ string, e Entry) {
+		mu.Lock()
+		pushed = append(pushed, e.Seq)
+		mu.Unlock()
+	}, func(seq uint64) {
+		snapSeq = seq
+		// Called under the journal lock: read the log directly, as a
+		// snapshot taker would read its state.
+		l := j2.logs["a"]
+		before = append(before, l.entries[l.head:]...)
+	})
+	for j2.Seq() < snapSeq+100 {
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	close(stop)
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	all := append(seqs(before), pushed...)
+	if uint64(len(all)) != j2.Seq() {
+		t.Fatalf("snapshot (%d) + pushed (%d) = %d entries, want %d", len(before), len(pushed), len(all), j2.Seq())
+	}
+	for i, s := range all {
+		if s != uint64(i+1) {
+			t.Fatalf("entry %d has seq %d, want %d (snap at %d)", i, s, i+1, snapSeq)
+		}
+	}
+}
+
+func TestMemoryStaysProportionalToRetained(t *testing.T) {
+	const entryBytes, retained = 16, 8
+	j := New(Limits{ChannelMaxBytes: entryBytes * retained}, nil)
+	for i := 0; i < 100_000; i++ {
+		mustAppend(t, j, "a", text(entryBytes))
+		l := j.logs["a"]
+		if live := len(l.entries) - l.head; live != min(i+1, retained) {
+			t.Fatalf("after %d appends: %d live entries, want %d", i+1, live, min(i+1, retained))
+		}
+		if len(l.entries) > 2*retained {
+			t.Fatalf("after %d appends: len(entries) = %d, want <= %d (2 × retained)", i+1, len(l.entries), 2*retained)
+		}
+	}
+	l := j.logs["a"]
+	if cap(l.entries) > 4*retained {
+		t.Fatalf("cap(entries) = %d after 100000 appends, want <= %d", cap(l.entries), 4*retained)
+	}
+	// Dropped slots release their text.
+	for i := 0; i < l.head; i++ {
+		if l.entries[i].Text != nil {
+			t.Fatalf("dead slot %d still holds text", i)
+		}
+	}
+	if got := j.Bytes("a"); got != entryBytes*retained {
+		t.Fatalf("Bytes = %d, want %d", got, entryBytes*retained)
+	}
+}
+
+func TestLockedSeesSeq(t *testing.T) {
+	j := New(Limits{}, nil)
+	mustAppend(t, j, "a", text(4))
+	var got uint64
+	j.Locked(func(seq uint64) { got = seq })
+	if got != 1 {
+		t.Fatalf("Locked saw seq %d, want 1", got)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	j := New(Limits{ChannelMaxBytes: -5}, nil)
+	if j.limits.ChannelMaxBytes != DefaultLimits.ChannelMaxBytes {
+		t.Fatalf("ChannelMaxBytes <= 0 gave %d, want the default %d", j.limits.ChannelMaxBytes, DefaultLimits.ChannelMaxBytes)
+	}
+	if DefaultLimits.ChannelMaxBytes != 1<<20 || DefaultLimits.MaxAge != 10*time.Minute {
+		t.Fatalf("DefaultLimits = %+v", DefaultLimits)
+	}
+}
+
+func BenchmarkAppend(b *testing.B) {
+	j := New(Limits{ChannelMaxBytes: 64 << 10}, nil)
+	payload := []byte(strings.Repeat("x", 256))
+	enc := func(uint64) ([]byte, error) { return payload, nil }
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := j.Append("a", enc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
