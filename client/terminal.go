@@ -98,16 +98,15 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 			}
 		case rpc.MethodAction:
 			var env struct {
-				Action json.RawMessage `json:"action"`
+				Action struct {
+					Type         string `json:"type"`
+					Data         string `json:"data"`
+					ExitCode     *int   `json:"exitCode"`
+					SignalNumber int    `json:"signalNumber"`
+				} `json:"action"`
 			}
 			_ = json.Unmarshal(m.Params, &env)
-			var a struct {
-				Type         string `json:"type"`
-				Data         string `json:"data"`
-				ExitCode     *int   `json:"exitCode"`
-				SignalNumber int    `json:"signalNumber"`
-			}
-			_ = json.Unmarshal(env.Action, &a)
+			a := env.Action
 			switch a.Type {
 			case rpc.ActionTerminalData:
 				if _, err := io.WriteString(w, a.Data); err != nil {

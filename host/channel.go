@@ -230,7 +230,19 @@ func hostAction(channel string, action any) func(seq uint64) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		return rpc.Notification(rpc.MethodAction, rpc.ActionEnvelope{Channel: channel, Action: a, ServerSeq: seq})
+		return rpc.AppendActionEnvelope(nil, channel, a, seq), nil
+	}
+}
+
+// dataAction is hostAction for terminal/data, the hot path: built by
+// appending, without reflection or re-validation.
+func dataAction(channel, data string) func(seq uint64) ([]byte, error) {
+	return func(seq uint64) ([]byte, error) {
+		a := make([]byte, 0, len(data)+len(data)/8+48)
+		a = append(a, `{"type":"terminal/data","data":`...)
+		a = delivery.AppendJSONString(a, data)
+		a = append(a, '}')
+		return rpc.AppendActionEnvelope(nil, channel, a, seq), nil
 	}
 }
 

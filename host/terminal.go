@@ -443,7 +443,9 @@ func (t *terminal) output(out pty.Output) {
 	defer t.mu.Unlock()
 	if out.Text != "" {
 		t.scroll.Append(out.Text)
-		t.appendLocked(rpc.TerminalDataAction{Type: rpc.ActionTerminalData, Data: out.Text})
+		if _, err := t.s.journal.Append(t.id, dataAction(t.id, out.Text)); err != nil {
+			t.log.Error("cannot encode output", "error", err)
+		}
 	}
 	changed := false
 	for _, title := range out.Titles {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -22,6 +23,26 @@ func Marshal(v any) ([]byte, error) {
 	}
 	b := buf.Bytes()
 	return b[:len(b)-1], nil // Encode appends '\n'
+}
+
+// AppendActionEnvelope appends the action notification
+// {"jsonrpc":"2.0","method":"action","params":{"channel":C,"action":A,"serverSeq":N}}
+// where action is already-encoded compact JSON (taken as is). The same
+// text rpc.Notification gives for an ActionEnvelope without origin.
+func AppendActionEnvelope(dst []byte, channel string, action []byte, seq uint64) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","method":"action","params":{"channel":`...)
+	dst = appendString(dst, channel)
+	dst = append(dst, `,"action":`...)
+	dst = append(dst, action...)
+	dst = append(dst, `,"serverSeq":`...)
+	dst = strconv.AppendUint(dst, seq, 10)
+	return append(dst, "}}"...)
+}
+
+// appendString appends s as a JSON string the way Marshal does.
+func appendString(dst []byte, s string) []byte {
+	b, _ := Marshal(s)
+	return append(dst, b...)
 }
 
 // notification is the wire form of a JSON-RPC notification.
@@ -143,17 +164,39 @@ func ParseHeader(raw []byte) (*Header, *Error) {
 		return &h, Errorf(CodeInvalidRequest, "invalid request: no method")
 	}
 	if len(h.Params) > 0 && h.Params[0] == '{' {
-		var c struct {
-			Channel json.RawMessage `json:"channel"`
-		}
-		if err := json.Unmarshal(h.Params, &c); err == nil && len(c.Channel) > 0 {
-			var s string
-			if json.Unmarshal(c.Channel, &s) == nil {
-				h.Channel = s
-			}
-		}
+		h.Channel = topLevelString(h.Params, "channel")
 	}
 	return &h, nil
+}
+
+// topLevelString returns the string value of key in the JSON object obj
+// (already validated), or "" when absent or not a string. It reads tokens
+// and stops at the key, so the usual params, with channel first, cost
+// almost nothing.
+func topLevelString(obj []byte, key string) string {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if k, _ := t.(string); k == key {
+			v, err := dec.Token()
+			if err != nil {
+				return ""
+			}
+			s, _ := v.(string)
+			return s
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return ""
+		}
+	}
+	return ""
 }
 
 // DecodeParams decodes params into v; a failure becomes -32602 naming the
