@@ -51,6 +51,15 @@ type Options struct {
 	MaxMessageBytes int
 	// ClientName is sent as clientInfo.name.
 	ClientName string
+	// Transport picks the transport for https:// URLs: "auto" (default:
+	// WebTransport, falling back to the transport-io WebSocket mapping when
+	// the QUIC path fails, never retrying a WT_UNAUTHORIZED refusal),
+	// "webtransport", "websocket", or "ahp" (plain AHP on /ahp).
+	Transport string
+	// Via, when set, is a command (run with sh -c) whose stdin and stdout
+	// carry transport-io, e.g. "docker exec -i C sidecar stdio"; the URL is
+	// then not dialled.
+	Via string
 }
 
 // Conn is one client connection. Its methods are safe for concurrent use.
@@ -84,19 +93,46 @@ type response struct {
 // loopback) and initializes the AHP session with the root catalogue as the
 // initial subscription. Errors say what a person can do about them.
 func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = 16 << 20
+	}
+	if opts.Receive == (delivery.Limits{}) {
+		opts.Receive = DefaultReceive
+	}
+	if opts.Via != "" {
+		mc, err := dialVia(ctx, opts.Via)
+		if err != nil {
+			return nil, err
+		}
+		return dialed(ctx, mc, opts)
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("invalid URL %q: want wss://HOST:PORT/ahp", rawURL)
+		return nil, fmt.Errorf("invalid URL %q: want https://HOST:PORT/transport-io or wss://HOST:PORT/ahp", rawURL)
 	}
+	tio := false
 	switch u.Scheme {
 	case "wss", "ws":
+		if opts.Transport != "" && opts.Transport != TransportAHP && opts.Transport != TransportAuto {
+			return nil, fmt.Errorf("%s: --transport %s needs an https:// URL (wss:// is plain AHP)", rawURL, opts.Transport)
+		}
 	case "https", "http":
-		return nil, fmt.Errorf("%s: transport-io (https://) is not supported by this client yet; use wss://%s/ahp", rawURL, u.Host)
+		if opts.Transport == TransportAHP {
+			u.Scheme = map[string]string{"https": "wss", "http": "ws"}[u.Scheme]
+			if u.Path == "" || u.Path == "/" || u.Path == transport.TIOPath {
+				u.Path = "/ahp"
+			}
+		} else {
+			tio = true
+		}
 	default:
-		return nil, fmt.Errorf("invalid URL %q: scheme must be wss:// (or ws:// for plain loopback)", rawURL)
+		return nil, fmt.Errorf("invalid URL %q: scheme must be https:// (transport-io) or wss:// (plain AHP)", rawURL)
 	}
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/ahp"
+		if tio {
+			u.Path = transport.TIOPath
+		}
 	}
 	tlsConf := &tls.Config{}
 	if opts.CertHash != "" {
@@ -112,16 +148,23 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 	if opts.Token != "" {
 		header.Set("Authorization", "Bearer "+opts.Token)
 	}
-	if opts.MaxMessageBytes <= 0 {
-		opts.MaxMessageBytes = 16 << 20
+	var mc transport.MessageConn
+	if tio {
+		mc, err = dialTransportIO(ctx, u, opts.Transport, tlsConf, header, hc)
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		mc, err = transport.DialWebSocket(ctx, u.String(), header, hc, int64(opts.MaxMessageBytes))
+		if err != nil {
+			return nil, explainDial(u, err)
+		}
 	}
-	if opts.Receive == (delivery.Limits{}) {
-		opts.Receive = DefaultReceive
-	}
-	mc, err := transport.DialWebSocket(ctx, u.String(), header, hc, int64(opts.MaxMessageBytes))
-	if err != nil {
-		return nil, explainDial(u, err)
-	}
+	return dialed(ctx, mc, opts)
+}
+
+// dialed runs the client protocol over an established transport.
+func dialed(ctx context.Context, mc transport.MessageConn, opts Options) (*Conn, error) {
 	c := newConn(mc, opts)
 	if err := c.initialize(ctx); err != nil {
 		c.Close()

@@ -123,7 +123,9 @@ func TestProtocolErrorsAndShapes(t *testing.T) {
 		}
 		rc.sendJSON(map[string]any{"jsonrpc": "2.0", "method": "dispatchAction", "params": map[string]any{
 			"channel": uri, "clientSeq": 1, "action": map[string]any{"type": "terminal/data", "data": "forged"}}})
-		rej := rc.waitNotification("echo of terminal/data", func(m message) bool { return envelope(t, m).Action.Type == "terminal/data" && envelope(t, m).Origin != nil })
+		rej := rc.waitNotification("echo of terminal/data", func(m message) bool {
+			return envelope(t, m).Action.Type == "terminal/data" && envelope(t, m).Origin != nil
+		})
 		e := envelope(t, rej)
 		if e.RejectionReason == "" || e.Origin.ClientID != "shapes-client" || e.Origin.ClientSeq != 1 {
 			t.Errorf("client terminal/data echoed as %s, want rejectionReason and origin {shapes-client 1}", rej.raw)

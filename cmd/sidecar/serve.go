@@ -23,6 +23,7 @@ import (
 	"github.com/sidecar-dev/sidecar/host"
 	"github.com/sidecar-dev/sidecar/transport"
 	"github.com/sidecar-dev/sidecar/transport/tlscert"
+	"github.com/sidecar-dev/sidecar/transportio"
 )
 
 func serveCmd() *cobra.Command {
@@ -97,6 +98,31 @@ func serve(configFile, listen, token, stateDir string) error {
 	}, func(ctx context.Context, mc transport.MessageConn) {
 		_ = srv.ServeConn(context.WithoutCancel(ctx), mc)
 	}))
+	serveAHP := func(ctx context.Context, mc transport.MessageConn) {
+		_ = srv.ServeConn(context.WithoutCancel(ctx), mc)
+	}
+	tioOpts := transport.TIOOptions{
+		Token:          tok,
+		OriginPatterns: originHosts(cfg.Listener.Origins),
+		OnReject: func(r *http.Request, code transportio.CloseCode, reason string) {
+			logger.Warn("transport-io session refused", "peer", r.RemoteAddr, "code", code.String(), "reason", reason)
+		},
+	}
+	// transport-io over the §3.3 WebSocket mapping, and the reference
+	// client's UDP-unreachable probe.
+	mux.Handle(transport.TIOPath, transport.TIOWebSocketHandler(tioOpts, serveAHP))
+	mux.Handle(transportio.ProbePath, transport.ProbeHandler())
+	// transport-io over WebTransport: UDP, same host and port number.
+	var wts *transport.WebTransportServer
+	if udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: addr.IP, Port: addr.Port}); err != nil {
+		logger.Warn("WebTransport disabled: cannot listen on UDP", "address", addr.String(), "error", err)
+	} else {
+		if advice := transport.UDPBufferAdvice(); advice != "" {
+			logger.Warn(advice)
+		}
+		wts = transport.NewWebTransportServer(&tls.Config{GetCertificate: certs.get}, tioOpts, nil, serveAHP)
+		go func() { _ = wts.Serve(udp) }()
+	}
 	hs := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -113,6 +139,7 @@ func serve(configFile, listen, token, stateDir string) error {
 	url := fmt.Sprintf("wss://%s/ahp", net.JoinHostPort(connectHost, fmt.Sprint(addr.Port)))
 	logger.Info("listening", "address", addr.String(), "config", cfg.Source, "version", version, "token_generated", generated)
 	fmt.Fprintf(os.Stdout, "sidecar attach %s --token %s --cert-hash %s\n", url, tok, certs.pin())
+	logger.Info("transport-io", "url", fmt.Sprintf("https://%s%s", net.JoinHostPort(connectHost, fmt.Sprint(addr.Port)), transport.TIOPath), "webtransport", wts != nil)
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS=listening on "+addr.String())
 
 	sigs := make(chan os.Signal, 1)
@@ -132,6 +159,9 @@ func serve(configFile, listen, token, stateDir string) error {
 	_ = hs.Shutdown(ctx) // stop accepting; upgraded connections are the host's
 	if err := srv.Shutdown(ctx); err != nil {
 		logger.Warn("shutdown incomplete", "error", err)
+	}
+	if wts != nil {
+		_ = wts.Close() // after the host told its clients why
 	}
 	logger.Info("stopped")
 	return nil

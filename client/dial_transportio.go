@@ -1,0 +1,108 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/sidecar-dev/sidecar/transport"
+)
+
+// Transports accepted by Options.Transport.
+const (
+	TransportAuto         = "auto"         // https://: WebTransport, then the WebSocket mapping
+	TransportWebTransport = "webtransport" // https://: WebTransport only
+	TransportWebSocket    = "websocket"    // https://: the transport-io WebSocket mapping only
+	TransportAHP          = "ahp"          // plain AHP over wss://HOST:PORT/ahp
+)
+
+// webTransportBudget bounds the WebTransport attempt of --transport auto: a
+// path that drops UDP fails only by timing out, and the fallback must not
+// wait for the whole connect timeout.
+const webTransportBudget = 3 * time.Second
+
+// dialTransportIO connects to an https:// URL with transport-io. auto tries
+// WebTransport first and falls back to the WebSocket mapping when the QUIC
+// path fails; a WT_UNAUTHORIZED refusal is final and never retried.
+func dialTransportIO(ctx context.Context, u *url.URL, mode string, tlsConf *tls.Config, header http.Header, hc *http.Client) (transport.MessageConn, error) {
+	wsURL := *u
+	wsURL.Scheme = "wss"
+	if u.Scheme == "http" {
+		wsURL.Scheme = "ws"
+	}
+	switch mode {
+	case TransportWebTransport:
+		mc, err := transport.DialWebTransport(ctx, u.String(), header, tlsConf.Clone())
+		return mc, explainTIO(u, err)
+	case TransportWebSocket:
+		mc, err := transport.DialTIOWebSocket(ctx, wsURL.String(), header, hc)
+		return mc, explainTIO(u, err)
+	case TransportAuto, "":
+		wctx, cancel := context.WithTimeout(ctx, webTransportBudget)
+		mc, err := transport.DialWebTransport(wctx, u.String(), header, tlsConf.Clone())
+		cancel()
+		if err == nil || transport.IsUnauthorized(err) || ctx.Err() != nil {
+			return mc, explainTIO(u, err)
+		}
+		mc, werr := transport.DialTIOWebSocket(ctx, wsURL.String(), header, hc)
+		if werr != nil {
+			return nil, explainTIO(u, fmt.Errorf("%w (WebTransport failed first: %v)", werr, err))
+		}
+		return mc, nil
+	}
+	return nil, fmt.Errorf("unknown --transport %q: want auto, webtransport, websocket or ahp", mode)
+}
+
+func explainTIO(u *url.URL, err error) error {
+	if err == nil {
+		return nil
+	}
+	if transport.IsUnauthorized(err) {
+		return fmt.Errorf("%s refused the token (WT_UNAUTHORIZED: %s): check --token or SIDECAR_TOKEN", u.Host, transport.CloseReason(err))
+	}
+	var ce *transport.TIOCloseError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("%s closed the transport-io session: %v", u.Host, ce.SessionError)
+	}
+	return explainDial(u, err)
+}
+
+// dialVia starts command (sh -c) and speaks transport-io over its stdin and
+// stdout: `--via 'docker exec -i CONTAINER sidecar stdio'` (or kubectl, ssh)
+// needs no port at all. The command's stderr is ours.
+func dialVia(ctx context.Context, command string) (transport.MessageConn, error) {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	cmd := exec.Command("sh", "-c", command)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
+	if err := cmd.Start(); err != nil {
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		return nil, fmt.Errorf("--via: %w", err)
+	}
+	inR.Close()
+	outW.Close()
+	go func() { _ = cmd.Wait() }() // reap; it exits when its stdin closes
+	mc, err := transport.DialStdio(ctx, outR, inW, "via: "+command)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("--via %q: no transport-io session (is the command `sidecar stdio`? see its stderr above): %v", command, err)
+	}
+	return mc, nil
+}

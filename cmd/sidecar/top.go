@@ -1,0 +1,466 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
+	"golang.org/x/term"
+
+	"github.com/sidecar-dev/sidecar/adapters/telemetry"
+)
+
+func topCmd() *cobra.Command {
+	var cf connFlags
+	var once, asJSON bool
+	var interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "top URL",
+		Short: "Live view of the host's CPU, memory, load, disks and network",
+		Long: "top subscribes to the host's ahp-otlp://metrics channel and redraws a view that fits the\n" +
+			"terminal every batch. --once prints one batch and exits; with --json that batch is the\n" +
+			"OTLP/JSON ExportMetricsServiceRequest exactly as the host sent it, for scripts.",
+		Example: "  sidecar top wss://127.0.0.1:4433/ahp\n  sidecar top wss://127.0.0.1:4433/ahp --once --json | jq .",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runTop(&cf, args[0], once, asJSON, interval)
+		},
+	}
+	cf.register(cmd)
+	fs := cmd.Flags()
+	fs.BoolVar(&once, "once", false, "print one batch and exit")
+	fs.BoolVar(&asJSON, "json", false, "with --once: print the batch as OTLP/JSON")
+	fs.DurationVar(&interval, "interval", 0, "ask for a batch this often (at least the host's telemetry.interval)")
+	return cmd
+}
+
+func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration) error {
+	if asJSON && !once {
+		return &exitError{code: 2, err: errors.New("--json needs --once")}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	conn, err := cf.dial(ctx, url)
+	if err != nil {
+		return &exitError{code: 255, err: err}
+	}
+	defer conn.Close()
+	channel := "ahp-otlp://metrics"
+	if tel := conn.Initialized().Telemetry; tel != nil && tel.Metrics != "" {
+		channel = tel.Metrics
+	}
+	if interval > 0 {
+		channel += "?interval=" + interval.String()
+	}
+	sub, err := conn.Subscribe(ctx, channel)
+	if err != nil {
+		return &exitError{code: 255, err: fmt.Errorf("subscribe %s: %w", channel, err)}
+	}
+
+	live := !once && term.IsTerminal(int(os.Stdout.Fd()))
+	var v *topView
+	if !asJSON {
+		v = newTopView(os.Stdout, live)
+		if live {
+			v.start()
+			defer v.end()
+		}
+	}
+	winch := make(chan os.Signal, 1)
+	if live {
+		signal.Notify(winch, syscall.SIGWINCH)
+		defer signal.Stop(winch)
+	}
+	type batch struct {
+		payload json.RawMessage
+		err     error
+	}
+	batches := make(chan batch)
+	go func() {
+		defer close(batches)
+		for {
+			m, err := sub.Next(ctx)
+			if err != nil {
+				batches <- batch{err: err}
+				return
+			}
+			if m.Method != telemetry.MethodExportMetrics {
+				m.Release() // channel/snapshot (state {}), nothing to show
+				continue
+			}
+			var p struct {
+				Payload json.RawMessage `json:"payload"`
+			}
+			err = json.Unmarshal(m.Params, &p)
+			m.Release()
+			select {
+			case batches <- batch{payload: p.Payload, err: err}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-winch:
+			v.draw()
+		case b, ok := <-batches:
+			if !ok {
+				return nil
+			}
+			if b.err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return &exitError{code: 255, err: b.err}
+			}
+			if asJSON {
+				_, err := fmt.Fprintf(os.Stdout, "%s\n", b.payload)
+				return err
+			}
+			md, err := telemetry.DecodeMetrics(b.payload)
+			if err != nil {
+				return &exitError{code: 1, err: fmt.Errorf("bad metrics batch: %w", err)}
+			}
+			v.update(md)
+			v.draw()
+			if once {
+				return nil
+			}
+		}
+	}
+}
+
+// topView renders batches; it keeps the previous one for rates.
+type topView struct {
+	w          io.Writer
+	live       bool
+	cur, prev  *snapshotView
+	lastLayout []string
+}
+
+// snapshotView is one batch, indexed for drawing.
+type snapshotView struct {
+	at      time.Time
+	res     map[string]string
+	metrics map[string][]*metricspb.NumberDataPoint
+}
+
+func newTopView(w io.Writer, live bool) *topView { return &topView{w: w, live: live} }
+
+// start switches to the alternate screen and hides the cursor; end undoes it.
+func (v *topView) start() { fmt.Fprint(v.w, "\x1b[?1049h\x1b[?25l") }
+func (v *topView) end()   { fmt.Fprint(v.w, "\x1b[?25h\x1b[?1049l") }
+
+func (v *topView) update(md *metricspb.MetricsData) {
+	s := &snapshotView{res: map[string]string{}, metrics: map[string][]*metricspb.NumberDataPoint{}}
+	for _, rm := range md.ResourceMetrics {
+		for _, a := range rm.GetResource().GetAttributes() {
+			s.res[a.Key] = a.Value.GetStringValue()
+		}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				var pts []*metricspb.NumberDataPoint
+				switch d := m.Data.(type) {
+				case *metricspb.Metric_Gauge:
+					pts = d.Gauge.DataPoints
+				case *metricspb.Metric_Sum:
+					pts = d.Sum.DataPoints
+				}
+				s.metrics[m.Name] = pts
+				for _, p := range pts {
+					if t := time.Unix(0, int64(p.TimeUnixNano)); t.After(s.at) {
+						s.at = t
+					}
+				}
+			}
+		}
+	}
+	v.prev, v.cur = v.cur, s
+}
+
+func value(p *metricspb.NumberDataPoint) float64 {
+	if d, ok := p.Value.(*metricspb.NumberDataPoint_AsDouble); ok {
+		return d.AsDouble
+	}
+	return float64(p.GetAsInt())
+}
+
+func attrOf(p *metricspb.NumberDataPoint, key string) (string, bool) {
+	for _, a := range p.Attributes {
+		if a.Key == key {
+			if iv, ok := a.Value.GetValue().(*commonpb.AnyValue_IntValue); ok {
+				return strconv.FormatInt(iv.IntValue, 10), true
+			}
+			return a.Value.GetStringValue(), true
+		}
+	}
+	return "", false
+}
+
+// find returns the value of the point of name whose attributes match kv pairs.
+func (s *snapshotView) find(name string, kv ...string) (float64, bool) {
+	for _, p := range s.metrics[name] {
+		ok := true
+		for i := 0; i+1 < len(kv); i += 2 {
+			if got, has := attrOf(p, kv[i]); !has || got != kv[i+1] {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return value(p), true
+		}
+	}
+	return 0, false
+}
+
+// rate is the per-second change of a counter point between two batches.
+func (v *topView) rate(name string, kv ...string) (float64, bool) {
+	if v.prev == nil {
+		return 0, false
+	}
+	a, ok1 := v.prev.find(name, kv...)
+	b, ok2 := v.cur.find(name, kv...)
+	dt := v.cur.at.Sub(v.prev.at).Seconds()
+	if !ok1 || !ok2 || dt <= 0 || b < a {
+		return 0, false
+	}
+	return (b - a) / dt, true
+}
+
+// layout builds the lines for a width.
+func (v *topView) layout(width int) []string {
+	s := v.cur
+	var lines []string
+	add := func(format string, args ...any) { lines = append(lines, fmt.Sprintf(format, args...)) }
+	up, _ := s.find("system.uptime")
+	l1, _ := s.find("system.cpu.load_average.1m")
+	l5, _ := s.find("system.cpu.load_average.5m")
+	l15, _ := s.find("system.cpu.load_average.15m")
+	add("%s  up %s  load %.2f %.2f %.2f  %s", s.res["host.name"], duration(up), l1, l5, l15, s.at.Format("15:04:05"))
+	var procs []string
+	for _, st := range []string{"running", "sleeping", "stopped", "defunct"} {
+		if n, ok := s.find("system.process.count", "process.state", st); ok && n > 0 {
+			procs = append(procs, fmt.Sprintf("%d %s", int(n), st))
+		}
+	}
+	add("processes: %s", strings.Join(procs, ", "))
+
+	// CPU: the total, then each core, as many per line as fit.
+	barW := max(10, min(40, width-20))
+	if idle, ok := s.find("system.cpu.utilization", "cpu.mode", "idle"); ok && v.totalPoint() {
+		add("CPU  %s %5.1f%%", bar(1-idle, barW), (1-idle)*100)
+	} else {
+		add("CPU  (measuring)")
+	}
+	var cores []string
+	for i := 0; ; i++ {
+		idle, ok := s.find("system.cpu.utilization", "cpu.logical_number", strconv.Itoa(i), "cpu.mode", "idle")
+		if !ok {
+			break
+		}
+		cores = append(cores, fmt.Sprintf("%3d %s %3.0f%%", i, bar(1-idle, 10), (1-idle)*100))
+	}
+	perLine := max(1, width/20)
+	for i := 0; i < len(cores); i += perLine {
+		add("%s", strings.Join(cores[i:min(i+perLine, len(cores))], "  "))
+	}
+
+	total, _ := s.find("system.memory.limit")
+	used, _ := s.find("system.memory.usage", "system.memory.state", "used")
+	if total > 0 {
+		add("Mem  %s %s / %s", bar(used/total, barW), bytesH(used), bytesH(total))
+	}
+	swUsed, _ := s.find("system.paging.usage", "system.paging.state", "used")
+	swFree, _ := s.find("system.paging.usage", "system.paging.state", "free")
+	if swUsed+swFree > 0 {
+		add("Swap %s %s / %s", bar(swUsed/(swUsed+swFree), barW), bytesH(swUsed), bytesH(swUsed+swFree))
+	}
+	if cu, ok := s.find("container.memory.usage"); ok {
+		lim := "unlimited"
+		if l, ok := s.find("container.memory.limit"); ok {
+			lim = bytesH(l)
+		}
+		cpuLim := "unlimited"
+		if l, ok := s.find("container.cpu.limit"); ok {
+			cpuLim = fmt.Sprintf("%.2f CPUs", l)
+		}
+		cpuUse := ""
+		if r, ok := v.rate("container.cpu.time"); ok {
+			cpuUse = fmt.Sprintf(" using %.2f", r)
+		}
+		add("Container  mem %s / %s  cpu%s of %s", bytesH(cu), lim, cpuUse, cpuLim)
+	}
+
+	add("")
+	add("%-24s %10s %10s %5s", "FILESYSTEM", "USED", "SIZE", "USE%")
+	mounts := map[string]bool{}
+	for _, p := range s.metrics["system.filesystem.usage"] {
+		if mp, ok := attrOf(p, "system.filesystem.mountpoint"); ok {
+			mounts[mp] = true
+		}
+	}
+	for _, mp := range sortedKeys(mounts) {
+		u, _ := s.find("system.filesystem.usage", "system.filesystem.mountpoint", mp, "system.filesystem.state", "used")
+		f, _ := s.find("system.filesystem.usage", "system.filesystem.mountpoint", mp, "system.filesystem.state", "free")
+		r, _ := s.find("system.filesystem.usage", "system.filesystem.mountpoint", mp, "system.filesystem.state", "reserved")
+		size := u + f + r
+		if size > 0 {
+			add("%-24s %10s %10s %4.0f%%", trunc(mp, 24), bytesH(u), bytesH(size), u/size*100)
+		}
+	}
+
+	add("")
+	add("%-16s %12s %12s", "DISK", "READ/s", "WRITE/s")
+	disks := map[string]bool{}
+	for _, p := range s.metrics["system.disk.io"] {
+		if d, ok := attrOf(p, "system.device"); ok {
+			disks[d] = true
+		}
+	}
+	for _, d := range sortedKeys(disks) {
+		r, ok1 := v.rate("system.disk.io", "system.device", d, "disk.io.direction", "read")
+		w, ok2 := v.rate("system.disk.io", "system.device", d, "disk.io.direction", "write")
+		if ok1 && ok2 {
+			add("%-16s %12s %12s", trunc(d, 16), bytesH(r), bytesH(w))
+		} else {
+			add("%-16s %12s %12s", trunc(d, 16), "-", "-")
+		}
+	}
+
+	add("")
+	add("%-16s %12s %12s", "NETWORK", "RECEIVE/s", "TRANSMIT/s")
+	nics := map[string]bool{}
+	for _, p := range s.metrics["system.network.io"] {
+		if n, ok := attrOf(p, "network.interface.name"); ok {
+			nics[n] = true
+		}
+	}
+	for _, n := range sortedKeys(nics) {
+		rx, ok1 := v.rate("system.network.io", "network.interface.name", n, "network.io.direction", "receive")
+		tx, ok2 := v.rate("system.network.io", "network.interface.name", n, "network.io.direction", "transmit")
+		if ok1 && ok2 {
+			add("%-16s %12s %12s", trunc(n, 16), bytesH(rx), bytesH(tx))
+		} else {
+			add("%-16s %12s %12s", trunc(n, 16), "-", "-")
+		}
+	}
+	if c, ok := s.find("sidecar.clients"); ok {
+		subs, _ := s.find("sidecar.subscriptions")
+		add("")
+		add("sidecar %s: %d clients, %d subscriptions", s.res["service.version"], int(c), int(subs))
+	}
+	return lines
+}
+
+// totalPoint reports whether utilization has the machine's total (points
+// without cpu.logical_number), which find with only cpu.mode matches first.
+func (v *topView) totalPoint() bool {
+	for _, p := range v.cur.metrics["system.cpu.utilization"] {
+		if _, ok := attrOf(p, "cpu.logical_number"); !ok {
+			return true
+		}
+	}
+	return false
+}
+
+// draw renders the current batch: on a terminal it fits the window (lines
+// cut to the width, as many as the height allows) and repaints from the
+// top; otherwise it prints the lines once.
+func (v *topView) draw() {
+	if v == nil || v.cur == nil {
+		return
+	}
+	width, height := 100, 0
+	if v.live {
+		if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+			width, height = w, h
+		}
+	}
+	lines := v.layout(width)
+	var b strings.Builder
+	if v.live {
+		b.WriteString("\x1b[H") // home; each line clears its rest, then the screen below
+		if height > 0 && len(lines) > height {
+			lines = lines[:height]
+		}
+		for i, l := range lines {
+			b.WriteString(trunc(l, width))
+			b.WriteString("\x1b[K")
+			if i < len(lines)-1 {
+				b.WriteString("\r\n")
+			}
+		}
+		b.WriteString("\x1b[J")
+	} else {
+		for _, l := range lines {
+			b.WriteString(l)
+			b.WriteByte('\n')
+		}
+	}
+	_, _ = io.WriteString(v.w, b.String())
+}
+
+func bar(frac float64, width int) string {
+	frac = min(max(frac, 0), 1)
+	n := int(frac*float64(width) + 0.5)
+	return "[" + strings.Repeat("|", n) + strings.Repeat(" ", width-n) + "]"
+}
+
+func bytesH(v float64) string {
+	units := []string{"B", "K", "M", "G", "T", "P"}
+	i := 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%.0f%s", v, units[i])
+	}
+	return fmt.Sprintf("%.1f%s", v, units[i])
+}
+
+func duration(sec float64) string {
+	d := time.Duration(sec) * time.Second
+	days := int(d.Hours()) / 24
+	if days > 0 {
+		return fmt.Sprintf("%dd %dh", days, int(d.Hours())%24)
+	}
+	return fmt.Sprintf("%dh %02dm", int(d.Hours()), int(d.Minutes())%60)
+}
+
+// trunc cuts s to n runes.
+func trunc(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	if n <= 0 {
+		return ""
+	}
+	return string(r[:n])
+}
+
+func sortedKeys(m map[string]bool) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

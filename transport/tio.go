@@ -1,0 +1,244 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/sidecar-dev/sidecar/transportio"
+)
+
+// The sidecar's transport-io contract (DESIGN.md §3.2): event "ahp",
+// reliable, codec JSON, carrying exactly one JSON-RPC message per EMIT.
+const AHPEvent = "ahp"
+
+// Contract is the sidecar's transport-io contract.
+var Contract = transportio.MustContract(transportio.Event{Name: AHPEvent})
+
+// EmitQueueMark is the bound of the transport queue under delivery's
+// scheduler: WriteMessage waits while this many emit frames are unsent. 32
+// is far under the 256 that closes a session as WT_PEER_TOO_SLOW.
+const EmitQueueMark = 32
+
+// TIOPath is where transport-io is served, over HTTP/3 and over WebSocket.
+const TIOPath = "/transport-io"
+
+// tioConn presents a transport-io session as a MessageConn.
+type tioConn struct {
+	s *transportio.Session
+	// owned: Close also joins the session's goroutines (dialled sessions;
+	// a listener joins the ones it accepted itself).
+	owned bool
+}
+
+// NewTIOConn turns an established transport-io session (WebTransport, the
+// WebSocket mapping or stdio) into a MessageConn: ReadMessage returns the
+// next "ahp" EMIT payload, WriteMessage emits one and blocks while
+// EmitQueueMark frames are queued (stdio sessions also block rather than
+// disconnect), Close maps the CloseCode as docs/protocol.md §1 says.
+func NewTIOConn(s *transportio.Session) MessageConn { return &tioConn{s: s} }
+
+func (c *tioConn) ReadMessage(ctx context.Context) ([]byte, error) {
+	for {
+		m, err := c.s.Receive(ctx)
+		if err != nil {
+			return nil, tioError(err)
+		}
+		if m.Event == AHPEvent {
+			return m.Payload, nil
+		}
+	}
+}
+
+func (c *tioConn) WriteMessage(ctx context.Context, text []byte) error {
+	return tioError(c.s.EmitWait(ctx, AHPEvent, text, EmitQueueMark))
+}
+
+func (c *tioConn) Close(code CloseCode, reason string) error {
+	tc, r := ToTIOClose(code, reason)
+	err := c.s.Close(tc, r)
+	if c.owned {
+		c.s.Wait()
+	}
+	return err
+}
+
+func (c *tioConn) Peer() string { return c.s.RemoteAddr() }
+
+// ToTIOClose maps a MessageConn close to a session close (docs/protocol.md §1).
+func ToTIOClose(code CloseCode, reason string) (transportio.CloseCode, string) {
+	switch code {
+	case CloseProtocolError, CloseMessageTooBig:
+		return transportio.CloseProtocolError, reason
+	case ClosePeerTooSlow:
+		return transportio.ClosePeerTooSlow, reason
+	case CloseGoingAway:
+		if reason == "" {
+			reason = "server shutting down"
+		}
+		return transportio.CloseNoError, reason
+	default: // normal, internal error, AHP version mismatch: not transport faults
+		return transportio.CloseNoError, reason
+	}
+}
+
+// FromTIOClose maps a session close code back to a CloseCode for callers
+// that read CloseStatus: 0 is CloseNormal (CloseGoingAway when the reason
+// says the server is shutting down), 1003 ClosePeerTooSlow, 1004
+// CloseProtocolError, any other code 3000+code, as on the WebSocket mapping.
+func FromTIOClose(code transportio.CloseCode, reason string) CloseCode {
+	switch code {
+	case transportio.CloseNoError:
+		if reason == "server shutting down" {
+			return CloseGoingAway
+		}
+		return CloseNormal
+	case transportio.ClosePeerTooSlow:
+		return ClosePeerTooSlow
+	case transportio.CloseProtocolError:
+		return CloseProtocolError
+	}
+	return CloseCode(3000 + int(code))
+}
+
+// TIOCloseError is what a transport-io MessageConn returns once the session
+// ended. CloseStatus and CloseReason read it (through errors.As to
+// websocket.CloseError); a lost connection reports -1.
+type TIOCloseError struct{ *transportio.SessionError }
+
+func (e *TIOCloseError) Unwrap() error { return e.SessionError }
+
+// As lets CloseStatus see the mapped code.
+func (e *TIOCloseError) As(target any) bool {
+	ce, ok := target.(*websocket.CloseError)
+	if !ok || e.Lost {
+		return false
+	}
+	*ce = websocket.CloseError{Code: websocket.StatusCode(FromTIOClose(e.Code, e.Reason)), Reason: e.Reason}
+	return true
+}
+
+func tioError(err error) error {
+	var se *transportio.SessionError
+	if errors.As(err, &se) {
+		return &TIOCloseError{se}
+	}
+	return err
+}
+
+// TIOOptions configure the transport-io endpoints of the host.
+type TIOOptions struct {
+	// Token is required from every peer (Authorization: Bearer, or ?token=),
+	// compared in constant time; a refusal closes as WT_UNAUTHORIZED with
+	// reason "unauthorized" before the server's frame 0.
+	Token string
+	// OriginPatterns are Origin host patterns allowed on the WebSocket
+	// mapping (path.Match); the request's own host is always allowed.
+	OriginPatterns []string
+	// OnReject is told about each refusal (for logging).
+	OnReject func(r *http.Request, code transportio.CloseCode, reason string)
+	// HandshakeTimeout and WebSocket override the protocol's timings (tests).
+	HandshakeTimeout time.Duration
+	WebSocket        transportio.WebSocketOptions
+}
+
+// RefusalReason is the close reason of a refused token.
+const RefusalReason = "unauthorized"
+
+func (o TIOOptions) listener() *transportio.Listener {
+	return &transportio.Listener{
+		Session: transportio.Config{Contract: Contract, HandshakeTimeout: o.HandshakeTimeout},
+		Authorize: func(r *http.Request) error {
+			if !TokenEqual(TokenFromRequest(r), o.Token) {
+				return transportio.Refuse(RefusalReason)
+			}
+			return nil
+		},
+		OriginPatterns: o.OriginPatterns,
+		WebSocket:      o.WebSocket,
+		OnRefuse:       o.OnReject,
+	}
+}
+
+// serveTIO waits for the peer's handshake and hands the session to serve.
+func serveTIO(ctx context.Context, serve func(ctx context.Context, mc MessageConn)) func(*transportio.Session) {
+	return func(s *transportio.Session) {
+		if s.WaitHandshake(ctx) != nil {
+			return
+		}
+		serve(ctx, NewTIOConn(s))
+	}
+}
+
+// TIOWebSocketHandler serves the §3.3 WebSocket mapping (mount it at
+// TIOPath): the token is checked before the session is accepted, the
+// upgrade is completed either way, and a refusal closes with 4007.
+func TIOWebSocketHandler(opts TIOOptions, serve func(ctx context.Context, mc MessageConn)) http.Handler {
+	l := opts.listener()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := context.WithoutCancel(r.Context())
+		l.WebSocketHandler(serveTIO(ctx, serve)).ServeHTTP(w, r)
+	})
+}
+
+// ProbeHandler answers HEAD /.well-known/transport-io with 204.
+func ProbeHandler() http.Handler { return transportio.ProbeHandler() }
+
+// ServeStdio runs one transport-io session over r and w (stdin/stdout of
+// `sidecar stdio`): emit lane only, a slow reader blocks and is never
+// disconnected, no token (whoever can start the process is already in).
+// It returns when the session ends.
+func ServeStdio(ctx context.Context, r io.ReadCloser, w io.WriteCloser, serve func(ctx context.Context, mc MessageConn)) error {
+	s := transportio.Start(transportio.NewStreamCarrier(r, w, "stdio"), transportio.Config{
+		Contract: Contract, Role: transportio.RoleServer, BlockOnFull: true, Origin: 1,
+	})
+	defer s.Wait()
+	defer s.Close(transportio.CloseNoError, "")
+	if err := s.WaitHandshake(ctx); err != nil {
+		return err
+	}
+	serve(ctx, NewTIOConn(s))
+	return nil
+}
+
+// DialStdio starts a client session over r (the peer's output) and w (its
+// input), and waits for the handshake.
+func DialStdio(ctx context.Context, r io.ReadCloser, w io.WriteCloser, name string) (MessageConn, error) {
+	s := transportio.Start(transportio.NewStreamCarrier(r, w, name), transportio.Config{
+		Contract: Contract, Role: transportio.RoleClient, BlockOnFull: true,
+	})
+	if err := s.WaitHandshake(ctx); err != nil {
+		s.Close(transportio.CloseNoError, "")
+		s.Wait()
+		return nil, tioError(err)
+	}
+	return &tioConn{s: s, owned: true}, nil
+}
+
+// DialTIOWebSocket dials the WebSocket mapping at url (wss://…/transport-io)
+// and waits for the handshake. A refusal returns a *TIOCloseError with
+// code 1007.
+func DialTIOWebSocket(ctx context.Context, url string, header http.Header, client *http.Client) (MessageConn, error) {
+	s, err := transportio.DialWebSocket(ctx, url, &websocket.DialOptions{HTTPHeader: header, HTTPClient: client},
+		transportio.Config{Contract: Contract}, transportio.WebSocketOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.WaitHandshake(ctx); err != nil {
+		s.Close(transportio.CloseNoError, "")
+		s.Wait()
+		return nil, tioError(err)
+	}
+	return &tioConn{s: s, owned: true}, nil
+}
+
+// IsUnauthorized reports whether err is a WT_UNAUTHORIZED refusal, which a
+// client treats as final.
+func IsUnauthorized(err error) bool {
+	var se *transportio.SessionError
+	return errors.As(err, &se) && se.Code == transportio.CloseUnauthorized && !se.Lost
+}

@@ -1,0 +1,103 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/quic-go/webtransport-go"
+
+	"github.com/sidecar-dev/sidecar/transportio"
+)
+
+// WebTransportServer serves transport-io on WebTransport over HTTP/3 (UDP)
+// at TIOPath. It never offers WebTransport over HTTP/2 (seed 002 §2).
+type WebTransportServer struct {
+	wts *webtransport.Server
+	mu  sync.Mutex
+	pcs []net.PacketConn
+}
+
+// NewWebTransportServer returns the HTTP/3 endpoint. tlsConf supplies the
+// certificate (the same as the TCP listener's); checkOrigin nil allows a
+// missing Origin or one equal to Host.
+func NewWebTransportServer(tlsConf *tls.Config, opts TIOOptions, checkOrigin func(*http.Request) bool, serve func(ctx context.Context, mc MessageConn)) *WebTransportServer {
+	mux := http.NewServeMux()
+	s := &WebTransportServer{}
+	s.wts = transportio.NewWebTransportServer(tlsConf, mux, checkOrigin)
+	l := opts.listener()
+	h := l.WebTransportHandler(s.wts, serveTIO(context.Background(), serve))
+	mux.Handle(TIOPath, h)
+	return s
+}
+
+// Serve accepts sessions on pc until Close, which also closes pc.
+func (s *WebTransportServer) Serve(pc net.PacketConn) error {
+	s.mu.Lock()
+	s.pcs = append(s.pcs, pc)
+	s.mu.Unlock()
+	return s.wts.Serve(pc)
+}
+
+// Close stops the listener, closes its connections and its sockets.
+func (s *WebTransportServer) Close() error {
+	err := s.wts.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, pc := range s.pcs {
+		_ = pc.Close()
+	}
+	return err
+}
+
+// quicWantBuffer is the socket buffer quic-go asks for (golibs.md §1).
+const quicWantBuffer = 7 << 20
+
+// UDPBufferAdvice returns a warning with its remedy when the kernel will not
+// give quic-go the 7 MiB UDP buffers it wants (it then logs once through the
+// standard logger), or "" when it will: root (SO_RCVBUFFORCE) or a large
+// enough net.core.rmem_max/wmem_max.
+func UDPBufferAdvice() string {
+	if os.Geteuid() == 0 {
+		return ""
+	}
+	var low []string
+	for _, name := range []string{"rmem_max", "wmem_max"} {
+		b, err := os.ReadFile("/proc/sys/net/core/" + name)
+		if err != nil {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		// The kernel doubles the value set, so half of the wish suffices.
+		if err == nil && n*2 < quicWantBuffer {
+			low = append(low, fmt.Sprintf("net.core.%s=%d", name, n))
+		}
+	}
+	if len(low) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("UDP buffers are small (%s): WebTransport throughput will suffer; run sysctl -w net.core.rmem_max=7500000 net.core.wmem_max=7500000", strings.Join(low, ", "))
+}
+
+// DialWebTransport dials transport-io over WebTransport at url
+// (https://HOST:PORT/transport-io) and waits for the handshake. header
+// carries the Authorization; tlsConf the trust (the --cert-hash pin works
+// through VerifyPeerCertificate; QUIC is always TLS 1.3).
+func DialWebTransport(ctx context.Context, url string, header http.Header, tlsConf *tls.Config) (MessageConn, error) {
+	s, err := transportio.DialWebTransport(ctx, url, header, tlsConf, transportio.Config{Contract: Contract})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.WaitHandshake(ctx); err != nil {
+		s.Close(transportio.CloseNoError, "")
+		s.Wait()
+		return nil, tioError(err)
+	}
+	return &tioConn{s: s, owned: true}, nil
+}

@@ -1,0 +1,214 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sidecar-dev/sidecar/transport/tlscert"
+	"github.com/sidecar-dev/sidecar/transportio"
+)
+
+// echoServe echoes every AHP message until the connection ends.
+func echoServe(ctx context.Context, mc MessageConn) {
+	defer mc.Close(CloseNormal, "")
+	for {
+		m, err := mc.ReadMessage(ctx)
+		if err != nil {
+			return
+		}
+		if mc.WriteMessage(ctx, m) != nil {
+			return
+		}
+	}
+}
+
+func devCert(t *testing.T) (tls.Certificate, string) {
+	c, err := tlscert.LoadOrCreateDev(t.TempDir(), []string{"127.0.0.1"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, tlscert.Pin(c)
+}
+
+func pinned(t *testing.T, pin string) *tls.Config {
+	p, err := tlscert.ParsePin(pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{InsecureSkipVerify: true, VerifyPeerCertificate: tlscert.VerifyPin(p)}
+}
+
+func roundTrip(t *testing.T, mc MessageConn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, m := range []string{`{"jsonrpc":"2.0","id":1,"method":"ping"}`, `{"jsonrpc":"2.0","method":"x","params":{"s":"☃"}}`} {
+		if err := mc.WriteMessage(ctx, []byte(m)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := mc.ReadMessage(ctx)
+		if err != nil || string(got) != m {
+			t.Fatalf("echo %q %v", got, err)
+		}
+	}
+}
+
+// WebTransport listener and dialler, with the --cert-hash pin over QUIC
+// (TLS 1.3) and the token refusal (WT_UNAUTHORIZED, final).
+func TestWebTransportMessageConn(t *testing.T) {
+	cert, pin := devCert(t)
+	srv := NewWebTransportServer(&tls.Config{Certificates: []tls.Certificate{cert}}, TIOOptions{Token: "tok"}, nil, echoServe)
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(udp) }()
+	defer func() {
+		srv.Close()
+		<-served
+	}()
+	url := "https://" + udp.LocalAddr().String() + TIOPath
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	mc, err := DialWebTransport(ctx, url, http.Header{"Authorization": {"Bearer tok"}}, pinned(t, pin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, mc)
+	mc.Close(CloseNormal, "")
+
+	_, err = DialWebTransport(ctx, url+"?token=wrong", nil, pinned(t, pin))
+	if !IsUnauthorized(err) || CloseReason(err) != RefusalReason {
+		t.Fatalf("wrong token: %v", err)
+	}
+
+	_, err = DialWebTransport(ctx, url, http.Header{"Authorization": {"Bearer tok"}}, pinned(t, strings.Repeat("00", 32)))
+	if err == nil || !strings.Contains(err.Error(), "pin") {
+		t.Fatalf("wrong pin: %v", err)
+	}
+}
+
+// The WebSocket mapping behind the token, and the close-code mapping seen
+// through CloseStatus.
+func TestTIOWebSocketMessageConn(t *testing.T) {
+	closing := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.Handle(TIOPath, TIOWebSocketHandler(TIOOptions{Token: "tok"}, func(ctx context.Context, mc MessageConn) {
+		echoServe(ctx, &closeAfter{MessageConn: mc, n: 2, closing: closing})
+	}))
+	mux.Handle(transportio.ProbePath, ProbeHandler())
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	url := "ws" + strings.TrimPrefix(hs.URL, "http") + TIOPath
+
+	if _, err := DialTIOWebSocket(ctx, url, nil, nil); !IsUnauthorized(err) {
+		t.Fatalf("no token: %v", err)
+	}
+	mc, err := DialTIOWebSocket(ctx, url+"?token=tok", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, mc)
+	_, err = mc.ReadMessage(ctx)
+	if CloseStatus(err) != CloseGoingAway || CloseReason(err) != "server shutting down" {
+		t.Fatalf("after the server's close: %v (status %d)", err, CloseStatus(err))
+	}
+	mc.Close(CloseNormal, "")
+
+	req, _ := http.NewRequest(http.MethodHead, hs.URL+transportio.ProbePath, nil)
+	rsp, err := http.DefaultClient.Do(req)
+	if err != nil || rsp.StatusCode != http.StatusNoContent {
+		t.Fatalf("probe: %v %v", rsp, err)
+	}
+	rsp.Body.Close()
+}
+
+// closeAfter closes with CloseGoingAway after n writes.
+type closeAfter struct {
+	MessageConn
+	n       int
+	closing chan struct{}
+}
+
+func (c *closeAfter) WriteMessage(ctx context.Context, m []byte) error {
+	err := c.MessageConn.WriteMessage(ctx, m)
+	if c.n--; c.n == 0 {
+		c.MessageConn.Close(CloseGoingAway, "")
+		return errors.New("closed")
+	}
+	return err
+}
+
+func TestCloseMapping(t *testing.T) {
+	cases := []struct {
+		in   CloseCode
+		out  transportio.CloseCode
+		back CloseCode
+	}{
+		{CloseNormal, 0, CloseNormal}, {CloseProtocolError, 1004, CloseProtocolError},
+		{CloseMessageTooBig, 1004, CloseProtocolError}, {ClosePeerTooSlow, 1003, ClosePeerTooSlow},
+		{CloseInternalError, 0, CloseNormal}, {CloseVersionMismatch, 0, CloseNormal},
+	}
+	for _, c := range cases {
+		got, r := ToTIOClose(c.in, "x")
+		if got != c.out || FromTIOClose(got, r) != c.back {
+			t.Errorf("%d → %d → %d", c.in, got, FromTIOClose(got, r))
+		}
+	}
+	if FromTIOClose(transportio.CloseUnauthorized, "") != 4007 {
+		t.Error("1007 → 4007")
+	}
+}
+
+// Checklist 48: a call on the sidecar's contract (no call events) gets a
+// CALL_ERROR WT_UNKNOWN_EVENT and FIN; the session stays up.
+func TestWebTransportCallRefused(t *testing.T) {
+	cert, _ := devCert(t)
+	srv := NewWebTransportServer(&tls.Config{Certificates: []tls.Certificate{cert}}, TIOOptions{Token: "tok"}, nil, echoServe)
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(udp) }()
+	defer func() {
+		srv.Close()
+		<-served
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := transportio.DialWebTransport(ctx, "https://"+udp.LocalAddr().String()+TIOPath+"?token=tok", nil,
+		&tls.Config{InsecureSkipVerify: true}, transportio.Config{Contract: Contract})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Wait()
+	defer s.Close(transportio.CloseNoError, "")
+	if err := s.WaitHandshake(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := transportio.OpenCallForTest(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = st.Write(transportio.AppendFrame(nil, transportio.Frame{Type: transportio.FrameCallRequest, Codec: transportio.CodecJSON, EventID: transportio.EventID(AHPEvent), Payload: []byte("{}")}))
+	_ = st.CloseWrite()
+	f, err := transportio.NewDecoder(st).Next()
+	if err != nil || f.Type != transportio.FrameCallError || !strings.Contains(string(f.Payload), `"code":"WT_UNKNOWN_EVENT"`) {
+		t.Fatalf("answer %+v %v", f, err)
+	}
+	if s.Err() != nil {
+		t.Fatal(s.Err())
+	}
+}

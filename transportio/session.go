@@ -1,0 +1,696 @@
+package transportio
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+)
+
+// Role is the side a session plays.
+type Role uint8
+
+// Roles.
+const (
+	RoleServer Role = iota
+	RoleClient
+)
+
+// DefaultClientOrigin is the datagram origin a client stamps when none is
+// configured (the reference client's value); servers accept any origin
+// inbound (checklist item 78).
+const DefaultClientOrigin uint32 = 0x80000001
+
+// Config configures a session. Zero values take the defaults.
+type Config struct {
+	// Contract is this side's event table; required.
+	Contract *Contract
+	Role     Role
+	// Feat are the feature tokens this side supports (none in version 0).
+	Feat []string
+	// HandshakeTimeout defaults to HandshakeTimeout (5000 ms).
+	HandshakeTimeout time.Duration
+	// Origin is stamped on outbound datagrams: a server allocates it
+	// (OriginAllocator); a client defaults to DefaultClientOrigin.
+	Origin uint32
+	// BlockOnFull makes an emit wait at MaxEmitQueue instead of closing the
+	// session as WT_PEER_TOO_SLOW: stdio, where a slow reader blocks and is
+	// never disconnected.
+	BlockOnFull bool
+	// InboundQueue bounds received emits not yet taken by Receive; the
+	// reader stops reading the stream while it is full, which is the
+	// backpressure. Default 64.
+	InboundQueue int
+	// DatagramTTL overrides DatagramTTL (tests).
+	DatagramTTL time.Duration
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+}
+
+// Message is one received EMIT or datagram.
+type Message struct {
+	Event   string
+	Codec   Codec
+	Payload []byte
+	// Origin and Sequence are set for datagrams.
+	Origin, Sequence uint32
+}
+
+// Stats are a session's counters.
+type Stats struct {
+	// UnknownDropped: inbound EMITs and datagrams for events not in our
+	// contract (WT_UNKNOWN_EVENT, per message, the session stays up).
+	UnknownDropped uint64
+	// OverflowDropped and StaleDropped: outbound datagrams discarded from
+	// the ring (§9), counted apart.
+	OverflowDropped, StaleDropped uint64
+	// SequenceDropped: inbound datagrams not newer than their pair's last.
+	SequenceDropped uint64
+	// ReceiveDropped: inbound datagrams discarded because the application
+	// had not taken the previous ones.
+	ReceiveDropped uint64
+	// EmitsSent, EmitsReceived count EMIT frames.
+	EmitsSent, EmitsReceived uint64
+}
+
+// Session is one transport-io session over a Carrier. Its methods are safe
+// for concurrent use.
+type Session struct {
+	cfg Config
+	car Carrier
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	errOnce sync.Once
+	err     atomic.Pointer[SessionError]
+
+	hsDone chan struct{}
+	neg    Negotiation
+
+	mu       sync.Mutex // emit lane, ring, sequences
+	q        [][]byte
+	inflight int
+	space    chan struct{} // closed and replaced whenever pending shrinks
+	wake     chan struct{} // 1-slot: the writer has work
+	ring     DatagramRing
+	seq      map[uint32]uint32
+
+	gateMu sync.Mutex
+	gate   SequenceGate
+
+	inbound    chan Message
+	readerDone chan struct{} // the reader has stopped: nothing more arrives
+	dgrams     chan Message
+	dgWake     chan struct{}
+
+	rooms sync.Map // client role: rooms the server says we are in
+
+	calls callState
+
+	unknownDropped, seqDropped, recvDropped, emitsSent, emitsReceived atomic.Uint64
+}
+
+// Start runs a session over car: it queues this side's handshake as frame 0
+// without waiting for the peer's (§4.1), reads the peer's emit stream, and
+// closes as WT_HANDSHAKE_TIMEOUT when no valid handshake arrives in time.
+// On a reliable-only mapping, a contract with an unreliable event that
+// declares no fallback is refused with WT_RELIABILITY_REFUSED before frame 0.
+func Start(car Carrier, cfg Config) *Session {
+	if cfg.Contract == nil {
+		panic("transportio: Start without a contract")
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = HandshakeTimeout
+	}
+	if cfg.InboundQueue <= 0 {
+		cfg.InboundQueue = 64
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Origin == 0 && cfg.Role == RoleClient {
+		cfg.Origin = DefaultClientOrigin
+	}
+	s := &Session{
+		cfg: cfg, car: car,
+		hsDone:     make(chan struct{}),
+		space:      make(chan struct{}),
+		wake:       make(chan struct{}, 1),
+		dgWake:     make(chan struct{}, 1),
+		seq:        map[uint32]uint32{},
+		inbound:    make(chan Message, cfg.InboundQueue),
+		readerDone: make(chan struct{}),
+		dgrams:     make(chan Message, DatagramRingSize),
+	}
+	s.ring.TTL = cfg.DatagramTTL
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.calls.init()
+
+	s.wg.Add(1)
+	go s.watch()
+	if car.Kind().ReliableOnly() {
+		if names := cfg.Contract.undeclaredUnreliable(); len(names) > 0 {
+			s.Close(CloseReliabilityRefused, "undeclared unreliable event on a fallback transport")
+			close(s.readerDone)
+			return s
+		}
+	}
+	s.q = append(s.q, AppendHandshake(nil, Handshake{V: Version, Feat: cfg.Feat, Events: cfg.Contract.Table()}))
+	s.wg.Add(2)
+	go s.writer()
+	go s.reader()
+	if dc, ok := car.(DatagramCarrier); ok {
+		s.wg.Add(2)
+		go s.datagramReader(dc)
+		go s.datagramWriter(dc)
+	}
+	if cc, ok := car.(CallCarrier); ok {
+		s.wg.Add(1)
+		go s.acceptCalls(cc)
+	}
+	t := time.AfterFunc(cfg.HandshakeTimeout, func() {
+		select {
+		case <-s.hsDone:
+		default:
+			s.Close(CloseHandshakeTimeout, fmt.Sprintf("no handshake from the peer within %d ms", cfg.HandshakeTimeout.Milliseconds()))
+		}
+	})
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		select {
+		case <-s.hsDone:
+		case <-s.ctx.Done():
+		}
+		t.Stop()
+	}()
+	return s
+}
+
+// Kind is the mapping under the session.
+func (s *Session) Kind() Kind { return s.car.Kind() }
+
+// RemoteAddr describes the peer.
+func (s *Session) RemoteAddr() string { return s.car.RemoteAddr() }
+
+// Contract is this side's contract.
+func (s *Session) Contract() *Contract { return s.cfg.Contract }
+
+// Origin is the datagram origin this side stamps.
+func (s *Session) Origin() uint32 { return s.cfg.Origin }
+
+// Done is closed when the session has ended.
+func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
+
+// Err is how the session ended (a *SessionError), nil while open.
+func (s *Session) Err() error {
+	if e := s.err.Load(); e != nil {
+		return e
+	}
+	return nil
+}
+
+// Wait blocks until every goroutine of the session and its carrier has
+// returned; call it after Close or Done.
+func (s *Session) Wait() {
+	s.wg.Wait()
+	s.car.Wait()
+}
+
+// Close ends the session with code and reason (cut to 1024 bytes on a
+// character boundary, and further by the mapping). Idempotent: the first
+// close wins, and a session closed by the peer stays closed with its code.
+func (s *Session) Close(code CloseCode, reason string) error {
+	reason = TruncateReason(reason, MaxCloseReason)
+	s.finish(&SessionError{Code: code, Reason: reason})
+	return nil
+}
+
+// finish records how the session ended and tears it down, once.
+func (s *Session) finish(e *SessionError) {
+	s.errOnce.Do(func() {
+		s.err.Store(e)
+		if !e.Remote && !e.Lost {
+			if e.Code == CloseNoError {
+				s.flush()
+			}
+			_ = s.car.Close(e.Code, e.Reason)
+		}
+		s.cancel()
+		s.calls.abortAll()
+	})
+}
+
+// CloseFlushTimeout bounds how long a normal close (WT_NO_ERROR) waits for
+// emits already queued to be written; a close for a fault is immediate.
+const CloseFlushTimeout = time.Second
+
+// flush waits until the emit lane is empty, the carrier ends or
+// CloseFlushTimeout passes. New emits are refused already.
+func (s *Session) flush() {
+	t := time.NewTimer(CloseFlushTimeout)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		if len(s.q)+s.inflight == 0 {
+			s.mu.Unlock()
+			return
+		}
+		sp := s.space
+		s.mu.Unlock()
+		select {
+		case <-sp:
+		case <-t.C:
+			return
+		case <-s.car.Done():
+			return
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+// watch ends the session when the carrier ends.
+func (s *Session) watch() {
+	defer s.wg.Done()
+	select {
+	case <-s.car.Done():
+		e := s.car.Err()
+		if e == nil {
+			e = &SessionError{Lost: true, Reason: "connection lost"}
+		}
+		s.finish(e)
+	case <-s.ctx.Done():
+	}
+}
+
+// failRead ends the session after a read error on the carrier.
+func (s *Session) failRead(err error) {
+	var fe *FrameError
+	var se *SessionError
+	switch {
+	case errors.As(err, &fe):
+		s.Close(CloseProtocolError, fe.Error())
+	case s.car.Err() != nil:
+		s.finish(s.car.Err())
+	case errors.As(err, &se):
+		s.finish(se)
+	default:
+		// The stream failed before the carrier reported why; give the
+		// close a moment to arrive so a refusal is not reported as a
+		// lost session (§4).
+		t := time.NewTimer(250 * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-s.car.Done():
+			if e := s.car.Err(); e != nil {
+				s.finish(e)
+				return
+			}
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.finish(&SessionError{Lost: true, Reason: "connection lost: " + err.Error()})
+	}
+}
+
+// WaitHandshake blocks until the peer's handshake has been accepted, the
+// session ends (its error) or ctx ends.
+func (s *Session) WaitHandshake(ctx context.Context) error {
+	select {
+	case <-s.hsDone:
+		return nil
+	case <-s.ctx.Done():
+		return s.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Negotiation is the handshake's outcome (valid after WaitHandshake).
+func (s *Session) Negotiation() Negotiation {
+	<-s.hsDone
+	return s.neg
+}
+
+// Rooms returns the rooms the server has told this client it is in.
+func (s *Session) Rooms() []string {
+	var r []string
+	s.rooms.Range(func(k, _ any) bool { r = append(r, k.(string)); return true })
+	return r
+}
+
+// Stats returns the session's counters.
+func (s *Session) Stats() Stats {
+	s.mu.Lock()
+	over, stale := s.ring.OverflowDropped, s.ring.StaleDropped
+	s.mu.Unlock()
+	return Stats{
+		UnknownDropped: s.unknownDropped.Load(), OverflowDropped: over, StaleDropped: stale,
+		SequenceDropped: s.seqDropped.Load(), ReceiveDropped: s.recvDropped.Load(),
+		EmitsSent: s.emitsSent.Load(), EmitsReceived: s.emitsReceived.Load(),
+	}
+}
+
+// EmitQueueLen is the number of frames pending on the emit lane (queued or
+// being written).
+func (s *Session) EmitQueueLen() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.q) + s.inflight
+}
+
+// ----- emit lane -----
+
+func (s *Session) emitFrame(event string, payload []byte) ([]byte, error) {
+	ev, ok := s.cfg.Contract.Lookup(event)
+	if !ok {
+		return nil, fmt.Errorf("%w: '%s'", ErrUnknownEvent, event)
+	}
+	if ev.Lane != LaneReliable || ev.Shape != ShapeEmit {
+		return nil, fmt.Errorf("%w: '%s' is not a reliable emit event", ErrWrongShape, event)
+	}
+	f := Frame{Type: FrameEmit, Codec: ev.Payload, EventID: ev.ID, Payload: payload}
+	if err := f.Check(); err != nil {
+		return nil, err
+	}
+	return AppendFrame(make([]byte, 0, f.Len()), f), nil
+}
+
+// Emit queues one EMIT without waiting. The emit lane never discards: a
+// peer MaxEmitQueue frames behind is disconnected as WT_PEER_TOO_SLOW (§9)
+// and Emit returns the session's error (BlockOnFull waits instead).
+func (s *Session) Emit(event string, payload []byte) error {
+	b, err := s.emitFrame(event, payload)
+	if err != nil {
+		return err
+	}
+	if s.cfg.BlockOnFull {
+		return s.enqueue(s.ctx, b, MaxEmitQueue)
+	}
+	return s.enqueue(nil, b, 0)
+}
+
+// EmitWait queues one EMIT, first waiting while mark or more frames are
+// pending, or until ctx ends. With a mark far under MaxEmitQueue (the
+// sidecar uses 32) the lane is a bounded transport queue that never reaches
+// WT_PEER_TOO_SLOW.
+func (s *Session) EmitWait(ctx context.Context, event string, payload []byte, mark int) error {
+	b, err := s.emitFrame(event, payload)
+	if err != nil {
+		return err
+	}
+	if mark <= 0 || mark > MaxEmitQueue {
+		mark = MaxEmitQueue
+	}
+	return s.enqueue(ctx, b, mark)
+}
+
+// enqueue appends frame b to the emit lane. With ctx nil it never waits and
+// closes the session at MaxEmitQueue; otherwise it waits while mark or more
+// frames are pending.
+func (s *Session) enqueue(ctx context.Context, b []byte, mark int) error {
+	s.mu.Lock()
+	for {
+		if err := s.Err(); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		pending := len(s.q) + s.inflight
+		if ctx == nil {
+			if pending >= MaxEmitQueue {
+				s.mu.Unlock()
+				s.Close(ClosePeerTooSlow, fmt.Sprintf("emit queue exceeded %d frames", MaxEmitQueue))
+				return s.Err()
+			}
+			break
+		}
+		if pending < mark {
+			break
+		}
+		sp := s.space
+		s.mu.Unlock()
+		select {
+		case <-sp:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.ctx.Done():
+			return s.Err()
+		}
+		s.mu.Lock()
+	}
+	s.q = append(s.q, b)
+	s.mu.Unlock()
+	s.emitsSent.Add(1)
+	notify(s.wake)
+	return nil
+}
+
+func notify(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// maxWriteBatch bounds the bytes the writer hands the carrier in one write;
+// frames are coalesced up to it (write boundaries carry no meaning, §5).
+const maxWriteBatch = 256 << 10
+
+// writer owns this side's emit stream: frame 0 is the handshake, queued
+// first by Start.
+func (s *Session) writer() {
+	defer s.wg.Done()
+	w, err := s.car.OpenEmit(s.ctx)
+	if err != nil {
+		s.failRead(err)
+		return
+	}
+	ws := s.car.Kind() == KindWebSocket
+	var buf []byte
+	for {
+		s.mu.Lock()
+		if ws {
+			s.moveDatagramsLocked()
+		}
+		for len(s.q) == 0 {
+			s.mu.Unlock()
+			select {
+			case <-s.wake:
+			case <-s.ctx.Done():
+				return
+			}
+			s.mu.Lock()
+			if ws {
+				s.moveDatagramsLocked()
+			}
+		}
+		n := 0
+		buf = buf[:0]
+		for n < len(s.q) && (n == 0 || len(buf)+len(s.q[n]) <= maxWriteBatch) {
+			buf = append(buf, s.q[n]...)
+			s.q[n] = nil
+			n++
+		}
+		s.q = s.q[n:]
+		s.inflight = n
+		s.mu.Unlock()
+
+		_, err := w.Write(buf)
+
+		s.mu.Lock()
+		s.inflight = 0
+		close(s.space)
+		s.space = make(chan struct{})
+		s.mu.Unlock()
+		if err != nil {
+			s.failRead(err)
+			return
+		}
+		if cap(buf) > 2*maxWriteBatch {
+			buf = nil
+		}
+	}
+}
+
+// ----- reading the peer's emit stream -----
+
+func (s *Session) reader() {
+	defer s.wg.Done()
+	defer close(s.readerDone)
+	r, err := s.car.AcceptEmit(s.ctx)
+	if err != nil {
+		s.failRead(err)
+		return
+	}
+	dec := NewDecoder(r)
+	first := true
+	for {
+		f, err := dec.Next()
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return
+			}
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				err = fmt.Errorf("the peer ended its emit stream: %w", err)
+			}
+			s.failRead(err)
+			return
+		}
+		if first {
+			first = false
+			if err := s.handshake(f); err != nil {
+				return
+			}
+			continue
+		}
+		if err := s.frame(f); err != nil {
+			var se *SessionError
+			if errors.As(err, &se) {
+				s.Close(se.Code, se.Reason)
+			} else {
+				s.Close(CloseProtocolError, err.Error())
+			}
+			return
+		}
+	}
+}
+
+func protoErr(format string, a ...any) error {
+	return &SessionError{Code: CloseProtocolError, Reason: "WT_PROTOCOL_ERROR: " + fmt.Sprintf(format, a...)}
+}
+
+func (s *Session) handshake(f Frame) error {
+	fail := func(err error) error {
+		var se *SessionError
+		if errors.As(err, &se) {
+			s.Close(se.Code, se.Reason)
+		} else {
+			s.Close(CloseProtocolError, err.Error())
+		}
+		return err
+	}
+	if f.Type != FrameHandshake {
+		return fail(protoErr("the first frame on the emit stream is %s, not HANDSHAKE", f.Type))
+	}
+	if f.Codec != CodecJSON || f.EventID != 0 {
+		return fail(protoErr("a HANDSHAKE frame must carry codec JSON and event id 0"))
+	}
+	h, err := ParseHandshake(f.Payload)
+	if err != nil {
+		return fail(err)
+	}
+	neg, err := Negotiate(s.cfg.Contract, s.cfg.Feat, h)
+	if err != nil {
+		return fail(err)
+	}
+	s.neg = neg
+	close(s.hsDone)
+	return nil
+}
+
+func (s *Session) frame(f Frame) error {
+	switch f.Type {
+	case FrameHandshake:
+		return protoErr("a second HANDSHAKE frame (frame 0 only)")
+	case FrameEmit:
+		return s.receiveEmit(f)
+	case FrameJoin, FrameLeave:
+		if s.cfg.Role == RoleServer {
+			return protoErr("a client sent %s; rooms are server-authoritative", f.Type)
+		}
+		var p struct {
+			Room *string `json:"room"`
+		}
+		if f.Codec != CodecJSON || json.Unmarshal(f.Payload, &p) != nil || p.Room == nil {
+			return protoErr("a malformed %s frame", f.Type)
+		}
+		if f.Type == FrameJoin {
+			s.rooms.Store(*p.Room, true)
+		} else {
+			s.rooms.Delete(*p.Room)
+		}
+		return nil
+	case FrameDatagram:
+		if s.car.Kind() != KindWebSocket {
+			return protoErr("a DATAGRAM frame on a %s session (WebSocket mapping only)", s.car.Kind())
+		}
+		if f.Codec != CodecJSON || f.EventID != 0 {
+			return protoErr("a DATAGRAM frame header must carry codec JSON and event id 0")
+		}
+		s.receiveDatagram(f.Payload)
+		return nil
+	default:
+		return protoErr("a %s frame on the emit stream", f.Type)
+	}
+}
+
+func (s *Session) receiveEmit(f Frame) error {
+	ev, ok := s.cfg.Contract.ByID(f.EventID)
+	if !ok || ev.Lane != LaneReliable || ev.Shape != ShapeEmit {
+		s.unknownDropped.Add(1) // WT_UNKNOWN_EVENT: nothing to answer on; the session stays up
+		return nil
+	}
+	if f.Codec != ev.Payload {
+		return protoErr("event '%s' declares %s for its payload and the frame carries %s", ev.Name, ev.Payload, f.Codec)
+	}
+	if f.Codec == CodecJSON && (!utf8.Valid(f.Payload) || !json.Valid(f.Payload)) {
+		return protoErr("event '%s': the payload is not valid JSON", ev.Name)
+	}
+	s.emitsReceived.Add(1)
+	m := Message{Event: ev.Name, Codec: f.Codec, Payload: f.Payload}
+	select {
+	case s.inbound <- m:
+		return nil
+	default:
+	}
+	select {
+	case s.inbound <- m:
+		return nil
+	case <-s.ctx.Done():
+		return s.Err()
+	}
+}
+
+// Receive returns the next received EMIT. Messages received before the
+// session ended are returned first; then the session's error.
+func (s *Session) Receive(ctx context.Context) (Message, error) {
+	select {
+	case m := <-s.inbound:
+		return m, nil
+	default:
+	}
+	select {
+	case m := <-s.inbound:
+		return m, nil
+	case <-ctx.Done():
+		return Message{}, ctx.Err()
+	case <-s.ctx.Done():
+		// What arrived before the end is delivered first: give the reader
+		// a moment to hand over what the carrier still holds.
+		t := time.NewTimer(250 * time.Millisecond)
+		defer t.Stop()
+		select {
+		case m := <-s.inbound:
+			return m, nil
+		case <-s.readerDone:
+		case <-t.C:
+		case <-ctx.Done():
+			return Message{}, ctx.Err()
+		}
+		select {
+		case m := <-s.inbound:
+			return m, nil
+		default:
+		}
+		return Message{}, s.Err()
+	}
+}

@@ -1,0 +1,366 @@
+package transportio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// WebSocketOptions tune the §3.3 mapping; zero values are the normative
+// defaults.
+type WebSocketOptions struct {
+	// Keepalive: after this long with nothing sent, an empty binary message
+	// is sent. Default KeepaliveInterval (15000 ms).
+	Keepalive time.Duration
+	// Idle: after this long with nothing received, the session closes as
+	// WT_IDLE_TIMEOUT. Default IdleTimeout (45000 ms). Time the reader
+	// spends waiting for the application to take messages does not count.
+	Idle time.Duration
+	// CloseWait bounds the closing handshake; the session counts as closed
+	// at once regardless (§3.3). Default 2 s.
+	CloseWait time.Duration
+}
+
+func (o *WebSocketOptions) defaults() {
+	if o.Keepalive <= 0 {
+		o.Keepalive = KeepaliveInterval
+	}
+	if o.Idle <= 0 {
+		o.Idle = IdleTimeout
+	}
+	if o.CloseWait <= 0 {
+		o.CloseWait = 2 * time.Second
+	}
+}
+
+// wsReadLimit bounds one inbound WebSocket message: a message carries bytes
+// of the stream, and a peer may coalesce frames; the frame caps still apply
+// frame by frame.
+const wsReadLimit = 4 << 20
+
+// wsCarrier is the §3.3 mapping: the socket is both peers' emit streams.
+type wsCarrier struct {
+	c      *websocket.Conn
+	remote string
+	opts   WebSocketOptions
+
+	ctx    context.Context // hard lifetime of the socket
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+	err    atomic.Pointer[SessionError]
+	wg     sync.WaitGroup
+
+	lastSend, lastRecv atomic.Int64 // unix nanoseconds
+	blocked            atomic.Bool  // the reader waits for the application
+	chunks             chan []byte
+	cur                []byte
+}
+
+// NewWebSocketCarrier wraps an upgraded or dialled socket as the §3.3
+// mapping. It starts reading at once (keepalives count as received).
+func NewWebSocketCarrier(c *websocket.Conn, remote string, opts WebSocketOptions) Carrier {
+	opts.defaults()
+	c.SetReadLimit(wsReadLimit)
+	w := &wsCarrier{c: c, remote: remote, opts: opts, done: make(chan struct{}), chunks: make(chan []byte, 16)}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	now := time.Now().UnixNano()
+	w.lastSend.Store(now)
+	w.lastRecv.Store(now)
+	w.wg.Add(2)
+	go w.readLoop()
+	go w.liveness()
+	return w
+}
+
+func (w *wsCarrier) Kind() Kind                                    { return KindWebSocket }
+func (w *wsCarrier) RemoteAddr() string                            { return w.remote }
+func (w *wsCarrier) Done() <-chan struct{}                         { return w.done }
+func (w *wsCarrier) Err() *SessionError                            { return w.err.Load() }
+func (w *wsCarrier) Wait()                                         { w.wg.Wait() }
+func (w *wsCarrier) OpenEmit(context.Context) (io.Writer, error)   { return wsWriter{w}, nil }
+func (w *wsCarrier) AcceptEmit(context.Context) (io.Reader, error) { return w, nil }
+
+// end records how the socket ended and releases it.
+func (w *wsCarrier) end(e *SessionError) bool {
+	first := false
+	w.once.Do(func() {
+		first = true
+		w.err.Store(e)
+		close(w.done)
+	})
+	return first
+}
+
+func (w *wsCarrier) Close(code CloseCode, reason string) error {
+	if !w.end(&SessionError{Code: code, Reason: reason}) {
+		return nil
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		t := time.AfterFunc(w.opts.CloseWait, func() { _ = w.c.CloseNow() })
+		_ = w.c.Close(websocket.StatusCode(code.WebSocketCode()), TruncateReason(reason, MaxWebSocketCloseReason))
+		t.Stop()
+		_ = w.c.CloseNow()
+		w.cancel()
+	}()
+	return nil
+}
+
+func (w *wsCarrier) readLoop() {
+	defer w.wg.Done()
+	for {
+		typ, data, err := w.c.Read(w.ctx)
+		if err != nil {
+			var ce websocket.CloseError
+			e := &SessionError{Lost: true, Reason: "connection lost: " + err.Error()}
+			if errors.As(err, &ce) {
+				if code, ok := CloseCodeFromWebSocket(int(ce.Code)); ok {
+					e = &SessionError{Code: code, Reason: ce.Reason, Remote: true}
+				} else {
+					e = &SessionError{Lost: true, Reason: fmt.Sprintf("connection lost (WebSocket %d %s)", ce.Code, ce.Reason)}
+				}
+			}
+			if w.end(e) {
+				_ = w.c.CloseNow()
+				w.cancel()
+			}
+			return
+		}
+		w.lastRecv.Store(time.Now().UnixNano())
+		if typ != websocket.MessageBinary {
+			w.Close(CloseProtocolError, "WT_PROTOCOL_ERROR: a text message on the emit lane")
+			return
+		}
+		if len(data) == 0 {
+			continue // a keepalive: no bytes of the stream
+		}
+		w.blocked.Store(true)
+		select {
+		case w.chunks <- data:
+		case <-w.done:
+			return
+		}
+		w.blocked.Store(false)
+		w.lastRecv.Store(time.Now().UnixNano())
+	}
+}
+
+// Read is the peer's emit stream.
+func (w *wsCarrier) Read(p []byte) (int, error) {
+	for len(w.cur) == 0 {
+		select {
+		case w.cur = <-w.chunks:
+			continue
+		default:
+		}
+		select {
+		case w.cur = <-w.chunks:
+		case <-w.done:
+			select {
+			case w.cur = <-w.chunks:
+			default:
+				return 0, io.EOF
+			}
+		}
+	}
+	n := copy(p, w.cur)
+	w.cur = w.cur[n:]
+	return n, nil
+}
+
+type wsWriter struct{ w *wsCarrier }
+
+// Write sends p as one binary message. A message carries bytes of the
+// stream; its boundary means nothing (§3.3).
+func (x wsWriter) Write(p []byte) (int, error) {
+	if err := x.w.c.Write(x.w.ctx, websocket.MessageBinary, p); err != nil {
+		return 0, err
+	}
+	x.w.lastSend.Store(time.Now().UnixNano())
+	return len(p), nil
+}
+
+// liveness sends a keepalive at last-send + Keepalive and closes as
+// WT_IDLE_TIMEOUT at last-receive + Idle (§3.3).
+func (w *wsCarrier) liveness() {
+	defer w.wg.Done()
+	t := time.NewTimer(min(w.opts.Keepalive, w.opts.Idle))
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-w.done:
+			return
+		}
+		now := time.Now()
+		if w.blocked.Load() {
+			w.lastRecv.Store(now.UnixNano())
+		}
+		recv := time.Unix(0, w.lastRecv.Load())
+		if now.Sub(recv) >= w.opts.Idle {
+			w.Close(CloseIdleTimeout, fmt.Sprintf("no message from the peer for %d ms", w.opts.Idle.Milliseconds()))
+			return
+		}
+		send := time.Unix(0, w.lastSend.Load())
+		if now.Sub(send) >= w.opts.Keepalive {
+			if err := w.c.Write(w.ctx, websocket.MessageBinary, nil); err == nil {
+				send = time.Now()
+				w.lastSend.Store(send.UnixNano())
+			}
+		}
+		next := earlier(send.Add(w.opts.Keepalive), recv.Add(w.opts.Idle)).Sub(time.Now())
+		t.Reset(max(next, time.Millisecond))
+	}
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// ----- listener side: the door (§4) -----
+
+// Authorize decides a peer from the request that opened the session (path,
+// query, headers, peer address) before the session is accepted. nil
+// accepts; a *RefusalError (Refuse, Refused) closes as WT_UNAUTHORIZED with
+// its reason before this side's frame 0; any other error means no decision
+// was reached and closes as WT_NO_ERROR with "authorize failed".
+type Authorize func(r *http.Request) error
+
+// refusal turns an authorize error into the close it causes.
+func refusal(err error) (CloseCode, string) {
+	var re *RefusalError
+	if errors.As(err, &re) {
+		return CloseUnauthorized, re.Reason
+	}
+	return CloseNoError, "authorize failed"
+}
+
+// Listener holds what every accepted session shares.
+type Listener struct {
+	// Contract, Feat and HandshakeTimeout go into each session's Config.
+	Session Config
+	// Authorize is the door; nil accepts every peer.
+	Authorize Authorize
+	// OriginPatterns for the WebSocket mapping's Origin check (coder/websocket).
+	OriginPatterns []string
+	WebSocket      WebSocketOptions
+	// HostOrdinal partitions datagram origins across hosts (0 for one).
+	HostOrdinal int
+	// OnRefuse is told about each refused or failed door decision.
+	OnRefuse func(r *http.Request, code CloseCode, reason string)
+
+	mu      sync.Mutex
+	origins *OriginAllocator
+}
+
+func (l *Listener) allocateOrigin() (uint32, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.origins == nil {
+		a, err := NewOriginAllocator(l.HostOrdinal)
+		if err != nil {
+			return 0, err
+		}
+		l.origins = a
+	}
+	return l.origins.Allocate(time.Now())
+}
+
+func (l *Listener) releaseOrigin(o uint32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.origins.Release(o, time.Now())
+}
+
+// decide runs the door.
+func (l *Listener) decide(r *http.Request) (ok bool, code CloseCode, reason string) {
+	if l.Authorize == nil {
+		return true, 0, ""
+	}
+	if err := l.Authorize(r); err != nil {
+		code, reason = refusal(err)
+		if l.OnRefuse != nil {
+			l.OnRefuse(r, code, reason)
+		}
+		return false, code, reason
+	}
+	return true, 0, ""
+}
+
+// serve runs one accepted carrier: the origin, the session, the handler.
+func (l *Listener) serve(car Carrier, serve func(*Session)) {
+	origin, err := l.allocateOrigin()
+	if err != nil {
+		_ = car.Close(CloseNoError, ErrOriginsExhausted.Error())
+		car.Wait()
+		return
+	}
+	defer l.releaseOrigin(origin)
+	cfg := l.Session
+	cfg.Role = RoleServer
+	cfg.Origin = origin
+	s := Start(car, cfg)
+	defer s.Wait()
+	defer s.Close(CloseNoError, "")
+	serve(s)
+}
+
+// WebSocketHandler serves the §3.3 mapping. It decides the door from the
+// request, completes the upgrade either way (a refusal is a close, never an
+// HTTP status, so the client can read the reason), and hands each accepted
+// session to serve, which owns it until it returns; the session is then
+// closed and its goroutines joined.
+func (l *Listener) WebSocketHandler(serve func(*Session)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ok, code, reason := l.decide(r)
+		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: l.OriginPatterns})
+		if err != nil {
+			return // Accept wrote the HTTP error
+		}
+		car := NewWebSocketCarrier(c, r.RemoteAddr, l.WebSocket)
+		if !ok {
+			_ = car.Close(code, reason)
+			car.Wait()
+			return
+		}
+		l.serve(car, serve)
+	})
+}
+
+// ProbePath answers the reference client's UDP-unreachable probe.
+const ProbePath = "/.well-known/transport-io"
+
+// ProbeHandler answers HEAD (and GET) at ProbePath with 204.
+func ProbeHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.RawQuery != "" {
+			http.NotFound(w, r)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// DialWebSocket opens a client session over the §3.3 mapping at url
+// (ws:// or wss://). It returns once the socket is open; call
+// WaitHandshake to learn whether the server accepted.
+func DialWebSocket(ctx context.Context, url string, dopts *websocket.DialOptions, cfg Config, opts WebSocketOptions) (*Session, error) {
+	c, _, err := websocket.Dial(ctx, url, dopts)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Role = RoleClient
+	return Start(NewWebSocketCarrier(c, url, opts), cfg), nil
+}

@@ -1,0 +1,250 @@
+package transportio
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	"github.com/quic-go/webtransport-go"
+)
+
+// QUICKeepAlive is the QUIC keepalive period of our WebTransport endpoints:
+// quic-go sends none by default and its idle timeout is 30 s.
+const QUICKeepAlive = 10 * time.Second
+
+// QUICConfig returns the QUIC configuration of both roles: datagrams,
+// partial-delivery resets (both required by webtransport-go) and keepalive.
+func QUICConfig() *quic.Config {
+	return &quic.Config{EnableDatagrams: true, EnableStreamResetPartialDelivery: true, KeepAlivePeriod: QUICKeepAlive}
+}
+
+// wtCarrier carries a session on WebTransport over HTTP/3: every lane.
+type wtCarrier struct {
+	s       *webtransport.Session
+	onClose func()
+
+	done   chan struct{}
+	once   sync.Once
+	err    atomic.Pointer[SessionError]
+	wg     sync.WaitGroup
+	emitCh chan *webtransport.ReceiveStream
+}
+
+// NewWebTransportCarrier wraps an established WebTransport session. onClose,
+// if set, runs once after the session ended (a dialler closes its
+// webtransport.Transport there).
+func NewWebTransportCarrier(s *webtransport.Session, onClose func()) Carrier {
+	c := &wtCarrier{s: s, onClose: onClose, done: make(chan struct{}), emitCh: make(chan *webtransport.ReceiveStream, 1)}
+	c.wg.Add(1)
+	go c.acceptUni()
+	return c
+}
+
+func (c *wtCarrier) Kind() Kind            { return KindWebTransport }
+func (c *wtCarrier) RemoteAddr() string    { return c.s.RemoteAddr().String() }
+func (c *wtCarrier) Done() <-chan struct{} { return c.done }
+func (c *wtCarrier) Err() *SessionError    { return c.err.Load() }
+func (c *wtCarrier) Wait()                 { c.wg.Wait() }
+
+func (c *wtCarrier) end(e *SessionError) bool {
+	first := false
+	c.once.Do(func() {
+		first = true
+		c.err.Store(e)
+		close(c.done)
+	})
+	return first
+}
+
+func (c *wtCarrier) Close(code CloseCode, reason string) error {
+	if c.end(&SessionError{Code: code, Reason: reason}) {
+		_ = c.s.CloseWithError(webtransport.SessionErrorCode(code), TruncateReason(reason, MaxCloseReason))
+	}
+	return nil
+}
+
+// convertErr turns a webtransport error into how the session ended.
+func convertErr(err error) *SessionError {
+	var se *webtransport.SessionError
+	if errors.As(err, &se) {
+		return &SessionError{Code: CloseCode(se.ErrorCode), Reason: se.Message, Remote: se.Remote}
+	}
+	return &SessionError{Lost: true, Reason: "connection lost: " + err.Error()}
+}
+
+// acceptUni takes the peer's emit stream; a second uni stream is a protocol
+// error (checklist 44). Its error is how the session ended.
+func (c *wtCarrier) acceptUni() {
+	defer c.wg.Done()
+	defer func() {
+		if c.onClose != nil {
+			c.onClose()
+		}
+	}()
+	n := 0
+	for {
+		str, err := c.s.AcceptUniStream(context.Background())
+		if err != nil {
+			c.end(convertErr(err))
+			return
+		}
+		n++
+		if n == 1 {
+			c.emitCh <- str
+			continue
+		}
+		str.CancelRead(webtransport.StreamErrorCode(ResetNoError))
+		c.Close(CloseProtocolError, "WT_PROTOCOL_ERROR: a second emit stream from the peer")
+	}
+}
+
+func (c *wtCarrier) OpenEmit(ctx context.Context) (io.Writer, error) {
+	str, err := c.s.OpenUniStreamSync(ctx)
+	if err != nil {
+		return nil, wtErr(err)
+	}
+	return wtWriter{str}, nil
+}
+
+func (c *wtCarrier) AcceptEmit(ctx context.Context) (io.Reader, error) {
+	select {
+	case str := <-c.emitCh:
+		return wtReader{str}, nil
+	case <-c.done:
+		return nil, c.Err()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func wtErr(err error) error {
+	var se *webtransport.SessionError
+	if errors.As(err, &se) {
+		return convertErr(err)
+	}
+	return err
+}
+
+type wtReader struct{ s *webtransport.ReceiveStream }
+
+func (r wtReader) Read(p []byte) (int, error) {
+	n, err := r.s.Read(p)
+	if err != nil && err != io.EOF {
+		err = wtErr(err)
+	}
+	return n, err
+}
+
+type wtWriter struct{ s *webtransport.SendStream }
+
+func (w wtWriter) Write(p []byte) (int, error) {
+	n, err := w.s.Write(p)
+	if err != nil {
+		err = wtErr(err)
+	}
+	return n, err
+}
+
+func (c *wtCarrier) SendDatagram(b []byte) error { return c.s.SendDatagram(b) }
+
+func (c *wtCarrier) ReceiveDatagram(ctx context.Context) ([]byte, error) {
+	return c.s.ReceiveDatagram(ctx)
+}
+
+// MaxDatagramSize is unknown ahead of a send in webtransport-go, so the
+// §7.4 floor applies.
+func (c *wtCarrier) MaxDatagramSize() int { return 0 }
+
+func (c *wtCarrier) OpenCall(ctx context.Context) (CallStream, error) {
+	str, err := c.s.OpenStreamSync(ctx)
+	if err != nil {
+		return nil, wtErr(err)
+	}
+	return wtStream{str}, nil
+}
+
+func (c *wtCarrier) AcceptCall(ctx context.Context) (CallStream, error) {
+	str, err := c.s.AcceptStream(ctx)
+	if err != nil {
+		return nil, wtErr(err)
+	}
+	return wtStream{str}, nil
+}
+
+type wtStream struct{ s *webtransport.Stream }
+
+func (w wtStream) Read(p []byte) (int, error) {
+	n, err := w.s.Read(p)
+	if err != nil && err != io.EOF {
+		err = wtErr(err)
+	}
+	return n, err
+}
+func (w wtStream) Write(p []byte) (int, error) { return w.s.Write(p) }
+func (w wtStream) CloseWrite() error           { return w.s.Close() }
+func (w wtStream) CancelRead(c ResetCode)      { w.s.CancelRead(webtransport.StreamErrorCode(c)) }
+func (w wtStream) CancelWrite(c ResetCode)     { w.s.CancelWrite(webtransport.StreamErrorCode(c)) }
+
+// NewWebTransportServer returns a WebTransport server over HTTP/3 only: it
+// never offers WebTransport on HTTP/2 (§2), so it cannot be negotiated into
+// a reliable-only mapping. mux receives the CONNECT requests; mount
+// Listener.WebTransportHandler on it. checkOrigin nil allows a missing
+// Origin or one equal to Host.
+func NewWebTransportServer(tlsConf *tls.Config, mux http.Handler, checkOrigin func(*http.Request) bool) *webtransport.Server {
+	h3 := &http3.Server{
+		TLSConfig:  http3.ConfigureTLSConfig(tlsConf),
+		QUICConfig: QUICConfig(),
+		Handler:    mux,
+	}
+	return &webtransport.Server{H3: h3, CheckOrigin: checkOrigin}
+}
+
+// WebTransportHandler serves WebTransport CONNECT requests on wts: the door
+// first, then the upgrade; a refused peer is closed as WT_UNAUTHORIZED
+// before any stream is opened (§4, checklist 20). Each accepted session is
+// handed to serve, which owns it until it returns.
+func (l *Listener) WebTransportHandler(wts *webtransport.Server, serve func(*Session)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor != 3 {
+			http.Error(w, "transport-io needs WebTransport over HTTP/3", http.StatusNotImplemented)
+			return
+		}
+		ok, code, reason := l.decide(r)
+		sess, err := wts.Upgrade(w, r)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if !ok {
+			_ = sess.CloseWithError(webtransport.SessionErrorCode(code), reason)
+			return
+		}
+		l.serve(NewWebTransportCarrier(sess, nil), serve)
+	})
+}
+
+// DialWebTransport opens a client session on WebTransport at url
+// (https://HOST:PORT/PATH). tlsConf carries the trust (a pin via
+// VerifyPeerCertificate works: QUIC always runs TLS 1.3). It returns once
+// the session is established; call WaitHandshake next.
+func DialWebTransport(ctx context.Context, url string, header http.Header, tlsConf *tls.Config, cfg Config) (*Session, error) {
+	tr := &webtransport.Transport{TLSClientConfig: tlsConf, QUICConfig: QUICConfig()}
+	rsp, sess, err := tr.Dial(ctx, url, header)
+	if err != nil {
+		_ = tr.Close()
+		if rsp != nil && rsp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("server answered HTTP %d: %w", rsp.StatusCode, err)
+		}
+		return nil, err
+	}
+	cfg.Role = RoleClient
+	return Start(NewWebTransportCarrier(sess, func() { _ = tr.Close() }), cfg), nil
+}
