@@ -55,11 +55,11 @@ type TCPConn struct {
 	ctx    context.Context // canceled by Close and on reset: unblocks Write
 	cancel context.CancelFunc
 
-	rmu      sync.Mutex
-	cur      *Message // the message buf comes from, released when used up
-	buf      []byte
-	recvOff  tcpadapter.DecodedOffset
-	rerr     error // sticky: io.EOF, ErrTCPReset
+	rmu     sync.Mutex
+	cur     *Message // the message buf comes from, released when used up
+	buf     []byte
+	recvOff tcpadapter.DecodedOffset
+	rerr    error // sticky: io.EOF, ErrTCPReset
 
 	dmu      sync.Mutex
 	deadline time.Time
@@ -351,8 +351,9 @@ func (t *TCPConn) waitFlushed(d time.Duration) {
 	}
 }
 
-// LocalAddr returns an unspecified *net.TCPAddr: the socket is on the host.
-func (t *TCPConn) LocalAddr() net.Addr { return &net.TCPAddr{} }
+// LocalAddr returns 0.0.0.0:0 as a *net.TCPAddr (what SOCKS servers
+// report as the bound address): the socket is on the host.
+func (t *TCPConn) LocalAddr() net.Addr { return &net.TCPAddr{IP: net.IPv4zero} }
 
 // RemoteAddr returns the destination (its IP when it was given as one).
 func (t *TCPConn) RemoteAddr() net.Addr { return t.remote }

@@ -195,18 +195,33 @@ func (c *conn) createTCPConnection(params json.RawMessage) (any, *rpc.Error) {
 		tc.log.Info("TCP connection not opened", "host", host, "port", *p.Port, "error", err, "cause", errors.Unwrap(err))
 		return nil, rpc.Errorf(code, "%s", err.Error())
 	}
-	s.tcp.mu.Lock()
-	tc.sock = sock
-	s.tcp.mu.Unlock()
+	// The connection may have ended (or the server begun to shut down)
+	// while we dialed: then nobody will subscribe.
+	s.mu.Lock()
+	closing = s.closing
+	s.mu.Unlock()
+	tc.mu.Lock()
+	gone := tc.isClosed || closing || c.ctx != nil && c.ctx.Err() != nil
+	if !gone {
+		s.tcp.mu.Lock()
+		tc.sock = sock
+		s.tcp.mu.Unlock()
+		tc.lease = time.AfterFunc(tcpSubscribeLease, func() {
+			tc.mu.Lock()
+			subscribed := tc.sub != nil
+			tc.mu.Unlock()
+			if !subscribed {
+				tc.close("not subscribed within " + tcpSubscribeLease.String())
+			}
+		})
+	}
+	tc.mu.Unlock()
+	if gone {
+		_ = sock.Close()
+		tc.close("client connection closed while dialing")
+		return nil, rpc.Errorf(rpc.CodeInternalError, "connection closed while dialing")
+	}
 	tc.log.Info("TCP connection opened", "host", host, "port", *p.Port, "remote", sock.RemoteAddr().String())
-	tc.lease = time.AfterFunc(tcpSubscribeLease, func() {
-		tc.mu.Lock()
-		subscribed := tc.sub != nil
-		tc.mu.Unlock()
-		if !subscribed {
-			tc.close("not subscribed within " + tcpSubscribeLease.String())
-		}
-	})
 	s.wg.Add(2)
 	go tc.readLoop()
 	go tc.writeLoop()
@@ -230,16 +245,16 @@ type tcpConn struct {
 	clientID string
 	enc      *tcpadapter.Encoder
 	log      hclog.Logger
-	sock     *net.TCPConn // nil while dialing; set under s.tcp.mu
-	lease    *time.Timer
+	sock     *net.TCPConn // nil while dialing; set under s.tcp.mu and tc.mu
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed when the connection is closed or reset
 	wake      chan struct{} // 1-slot: the reader may proceed (attached, slot taken)
 	wqWake    chan struct{} // 1-slot: the write queue has items
 
-	mu  sync.Mutex
-	sub *subscription // the creator's windowed subscription
+	mu    sync.Mutex
+	lease *time.Timer   // closes the connection if nobody subscribes
+	sub   *subscription // the creator's windowed subscription
 	// Socket to client.
 	slot     []byte                   // the next tcp/data, read but not yet pulled
 	readOff  tcpadapter.DecodedOffset // bytes read from the socket
@@ -259,7 +274,6 @@ type tcpWrite struct {
 	eof     bool
 	release func()
 }
-
 
 func (tc *tcpConn) uri() string { return tc.id }
 
@@ -292,9 +306,10 @@ func (tc *tcpConn) attach(sub *subscription) {
 	if tc.sub == nil && !tc.isClosed {
 		tc.sub = sub
 	}
+	lease := tc.lease
 	tc.mu.Unlock()
-	if tc.lease != nil {
-		tc.lease.Stop()
+	if lease != nil {
+		lease.Stop()
 	}
 	signal(tc.wake)
 }
@@ -516,11 +531,12 @@ func (tc *tcpConn) end(reason string, reset, tell bool) {
 	tc.isClosed = true
 	sub := tc.sub
 	wq := tc.wq
+	lease := tc.lease
 	tc.wq, tc.slot = nil, nil
 	tc.mu.Unlock()
 	tc.closeOnce.Do(func() { close(tc.closed) })
-	if tc.lease != nil {
-		tc.lease.Stop()
+	if lease != nil {
+		lease.Stop()
 	}
 	for _, w := range wq {
 		w.release()

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -27,10 +29,12 @@ import (
 
 // connFlags are the connection options every client command takes.
 type connFlags struct {
-	token    string
-	certHash string
-	ordinary bool
-	timeout  time.Duration
+	token     string
+	certHash  string
+	ordinary  bool
+	timeout   time.Duration
+	transport string
+	via       string
 }
 
 func (f *connFlags) register(cmd *cobra.Command) {
@@ -39,6 +43,21 @@ func (f *connFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.certHash, "cert-hash", "", "SHA-256 pin of the server certificate, hex (default $SIDECAR_CERT_HASH)")
 	fs.BoolVar(&f.ordinary, "ordinary", false, "use ordinary delivery instead of windowed delivery (for debugging)")
 	fs.DurationVar(&f.timeout, "connect-timeout", 15*time.Second, "time allowed to connect and initialize")
+	fs.StringVar(&f.transport, "transport", client.TransportAuto, "for https:// URLs: auto (WebTransport, falling back to WebSocket), webtransport, websocket, or ahp (plain /ahp)")
+	fs.StringVar(&f.via, "via", "", "command whose stdin/stdout carry transport-io instead of a network connection, e.g. 'docker exec -i C sidecar stdio'; the URL may then be left out")
+	// With --via there is nothing to dial: a missing URL becomes "stdio:".
+	viaArgs := func(a []string) []string {
+		if f.via != "" && (len(a) == 0 || !strings.Contains(a[0], ":")) && cmd.ArgsLenAtDash() < 0 {
+			return append([]string{"stdio:"}, a...)
+		}
+		return a
+	}
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(c *cobra.Command, a []string) error { return check(c, viaArgs(a)) }
+	}
+	if run := cmd.RunE; run != nil {
+		cmd.RunE = func(c *cobra.Command, a []string) error { return run(c, viaArgs(a)) }
+	}
 }
 
 func (f *connFlags) dial(ctx context.Context, url string) (*client.Conn, error) {
@@ -52,7 +71,8 @@ func (f *connFlags) dial(ctx context.Context, url string) (*client.Conn, error) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	return client.Dial(ctx, url, client.Options{Token: token, CertHash: pin, Ordinary: f.ordinary, ClientName: "sidecar-cli/" + version})
+	return client.Dial(ctx, url, client.Options{Token: token, CertHash: pin, Ordinary: f.ordinary, ClientName: "sidecar-cli/" + version,
+		Transport: f.transport, Via: f.via})
 }
 
 // terminalURI accepts "t1" or "ahp-terminal:/t1".
@@ -325,6 +345,9 @@ type crlfWriter struct {
 }
 
 func (c *crlfWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	c.buf = c.buf[:0]
 	if c.pending {
 		c.pending = false
@@ -390,6 +413,16 @@ func lsCmd() *cobra.Command {
 				}
 				claim := t.Claim.Kind + ":" + t.Claim.ClientID + t.Claim.Session
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.TrimPrefix(t.Resource, rpc.TerminalScheme+"/"), t.Title, claim, status)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if len(st.Ports) > 0 {
+				fmt.Fprintln(os.Stdout)
+				fmt.Fprintln(tw, "LISTENING\tPROCESS")
+				for _, p := range st.Ports {
+					fmt.Fprintf(tw, "%s\t%s\n", net.JoinHostPort(p.Address, strconv.Itoa(p.Port)), p.Process)
+				}
 			}
 			return tw.Flush()
 		},

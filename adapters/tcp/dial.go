@@ -1,0 +1,111 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Dialer opens destinations for createTcpConnection: it resolves the
+// host, checks every resolved address against the Policy (a name that
+// resolves to any refused address is refused whole, so DNS cannot steer a
+// dial to a metadata address), then dials the allowed addresses in order
+// within Timeout.
+type Dialer struct {
+	Policy  *Policy
+	Timeout time.Duration // whole dial, name resolution included; 0 means 10 s
+	// Resolver resolves names; nil means net.DefaultResolver.
+	Resolver interface {
+		LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+	}
+}
+
+// DefaultDialTimeout is used when Dialer.Timeout is zero.
+const DefaultDialTimeout = 10 * time.Second
+
+// Dial resolves host, checks and dials it. Errors are *OpenError.
+func (d *Dialer) Dial(ctx context.Context, host string, port int) (*net.TCPConn, error) {
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	timeout := d.Timeout
+	if timeout <= 0 {
+		timeout = DefaultDialTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	fail := func(kind Kind, addr, detail string, err error) error {
+		return &OpenError{Kind: kind, Host: host, Port: port, Addr: addr, Detail: detail, Err: err}
+	}
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{a}
+	} else {
+		var r interface {
+			LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+		} = net.DefaultResolver
+		if d.Resolver != nil {
+			r = d.Resolver
+		}
+		addrs, err = r.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			var dnsErr *net.DNSError
+			switch {
+			case ctx.Err() != nil:
+				return nil, fail(KindTimeout, "", fmt.Sprintf(" resolving the name after %v", timeout), err)
+			case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+				return nil, fail(KindNoSuchHost, "", "", err)
+			}
+			return nil, fail(KindFailed, "", "cannot resolve the name", err)
+		}
+		if len(addrs) == 0 {
+			return nil, fail(KindNoSuchHost, "", "", nil)
+		}
+	}
+	for _, a := range addrs {
+		if reason, ok := d.Policy.Check(a); !ok {
+			return nil, fail(KindDenied, a.Unmap().String(), ": "+reason, nil)
+		}
+	}
+	var last error
+	var lastAddr string
+	var nd net.Dialer
+	for _, a := range addrs {
+		target := net.JoinHostPort(a.Unmap().String(), strconv.Itoa(port))
+		c, err := nd.DialContext(ctx, "tcp", target)
+		if err == nil {
+			tc := c.(*net.TCPConn)
+			_ = tc.SetNoDelay(true)
+			return tc, nil
+		}
+		last, lastAddr = err, a.Unmap().String()
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, classify(last, host, lastAddr, port, timeout, ctx)
+}
+
+// classify turns a dial error into an *OpenError.
+func classify(err error, host, addr string, port int, timeout time.Duration, ctx context.Context) error {
+	e := &OpenError{Kind: KindFailed, Host: host, Port: port, Addr: addr, Err: err}
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		e.Kind = KindRefused
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		e.Kind = KindUnreachable
+	case ctx.Err() == context.DeadlineExceeded, errors.As(err, &ne) && ne.Timeout():
+		e.Kind = KindTimeout
+		e.Detail = fmt.Sprintf(" after %v", timeout)
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		e.Detail = "address not available"
+	case errors.Is(err, context.Canceled):
+		e.Detail = "the client went away"
+	}
+	return e
+}

@@ -1,0 +1,81 @@
+package tcp
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// Policy decides which resolved destination addresses may be dialed
+// (DESIGN.md §7): those inside an allowed prefix (tcp.allow; the default is
+// loopback only). Link-local and cloud metadata addresses are refused even
+// inside a broad prefix such as 0.0.0.0/0, unless an entry names them (a
+// prefix at least as narrow as the sensitive range); unspecified, multicast
+// and broadcast addresses are always refused.
+type Policy struct {
+	allow []netip.Prefix
+}
+
+// sensitive are ranges only a specific allow entry opens: metadata
+// services are the classic target of a forwarded-port SSRF, and link-local
+// addresses are never a workload's service.
+var sensitive = []struct {
+	prefix netip.Prefix
+	what   string
+}{
+	{netip.MustParsePrefix("169.254.169.254/32"), "a cloud metadata address"},
+	{netip.MustParsePrefix("fd00:ec2::254/128"), "a cloud metadata address"},
+	{netip.MustParsePrefix("100.100.100.200/32"), "a cloud metadata address"},
+	{netip.MustParsePrefix("168.63.129.16/32"), "a cloud metadata address"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "a link-local address"},
+	{netip.MustParsePrefix("fe80::/10"), "a link-local address"},
+}
+
+// NewPolicy parses tcp.allow entries: CIDRs ("10.0.0.0/8") or single
+// addresses ("192.168.1.7", "::1").
+func NewPolicy(allow []string) (*Policy, error) {
+	p := &Policy{}
+	for _, a := range allow {
+		a = strings.TrimSpace(a)
+		if pfx, err := netip.ParsePrefix(a); err == nil {
+			p.allow = append(p.allow, pfx.Masked())
+			continue
+		}
+		addr, err := netip.ParseAddr(a)
+		if err != nil {
+			return nil, fmt.Errorf("tcp.allow: %q is neither a CIDR nor an IP address", a)
+		}
+		addr = addr.Unmap()
+		p.allow = append(p.allow, netip.PrefixFrom(addr, addr.BitLen()))
+	}
+	return p, nil
+}
+
+// Check returns nil if addr may be dialed, else the reason (a phrase such
+// as "a link-local address", used after "not allowed by policy: ").
+func (p *Policy) Check(addr netip.Addr) (reason string, ok bool) {
+	addr = addr.Unmap().WithZone("")
+	switch {
+	case addr.IsUnspecified():
+		return "the unspecified address", false
+	case addr.IsMulticast() || addr == netip.MustParseAddr("255.255.255.255"):
+		return "a multicast or broadcast address", false
+	}
+	for _, s := range sensitive {
+		if !s.prefix.Contains(addr) {
+			continue
+		}
+		for _, a := range p.allow {
+			if a.Contains(addr) && a.Bits() >= s.prefix.Bits() {
+				return "", true
+			}
+		}
+		return s.what + ", which tcp.allow must list explicitly", false
+	}
+	for _, a := range p.allow {
+		if a.Contains(addr) {
+			return "", true
+		}
+	}
+	return "not in tcp.allow", false
+}

@@ -1,0 +1,315 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestAppendDataMatchesJSON: the hand-built tcp/data is exactly what
+// encoding the notification would give, for odd channel names too.
+func TestAppendDataMatchesJSON(t *testing.T) {
+	for _, ch := range []string{"ahp-tcp:/t1", `ahp-tcp:/q"uo\te`, "ahp-tcp:/é😀<&>"} {
+		e := NewEncoder(ch)
+		for _, payload := range [][]byte{{0}, []byte("Hello"), bytes.Repeat([]byte{0xff, 0, 'x'}, 1000)} {
+			off := DecodedOffset(123456789)
+			got := e.AppendData(nil, off, payload)
+			want, _ := rpc.Notification(rpc.MethodTCPData, DataParams{Channel: ch, Offset: &off, Data: b64(payload)})
+			if !bytes.Equal(got, want) {
+				t.Fatalf("AppendData = %s\nwant        %s", got, want)
+			}
+			if e.DataLen(off, len(payload)) != len(got) {
+				t.Errorf("DataLen = %d, want %d", e.DataLen(off, len(payload)), len(got))
+			}
+		}
+	}
+	e := NewEncoder("ahp-tcp:/t1")
+	if got, want := string(e.EOF(5)), `{"jsonrpc":"2.0","method":"tcp/eof","params":{"channel":"ahp-tcp:/t1","offset":5}}`; got != want {
+		t.Errorf("EOF = %s, want %s", got, want)
+	}
+	if got, want := string(e.Reset()), `{"jsonrpc":"2.0","method":"tcp/reset","params":{"channel":"ahp-tcp:/t1"}}`; got != want {
+		t.Errorf("Reset = %s, want %s", got, want)
+	}
+}
+
+func b64(p []byte) string {
+	var e = NewEncoder("x")
+	text := e.AppendData(nil, 0, p)
+	var n struct {
+		Params DataParams `json:"params"`
+	}
+	_ = json.Unmarshal(text, &n)
+	return n.Params.Data
+}
+
+// TestMaxPayloadExact: MaxPayload bytes fit the frame whole, one more
+// byte does not, for every frame size around the minimum and the default,
+// at offsets of every length.
+func TestMaxPayloadExact(t *testing.T) {
+	for _, ch := range []string{"ahp-tcp:/t1", "ahp-tcp:/" + strings.Repeat("é", 128)} {
+		e := NewEncoder(ch)
+		for _, off := range []DecodedOffset{0, 9, 10, 99999, 1 << 40, ^DecodedOffset(0)} {
+			for frame := delivery.UTF16Bytes(1024); frame <= 1100; frame++ {
+				checkMax(t, e, off, frame)
+			}
+			for _, frame := range []delivery.UTF16Bytes{16384, 16385, 16386, 16387, 262144, 524288} {
+				checkMax(t, e, off, frame)
+			}
+		}
+	}
+}
+
+func checkMax(t *testing.T, e *Encoder, off DecodedOffset, frame delivery.UTF16Bytes) {
+	t.Helper()
+	n := e.MaxPayload(off, frame)
+	if n <= 0 {
+		t.Fatalf("MaxPayload(%d, %d) = %d", off, frame, n)
+	}
+	if s := delivery.Measure(e.AppendData(nil, off, make([]byte, n))); s > frame {
+		t.Fatalf("%d bytes at %d measure %d > frame %d", n, off, s, frame)
+	}
+	if s := delivery.Measure(e.AppendData(nil, off, make([]byte, n+1))); s <= frame {
+		t.Fatalf("%d bytes at %d still fit frame %d (%d): MaxPayload is not the maximum", n+1, off, frame, s)
+	}
+}
+
+func TestParseData(t *testing.T) {
+	off := func(v DecodedOffset) *DecodedOffset { return &v }
+	for _, c := range []struct {
+		name   string
+		params string
+		off    *DecodedOffset
+		data   string
+		bad    bool
+	}{
+		{"plain", `{"channel":"ahp-tcp:/t1","offset":7,"data":"SGVsbG8="}`, off(7), "Hello", false},
+		{"no offset", `{"channel":"ahp-tcp:/t1","data":"SGVsbG8="}`, nil, "Hello", false},
+		{"reordered, spaces", ` { "data" : "QQ==" , "offset" : 0 , "channel" : "c" } `, off(0), "A", false},
+		{"escaped slash (slow path)", `{"channel":"c","data":"\/w=="}`, nil, "\xff", false},
+		{"unknown member (slow path)", `{"channel":"c","data":"QQ==","_meta":{"x":[1]}}`, nil, "A", false},
+		{"empty data", `{"channel":"c","data":""}`, nil, "", true},
+		{"no data", `{"channel":"c"}`, nil, "", true},
+		{"unpadded", `{"channel":"c","data":"QQ"}`, nil, "", true},
+		{"non-zero pad bits", `{"channel":"c","data":"QR=="}`, nil, "", true},
+		{"line break", `{"channel":"c","data":"SGVs\nbG8="}`, nil, "", true},
+		{"url alphabet", `{"channel":"c","data":"_w=="}`, nil, "", true},
+		{"not an object", `"x"`, nil, "", true},
+		{"negative offset", `{"channel":"c","offset":-1,"data":"QQ=="}`, nil, "", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, data, err := ParseData(json.RawMessage(c.params))
+			if c.bad {
+				if err == nil || !errors.Is(err, ErrProtocol) {
+					t.Fatalf("ParseData = %q, %v; want an ErrProtocol", data, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(data) != c.data || (p.Offset == nil) != (c.off == nil) || (p.Offset != nil && *p.Offset != *c.off) {
+				t.Fatalf("ParseData = %+v %q", p, data)
+			}
+		})
+	}
+}
+
+func FuzzParseData(f *testing.F) {
+	f.Add([]byte(`{"channel":"ahp-tcp:/t1","offset":7,"data":"SGVsbG8="}`))
+	f.Add([]byte(`{"data":"QQ==","offset":18446744073709551615}`))
+	f.Add([]byte(`{"channel":"c","data":"\/w=="}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fp, fdata, fok := scanData(b)
+		fp.Data = string(fdata)
+		var sp DataParams
+		if json.Unmarshal(b, &sp) != nil {
+			if fok {
+				t.Fatalf("fast path accepted what encoding/json rejects: %q", b)
+			}
+			return
+		}
+		if fok && (fp.Channel != sp.Channel || fp.Data != sp.Data || (fp.Offset == nil) != (sp.Offset == nil) || (fp.Offset != nil && *fp.Offset != *sp.Offset)) {
+			t.Fatalf("fast %+v != json %+v for %q", fp, sp, b)
+		}
+	})
+}
+
+func TestTrim(t *testing.T) {
+	off := func(v DecodedOffset) *DecodedOffset { return &v }
+	for _, c := range []struct {
+		off  *DecodedOffset
+		next DecodedOffset
+		want string
+		bad  bool
+	}{
+		{nil, 10, "abcd", false},
+		{off(10), 10, "abcd", false},
+		{off(8), 10, "cd", false},
+		{off(6), 10, "", false},
+		{off(0), 10, "", false},
+		{off(11), 10, "", true},
+	} {
+		got, err := Trim(c.off, []byte("abcd"), c.next)
+		if (err != nil) != c.bad || string(got) != c.want {
+			t.Errorf("Trim(%v, abcd, %d) = %q, %v", c.off, c.next, got, err)
+		}
+	}
+}
+
+func TestPolicy(t *testing.T) {
+	def, _ := NewPolicy([]string{"127.0.0.0/8", "::1/128"})
+	wide, _ := NewPolicy([]string{"0.0.0.0/0", "::/0"})
+	meta, _ := NewPolicy([]string{"0.0.0.0/0", "169.254.169.254"})
+	for _, c := range []struct {
+		p    *Policy
+		addr string
+		ok   bool
+	}{
+		{def, "127.0.0.1", true},
+		{def, "127.1.2.3", true},
+		{def, "::1", true},
+		{def, "::ffff:127.0.0.1", true},
+		{def, "10.0.0.1", false},
+		{def, "0.0.0.0", false},
+		{wide, "10.0.0.1", true},
+		{wide, "0.0.0.0", false},
+		{wide, "224.0.0.1", false},
+		{wide, "169.254.169.254", false},
+		{wide, "169.254.1.1", false},
+		{wide, "fe80::1", false},
+		{wide, "fd00:ec2::254", false},
+		{meta, "169.254.169.254", true},
+		{meta, "169.254.1.1", false},
+	} {
+		_, ok := c.p.Check(netip.MustParseAddr(c.addr))
+		if ok != c.ok {
+			t.Errorf("Check(%s) = %v, want %v", c.addr, ok, c.ok)
+		}
+	}
+	if _, err := NewPolicy([]string{"10.0.0.0/33"}); err == nil {
+		t.Error("NewPolicy accepted 10.0.0.0/33")
+	}
+}
+
+type fakeResolver map[string][]netip.Addr
+
+func (f fakeResolver) LookupNetIP(ctx context.Context, _, host string) ([]netip.Addr, error) {
+	if host == "slow.test" {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if a, ok := f[host]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+func TestDial(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	port := l.Addr().(*net.TCPAddr).Port
+	// A port nothing listens on: bind one, close it.
+	cl, _ := net.Listen("tcp", "127.0.0.1:0")
+	closedPort := cl.Addr().(*net.TCPAddr).Port
+	_ = cl.Close()
+
+	pol, _ := NewPolicy([]string{"127.0.0.0/8", "::1/128"})
+	d := &Dialer{Policy: pol, Timeout: 200 * time.Millisecond, Resolver: fakeResolver{
+		"ok.test":    {netip.MustParseAddr("127.0.0.1")},
+		"meta.test":  {netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("169.254.169.254")},
+		"other.test": {netip.MustParseAddr("10.1.2.3")},
+	}}
+	ctx := context.Background()
+	c, err := d.Dial(ctx, "ok.test", port)
+	if err != nil {
+		t.Fatalf("dial ok.test: %v", err)
+	}
+	_ = c.Close()
+	for _, tc := range []struct {
+		host string
+		port int
+		kind Kind
+		msg  string
+	}{
+		{"127.0.0.1", closedPort, KindRefused, "refused"},
+		{"meta.test", port, KindDenied, "not allowed by policy: a cloud metadata address"},
+		{"other.test", port, KindDenied, "connect to other.test:"},
+		{"10.0.0.1", port, KindDenied, "not allowed by policy"},
+		{"nx.test", port, KindNoSuchHost, `cannot resolve "nx.test"`},
+		{"slow.test", port, KindTimeout, "timed out"},
+		{"[::1]", closedPort, KindRefused, "connect to [::1]:"},
+	} {
+		_, err := d.Dial(ctx, tc.host, tc.port)
+		var oe *OpenError
+		if !errors.As(err, &oe) || oe.Kind != tc.kind || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("Dial(%s:%d) = %v; want kind %d with %q", tc.host, tc.port, err, tc.kind, tc.msg)
+			continue
+		}
+		if strings.Contains(err.Error(), "dial tcp") || strings.Contains(err.Error(), "connect: ") {
+			t.Errorf("Dial(%s) message carries raw system text: %q", tc.host, err)
+		}
+	}
+}
+
+func TestListeningPorts(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	ports, err := ListeningPorts(context.Background())
+	if err != nil {
+		t.Skipf("listening ports not readable here: %v", err)
+	}
+	for _, p := range ports {
+		if p.Port == port && p.Address == "127.0.0.1" {
+			return
+		}
+	}
+	t.Errorf("port %d not among the listening ports %v", port, ports)
+}
+
+// TestSpecialWord: the SWAR test flags exactly the words holding a byte
+// scanString must look at.
+func TestSpecialWord(t *testing.T) {
+	for pos := range 8 {
+		for c := range 256 {
+			w := []byte("AAAAAAAA")
+			w[pos] = byte(c)
+			v := uint64(0)
+			for i := 7; i >= 0; i-- {
+				v = v<<8 | uint64(w[i])
+			}
+			want := c == '"' || c == '\\' || c < 0x20 || c >= 0x80
+			if got := special(v); got != want {
+				t.Fatalf("byte %#x at %d: special = %v, want %v", c, pos, got, want)
+			}
+		}
+	}
+}

@@ -1,0 +1,294 @@
+package tcp
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+// DecodedOffset is a position in one direction of a TCP stream: the number
+// of stream bytes (after base64 decoding) before it. tcp/data carries the
+// offset of its first byte, tcp/eof the final offset (our extension,
+// docs/protocol.md "TCP channels").
+type DecodedOffset uint64
+
+// Encoder builds the data and control messages of one ahp-tcp: channel,
+// byte-exactly, with the channel URI escaped once.
+//
+//	{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":"ahp-tcp:/t1","offset":0,"data":"SGVsbG8="}}
+//	{"jsonrpc":"2.0","method":"tcp/eof","params":{"channel":"ahp-tcp:/t1","offset":5}}
+//	{"jsonrpc":"2.0","method":"tcp/reset","params":{"channel":"ahp-tcp:/t1"}}
+type Encoder struct {
+	channel    string
+	dataPrefix []byte // through `"offset":`
+	prefixSize delivery.UTF16Bytes
+}
+
+const (
+	dataMid    = `,"data":"`
+	dataSuffix = `"}}`
+)
+
+// NewEncoder returns the Encoder of channel.
+func NewEncoder(channel string) *Encoder {
+	ch, _ := rpc.Marshal(channel) // a string always encodes
+	prefix := append([]byte(`{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":`), ch...)
+	prefix = append(prefix, `,"offset":`...)
+	return &Encoder{channel: channel, dataPrefix: prefix, prefixSize: delivery.Measure(prefix)}
+}
+
+// Channel returns the channel URI.
+func (e *Encoder) Channel() string { return e.channel }
+
+// AppendData appends tcp/data carrying p (non-empty) at offset off to dst.
+func (e *Encoder) AppendData(dst []byte, off DecodedOffset, p []byte) []byte {
+	dst = append(dst, e.dataPrefix...)
+	dst = strconv.AppendUint(dst, uint64(off), 10)
+	dst = append(dst, dataMid...)
+	dst = base64.StdEncoding.AppendEncode(dst, p)
+	return append(dst, dataSuffix...)
+}
+
+// DataLen returns the UTF-8 length of the tcp/data message AppendData
+// builds for n bytes at off (also its UTF-16 size / 2: it is all ASCII
+// except for the channel).
+func (e *Encoder) DataLen(off DecodedOffset, n int) int {
+	return len(e.dataPrefix) + digits(off) + len(dataMid) + base64.StdEncoding.EncodedLen(n) + len(dataSuffix)
+}
+
+// MaxPayload returns the most stream bytes one tcp/data message at offset
+// off can carry and still be at most maxFrame UTF-16 bytes whole (so it
+// never needs channel/frame fragments); 0 if not even one byte fits.
+func (e *Encoder) MaxPayload(off DecodedOffset, maxFrame delivery.UTF16Bytes) int {
+	fixed := e.prefixSize + delivery.UTF16Bytes(2*(digits(off)+len(dataMid)+len(dataSuffix)))
+	if maxFrame <= fixed {
+		return 0
+	}
+	chars := int((maxFrame - fixed) / 2) // base64 is ASCII: 2 UTF-16 bytes a character
+	return chars / 4 * 3
+}
+
+// EOF returns tcp/eof with the final offset.
+func (e *Encoder) EOF(final DecodedOffset) []byte {
+	b, _ := rpc.Notification(rpc.MethodTCPEOF, EOFParams{Channel: e.channel, Offset: &final})
+	return b
+}
+
+// Reset returns tcp/reset (a control message: never counted).
+func (e *Encoder) Reset() []byte {
+	b, _ := rpc.Notification(rpc.MethodTCPReset, rpc.ChannelParams{Channel: e.channel})
+	return b
+}
+
+func digits(off DecodedOffset) int {
+	n := 1
+	for v := uint64(off); v >= 10; v /= 10 {
+		n++
+	}
+	return n
+}
+
+// CreateParams is the params of createTcpConnection.
+type CreateParams struct {
+	Channel string `json:"channel"`
+	Host    string `json:"host"`
+	Port    *int   `json:"port"`
+}
+
+// DataParams is the wire form of tcp/data params. Offset is our extension:
+// absent, the data follows the previous bytes.
+type DataParams struct {
+	Channel string         `json:"channel"`
+	Offset  *DecodedOffset `json:"offset,omitempty"`
+	Data    string         `json:"data"`
+}
+
+// EOFParams is the params of tcp/eof; Offset (our extension) is the final
+// offset of the sender's direction.
+type EOFParams struct {
+	Channel string         `json:"channel"`
+	Offset  *DecodedOffset `json:"offset,omitempty"`
+}
+
+// ParseData decodes tcp/data params: data must be non-empty canonical
+// padded base64 (RFC 4648 §4, no line breaks, zero pad bits). Errors wrap
+// ErrProtocol.
+func ParseData(params json.RawMessage) (p DataParams, data []byte, err error) {
+	if fp, raw, ok := scanData(params); ok {
+		data, err = decodeBase64(raw)
+		return fp, data, err
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		return p, nil, fmt.Errorf("%w: tcp/data params: %v", ErrProtocol, err)
+	}
+	data, err = DecodeBase64(p.Data)
+	return p, data, err
+}
+
+// DecodeBase64 decodes canonical padded base64, non-empty.
+func DecodeBase64(s string) ([]byte, error) { return decodeBase64([]byte(s)) }
+
+var strictBase64 = base64.StdEncoding.Strict()
+
+func decodeBase64(s []byte) ([]byte, error) {
+	if len(s) == 0 {
+		return nil, fmt.Errorf("%w: tcp/data with empty data", ErrProtocol)
+	}
+	data := make([]byte, strictBase64.DecodedLen(len(s)))
+	n, err := strictBase64.Decode(data, s)
+	if err != nil || base64.StdEncoding.EncodedLen(n) != len(s) {
+		return nil, fmt.Errorf("%w: tcp/data is not canonical padded base64", ErrProtocol)
+	}
+	return data[:n], nil
+}
+
+// ParseEOF decodes tcp/eof params.
+func ParseEOF(params json.RawMessage) (EOFParams, error) {
+	var p EOFParams
+	if err := json.Unmarshal(params, &p); err != nil {
+		return p, fmt.Errorf("%w: tcp/eof params: %v", ErrProtocol, err)
+	}
+	return p, nil
+}
+
+// Trim applies the receiver's duplicate rule to data that starts at off
+// (nil means "right after the previous bytes") when the receiver has
+// already accepted next bytes: bytes below next are dropped (a resend),
+// a start beyond next is a gap (ErrProtocol).
+func Trim(off *DecodedOffset, data []byte, next DecodedOffset) ([]byte, error) {
+	if off == nil || *off == next {
+		return data, nil
+	}
+	if *off > next {
+		return nil, fmt.Errorf("%w: tcp/data at offset %d, but only %d bytes arrived before it", ErrProtocol, *off, next)
+	}
+	dup := uint64(next - *off)
+	if dup >= uint64(len(data)) {
+		return nil, nil
+	}
+	return data[dup:], nil
+}
+
+// scanData is the fast path of ParseData (p.Data stays empty: data is the
+// base64 text, not copied): one pass over params of the
+// plain shape every encoder produces ({"channel":S,"offset":N,"data":S} in
+// any order, strings without escapes, optional white space). Anything
+// else (escapes, other members, nesting) reports false and goes through
+// encoding/json.
+func scanData(b []byte) (p DataParams, data []byte, ok bool) {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return p, nil, false
+	}
+	i++
+	var haveData bool
+	for {
+		i = skipWS(b, i)
+		key, j, ok := scanString(b, i)
+		if !ok {
+			return p, nil, false
+		}
+		i = skipWS(b, j)
+		if i >= len(b) || b[i] != ':' {
+			return p, nil, false
+		}
+		i = skipWS(b, i+1)
+		switch string(key) {
+		case "channel", "data":
+			v, j, ok := scanString(b, i)
+			if !ok {
+				return p, nil, false
+			}
+			if key[0] == 'c' {
+				p.Channel = string(v)
+			} else {
+				data, haveData = v, true
+			}
+			i = j
+		case "offset":
+			j := i
+			var n uint64
+			for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+				if j-i >= 19 { // larger than any offset we accept: let encoding/json decide
+					return p, nil, false
+				}
+				n = n*10 + uint64(b[j]-'0')
+				j++
+			}
+			if j == i || (b[i] == '0' && j-i > 1) {
+				return p, nil, false
+			}
+			off := DecodedOffset(n)
+			p.Offset = &off
+			i = j
+		default:
+			return p, nil, false
+		}
+		i = skipWS(b, i)
+		if i >= len(b) {
+			return p, nil, false
+		}
+		if b[i] == ',' {
+			i++
+			continue
+		}
+		if b[i] != '}' || skipWS(b, i+1) != len(b) {
+			return p, nil, false
+		}
+		return p, data, haveData
+	}
+}
+
+// scanString returns the contents of the JSON string at b[i:] when it has
+// no escapes and no control characters, and the index after it.
+func scanString(b []byte, i int) ([]byte, int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, 0, false
+	}
+	j := i + 1
+	// Eight bytes at a time while none is special ('"', '\\', a control
+	// character or non-ASCII): base64 data is all plain.
+	for ; j+8 <= len(b); j += 8 {
+		v := binary.LittleEndian.Uint64(b[j:])
+		if special(v) {
+			break
+		}
+	}
+	for ; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return b[i+1 : j], j + 1, true
+		case c == '\\' || c < 0x20 || c >= 0x80: // escapes, control, non-ASCII: encoding/json
+			return nil, 0, false
+		}
+	}
+	return nil, 0, false
+}
+
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// special reports whether a word of eight bytes holds '"', '\\', a byte
+// below 0x20 or one at or above 0x80 (SWAR: each test sets the top bit of
+// the bytes concerned; false positives are impossible for ASCII words).
+func special(v uint64) bool {
+	hasZero := func(x uint64) uint64 { return (x - lsb) &^ x & msb }
+	quote := hasZero(v ^ (lsb * '"'))
+	bslash := hasZero(v ^ (lsb * '\\'))
+	ctrl := (v - lsb*0x20) &^ v & msb
+	return quote|bslash|ctrl|(v&msb) != 0
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Forwarder adapter for ../shared/bench: sidecar serve + sidecar forward.
+# One `sidecar forward` (one WebSocket connection) carries every mapping,
+# each as -L 127.0.0.1:A:127.0.0.1:B, one TCP channel per connection.
+# Env: MAPS="A1:B1 A2:B2 ..." (from the harness)
+#      SIDECAR (binary, default bin/sidecar of this repository)
+#      SIDECAR_PORT (server port, default 47400)
+#      SIDECAR_CONFIG (extra config.hcl text, e.g. a delivery block)
+#      LINK_RATE (bytes/s) [LINK_DELAY e.g. 10ms] [SHAPE_PORT]: put an
+#      emulated link (netprobe shape) between the client and the server.
+# Runs in the foreground until SIGTERM; both processes are its children,
+# so the harness's RSS of this process tree is client + server.
+set -uo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+SIDECAR=${SIDECAR:-$here/bin/sidecar}
+SIDECAR_PORT=${SIDECAR_PORT:-47400}
+NETPROBE=${NETPROBE:-/tmp/netprobe}
+dir=$(mktemp -d /tmp/bench-sidecar.XXXXXX)
+spid=; cpid=; shp=
+cleanup() {
+  [ -n "$cpid" ] && kill "$cpid" 2>/dev/null
+  [ -n "$shp" ] && kill "$shp" 2>/dev/null
+  [ -n "$spid" ] && kill "$spid" 2>/dev/null
+  wait 2>/dev/null
+  rm -rf "$dir"
+  exit 0
+}
+trap cleanup TERM INT EXIT
+cat >"$dir/config.hcl" <<CFG
+listener {
+  address = "127.0.0.1:$SIDECAR_PORT"
+}
+log {
+  level = "warn"
+}
+${SIDECAR_CONFIG:-}
+CFG
+"$SIDECAR" serve --config "$dir/config.hcl" --token bench-token --state-dir "$dir/state" \
+  >"$dir/serve.out" 2>"$dir/serve.err" &
+spid=$!
+hash=
+for i in $(seq 1 100); do
+  hash=$(grep -o 'cert-hash [0-9a-f]*' "$dir/serve.out" 2>/dev/null | cut -d' ' -f2)
+  [ -n "$hash" ] && break
+  sleep 0.1
+done
+[ -n "$hash" ] || { echo "sidecar serve did not start:" >&2; cat "$dir/serve.err" >&2; exit 1; }
+connect=$SIDECAR_PORT
+if [ -n "${LINK_RATE:-}" ]; then
+  SHAPE_PORT=${SHAPE_PORT:-47300}
+  "$NETPROBE" shape -listen "127.0.0.1:$SHAPE_PORT" -to "127.0.0.1:$SIDECAR_PORT" \
+    -rate "$LINK_RATE" -delay "${LINK_DELAY:-0s}" &
+  shp=$!
+  for i in $(seq 1 50); do (exec 3<>/dev/tcp/127.0.0.1/$SHAPE_PORT) 2>/dev/null && break; sleep 0.1; done
+  connect=$SHAPE_PORT
+fi
+args=()
+for m in $MAPS; do
+  args+=(-L "127.0.0.1:${m%%:*}:127.0.0.1:${m##*:}")
+done
+"$SIDECAR" forward "wss://127.0.0.1:$connect/ahp" --token bench-token --cert-hash "$hash" "${args[@]}" \
+  2>"$dir/forward.err" &
+cpid=$!
+wait "$cpid"

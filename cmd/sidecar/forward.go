@@ -1,0 +1,452 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	socks5 "github.com/armon/go-socks5"
+	"github.com/spf13/cobra"
+
+	"github.com/sidecar-dev/sidecar/client"
+	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+// forwardOpenTimeout bounds createTcpConnection plus the subscription for
+// one accepted connection (the host's own dial is bounded by
+// tcp.dial_timeout).
+const forwardOpenTimeout = 30 * time.Second
+
+// forwardDrain bounds how long Ctrl-C waits for open channels to close.
+const forwardDrain = 3 * time.Second
+
+// forwardReceive is the windowed-delivery offer of `sidecar forward`: more
+// than the terminal default so that bulk transfers are not window-bound
+// when the host allows it (it lowers both limits to its own delivery
+// settings, 256 KiB / 16 KiB by default). A stalled forwarded connection
+// holds at most one window here.
+var forwardReceive = delivery.Limits{WindowBytes: 1 << 20, MaximumFrameBytes: 64 << 10}
+
+// forwardDial is connFlags.dial with forwardReceive (keep the two alike).
+func forwardDial(ctx context.Context, f *connFlags, url string) (*client.Conn, error) {
+	token := f.token
+	if token == "" {
+		token = os.Getenv("SIDECAR_TOKEN")
+	}
+	pin := f.certHash
+	if pin == "" {
+		pin = os.Getenv("SIDECAR_CERT_HASH")
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	return client.Dial(ctx, url, client.Options{Token: token, CertHash: pin, Ordinary: f.ordinary,
+		Receive: forwardReceive, ClientName: "sidecar-cli/" + version, Transport: f.transport, Via: f.via})
+}
+
+func forwardCmd() *cobra.Command {
+	var cf connFlags
+	var locals, dynamics []string
+	cmd := &cobra.Command{
+		Use:   "forward URL -L [bind:]port:host:hostport ... [-D [bind:]port ...]",
+		Short: "Forward local TCP ports through the host, like ssh -L and ssh -D",
+		Long: `Forward local TCP ports through the host, as ssh -L and -D do.
+
+-L [bind:]port:host:hostport listens on bind:port (default bind 127.0.0.1)
+and opens, for every accepted connection, one TCP channel on which the host
+connects to host:hostport. host is resolved on the host, and must be allowed
+by its tcp.allow policy (loopback only by default). Port 0 picks a free
+port; the address actually bound is printed.
+
+-D [bind:]port runs a SOCKS5 proxy (CONNECT, no authentication) whose
+connections go out from the host, names resolved there.
+
+Both may be given several times; everything shares one connection to the
+host. Ctrl-C closes every forwarded connection and exits 0.`,
+		Example: `  sidecar forward wss://127.0.0.1:4433/ahp -L 8080:127.0.0.1:3000 -L 127.0.0.1:5433:db:5432
+  sidecar forward wss://127.0.0.1:4433/ahp -D 1080`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return forward(&cf, args[0], locals, dynamics)
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().StringArrayVarP(&locals, "local", "L", nil, "forward [bind:]port to host:hostport on the host's side (repeatable)")
+	cmd.Flags().StringArrayVarP(&dynamics, "dynamic", "D", nil, "SOCKS5 proxy on [bind:]port, connecting from the host (repeatable)")
+	return cmd
+}
+
+// localForward is one -L.
+type localForward struct {
+	bind     string // host:port to listen on
+	host     string // destination, as seen from the host
+	hostPort int
+}
+
+// parseLocal parses [bind:]port:host:hostport; IPv6 addresses go in
+// brackets: [::1]:8080:[::1]:3000.
+func parseLocal(spec string) (localForward, error) {
+	parts, err := splitSpec(spec)
+	if err != nil {
+		return localForward{}, err
+	}
+	var f localForward
+	switch len(parts) {
+	case 3:
+		f.bind = net.JoinHostPort("127.0.0.1", parts[0])
+	case 4:
+		f.bind = net.JoinHostPort(defaultBind(parts[0]), parts[1])
+		parts = parts[1:]
+	default:
+		return f, fmt.Errorf("bad -L %q: want [bind:]port:host:hostport", spec)
+	}
+	if _, err := parsePort(parts[0], true); err != nil {
+		return f, fmt.Errorf("bad -L %q: %v", spec, err)
+	}
+	f.host = parts[1]
+	if f.host == "" {
+		return f, fmt.Errorf("bad -L %q: no destination host", spec)
+	}
+	if f.hostPort, err = parsePort(parts[2], false); err != nil {
+		return f, fmt.Errorf("bad -L %q: %v", spec, err)
+	}
+	return f, nil
+}
+
+// parseDynamic parses [bind:]port.
+func parseDynamic(spec string) (string, error) {
+	parts, err := splitSpec(spec)
+	if err != nil {
+		return "", err
+	}
+	switch len(parts) {
+	case 1:
+		parts = []string{"127.0.0.1", parts[0]}
+	case 2:
+		parts[0] = defaultBind(parts[0])
+	default:
+		return "", fmt.Errorf("bad -D %q: want [bind:]port", spec)
+	}
+	if _, err := parsePort(parts[1], true); err != nil {
+		return "", fmt.Errorf("bad -D %q: %v", spec, err)
+	}
+	return net.JoinHostPort(parts[0], parts[1]), nil
+}
+
+// splitSpec splits on ':' outside brackets and removes the brackets.
+func splitSpec(spec string) ([]string, error) {
+	var parts []string
+	var cur strings.Builder
+	depth := 0
+	for _, r := range spec {
+		switch {
+		case r == '[':
+			depth++
+		case r == ']':
+			depth--
+		case r == ':' && depth == 0:
+			parts = append(parts, cur.String())
+			cur.Reset()
+		default:
+			cur.WriteRune(r)
+		}
+		if depth < 0 || depth > 1 {
+			return nil, fmt.Errorf("bad forwarding %q: unbalanced brackets", spec)
+		}
+	}
+	if depth != 0 {
+		return nil, fmt.Errorf("bad forwarding %q: unbalanced brackets", spec)
+	}
+	return append(parts, cur.String()), nil
+}
+
+func parsePort(s string, zeroOK bool) (int, error) {
+	p, err := strconv.Atoi(s)
+	if err != nil || p < 0 || p > 65535 || (p == 0 && !zeroOK) {
+		return 0, fmt.Errorf("%q is not a port", s)
+	}
+	return p, nil
+}
+
+// forwarder runs the listeners and the channels of one forward command.
+type forwarder struct {
+	conn *client.Conn
+	wg   sync.WaitGroup // connection handlers
+
+	mu     sync.Mutex
+	active map[*net.TCPConn]struct{}
+}
+
+func forward(cf *connFlags, url string, locals, dynamics []string) error {
+	if len(locals) == 0 && len(dynamics) == 0 {
+		return &exitError{code: 2, err: errors.New("nothing to forward: give -L [bind:]port:host:hostport or -D [bind:]port")}
+	}
+	var lfs []localForward
+	for _, s := range locals {
+		f, err := parseLocal(s)
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		lfs = append(lfs, f)
+	}
+	var dyns []string
+	for _, s := range dynamics {
+		d, err := parseDynamic(s)
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		dyns = append(dyns, d)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	conn, err := forwardDial(ctx, cf, url)
+	if err != nil {
+		return &exitError{code: 255, err: err}
+	}
+	defer conn.Close()
+	if conn.Initialized().TCPConnections == nil {
+		return &exitError{code: 255, err: fmt.Errorf("%s does not offer TCP forwarding (no tcpConnections in its capabilities)", url)}
+	}
+	fw := &forwarder{conn: conn, active: map[*net.TCPConn]struct{}{}}
+	var listeners []net.Listener
+	closeListeners := func() {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+	}
+	for _, f := range lfs {
+		l, err := net.Listen("tcp", f.bind)
+		if err != nil {
+			closeListeners()
+			return &exitError{code: 255, err: fmt.Errorf("cannot listen on %s: %v", f.bind, unwrapSyscall(err))}
+		}
+		listeners = append(listeners, l)
+		fmt.Fprintf(os.Stderr, "sidecar: forwarding %s -> %s\n", l.Addr(), net.JoinHostPort(f.host, strconv.Itoa(f.hostPort)))
+		fw.wg.Add(1)
+		go fw.acceptLocal(l, f)
+	}
+	for _, d := range dyns {
+		l, err := net.Listen("tcp", d)
+		if err != nil {
+			closeListeners()
+			return &exitError{code: 255, err: fmt.Errorf("cannot listen on %s: %v", d, unwrapSyscall(err))}
+		}
+		listeners = append(listeners, l)
+		fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 proxy on %s\n", l.Addr())
+		fw.wg.Add(1)
+		go fw.serveSOCKS(l)
+	}
+	var result error
+	select {
+	case <-ctx.Done():
+	case <-conn.Done():
+		result = &exitError{code: 255, err: conn.Err()}
+	}
+	closeListeners()
+	fw.closeActive()
+	done := make(chan struct{})
+	go func() {
+		fw.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(forwardDrain):
+	}
+	return result
+}
+
+func unwrapSyscall(err error) error {
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		return se.Err
+	}
+	return err
+}
+
+func (fw *forwarder) track(c *net.TCPConn, add bool) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	if add {
+		fw.active[c] = struct{}{}
+	} else {
+		delete(fw.active, c)
+	}
+}
+
+// closeActive closes every local connection (Ctrl-C): their channels
+// then close too.
+func (fw *forwarder) closeActive() {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	for c := range fw.active {
+		_ = c.Close()
+	}
+}
+
+func (fw *forwarder) acceptLocal(l net.Listener, f localForward) {
+	defer fw.wg.Done()
+	dest := net.JoinHostPort(f.host, strconv.Itoa(f.hostPort))
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				fmt.Fprintf(os.Stderr, "sidecar: accept on %s: %v\n", l.Addr(), err)
+			}
+			return
+		}
+		local := c.(*net.TCPConn)
+		fw.track(local, true)
+		fw.wg.Add(1)
+		go func() {
+			defer fw.wg.Done()
+			defer fw.track(local, false)
+			ctx, cancel := context.WithTimeout(context.Background(), forwardOpenTimeout)
+			remote, err := fw.conn.DialTCP(ctx, f.host, f.hostPort)
+			cancel()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "sidecar: %s -> %s: open failed: %s\n", l.Addr(), dest, openMessage(err))
+				_ = local.Close()
+				return
+			}
+			pipe(local, remote)
+		}()
+	}
+}
+
+// openMessage is what a person reads when a channel cannot open.
+func openMessage(err error) string {
+	var re *rpc.Error
+	if errors.As(err, &re) {
+		return re.Message
+	}
+	return err.Error()
+}
+
+// pipe copies both ways until both directions ended. EOF becomes a
+// half-close on the other side; a reset on either side resets the other.
+func pipe(local *net.TCPConn, remote *client.TCPConn) {
+	var once sync.Once
+	abort := func(resetRemote bool) {
+		once.Do(func() {
+			if resetRemote {
+				remote.Reset()
+			}
+			_ = local.SetLinger(0)
+			_ = local.Close()
+		})
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, err := io.Copy(remote, local)
+		switch {
+		case err == nil:
+			_ = remote.CloseWrite()
+		case errors.Is(err, client.ErrTCPReset):
+			abort(false)
+		default: // the local side reset, or the channel failed
+			abort(true)
+		}
+	}()
+	_, err := remote.WriteTo(local)
+	switch {
+	case err == nil:
+		_ = local.CloseWrite()
+	case errors.Is(err, client.ErrTCPReset):
+		abort(false)
+	default:
+		abort(true)
+	}
+	<-done
+	_ = remote.Close()
+	_ = local.Close()
+}
+
+// serveSOCKS runs a SOCKS5 server on l whose CONNECTs are TCP channels.
+func (fw *forwarder) serveSOCKS(l net.Listener) {
+	defer fw.wg.Done()
+	srv, err := socks5.New(&socks5.Config{
+		Resolver: remoteResolver{},
+		Logger:   log.New(io.Discard, "", 0),
+		Dial: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			host, portStr, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			port, err := strconv.Atoi(portStr)
+			if err != nil {
+				return nil, err
+			}
+			ctx, cancel := context.WithTimeout(ctx, forwardOpenTimeout)
+			defer cancel()
+			remote, err := fw.conn.DialTCP(ctx, host, port)
+			if err != nil {
+				msg := openMessage(err)
+				fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 %s -> %s: open failed: %s\n", l.Addr(), addr, msg)
+				return nil, errors.New(msg) // "refused" maps to the SOCKS reply "connection refused"
+			}
+			return remote, nil
+		},
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 on %s: %v\n", l.Addr(), err)
+		return
+	}
+	ln := &trackingListener{Listener: l, fw: fw}
+	_ = srv.Serve(ln)
+}
+
+// remoteResolver leaves names unresolved: the host resolves them (as
+// ssh -D does), under its own policy.
+type remoteResolver struct{}
+
+func (remoteResolver) Resolve(ctx context.Context, _ string) (context.Context, net.IP, error) {
+	return ctx, nil, nil
+}
+
+// trackingListener registers accepted SOCKS connections so that Ctrl-C
+// closes them.
+type trackingListener struct {
+	net.Listener
+	fw *forwarder
+}
+
+func (t *trackingListener) Accept() (net.Conn, error) {
+	c, err := t.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc := c.(*net.TCPConn)
+	t.fw.track(tc, true)
+	return &untrackOnClose{TCPConn: tc, fw: t.fw}, nil
+}
+
+type untrackOnClose struct {
+	*net.TCPConn
+	fw   *forwarder
+	once sync.Once
+}
+
+func (u *untrackOnClose) Close() error {
+	u.once.Do(func() { u.fw.track(u.TCPConn, false) })
+	return u.TCPConn.Close()
+}
+
+// defaultBind is ssh's default bind address for forwardings: loopback.
+func defaultBind(s string) string {
+	if s == "" {
+		return "127.0.0.1"
+	}
+	return s
+}

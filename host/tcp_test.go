@@ -1,0 +1,330 @@
+package host
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.uber.org/goleak"
+
+	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
+	"github.com/sidecar-dev/sidecar/config"
+	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/rpc"
+	"github.com/sidecar-dev/sidecar/transport"
+)
+
+// tcpHarness is a Server with raw pipe peers, for the TCP channel.
+type tcpHarness struct {
+	t *testing.T
+	s *Server
+}
+
+func newTCPHarness(t *testing.T) *tcpHarness {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	cfg := config.Default()
+	cfg.Terminal.Shell = "/bin/sh"
+	h := &tcpHarness{t: t, s: New(cfg, hclog.NewNullLogger())}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := h.s.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return h
+}
+
+// tcpPeer is a raw client over a transport.Pipe that skips messages it
+// is not waiting for.
+type tcpPeer struct {
+	t  *testing.T
+	mc transport.MessageConn
+	id int
+}
+
+func (p *tcpPeer) send(text string) {
+	p.t.Helper()
+	if err := p.mc.WriteMessage(context.Background(), []byte(text)); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *tcpPeer) next() []byte {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := p.mc.ReadMessage(ctx)
+	if err != nil {
+		p.t.Fatalf("reading: %v", err)
+	}
+	return b
+}
+
+func (h *tcpHarness) peer(clientID string) *tcpPeer {
+	a, b := transport.Pipe(256)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = h.s.ServeConn(ctx, b)
+	}()
+	h.t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	p := &tcpPeer{t: h.t, mc: a}
+	p.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"channel":"ahp-root://","protocolVersions":["0.5.0"],"clientId":"` + clientID + `"}}`)
+	m := p.nextMsg(func(m tcpMsg) bool { return string(m.ID) == "1" })
+	if !strings.Contains(string(m.raw), `"tcpConnections":{}`) {
+		h.t.Fatalf("initialize result without tcpConnections: %s", m.raw)
+	}
+	p.id = 1
+	return p
+}
+
+type tcpMsg struct {
+	raw    []byte
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Error  *rpc.Error      `json:"error"`
+	Params json.RawMessage `json:"params"`
+}
+
+// nextMsg returns the next message that match accepts (others are
+// dropped), failing after 10 s.
+func (p *tcpPeer) nextMsg(match func(tcpMsg) bool) tcpMsg {
+	p.t.Helper()
+	for {
+		b := p.next()
+		var m tcpMsg
+		if err := json.Unmarshal(b, &m); err != nil {
+			p.t.Fatalf("%s: %v", b, err)
+		}
+		m.raw = b
+		if match(m) {
+			return m
+		}
+	}
+}
+
+func (p *tcpPeer) call(method string, params any) tcpMsg {
+	p.t.Helper()
+	p.id++
+	id := p.id
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+	p.send(string(b))
+	return p.nextMsg(func(m tcpMsg) bool { return string(m.ID) == fmt.Sprint(id) })
+}
+
+func (p *tcpPeer) notify(method string, params any) {
+	p.t.Helper()
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method, "params": params})
+	p.send(string(b))
+}
+
+// tcpDest is a loopback destination handing its connections to the test.
+func tcpDest(t *testing.T) (port int, accepted chan *net.TCPConn) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted = make(chan *net.TCPConn, 8)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c.(*net.TCPConn)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		<-done
+		close(accepted)
+		for c := range accepted {
+			_ = c.Close()
+		}
+	})
+	return l.Addr().(*net.TCPAddr).Port, accepted
+}
+
+// TestTCPChannel drives one TCP channel with raw messages: snapshot first,
+// socket bytes as tcp/data that each fit maximumFrameBytes, at most one
+// message read ahead while the window is full, duplicates dropped, EOF both
+// ways with final offsets, and the errors around it.
+func TestTCPChannel(t *testing.T) {
+	h := newTCPHarness(t)
+	port, accepted := tcpDest(t)
+	p := h.peer("tcp-a")
+	uri := "ahp-tcp:/one"
+	if m := p.call("createTcpConnection", map[string]any{"channel": uri, "host": "127.0.0.1", "port": port}); m.Error != nil {
+		t.Fatalf("createTcpConnection: %s", m.raw)
+	}
+	dest := <-accepted
+	defer dest.Close()
+	if m := p.call("createTcpConnection", map[string]any{"channel": uri, "host": "127.0.0.1", "port": port}); m.Error == nil || m.Error.Code != rpc.CodeAlreadyExists {
+		t.Errorf("duplicate: %s", m.raw)
+	}
+	if m := p.call("subscribe", map[string]any{"channel": uri}); m.Error == nil || m.Error.Code != rpc.CodeInvalidParams {
+		t.Errorf("ordinary subscribe: %s, want -32602", m.raw)
+	}
+	const window, frame = 4096, 1024
+	fc := map[string]any{"receive": map[string]any{"windowBytes": window, "maximumFrameBytes": frame}}
+	if m := p.call("subscribe", map[string]any{"channel": uri, "flowControl": fc}); m.Error != nil {
+		t.Fatalf("subscribe: %s", m.raw)
+	}
+	isTCP := func(m tcpMsg) bool {
+		return strings.HasPrefix(m.Method, "tcp/") || m.Method == rpc.MethodChannelSnapshot
+	}
+	snap := p.nextMsg(isTCP)
+	if snap.Method != rpc.MethodChannelSnapshot || !strings.Contains(string(snap.raw), `"snapshot":{"resource":"ahp-tcp:/one","state":{}`) {
+		t.Fatalf("first data message: %s", snap.raw)
+	}
+	received := delivery.Measure(snap.raw)
+
+	// Destination → client: 64 KiB, far more than the window.
+	payload := make([]byte, 64<<10)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	go func() { _, _ = dest.Write(payload) }()
+	var got []byte
+	readData := func(m tcpMsg) {
+		t.Helper()
+		var d tcpadapter.DataParams
+		_ = json.Unmarshal(m.Params, &d)
+		b, err := base64.StdEncoding.DecodeString(d.Data)
+		if err != nil || d.Offset == nil || int(*d.Offset) != len(got) {
+			t.Fatalf("tcp/data %s: offset want %d", m.raw, len(got))
+		}
+		if s := delivery.Measure(m.raw); s > frame {
+			t.Fatalf("tcp/data of %d UTF-16 bytes > maximumFrameBytes %d", s, frame)
+		}
+		got = append(got, b...)
+	}
+	for received < window {
+		m := p.nextMsg(isTCP)
+		received += delivery.Measure(m.raw)
+		readData(m)
+	}
+	// The window is full: the host holds at most one message more.
+	tc := h.s.tcpChannel(uri).(*tcpConn)
+	maxPayload := tc.enc.MaxPayload(0, frame)
+	tc.mu.Lock()
+	readOff := int(tc.readOff)
+	tc.mu.Unlock()
+	if readOff > len(got)+2*maxPayload {
+		t.Errorf("host read %d bytes with %d delivered: more than one message (%d) ahead", readOff, len(got), maxPayload)
+	}
+	// Credit as we go: everything arrives.
+	for len(got) < len(payload) {
+		p.notify("channel/credit", map[string]any{"channel": uri, "consumedBytes": received})
+		m := p.nextMsg(isTCP)
+		received += delivery.Measure(m.raw)
+		readData(m)
+	}
+	if string(got) != string(payload) {
+		t.Fatal("the bytes differ")
+	}
+
+	// Client → destination, with a resend overlapping what was taken.
+	send := func(off int, data string) {
+		p.notify("tcp/data", map[string]any{"channel": uri, "offset": off, "data": base64.StdEncoding.EncodeToString([]byte(data))})
+	}
+	send(0, "hello")
+	send(0, "hello")
+	send(3, "lo world")
+	p.notify("tcp/eof", map[string]any{"channel": uri, "offset": 11})
+	all, err := io.ReadAll(dest)
+	if err != nil || string(all) != "hello world" {
+		t.Fatalf("destination read %q, %v", all, err)
+	}
+	// The destination answers and closes: tcp/data then tcp/eof with the final offset.
+	_, _ = dest.Write([]byte("bye"))
+	_ = dest.CloseWrite()
+	for {
+		p.notify("channel/credit", map[string]any{"channel": uri, "consumedBytes": received})
+		m := p.nextMsg(isTCP)
+		received += delivery.Measure(m.raw)
+		if m.Method == rpc.MethodTCPEOF {
+			var e tcpadapter.EOFParams
+			_ = json.Unmarshal(m.Params, &e)
+			if e.Offset == nil || int(*e.Offset) != len(payload)+3 {
+				t.Errorf("tcp/eof %s, want offset %d", m.raw, len(payload)+3)
+			}
+			break
+		}
+		readData(m)
+	}
+	if string(got[len(payload):]) != "bye" {
+		t.Errorf("after the bulk: %q", got[len(payload):])
+	}
+	// Unsubscribe frees the URI.
+	p.notify("unsubscribe", map[string]any{"channel": uri})
+	if m := p.call("subscribe", map[string]any{"channel": uri, "flowControl": fc}); m.Error == nil || m.Error.Code != rpc.CodeNotFound {
+		t.Errorf("subscribe after unsubscribe: %s, want -32008", m.raw)
+	}
+}
+
+// TestTCPReset: tcp/reset from the client aborts the socket with an RST;
+// a destination's RST becomes tcp/reset; another connection cannot use
+// the channel; the connection's end closes its TCP connections.
+func TestTCPReset(t *testing.T) {
+	h := newTCPHarness(t)
+	port, accepted := tcpDest(t)
+	p := h.peer("tcp-b")
+	fc := map[string]any{"receive": map[string]any{"windowBytes": 65536, "maximumFrameBytes": 16384}}
+	open := func(uri string) *net.TCPConn {
+		t.Helper()
+		if m := p.call("createTcpConnection", map[string]any{"channel": uri, "host": "localhost", "port": port}); m.Error != nil {
+			t.Fatalf("createTcpConnection: %s", m.raw)
+		}
+		if m := p.call("subscribe", map[string]any{"channel": uri, "flowControl": fc}); m.Error != nil {
+			t.Fatalf("subscribe: %s", m.raw)
+		}
+		return <-accepted
+	}
+	d1 := open("ahp-tcp:/r1")
+	p.notify("tcp/reset", map[string]any{"channel": "ahp-tcp:/r1"})
+	if _, err := d1.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("destination after tcp/reset: %v, want ECONNRESET", err)
+	}
+
+	d2 := open("ahp-tcp:/r2")
+	_ = d2.SetLinger(0)
+	_ = d2.Close()
+	m := p.nextMsg(func(m tcpMsg) bool { return m.Method == rpc.MethodTCPReset })
+	if !strings.Contains(string(m.raw), `"channel":"ahp-tcp:/r2"`) {
+		t.Errorf("tcp/reset %s", m.raw)
+	}
+
+	d3 := open("ahp-tcp:/r3")
+	other := h.peer("tcp-intruder")
+	if m := other.call("subscribe", map[string]any{"channel": "ahp-tcp:/r3", "flowControl": fc}); m.Error != nil {
+		t.Fatalf("subscribe: %s", m.raw)
+	}
+	other.nextMsg(func(m tcpMsg) bool { return m.Method == rpc.MethodTCPReset })
+	if m := p.call("createTcpConnection", map[string]any{"channel": "ahp-tcp:/r4", "host": "10.9.9.9", "port": 80}); m.Error == nil || m.Error.Code != rpc.CodePermissionDenied {
+		t.Errorf("denied destination: %s", m.raw)
+	}
+	// The owner's connection ends: the destination sees the socket close.
+	p.mc.Close(1000, "")
+	if _, err := d3.Read(make([]byte, 1)); err == nil {
+		t.Error("destination still open after the client's connection ended")
+	}
+}

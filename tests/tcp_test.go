@@ -1,0 +1,630 @@
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sidecar-dev/sidecar/client"
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+// The end-to-end tests of TCP channels and `sidecar forward`. Each one
+// starts the real `sidecar serve` and, for the CLI, `sidecar forward`, and
+// talks to destinations it runs itself on loopback.
+//
+// TestForwardBulkConcurrent moves 64 × 8 MiB each way; it is skipped under
+// -race (tcpRaceEnabled, set by tcp_race_test.go) and with -short, where it
+// would take minutes on two cores; plain `go test ./tests` runs it.
+
+// tcpForward is a running `sidecar forward`.
+type tcpForward struct {
+	p     *proc
+	addrs []string // local addresses, in the order of the -L/-D flags
+}
+
+var tcpForwardLine = regexp.MustCompile(`sidecar: (?:forwarding (\S+) -> \S+|SOCKS5 proxy on (\S+))\n`)
+
+// tcpStartForward runs `sidecar forward URL specs...` (each spec a full
+// "-L x" or "-D x" pair) and waits until it listens on every one.
+func tcpStartForward(t *testing.T, s *server, specs ...string) *tcpForward {
+	t.Helper()
+	args := append([]string{"forward", s.url}, s.connArgs()...)
+	n := 0
+	for _, sp := range specs {
+		args = append(args, strings.Fields(sp)...)
+		n++
+	}
+	p := start(t, args...)
+	var addrs []string
+	text, ok := p.stderr.waitMatch(waitTimeout, func(text string) bool {
+		m := tcpForwardLine.FindAllStringSubmatch(text, -1)
+		if len(m) < n {
+			return false
+		}
+		addrs = addrs[:0]
+		for _, x := range m {
+			addrs = append(addrs, x[1]+x[2])
+		}
+		return true
+	})
+	if !ok {
+		t.Fatalf("sidecar forward did not start listening within %v; stderr:\n%s", waitTimeout, text)
+	}
+	return &tcpForward{p: p, addrs: addrs}
+}
+
+// tcpListen starts a loopback destination server running handle for every
+// connection; it is closed, and its handlers waited for, at cleanup.
+func tcpListen(t *testing.T, handle func(c *net.TCPConn)) (port int) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				handle(c.(*net.TCPConn))
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// tcpClosedPort returns a loopback port nothing listens on.
+func tcpClosedPort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	return port
+}
+
+func tcpDial(t *testing.T, addr string) *net.TCPConn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, waitTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(2 * waitTimeout))
+	return c.(*net.TCPConn)
+}
+
+// tcpClient dials the server with the Go client.
+func tcpClient(t *testing.T, s *server) *client.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	c, err := client.Dial(ctx, s.url, client.Options{Token: s.token, CertHash: s.hash, ClientName: "tcp-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestForwardCurl: curl through -L reaches an HTTP server and gets its
+// answer.
+func TestForwardCurl(t *testing.T) {
+	t.Parallel()
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skip("curl not installed")
+	}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s %s\n", r.Method, r.URL.Path)
+	}))
+	t.Cleanup(hs.Close)
+	port := hs.Listener.Addr().(*net.TCPAddr).Port
+	s := startServer(t, "")
+	fw := tcpStartForward(t, s, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", port))
+	for i := range 3 { // three connections in turn on one forwarder
+		out, err := exec.Command(curl, "-sS", "--max-time", "20", "http://"+fw.addrs[0]+"/path"+strconv.Itoa(i)).CombinedOutput()
+		if err != nil || string(out) != fmt.Sprintf("hello from GET /path%d\n", i) {
+			t.Fatalf("curl: %v, output %q; forward stderr:\n%s", err, out, fw.p.stderr.String())
+		}
+	}
+}
+
+// tcpStream is the deterministic content one side sends on connection i.
+func tcpStream(i uint64, side uint64) *rand.ChaCha8 {
+	var seed [32]byte
+	binary.LittleEndian.PutUint64(seed[:], i)
+	binary.LittleEndian.PutUint64(seed[8:], side)
+	return rand.NewChaCha8(seed)
+}
+
+func tcpStreamSum(i, side uint64, n int64) [32]byte {
+	h := sha256.New()
+	_, _ = io.CopyN(h, tcpStream(i, side), n)
+	var s [32]byte
+	copy(s[:], h.Sum(nil))
+	return s
+}
+
+// TestForwardBulkConcurrent: 64 connections at once through one forwarder,
+// each moving 8 MiB in both directions at the same time, every byte
+// checked by SHA-256.
+func TestForwardBulkConcurrent(t *testing.T) {
+	if tcpRaceEnabled || testing.Short() {
+		t.Skip("64 × 8 MiB each way: run without -race and -short")
+	}
+	t.Parallel()
+	const conns = 64
+	const size = 8 << 20
+	var mu sync.Mutex
+	got := map[uint64][32]byte{} // what the destination received, by connection
+	recorded := make(chan struct{}, conns)
+	port := tcpListen(t, func(c *net.TCPConn) {
+		var id [8]byte
+		if _, err := io.ReadFull(c, id[:]); err != nil {
+			return
+		}
+		i := binary.LittleEndian.Uint64(id[:])
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = io.CopyN(c, tcpStream(i, 1), size)
+			_ = c.CloseWrite()
+		}()
+		h := sha256.New()
+		_, _ = io.Copy(h, c)
+		<-done
+		var s [32]byte
+		copy(s[:], h.Sum(nil))
+		mu.Lock()
+		got[i] = s
+		mu.Unlock()
+		recorded <- struct{}{}
+	})
+	s := startServer(t, "")
+	fw := tcpStartForward(t, s, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", port))
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	for i := range uint64(conns) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.DialTimeout("tcp", fw.addrs[0], waitTimeout)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(3 * time.Minute))
+			tc := c.(*net.TCPConn)
+			sent := make(chan error, 1)
+			go func() {
+				var id [8]byte
+				binary.LittleEndian.PutUint64(id[:], i)
+				_, err := tc.Write(id[:])
+				if err == nil {
+					_, err = io.CopyN(tc, tcpStream(i, 0), size-8)
+				}
+				if err == nil {
+					err = tc.CloseWrite()
+				}
+				sent <- err
+			}()
+			h := sha256.New()
+			n, err := io.Copy(h, tc)
+			if serr := <-sent; serr != nil {
+				errs <- fmt.Errorf("connection %d: send: %v", i, serr)
+				return
+			}
+			if err != nil || n != size {
+				errs <- fmt.Errorf("connection %d: received %d bytes, %v", i, n, err)
+				return
+			}
+			if [32]byte(h.Sum(nil)) != tcpStreamSum(i, 1, size) {
+				errs <- fmt.Errorf("connection %d: the bytes from the destination differ", i)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	elapsed := time.Since(start)
+	t.Logf("%d × %d MiB each way in %v (%.0f MiB/s both ways together)", conns, size>>20, elapsed, float64(2*conns*size>>20)/elapsed.Seconds())
+	// The destination records its hash once both directions ended.
+	timeout := time.After(waitTimeout)
+	for range conns {
+		select {
+		case <-recorded:
+		case <-timeout:
+			t.Fatal("the destination did not finish every connection")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range uint64(conns) {
+		if got[i] != tcpStreamSum(i, 0, size-8) {
+			t.Errorf("connection %d: the destination received different bytes", i)
+		}
+	}
+}
+
+// TestForwardHalfClose: the client shuts its write side and still reads
+// the server's answer, which the server sends only after it saw EOF.
+func TestForwardHalfClose(t *testing.T) {
+	t.Parallel()
+	port := tcpListen(t, func(c *net.TCPConn) {
+		req, err := io.ReadAll(c)
+		if err != nil {
+			return
+		}
+		fmt.Fprintf(c, "got %d bytes: %s", len(req), bytes.ToUpper(req))
+	})
+	s := startServer(t, "")
+	fw := tcpStartForward(t, s, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", port))
+	c := tcpDial(t, fw.addrs[0])
+	if _, err := c.Write([]byte("question")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	answer, err := io.ReadAll(c)
+	if err != nil || string(answer) != "got 8 bytes: QUESTION" {
+		t.Fatalf("answer %q, %v", answer, err)
+	}
+}
+
+// TestForwardReset: an RST on either side reaches the other side as an
+// RST (ECONNRESET), not as an orderly end of stream.
+func TestForwardReset(t *testing.T) {
+	t.Parallel()
+	type arrival struct {
+		c *net.TCPConn
+	}
+	arrivals := make(chan arrival, 4)
+	destErr := make(chan error, 4)
+	port := tcpListen(t, func(c *net.TCPConn) {
+		arrivals <- arrival{c}
+		// Echo until the connection ends; report how it ended.
+		buf := make([]byte, 1024)
+		for {
+			n, err := c.Read(buf)
+			if n > 0 {
+				if _, werr := c.Write(buf[:n]); werr != nil {
+					destErr <- werr
+					return
+				}
+			}
+			if err != nil {
+				destErr <- err
+				return
+			}
+		}
+	})
+	s := startServer(t, "")
+	fw := tcpStartForward(t, s, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", port))
+	roundTrip := func(c *net.TCPConn) {
+		t.Helper()
+		if _, err := c.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+			t.Fatalf("echo: %q, %v", buf, err)
+		}
+	}
+
+	t.Run("client resets", func(t *testing.T) {
+		c := tcpDial(t, fw.addrs[0])
+		roundTrip(c)
+		<-arrivals
+		_ = c.SetLinger(0)
+		_ = c.Close()
+		select {
+		case err := <-destErr:
+			if !errors.Is(err, syscall.ECONNRESET) {
+				t.Errorf("destination saw %v, want ECONNRESET", err)
+			}
+		case <-time.After(waitTimeout):
+			t.Fatal("the destination never saw the reset")
+		}
+	})
+	t.Run("destination resets", func(t *testing.T) {
+		c := tcpDial(t, fw.addrs[0])
+		roundTrip(c)
+		a := <-arrivals
+		_ = a.c.SetLinger(0)
+		_ = a.c.Close()
+		<-destErr // its own reader ends
+		_, err := io.ReadAll(c)
+		if !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("client read ended with %v, want ECONNRESET", err)
+		}
+	})
+}
+
+// TestForwardOpenErrors: a refused destination and one the policy denies
+// close the local connection, and the forwarder says why, like ssh; the
+// protocol codes are -32012 and -32009 (and -32010 for a duplicate URI,
+// -32009 for the per-client limit).
+func TestForwardOpenErrors(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "tcp {\n  max_per_client = 2\n}\n")
+	closed := tcpClosedPort(t)
+	fw := tcpStartForward(t, s,
+		fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", closed),
+		"-L 127.0.0.1:0:169.254.169.254:80",
+		"-L 127.0.0.1:0:10.255.255.1:80")
+	for i, want := range []string{
+		fmt.Sprintf("open failed: connect to 127.0.0.1:%d refused", closed),
+		"open failed: connect to 169.254.169.254:80 not allowed by policy",
+		"open failed: connect to 10.255.255.1:80 not allowed by policy",
+	} {
+		c := tcpDial(t, fw.addrs[i])
+		if b, err := io.ReadAll(c); err != nil || len(b) != 0 {
+			t.Errorf("%s: local connection read %q, %v; want an immediate close", fw.addrs[i], b, err)
+		}
+		fw.p.stderr.waitFor(t, "forward stderr", 0, want)
+	}
+
+	conn := tcpClient(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	code := func(err error) int64 {
+		var re *rpc.Error
+		if errors.As(err, &re) {
+			return re.Code
+		}
+		return 0
+	}
+	if _, err := conn.DialTCP(ctx, "127.0.0.1", closed); code(err) != rpc.CodeTCPConnectionOpenFailed {
+		t.Errorf("refused destination: %v, want code -32012", err)
+	}
+	if _, err := conn.DialTCP(ctx, "10.255.255.1", 80); code(err) != rpc.CodePermissionDenied || !strings.Contains(err.Error(), "not allowed by policy") {
+		t.Errorf("denied destination: %v, want code -32009 \"not allowed by policy\"", err)
+	}
+	port := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(io.Discard, c) })
+	params := map[string]any{"channel": "ahp-tcp:/dup", "host": "127.0.0.1", "port": port}
+	if err := conn.Call(ctx, "createTcpConnection", params, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Call(ctx, "createTcpConnection", params, nil); code(err) != rpc.CodeAlreadyExists {
+		t.Errorf("duplicate createTcpConnection: %v, want -32010", err)
+	}
+	// One open (dup) plus one more reaches max_per_client = 2.
+	c2, err := conn.DialTCP(ctx, "127.0.0.1", port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, err := conn.DialTCP(ctx, "127.0.0.1", port); code(err) != rpc.CodePermissionDenied || !strings.Contains(err.Error(), "tcp.max_per_client") {
+		t.Errorf("third connection: %v, want -32009 naming tcp.max_per_client", err)
+	}
+	if err := conn.Call(ctx, "createTcpConnection", map[string]any{"channel": "ahp-tcp:/url", "host": "http://x/", "port": port}, nil); code(err) != rpc.CodeInvalidParams {
+		t.Errorf("URL as host: %v, want -32602", err)
+	}
+}
+
+// TestForwardStalledReader: forwarded connections whose local reader has
+// stopped hold at most about one window each on the host (RSS grows by far
+// less than 0.5 MiB per connection while the destinations keep sending),
+// and another forwarded connection on the same client connection still
+// moves data at once.
+func TestForwardStalledReader(t *testing.T) {
+	t.Parallel()
+	const stalled = 16
+	floodPort := tcpListen(t, func(c *net.TCPConn) {
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := c.Write(buf); err != nil {
+				return
+			}
+		}
+	})
+	echoPort := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c) })
+	s := startServer(t, "")
+	fw := tcpStartForward(t, s,
+		fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", floodPort),
+		fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", echoPort))
+	echo := tcpDial(t, fw.addrs[1])
+	rtt := func() time.Duration {
+		t.Helper()
+		start := time.Now()
+		if _, err := echo.Write([]byte{'x'}); err != nil {
+			t.Fatal(err)
+		}
+		var b [1]byte
+		if _, err := io.ReadFull(echo, b[:]); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	rtt() // warm up
+	before := tcpRSS(t, s.p.cmd.Process.Pid)
+	for range stalled {
+		c := tcpDial(t, fw.addrs[0])
+		_ = c.SetReadBuffer(4096) // the local reader never reads
+	}
+	// Let the windows fill: the echo keeps working meanwhile.
+	var rtts []time.Duration
+	for range 200 {
+		rtts = append(rtts, rtt())
+	}
+	sort.Slice(rtts, func(i, j int) bool { return rtts[i] < rtts[j] })
+	p50 := rtts[len(rtts)/2]
+	after := tcpRSS(t, s.p.cmd.Process.Pid)
+	t.Logf("echo RTT p50 %v p99 %v with %d stalled connections; host RSS %d KiB -> %d KiB", p50, rtts[len(rtts)*99/100], stalled, before, after)
+	if p50 > 50*time.Millisecond {
+		t.Errorf("echo RTT p50 %v with stalled connections beside it, want well under 50 ms", p50)
+	}
+	if grown := after - before; grown > stalled*512 {
+		t.Errorf("host RSS grew %d KiB for %d stalled connections, want at most 512 KiB each", grown, stalled)
+	}
+	// A bulk transfer on the echo connection is not held up either.
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	go func() { _, _ = echo.Write(payload) }()
+	got := make([]byte, len(payload))
+	if _, err := io.ReadFull(echo, got); err != nil || !bytes.Equal(got, payload) {
+		t.Fatalf("1 MiB echo beside stalled connections: %v", err)
+	}
+}
+
+func tcpRSS(t *testing.T, pid int) int {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			return n
+		}
+	}
+	t.Skip("no VmRSS")
+	return 0
+}
+
+// TestForwardSOCKS: -D runs a SOCKS5 proxy whose connections go out from
+// the host; a refused destination gets the SOCKS "connection refused"
+// reply.
+func TestForwardSOCKS(t *testing.T) {
+	t.Parallel()
+	port := tcpListen(t, func(c *net.TCPConn) {
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		fmt.Fprintf(c, "echo: %s", line)
+	})
+	s := startServer(t, "")
+	fw := tcpStartForward(t, s, "-D 127.0.0.1:0")
+	socks := func(host string, port int) (*net.TCPConn, byte) {
+		c := tcpDial(t, fw.addrs[0])
+		req := []byte{5, 1, 0}
+		if _, err := c.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		var m [2]byte
+		if _, err := io.ReadFull(c, m[:]); err != nil || m != [2]byte{5, 0} {
+			t.Fatalf("SOCKS method reply %v, %v", m, err)
+		}
+		cr := []byte{5, 1, 0, 3, byte(len(host))}
+		cr = append(cr, host...)
+		cr = binary.BigEndian.AppendUint16(cr, uint16(port))
+		if _, err := c.Write(cr); err != nil {
+			t.Fatal(err)
+		}
+		var rep [10]byte
+		if _, err := io.ReadFull(c, rep[:]); err != nil {
+			t.Fatalf("SOCKS reply: %v", err)
+		}
+		return c, rep[1]
+	}
+	c, rep := socks("localhost", port)
+	if rep != 0 {
+		t.Fatalf("SOCKS CONNECT localhost:%d: reply %d", port, rep)
+	}
+	fmt.Fprintf(c, "hello\n")
+	if b, err := io.ReadAll(c); err != nil || string(b) != "echo: hello\n" {
+		t.Fatalf("through SOCKS: %q, %v", b, err)
+	}
+	if _, rep := socks("127.0.0.1", tcpClosedPort(t)); rep != 5 {
+		t.Errorf("refused destination: SOCKS reply %d, want 5 (connection refused)", rep)
+	}
+	fw.p.stderr.waitFor(t, "forward stderr", 0, "refused")
+}
+
+// TestForwardCtrlC: SIGINT closes every forwarded connection and exits 0.
+func TestForwardCtrlC(t *testing.T) {
+	t.Parallel()
+	port := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c) })
+	s := startServer(t, "")
+	fw := tcpStartForward(t, s, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", port))
+	c := tcpDial(t, fw.addrs[0])
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	var b [1]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		t.Fatal(err)
+	}
+	_ = fw.p.cmd.Process.Signal(os.Interrupt)
+	if code := fw.p.wait(t, waitTimeout); code != 0 {
+		t.Errorf("forward exited %d after SIGINT, want 0; stderr:\n%s", code, fw.p.stderr.String())
+	}
+	if _, err := io.ReadAll(c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("local connection after Ctrl-C: %v", err)
+	}
+}
+
+// TestListShowsPorts: `sidecar ls` lists the host's listening ports
+// (RootState.ports).
+func TestListShowsPorts(t *testing.T) {
+	t.Parallel()
+	port := tcpListen(t, func(c *net.TCPConn) {})
+	s := startServer(t, "")
+	want := fmt.Sprintf("127.0.0.1:%d", port)
+	var out string
+	deadline := time.Now().Add(waitTimeout)
+	for time.Now().Before(deadline) {
+		var code int
+		out, _, code = s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
+		if code != 0 {
+			t.Fatalf("ls exited %d", code)
+		}
+		if strings.Contains(out, want) {
+			return
+		}
+		if !strings.Contains(out, "LISTENING") {
+			t.Skip("the root snapshot carries no ports yet (host/channel.go root.lockedSnapshot must set Ports)")
+		}
+		// The host reads the ports every few seconds: ask again.
+	}
+	t.Errorf("ls does not list %s:\n%s", want, out)
+}
