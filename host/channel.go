@@ -43,6 +43,14 @@ type attachable interface {
 	detach(sub *subscription)
 }
 
+// ownedChannel channels belong to one connection (TCP: only the creating
+// client and transport may use it); others get NotFound.
+type ownedChannel interface{ ownedBy(c *conn) bool }
+
+// unsubscribeReleaser channels free their resource when their owner
+// unsubscribes without ever having subscribed (TCP, before the lease ends).
+type unsubscribeReleaser interface{ releaseUnsubscribed(c *conn) }
+
 // dataHandler channels receive client data messages other than
 // dispatchAction (tcp/data, tcp/eof), counted and reassembled already;
 // release must be called once the bytes are released.
@@ -205,7 +213,7 @@ func (r *root) listLocked() []rpc.TerminalInfo {
 func (r *root) lockedSnapshot(fn func(rpc.Snapshot)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	state, _ := rpc.Marshal(rpc.RootState{Agents: []json.RawMessage{}, Terminals: r.listLocked()})
+	state, _ := rpc.Marshal(rpc.RootState{Agents: []json.RawMessage{}, Terminals: r.listLocked(), Ports: r.portsLocked()})
 	fn(rpc.Snapshot{Resource: rpc.RootChannel, State: state, FromSeq: r.s.journal.Seq()})
 }
 

@@ -30,6 +30,9 @@ type conn struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	// slow bounds requests running beside the reader (dials).
+	slow chan struct{}
+
 	mu          sync.Mutex
 	initialized bool
 	clientID    string
@@ -37,7 +40,8 @@ type conn struct {
 }
 
 func newConn(s *Server, mc transport.MessageConn) *conn {
-	c := &conn{s: s, mc: mc, log: s.log.Named("conn").With("peer", mc.Peer()), subs: map[string]*subscription{}}
+	c := &conn{s: s, mc: mc, log: s.log.Named("conn").With("peer", mc.Peer()), subs: map[string]*subscription{},
+		slow: make(chan struct{}, max(s.cfg.Delivery.MaxConcurrentRequests, 1))}
 	c.sched = delivery.NewScheduler(delivery.SchedulerConfig{
 		ProtectedMessages: s.cfg.Delivery.ProtectedQueueMessages,
 		OrdinaryMessages:  s.cfg.Delivery.OrdinaryQueueMessages,
@@ -228,6 +232,8 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 			delete(c.subs, sub.channel)
 			c.mu.Unlock()
 			c.dropSubscription(sub)
+		} else if r, ok := c.s.channel(h.Channel).(unsubscribeReleaser); ok {
+			r.releaseUnsubscribed(c) // e.g. a TCP connection never subscribed
 		}
 		return nil
 	}
@@ -350,6 +356,31 @@ func (c *conn) Handle(ctx context.Context, rc *jsonrpc2.Conn, req *jsonrpc2.Requ
 	var params json.RawMessage
 	if req.Params != nil {
 		params = *req.Params
+	}
+	if req.Method == rpc.MethodCreateTCPConnection && c.isInitialized() {
+		// A dial can take up to tcp.dial_timeout: run it beside the reader
+		// so the connection's data and credit keep flowing, a bounded
+		// number at once (seed 003 ingress: beyond it, Overloaded at once).
+		select {
+		case c.slow <- struct{}{}:
+		default:
+			data, _ := json.Marshal(map[string]any{"kind": "overloaded", "retryable": true})
+			c.reply(id, &rpc.Error{Code: rpc.CodeOverloaded, Message: fmt.Sprintf("overloaded: %d requests already in progress on this connection; retry with backoff", cap(c.slow)), Data: data})
+			return
+		}
+		go func() {
+			defer func() { <-c.slow }()
+			result, e := c.createTCPConnection(params)
+			if e != nil {
+				c.log.Info("request failed", "client", c.id(), "method", req.Method, "code", e.Code, "error", e.Message)
+				c.reply(id, e)
+				return
+			}
+			if err := rc.Reply(ctx, req.ID, result); err != nil {
+				c.fail(err)
+			}
+		}()
+		return
 	}
 	result, after, e := c.request(req.Method, params)
 	if e != nil {
@@ -505,6 +536,9 @@ func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
 		return nil, nil, rpc.Missing("channel")
 	}
 	ch := c.s.channel(p.Channel)
+	if o, ok := ch.(ownedChannel); ok && !o.ownedBy(c) {
+		ch = nil // only the creating client and transport may use it
+	}
 	if ch == nil {
 		return nil, nil, rpc.Errorf(rpc.CodeNotFound, "no such channel: %s", p.Channel)
 	}
@@ -525,6 +559,9 @@ func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
 		default:
 			return nil, nil, rpc.Errorf(rpc.CodeInvalidParams, "invalid params: flowControl.receive: %v", err)
 		}
+	}
+	if _, ok := ch.(windowedOnly); ok && !windowed {
+		return nil, nil, rpc.Errorf(rpc.CodeInvalidParams, "invalid params: %s requires windowed delivery: offer flowControl.receive", p.Channel)
 	}
 	old := c.subscription(p.Channel)
 	if old != nil && old.windowed() && windowed {

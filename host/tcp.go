@@ -314,6 +314,17 @@ func (tc *tcpConn) attach(sub *subscription) {
 	signal(tc.wake)
 }
 
+// ownedBy implements ownedChannel.
+func (tc *tcpConn) ownedBy(c *conn) bool { return tc.owner == c }
+
+// releaseUnsubscribed implements unsubscribeReleaser: unsubscribe before
+// any subscribe releases the socket at once (ahp.md §6b).
+func (tc *tcpConn) releaseUnsubscribed(c *conn) {
+	if tc.owner == c {
+		tc.close("unsubscribed")
+	}
+}
+
 // detach implements attachable: unsubscribe (or the connection's end)
 // closes the socket.
 func (tc *tcpConn) detach(sub *subscription) {

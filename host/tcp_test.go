@@ -315,10 +315,10 @@ func TestTCPReset(t *testing.T) {
 
 	d3 := open("ahp-tcp:/r3")
 	other := h.peer("tcp-intruder")
-	if m := other.call("subscribe", map[string]any{"channel": "ahp-tcp:/r3", "flowControl": fc}); m.Error != nil {
-		t.Fatalf("subscribe: %s", m.raw)
+	// Another connection cannot see it at all (only the creator may use it).
+	if m := other.call("subscribe", map[string]any{"channel": "ahp-tcp:/r3", "flowControl": fc}); m.Error == nil || m.Error.Code != rpc.CodeNotFound {
+		t.Fatalf("foreign subscribe: %s, want -32008", m.raw)
 	}
-	other.nextMsg(func(m tcpMsg) bool { return m.Method == rpc.MethodTCPReset })
 	if m := p.call("createTcpConnection", map[string]any{"channel": "ahp-tcp:/r4", "host": "10.9.9.9", "port": 80}); m.Error == nil || m.Error.Code != rpc.CodePermissionDenied {
 		t.Errorf("denied destination: %s", m.raw)
 	}
