@@ -151,14 +151,21 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 	var mc transport.MessageConn
 	if tio {
 		mc, err = dialTransportIO(ctx, u, opts.Transport, tlsConf, header, hc)
-		if err != nil {
-			return nil, err
-		}
 	} else {
 		mc, err = transport.DialWebSocket(ctx, u.String(), header, hc, int64(opts.MaxMessageBytes))
 		if err != nil {
-			return nil, explainDial(u, err)
+			err = explainDial(u, err)
 		}
+	}
+	if err != nil {
+		var he *transport.HTTPError
+		switch {
+		case opts.Token == "" && strings.Contains(err.Error(), "refused the token"):
+			return nil, fmt.Errorf("%s wants a token and none was given: pass --token or set SIDECAR_TOKEN", u.Host)
+		case (u.Scheme == "ws" || u.Scheme == "http") && (errors.As(err, &he) || strings.Contains(err.Error(), "HTTP 400")):
+			return nil, fmt.Errorf("%s: %v (the sidecar always speaks TLS: use %s://)", u.Host, err, map[string]string{"ws": "wss", "http": "https"}[u.Scheme])
+		}
+		return nil, err
 	}
 	return dialed(ctx, mc, opts)
 }
@@ -324,7 +331,7 @@ func describeClose(err error) error {
 	case -1:
 		return fmt.Errorf("connection lost: %w", err)
 	case transport.CloseGoingAway:
-		return fmt.Errorf("the server is shutting down (%s)", reason)
+		return errors.New("the server is shutting down")
 	case transport.CloseNormal:
 		return fmt.Errorf("the server closed the connection: %w", err)
 	}

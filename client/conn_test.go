@@ -309,7 +309,7 @@ func TestServerShutdownEndsConn(t *testing.T) {
 	case <-time.After(testDeadline):
 		t.Fatal("client not closed by server shutdown")
 	}
-	if got := p.c.Err(); got == nil || got.Error() != "the server is shutting down (server shutting down)" {
+	if got := p.c.Err(); got == nil || got.Error() != "the server is shutting down" {
 		t.Fatalf("Err() = %v", got)
 	}
 	if err := p.c.Ping(ctx); err == nil {

@@ -59,6 +59,10 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 		if err := json.Unmarshal(raw, &st); err != nil {
 			return false, nil, fmt.Errorf("bad terminal state: %w", err)
 		}
+		if st.ExitCode == nil && st.SignalNumber > 0 {
+			code := 128 + st.SignalNumber
+			st.ExitCode = &code
+		}
 		if scrollback && first {
 			for _, p := range st.Content {
 				if _, err := io.WriteString(w, p.Value); err != nil {

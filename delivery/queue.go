@@ -76,10 +76,9 @@ func (q *ordinaryQueue) pop() (ordinaryItem, bool) {
 	return it, true
 }
 
-// collapse empties the queue and returns one channel/gap notification per
-// channel it held, in order of first appearance, each with afterSeq = the
-// last serverSeq delivered on that channel.
-func (q *ordinaryQueue) collapse() [][]byte {
+// collapse empties the queue and returns the channels it held, in order
+// of first appearance: each needs a channel/gap.
+func (q *ordinaryQueue) collapse() []string {
 	var order []string
 	seen := map[string]bool{}
 	for _, it := range q.items[q.head:] {
@@ -90,11 +89,7 @@ func (q *ordinaryQueue) collapse() [][]byte {
 	}
 	clear(q.items)
 	q.items, q.head = q.items[:0], 0
-	gaps := make([][]byte, 0, len(order))
-	for _, ch := range order {
-		gaps = append(gaps, appendGap(nil, ch, q.lastSeq[ch]))
-	}
-	return gaps
+	return order
 }
 
 func (q *ordinaryQueue) drop(channel string) {

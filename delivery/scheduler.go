@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,7 +39,9 @@ type SchedulerConfig struct {
 	// PushControl fails with ErrControlFull.
 	ControlMessages int
 	// OrdinaryMessages bounds the FIFO of ordinary-subscription messages.
-	// On overflow the backlog collapses into one channel/gap per channel.
+	// On overflow the backlog collapses into one channel/gap per channel
+	// (at most one waiting per channel; gaps do not count against
+	// ProtectedMessages).
 	OrdinaryMessages int
 	// Quantum is the deficit round-robin quantum in UTF-16 bytes; at least
 	// the largest frame, so every busy participant sends each round.
@@ -81,6 +84,10 @@ type Scheduler struct {
 	ordinary  ordinaryQueue
 	streams   []*Stream
 	gaps      uint64 // number of gap collapses, for metrics and tests
+	// gapQ holds the channels owed a channel/gap, sent with the protected
+	// messages; gapPending marks them (one gap per channel at a time).
+	gapQ       []string
+	gapPending map[string]bool
 	// creditWait accumulates nanoseconds streams spent with a full window.
 	creditWait atomic.Int64
 	// flushErr, when set, closes the scheduler with it once the protected
@@ -109,11 +116,12 @@ func NewScheduler(cfg SchedulerConfig) *Scheduler {
 		cfg.Quantum = d.Quantum
 	}
 	return &Scheduler{
-		cfg:      cfg,
-		wake:     make(chan struct{}, 1),
-		credits:  map[string]UTF16Bytes{},
-		fresh:    true,
-		ordinary: ordinaryQueue{lastSeq: map[string]uint64{}},
+		cfg:        cfg,
+		wake:       make(chan struct{}, 1),
+		credits:    map[string]UTF16Bytes{},
+		gapPending: map[string]bool{},
+		fresh:      true,
+		ordinary:   ordinaryQueue{lastSeq: map[string]uint64{}},
 	}
 }
 
@@ -196,13 +204,16 @@ func (s *Scheduler) PushOrdinary(channel string, seq uint64, text []byte) error 
 	return nil
 }
 
+// collapseLocked turns the ordinary backlog into channel/gap notices. A
+// channel with a gap already waiting gets no second one (its afterSeq is
+// read when the gap is written), so gaps are bounded by the number of
+// channels and never crowd out responses.
 func (s *Scheduler) collapseLocked() error {
-	gaps := s.ordinary.collapse()
-	if s.protected.len()+len(gaps) > s.cfg.ProtectedMessages {
-		return fmt.Errorf("%w: cannot queue %d gaps", ErrProtectedFull, len(gaps))
-	}
-	for _, g := range gaps {
-		s.protected.push(g)
+	for _, ch := range s.ordinary.collapse() {
+		if !s.gapPending[ch] {
+			s.gapPending[ch] = true
+			s.gapQ = append(s.gapQ, ch)
+		}
 	}
 	s.gaps++
 	return nil
@@ -237,6 +248,10 @@ func (s *Scheduler) DropOrdinary(channel string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ordinary.drop(channel)
+	if s.gapPending[channel] {
+		delete(s.gapPending, channel)
+		s.gapQ = slices.DeleteFunc(s.gapQ, func(c string) bool { return c == channel })
+	}
 }
 
 // Gaps returns how many times the ordinary backlog collapsed into gaps.
@@ -246,12 +261,12 @@ func (s *Scheduler) Gaps() uint64 {
 	return s.gaps
 }
 
-// QueueLens reports the current queue lengths (protected, control + credit,
-// ordinary), for tests and metrics.
+// QueueLens reports the current queue lengths (protected including gaps,
+// control + credit, ordinary), for tests and metrics.
 func (s *Scheduler) QueueLens() (protected, control, ordinary int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.protected.len(), s.control.len() + len(s.creditQ), s.ordinary.len()
+	return s.protected.len() + len(s.gapQ), s.control.len() + len(s.creditQ), s.ordinary.len()
 }
 
 // Close stops Run with err (ErrClosed if nil) and fails later pushes.
@@ -309,6 +324,15 @@ func (s *Scheduler) next(ctx context.Context) ([]byte, error) {
 			return nil, err
 		}
 		if t, ok := s.protected.pop(); ok {
+			s.mu.Unlock()
+			return t, nil
+		}
+		if len(s.gapQ) > 0 {
+			ch := s.gapQ[0]
+			s.gapQ[0] = ""
+			s.gapQ = s.gapQ[1:]
+			delete(s.gapPending, ch)
+			t := appendGap(nil, ch, s.ordinary.lastSeq[ch])
 			s.mu.Unlock()
 			return t, nil
 		}

@@ -371,20 +371,30 @@ func TestOrdinaryOverflowCollapsesToGaps(t *testing.T) {
 	}
 }
 
-func TestOrdinaryCollapseFailsWhenProtectedFull(t *testing.T) {
+// TestOrdinaryGapsCoalesce: a client that never reads gets at most one
+// waiting channel/gap per channel, however often its backlog collapses,
+// so gaps never fill the protected queue (seed 003: only undeliverable
+// protected frames close a connection).
+func TestOrdinaryGapsCoalesce(t *testing.T) {
 	s := delivery.NewScheduler(delivery.SchedulerConfig{OrdinaryMessages: 2, ProtectedMessages: 2})
-	for _, ch := range []string{"a", "b"} {
-		if err := s.PushOrdinary(ch, 1, []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if err := s.PushProtected([]byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	// Two gaps do not fit beside one protected message.
-	err := s.PushOrdinary("c", 2, []byte("{}"))
-	if !errors.Is(err, delivery.ErrProtectedFull) || !strings.Contains(err.Error(), "cannot queue 2 gaps") {
-		t.Fatalf("PushOrdinary = %v, want ErrProtectedFull (cannot queue 2 gaps)", err)
+	for i := range 100 {
+		ch := []string{"a", "b"}[i%2]
+		if err := s.PushOrdinary(ch, uint64(i+1), []byte("{}")); err != nil {
+			t.Fatalf("push %d: %v", i, err)
+		}
+	}
+	if s.Gaps() != 49 {
+		t.Fatalf("collapses = %d, want 49", s.Gaps())
+	}
+	if p, _, o := s.QueueLens(); p != 1+2 || o != 2 {
+		t.Fatalf("protected %d (with gaps) ordinary %d, want 3 2", p, o)
+	}
+	// Responses still fit beside the gaps.
+	if err := s.PushProtected([]byte("{}")); err != nil {
+		t.Fatalf("PushProtected after gaps: %v", err)
 	}
 }
 
@@ -712,7 +722,8 @@ func TestStreamRemoveStopsSending(t *testing.T) {
 
 func TestCreditBeyondSentIsViolation(t *testing.T) {
 	s := delivery.NewScheduler(delivery.SchedulerConfig{})
-	st := s.AddStream("ahp-terminal:/x", delivery.Limits{WindowBytes: 4096, MaximumFrameBytes: 1024}, newRepeat("x", 200))
+	// One message only, so the writer cannot debit another before Credit.
+	st := s.AddStream("ahp-terminal:/x", delivery.Limits{WindowBytes: 4096, MaximumFrameBytes: 1024}, &listSource{msgs: [][]byte{newRepeat("x", 200).text}})
 	w := newStepWriter()
 	run(t, s, w)
 	w.take(t) // 200 sent

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/sourcegraph/jsonrpc2"
@@ -55,6 +56,14 @@ func (c *conn) serve(parent context.Context) error {
 	c.ctx, c.stop = context.WithCancel(parent)
 	defer c.stop()
 	c.log.Debug("connection open")
+	// A connection must initialize in time, or it only holds resources.
+	initTimer := time.AfterFunc(initializeTimeout, func() {
+		if !c.isInitialized() {
+			c.log.Warn("closing connection: no initialize", "timeout", initializeTimeout)
+			c.close(transport.CloseProtocolError, "initialize not received in time")
+		}
+	})
+	defer initTimer.Stop()
 
 	writerDone := make(chan error, 1)
 	go func() {
@@ -77,11 +86,19 @@ func (c *conn) serve(parent context.Context) error {
 	_ = rc.Close()
 	werr := <-writerDone
 	c.cleanup()
-	c.log.Debug("connection closed", "reason", c.closeErr, "writer", werr)
+	if c.isInitialized() {
+		c.log.Info("client disconnected", "client", c.id(), "reason", c.closeErr, "writer", werr)
+	} else {
+		c.log.Debug("connection closed", "reason", c.closeErr, "writer", werr)
+	}
 	return c.closeErr
 }
 
 var errVersionMismatch = errors.New("host: no common protocol version")
+
+// initializeTimeout is how long a connection may stay open without
+// initialize (ping alone does not count).
+const initializeTimeout = 30 * time.Second
 
 // close ends the connection once, with a close code and reason for the peer.
 func (c *conn) close(code transport.CloseCode, reason string) {
@@ -326,7 +343,8 @@ func (c *conn) dispatchAction(h *rpc.Header, release func()) {
 		release()
 		return
 	}
-	c.log.Warn("dispatchAction on unknown channel", "client", c.id(), "channel", p.Channel)
+	// Usually input racing a disposeTerminal: harmless.
+	c.log.Debug("dispatchAction on unknown channel", "client", c.id(), "channel", p.Channel)
 	release()
 }
 
@@ -452,8 +470,11 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 	c.initialized = true
 	c.clientID = p.ClientID
 	c.mu.Unlock()
-	c.log = c.log.With("client", p.ClientID)
-	c.log.Info("client initialized", "version", version, "client_info", p.ClientInfo)
+	name := ""
+	if p.ClientInfo != nil {
+		name = strings.TrimSpace(p.ClientInfo.Name + " " + p.ClientInfo.Version)
+	}
+	c.log.Info("client initialized", "client", p.ClientID, "version", version, "client_name", name)
 
 	res := rpc.InitializeResult{
 		ProtocolVersion:  version,

@@ -2,11 +2,15 @@ package host
 
 import (
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -68,12 +72,15 @@ type terminal struct {
 	exitCode *int
 	exited   bool
 	disposed bool // removed from the catalogue: never re-listed
-	scroll   *pty.Scrollback
-	subs     map[*subscription]struct{}
-	pacer    *subscription
-	input    [][]byte
-	releases []func()
-	inBytes  int
+	// signal and signalNumber name the signal that killed the program.
+	signal       string
+	signalNumber int
+	scroll       *pty.Scrollback
+	subs         map[*subscription]struct{}
+	pacer        *subscription
+	input        [][]byte
+	releases     []func()
+	inBytes      int
 }
 
 func (t *terminal) uri() string { return t.id }
@@ -88,6 +95,9 @@ func (t *terminal) stateLocked() rpc.TerminalState {
 		ExitCode:  t.exitCode,
 		Lifecycle: rpc.Lifecycle{Status: "running"},
 		Claim:     t.claim,
+
+		Signal:       t.signal,
+		SignalNumber: t.signalNumber,
 	}
 	if t.exited {
 		st.Lifecycle.Status = "exited"
@@ -106,7 +116,7 @@ func (t *terminal) lockedSnapshot(fn func(rpc.Snapshot)) {
 }
 
 func (t *terminal) infoLocked() rpc.TerminalInfo {
-	return rpc.TerminalInfo{Resource: t.id, Title: t.title, Claim: t.claim, ExitCode: t.exitCode}
+	return rpc.TerminalInfo{Resource: t.id, Title: t.title, Claim: t.claim, ExitCode: t.exitCode, Signal: t.signal}
 }
 
 // appendLocked logs a host-originated action of this terminal.
@@ -217,7 +227,19 @@ func (c *conn) createTerminal(params json.RawMessage) (any, *rpc.Error) {
 		s.mu.Lock()
 		delete(s.terminals, p.Channel)
 		s.mu.Unlock()
-		return nil, rpc.Errorf(rpc.CodeInternalError, "cannot start terminal: %v", err)
+		e := rpc.Errorf(rpc.CodeInternalError, "cannot start terminal: %v", err)
+		switch {
+		case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
+			e.Data, _ = json.Marshal(rpc.StartErrorData{Kind: "commandNotFound"})
+		case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.ENOEXEC):
+			e.Data, _ = json.Marshal(rpc.StartErrorData{Kind: "permissionDenied"})
+		}
+		return nil, e
+	}
+	if p.Echo != nil && !*p.Echo {
+		if err := proc.SetEcho(false); err != nil {
+			t.log.Warn("cannot turn echo off", "error", err)
+		}
 	}
 	s.mu.Lock()
 	t.proc = proc // published under s.mu: lookups skip terminals still starting
@@ -398,6 +420,7 @@ func (t *terminal) readLoop() {
 		// the signal so a client can exit 128+n as a shell would.
 		action.Signal = unix.SignalName(sig)
 		action.SignalNumber = int(sig)
+		t.signal, t.signalNumber = action.Signal, action.SignalNumber
 	case ok:
 		exit = &code
 		action.ExitCode = exit

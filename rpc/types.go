@@ -209,11 +209,15 @@ type Claim struct {
 }
 
 // TerminalInfo is one entry of RootState.terminals.
+//
+// Signal is our extension: the signal that killed the program, when one did
+// (then exitCode is absent).
 type TerminalInfo struct {
 	Resource string `json:"resource"`
 	Title    string `json:"title"`
 	Claim    Claim  `json:"claim"`
 	ExitCode *int   `json:"exitCode,omitempty"`
+	Signal   string `json:"signal,omitempty"`
 }
 
 // RootState is the state of ahp-root://. Agents and Terminals are never nil.
@@ -263,6 +267,9 @@ type TerminalState struct {
 	ExitCode  *int          `json:"exitCode,omitempty"`
 	Lifecycle Lifecycle     `json:"lifecycle"`
 	Claim     Claim         `json:"claim"`
+	// Signal and SignalNumber are our extension, as on terminal/exited.
+	Signal       string `json:"signal,omitempty"`
+	SignalNumber int    `json:"signalNumber,omitempty"`
 }
 
 // CreateTerminalParams creates a terminal on a client-chosen URI.
@@ -279,6 +286,17 @@ type CreateTerminalParams struct {
 	Rows    int               `json:"rows,omitempty"`
 	Command []string          `json:"command,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
+	// Echo false turns the terminal's input echo off (for `sidecar run`
+	// fed from a pipe), another extension. Absent: on.
+	Echo *bool `json:"echo,omitempty"`
+}
+
+// StartErrorData is the data of the -32603 error of a createTerminal whose
+// program cannot start (our extension): Kind is "commandNotFound" or
+// "permissionDenied" (not executable, or not a program) when that is the
+// cause, so a client can exit 127 or 126 as a shell would.
+type StartErrorData struct {
+	Kind string `json:"kind"`
 }
 
 // Action is the common part of every action: its type.

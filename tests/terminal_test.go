@@ -170,7 +170,7 @@ func TestAttachInteractive(t *testing.T) {
 	}
 }
 
-var reattachHint = regexp.MustCompile(`detached from ahp-terminal:/(\S+); reattach with: sidecar attach (\S+) (\S+)\r?\n`)
+var reattachHint = regexp.MustCompile(`detached from ahp-terminal:/(\S+); reattach with: \S*sidecar attach (\S+) (\S+)[^\r\n]*\r?\n`)
 
 // TestAttachDetachReattach: "~." after Enter detaches (exit 0, "detached"),
 // the terminal keeps running (sidecar ls), and `sidecar attach URL ID`

@@ -343,6 +343,34 @@ func (p *Process) Resize(cols, rows uint16) error {
 	return ioErr
 }
 
+// SetEcho turns the terminal's echo of input on or off (termios ECHO on
+// the line discipline), as `stty -echo` would. With echo off, input written
+// to the PTY reaches the program without being copied to the output.
+func (p *Process) SetEcho(on bool) error {
+	rc, err := p.master.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ioErr error
+	err = rc.Control(func(fd uintptr) {
+		t, err := unix.IoctlGetTermios(int(fd), unix.TCGETS)
+		if err != nil {
+			ioErr = err
+			return
+		}
+		if on {
+			t.Lflag |= unix.ECHO
+		} else {
+			t.Lflag &^= unix.ECHO | unix.ECHONL
+		}
+		ioErr = unix.IoctlSetTermios(int(fd), unix.TCSETS, t)
+	})
+	if err != nil {
+		return err
+	}
+	return ioErr
+}
+
 // Done is closed once the child has been reaped.
 func (p *Process) Done() <-chan struct{} { return p.done }
 

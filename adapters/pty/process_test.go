@@ -534,3 +534,24 @@ func TestDefaultShell(t *testing.T) {
 		t.Fatalf("code %d, output %q, want SHELL %s", code, out, want)
 	}
 }
+
+func TestSetEchoOff(t *testing.T) {
+	p, err := Start(Options{Argv: []string{"sh", "-c", "read line; echo got:$line"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill(time.Second)
+	if err := p.SetEcho(false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Write([]byte("secret\n")); err != nil {
+		t.Fatal(err)
+	}
+	out, err := io.ReadAll(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(out); got != "got:secret\r\n" {
+		t.Fatalf("output %q, want only the program's line (no echo of the input)", got)
+	}
+}

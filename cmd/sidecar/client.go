@@ -127,10 +127,25 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 		}
 	}
 	uri := terminalURI(newTerminalID("run"))
-	if err := conn.Call(ctx, rpc.MethodCreateTerminal, rpc.CreateTerminalParams{
-		Channel: uri, Command: argv, Cols: cols, Rows: rows,
-	}, nil); err != nil {
-		return &exitError{code: 255, err: fmt.Errorf("cannot start %s: %w", argv[0], err)}
+	params := rpc.CreateTerminalParams{Channel: uri, Command: argv, Cols: cols, Rows: rows}
+	if !stdinTTY {
+		off := false
+		params.Echo = &off // piped input is not typed: do not copy it to the output
+	}
+	if err := conn.Call(ctx, rpc.MethodCreateTerminal, params, nil); err != nil {
+		code := 255
+		var re *rpc.Error
+		if errors.As(err, &re) && re.Data != nil {
+			var d rpc.StartErrorData
+			_ = json.Unmarshal(re.Data, &d)
+			switch d.Kind {
+			case "commandNotFound":
+				code = 127 // as a shell reports it
+			case "permissionDenied":
+				code = 126
+			}
+		}
+		return &exitError{code: code, err: fmt.Errorf("cannot start %s: %w", argv[0], err)}
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -196,6 +211,9 @@ detach: the terminal keeps running and can be reattached.`,
 }
 
 func attach(cf *connFlags, url, id, name string) error {
+	if !term.IsTerminal(int(os.Stdin.Fd())) {
+		return &exitError{code: 2, err: errors.New("attach is interactive and stdin is not a terminal; use sidecar run URL -- CMD for commands fed from a pipe")}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	conn, err := cf.dial(ctx, url)
@@ -248,7 +266,7 @@ func attach(cf *connFlags, url, id, name string) error {
 	}()
 	select {
 	case <-detached:
-		fmt.Fprintf(os.Stderr, "\r\nsidecar: detached from %s; reattach with: sidecar attach %s %s\r\n", uri, url, strings.TrimPrefix(uri, rpc.TerminalScheme+"/"))
+		fmt.Fprintf(os.Stderr, "\r\nsidecar: detached from %s; reattach with: %s attach %s %s%s\r\n", uri, selfName(), url, strings.TrimPrefix(uri, rpc.TerminalScheme+"/"), cf.explicitFlags())
 		return nil
 	case <-copyDone:
 	}
@@ -270,6 +288,63 @@ func attach(cf *connFlags, url, id, name string) error {
 		return &exitError{code: *code}
 	}
 	return nil
+}
+
+// explicitFlags repeats the connection flags given on the command line
+// (so a printed command can be pasted as is); values from the environment
+// stay there.
+func (f *connFlags) explicitFlags() string {
+	var b strings.Builder
+	if f.token != "" {
+		fmt.Fprintf(&b, " --token %s", f.token)
+	}
+	if f.certHash != "" {
+		fmt.Fprintf(&b, " --cert-hash %s", f.certHash)
+	}
+	if f.via != "" {
+		fmt.Fprintf(&b, " --via %q", f.via)
+	}
+	return b.String()
+}
+
+// selfName is how to run this binary again: its path when it was started
+// by path (./bin/sidecar), else "sidecar".
+func selfName() string {
+	if strings.Contains(os.Args[0], "/") {
+		return os.Args[0]
+	}
+	return "sidecar"
+}
+
+func killCmd() *cobra.Command {
+	var cf connFlags
+	cmd := &cobra.Command{
+		Use:   "kill URL TERMINAL...",
+		Short: "Dispose of terminals: kill their process groups and remove them",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := context.Background()
+			conn, err := cf.dial(ctx, args[0])
+			if err != nil {
+				return &exitError{code: 255, err: err}
+			}
+			defer conn.Close()
+			failed := 0
+			for _, id := range args[1:] {
+				uri := terminalURI(id)
+				if err := conn.Call(ctx, rpc.MethodDisposeTerminal, rpc.ChannelParams{Channel: uri}, nil); err != nil {
+					fmt.Fprintf(os.Stderr, "sidecar: %s: %v\n", id, err)
+					failed++
+				}
+			}
+			if failed > 0 {
+				return &exitError{code: 1}
+			}
+			return nil
+		},
+	}
+	cf.register(cmd)
+	return cmd
 }
 
 func makeRaw(f *os.File) (func(), error) {
@@ -305,10 +380,12 @@ func watchResize(ctx context.Context, t *client.Terminal) {
 func forwardInput(ctx context.Context, t *client.Terminal, r io.Reader, detach chan struct{}, eofCtrlD bool) {
 	var esc escapeFilter
 	buf := make([]byte, 4096)
+	midLine := false
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
 			data := buf[:n]
+			midLine = data[len(data)-1] != '\n'
 			if detach != nil {
 				var hit bool
 				data, hit = esc.Filter(data)
@@ -329,7 +406,14 @@ func forwardInput(ctx context.Context, t *client.Terminal, r io.Reader, detach c
 		}
 		if err != nil {
 			if eofCtrlD {
-				_ = t.Input(ctx, []byte{4})
+				// The terminal's line discipline turns ^D into end of
+				// file at the start of a line; mid-line the first ^D only
+				// hands over the partial line, so a second one is needed.
+				eof := []byte{4}
+				if midLine {
+					eof = []byte{4, 4}
+				}
+				_ = t.Input(ctx, eof)
 			}
 			return
 		}
@@ -408,8 +492,11 @@ func lsCmd() *cobra.Command {
 			fmt.Fprintln(tw, "TERMINAL\tTITLE\tCLAIM\tSTATUS")
 			for _, t := range st.Terminals {
 				status := "running"
-				if t.ExitCode != nil {
+				switch {
+				case t.ExitCode != nil:
 					status = fmt.Sprintf("exited (%d)", *t.ExitCode)
+				case t.Signal != "":
+					status = "killed (" + t.Signal + ")"
 				}
 				claim := t.Claim.Kind + ":" + t.Claim.ClientID + t.Claim.Session
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.TrimPrefix(t.Resource, rpc.TerminalScheme+"/"), t.Title, claim, status)

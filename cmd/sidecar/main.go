@@ -39,7 +39,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCmd(), runCmd(), attachCmd(), lsCmd(), tokenCmd(), certCmd(), forwardCmd(), stdioCmd(), topCmd())
+	root.AddCommand(serveCmd(), runCmd(), attachCmd(), lsCmd(), tokenCmd(), certCmd(), forwardCmd(), stdioCmd(), topCmd(), killCmd())
 	err := root.Execute()
 	if err == nil {
 		return

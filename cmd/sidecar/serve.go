@@ -138,7 +138,14 @@ func serve(configFile, listen, token, stateDir string) error {
 	}
 	url := fmt.Sprintf("wss://%s/ahp", net.JoinHostPort(connectHost, fmt.Sprint(addr.Port)))
 	logger.Info("listening", "address", addr.String(), "config", cfg.Source, "version", version, "token_generated", generated)
-	fmt.Fprintf(os.Stdout, "sidecar attach %s --token %s --cert-hash %s\n", url, tok, certs.pin())
+	// The token is printed only when it is no secret of the operator's: a
+	// fresh one, or one typed on this command line. A configured token
+	// (auth, token_file, SIDECAR_TOKEN) never reaches stdout or the journal.
+	shown := `"$SIDECAR_TOKEN"`
+	if generated || token != "" {
+		shown = tok
+	}
+	fmt.Fprintf(os.Stdout, "%s attach %s --token %s --cert-hash %s\n", selfName(), url, shown, certs.pin())
 	logger.Info("transport-io", "url", fmt.Sprintf("https://%s%s", net.JoinHostPort(connectHost, fmt.Sprint(addr.Port)), transport.TIOPath), "webtransport", wts != nil)
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS=listening on "+addr.String())
 
