@@ -5,20 +5,22 @@ BIN     ?= bin/sidecar
 PREFIX  ?= /usr/local
 DESTDIR ?=
 ARGS    ?=
+NPM     ?= npm
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
 CONFDIR := $(DESTDIR)/etc/sidecar
 UNITDIR := $(DESTDIR)/etc/systemd/system
 
-.PHONY: all build run test bench lint install clean help
+.PHONY: all build run test interop-deps bench lint install clean help
 
 all: build
 
 help:
 	@echo "build    compile $(BIN) (version $(VERSION))"
 	@echo "run      build, then ./$(BIN) serve \$$(ARGS)   e.g. make run ARGS='--config config.hcl'"
-	@echo "test     go test -race on every package, end-to-end tests included"
+	@echo "test     go test -race on every package, end-to-end and interop tests included"
+	@echo "         (first runs npm ci in tests/interop if node_modules is missing or stale)"
 	@echo "bench    run every benchmark"
 	@echo "lint     gofmt and go vet"
 	@echo "install  install binary, systemd unit and (if absent) /etc/sidecar/config.hcl"
@@ -31,8 +33,25 @@ run: build
 	./$(BIN) serve $(ARGS)
 
 # tests/ starts the real binary; those tests build it themselves.
-test:
+test: interop-deps
 	$(GO) test -race -count=1 -timeout 12m ./...
+
+# The Node interop tests (tests/interop) skip themselves without node_modules, so install
+# them first. npm ci writes node_modules/.package-lock.json: while it is newer than
+# package-lock.json nothing is reinstalled.
+INTEROP       := tests/interop
+INTEROP_STAMP := $(INTEROP)/node_modules/.package-lock.json
+
+ifneq ($(shell command -v $(NPM) 2>/dev/null),)
+interop-deps: $(INTEROP_STAMP)
+
+$(INTEROP_STAMP): $(INTEROP)/package-lock.json
+	cd $(INTEROP) && $(NPM) ci --no-audit --no-fund --engine-strict=false
+	@touch $@
+else
+interop-deps:
+	@echo "npm not found: the interop tests in tests/interop will be skipped"
+endif
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -126,8 +126,10 @@ journal {
   # past which entries are dropped. A client that missed more gets snapshots instead.
   max_bytes = 8388608
   max_age   = "10m"
-  # How long a disconnected client's subscriptions, terminals and TCP connections are
-  # kept waiting for it to reconnect.
+  # Reserved for reconnecting clients, which are not implemented yet: the setting is
+  # validated but has no effect. A client that disconnects does not get its session back;
+  # its terminals keep running regardless (for no time limit) until they are disposed
+  # (`sidecar kill URL ID`) or the daemon stops.
   reconnect_grace = "2m"
 }
 

@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	_ "embed"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -21,6 +22,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -137,7 +139,7 @@ type Delivery struct {
 type Journal struct {
 	MaxBytes       int64         // UTF-8 bytes of journal kept per client session
 	MaxAge         time.Duration // journal entries older than this are dropped
-	ReconnectGrace time.Duration // how long a disconnected client's state is kept
+	ReconnectGrace time.Duration // reserved for reconnect (not implemented yet); no effect
 }
 
 // Log is block log.
@@ -232,6 +234,7 @@ func Load(path string) (*Config, error) {
 		all.Diagnostics = append(all.Diagnostics, err.(*Error).Diagnostics...)
 	}
 	if len(all.Diagnostics) > 0 {
+		sortDiagnostics(all.Diagnostics)
 		return nil, &all
 	}
 	return c, nil
@@ -475,6 +478,22 @@ func (v *validator) positive(key string, n int64, unit string) {
 	}
 }
 
+// atMost reports block.max_per_client greater than block.max_total (both positive),
+// pointing at whichever of the two the file set, max_per_client first.
+func (v *validator) atMost(block string, perClient, total int, unit string) {
+	if perClient <= 0 || total <= 0 || perClient <= total {
+		return
+	}
+	key := block + ".max_per_client"
+	if _, ok := v.c.pos[key]; !ok {
+		if _, ok := v.c.pos[block+".max_total"]; ok {
+			key = block + ".max_total"
+		}
+	}
+	v.bad(key, "max_per_client (%d %s) is greater than max_total (%d %s); one client could never reach its limit",
+		perClient, unit, total, unit)
+}
+
 func (v *validator) duration(key string, d time.Duration) {
 	if d <= 0 {
 		v.bad(key, "must be a duration greater than 0, got %q", d.String())
@@ -487,8 +506,11 @@ func (v *validator) duration(key string, d time.Duration) {
 // host:port, listener.origins "scheme://host[:port]", tcp.allow entries CIDRs or IPs,
 // log.level one of trace/debug/info/warn/error, log.format auto/text/json, tls.cert_file
 // and tls.key_file both set or both empty, auth.token and auth.token_file not both set,
-// terminal.env names non-empty without "=" or NUL. It returns an *Error listing every
-// problem, with file:line:col when the value came from a loaded file, or nil.
+// terminal.env names non-empty without "=" or NUL, max_per_client at most max_total
+// (terminal and tcp), terminal.shell (if set) an absolute path to an executable file,
+// terminal.user (if set) an existing user name or numeric user ID. It returns an *Error
+// listing every problem, sorted by file and line, with file:line:col when the value came
+// from a loaded file, or nil.
 func (c *Config) Validate() error {
 	v := &validator{c: c}
 
@@ -536,6 +558,17 @@ func (c *Config) Validate() error {
 	v.positive("terminal.scrollback_bytes", int64(c.Terminal.ScrollbackBytes), "UTF-8 bytes")
 	v.positive("terminal.max_per_client", int64(c.Terminal.MaxPerClient), "terminals")
 	v.positive("terminal.max_total", int64(c.Terminal.MaxTotal), "terminals")
+	v.atMost("terminal", c.Terminal.MaxPerClient, c.Terminal.MaxTotal, "terminals")
+	if sh := c.Terminal.Shell; sh != "" {
+		if msg := checkExecutable(sh); msg != "" {
+			v.bad("terminal.shell", "%s", msg)
+		}
+	}
+	if u := c.Terminal.User; u != "" {
+		if msg := checkUser(u); msg != "" {
+			v.bad("terminal.user", "%s", msg)
+		}
+	}
 	for _, k := range slices.Sorted(maps.Keys(c.Terminal.Env)) { // sorted: stable error order
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			v.bad("terminal.env", "%q is not a valid environment variable name", k)
@@ -557,6 +590,7 @@ func (c *Config) Validate() error {
 	}
 	v.positive("tcp.max_per_client", int64(c.TCP.MaxPerClient), "connections")
 	v.positive("tcp.max_total", int64(c.TCP.MaxTotal), "connections")
+	v.atMost("tcp", c.TCP.MaxPerClient, c.TCP.MaxTotal, "connections")
 	v.duration("tcp.dial_timeout", c.TCP.DialTimeout)
 
 	// telemetry
@@ -599,9 +633,63 @@ func (c *Config) Validate() error {
 	}
 
 	if len(v.errs) > 0 {
+		sortDiagnostics(v.errs)
 		return &Error{Diagnostics: v.errs}
 	}
 	return nil
+}
+
+// sortDiagnostics orders diagnostics by file, line and column, keeping the order of
+// those at the same position (or without one).
+func sortDiagnostics(ds []Diagnostic) {
+	slices.SortStableFunc(ds, func(a, b Diagnostic) int {
+		if c := strings.Compare(a.File, b.File); c != 0 {
+			return c
+		}
+		if a.Line != b.Line {
+			return a.Line - b.Line
+		}
+		return a.Column - b.Column
+	})
+}
+
+// checkExecutable returns why path cannot be terminal.shell, or "".
+func checkExecutable(path string) string {
+	if !filepath.IsAbs(path) {
+		return fmt.Sprintf("%q is not an absolute path; write for example \"/bin/bash\"", path)
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%q: %v", path, err)
+	case !fi.Mode().IsRegular():
+		return fmt.Sprintf("%q is not a regular file", path)
+	case fi.Mode().Perm()&0o111 == 0:
+		return fmt.Sprintf("%q is not executable", path)
+	}
+	return ""
+}
+
+// checkUser returns why name (a user name or a numeric user ID) cannot be
+// terminal.user, or "".
+func checkUser(name string) string {
+	var err error
+	if _, perr := strconv.ParseUint(name, 10, 32); perr == nil {
+		if _, err = user.LookupId(name); err == nil {
+			return ""
+		}
+		if _, err2 := user.Lookup(name); err2 == nil { // a user whose name is all digits
+			return ""
+		}
+	} else if _, err = user.Lookup(name); err == nil {
+		return ""
+	}
+	var unknownName user.UnknownUserError
+	var unknownID user.UnknownUserIdError
+	if errors.As(err, &unknownName) || errors.As(err, &unknownID) {
+		return fmt.Sprintf("no user %q on this machine", name)
+	}
+	return fmt.Sprintf("cannot look up user %q: %v", name, err)
 }
 
 func validToken(s string) bool {

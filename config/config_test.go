@@ -7,6 +7,8 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -126,8 +128,8 @@ auth {
   token_file = "/run/secrets/token"
 }
 terminal {
-  shell = "/bin/zsh"
-  user = "dev"
+  shell = "/bin/sh"
+  user = "root"
   login = false
   term = "screen"
   scrollback_bytes = 65536
@@ -174,7 +176,7 @@ func TestLoadOverridesEverything(t *testing.T) {
 		Listener: Listener{Address: "[::]:8443", Origins: []string{"https://app.example.com", "http://localhost:3000"}},
 		TLS:      TLS{CertFile: "/etc/sidecar/cert.pem", KeyFile: "/etc/sidecar/key.pem"},
 		Auth:     Auth{TokenFile: "/run/secrets/token"},
-		Terminal: Terminal{Shell: "/bin/zsh", User: "dev", Login: false, Term: "screen", ScrollbackBytes: 65536,
+		Terminal: Terminal{Shell: "/bin/sh", User: "root", Login: false, Term: "screen", ScrollbackBytes: 65536,
 			MaxPerClient: 2, MaxTotal: 3, Env: map[string]string{"FOO": "bar"}},
 		TCP: TCP{Allow: []string{"10.0.0.0/8", "192.168.1.7"}, MaxPerClient: 4, MaxTotal: 5,
 			DialTimeout: 1500 * time.Millisecond},
@@ -252,6 +254,38 @@ func TestLoadErrors(t *testing.T) {
 			[]string{`zero\.hcl:2:13: Invalid journal\.max_age: must be a duration greater than 0`}},
 		{"tls half", "tls.hcl", "tls {\n  key_file = \"k.pem\"\n}\n",
 			[]string{`tls\.hcl:2:14: Invalid tls\.key_file: cert_file and key_file must be set together`}},
+		{"terminal per client over total", "term.hcl", "terminal {\n  max_per_client = 10\n  max_total = 5\n}\n",
+			[]string{`term\.hcl:2:20: Invalid terminal\.max_per_client: max_per_client \(10 terminals\) is greater than max_total \(5 terminals\)`}},
+		{"terminal total under default per client", "total.hcl", "terminal {\n  max_total = 4\n}\n",
+			[]string{`total\.hcl:2:15: Invalid terminal\.max_total: max_per_client \(16 terminals\) is greater than max_total \(4 terminals\)`}},
+		{"tcp per client over total", "tcp.hcl", "tcp {\n  max_per_client = 300\n  max_total = 200\n}\n",
+			[]string{`tcp\.hcl:2:20: Invalid tcp\.max_per_client: max_per_client \(300 connections\) is greater than max_total \(200 connections\)`}},
+		{"shell relative", "shrel.hcl", "terminal {\n  shell = \"bash\"\n}\n",
+			[]string{`shrel\.hcl:2:11: Invalid terminal\.shell: "bash" is not an absolute path`}},
+		{"shell missing", "shmiss.hcl", "terminal {\n  shell = \"/nonexistent/bin/zsh\"\n}\n",
+			[]string{`shmiss\.hcl:2:11: Invalid terminal\.shell: "/nonexistent/bin/zsh": .*no such file or directory`}},
+		{"shell directory", "shdir.hcl", "terminal {\n  shell = \"/\"\n}\n",
+			[]string{`shdir\.hcl:2:11: Invalid terminal\.shell: "/" is not a regular file`}},
+		{"shell not executable", "shexec.hcl", "terminal {\n  shell = \"SHELLFILE\"\n}\n",
+			[]string{`shexec\.hcl:2:11: Invalid terminal\.shell: ".*/notexec" is not executable`}},
+		{"user unknown", "user.hcl", "terminal {\n  user = \"no-such-user-sidecar\"\n}\n",
+			[]string{`user\.hcl:2:10: Invalid terminal\.user: no user "no-such-user-sidecar" on this machine`}},
+		{"uid unknown", "uid.hcl", "terminal {\n  user = \"3999999999\"\n}\n",
+			[]string{`uid\.hcl:2:10: Invalid terminal\.user: no user "3999999999" on this machine`}},
+		{"sorted by line", "order.hcl", `log {
+  level = "verbose"
+}
+tcp {
+  bogus = 1
+}
+listener {
+  address = "localhost"
+}
+`, []string{
+			`order\.hcl:2:11: Invalid log\.level`,
+			`order\.hcl:5:3: Unsupported argument`,
+			`order\.hcl:8:13: Invalid listener\.address`,
+		}},
 		{"several", "several.hcl", `listener {
   address = "localhost"
   origins = ["app.example.com"]
@@ -274,21 +308,25 @@ log {
   format = "xml"
 }
 `, []string{
-			`several\.hcl:12:3: Unsupported argument`,
 			`several\.hcl:2:13: Invalid listener\.address: "localhost" is not host:port`,
 			`several\.hcl:3:13: Invalid listener\.origins: "app\.example\.com" is not an origin`,
 			`several\.hcl:7:16: Invalid auth\.token_file: token and token_file are both set`,
 			`several\.hcl:10:11: Invalid tcp\.allow: "10\.0\.0\.0/33" is neither a CIDR`,
 			`several\.hcl:11:18: Invalid tcp\.dial_timeout: must be a duration greater than 0, got "-1s"`,
-			`several\.hcl:16:18: Invalid delivery\.window_bytes: must be greater than 0 UTF-16 bytes, got 0`,
+			`several\.hcl:12:3: Unsupported argument`,
 			`several\.hcl:15:28: Invalid delivery\.transport_queue_frames: must be at most 255`,
+			`several\.hcl:16:18: Invalid delivery\.window_bytes: must be greater than 0 UTF-16 bytes, got 0`,
 			`several\.hcl:19:11: Invalid log\.level: "verbose"`,
 			`several\.hcl:20:12: Invalid log\.format: "xml"`,
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := writeFile(t, tt.file, tt.src)
+			src := tt.src
+			if strings.Contains(src, "SHELLFILE") {
+				src = strings.ReplaceAll(src, "SHELLFILE", writeFile(t, "notexec", "#!/bin/sh\n"))
+			}
+			p := writeFile(t, tt.file, src)
 			c, err := Load(p)
 			if err == nil {
 				t.Fatalf("Load succeeded: %+v", c)
@@ -372,6 +410,53 @@ func TestValidateAccepts(t *testing.T) {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s accepted", addr)
 		}
+	}
+}
+
+// TestValidateTerminal checks terminal.shell, terminal.user and the max_per_client <=
+// max_total rule on a Config changed in code.
+func TestValidateTerminal(t *testing.T) {
+	self, err := user.Current()
+	if err != nil {
+		t.Skip(err)
+	}
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip(err)
+	}
+	sh, _ = filepath.Abs(sh)
+	for _, tt := range []struct {
+		name string
+		edit func(c *Config)
+		want string // "" for valid, else a substring of the error
+	}{
+		{"shell absolute executable", func(c *Config) { c.Terminal.Shell = sh }, ""},
+		{"shell relative", func(c *Config) { c.Terminal.Shell = "sh" }, `terminal.shell: "sh" is not an absolute path`},
+		{"shell missing", func(c *Config) { c.Terminal.Shell = "/nonexistent/sh" }, "Invalid terminal.shell"},
+		{"user by name", func(c *Config) { c.Terminal.User = self.Username }, ""},
+		{"user by id", func(c *Config) { c.Terminal.User = self.Uid }, ""},
+		{"user unknown", func(c *Config) { c.Terminal.User = "no-such-user-sidecar" }, `terminal.user: no user "no-such-user-sidecar"`},
+		{"terminal equal", func(c *Config) { c.Terminal.MaxPerClient, c.Terminal.MaxTotal = 8, 8 }, ""},
+		{"terminal over", func(c *Config) { c.Terminal.MaxPerClient, c.Terminal.MaxTotal = 9, 8 }, "Invalid terminal.max_per_client: max_per_client (9 terminals) is greater than max_total (8 terminals)"},
+		{"tcp equal", func(c *Config) { c.TCP.MaxPerClient, c.TCP.MaxTotal = 8, 8 }, ""},
+		{"tcp over", func(c *Config) { c.TCP.MaxPerClient, c.TCP.MaxTotal = 9, 8 }, "Invalid tcp.max_per_client: max_per_client (9 connections) is greater than max_total (8 connections)"},
+		{"zero total reported once", func(c *Config) { c.TCP.MaxTotal = 0 }, "Invalid tcp.max_total: must be greater than 0"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.edit(c)
+			err := c.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("Validate: %v", err)
+			case tt.want != "" && err == nil:
+				t.Errorf("Validate accepted it, want %q", tt.want)
+			case tt.want != "" && !strings.Contains(err.Error(), tt.want):
+				t.Errorf("Validate: %v\nwant %q", err, tt.want)
+			case tt.want != "" && strings.Count(err.Error(), "\n") != 0:
+				t.Errorf("Validate: more than one diagnostic: %v", err)
+			}
+		})
 	}
 }
 

@@ -71,9 +71,20 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 
 	live := !once && term.IsTerminal(int(os.Stdout.Fd()))
 	var v *topView
+	var quit <-chan struct{} // closed on q or Ctrl-C; nil (never) without raw mode
 	if !asJSON {
 		v = newTopView(os.Stdout, live)
 		if live {
+			v.hint = "Ctrl-C to quit"
+			// Raw stdin, so that q is read here at once rather than left in the tty's
+			// input queue for the shell, and Ctrl-C arrives as a key (ISIG is off).
+			if fd := int(os.Stdin.Fd()); term.IsTerminal(fd) {
+				if old, err := term.MakeRaw(fd); err == nil {
+					defer func() { _ = term.Restore(fd, old) }()
+					quit = readQuitKeys(os.Stdin)
+					v.hint = "q to quit"
+				}
+			}
 			v.start()
 			defer v.end()
 		}
@@ -116,6 +127,8 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-quit:
+			return nil
 		case <-winch:
 			v.draw()
 		case b, ok := <-batches:
@@ -145,10 +158,34 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 	}
 }
 
+// readQuitKeys reads keys from r (a terminal in raw mode) and closes the returned
+// channel at q, Q or Ctrl-C; other keys are dropped. The goroutine stays blocked in
+// Read until the process exits, which is soon after the view ends.
+func readQuitKeys(r io.Reader) <-chan struct{} {
+	quit := make(chan struct{})
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, err := r.Read(buf)
+			for _, b := range buf[:n] {
+				if b == 'q' || b == 'Q' || b == 0x03 {
+					close(quit)
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return quit
+}
+
 // topView renders batches; it keeps the previous one for rates.
 type topView struct {
 	w          io.Writer
 	live       bool
+	hint       string // live view: shown on the bottom line, e.g. "q to quit"
 	cur, prev  *snapshotView
 	lastLayout []string
 }
@@ -388,7 +425,7 @@ func (v *topView) draw() {
 	}
 	width, height := 100, 0
 	if v.live {
-		if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+		if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil && w > 0 { // a new pty can be 0x0
 			width, height = w, h
 		}
 	}
@@ -396,8 +433,15 @@ func (v *topView) draw() {
 	var b strings.Builder
 	if v.live {
 		b.WriteString("\x1b[H") // home; each line clears its rest, then the screen below
-		if height > 0 && len(lines) > height {
-			lines = lines[:height]
+		rows := height
+		if v.hint != "" && height > 1 {
+			rows = height - 1 // the bottom line is the hint's
+		}
+		if rows > 0 && len(lines) > rows {
+			lines = lines[:rows]
+		}
+		if v.hint != "" && height <= 1 {
+			lines = append(lines, v.hint) // height unknown: the hint follows the view
 		}
 		for i, l := range lines {
 			b.WriteString(trunc(l, width))
@@ -407,6 +451,9 @@ func (v *topView) draw() {
 			}
 		}
 		b.WriteString("\x1b[J")
+		if v.hint != "" && height > 1 {
+			fmt.Fprintf(&b, "\x1b[%d;1H\x1b[7m%s\x1b[0m\x1b[K", height, trunc(v.hint, width))
+		}
 	} else {
 		for _, l := range lines {
 			b.WriteString(l)
