@@ -18,6 +18,7 @@ type Stream struct {
 
 	mu        sync.Mutex
 	win       *SendWindow
+	bdp       bdpEstimator
 	blockedAt time.Time // when the window last filled; zero while open
 
 	// Owned by the Scheduler's writer goroutine.
@@ -80,12 +81,22 @@ func (st *Stream) Changed() <-chan struct{} { return st.changed }
 // Wake tells the Scheduler that the Source has data again.
 func (st *Stream) Wake() { st.sched.signal() }
 
-// CanStart reports whether a data message could start now
-// (outstanding < windowBytes).
+// CanStart reports whether a data message could start now:
+// outstanding < windowBytes, and below the path's cap (bdp.go).
 func (st *Stream) CanStart() bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.win.CanStart()
+	return st.canStartLocked()
+}
+
+func (st *Stream) canStartLocked() bool {
+	if !st.win.CanStart() {
+		return false
+	}
+	if c := st.bdp.limit(); c > 0 && st.win.Outstanding() >= c {
+		return false
+	}
+	return true
 }
 
 // Window returns a copy of the window counters: sent, consumed and limits.
@@ -110,6 +121,9 @@ func (st *Stream) SetLimits(l Limits) {
 func (st *Stream) Credit(consumed UTF16Bytes) error {
 	st.mu.Lock()
 	advanced, err := st.win.Credit(consumed)
+	if advanced {
+		st.bdp.credited(consumed, time.Now())
+	}
 	if advanced && !st.blockedAt.IsZero() && st.win.CanStart() {
 		st.sched.creditWait.Add(int64(time.Since(st.blockedAt)))
 		st.blockedAt = time.Time{}
@@ -138,9 +152,12 @@ func (st *Stream) ready() *readyFrame {
 		return &readyFrame{size: st.pendSz}
 	}
 	st.mu.Lock()
-	can := st.win.CanStart()
+	can := st.canStartLocked()
 	limits := st.win.Limits()
 	remaining := st.win.Remaining()
+	if c := st.bdp.limit(); c > 0 {
+		remaining = min(remaining, c-st.win.Outstanding())
+	}
 	st.mu.Unlock()
 	if !can {
 		return nil
@@ -187,8 +204,12 @@ const minFragmentPayload UTF16Bytes = 256
 func (st *Stream) debit(text []byte, size UTF16Bytes) *readyFrame {
 	st.mu.Lock()
 	err := st.win.Debit(size)
+	now := time.Now()
+	if err == nil {
+		st.bdp.sent(st.win.Sent(), st.win.Consumed(), now)
+	}
 	if err == nil && !st.win.CanStart() {
-		st.blockedAt = time.Now()
+		st.blockedAt = now
 	}
 	st.mu.Unlock()
 	if err != nil {
