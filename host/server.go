@@ -88,6 +88,14 @@ func channelLogBytes(cfg *config.Config) int {
 // Journal returns the server's journal (for tests).
 func (s *Server) Journal() *journal.Journal { return s.journal }
 
+// maxConnections bounds the connections served at once: each costs a few
+// goroutines and buffers even before it initializes (which it must within
+// initializeTimeout). Beyond it a connection is closed at once with 1013.
+const maxConnections = 1024
+
+// ErrTooManyConnections is returned by ServeConn beyond maxConnections.
+var ErrTooManyConnections = errors.New("host: too many connections")
+
 // ErrShuttingDown is returned by ServeConn once Shutdown has begun.
 var ErrShuttingDown = errors.New("host: shutting down")
 
@@ -99,6 +107,12 @@ func (s *Server) ServeConn(ctx context.Context, mc transport.MessageConn) error 
 		s.mu.Unlock()
 		_ = mc.Close(transport.CloseGoingAway, "server shutting down")
 		return ErrShuttingDown
+	}
+	if len(s.conns) >= maxConnections {
+		s.mu.Unlock()
+		s.log.Warn("connection refused: too many connections", "peer", mc.Peer(), "limit", maxConnections)
+		_ = mc.Close(transport.CloseTryAgainLater, "too many connections")
+		return ErrTooManyConnections
 	}
 	c := newConn(s, s.countConn(mc))
 	s.conns[c] = struct{}{}

@@ -38,6 +38,7 @@ const (
 	CloseProtocolError   CloseCode = 1002 // a protocol violation (flow control, framing)
 	CloseMessageTooBig   CloseCode = 1009 // a message over the read limit
 	CloseInternalError   CloseCode = 1011
+	CloseTryAgainLater   CloseCode = 1013 // too many connections
 	ClosePeerTooSlow     CloseCode = 4008 // protected queue stayed full (seed 003)
 	CloseVersionMismatch CloseCode = 4005 // no common AHP version
 )

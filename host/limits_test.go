@@ -1,0 +1,36 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/sidecar-dev/sidecar/host"
+	"github.com/sidecar-dev/sidecar/transport"
+)
+
+// TestConnectionLimit: 1024 connections are served at once; the next one
+// is closed at once with 1013 and the others are unaffected.
+func TestConnectionLimit(t *testing.T) {
+	srv := newServer(t, nil)
+	conns := make([]*hostConn, 0, 1024)
+	for range 1024 {
+		conns = append(conns, connect(t, srv))
+	}
+	// Every one is being served: a ping round trip on the last proves the
+	// 1024th was accepted (ServeConn registers before it reads).
+	last := conns[len(conns)-1]
+	last.send(`{"jsonrpc":"2.0","id":1,"method":"ping","params":{"channel":"ahp-root://"}}`)
+	if m, err := last.read(); err != nil || string(m.Raw) != `{"id":1,"result":null,"jsonrpc":"2.0"}` {
+		t.Fatalf("ping on connection 1024: %v %v", m, err)
+	}
+	a, b := transport.Pipe(4)
+	err := srv.ServeConn(context.Background(), b)
+	if !errors.Is(err, host.ErrTooManyConnections) {
+		t.Fatalf("connection 1025: %v, want ErrTooManyConnections", err)
+	}
+	_, rerr := a.ReadMessage(context.Background())
+	if code := transport.CloseStatus(rerr); code != transport.CloseTryAgainLater {
+		t.Fatalf("connection 1025 closed with %v (%v), want 1013", code, rerr)
+	}
+}
