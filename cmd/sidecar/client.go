@@ -60,7 +60,9 @@ func (f *connFlags) register(cmd *cobra.Command) {
 	}
 }
 
-func (f *connFlags) dial(ctx context.Context, url string) (*client.Conn, error) {
+// options are the client options these flags give; the token and the pin
+// default to $SIDECAR_TOKEN and $SIDECAR_CERT_HASH.
+func (f *connFlags) options() client.Options {
 	token := f.token
 	if token == "" {
 		token = os.Getenv("SIDECAR_TOKEN")
@@ -69,10 +71,31 @@ func (f *connFlags) dial(ctx context.Context, url string) (*client.Conn, error) 
 	if pin == "" {
 		pin = os.Getenv("SIDECAR_CERT_HASH")
 	}
+	return client.Options{Token: token, CertHash: pin, Ordinary: f.ordinary, ClientName: "sidecar-cli/" + version,
+		Transport: f.transport, Via: f.via}
+}
+
+// dial connects and initializes within --connect-timeout.
+func (f *connFlags) dial(ctx context.Context, url string) (*client.Conn, error) {
+	return f.dialOptions(ctx, url, f.options())
+}
+
+func (f *connFlags) dialOptions(ctx context.Context, url string, opts client.Options) (*client.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	return client.Dial(ctx, url, client.Options{Token: token, CertHash: pin, Ordinary: f.ordinary, ClientName: "sidecar-cli/" + version,
-		Transport: f.transport, Via: f.via})
+	return client.Dial(ctx, url, opts)
+}
+
+// withConn dials url, runs fn with the connection, and closes it; a dial
+// failure exits 255.
+func (f *connFlags) withConn(url string, fn func(ctx context.Context, conn *client.Conn) error) error {
+	ctx := context.Background()
+	conn, err := f.dial(ctx, url)
+	if err != nil {
+		return &exitError{code: 255, err: err}
+	}
+	defer conn.Close()
+	return fn(ctx, conn)
 }
 
 // terminalURI accepts "t1" or "ahp-terminal:/t1".
@@ -323,24 +346,20 @@ func killCmd() *cobra.Command {
 		Short: "Dispose of terminals: kill their process groups and remove them",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := context.Background()
-			conn, err := cf.dial(ctx, args[0])
-			if err != nil {
-				return &exitError{code: 255, err: err}
-			}
-			defer conn.Close()
-			failed := 0
-			for _, id := range args[1:] {
-				uri := terminalURI(id)
-				if err := conn.Call(ctx, rpc.MethodDisposeTerminal, rpc.ChannelParams{Channel: uri}, nil); err != nil {
-					fmt.Fprintf(os.Stderr, "sidecar: %s: %v\n", id, err)
-					failed++
+			return cf.withConn(args[0], func(ctx context.Context, conn *client.Conn) error {
+				failed := 0
+				for _, id := range args[1:] {
+					uri := terminalURI(id)
+					if err := conn.Call(ctx, rpc.MethodDisposeTerminal, rpc.ChannelParams{Channel: uri}, nil); err != nil {
+						fmt.Fprintf(os.Stderr, "sidecar: %s: %v\n", id, err)
+						failed++
+					}
 				}
-			}
-			if failed > 0 {
-				return &exitError{code: 1}
-			}
-			return nil
+				if failed > 0 {
+					return &exitError{code: 1}
+				}
+				return nil
+			})
 		},
 	}
 	cf.register(cmd)
@@ -470,53 +489,54 @@ func lsCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "ls URL",
-		Short: "List the host's terminals",
+		Short: "List the host's terminals and listening TCP ports",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := context.Background()
-			conn, err := cf.dial(ctx, args[0])
-			if err != nil {
-				return &exitError{code: 255, err: err}
-			}
-			defer conn.Close()
-			st, err := conn.RootState(ctx)
-			if err != nil {
-				return &exitError{code: 255, err: err}
-			}
-			if asJSON {
-				b, _ := json.MarshalIndent(st, "", "  ")
-				fmt.Println(string(b))
-				return nil
-			}
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TERMINAL\tTITLE\tCLAIM\tSTATUS")
-			for _, t := range st.Terminals {
-				status := "running"
-				switch {
-				case t.ExitCode != nil:
-					status = fmt.Sprintf("exited (%d)", *t.ExitCode)
-				case t.Signal != "":
-					status = "killed (" + t.Signal + ")"
-				}
-				claim := t.Claim.Kind + ":" + t.Claim.ClientID + t.Claim.Session
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.TrimPrefix(t.Resource, rpc.TerminalScheme+"/"), t.Title, claim, status)
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if len(st.Ports) > 0 {
-				fmt.Fprintln(os.Stdout)
-				fmt.Fprintln(tw, "LISTENING\tPROCESS")
-				for _, p := range st.Ports {
-					fmt.Fprintf(tw, "%s\t%s\n", net.JoinHostPort(p.Address, strconv.Itoa(p.Port)), p.Process)
-				}
-			}
-			return tw.Flush()
+			return cf.withConn(args[0], func(ctx context.Context, conn *client.Conn) error {
+				return listHost(ctx, conn, asJSON)
+			})
 		},
 	}
 	cf.register(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the root state as JSON")
 	return cmd
+}
+
+// listHost prints the terminals and listening ports of the host.
+func listHost(ctx context.Context, conn *client.Conn, asJSON bool) error {
+	st, err := conn.RootState(ctx)
+	if err != nil {
+		return &exitError{code: 255, err: err}
+	}
+	if asJSON {
+		b, _ := json.MarshalIndent(st, "", "  ")
+		fmt.Println(string(b))
+		return nil
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TERMINAL\tTITLE\tCLAIM\tSTATUS")
+	for _, t := range st.Terminals {
+		status := "running"
+		switch {
+		case t.ExitCode != nil:
+			status = fmt.Sprintf("exited (%d)", *t.ExitCode)
+		case t.Signal != "":
+			status = "killed (" + t.Signal + ")"
+		}
+		claim := t.Claim.Kind + ":" + t.Claim.ClientID + t.Claim.Session
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.TrimPrefix(t.Resource, rpc.TerminalScheme+"/"), t.Title, claim, status)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(st.Ports) > 0 {
+		fmt.Fprintln(os.Stdout)
+		fmt.Fprintln(tw, "LISTENING\tPROCESS")
+		for _, p := range st.Ports {
+			fmt.Fprintf(tw, "%s\t%s\n", net.JoinHostPort(p.Address, strconv.Itoa(p.Port)), p.Process)
+		}
+	}
+	return tw.Flush()
 }
 
 func tokenCmd() *cobra.Command {
