@@ -8,7 +8,7 @@
 //
 // The codecs (frame.go, handshake.go, datagram.go) are pure functions over
 // []byte in the manner of quic-go's internal/wire: Parse, Append and Len per
-// kind, no I/O. The accounting units (queue.go, origin.go, credit.go) have no
+// kind, no I/O. The accounting units (queue.go, origin.go) have no
 // goroutines and take the time as an argument. Session (session.go) runs a
 // session over a Carrier, which a mapping provides: WebTransport (all lanes),
 // the §3.3 WebSocket mapping (emit lane, DATAGRAM frames) and stdio (emit

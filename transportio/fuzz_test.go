@@ -105,3 +105,32 @@ func FuzzDatagram(f *testing.F) {
 }
 
 var _ = io.EOF
+
+// FuzzCallFrames: a call stream's bytes as either side reads them. The
+// initiator's reader ends on anything that is not a CALL_RESPONSE of the
+// declared codec or a well-formed CALL_ERROR; the responder accepts only a
+// positive integer credit. Neither panics.
+func FuzzCallFrames(f *testing.F) {
+	f.Add(append(goldenBytes(goldenCreditHdr), `{"credit":16}`...))
+	f.Add(AppendFrame(nil, Frame{Type: FrameCallResponse, Codec: CodecJSON, Payload: []byte(`{"a":1}`)}))
+	f.Add(AppendFrame(nil, Frame{Type: FrameCallError, Codec: CodecJSON, Payload: []byte(`{"code":"WT_X","message":"m"}`)}))
+	f.Add(AppendFrame(nil, Frame{Type: FrameCallCredit, Codec: CodecJSON, Payload: []byte(`{"credit":1.5}`)}))
+	ev, _ := MustContract(Event{Name: "count", Shape: ShapeYields}).Lookup("count")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d := NewDecoder(bytes.NewReader(b))
+		for {
+			fr, done, err := readResponse(d, ev)
+			if err == nil && !done && (fr.Type != FrameCallResponse || fr.Codec != CodecJSON || !json.Valid(fr.Payload)) {
+				t.Fatalf("accepted %+v", fr)
+			}
+			if done || err != nil {
+				break
+			}
+		}
+		if fr, _, err := ParseFrame(b); err == nil {
+			if n, ok := parseCredit(fr); ok && (n < 1 || fr.Type != FrameCallCredit) {
+				t.Fatalf("credit %d from %+v", n, fr)
+			}
+		}
+	})
+}

@@ -50,6 +50,9 @@ type Config struct {
 	DatagramTTL time.Duration
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+	// Handlers serve inbound calls (shared by a listener's sessions);
+	// Session.HandleCall and HandleStream add per-session ones, which win.
+	Handlers *Handlers
 }
 
 // Message is one received EMIT or datagram.
@@ -112,7 +115,11 @@ type Session struct {
 
 	rooms sync.Map // client role: rooms the server says we are in
 
-	calls callState
+	calls    callState // inbound call streams, bounded (§10.1)
+	outCalls callState // calls this side made
+
+	handlersMu sync.Mutex
+	handlers   map[string]any
 
 	unknownDropped, seqDropped, recvDropped, emitsSent, emitsReceived atomic.Uint64
 }
@@ -151,7 +158,8 @@ func Start(car Carrier, cfg Config) *Session {
 	}
 	s.ring.TTL = cfg.DatagramTTL
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.calls.init()
+	s.calls.init(MaxConcurrentCalls)
+	s.outCalls.init(0)
 
 	s.wg.Add(1)
 	go s.watch()
@@ -245,6 +253,7 @@ func (s *Session) finish(e *SessionError) {
 		}
 		s.cancel()
 		s.calls.abortAll()
+		s.outCalls.abortAll()
 	})
 }
 

@@ -181,17 +181,37 @@ func (c *wtCarrier) AcceptCall(ctx context.Context) (CallStream, error) {
 
 type wtStream struct{ s *webtransport.Stream }
 
+// streamErr turns a webtransport stream reset into a *StreamResetError.
+func streamErr(err error) error {
+	var se *webtransport.StreamError
+	if errors.As(err, &se) {
+		return &StreamResetError{Code: ResetCode(se.ErrorCode), Remote: se.Remote}
+	}
+	return wtErr(err)
+}
+
 func (w wtStream) Read(p []byte) (int, error) {
 	n, err := w.s.Read(p)
 	if err != nil && err != io.EOF {
-		err = wtErr(err)
+		err = streamErr(err)
 	}
 	return n, err
 }
-func (w wtStream) Write(p []byte) (int, error) { return w.s.Write(p) }
-func (w wtStream) CloseWrite() error           { return w.s.Close() }
-func (w wtStream) CancelRead(c ResetCode)      { w.s.CancelRead(webtransport.StreamErrorCode(c)) }
-func (w wtStream) CancelWrite(c ResetCode)     { w.s.CancelWrite(webtransport.StreamErrorCode(c)) }
+
+func (w wtStream) Write(p []byte) (int, error) {
+	n, err := w.s.Write(p)
+	if err != nil {
+		err = streamErr(err)
+	}
+	return n, err
+}
+func (w wtStream) CloseWrite() error       { return w.s.Close() }
+func (w wtStream) CancelRead(c ResetCode)  { w.s.CancelRead(webtransport.StreamErrorCode(c)) }
+func (w wtStream) CancelWrite(c ResetCode) { w.s.CancelWrite(webtransport.StreamErrorCode(c)) }
+
+// Context ends when the send side is closed, including by the peer's
+// STOP_SENDING, which cancels a call being served (checklist 55).
+func (w wtStream) Context() context.Context { return w.s.Context() }
 
 // NewWebTransportServer returns a WebTransport server over HTTP/3 only: it
 // never offers WebTransport on HTTP/2 (§2), so it cannot be negotiated into
