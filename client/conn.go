@@ -113,10 +113,22 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 	tio := false
 	switch u.Scheme {
 	case "wss", "ws":
+		if u.Path == transport.TIOPath {
+			// The transport-io WebSocket mapping, named by its path.
+			tio = true
+			u.Scheme = map[string]string{"wss": "https", "ws": "http"}[u.Scheme]
+			if opts.Transport == "" || opts.Transport == TransportAuto {
+				opts.Transport = TransportWebSocket
+			}
+			break
+		}
 		if opts.Transport != "" && opts.Transport != TransportAHP && opts.Transport != TransportAuto {
 			return nil, fmt.Errorf("%s: --transport %s needs an https:// URL (wss:// is plain AHP)", rawURL, opts.Transport)
 		}
 	case "https", "http":
+		if u.Path == "/ahp" && (opts.Transport == "" || opts.Transport == TransportAuto) {
+			opts.Transport = TransportAHP // plain AHP, named by its path
+		}
 		if opts.Transport == TransportAHP {
 			u.Scheme = map[string]string{"https": "wss", "http": "ws"}[u.Scheme]
 			if u.Path == "" || u.Path == "/" || u.Path == transport.TIOPath {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // runWithStdin runs the sidecar binary with stdin from a string.
@@ -113,5 +114,44 @@ func TestConfiguredTokenNotPrinted(t *testing.T) {
 	}
 	if strings.Contains(text, "configured-secret-123") || !strings.Contains(text, `--token "$SIDECAR_TOKEN"`) {
 		t.Errorf("attach line %q: want the configured token left out", text)
+	}
+}
+
+// TestRunInterruptedDisposes: a run client interrupted with SIGINT while
+// its stdin is a pipe (so no terminal turns Ctrl-C into a byte) ends the
+// remote command too, and exits 130.
+func TestRunInterruptedDisposes(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	cmd := exec.Command(sidecarBin, append(append([]string{"run", s.url}, s.connArgs()...), "--", "sh", "-c", "echo started; exec sleep 300")...)
+	cmd.Env = cleanEnv()
+	stdin, err := cmd.StdinPipe() // stays open: the program never sees EOF
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	out := newStreamBuf()
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	out.waitFor(t, "run output", 0, "started")
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if code := exitCode(err); code != 130 {
+			t.Errorf("run exited %d after SIGINT, want 130", code)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("run did not exit after SIGINT")
+	}
+	list, _, _ := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
+	if strings.Contains(list, "run-") {
+		t.Errorf("the interrupted run's terminal is still listed:\n%s", list)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -120,12 +121,18 @@ func runCmd() *cobra.Command {
 		Example: `  sidecar run wss://127.0.0.1:4433/ahp --token T --cert-hash H -- sh -c 'echo $((6*7)); exit 3'`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()
+			if cf.via != "" && dash == 0 && len(args) >= 1 {
+				return nil // with --via the URL may be left out
+			}
 			if dash != 1 || len(args) < 2 {
-				return errors.New("usage: sidecar run URL [flags] -- CMD [ARGS...]")
+				return errors.New("usage: sidecar run URL [flags] -- CMD [ARGS...]   (or: sidecar run --via CMD -- CMD [ARGS...])")
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cf.via != "" && cmd.ArgsLenAtDash() == 0 {
+				args = append([]string{"stdio:"}, args...)
+			}
 			return runCommand(cmd.Context(), &cf, args[0], args[1:])
 		},
 	}
@@ -134,8 +141,29 @@ func runCmd() *cobra.Command {
 }
 
 func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
+	// However the client ends (Ctrl-C with piped stdin, a closed stdout
+	// pipe, hang-up, TERM), the deferred dispose below ends the remote
+	// command too; the exit status is then 128+signal.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var caught atomic.Int32
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT, syscall.SIGPIPE)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case sig := <-sigs:
+			caught.Store(int32(sig.(syscall.Signal)))
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	signalExit := func() error {
+		if n := caught.Load(); n != 0 {
+			return &exitError{code: 128 + int(n)}
+		}
+		return nil
+	}
 	conn, err := cf.dial(ctx, url)
 	if err != nil {
 		return &exitError{code: 255, err: err}
@@ -193,8 +221,11 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 	}
 	code, err := t.Copy(ctx, out, true)
 	if err != nil {
-		if ctx.Err() != nil {
-			return &exitError{code: 129} // hung up or terminated: quietly
+		if e := signalExit(); e != nil {
+			return e // quietly, as a shell would
+		}
+		if errors.Is(err, syscall.EPIPE) {
+			return &exitError{code: 128 + int(syscall.SIGPIPE)}
 		}
 		return &exitError{code: 255, err: err}
 	}
@@ -344,7 +375,12 @@ func killCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kill URL TERMINAL...",
 		Short: "Dispose of terminals: kill their process groups and remove them",
-		Args:  cobra.MinimumNArgs(2),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 2 {
+				return errors.New("usage: sidecar kill URL TERMINAL... (terminal ids as sidecar ls shows them)")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cf.withConn(args[0], func(ctx context.Context, conn *client.Conn) error {
 				failed := 0
