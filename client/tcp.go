@@ -56,8 +56,9 @@ type TCPConn struct {
 	cancel context.CancelFunc
 
 	rmu     sync.Mutex
-	cur     *Message // the message buf comes from, released when used up
-	buf     []byte
+	held    []*Message // the messages buf comes from, released when used up
+	buf     []byte     // received bytes not yet taken (in dbuf)
+	dbuf    []byte     // decode buffer, reused once buf is used up
 	recvOff tcpadapter.DecodedOffset
 	rerr    error // sticky: io.EOF, ErrTCPReset
 
@@ -112,13 +113,10 @@ func (c *Conn) DialTCP(ctx context.Context, host string, port int) (*TCPConn, er
 func (t *TCPConn) Channel() string { return t.sub.Channel }
 
 // next returns the next bytes received, or the sticky error. The previous
-// message is released first (its bytes were taken). Call with rmu held.
+// messages are released first (their bytes were taken). Call with rmu held.
 func (t *TCPConn) next() ([]byte, error) {
 	for len(t.buf) == 0 {
-		if t.cur != nil {
-			t.cur.Release()
-			t.cur = nil
-		}
+		t.releaseHeld()
 		if t.rerr != nil {
 			return nil, t.rerr
 		}
@@ -144,31 +142,51 @@ func (t *TCPConn) next() ([]byte, error) {
 			}
 			return nil, fmt.Errorf("client: TCP connection lost: %w", err)
 		}
-		switch m.Method {
-		case rpc.MethodTCPData:
-			p, data, err := tcpadapter.ParseData(m.Params)
-			if err == nil {
-				data, err = tcpadapter.Trim(p.Offset, data, t.recvOff)
-			}
-			if err != nil {
-				m.Release()
-				t.rerr = err
-				t.Reset()
-				return nil, err
-			}
-			t.recvOff += tcpadapter.DecodedOffset(len(data))
-			t.cur, t.buf = m, data
-		case rpc.MethodTCPEOF:
-			m.Release()
-			t.rerr = io.EOF
-		case rpc.MethodTCPReset:
-			t.markReset()
-			t.rerr = ErrTCPReset
-		default: // channel/snapshot {} and anything we do not know
-			m.Release()
-		}
+		t.buf = t.take(m, t.dbuf[:0])
+		t.dbuf = t.buf[:0]
 	}
 	return t.buf, nil
+}
+
+// take handles one received message: tcp/data is decoded and appended to
+// dst (which is returned) and the message held until its bytes are taken;
+// tcp/eof and tcp/reset set the sticky error. Call with rmu held.
+func (t *TCPConn) take(m *Message, dst []byte) []byte {
+	switch m.Method {
+	case rpc.MethodTCPData:
+		p, out, err := tcpadapter.AppendData(dst, m.Params)
+		if err == nil {
+			var data []byte
+			data, err = tcpadapter.Trim(p.Offset, out[len(dst):], t.recvOff)
+			out = append(out[:len(dst)], data...) // a resend: drop the head
+		}
+		if err != nil {
+			m.Release()
+			t.rerr = err
+			t.Reset()
+			return dst
+		}
+		t.recvOff += tcpadapter.DecodedOffset(len(out) - len(dst))
+		t.held = append(t.held, m)
+		return out
+	case rpc.MethodTCPEOF:
+		t.rerr = io.EOF
+	case rpc.MethodTCPReset:
+		t.markReset()
+		t.rerr = ErrTCPReset
+	}
+	// channel/snapshot {} and anything we do not know are dropped.
+	m.Release()
+	return dst
+}
+
+// releaseHeld releases the messages whose bytes were all taken.
+func (t *TCPConn) releaseHeld() {
+	for i, m := range t.held {
+		m.Release()
+		t.held[i] = nil
+	}
+	t.held = t.held[:0]
 }
 
 // Read reads received bytes; io.EOF after the host's tcp/eof, ErrTCPReset
@@ -185,8 +203,23 @@ func (t *TCPConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// tcpWriteBatch bounds the received bytes WriteTo gathers for one Write
+// (the decode buffer each connection keeps is at most this and one
+// message).
+const tcpWriteBatch = 64 << 10
+
+// noWait is a context that is already done: Subscription.Next with it
+// returns only what is queued.
+var noWait = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
 // WriteTo writes received bytes to w until tcp/eof (nil), a reset or an
-// error, releasing each message once w has taken it.
+// error, releasing messages once w has taken their bytes. The messages
+// already queued when one arrives go to w in the same Write (up to
+// tcpWriteBatch bytes): one system call for many messages.
 func (t *TCPConn) WriteTo(w io.Writer) (int64, error) {
 	t.rmu.Lock()
 	defer t.rmu.Unlock()
@@ -199,6 +232,16 @@ func (t *TCPConn) WriteTo(w io.Writer) (int64, error) {
 		if err != nil {
 			return total, err
 		}
+		// Gather what is queued behind it (data is in dbuf: appending
+		// overwrites nothing still needed).
+		for len(data) < tcpWriteBatch && t.rerr == nil {
+			m, err := t.sub.Next(noWait)
+			if err != nil {
+				break
+			}
+			data = t.take(m, data)
+		}
+		t.dbuf = data[:0]
 		n, err := w.Write(data)
 		total += int64(n)
 		t.buf = data[n:]
@@ -243,9 +286,13 @@ func (t *TCPConn) Write(p []byte) (int, error) {
 	return written, nil
 }
 
+// tcpReadBuffer is what ReadFrom reads from r at a time (one system call
+// for several tcp/data messages).
+const tcpReadBuffer = 64 << 10
+
 // ReadFrom copies r to the connection (io.Copy uses it).
 func (t *TCPConn) ReadFrom(r io.Reader) (int64, error) {
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, tcpReadBuffer)
 	var total int64
 	for {
 		n, err := r.Read(buf)

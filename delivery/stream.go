@@ -93,10 +93,21 @@ func (st *Stream) canStartLocked() bool {
 	if !st.win.CanStart() {
 		return false
 	}
-	if c := st.bdp.limit(); c > 0 && st.win.Outstanding() >= c {
+	if c := st.pathCapLocked(); c > 0 && st.win.Outstanding() >= c {
 		return false
 	}
 	return true
+}
+
+// pathCapLocked is the BDP cap, but never below half the window: a
+// receiver credits every quarter window, so a lower cap would turn a short
+// round trip into stop-and-wait.
+func (st *Stream) pathCapLocked() UTF16Bytes {
+	c := st.bdp.limit()
+	if c == 0 {
+		return 0
+	}
+	return max(c, st.win.Limits().WindowBytes/2)
 }
 
 // Window returns a copy of the window counters: sent, consumed and limits.
@@ -155,7 +166,7 @@ func (st *Stream) ready() *readyFrame {
 	can := st.canStartLocked()
 	limits := st.win.Limits()
 	remaining := st.win.Remaining()
-	if c := st.bdp.limit(); c > 0 {
+	if c := st.pathCapLocked(); c > 0 {
 		remaining = min(remaining, c-st.win.Outstanding())
 	}
 	st.mu.Unlock()

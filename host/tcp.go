@@ -233,9 +233,10 @@ func (c *conn) createTCPConnection(params json.RawMessage) (any, *rpc.Error) {
 // moves data.
 //
 // Socket to client: readLoop reads only when the subscription can start a
-// message and the one-message slot is empty, so at most one tcp/data
-// message (MaxPayload bytes) is held on the host whatever the client does;
-// the Source hands the slot to the scheduler. Client to socket: clientData
+// message and every message read before was pulled, at most what the
+// window's remaining credit lets out (and tcpReadAhead bytes), so a client
+// that stops crediting stops the socket after one window; the Source hands
+// the messages to the scheduler one by one. Client to socket: clientData
 // queues decoded bytes (bounded by hostReceive's window) for writeLoop,
 // which releases each message's credit once the socket took its bytes.
 type tcpConn struct {
@@ -256,9 +257,9 @@ type tcpConn struct {
 	lease *time.Timer   // closes the connection if nobody subscribes
 	sub   *subscription // the creator's windowed subscription
 	// Socket to client.
-	slot     []byte                   // the next tcp/data, read but not yet pulled
+	slots    [][]byte                 // the next tcp/data messages, read but not yet pulled
 	readOff  tcpadapter.DecodedOffset // bytes read from the socket
-	eofRead  bool                     // the socket reached EOF: tcp/eof is due after slot
+	eofRead  bool                     // the socket reached EOF: tcp/eof is due after slots
 	eofSent  bool
 	isClosed bool
 	// Client to socket.
@@ -271,8 +272,29 @@ type tcpConn struct {
 // half-close, eof) and the release that credits its size once done.
 type tcpWrite struct {
 	data    []byte
+	buf     *[]byte // data's buffer, back to tcpBufs once written
 	eof     bool
 	release func()
+}
+
+// tcpBufs recycles the buffers readLoop reads the socket into and those
+// client tcp/data is decoded into (one per message, from clientData until
+// writeLoop has written it).
+var tcpBufs sync.Pool
+
+func getTCPBuf() *[]byte {
+	if b, ok := tcpBufs.Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, 0, 16<<10)
+	return &b
+}
+
+func putTCPBuf(b *[]byte) {
+	if b != nil && cap(*b) <= 1<<20 {
+		*b = (*b)[:0]
+		tcpBufs.Put(b)
+	}
 }
 
 func (tc *tcpConn) uri() string { return tc.id }
@@ -348,8 +370,13 @@ func (tc *tcpConn) clientData(sub *subscription, h *rpc.Header, release func()) 
 	tc.mu.Unlock()
 	switch h.Method {
 	case rpc.MethodTCPData:
-		p, data, err := tcpadapter.ParseData(h.Params)
+		buf := getTCPBuf()
+		p, data, err := tcpadapter.AppendData((*buf)[:0], h.Params)
+		if cap(data) > cap(*buf) {
+			*buf = data[:0] // grown: keep the larger buffer
+		}
 		if err != nil {
+			putTCPBuf(buf)
 			release()
 			tc.abort(err.Error(), true)
 			return
@@ -357,6 +384,7 @@ func (tc *tcpConn) clientData(sub *subscription, h *rpc.Header, release func()) 
 		tc.mu.Lock()
 		if tc.eofRecv {
 			tc.mu.Unlock()
+			putTCPBuf(buf)
 			release()
 			tc.abort("protocol error: tcp/data after tcp/eof", true)
 			return
@@ -364,17 +392,19 @@ func (tc *tcpConn) clientData(sub *subscription, h *rpc.Header, release func()) 
 		data, err = tcpadapter.Trim(p.Offset, data, tc.recvOff)
 		if err != nil {
 			tc.mu.Unlock()
+			putTCPBuf(buf)
 			release()
 			tc.abort(err.Error(), true)
 			return
 		}
 		if len(data) == 0 { // a resend of bytes already taken
 			tc.mu.Unlock()
+			putTCPBuf(buf)
 			release()
 			return
 		}
 		tc.recvOff += tcpadapter.DecodedOffset(len(data))
-		tc.wq = append(tc.wq, tcpWrite{data: data, release: release})
+		tc.wq = append(tc.wq, tcpWrite{data: data, buf: buf, release: release})
 		tc.mu.Unlock()
 		signal(tc.wqWake)
 	case rpc.MethodTCPEOF:
@@ -412,40 +442,61 @@ func (tc *tcpConn) clientControl(sub *subscription, h *rpc.Header) {
 	}
 }
 
+// tcpReadAhead bounds one socket read: up to this many bytes, cut into
+// tcp/data messages, and never more than the window's remaining credit
+// lets out (so one read is one system call for several messages, and a
+// client that stops crediting still stops the socket after one window).
+const tcpReadAhead = 64 << 10
+
 // readLoop reads the socket only when the subscription can start a
-// message and the slot is empty: at most one message is read ahead.
+// message and every message read before was pulled: at most what the
+// window had room for (and at least one message) is read ahead.
 func (tc *tcpConn) readLoop() {
 	defer tc.s.wg.Done()
-	var buf []byte
 	for {
 		sub, ok := tc.waitReadable()
 		if !ok {
 			return
 		}
-		_, _, lim := sub.out.Window()
+		sent, consumed, lim := sub.out.Window()
 		tc.mu.Lock()
 		off := tc.readOff
 		tc.mu.Unlock()
-		n := tc.enc.MaxPayload(off, lim.MaximumFrameBytes)
-		if n <= 0 {
+		per := tc.enc.MaxPayload(off, lim.MaximumFrameBytes)
+		if per <= 0 {
 			tc.abort("maximumFrameBytes too small for tcp/data", true)
 			return
 		}
-		if cap(buf) < n {
-			buf = make([]byte, n)
+		n := tcpReadSize(per, delivery.UTF16Bytes(2*tc.enc.DataLen(off, per)), lim.WindowBytes-(sent-consumed))
+		// The buffer is held only while reading: a connection whose window
+		// is full keeps none.
+		bp := getTCPBuf()
+		if cap(*bp) < n {
+			*bp = make([]byte, 0, max(n, tcpReadAhead))
 		}
-		nr, err := tc.sock.Read(buf[:n])
+		buf := (*bp)[:n]
+		nr, err := tc.sock.Read(buf)
 		if nr > 0 {
-			text := tc.enc.AppendData(make([]byte, 0, tc.enc.DataLen(off, nr)), off, buf[:nr])
+			var msgs [][]byte
+			for p, o := buf[:nr], off; len(p) > 0; {
+				k := min(len(p), tc.enc.MaxPayload(o, lim.MaximumFrameBytes))
+				msgs = append(msgs, tc.enc.AppendData(make([]byte, 0, tc.enc.DataLen(o, k)), o, p[:k]))
+				o += tcpadapter.DecodedOffset(k)
+				p = p[k:]
+			}
+			putTCPBuf(bp)
 			tc.mu.Lock()
 			if tc.isClosed {
 				tc.mu.Unlock()
 				return
 			}
-			tc.slot = text
+			tc.slots = msgs
 			tc.readOff += tcpadapter.DecodedOffset(nr)
 			tc.mu.Unlock()
 			sub.out.Wake()
+		}
+		if nr <= 0 {
+			putTCPBuf(bp)
 		}
 		if errors.Is(err, io.EOF) {
 			tc.mu.Lock()
@@ -461,11 +512,23 @@ func (tc *tcpConn) readLoop() {
 	}
 }
 
+// tcpReadSize is how many bytes one socket read may take: whole messages
+// of per bytes (each at most size UTF-16 bytes) while the window's
+// remaining credit lets them start, at least one, at most tcpReadAhead
+// bytes.
+func tcpReadSize(per int, size, remaining delivery.UTF16Bytes) int {
+	msgs := 1
+	if remaining > size {
+		msgs = int((remaining + size - 1) / size) // the last may start below the window
+	}
+	return max(per, min(msgs*per, tcpReadAhead/per*per))
+}
+
 // waitReadable blocks until the reader may read; false once closed.
 func (tc *tcpConn) waitReadable() (*subscription, bool) {
 	for {
 		tc.mu.Lock()
-		sub, empty, closed := tc.sub, tc.slot == nil, tc.isClosed
+		sub, empty, closed := tc.sub, len(tc.slots) == 0, tc.isClosed
 		tc.mu.Unlock()
 		if closed {
 			return nil, false
@@ -487,9 +550,12 @@ func (tc *tcpConn) waitReadable() (*subscription, bool) {
 }
 
 // writeLoop writes client bytes to the socket in order, one writer per
-// connection, and credits each message once the socket took it.
+// connection, and credits each message once the socket took it. The data
+// messages queued together go out in one writev.
 func (tc *tcpConn) writeLoop() {
 	defer tc.s.wg.Done()
+	var batch []tcpWrite
+	var bufs net.Buffers
 	for {
 		select {
 		case <-tc.wqWake:
@@ -502,11 +568,15 @@ func (tc *tcpConn) writeLoop() {
 				tc.mu.Unlock()
 				break
 			}
-			w := tc.wq[0]
-			tc.wq[0] = tcpWrite{}
-			tc.wq = tc.wq[1:]
-			tc.mu.Unlock()
-			if w.eof {
+			n := 0
+			for n < len(tc.wq) && !tc.wq[n].eof {
+				n++
+			}
+			if n == 0 { // the half-close, after everything before it
+				w := tc.wq[0]
+				tc.wq[0] = tcpWrite{}
+				tc.wq = tc.wq[1:]
+				tc.mu.Unlock()
 				err := tc.sock.CloseWrite()
 				w.release()
 				if err != nil {
@@ -514,8 +584,22 @@ func (tc *tcpConn) writeLoop() {
 				}
 				return
 			}
-			_, err := tc.sock.Write(w.data)
-			w.release()
+			batch = append(batch[:0], tc.wq[:n]...)
+			clear(tc.wq[:n])
+			tc.wq = tc.wq[n:]
+			tc.mu.Unlock()
+			bufs = bufs[:0]
+			for _, w := range batch {
+				bufs = append(bufs, w.data)
+			}
+			all := bufs // WriteTo consumes bufs
+			_, err := all.WriteTo(tc.sock)
+			clear(bufs[:cap(bufs)])
+			for i, w := range batch {
+				w.release()
+				putTCPBuf(w.buf)
+				batch[i] = tcpWrite{}
+			}
 			if err != nil {
 				tc.abort("socket write failed: "+err.Error(), true)
 				return
@@ -543,7 +627,7 @@ func (tc *tcpConn) end(reason string, reset, tell bool) {
 	sub := tc.sub
 	wq := tc.wq
 	lease := tc.lease
-	tc.wq, tc.slot = nil, nil
+	tc.wq, tc.slots = nil, nil
 	tc.mu.Unlock()
 	tc.closeOnce.Do(func() { close(tc.closed) })
 	if lease != nil {
@@ -600,10 +684,13 @@ func (src *tcpSource) Next() []byte {
 	if tc.sub != src.sub || tc.isClosed {
 		return nil
 	}
-	if tc.slot != nil {
-		t := tc.slot
-		tc.slot = nil
-		signal(tc.wake)
+	if len(tc.slots) > 0 {
+		t := tc.slots[0]
+		tc.slots[0] = nil
+		tc.slots = tc.slots[1:]
+		if len(tc.slots) == 0 {
+			signal(tc.wake)
+		}
 		return t
 	}
 	if tc.eofRead && !tc.eofSent {

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -326,5 +327,79 @@ func TestTCPReset(t *testing.T) {
 	p.mc.Close(1000, "")
 	if _, err := d3.Read(make([]byte, 1)); err == nil {
 		t.Error("destination still open after the client's connection ended")
+	}
+}
+
+// TestTCPReadSize: one socket read takes whole messages while the
+// window's remaining credit lets them start (the last may start just below
+// the window), at least one, at most tcpReadAhead bytes.
+func TestTCPReadSize(t *testing.T) {
+	for _, c := range []struct {
+		per             int
+		size, remaining delivery.UTF16Bytes
+		want            int
+	}{
+		{6000, 16000, 262144, 60000}, // 17 messages fit, 10 within 64 KiB
+		{6000, 16000, 40000, 18000},  // 3 can start: 0, 16000, 32000 < 40000
+		{6000, 16000, 32000, 12000},  // exactly 2
+		{6000, 16000, 16001, 12000},  // the second starts at 16000 < 16001
+		{6000, 16000, 16000, 6000},   // one message fills it
+		{6000, 16000, 1, 6000},       // always at least one
+		{6000, 16000, 0, 6000},
+		{100000, 270000, 1 << 20, 100000}, // one message beyond tcpReadAhead
+		{24000, 64000, 1 << 20, 48000},    // whole messages only
+	} {
+		if got := tcpReadSize(c.per, c.size, c.remaining); got != c.want {
+			t.Errorf("tcpReadSize(%d, %d, %d) = %d, want %d", c.per, c.size, c.remaining, got, c.want)
+		}
+	}
+}
+
+// TestTCPClientDataBatched: client messages queued while the destination
+// is not reading reach it in order and whole (writeLoop writes what is
+// queued together in one writev), and every message is credited once
+// written: the last channel/credit is exactly their total size.
+func TestTCPClientDataBatched(t *testing.T) {
+	h := newTCPHarness(t)
+	port, accepted := tcpDest(t)
+	p := h.peer("tcp-batch")
+	uri := "ahp-tcp:/batch"
+	if m := p.call("createTcpConnection", map[string]any{"channel": uri, "host": "127.0.0.1", "port": port}); m.Error != nil {
+		t.Fatalf("createTcpConnection: %s", m.raw)
+	}
+	dest := <-accepted
+	defer dest.Close()
+	fc := map[string]any{"receive": map[string]any{"windowBytes": 1 << 20, "maximumFrameBytes": 16384}}
+	if m := p.call("subscribe", map[string]any{"channel": uri, "flowControl": fc}); m.Error != nil {
+		t.Fatalf("subscribe: %s", m.raw)
+	}
+	const msgs, size = 64, 1000
+	var want []byte
+	var total delivery.UTF16Bytes
+	for i := range msgs {
+		chunk := bytes.Repeat([]byte{byte('A' + i%26)}, size)
+		chunk[0] = byte(i)
+		text := fmt.Sprintf(`{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":%q,"offset":%d,"data":%q}}`,
+			uri, len(want), base64.StdEncoding.EncodeToString(chunk))
+		p.send(text)
+		total += delivery.Measure([]byte(text))
+		want = append(want, chunk...)
+	}
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(dest, got); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("destination read %d bytes (%v), not the %d sent in order", len(got), err, len(want))
+	}
+	for {
+		m := p.nextMsg(func(m tcpMsg) bool { return m.Method == rpc.MethodChannelCredit })
+		var c rpc.ChannelCreditParams
+		if err := json.Unmarshal(m.Params, &c); err != nil || c.Channel != uri {
+			continue
+		}
+		if c.ConsumedBytes > total {
+			t.Fatalf("credit %d beyond the %d sent", c.ConsumedBytes, total)
+		}
+		if c.ConsumedBytes == total {
+			break
+		}
 	}
 }

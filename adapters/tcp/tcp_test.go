@@ -3,6 +3,7 @@ package tcp
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net"
@@ -312,4 +313,58 @@ func TestSpecialWord(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestAppendData: the data is appended after dst's bytes; on error dst
+// comes back unchanged; the loose scan never accepts what the careful one
+// would read differently.
+func TestAppendData(t *testing.T) {
+	dst := append(make([]byte, 0, 4), "ab"...)
+	p, out, err := AppendData(dst, json.RawMessage(`{"channel":"ahp-tcp:/t1","offset":3,"data":"SGVsbG8="}`))
+	if err != nil || string(out) != "abHello" || p.Channel != "ahp-tcp:/t1" || p.Offset == nil || *p.Offset != 3 {
+		t.Fatalf("AppendData = %+v %q %v", p, out, err)
+	}
+	for _, c := range []struct{ name, params, want string }{
+		{"escaped slash", `{"channel":"c","data":"\/w=="}`, "ab\xff"},
+		{"escaped quote ends no string", `{"channel":"c","data":"QQ==\"","x":1}`, ""},
+		{"two data members, the last wins", `{"data":"QQ==","data":"Qg=="}`, "abB"},
+		{"escape in an earlier data member", `{"data":"QQ==\\","data":"Qg=="}`, "abB"},
+		{"not base64", `{"channel":"c","data":"Q!=="}`, ""},
+		{"empty", `{"channel":"c","data":""}`, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, out, err := AppendData([]byte("ab"), json.RawMessage(c.params))
+			if c.want == "" {
+				if err == nil || !errors.Is(err, ErrProtocol) || string(out) != "ab" {
+					t.Fatalf("AppendData = %q, %v; want dst unchanged and an ErrProtocol", out, err)
+				}
+				return
+			}
+			if err != nil || string(out) != c.want {
+				t.Fatalf("AppendData = %q, %v; want %q", out, err, c.want)
+			}
+		})
+	}
+}
+
+// FuzzAppendData: whatever AppendData accepts, encoding/json reads the
+// same way, and its data is the strict decoding.
+func FuzzAppendData(f *testing.F) {
+	f.Add([]byte(`{"channel":"ahp-tcp:/t1","offset":7,"data":"SGVsbG8="}`))
+	f.Add([]byte(`{"data":"QQ==\\","data":"Qg=="}`))
+	f.Add([]byte(`{"channel":"c","data":"\/w=="}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, out, err := AppendData([]byte("x"), b)
+		if err != nil {
+			return
+		}
+		var sp DataParams
+		if e := json.Unmarshal(b, &sp); e != nil {
+			t.Fatalf("AppendData accepted what encoding/json rejects: %q", b)
+		}
+		want, e := base64.StdEncoding.Strict().DecodeString(sp.Data)
+		if e != nil || "x"+string(want) != string(out) || p.Channel != sp.Channel || (p.Offset == nil) != (sp.Offset == nil) || (p.Offset != nil && *p.Offset != *sp.Offset) {
+			t.Fatalf("AppendData %+v %q != json %+v for %q", p, out, sp, b)
+		}
+	})
 }
