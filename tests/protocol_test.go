@@ -239,8 +239,22 @@ func TestRootCatalogue(t *testing.T) {
 		}
 		return p.Action.Terminals, true
 	}
-	rc.mustCall("createTerminal", map[string]any{"channel": uri, "name": "cat-title", "command": []string{"sh", "-c", "read x; exit 4"}})
-	m := rc.waitNotification("terminalsChanged on create", func(m message) bool { _, ok := terminals(m); return ok })
+	// The catalogue action may arrive before or after the response.
+	var early *message
+	resp := rc.response(rc.request("createTerminal", map[string]any{"channel": uri, "name": "cat-title", "command": []string{"sh", "-c", "read x; exit 4"}}), func(m message) {
+		if _, ok := terminals(m); ok && early == nil {
+			early = &m
+		}
+	})
+	if resp.Error != nil {
+		t.Fatalf("createTerminal: %s", resp.raw)
+	}
+	var m message
+	if early != nil {
+		m = *early
+	} else {
+		m = rc.waitNotification("terminalsChanged on create", func(m message) bool { _, ok := terminals(m); return ok })
+	}
 	list, _ := terminals(m)
 	if len(list) != 1 || list[0].Resource != uri || list[0].Title != "cat-title" || list[0].Claim.Kind != "client" || list[0].Claim.ClientID != "catalogue-client" || list[0].ExitCode != nil {
 		t.Errorf("terminalsChanged after create: %s", m.raw)
