@@ -205,8 +205,15 @@ func (w wtStream) Write(p []byte) (int, error) {
 	}
 	return n, err
 }
-func (w wtStream) CloseWrite() error       { return w.s.Close() }
-func (w wtStream) CancelRead(c ResetCode)  { w.s.CancelRead(webtransport.StreamErrorCode(c)) }
+func (w wtStream) CloseWrite() error { return w.s.Close() }
+
+// CancelRead stops reading with code c. It also expires the read deadline:
+// webtransport-go does not wake a Read parked after the peer's session
+// went away, and a yields responder waits for its reader to end.
+func (w wtStream) CancelRead(c ResetCode) {
+	w.s.CancelRead(webtransport.StreamErrorCode(c))
+	_ = w.s.SetReadDeadline(time.Now())
+}
 func (w wtStream) CancelWrite(c ResetCode) { w.s.CancelWrite(webtransport.StreamErrorCode(c)) }
 
 // Context ends when the send side is closed, including by the peer's
