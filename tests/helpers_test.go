@@ -364,21 +364,30 @@ func (rc *rawConn) sendJSON(v any) {
 
 // next returns the next message, or (nil, false) if none arrives within
 // timeout. It fails the test if the connection has ended.
+//
+// root/portsChanged actions are skipped: the host sends them whenever a
+// port opens or closes anywhere on the machine, so no test can expect
+// them at a given point.
 func (rc *rawConn) next(timeout time.Duration) ([]byte, bool) {
 	rc.t.Helper()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	select {
-	case m, ok := <-rc.msgs:
-		if !ok || m.err != nil {
-			if m.err != nil {
-				rc.closed = m.err
+	for {
+		select {
+		case m, ok := <-rc.msgs:
+			if !ok || m.err != nil {
+				if m.err != nil {
+					rc.closed = m.err
+				}
+				rc.t.Fatalf("connection ended while waiting for a message: %v", rc.closed)
 			}
-			rc.t.Fatalf("connection ended while waiting for a message: %v", rc.closed)
+			if bytes.Contains(m.text, []byte(`"type":"root/portsChanged"`)) {
+				continue
+			}
+			return m.text, true
+		case <-timer.C:
+			return nil, false
 		}
-		return m.text, true
-	case <-timer.C:
-		return nil, false
 	}
 }
 
