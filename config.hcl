@@ -1,7 +1,7 @@
 # sidecar configuration (HCL). `sidecar serve --config config.hcl`
 #
 # Every block and every attribute is optional: anything left out keeps the value shown
-# here, which is also the built-in default (config/default.hcl, checked equal by a test).
+# here: this file is embedded in the binary as the built-in default.
 # Unknown names are errors, reported with file:line:col, as are invalid values.
 #
 # Units

@@ -1,6 +1,6 @@
 // Package config is the sidecar daemon's configuration: an HCL file (hashicorp/hcl/v2)
-// whose every block and attribute is optional, an embedded default (default.hcl, the same
-// values as the commented config.hcl at the repository root) and validation whose errors
+// whose every block and attribute is optional, an embedded default (the commented
+// config.hcl at the repository root, embedded by package sidecar) and validation whose errors
 // carry file:line:col.
 //
 // Units: every *_bytes setting in the delivery block counts UTF-16 bytes (two per UTF-16
@@ -12,7 +12,6 @@ package config
 import (
 	"bytes"
 	"crypto/rand"
-	_ "embed"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -34,10 +33,12 @@ import (
 	"github.com/hashicorp/hcl/v2/hclparse"
 	"github.com/zclconf/go-cty/cty/convert"
 	"github.com/zclconf/go-cty/cty/gocty"
+
+	"github.com/sidecar-dev/sidecar"
 )
 
-//go:embed default.hcl
-var defaultHCL []byte
+// defaultHCL is the repository's config.hcl, embedded by the root package.
+var defaultHCL = sidecar.DefaultConfig
 
 // DefaultSource is Config.Source for the embedded default configuration.
 const DefaultSource = "<embedded default>"
@@ -190,15 +191,15 @@ func (e *Error) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-// Default returns a fresh copy of the embedded default configuration (default.hcl).
+// Default returns a fresh copy of the embedded default configuration (config.hcl).
 // It panics only if the embedded file is broken, which the package tests guard.
 func Default() *Config {
 	c := &Config{Source: DefaultSource, pos: map[string]hcl.Range{}}
 	if err, _ := c.decode(defaultHCL, DefaultSource); err != nil {
-		panic("config: embedded default.hcl: " + err.Error())
+		panic("config: embedded config.hcl: " + err.Error())
 	}
 	if err := c.Validate(); err != nil {
-		panic("config: embedded default.hcl: " + err.Error())
+		panic("config: embedded config.hcl: " + err.Error())
 	}
 	c.pos = nil // values changed in code later must not point into the default file
 	return c
