@@ -241,17 +241,6 @@ func (c *conn) createTerminal(params json.RawMessage) (any, *rpc.Error) {
 			t.log.Warn("cannot turn echo off", "error", err)
 		}
 	}
-	s.mu.Lock()
-	t.proc = proc // published under s.mu: lookups skip terminals still starting
-	closing := s.closing
-	s.mu.Unlock()
-	if closing {
-		_ = proc.Kill(killGrace)
-		s.mu.Lock()
-		delete(s.terminals, p.Channel)
-		s.mu.Unlock()
-		return nil, rpc.Errorf(rpc.CodeInternalError, "server is shutting down")
-	}
 	switch {
 	case p.Name != "":
 		t.title = p.Name
@@ -263,9 +252,22 @@ func (c *conn) createTerminal(params json.RawMessage) (any, *rpc.Error) {
 	if dir != "" {
 		t.cwd = fileURI(dir)
 	}
+	s.mu.Lock()
+	t.proc = proc // published under s.mu: lookups skip terminals still starting
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		_ = proc.Kill(killGrace)
+		s.mu.Lock()
+		delete(s.terminals, p.Channel)
+		s.mu.Unlock()
+		return nil, rpc.Errorf(rpc.CodeInternalError, "server is shutting down")
+	}
 	t.log.Info("terminal created", "client", c.id(), "pid", proc.Pid(), "command", p.Command)
 	t.mu.Lock()
-	s.root.update(t.infoLocked(), false)
+	if !t.disposed { // a dispose from another connection may have come first
+		s.root.update(t.infoLocked(), false)
+	}
 	t.mu.Unlock()
 	s.wg.Add(2)
 	go t.readLoop()
