@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -262,16 +263,52 @@ func (l *Listener) WebTransportHandler(wts *webtransport.Server, serve func(*Ses
 // (https://HOST:PORT/PATH). tlsConf carries the trust (a pin via
 // VerifyPeerCertificate works: QUIC always runs TLS 1.3). It returns once
 // the session is established; call WaitHandshake next.
-func DialWebTransport(ctx context.Context, url string, header http.Header, tlsConf *tls.Config, cfg Config) (*Session, error) {
-	tr := &webtransport.Transport{TLSClientConfig: tlsConf, QUICConfig: QUICConfig()}
-	rsp, sess, err := tr.Dial(ctx, url, header)
+func DialWebTransport(ctx context.Context, rawURL string, header http.Header, tlsConf *tls.Config, cfg Config) (*Session, error) {
+	// The QUIC connection is dialled here rather than by Transport.Dial,
+	// which closes it the moment the session ends and so can drop the
+	// session's close capsule, and with it our close code (§10.2).
+	u, err := url.Parse(rawURL)
 	if err != nil {
-		_ = tr.Close()
+		return nil, err
+	}
+	tc := &tls.Config{}
+	if tlsConf != nil {
+		tc = tlsConf.Clone()
+	}
+	if len(tc.NextProtos) == 0 {
+		tc.NextProtos = []string{http3.NextProtoH3}
+	}
+	tr := &webtransport.Transport{TLSClientConfig: tc, QUICConfig: QUICConfig()}
+	qconn, err := quic.DialAddrEarly(ctx, u.Host, tc, QUICConfig())
+	if err != nil {
+		return nil, err
+	}
+	// Transport.Close is not called: it only cancels session setup, and
+	// it panics on a Transport that never ran Dial (golibs.md §1).
+	closeConn := func() {
+		_ = qconn.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "")
+	}
+	cc, err := tr.NewClientConn(qconn)
+	if err != nil {
+		closeConn()
+		return nil, err
+	}
+	rsp, sess, err := cc.Dial(ctx, rawURL, header)
+	if err != nil {
+		closeConn()
 		if rsp != nil && rsp.StatusCode != http.StatusOK {
 			err = fmt.Errorf("server answered HTTP %d: %w", rsp.StatusCode, err)
 		}
 		return nil, err
 	}
 	cfg.Role = RoleClient
-	return Start(NewWebTransportCarrier(sess, func() { _ = tr.Close() }), cfg), nil
+	return Start(NewWebTransportCarrier(sess, func() {
+		// Let the close capsule reach the peer before the connection goes.
+		time.AfterFunc(closeCapsuleGrace, closeConn)
+	}), cfg), nil
 }
+
+// closeCapsuleGrace is how long a dialled WebTransport connection stays
+// open after its session ends, so that the close capsule (code and
+// reason) reaches the peer first.
+const closeCapsuleGrace = 200 * time.Millisecond

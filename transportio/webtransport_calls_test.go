@@ -415,7 +415,10 @@ func TestWebTransportSessionCloseAbortsCalls(t *testing.T) {
 			if !errors.As(closing.Err(), &se) || se.Remote || se.Code != CloseNoError {
 				t.Fatalf("closing side: %v", closing.Err())
 			}
-			t.Logf("%s closed: the other side sees %v", closer, other.Err())
+			// §10.2: the close code and reason reach the other side.
+			if !errors.As(other.Err(), &se) || !se.Remote || se.Lost || se.Code != CloseNoError || se.Reason != "bye" {
+				t.Fatalf("%s closed: the other side sees %v, want the remote close WT_NO_ERROR \"bye\"", closer, other.Err())
+			}
 			if n := srv.ActiveCalls(); n != 0 {
 				t.Fatalf("server still tracks %d calls", n)
 			}
