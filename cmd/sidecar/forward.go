@@ -38,20 +38,11 @@ const forwardDrain = 3 * time.Second
 // holds at most one window here.
 var forwardReceive = delivery.Limits{WindowBytes: 1 << 20, MaximumFrameBytes: 64 << 10}
 
-// forwardDial is connFlags.dial with forwardReceive (keep the two alike).
+// forwardDial is connFlags.dial offering forwardReceive.
 func forwardDial(ctx context.Context, f *connFlags, url string) (*client.Conn, error) {
-	token := f.token
-	if token == "" {
-		token = os.Getenv("SIDECAR_TOKEN")
-	}
-	pin := f.certHash
-	if pin == "" {
-		pin = os.Getenv("SIDECAR_CERT_HASH")
-	}
-	ctx, cancel := context.WithTimeout(ctx, f.timeout)
-	defer cancel()
-	return client.Dial(ctx, url, client.Options{Token: token, CertHash: pin, Ordinary: f.ordinary,
-		Receive: forwardReceive, ClientName: "sidecar-cli/" + version, Transport: f.transport, Via: f.via})
+	opts := f.options()
+	opts.Receive = forwardReceive
+	return f.dialOptions(ctx, url, opts)
 }
 
 func forwardCmd() *cobra.Command {
