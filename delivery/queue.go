@@ -32,12 +32,9 @@ type ordinaryItem struct {
 	sz      UTF16Bytes
 }
 
-func (it *ordinaryItem) size() UTF16Bytes {
-	if it.sz == 0 {
-		it.sz = Measure(it.text)
-	}
-	return it.sz
-}
+// size is the item's UTF-16 size, measured when it was queued (the writer
+// reads it after releasing the lock, so it must never be written later).
+func (it *ordinaryItem) size() UTF16Bytes { return it.sz }
 
 // ordinaryQueue is the one FIFO of ordinary-subscription actions, kept in
 // serverSeq order (DESIGN.md §4).

@@ -189,6 +189,7 @@ func (s *Scheduler) PushCredit(channel string, consumed UTF16Bytes) {
 // silently"), then text is queued. It fails only if the gaps cannot be
 // queued (ErrProtectedFull).
 func (s *Scheduler) PushOrdinary(channel string, seq uint64, text []byte) error {
+	sz := Measure(text) // outside the lock
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed != nil {
@@ -199,7 +200,7 @@ func (s *Scheduler) PushOrdinary(channel string, seq uint64, text []byte) error 
 			return err
 		}
 	}
-	s.ordinary.push(ordinaryItem{channel: channel, seq: seq, text: text})
+	s.ordinary.push(ordinaryItem{channel: channel, seq: seq, text: text, sz: sz})
 	s.signal()
 	return nil
 }
@@ -224,6 +225,7 @@ func (s *Scheduler) collapseLocked() error {
 // nothing (a live channel's subscriber simply misses this batch, and never
 // causes a gap collapse).
 func (s *Scheduler) TryPushOrdinary(channel string, seq uint64, text []byte, maxQueued int) (bool, error) {
+	sz := Measure(text)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed != nil {
@@ -232,7 +234,7 @@ func (s *Scheduler) TryPushOrdinary(channel string, seq uint64, text []byte, max
 	if s.ordinary.len() >= min(maxQueued, s.cfg.OrdinaryMessages) {
 		return false, nil
 	}
-	s.ordinary.push(ordinaryItem{channel: channel, seq: seq, text: text})
+	s.ordinary.push(ordinaryItem{channel: channel, seq: seq, text: text, sz: sz})
 	s.signal()
 	return true, nil
 }
@@ -399,13 +401,16 @@ func (s *Scheduler) pickData(streams []*Stream) []byte {
 		if i == 0 {
 			s.mu.Lock()
 			it, ok := s.ordinary.peek()
+			if ok {
+				size = it.size() // read under the lock: push may move the slice
+			}
 			s.mu.Unlock()
 			if !ok {
 				s.ordDeficit = 0
 				next()
 				continue
 			}
-			size, deficit = it.size(), &s.ordDeficit
+			deficit = &s.ordDeficit
 		} else {
 			st := streams[i-1]
 			frame := st.ready()
