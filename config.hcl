@@ -85,6 +85,15 @@ tcp {
   max_total      = 1024
   # Longest time one dial (name resolution included) may take.
   dial_timeout = "10s"
+  # Windowed delivery limits for forwarded connections (UTF-16 bytes, like the delivery
+  # block's, which they replace for TCP channels): the most the host accepts of a
+  # client's offer. Bulk transfers need a window of a bandwidth-delay product (4 MiB
+  # here: about 1.5 MiB of stream bytes once base64 and UTF-16 are counted) and large
+  # messages; the sender still cuts messages smaller on slow paths, and a client offers
+  # less and grows its window only while its reader keeps up, so a stalled forwarded
+  # connection holds little.
+  window_bytes        = 4194304
+  maximum_frame_bytes = 131072
 }
 
 telemetry {

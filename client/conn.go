@@ -34,6 +34,31 @@ var ProtocolVersions = []string{"0.5.0"}
 // 256 KiB window, 16 KiB frames (UTF-16 bytes).
 var DefaultReceive = delivery.Limits{WindowBytes: 256 << 10, MaximumFrameBytes: 16 << 10}
 
+// DefaultTCPReceive is the window a TCP connection (DialTCP) starts with:
+// 256 KiB, 32 KiB frames (UTF-16 bytes; about 95 KiB of stream bytes in
+// flight). DefaultTCPReceiveMax is how far it may grow while the window is
+// what limits a transfer (the host lowers it to its tcp block's maxima).
+var (
+	DefaultTCPReceive    = delivery.Limits{WindowBytes: 256 << 10, MaximumFrameBytes: 32 << 10}
+	DefaultTCPReceiveMax = delivery.Limits{WindowBytes: 16 << 20, MaximumFrameBytes: 256 << 10}
+)
+
+// withDefaults fills the zero limits of o.
+func (o Options) withDefaults() Options {
+	if o.Receive == (delivery.Limits{}) {
+		o.Receive = DefaultReceive
+	}
+	if o.TCPReceive == (delivery.Limits{}) {
+		o.TCPReceive = DefaultTCPReceive
+	}
+	if o.TCPReceiveMax == (delivery.Limits{}) {
+		o.TCPReceiveMax = DefaultTCPReceiveMax
+	}
+	o.TCPReceiveMax.WindowBytes = max(o.TCPReceiveMax.WindowBytes, o.TCPReceive.WindowBytes)
+	o.TCPReceiveMax.MaximumFrameBytes = max(o.TCPReceiveMax.MaximumFrameBytes, o.TCPReceive.MaximumFrameBytes)
+	return o
+}
+
 // Options configure Dial.
 type Options struct {
 	// Token authenticates to the host (Authorization: Bearer).
@@ -45,6 +70,11 @@ type Options struct {
 	ClientID string
 	// Receive is the windowed-delivery offer; zero means DefaultReceive.
 	Receive delivery.Limits
+	// TCPReceive is the first offer of each DialTCP connection, and
+	// TCPReceiveMax the most its tuning offers; zero means
+	// DefaultTCPReceive and DefaultTCPReceiveMax. Set both equal for a
+	// fixed window.
+	TCPReceive, TCPReceiveMax delivery.Limits
 	// Ordinary turns windowed delivery off: subscriptions are ordinary.
 	Ordinary bool
 	// MaxMessageBytes bounds one received message (UTF-8 bytes), default 16 MiB.
@@ -96,9 +126,7 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 	if opts.MaxMessageBytes <= 0 {
 		opts.MaxMessageBytes = 16 << 20
 	}
-	if opts.Receive == (delivery.Limits{}) {
-		opts.Receive = DefaultReceive
-	}
+	opts = opts.withDefaults()
 	if opts.Via != "" {
 		mc, err := dialVia(ctx, opts.Via)
 		if err != nil {
@@ -237,10 +265,7 @@ func NewConn(mc transport.MessageConn, opts Options) *Conn {
 	if opts.MaxMessageBytes <= 0 {
 		opts.MaxMessageBytes = 16 << 20
 	}
-	if opts.Receive == (delivery.Limits{}) {
-		opts.Receive = DefaultReceive
-	}
-	return newConn(mc, opts)
+	return newConn(mc, opts.withDefaults())
 }
 
 func newConn(mc transport.MessageConn, opts Options) *Conn {
@@ -316,7 +341,10 @@ func (c *Conn) readLoop() {
 			ch <- response{err: &rpc.Error{Code: rpc.CodeInternalError, Message: "connection closed"}}
 			delete(c.pending, id)
 		}
-		subs := c.subs
+		subs := make([]*Subscription, 0, len(c.subs))
+		for _, s := range c.subs {
+			subs = append(subs, s)
+		}
 		c.mu.Unlock()
 		for _, s := range subs {
 			s.q.close(c.Err())

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/sidecar-dev/sidecar/delivery"
 )
 
 // TestOutQueueBound: data accepted to send but not yet let out by the
@@ -15,7 +17,7 @@ func TestOutQueueBound(t *testing.T) {
 	defer cancel()
 	msg := make([]byte, 16<<10)
 	for range maxOutQueueBytes / len(msg) {
-		if err := q.push(ctx, msg, nil); err != nil {
+		if err := q.push(ctx, msg, delivery.Measure(msg), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -23,7 +25,7 @@ func TestOutQueueBound(t *testing.T) {
 		t.Fatalf("queued %d bytes, want exactly %d", q.bytes, maxOutQueueBytes)
 	}
 	pushed := make(chan error, 1)
-	go func() { pushed <- q.push(ctx, msg, nil) }()
+	go func() { pushed <- q.push(ctx, msg, delivery.Measure(msg), nil) }()
 	// The push cannot complete while the queue is full: it is still
 	// pending after the queue reports full, and completes after one Next.
 	select {
@@ -43,7 +45,7 @@ func TestOutQueueBound(t *testing.T) {
 	// A push that cannot get room ends with its context.
 	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancelShort()
-	if err := q.push(short, msg, nil); err != context.DeadlineExceeded {
+	if err := q.push(short, msg, delivery.Measure(msg), nil); err != context.DeadlineExceeded {
 		t.Fatalf("push on a full queue with an expiring context: %v", err)
 	}
 }

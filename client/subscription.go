@@ -67,23 +67,28 @@ const maxOrdinaryQueue = 4096
 // maxOutQueueBytes bounds data we have accepted to send (UTF-8 bytes) but
 // the window has not let out yet: Send blocks beyond it, which is the
 // backpressure on the local input.
-const maxOutQueueBytes = 64 << 10
+const maxOutQueueBytes = 128 << 10
 
 // Subscribe subscribes to channel, offering windowed delivery unless
 // Options.Ordinary is set.
 func (c *Conn) Subscribe(ctx context.Context, channel string) (*Subscription, error) {
+	return c.subscribe(ctx, channel, c.opts.Receive)
+}
+
+// subscribe is Subscribe offering receive (when windowed).
+func (c *Conn) subscribe(ctx context.Context, channel string, receive delivery.Limits) (*Subscription, error) {
 	sub := &Subscription{c: c, Channel: channel}
 	sub.q.init()
 	sub.src = newOutQueue()
 	params := rpc.SubscribeParams{Channel: channel}
 	if !c.opts.Ordinary {
-		offer := c.opts.Receive
+		offer := receive
 		params.FlowControl = &rpc.FlowControlOffer{Receive: &offer}
 	}
 	// Register before the request, counting with the offered limits, so
 	// data that follows the result is counted even before Call returns.
 	if !c.opts.Ordinary {
-		sub.in = c.sched.NewInbound(channel, c.opts.Receive, c.opts.MaxMessageBytes)
+		sub.in = c.sched.NewInbound(channel, receive, c.opts.MaxMessageBytes)
 	}
 	c.mu.Lock()
 	if _, dup := c.subs[channel]; dup {
@@ -135,7 +140,10 @@ func (s *Subscription) receive(h *rpc.Header, raw []byte) error {
 	if in == nil {
 		return s.q.push(&Message{Method: h.Method, Params: h.Params, Raw: raw}, maxOrdinaryQueue)
 	}
-	size := delivery.Measure(raw)
+	size := delivery.UTF16Bytes(2 * len(raw))
+	if !h.ASCII {
+		size = delivery.Measure(raw)
+	}
 	if err := in.Receive(size); err != nil {
 		return err
 	}
@@ -170,7 +178,13 @@ func (s *Subscription) Next(ctx context.Context) (*Message, error) {
 // subscription; the delivery engine sends it within hostReceive. It
 // blocks while maxOutQueueBytes are already waiting.
 func (s *Subscription) Send(ctx context.Context, text []byte) error {
-	return s.src.push(ctx, text, s.c.done)
+	return s.src.push(ctx, text, delivery.Measure(text), s.c.done)
+}
+
+// sendSized is Send for a message whose exact size in UTF-16 bytes the
+// caller knows (tcp/data from its Encoder).
+func (s *Subscription) sendSized(ctx context.Context, text []byte, size delivery.UTF16Bytes) error {
+	return s.src.push(ctx, text, size, s.c.done)
 }
 
 // Dispatch sends dispatchAction with the next clientSeq and returns it.
@@ -270,19 +284,25 @@ func (q *msgQueue) close(err error) {
 // outQueue is the Source of our outbound data on one subscription.
 type outQueue struct {
 	mu     sync.Mutex
-	items  [][]byte
-	bytes  int
+	items  []sizedText
+	bytes  int           // UTF-8 bytes queued
 	space  chan struct{} // 1-slot: room freed
 	stream *delivery.Stream
 }
 
 func newOutQueue() *outQueue { return &outQueue{space: make(chan struct{}, 1)} }
 
-func (q *outQueue) push(ctx context.Context, text []byte, done <-chan struct{}) error {
+// sizedText is a queued message and its size in UTF-16 bytes.
+type sizedText struct {
+	text []byte
+	size delivery.UTF16Bytes
+}
+
+func (q *outQueue) push(ctx context.Context, text []byte, size delivery.UTF16Bytes, done <-chan struct{}) error {
 	for {
 		q.mu.Lock()
 		if q.bytes == 0 || q.bytes+len(text) <= maxOutQueueBytes {
-			q.items = append(q.items, text)
+			q.items = append(q.items, sizedText{text, size})
 			q.bytes += len(text)
 			st := q.stream
 			q.mu.Unlock()
@@ -312,20 +332,71 @@ func (q *outQueue) setStream(st *delivery.Stream) {
 
 // Next implements delivery.Source.
 func (q *outQueue) Next() []byte {
+	t, _ := q.NextSized()
+	return t
+}
+
+// NextSized implements delivery.SizedSource: the sizes were measured (or
+// known) when the messages were queued, outside the writer goroutine.
+func (q *outQueue) NextSized() ([]byte, delivery.UTF16Bytes) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.items) == 0 {
-		return nil
+		return nil, 0
 	}
 	t := q.items[0]
-	q.items[0] = nil
+	q.items[0] = sizedText{}
 	q.items = q.items[1:]
-	q.bytes -= len(t)
+	q.bytes -= len(t.text)
 	select {
 	case q.space <- struct{}{}:
 	default:
 	}
-	return t
+	return t.text, t.size
+}
+
+// Grow offers larger limits for this windowed subscription by subscribing
+// again (seed 000 "Negotiation": the counters continue, only the limits
+// change) and applies what the host accepted, which is at most offer and
+// at least the limits in use. The receive side counts with offer from
+// before the request, so data the host sends under the new limits is
+// never taken for a violation. Errors: not windowed, offer smaller than
+// the limits in use, or the subscribe call's error.
+func (s *Subscription) Grow(ctx context.Context, offer delivery.Limits) error {
+	s.mu.Lock()
+	in, out, cur := s.in, s.out, s.ClientReceive
+	s.mu.Unlock()
+	if !s.Windowed || in == nil || out == nil {
+		return errors.New("client: only a windowed subscription can grow its limits")
+	}
+	if offer.WindowBytes < cur.WindowBytes || offer.MaximumFrameBytes < cur.MaximumFrameBytes {
+		return fmt.Errorf("client: Grow offer %+v is below the limits in use %+v", offer, cur)
+	}
+	in.SetLimits(offer)
+	var res rpc.SubscribeResult
+	err := s.c.Call(ctx, rpc.MethodSubscribe, rpc.SubscribeParams{Channel: s.Channel,
+		FlowControl: &rpc.FlowControlOffer{Receive: &offer}}, &res)
+	if err == nil && res.FlowControl == nil {
+		err = errors.New("client: the host answered a re-subscribe without flowControl")
+	}
+	if err != nil {
+		in.SetLimits(cur)
+		return err
+	}
+	s.mu.Lock()
+	s.ClientReceive = res.FlowControl.ClientReceive
+	s.HostReceive = res.FlowControl.HostReceive
+	s.mu.Unlock()
+	in.SetLimits(res.FlowControl.ClientReceive)
+	out.SetLimits(res.FlowControl.HostReceive)
+	return nil
+}
+
+// Limits returns the limits in use: clientReceive and hostReceive.
+func (s *Subscription) Limits() (clientReceive, hostReceive delivery.Limits) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ClientReceive, s.HostReceive
 }
 
 // Window returns our sending window for this subscription: sent and

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
+	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -72,7 +73,100 @@ type TCPConn struct {
 	closeOnce sync.Once
 	mu        sync.Mutex
 	reset     bool
+
+	tune tcpTuner
 }
+
+// Receive-window tuning (what TCP stacks and QUIC do with their receive
+// windows): a TCPConn starts with Options.TCPReceive, small enough that a
+// forwarded connection nobody reads holds little, and doubles its window
+// (and frame size, up to Options.TCPReceiveMax and what the host allows)
+// by subscribing again whenever a whole window was consumed, in either
+// direction, within tuneRTTs round trips (after the first tuneAfter
+// bytes): then the window, not the network or the reader, is what limits
+// the transfer.
+const tuneRTTs = 4
+
+// tuneAfter is how much a direction must have consumed (UTF-16 bytes;
+// about 12 MiB of stream bytes) before its window may grow: more than the
+// local socket's buffers can absorb (Linux grows a send buffer to 4 MiB),
+// so that a reader that never reads, whose first megabytes vanish into
+// those buffers at once, does not look fast.
+const tuneAfter = 32 << 20
+
+// tcpTuner is the state of one TCPConn's window tuning.
+type tcpTuner struct {
+	mu      sync.Mutex
+	rtt     time.Duration   // the subscribe call's round trip
+	cur     delivery.Limits // the limits last offered
+	max     delivery.Limits
+	growing bool
+	in, out tuneEpoch // received bytes released, sent bytes credited
+}
+
+// tuneEpoch is where a direction's current measurement began.
+type tuneEpoch struct {
+	start time.Time
+	base  delivery.UTF16Bytes
+}
+
+func (tu *tcpTuner) init(rtt time.Duration, cur, maxLimits delivery.Limits) {
+	now := time.Now()
+	tu.rtt, tu.cur, tu.max = max(rtt, 50*time.Microsecond), cur, maxLimits
+	tu.in = tuneEpoch{start: now}
+	tu.out = tuneEpoch{start: now}
+}
+
+// maybeGrow takes a direction's count of bytes consumed (UTF-16 bytes)
+// and starts growing the limits when a whole window went by fast enough.
+func (t *TCPConn) maybeGrow(e *tuneEpoch, consumed delivery.UTF16Bytes) {
+	tu := &t.tune
+	tu.mu.Lock()
+	if consumed < tuneAfter {
+		e.base = consumed // the epochs start once the socket buffers are full
+		e.start = time.Now()
+		tu.mu.Unlock()
+		return
+	}
+	if consumed-e.base < tu.cur.WindowBytes {
+		tu.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	fast := now.Sub(e.start) < tuneRTTs*tu.rtt
+	*e = tuneEpoch{start: now, base: consumed}
+	next := delivery.Limits{
+		WindowBytes:       min(2*tu.cur.WindowBytes, tu.max.WindowBytes),
+		MaximumFrameBytes: min(max(tu.cur.MaximumFrameBytes, 2*tu.cur.WindowBytes/tcpFramesPerWindow), tu.max.MaximumFrameBytes),
+	}
+	if !fast || tu.growing || next == tu.cur || next.WindowBytes < tu.cur.WindowBytes {
+		tu.mu.Unlock()
+		return
+	}
+	tu.growing = true
+	tu.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)
+		defer cancel()
+		err := t.sub.Grow(ctx, next)
+		tu.mu.Lock()
+		defer tu.mu.Unlock()
+		tu.growing = false
+		if err != nil {
+			tu.max = tu.cur // the host would not: stop trying
+			return
+		}
+		in, out := t.sub.Limits()
+		tu.cur = in
+		if in.WindowBytes < next.WindowBytes || out.WindowBytes < next.WindowBytes {
+			tu.max = in // the host's maximum reached
+		}
+	}()
+}
+
+// tcpFramesPerWindow: a grown frame size is at most a window over this,
+// so that several messages are always in flight.
+const tcpFramesPerWindow = 8
 
 // DialTCP asks the host to connect to host:port and returns the stream.
 // A refusal is an *rpc.Error: CodePermissionDenied (not allowed by the
@@ -92,7 +186,9 @@ func (c *Conn) DialTCP(ctx context.Context, host string, port int) (*TCPConn, er
 	if err := c.Call(ctx, rpc.MethodCreateTCPConnection, tcpadapter.CreateParams{Channel: uri, Host: host, Port: &port}, nil); err != nil {
 		return nil, err
 	}
-	sub, err := c.Subscribe(ctx, uri)
+	recv := c.opts.TCPReceive
+	start := time.Now()
+	sub, err := c.subscribe(ctx, uri, recv)
 	if err != nil {
 		_ = c.notify(rpc.MethodUnsubscribe, rpc.ChannelParams{Channel: uri})
 		return nil, err
@@ -102,12 +198,18 @@ func (c *Conn) DialTCP(ctx context.Context, host string, port int) (*TCPConn, er
 		return nil, errors.New("client: the host declined windowed delivery for a TCP channel")
 	}
 	t := &TCPConn{c: c, sub: sub, enc: tcpadapter.NewEncoder(uri), remote: &net.TCPAddr{Port: port}}
+	t.tune.init(time.Since(start), sub.ClientReceive, c.opts.TCPReceiveMax)
 	if a, err := netip.ParseAddr(host); err == nil {
 		t.remote.IP = a.AsSlice()
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t, nil
 }
+
+// Limits returns the limits in use: clientReceive (what the host sends
+// us) and hostReceive (what we send); they grow while the window limits a
+// transfer (see tuneRTTs).
+func (t *TCPConn) Limits() (clientReceive, hostReceive delivery.Limits) { return t.sub.Limits() }
 
 // Channel returns the ahp-tcp: URI.
 func (t *TCPConn) Channel() string { return t.sub.Channel }
@@ -116,7 +218,13 @@ func (t *TCPConn) Channel() string { return t.sub.Channel }
 // messages are released first (their bytes were taken). Call with rmu held.
 func (t *TCPConn) next() ([]byte, error) {
 	for len(t.buf) == 0 {
-		t.releaseHeld()
+		if len(t.held) > 0 {
+			t.releaseHeld()
+			if in, _ := t.sub.parts(); in != nil {
+				_, released := in.Counters()
+				t.maybeGrow(&t.tune.in, released)
+			}
+		}
 		if t.rerr != nil {
 			return nil, t.rerr
 		}
@@ -270,7 +378,7 @@ func (t *TCPConn) Write(p []byte) (int, error) {
 		}
 		n = min(n, len(p))
 		text := t.enc.AppendData(make([]byte, 0, t.enc.DataLen(t.sendOff, n)), t.sendOff, p[:n])
-		if err := t.sub.Send(t.ctx, text); err != nil {
+		if err := t.sub.sendSized(t.ctx, text, t.enc.DataSize(len(text))); err != nil {
 			if t.isReset() {
 				return written, ErrTCPReset
 			}
@@ -282,6 +390,9 @@ func (t *TCPConn) Write(p []byte) (int, error) {
 		t.sendOff += tcpadapter.DecodedOffset(n)
 		written += n
 		p = p[n:]
+	}
+	if _, consumed, _ := t.sub.Window(); consumed > 0 {
+		t.maybeGrow(&t.tune.out, consumed)
 	}
 	return written, nil
 }

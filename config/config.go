@@ -115,6 +115,11 @@ type TCP struct {
 	MaxPerClient int           // open TCP connections per client
 	MaxTotal     int           // open TCP connections in total
 	DialTimeout  time.Duration // limit for one dial, including DNS
+	// WindowBytes and MaximumFrameBytes are the host's maxima for the windowed
+	// delivery of ahp-tcp: channels (UTF-16 bytes), in place of the delivery
+	// block's: a client's offer is lowered to them (seed 000 Negotiation).
+	WindowBytes       int64
+	MaximumFrameBytes int64
 }
 
 // Telemetry is block telemetry.
@@ -284,6 +289,8 @@ func (c *Config) schema() []section {
 			{"max_per_client", &c.TCP.MaxPerClient},
 			{"max_total", &c.TCP.MaxTotal},
 			{"dial_timeout", &c.TCP.DialTimeout},
+			{"window_bytes", &c.TCP.WindowBytes},
+			{"maximum_frame_bytes", &c.TCP.MaximumFrameBytes},
 		}},
 		{"telemetry", []field{
 			{"interval", &c.Telemetry.Interval},
@@ -479,6 +486,15 @@ func (v *validator) positive(key string, n int64, unit string) {
 	}
 }
 
+// frameBytes reports a maximum_frame_bytes outside [MinMaximumFrameBytes,
+// MaxMaximumFrameBytes].
+func (v *validator) frameBytes(key string, n int64) {
+	if n < MinMaximumFrameBytes || n > MaxMaximumFrameBytes {
+		v.bad(key, "must be from %d to %d UTF-16 bytes (the Windowed Delivery spec requires at least 1024), got %d",
+			MinMaximumFrameBytes, MaxMaximumFrameBytes, n)
+	}
+}
+
 // atMost reports block.max_per_client greater than block.max_total (both positive),
 // pointing at whichever of the two the file set, max_per_client first.
 func (v *validator) atMost(block string, perClient, total int, unit string) {
@@ -593,6 +609,8 @@ func (c *Config) Validate() error {
 	v.positive("tcp.max_total", int64(c.TCP.MaxTotal), "connections")
 	v.atMost("tcp", c.TCP.MaxPerClient, c.TCP.MaxTotal, "connections")
 	v.duration("tcp.dial_timeout", c.TCP.DialTimeout)
+	v.positive("tcp.window_bytes", c.TCP.WindowBytes, "UTF-16 bytes")
+	v.frameBytes("tcp.maximum_frame_bytes", c.TCP.MaximumFrameBytes)
 
 	// telemetry
 	v.duration("telemetry.interval", c.Telemetry.Interval)
@@ -600,10 +618,7 @@ func (c *Config) Validate() error {
 	// delivery
 	d := c.Delivery
 	v.positive("delivery.window_bytes", d.WindowBytes, "UTF-16 bytes")
-	if d.MaximumFrameBytes < MinMaximumFrameBytes || d.MaximumFrameBytes > MaxMaximumFrameBytes {
-		v.bad("delivery.maximum_frame_bytes", "must be from %d to %d UTF-16 bytes (the Windowed Delivery spec requires at least 1024), got %d",
-			MinMaximumFrameBytes, MaxMaximumFrameBytes, d.MaximumFrameBytes)
-	}
+	v.frameBytes("delivery.maximum_frame_bytes", d.MaximumFrameBytes)
 	v.positive("delivery.max_message_bytes", d.MaxMessageBytes, "UTF-16 bytes")
 	if d.TransportQueueFrames > MaxTransportQueueFrames {
 		v.bad("delivery.transport_queue_frames", "must be at most %d (a transport-io peer closes the session at 256 pending frames), got %d",

@@ -36,7 +36,7 @@ const maxCharBytes UTF16Bytes = 12
 // It bounds the rate of credit messages (a peer that releases byte by byte
 // must not cause one control message per byte) while returning credit long
 // before the sender stalls on a full window.
-const creditDivisor = 4
+const creditDivisor = 16
 
 // finalMember is what final adds to a channel/frame notification.
 const finalMember = `,"final":true`

@@ -28,6 +28,17 @@ type Source interface {
 	Next() []byte
 }
 
+// SizedSource is a Source that knows the size of each message it builds
+// (for example because the message is ASCII but for a prefix measured
+// once): NextSized returns the message and its exact size in UTF-16 bytes
+// (seed 000 "Message Size"), which spares the Scheduler measuring it.
+// When a Source implements it, the Scheduler calls NextSized instead of
+// Next.
+type SizedSource interface {
+	Source
+	NextSized() ([]byte, UTF16Bytes)
+}
+
 // SchedulerConfig bounds one connection's outbound queues.
 type SchedulerConfig struct {
 	// ProtectedMessages bounds responses, errors and channel/gap (seed 003's

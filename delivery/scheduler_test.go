@@ -927,13 +927,13 @@ func TestInboundFrameReleasesNonFinalAndCreditsFlow(t *testing.T) {
 
 func TestInboundReleaseCoalescesCredit(t *testing.T) {
 	s := delivery.NewScheduler(delivery.SchedulerConfig{})
-	in := s.NewInbound("c", delivery.Limits{WindowBytes: 4000, MaximumFrameBytes: 1024}, 1<<20)
+	in := s.NewInbound("c", delivery.Limits{WindowBytes: 16000, MaximumFrameBytes: 1024}, 1<<20)
 	for i := 0; i < 3; i++ {
 		if err := in.Receive(100); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// 100 and 200 released: not caught up, below windowBytes/4 = 1000.
+	// 100 and 200 released: not caught up, below windowBytes/16 = 1000.
 	in.Release(100)
 	in.Release(100)
 	if _, c, _ := s.QueueLens(); c != 0 {
@@ -960,7 +960,7 @@ func TestInboundReleaseCoalescesCredit(t *testing.T) {
 	if _, c, _ := s.QueueLens(); c != 0 {
 		t.Fatalf("credit queued for nothing new: %d", c)
 	}
-	// Without being caught up, a quarter window releases credit.
+	// Without being caught up, a sixteenth of the window releases credit.
 	for i := 0; i < 2; i++ {
 		if err := in.Receive(1000); err != nil {
 			t.Fatal(err)

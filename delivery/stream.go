@@ -99,15 +99,19 @@ func (st *Stream) canStartLocked() bool {
 	return true
 }
 
-// pathCapLocked is the BDP cap, but never below half the window: a
-// receiver credits every quarter window, so a lower cap would turn a short
-// round trip into stop-and-wait.
+// pathCapLocked is the BDP cap, but never below an eighth of the window:
+// a receiver that is not caught up credits every sixteenth of a window
+// (creditDivisor), so the cap still keeps several credits in flight and a
+// short round trip never turns into stop-and-wait. Lower than that, what
+// one busy stream keeps queued in the receiver's socket buffer (where the
+// receiver, not the link, is the bottleneck: loopback) delays every other
+// stream's messages.
 func (st *Stream) pathCapLocked() UTF16Bytes {
 	c := st.bdp.limit()
 	if c == 0 {
 		return 0
 	}
-	return max(c, st.win.Limits().WindowBytes/2)
+	return max(c, st.win.Limits().WindowBytes/8)
 }
 
 // Window returns a copy of the window counters: sent, consumed and limits.
@@ -174,12 +178,17 @@ func (st *Stream) ready() *readyFrame {
 		return nil
 	}
 	if st.frag == nil {
-		msg := st.src.Next()
+		var msg []byte
+		var size UTF16Bytes
+		if ss, ok := st.src.(SizedSource); ok {
+			msg, size = ss.NextSized()
+		} else if msg = st.src.Next(); msg != nil {
+			size = Measure(msg)
+		}
 		st.notify()
 		if msg == nil {
 			return nil
 		}
-		size := Measure(msg)
 		if size <= limits.MaximumFrameBytes {
 			return st.debit(msg, size)
 		}

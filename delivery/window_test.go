@@ -285,8 +285,8 @@ func TestRecvWindowTable(t *testing.T) {
 		t.Fatalf("credited %d, want 100", r.credited)
 	}
 
-	// Coalescing: below WindowBytes/4 and not caught up, no credit.
-	r = NewRecvWindow(Limits{WindowBytes: 400, MaximumFrameBytes: 1024})
+	// Coalescing: below WindowBytes/16 and not caught up, no credit.
+	r = NewRecvWindow(Limits{WindowBytes: 1600, MaximumFrameBytes: 1024})
 	if err := r.Receive(1000); err != nil {
 		t.Fatal(err)
 	}

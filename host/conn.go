@@ -265,7 +265,10 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 	// A data message. On a windowed subscription it counts (seed 000).
 	var size delivery.UTF16Bytes
 	if sub != nil && sub.windowed() {
-		size = delivery.Measure(raw)
+		size = delivery.UTF16Bytes(2 * len(raw))
+		if !h.ASCII {
+			size = delivery.Measure(raw)
+		}
 		if err := sub.in.Receive(size); err != nil {
 			return err
 		}
@@ -387,8 +390,10 @@ func (c *conn) Handle(ctx context.Context, rc *jsonrpc2.Conn, req *jsonrpc2.Requ
 			return
 		}
 		go func() {
-			defer func() { <-c.slow }()
 			result, e := c.createTCPConnection(params)
+			// Free the slot before answering: a client that waits for each
+			// answer before its next request must never see Overloaded.
+			<-c.slow
 			if e != nil {
 				c.log.Info("request failed", "client", c.id(), "method", req.Method, "code", e.Code, "error", e.Message)
 				c.reply(id, e)
@@ -566,7 +571,7 @@ func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
 	var limits delivery.Limits
 	windowed := false
 	if p.FlowControl != nil && p.FlowControl.Receive != nil {
-		l, err := delivery.Negotiate(p.Channel, *p.FlowControl.Receive, c.s.hostMax)
+		l, err := delivery.Negotiate(p.Channel, *p.FlowControl.Receive, c.s.maxLimits(ch))
 		var lerr *delivery.LimitsError
 		switch {
 		case err == nil:

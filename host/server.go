@@ -38,7 +38,10 @@ type Server struct {
 	log     hclog.Logger
 	journal *journal.Journal
 	root    *root
-	hostMax delivery.Limits
+	// hostMax is the most the host accepts of a windowed-delivery offer
+	// (config delivery block); tcpMax replaces it on ahp-tcp: channels
+	// (config tcp block). UTF-16 bytes.
+	hostMax, tcpMax delivery.Limits
 
 	// Counters of connections already closed, for the sidecar.* metrics.
 	closedGaps       atomic.Uint64
@@ -70,11 +73,24 @@ func New(cfg *config.Config, log hclog.Logger) *Server {
 			WindowBytes:       delivery.UTF16Bytes(cfg.Delivery.WindowBytes),
 			MaximumFrameBytes: delivery.UTF16Bytes(cfg.Delivery.MaximumFrameBytes),
 		},
+		tcpMax: delivery.Limits{
+			WindowBytes:       delivery.UTF16Bytes(cfg.TCP.WindowBytes),
+			MaximumFrameBytes: delivery.UTF16Bytes(cfg.TCP.MaximumFrameBytes),
+		},
 	}
 	s.root = newRoot(s)
 	s.initTCP()
 	s.initTelemetry()
 	return s
+}
+
+// maxLimits returns the host's maxima for a windowed subscription to ch:
+// tcpMax on TCP channels, hostMax on every other.
+func (s *Server) maxLimits(ch channel) delivery.Limits {
+	if _, ok := ch.(*tcpConn); ok {
+		return s.tcpMax
+	}
+	return s.hostMax
 }
 
 // channelLogBytes bounds each channel's journal: the configured total

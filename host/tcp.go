@@ -257,11 +257,12 @@ type tcpConn struct {
 	lease *time.Timer   // closes the connection if nobody subscribes
 	sub   *subscription // the creator's windowed subscription
 	// Socket to client.
-	slots    [][]byte                 // the next tcp/data messages, read but not yet pulled
-	readOff  tcpadapter.DecodedOffset // bytes read from the socket
-	eofRead  bool                     // the socket reached EOF: tcp/eof is due after slots
-	eofSent  bool
-	isClosed bool
+	slots     []tcpSlot                // the next tcp/data messages, read but not yet pulled
+	slotBytes delivery.UTF16Bytes      // their total size
+	readOff   tcpadapter.DecodedOffset // bytes read from the socket
+	eofRead   bool                     // the socket reached EOF: tcp/eof is due after slots
+	eofSent   bool
+	isClosed  bool
 	// Client to socket.
 	wq      []tcpWrite
 	recvOff tcpadapter.DecodedOffset // bytes accepted from the client
@@ -448,17 +449,22 @@ func (tc *tcpConn) clientControl(sub *subscription, h *rpc.Header) {
 // client that stops crediting still stops the socket after one window).
 const tcpReadAhead = 64 << 10
 
-// readLoop reads the socket only when the subscription can start a
-// message and every message read before was pulled: at most what the
-// window had room for (and at least one message) is read ahead.
+// tcpQueued bounds the tcp/data read from the socket but not yet pulled
+// by the scheduler (UTF-16 bytes): two reads' worth, so the next read
+// overlaps the sending of the previous one instead of waiting for it.
+const tcpQueued = 2 * 2 * tcpReadAhead * 4 / 3
+
+// readLoop reads the socket while the subscription's window has room for
+// more than what is already read and queued (and the queue is below
+// tcpQueued): the bytes read ahead are always within the credit.
 func (tc *tcpConn) readLoop() {
 	defer tc.s.wg.Done()
 	for {
-		sub, ok := tc.waitReadable()
+		sub, room, ok := tc.waitReadable()
 		if !ok {
 			return
 		}
-		sent, consumed, lim := sub.out.Window()
+		_, _, lim := sub.out.Window()
 		tc.mu.Lock()
 		off := tc.readOff
 		tc.mu.Unlock()
@@ -467,7 +473,7 @@ func (tc *tcpConn) readLoop() {
 			tc.abort("maximumFrameBytes too small for tcp/data", true)
 			return
 		}
-		n := tcpReadSize(per, delivery.UTF16Bytes(2*tc.enc.DataLen(off, per)), lim.WindowBytes-(sent-consumed))
+		n := tcpReadSize(per, delivery.UTF16Bytes(2*tc.enc.DataLen(off, per)), room)
 		// The buffer is held only while reading: a connection whose window
 		// is full keeps none.
 		bp := getTCPBuf()
@@ -477,10 +483,14 @@ func (tc *tcpConn) readLoop() {
 		buf := (*bp)[:n]
 		nr, err := tc.sock.Read(buf)
 		if nr > 0 {
-			var msgs [][]byte
+			var msgs []tcpSlot
+			var total delivery.UTF16Bytes
 			for p, o := buf[:nr], off; len(p) > 0; {
 				k := min(len(p), tc.enc.MaxPayload(o, lim.MaximumFrameBytes))
-				msgs = append(msgs, tc.enc.AppendData(make([]byte, 0, tc.enc.DataLen(o, k)), o, p[:k]))
+				text := tc.enc.AppendData(make([]byte, 0, tc.enc.DataLen(o, k)), o, p[:k])
+				size := tc.enc.DataSize(len(text))
+				msgs = append(msgs, tcpSlot{text: text, size: size})
+				total += size
 				o += tcpadapter.DecodedOffset(k)
 				p = p[k:]
 			}
@@ -490,7 +500,8 @@ func (tc *tcpConn) readLoop() {
 				tc.mu.Unlock()
 				return
 			}
-			tc.slots = msgs
+			tc.slots = append(tc.slots, msgs...)
+			tc.slotBytes += total
 			tc.readOff += tcpadapter.DecodedOffset(nr)
 			tc.mu.Unlock()
 			sub.out.Wake()
@@ -512,31 +523,40 @@ func (tc *tcpConn) readLoop() {
 	}
 }
 
+// tcpSlot is one tcp/data message read ahead and its size.
+type tcpSlot struct {
+	text []byte
+	size delivery.UTF16Bytes
+}
+
 // tcpReadSize is how many bytes one socket read may take: whole messages
 // of per bytes (each at most size UTF-16 bytes) while the window's
-// remaining credit lets them start, at least one, at most tcpReadAhead
-// bytes.
-func tcpReadSize(per int, size, remaining delivery.UTF16Bytes) int {
+// remaining credit (room) lets them start, at least one, at most
+// tcpReadAhead bytes.
+func tcpReadSize(per int, size, room delivery.UTF16Bytes) int {
 	msgs := 1
-	if remaining > size {
-		msgs = int((remaining + size - 1) / size) // the last may start below the window
+	if room > size {
+		msgs = int((room + size - 1) / size) // the last may start below the window
 	}
 	return max(per, min(msgs*per, tcpReadAhead/per*per))
 }
 
-// waitReadable blocks until the reader may read; false once closed.
-func (tc *tcpConn) waitReadable() (*subscription, bool) {
+// waitReadable blocks until the reader may read, and returns the credit
+// left once the messages already queued are counted; false once closed.
+func (tc *tcpConn) waitReadable() (*subscription, delivery.UTF16Bytes, bool) {
 	for {
 		tc.mu.Lock()
-		sub, empty, closed := tc.sub, len(tc.slots) == 0, tc.isClosed
+		sub, queued, closed := tc.sub, tc.slotBytes, tc.isClosed
 		tc.mu.Unlock()
 		if closed {
-			return nil, false
+			return nil, 0, false
 		}
 		var changed <-chan struct{}
 		if sub != nil {
-			if empty && sub.out.CanStart() {
-				return sub, true
+			sent, consumed, lim := sub.out.Window()
+			room := lim.WindowBytes - (sent - consumed) - queued
+			if room > 0 && queued < tcpQueued {
+				return sub, room, true
 			}
 			changed = sub.out.Changed()
 		}
@@ -544,7 +564,7 @@ func (tc *tcpConn) waitReadable() (*subscription, bool) {
 		case <-changed:
 		case <-tc.wake:
 		case <-tc.closed:
-			return nil, false
+			return nil, 0, false
 		}
 	}
 }
@@ -671,33 +691,40 @@ type tcpSource struct {
 	snap []byte // channel/snapshot, sent first
 }
 
-// Next implements delivery.Source (writer goroutine; never blocks).
-func (src *tcpSource) Next() []byte {
+// NextSized implements delivery.SizedSource (writer goroutine; never
+// blocks): the snapshot, then the tcp/data read ahead, then tcp/eof.
+func (src *tcpSource) NextSized() ([]byte, delivery.UTF16Bytes) {
 	if src.snap != nil {
 		t := src.snap
 		src.snap = nil
-		return t
+		return t, delivery.Measure(t)
 	}
 	tc := src.tc
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	if tc.sub != src.sub || tc.isClosed {
-		return nil
+		return nil, 0
 	}
 	if len(tc.slots) > 0 {
 		t := tc.slots[0]
-		tc.slots[0] = nil
+		tc.slots[0] = tcpSlot{}
 		tc.slots = tc.slots[1:]
-		if len(tc.slots) == 0 {
-			signal(tc.wake)
-		}
-		return t
+		tc.slotBytes -= t.size
+		signal(tc.wake)
+		return t.text, t.size
 	}
 	if tc.eofRead && !tc.eofSent {
 		tc.eofSent = true
-		return tc.enc.EOF(tc.readOff)
+		eof := tc.enc.EOF(tc.readOff)
+		return eof, delivery.Measure(eof)
 	}
-	return nil
+	return nil, 0
+}
+
+// Next implements delivery.Source.
+func (src *tcpSource) Next() []byte {
+	t, _ := src.NextSized()
+	return t
 }
 
 // signal is a non-blocking send on a 1-slot channel.

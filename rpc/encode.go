@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -116,6 +117,15 @@ type Header struct {
 	Error   json.RawMessage `json:"error"`
 	// Channel is params.channel when params is an object carrying it.
 	Channel string `json:"-"`
+	// ASCII reports that the whole message text is ASCII, so that its size
+	// is 2 UTF-16 bytes per byte (seed 000 "Message Size") without
+	// measuring it again.
+	ASCII bool `json:"-"`
+	// ParamsUnchecked reports that Params was not validated as JSON:
+	// ParseHeader recognized a tcp/data notification by its exact prefix
+	// (see parseTCPData) and left its params to the TCP adapter, whose
+	// parser checks them in full before using any of it.
+	ParamsUnchecked bool `json:"-"`
 }
 
 // IsNotification reports whether the message is a notification (a method
@@ -139,10 +149,71 @@ var ErrBatch = errors.New("rpc: batch requests are not supported")
 // returned Header still carries the id when it could be read, so the error
 // response can name it.
 func ParseHeader(raw []byte) (*Header, *Error) {
+	if h, ok := parseTCPData(raw); ok {
+		return h, nil
+	}
 	if h, ok := parseHeaderFast(raw); ok {
 		return h, nil
 	}
 	return parseHeaderSlow(raw)
+}
+
+// tcpDataPrefix opens every tcp/data notification our encoders build
+// (adapters/tcp Encoder), and JSON.stringify's for the same object.
+const tcpDataPrefix = `{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":"`
+
+// parseTCPData is the path of bulk TCP data: a notification that starts
+// with tcpDataPrefix, ends with "}}", is all ASCII and has a channel
+// string without escapes. Its header is known from the prefix, so neither
+// gjson's validation nor a scan of the (large) base64 string is needed;
+// Params is marked unchecked: adapters/tcp.AppendData validates it as
+// strictly as encoding/json would (and rejects what does not end the
+// object where this assumed), so nothing here is trusted unchecked.
+func parseTCPData(raw []byte) (*Header, bool) {
+	if len(raw) < len(tcpDataPrefix)+4 || string(raw[:len(tcpDataPrefix)]) != tcpDataPrefix ||
+		raw[len(raw)-1] != '}' || raw[len(raw)-2] != '}' || !isASCII(raw) {
+		return nil, false
+	}
+	rest := raw[len(tcpDataPrefix):]
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 {
+		return nil, false
+	}
+	channel := rest[:end]
+	for _, c := range channel {
+		if c == '\\' || c < 0x20 {
+			return nil, false
+		}
+	}
+	start := len(tcpDataPrefix) - len(`{"channel":"`)
+	return &Header{
+		JSONRPC:         "2.0",
+		Method:          MethodTCPData,
+		Params:          raw[start : len(raw)-1 : len(raw)-1],
+		Channel:         string(channel),
+		ASCII:           true,
+		ParamsUnchecked: true,
+	}, true
+}
+
+// isASCII reports whether b has no byte at or above 0x80, 32 bytes a
+// step.
+func isASCII(b []byte) bool {
+	const hi = 0x8080808080808080
+	for len(b) >= 32 {
+		v := binary.LittleEndian.Uint64(b) | binary.LittleEndian.Uint64(b[8:]) |
+			binary.LittleEndian.Uint64(b[16:]) | binary.LittleEndian.Uint64(b[24:])
+		if v&hi != 0 {
+			return false
+		}
+		b = b[32:]
+	}
+	for _, c := range b {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // parseHeaderFast handles the well-formed common case in one validation
@@ -151,7 +222,8 @@ func ParseHeader(raw []byte) (*Header, *Error) {
 // unusual (invalid JSON, odd types) is left to parseHeaderSlow, which gives
 // the exact error.
 func parseHeaderFast(raw []byte) (*Header, bool) {
-	if len(raw) == 0 || !utf8.Valid(raw) || !gjson.ValidBytes(raw) {
+	ascii := isASCII(raw)
+	if len(raw) == 0 || !ascii && !utf8.Valid(raw) || !gjson.ValidBytes(raw) {
 		return nil, false // encoding/json turns bad UTF-8 into U+FFFD: slow path
 	}
 	trimmed := bytes.TrimLeft(raw, " \t\r\n")
@@ -170,7 +242,7 @@ func parseHeaderFast(raw []byte) (*Header, bool) {
 		}
 		return raw[r.Index : r.Index+len(r.Raw) : r.Index+len(r.Raw)], true
 	}
-	var h Header
+	h := Header{ASCII: ascii}
 	ok, seenVersion := true, false
 	seen := map[string]bool{}
 	gjson.Parse(str).ForEach(func(key, r gjson.Result) bool {

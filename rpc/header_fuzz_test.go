@@ -2,7 +2,10 @@ package rpc
 
 import (
 	"bytes"
+	"encoding/json"
 	"testing"
+
+	"github.com/sidecar-dev/sidecar/delivery"
 )
 
 // FuzzParseHeader checks the fast path against encoding/json: whenever
@@ -23,9 +26,13 @@ func FuzzParseHeader(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
+		checkTCPData(t, raw)
 		fast, ok := parseHeaderFast(raw)
 		if !ok {
 			return
+		}
+		if fast.ASCII && delivery.Measure(raw) != delivery.UTF16Bytes(2*len(raw)) {
+			t.Fatalf("%q: ASCII, but measures %d", raw, delivery.Measure(raw))
 		}
 		slow, e := parseHeaderSlow(raw)
 		if e != nil {
@@ -37,6 +44,56 @@ func FuzzParseHeader(f *testing.F) {
 			t.Fatalf("%q:\nfast %+v\nslow %+v", raw, fast, slow)
 		}
 	})
+}
+
+// checkTCPData checks parseTCPData against the slow path: when the params
+// it found are valid JSON (which the TCP adapter checks before using
+// them), the message is valid and the slow path finds the same header.
+// (Params that are not valid JSON are refused by the adapter; that
+// includes a message valid only because of top-level members after
+// params, which no encoder writes.) Its size is 2 UTF-16 bytes a byte.
+func checkTCPData(t *testing.T, raw []byte) {
+	h, ok := parseTCPData(raw)
+	if !ok {
+		return
+	}
+	if !h.ParamsUnchecked || !h.ASCII || !h.IsNotification() {
+		t.Fatalf("%q: %+v", raw, h)
+	}
+	if delivery.Measure(raw) != delivery.UTF16Bytes(2*len(raw)) {
+		t.Fatalf("%q: measures %d, not 2 a byte", raw, delivery.Measure(raw))
+	}
+	if !json.Valid(h.Params) {
+		return
+	}
+	slow, e := parseHeaderSlow(raw)
+	if e != nil {
+		t.Fatalf("%q: params valid, slow path: %v", raw, e)
+	}
+	if slow.Method != h.Method || slow.Channel != h.Channel || !bytes.Equal(slow.Params, h.Params) || slow.ID != nil {
+		t.Fatalf("%q:\ntcp  %+v\nslow %+v", raw, h, slow)
+	}
+}
+
+func TestParseTCPData(t *testing.T) {
+	for _, c := range []struct {
+		raw     string
+		ok      bool
+		channel string
+	}{
+		{`{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":"ahp-tcp:/t1","offset":5,"data":"SGVsbG8="}}`, true, "ahp-tcp:/t1"},
+		{`{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":"ahp-tcp:/t\u0031","data":"SGVsbG8="}}`, false, ""},
+		{`{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":"ahp-tcp:/é","data":"SGVsbG8="}}`, false, ""},
+		{`{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":"c","data":"QQ=="}} `, false, ""},
+		{`{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":"c","data":"QQ=="},"id":{}}`, true, "c"}, // params invalid: the adapter refuses
+		{`{"jsonrpc":"2.0","method":"tcp/eof","params":{"channel":"c"}}`, false, ""},
+	} {
+		h, ok := parseTCPData([]byte(c.raw))
+		if ok != c.ok || ok && h.Channel != c.channel {
+			t.Errorf("%s: ok %v %+v", c.raw, ok, h)
+		}
+		checkTCPData(t, []byte(c.raw))
+	}
 }
 
 func BenchmarkParseHeader(b *testing.B) {

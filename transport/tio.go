@@ -151,7 +151,7 @@ const RefusalReason = "unauthorized"
 
 func (o TIOOptions) listener() *transportio.Listener {
 	return &transportio.Listener{
-		Session: transportio.Config{Contract: Contract, HandshakeTimeout: o.HandshakeTimeout},
+		Session: transportio.Config{Contract: Contract, HandshakeTimeout: o.HandshakeTimeout, PayloadsChecked: true},
 		Authorize: func(r *http.Request) error {
 			if !TokenEqual(TokenFromRequest(r), o.Token) {
 				return transportio.Refuse(RefusalReason)
@@ -159,9 +159,27 @@ func (o TIOOptions) listener() *transportio.Listener {
 			return nil
 		},
 		OriginPatterns: o.OriginPatterns,
-		WebSocket:      o.WebSocket,
+		WebSocket:      o.webSocket(),
 		OnRefuse:       o.OnReject,
 	}
+}
+
+// webSocket is o.WebSocket with the request's CorkConn (CorkContext) as
+// the sockets' Corker.
+func (o TIOOptions) webSocket() transportio.WebSocketOptions {
+	ws := o.WebSocket
+	if ws.Cork == nil {
+		ws.Cork = func(r *http.Request) transportio.Corker {
+			if r == nil {
+				return nil
+			}
+			if cc := corkFrom(r.Context()); cc != nil {
+				return cc
+			}
+			return nil
+		}
+	}
+	return ws
 }
 
 // serveTIO waits for the peer's handshake and hands the session to serve.
@@ -194,7 +212,7 @@ func ProbeHandler() http.Handler { return transportio.ProbeHandler() }
 // It returns when the session ends.
 func ServeStdio(ctx context.Context, r io.ReadCloser, w io.WriteCloser, serve func(ctx context.Context, mc MessageConn)) error {
 	s := transportio.Start(transportio.NewStreamCarrier(r, w, "stdio"), transportio.Config{
-		Contract: Contract, Role: transportio.RoleServer, BlockOnFull: true, Origin: 1,
+		Contract: Contract, Role: transportio.RoleServer, BlockOnFull: true, Origin: 1, PayloadsChecked: true,
 	})
 	defer s.Wait()
 	defer s.Close(transportio.CloseNoError, "")
@@ -209,7 +227,7 @@ func ServeStdio(ctx context.Context, r io.ReadCloser, w io.WriteCloser, serve fu
 // input), and waits for the handshake.
 func DialStdio(ctx context.Context, r io.ReadCloser, w io.WriteCloser, name string) (MessageConn, error) {
 	s := transportio.Start(transportio.NewStreamCarrier(r, w, name), transportio.Config{
-		Contract: Contract, Role: transportio.RoleClient, BlockOnFull: true,
+		Contract: Contract, Role: transportio.RoleClient, BlockOnFull: true, PayloadsChecked: true,
 	})
 	if err := s.WaitHandshake(ctx); err != nil {
 		s.Close(transportio.CloseNoError, "")
@@ -223,8 +241,15 @@ func DialStdio(ctx context.Context, r io.ReadCloser, w io.WriteCloser, name stri
 // and waits for the handshake. A refusal returns a *TIOCloseError with
 // code 1007.
 func DialTIOWebSocket(ctx context.Context, url string, header http.Header, client *http.Client) (MessageConn, error) {
+	client, dialed := corkClient(client)
+	cork := func(*http.Request) transportio.Corker {
+		if cc := dialed(); cc != nil {
+			return cc
+		}
+		return nil
+	}
 	s, err := transportio.DialWebSocket(ctx, url, &websocket.DialOptions{HTTPHeader: header, HTTPClient: client},
-		transportio.Config{Contract: Contract}, transportio.WebSocketOptions{})
+		transportio.Config{Contract: Contract, PayloadsChecked: true}, transportio.WebSocketOptions{Cork: cork})
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
@@ -14,6 +16,7 @@ import (
 // wsConn adapts a coder/websocket connection carrying plain AHP text frames.
 type wsConn struct {
 	c        *websocket.Conn
+	cork     *CorkConn // under TLS, when known: each message leaves in one write
 	peer     string
 	lastSize int // capacity hint for the next message (reader goroutine only)
 }
@@ -68,8 +71,18 @@ func (w *wsConn) read(ctx context.Context) (websocket.MessageType, []byte, error
 	}
 }
 
+// WriteMessage writes text as one text message; with a CorkConn under
+// TLS, its frame header and TLS records leave in one system call.
 func (w *wsConn) WriteMessage(ctx context.Context, text []byte) error {
-	return w.c.Write(ctx, websocket.MessageText, text)
+	if w.cork == nil {
+		return w.c.Write(ctx, websocket.MessageText, text)
+	}
+	w.cork.Cork()
+	err := w.c.Write(ctx, websocket.MessageText, text)
+	if ferr := w.cork.Uncork(); err == nil {
+		err = ferr
+	}
+	return err
 }
 
 func (w *wsConn) Close(code CloseCode, reason string) error {
@@ -127,6 +140,7 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 			return
 		}
 		mc := NewWebSocketConn(c, r.RemoteAddr, opts.ReadLimit)
+		mc.(*wsConn).cork = corkFrom(r.Context())
 		serve(r.Context(), mc)
 	})
 }
@@ -135,6 +149,7 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 // carries the Authorization) and client (which carries TLS settings).
 // A refusal before the upgrade returns *HTTPError.
 func DialWebSocket(ctx context.Context, url string, header http.Header, client *http.Client, readLimit int64) (MessageConn, error) {
+	client, dialed := corkClient(client)
 	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: header, HTTPClient: client})
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
@@ -142,7 +157,51 @@ func DialWebSocket(ctx context.Context, url string, header http.Header, client *
 		}
 		return nil, err
 	}
-	return NewWebSocketConn(c, url, readLimit), nil
+	mc := NewWebSocketConn(c, url, readLimit)
+	mc.(*wsConn).cork = dialed()
+	return mc, nil
+}
+
+// corkClient returns a copy of hc whose connections are *CorkConn (when
+// its Transport is an *http.Transport, or nil, the default), and a func
+// returning the last one dialled.
+func corkClient(hc *http.Client) (*http.Client, func() *CorkConn) {
+	none := func() *CorkConn { return nil }
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	base, ok := hc.Transport.(*http.Transport)
+	if hc.Transport == nil {
+		base, ok = http.DefaultTransport.(*http.Transport)
+	}
+	if !ok || base.DialTLSContext != nil {
+		return hc, none
+	}
+	tr := base.Clone()
+	dial := tr.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	var mu sync.Mutex
+	var last *CorkConn
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cc := NewCorkConn(c)
+		mu.Lock()
+		last = cc
+		mu.Unlock()
+		return cc, nil
+	}
+	out := *hc
+	out.Transport = tr
+	return &out, func() *CorkConn {
+		mu.Lock()
+		defer mu.Unlock()
+		return last
+	}
 }
 
 // HTTPError is a refusal of the upgrade request.

@@ -90,7 +90,7 @@ func UDPBufferAdvice() string {
 // carries the Authorization; tlsConf the trust (the --cert-hash pin works
 // through VerifyPeerCertificate; QUIC is always TLS 1.3).
 func DialWebTransport(ctx context.Context, url string, header http.Header, tlsConf *tls.Config) (MessageConn, error) {
-	s, err := transportio.DialWebTransport(ctx, url, header, tlsConf, transportio.Config{Contract: Contract})
+	s, err := transportio.DialWebTransport(ctx, url, header, tlsConf, transportio.Config{Contract: Contract, PayloadsChecked: true})
 	if err != nil {
 		return nil, err
 	}

@@ -506,3 +506,33 @@ func TestDatagramRingOnStalledLane(t *testing.T) {
 type fakeWS struct{ Carrier }
 
 func (fakeWS) Kind() Kind { return KindWebSocket }
+
+// With PayloadsChecked (the AHP layer validates every message), an EMIT
+// whose JSON payload is not valid JSON reaches the consumer as it is,
+// and one that is not UTF-8 still closes the session.
+func TestPayloadsChecked(t *testing.T) {
+	got := make(chan Message, 2)
+	p := newRawPeer(t, &Listener{Session: Config{PayloadsChecked: true}}, func(s *Session) {
+		for {
+			m, err := s.Receive(context.Background())
+			if err != nil {
+				return
+			}
+			got <- m
+		}
+	})
+	p.send(AppendHandshake(nil, Handshake{Events: testContract.Table()}))
+	p.send(emitFrame("ahp", CodecJSON, `{"half":`))
+	select {
+	case m := <-got:
+		if m.Event != "ahp" || string(m.Payload) != `{"half":` {
+			t.Fatalf("received %+v", m)
+		}
+	case <-ctxT(t).Done():
+		t.Fatal("the payload did not reach the consumer")
+	}
+	p.send(emitFrame("ahp", CodecJSON, "\"\xff\""))
+	if ce := p.closed(); ce.Code != 4004 || !strings.Contains(ce.Reason, "not valid JSON") {
+		t.Fatalf("close %d %q, want 4004 for invalid UTF-8", ce.Code, ce.Reason)
+	}
+}

@@ -53,6 +53,12 @@ type Config struct {
 	// Handlers serve inbound calls (shared by a listener's sessions);
 	// Session.HandleCall and HandleStream add per-session ones, which win.
 	Handlers *Handlers
+	// PayloadsChecked says the consumer parses and validates every JSON
+	// EMIT payload itself (AHP does: rpc.ParseHeader, and the TCP
+	// adapter for tcp/data), so the session checks only that they are
+	// UTF-8, not JSON again (a slow pass over bulk data). Call payloads
+	// are always checked in full.
+	PayloadsChecked bool
 }
 
 // Message is one received EMIT or datagram.
@@ -651,7 +657,7 @@ func (s *Session) receiveEmit(f Frame) error {
 	if f.Codec != ev.Payload {
 		return protoErr("event '%s' declares %s for its payload and the frame carries %s", ev.Name, ev.Payload, f.Codec)
 	}
-	if f.Codec == CodecJSON && (!utf8.Valid(f.Payload) || !json.Valid(f.Payload)) {
+	if f.Codec == CodecJSON && (!utf8.Valid(f.Payload) || !s.cfg.PayloadsChecked && !json.Valid(f.Payload)) {
 		return protoErr("event '%s': the payload is not valid JSON", ev.Name)
 	}
 	s.emitsReceived.Add(1)

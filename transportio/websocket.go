@@ -26,6 +26,19 @@ type WebSocketOptions struct {
 	// CloseWait bounds the closing handshake; the session counts as closed
 	// at once regardless (§3.3). Default 2 s.
 	CloseWait time.Duration
+	// Cork, when set, returns what can hold back the socket's writes so
+	// that each WebSocket message leaves in one system call (the sidecar's
+	// transport.CorkConn under TLS); nil when there is none. It is called
+	// once per socket, with the upgrade request on a server and nil on a
+	// client.
+	Cork func(r *http.Request) Corker
+}
+
+// Corker holds back a connection's writes until Uncork, which sends them
+// together.
+type Corker interface {
+	Cork()
+	Uncork() error
 }
 
 func (o *WebSocketOptions) defaults() {
@@ -62,6 +75,8 @@ type wsCarrier struct {
 	blocked            atomic.Bool  // the reader waits for the application
 	chunks             chan []byte
 	cur                []byte
+	lastSize           int    // capacity hint for the next message (reader)
+	cork               Corker // nil: writes go straight to the socket
 }
 
 // NewWebSocketCarrier wraps an upgraded or dialled socket as the §3.3
@@ -70,6 +85,9 @@ func NewWebSocketCarrier(c *websocket.Conn, remote string, opts WebSocketOptions
 	opts.defaults()
 	c.SetReadLimit(wsReadLimit)
 	w := &wsCarrier{c: c, remote: remote, opts: opts, done: make(chan struct{}), chunks: make(chan []byte, 16)}
+	if opts.Cork != nil {
+		w.cork = opts.Cork(nil)
+	}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	now := time.Now().UnixNano()
 	w.lastSend.Store(now)
@@ -118,7 +136,7 @@ func (w *wsCarrier) Close(code CloseCode, reason string) error {
 func (w *wsCarrier) readLoop() {
 	defer w.wg.Done()
 	for {
-		typ, data, err := w.c.Read(w.ctx)
+		typ, data, err := w.read()
 		if err != nil {
 			var ce websocket.CloseError
 			e := &SessionError{Lost: true, Reason: "connection lost: " + err.Error()}
@@ -154,6 +172,31 @@ func (w *wsCarrier) readLoop() {
 	}
 }
 
+// read reads one message into a fresh buffer sized from the previous one
+// (Conn.Read's io.ReadAll starts small, doubles and clears each step: a
+// third of a receiver's CPU on bulk data). The read limit still applies.
+func (w *wsCarrier) read() (websocket.MessageType, []byte, error) {
+	typ, r, err := w.c.Reader(w.ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	buf := make([]byte, 0, max(w.lastSize, 512))
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			w.lastSize = len(buf) + len(buf)/8
+			return typ, buf, nil
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+	}
+}
+
 // Read is the peer's emit stream.
 func (w *wsCarrier) Read(p []byte) (int, error) {
 	for len(w.cur) == 0 {
@@ -182,7 +225,17 @@ type wsWriter struct{ w *wsCarrier }
 // Write sends p as one binary message. A message carries bytes of the
 // stream; its boundary means nothing (§3.3).
 func (x wsWriter) Write(p []byte) (int, error) {
-	if err := x.w.c.Write(x.w.ctx, websocket.MessageBinary, p); err != nil {
+	var err error
+	if ck := x.w.cork; ck != nil {
+		ck.Cork()
+		err = x.w.c.Write(x.w.ctx, websocket.MessageBinary, p)
+		if uerr := ck.Uncork(); err == nil {
+			err = uerr
+		}
+	} else {
+		err = x.w.c.Write(x.w.ctx, websocket.MessageBinary, p)
+	}
+	if err != nil {
 		return 0, err
 	}
 	x.w.lastSend.Store(time.Now().UnixNano())
@@ -329,7 +382,12 @@ func (l *Listener) WebSocketHandler(serve func(*Session)) http.Handler {
 		if err != nil {
 			return // Accept wrote the HTTP error
 		}
-		car := NewWebSocketCarrier(c, r.RemoteAddr, l.WebSocket)
+		opts := l.WebSocket
+		if opts.Cork != nil {
+			ck := opts.Cork(r)
+			opts.Cork = func(*http.Request) Corker { return ck }
+		}
+		car := NewWebSocketCarrier(c, r.RemoteAddr, opts)
 		if !ok {
 			_ = car.Close(code, reason)
 			car.Wait()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	stdbase64 "encoding/base64"
 	"encoding/json"
 	"errors"
 	"net"
@@ -365,6 +366,37 @@ func FuzzAppendData(f *testing.F) {
 		want, e := base64.StdEncoding.Strict().DecodeString(sp.Data)
 		if e != nil || "x"+string(want) != string(out) || p.Channel != sp.Channel || (p.Offset == nil) != (sp.Offset == nil) || (p.Offset != nil && *p.Offset != *sp.Offset) {
 			t.Fatalf("AppendData %+v %q != json %+v for %q", p, out, sp, b)
+		}
+	})
+}
+
+// FuzzBase64 checks the vector decoder with its canonical-form checks
+// against the strict standard decoder: the same bytes for canonical
+// padded base64 (the text is exactly the encoding of what it decodes to),
+// an error for everything else.
+func FuzzBase64(f *testing.F) {
+	for _, s := range []string{"QQ==", "QR==", "QUI=", "QUJ=", "QUJD", "QU\nJD", "QUJD\r\n", "Q", "QQ=", "QQ==QQ==", "_w==", "////", "A===",
+		strings.Repeat("QUJD", 40) + "\n" + strings.Repeat("QUJD", 8), strings.Repeat("QUJD", 40) + "QR=="} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, s []byte) {
+		got, err := appendBase64([]byte("x"), s)
+		want, serr := stdbase64.StdEncoding.Strict().DecodeString(string(s))
+		canonical := serr == nil && len(s) > 0 && stdbase64.StdEncoding.EncodeToString(want) == string(s)
+		if canonical != (err == nil) {
+			t.Fatalf("%q: canonical %v, appendBase64 error %v", s, canonical, err)
+		}
+		if err != nil {
+			if string(got) != "x" {
+				t.Fatalf("%q: dst changed on error: %q", s, got)
+			}
+			return
+		}
+		if string(got) != "x"+string(want) {
+			t.Fatalf("%q: decoded %q, want %q", s, got[1:], want)
+		}
+		if enc := appendBase64Encode(nil, want); string(enc) != string(s) {
+			t.Fatalf("%q: re-encoded as %q", s, enc)
 		}
 	})
 }

@@ -6,6 +6,9 @@
 #      SIDECAR (binary, default bin/sidecar of this repository)
 #      SIDECAR_PORT (server port, default 47400)
 #      SIDECAR_CONFIG (extra config.hcl text, e.g. a delivery block)
+#      SIDECAR_TRANSPORT (URL scheme/path: wss-ahp (default) wss://HOST/ahp,
+#        wss-tio the transport-io WebSocket mapping, wt WebTransport)
+#      PROFILE_DIR: write CPU profiles serve.pprof and forward.pprof there
 #      LINK_RATE (bytes/s) [LINK_DELAY e.g. 10ms] [SHAPE_PORT]: put an
 #      emulated link (netprobe shape) between the client and the server.
 # Runs in the foreground until SIGTERM; both processes are its children,
@@ -35,7 +38,8 @@ log {
 }
 ${SIDECAR_CONFIG:-}
 CFG
-"$SIDECAR" serve --config "$dir/config.hcl" --token bench-token --state-dir "$dir/state" \
+[ -n "${PROFILE_DIR:-}" ] && mkdir -p "$PROFILE_DIR"
+SIDECAR_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/serve.pprof} "$SIDECAR" serve --config "$dir/config.hcl" --token bench-token --state-dir "$dir/state" \
   >"$dir/serve.out" 2>"$dir/serve.err" &
 spid=$!
 hash=
@@ -58,7 +62,13 @@ args=()
 for m in $MAPS; do
   args+=(-L "127.0.0.1:${m%%:*}:127.0.0.1:${m##*:}")
 done
-"$SIDECAR" forward "wss://127.0.0.1:$connect/ahp" --token bench-token --cert-hash "$hash" "${args[@]}" \
+case ${SIDECAR_TRANSPORT:-wss-ahp} in
+  wss-ahp) url="wss://127.0.0.1:$connect/ahp"; targs=() ;;
+  wss-tio) url="https://127.0.0.1:$connect"; targs=(--transport websocket) ;;
+  wt) url="https://127.0.0.1:$connect"; targs=(--transport webtransport) ;;
+  *) echo "SIDECAR_TRANSPORT: wss-ahp, wss-tio or wt" >&2; exit 2 ;;
+esac
+SIDECAR_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/forward.pprof} "$SIDECAR" forward "$url" "${targs[@]}" --token bench-token --cert-hash "$hash" "${args[@]}" \
   2>"$dir/forward.err" &
 cpid=$!
 wait "$cpid"

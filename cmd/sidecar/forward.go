@@ -19,7 +19,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sidecar-dev/sidecar/client"
-	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -30,20 +29,6 @@ const forwardOpenTimeout = 30 * time.Second
 
 // forwardDrain bounds how long Ctrl-C waits for open channels to close.
 const forwardDrain = 3 * time.Second
-
-// forwardReceive is the windowed-delivery offer of `sidecar forward`: more
-// than the terminal default so that bulk transfers are not window-bound
-// when the host allows it (it lowers both limits to its own delivery
-// settings, 256 KiB / 16 KiB by default). A stalled forwarded connection
-// holds at most one window here.
-var forwardReceive = delivery.Limits{WindowBytes: 1 << 20, MaximumFrameBytes: 64 << 10}
-
-// forwardDial is connFlags.dial offering forwardReceive.
-func forwardDial(ctx context.Context, f *connFlags, url string) (*client.Conn, error) {
-	opts := f.options()
-	opts.Receive = forwardReceive
-	return f.dialOptions(ctx, url, opts)
-}
 
 func forwardCmd() *cobra.Command {
 	var cf connFlags
@@ -200,7 +185,7 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	conn, err := forwardDial(ctx, cf, url)
+	conn, err := cf.dial(ctx, url)
 	if err != nil {
 		return &exitError{code: 255, err: err}
 	}
@@ -367,35 +352,131 @@ func pipe(local *net.TCPConn, remote *client.TCPConn) {
 // serveSOCKS runs a SOCKS5 server on l whose CONNECTs are TCP channels.
 func (fw *forwarder) serveSOCKS(l net.Listener) {
 	defer fw.wg.Done()
-	srv, err := socks5.New(&socks5.Config{
-		Resolver: remoteResolver{},
-		Logger:   log.New(io.Discard, "", 0),
-		Dial: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			host, portStr, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			port, err := strconv.Atoi(portStr)
-			if err != nil {
-				return nil, err
-			}
-			ctx, cancel := context.WithTimeout(ctx, forwardOpenTimeout)
-			defer cancel()
-			remote, err := fw.conn.DialTCP(ctx, host, port)
-			if err != nil {
-				msg := openMessage(err)
-				fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 %s -> %s: open failed: %s\n", l.Addr(), addr, msg)
-				return nil, errors.New(msg) // "refused" maps to the SOCKS reply "connection refused"
-			}
-			return remote, nil
-		},
-	})
+	srv, err := fw.newSOCKS(l.Addr())
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 on %s: %v\n", l.Addr(), err)
 		return
 	}
 	ln := &trackingListener{Listener: l, fw: fw}
 	_ = srv.Serve(ln)
+}
+
+// newSOCKS returns the SOCKS5 server of a -D listening on addr.
+//
+// go-socks5 answers a failed Dial with a reply code chosen from the error
+// text (3, 4 or 5 only), and 2 "connection not allowed by ruleset" only
+// when its RuleSet refuses. So the channel is opened in the RuleSet
+// (socksOpener.Allow), which refuses what the host's policy refused, and
+// Dial hands over what it opened, or fails with the text that makes
+// go-socks5 send socksReply's code.
+func (fw *forwarder) newSOCKS(addr net.Addr) (*socks5.Server, error) {
+	return socks5.New(&socks5.Config{
+		Resolver: remoteResolver{},
+		Rules:    &socksOpener{fw: fw, addr: addr},
+		Logger:   log.New(io.Discard, "", 0),
+		Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			o, ok := ctx.Value(socksOpenedKey{}).(*socksOpened)
+			if !ok { // not through socksOpener.Allow: cannot happen
+				return nil, errors.New("general failure")
+			}
+			if o.err != nil {
+				return nil, o.err
+			}
+			return o.conn, nil
+		},
+	})
+}
+
+// socksOpener is the RuleSet of the SOCKS5 server: it opens the channel of
+// a CONNECT, refuses it (reply 2) if the host's policy refused it, and
+// leaves the result in the context for Dial.
+type socksOpener struct {
+	fw   *forwarder
+	addr net.Addr // the proxy's address, for messages
+}
+
+type socksOpenedKey struct{}
+
+// socksOpened is what socksOpener.Allow leaves for Dial: the channel, or
+// the error that gives the SOCKS5 reply.
+type socksOpened struct {
+	conn net.Conn
+	err  error
+}
+
+func (o *socksOpener) Allow(ctx context.Context, req *socks5.Request) (context.Context, bool) {
+	if req.Command != socks5.ConnectCommand {
+		return ctx, true // go-socks5 answers 7 "command not supported"
+	}
+	host := req.DestAddr.FQDN // names are resolved on the host
+	if host == "" {
+		host = req.DestAddr.IP.String()
+	}
+	dest := net.JoinHostPort(host, strconv.Itoa(req.DestAddr.Port))
+	octx, cancel := context.WithTimeout(ctx, forwardOpenTimeout)
+	remote, err := o.fw.conn.DialTCP(octx, host, req.DestAddr.Port)
+	cancel()
+	if err != nil {
+		reply := socksReply(err)
+		fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 %s -> %s: open failed: %s\n", o.addr, dest, openMessage(err))
+		if reply == socksNotAllowed {
+			return ctx, false
+		}
+		return context.WithValue(ctx, socksOpenedKey{}, &socksOpened{err: socksDialError(reply)}), true
+	}
+	return context.WithValue(ctx, socksOpenedKey{}, &socksOpened{conn: remote}), true
+}
+
+// SOCKS5 reply codes (RFC 1928 section 6) for a CONNECT that failed.
+const (
+	socksGeneralFailure  byte = 1
+	socksNotAllowed      byte = 2 // connection not allowed by ruleset
+	socksNetUnreachable  byte = 3
+	socksHostUnreachable byte = 4
+	socksRefused         byte = 5
+	socksTTLExpired      byte = 6 // also the usual reply for a timeout
+)
+
+// socksReply is the SOCKS5 reply for a DialTCP error. The host says why in
+// the code (PermissionDenied: tcp.allow or a connection limit) and, for
+// TcpConnectionOpenFailed, only in the message, which adapters/tcp's
+// OpenError words; a destination host never contains a space, so the
+// phrases matched below cannot come from the name itself.
+func socksReply(err error) byte {
+	var re *rpc.Error
+	if !errors.As(err, &re) {
+		return socksGeneralFailure // the client side failed (deadline, connection lost)
+	}
+	switch re.Code {
+	case rpc.CodePermissionDenied:
+		return socksNotAllowed
+	case rpc.CodeTCPConnectionOpenFailed:
+	default:
+		return socksGeneralFailure // Overloaded, InvalidParams, ...
+	}
+	switch msg := re.Message; {
+	case strings.HasSuffix(msg, " refused"):
+		return socksRefused
+	case strings.Contains(msg, " timed out"):
+		return socksTTLExpired
+	case strings.Contains(msg, "network is unreachable"):
+		return socksNetUnreachable
+	}
+	return socksHostUnreachable // no route to host, no such host, other failures
+}
+
+// socksDialError is the Dial error that makes go-socks5 send reply (it
+// matches "refused" and "network is unreachable" in the text, and sends 4
+// for anything else). go-socks5 cannot send 1 or 6 for a failed Dial: they
+// become 4, host unreachable.
+func socksDialError(reply byte) error {
+	switch reply {
+	case socksRefused:
+		return errors.New("connection refused")
+	case socksNetUnreachable:
+		return errors.New("network is unreachable")
+	}
+	return errors.New("host unreachable")
 }
 
 // remoteResolver leaves names unresolved: the host resolves them (as
@@ -407,7 +488,9 @@ func (remoteResolver) Resolve(ctx context.Context, _ string) (context.Context, n
 }
 
 // trackingListener registers accepted SOCKS connections so that Ctrl-C
-// closes them.
+// closes them, and counts them in fw.wg until go-socks5 closes them (the
+// last thing its ServeConn does, after closing the channel), so that the
+// drain waits for their channels as it does for -L's.
 type trackingListener struct {
 	net.Listener
 	fw *forwarder
@@ -420,6 +503,7 @@ func (t *trackingListener) Accept() (net.Conn, error) {
 	}
 	tc := c.(*net.TCPConn)
 	t.fw.track(tc, true)
+	t.fw.wg.Add(1) // serveSOCKS's own count is held: never Add from zero during Wait
 	return &untrackOnClose{TCPConn: tc, fw: t.fw}, nil
 }
 
@@ -430,8 +514,12 @@ type untrackOnClose struct {
 }
 
 func (u *untrackOnClose) Close() error {
-	u.once.Do(func() { u.fw.track(u.TCPConn, false) })
-	return u.TCPConn.Close()
+	err := u.TCPConn.Close()
+	u.once.Do(func() {
+		u.fw.track(u.TCPConn, false)
+		u.fw.wg.Done()
+	})
+	return err
 }
 
 // defaultBind is ssh's default bind address for forwardings: loopback.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 
@@ -40,7 +41,9 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(serveCmd(), runCmd(), attachCmd(), lsCmd(), tokenCmd(), certCmd(), forwardCmd(), stdioCmd(), topCmd(), killCmd())
+	stopProfile := startProfile()
 	err := root.Execute()
+	stopProfile()
 	if err == nil {
 		return
 	}
@@ -53,4 +56,28 @@ func main() {
 	}
 	fmt.Fprintln(os.Stderr, "sidecar:", err)
 	os.Exit(1)
+}
+
+// startProfile writes a CPU profile of the whole run to $SIDECAR_CPUPROFILE
+// when it is set (for benchmarks: go tool pprof bin/sidecar FILE), and
+// returns what stops it.
+func startProfile() func() {
+	path := os.Getenv("SIDECAR_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sidecar: SIDECAR_CPUPROFILE:", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintln(os.Stderr, "sidecar: SIDECAR_CPUPROFILE:", err)
+		_ = f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
 }

@@ -125,12 +125,13 @@ func serve(configFile, listen, token, stateDir string) error {
 	}
 	hs := &http.Server{
 		Handler:           mux,
+		ConnContext:       transport.CorkContext,
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12},
 		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.ServeTLS(ln, "", "") }()
+	go func() { serveErr <- hs.ServeTLS(transport.CorkListener(ln), "", "") }()
 
 	connectHost := addr.IP.String()
 	if addr.IP.IsUnspecified() {
@@ -175,10 +176,11 @@ func serve(configFile, listen, token, stateDir string) error {
 }
 
 // readLimit bounds one incoming message in UTF-8 bytes: a frame is at most
-// maximum_frame_bytes UTF-16 bytes, i.e. at most 3/2 as many UTF-8 bytes,
-// and requests are small; 1 MiB covers both with room.
+// maximum_frame_bytes UTF-16 bytes (delivery's, or tcp's on TCP channels),
+// i.e. at most 3/2 as many UTF-8 bytes, and requests are small; 1 MiB
+// covers them with room.
 func readLimit(cfg *config.Config) int64 {
-	return max(cfg.Delivery.MaximumFrameBytes*2, 1<<20)
+	return max(max(cfg.Delivery.MaximumFrameBytes, cfg.TCP.MaximumFrameBytes)*2, 1<<20)
 }
 
 // originHosts turns configured origins (https://host:port) into the host

@@ -1,0 +1,12 @@
+package client
+
+import "time"
+
+// SetTuneRTT sets the round trip t's window tuning compares with, so
+// tests can make every window count as consumed fast (a long one) or
+// never (zero disables growth by making no window fast enough).
+func SetTuneRTT(t *TCPConn, d time.Duration) {
+	t.tune.mu.Lock()
+	t.tune.rtt = d
+	t.tune.mu.Unlock()
+}

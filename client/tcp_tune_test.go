@@ -1,0 +1,111 @@
+package client_test
+
+import (
+	"crypto/sha256"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/sidecar-dev/sidecar/client"
+	"github.com/sidecar-dev/sidecar/config"
+	"github.com/sidecar-dev/sidecar/delivery"
+)
+
+// sourceServer accepts one connection and writes n bytes of a fixed
+// pattern to it, then closes; it returns the port and the pattern's
+// SHA-256.
+func sourceServer(t *testing.T, n int) (int, [32]byte) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	chunk := make([]byte, 64<<10)
+	for i := range chunk {
+		chunk[i] = byte(i*31 + i>>8)
+	}
+	h := sha256.New()
+	for left := n; left > 0; left -= len(chunk) {
+		h.Write(chunk[:min(left, len(chunk))])
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for left := n; left > 0; left -= len(chunk) {
+			if _, err := c.Write(chunk[:min(left, len(chunk))]); err != nil {
+				return
+			}
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port, sum
+}
+
+// TestTCPWindowGrows: a download whose every window is consumed "within
+// the round trips" doubles its window by re-subscribing, with frames of a
+// window/8, until the host's tcp maxima; the bytes arrive exactly.
+func TestTCPWindowGrows(t *testing.T) {
+	const total = 24 << 20
+	port, want := sourceServer(t, total)
+	p := newPair(t, client.Options{}, func(c *config.Config) {
+		c.TCP.WindowBytes = 2 << 20
+		c.TCP.MaximumFrameBytes = 128 << 10
+	})
+	ctx := testCtx(t)
+	if err := p.c.Initialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := p.c.DialTCP(ctx, "127.0.0.1", port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	if in, _ := tc.Limits(); in != client.DefaultTCPReceive {
+		t.Fatalf("first limits %+v, want %+v", in, client.DefaultTCPReceive)
+	}
+	client.SetTuneRTT(tc, time.Hour)
+	h := sha256.New()
+	n, err := io.Copy(h, tc)
+	if err != nil || n != total {
+		t.Fatalf("copied %d, %v; want %d", n, err, total)
+	}
+	if [32]byte(h.Sum(nil)) != want {
+		t.Fatal("SHA-256 differs")
+	}
+	in, out := tc.Limits()
+	wantLimits := delivery.Limits{WindowBytes: 2 << 20, MaximumFrameBytes: 128 << 10}
+	if in != wantLimits || out != wantLimits {
+		t.Fatalf("limits after the transfer: clientReceive %+v hostReceive %+v, want both %+v", in, out, wantLimits)
+	}
+}
+
+// TestTCPWindowStaysWhenSlow: with no window consumed fast enough (a zero
+// round trip), the limits stay at the first offer.
+func TestTCPWindowStaysWhenSlow(t *testing.T) {
+	const total = 8 << 20
+	port, want := sourceServer(t, total)
+	p := newPair(t, client.Options{}, nil)
+	ctx := testCtx(t)
+	if err := p.c.Initialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := p.c.DialTCP(ctx, "127.0.0.1", port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	client.SetTuneRTT(tc, 0)
+	h := sha256.New()
+	if n, err := io.Copy(h, tc); err != nil || n != total || [32]byte(h.Sum(nil)) != want {
+		t.Fatalf("copied %d, %v", n, err)
+	}
+	if in, out := tc.Limits(); in != client.DefaultTCPReceive || out != client.DefaultTCPReceive {
+		t.Fatalf("limits %+v / %+v changed, want %+v", in, out, client.DefaultTCPReceive)
+	}
+}

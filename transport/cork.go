@@ -1,0 +1,128 @@
+package transport
+
+import (
+	"context"
+	"net"
+	"sync"
+)
+
+// CorkConn is a net.Conn whose writes can be held back and sent together:
+// between Cork and Uncork, Write appends to a buffer, and Uncork sends it
+// in one system call. It sits under TLS, so that a WebSocket message
+// (which coder/websocket hands to TLS in 4 KiB pieces through its bufio
+// writer, one TLS record and one write(2) each) leaves in one write of
+// all its records. The buffer is bounded (corkMaxBytes: past it the
+// buffer is sent at once) and returned to a pool on Uncork, so an idle
+// connection holds none.
+//
+// Writes from other goroutines while corked (a pong, a close frame) join
+// the buffer in order; every Write is safe for concurrent use, as
+// net.Conn requires.
+type CorkConn struct {
+	net.Conn
+	mu     sync.Mutex
+	corked bool
+	buf    *[]byte
+}
+
+// corkMaxBytes bounds what a CorkConn holds back (UTF-8 bytes on the wire).
+const corkMaxBytes = 512 << 10
+
+var corkBufs = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+// NotSentLowat bounds the unsent bytes the kernel queues on a CorkConn's
+// TCP socket (Linux TCP_NOTSENT_LOWAT): 128 KiB, a few messages.
+const NotSentLowat = 128 << 10
+
+// NewCorkConn wraps c, and bounds its socket's unsent bytes to
+// NotSentLowat.
+func NewCorkConn(c net.Conn) *CorkConn {
+	setNotSentLowat(c, NotSentLowat)
+	return &CorkConn{Conn: c}
+}
+
+// Cork holds back the writes that follow until Uncork.
+func (c *CorkConn) Cork() {
+	c.mu.Lock()
+	c.corked = true
+	c.mu.Unlock()
+}
+
+// Uncork sends what was held back, in one write, and lets writes through
+// again. It returns the write's error.
+func (c *CorkConn) Uncork() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.corked = false
+	return c.flushLocked()
+}
+
+func (c *CorkConn) flushLocked() error {
+	if c.buf == nil {
+		return nil
+	}
+	b := c.buf
+	c.buf = nil
+	_, err := c.Conn.Write(*b)
+	if cap(*b) <= corkMaxBytes+64<<10 {
+		*b = (*b)[:0]
+		corkBufs.Put(b)
+	}
+	return err
+}
+
+// Write implements net.Conn.
+func (c *CorkConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.corked {
+		return c.Conn.Write(p)
+	}
+	if c.buf != nil && len(*c.buf)+len(p) > corkMaxBytes {
+		if err := c.flushLocked(); err != nil {
+			return 0, err
+		}
+	}
+	if len(p) > corkMaxBytes {
+		return c.Conn.Write(p)
+	}
+	if c.buf == nil {
+		c.buf = corkBufs.Get().(*[]byte)
+	}
+	*c.buf = append(*c.buf, p...)
+	return len(p), nil
+}
+
+// CorkListener returns a listener whose connections are *CorkConn.
+func CorkListener(ln net.Listener) net.Listener { return corkListener{ln} }
+
+type corkListener struct{ net.Listener }
+
+func (l corkListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return NewCorkConn(c), nil
+}
+
+type corkKey struct{}
+
+// CorkContext is an http.Server ConnContext: it records the connection's
+// *CorkConn (under TLS or not) in the context of its requests, where the
+// WebSocket handlers find it.
+func CorkContext(ctx context.Context, c net.Conn) context.Context {
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = nc.NetConn()
+	}
+	if cc, ok := c.(*CorkConn); ok {
+		return context.WithValue(ctx, corkKey{}, cc)
+	}
+	return ctx
+}
+
+// corkFrom returns the *CorkConn recorded by CorkContext, or nil.
+func corkFrom(ctx context.Context) *CorkConn {
+	cc, _ := ctx.Value(corkKey{}).(*CorkConn)
+	return cc
+}
