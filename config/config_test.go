@@ -383,10 +383,11 @@ func TestLoadJSON(t *testing.T) {
 func TestValidateInCode(t *testing.T) {
 	c := Default()
 	c.Delivery.MaximumFrameBytes = 100
+	c.TCP.MaximumFrameBytes = 1 << 20
 	c.Terminal.Env = map[string]string{"A=B": "x"}
 	err := c.Validate()
 	var ce *Error
-	if !errors.As(err, &ce) || len(ce.Diagnostics) != 2 {
+	if !errors.As(err, &ce) || len(ce.Diagnostics) != 3 {
 		t.Fatalf("err = %v", err)
 	}
 	for _, d := range ce.Diagnostics {
@@ -394,7 +395,8 @@ func TestValidateInCode(t *testing.T) {
 			t.Errorf("unexpected position %+v", d)
 		}
 	}
-	if !strings.Contains(err.Error(), "\nInvalid delivery.maximum_frame_bytes: ") {
+	if !strings.Contains(err.Error(), "\nInvalid delivery.maximum_frame_bytes: ") ||
+		!strings.Contains(err.Error(), "Invalid tcp.maximum_frame_bytes: must be from 1024 to 524288 UTF-16 bytes") {
 		t.Errorf("Error() = %q", err)
 	}
 }

@@ -1041,3 +1041,35 @@ func TestRunStopsOnCancelWhileDataReady(t *testing.T) {
 		t.Fatalf("Run = %v after cancel, want context.Canceled", err)
 	}
 }
+
+// sizedSource is a listSource that states each message's size.
+type sizedSource struct {
+	listSource
+	size delivery.UTF16Bytes
+}
+
+func (s *sizedSource) NextSized() ([]byte, delivery.UTF16Bytes) {
+	m := s.Next()
+	if m == nil {
+		return nil, 0
+	}
+	return m, s.size
+}
+
+// TestSizedSource: the Scheduler debits the size a SizedSource states
+// instead of measuring the text (here a size that measuring would not
+// give, to tell them apart).
+func TestSizedSource(t *testing.T) {
+	s := delivery.NewScheduler(delivery.SchedulerConfig{})
+	msg := []byte(`{"jsonrpc":"2.0","method":"action","params":{"channel":"C"}}`)
+	src := &sizedSource{listSource: listSource{msgs: [][]byte{msg}}, size: 1000}
+	st := s.AddStream("C", delivery.Limits{WindowBytes: 4096, MaximumFrameBytes: 1024}, src)
+	w := newStepWriter()
+	run(t, s, w)
+	if got := w.take(t); got != string(msg) {
+		t.Fatalf("wrote %s", got)
+	}
+	if sent, _, _ := st.Window(); sent != 1000 {
+		t.Fatalf("sent %d UTF-16 bytes, want the stated 1000 (measured: %d)", sent, delivery.Measure(msg))
+	}
+}

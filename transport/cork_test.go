@@ -1,0 +1,80 @@
+package transport
+
+import (
+	"bytes"
+	"net"
+	"sync"
+	"testing"
+)
+
+// countConn records every Write that reaches the socket.
+type countConn struct {
+	net.Conn
+	mu     sync.Mutex
+	writes []int
+	buf    bytes.Buffer
+}
+
+func (c *countConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writes = append(c.writes, len(p))
+	c.buf.Write(p)
+	return len(p), nil
+}
+
+// TestCorkConn: corked writes leave in one write at Uncork, in order;
+// uncorked ones go straight through; what is held back never exceeds
+// corkMaxBytes (a larger total is sent in pieces of at most that), and
+// the buffer is given back on Uncork.
+func TestCorkConn(t *testing.T) {
+	under := &countConn{}
+	c := &CorkConn{Conn: under}
+	if _, err := c.Write([]byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	c.Cork()
+	for _, s := range []string{"bb", "ccc", "dddd"} {
+		if _, err := c.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(under.writes) != 1 {
+		t.Fatalf("writes while corked reached the socket: %v", under.writes)
+	}
+	if err := c.Uncork(); err != nil {
+		t.Fatal(err)
+	}
+	if got := under.buf.String(); got != "abbcccdddd" || len(under.writes) != 2 || under.writes[1] != 9 {
+		t.Fatalf("socket got %q in writes %v, want abbcccdddd in [1 9]", got, under.writes)
+	}
+	if c.buf != nil {
+		t.Fatal("buffer kept after Uncork")
+	}
+
+	under.writes, c.corked = nil, false
+	under.buf.Reset()
+	c.Cork()
+	piece := bytes.Repeat([]byte("x"), 100<<10)
+	for range 12 { // 1.2 MiB
+		if _, err := c.Write(piece); err != nil {
+			t.Fatal(err)
+		}
+		if c.buf != nil && len(*c.buf) > corkMaxBytes {
+			t.Fatalf("holding %d bytes, bound %d", len(*c.buf), corkMaxBytes)
+		}
+	}
+	if err := c.Uncork(); err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, n := range under.writes {
+		if n > corkMaxBytes {
+			t.Fatalf("a write of %d bytes, bound %d", n, corkMaxBytes)
+		}
+		total += n
+	}
+	if total != 12*len(piece) || len(under.writes) != 3 {
+		t.Fatalf("writes %v (total %d), want 3 writes of 1228800 bytes in all", under.writes, total)
+	}
+}
