@@ -277,7 +277,7 @@ func newConn(mc transport.MessageConn, opts Options) *Conn {
 	}
 	c := &Conn{
 		mc: mc, opts: opts, clientID: id,
-		sched:   delivery.NewScheduler(delivery.SchedulerConfig{}),
+		sched:   delivery.NewScheduler(delivery.SchedulerConfig{WriterReleases: transport.WriteReleases(mc)}),
 		done:    make(chan struct{}),
 		pending: map[uint64]chan response{},
 		subs:    map[string]*Subscription{},

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"unsafe"
+
+	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
 
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -178,13 +181,14 @@ func (s *Subscription) Next(ctx context.Context) (*Message, error) {
 // subscription; the delivery engine sends it within hostReceive. It
 // blocks while maxOutQueueBytes are already waiting.
 func (s *Subscription) Send(ctx context.Context, text []byte) error {
-	return s.src.push(ctx, text, delivery.Measure(text), s.c.done)
+	return s.src.push(ctx, text, delivery.Measure(text), false, s.c.done)
 }
 
 // sendSized is Send for a message whose exact size in UTF-16 bytes the
-// caller knows (tcp/data from its Encoder).
+// caller knows (tcp/data from its Encoder), built in a buffer from
+// adapters/tcp.Buffer that may be recycled once written.
 func (s *Subscription) sendSized(ctx context.Context, text []byte, size delivery.UTF16Bytes) error {
-	return s.src.push(ctx, text, size, s.c.done)
+	return s.src.push(ctx, text, size, true, s.c.done)
 }
 
 // Dispatch sends dispatchAction with the next clientSeq and returns it.
@@ -283,26 +287,28 @@ func (q *msgQueue) close(err error) {
 
 // outQueue is the Source of our outbound data on one subscription.
 type outQueue struct {
-	mu     sync.Mutex
-	items  []sizedText
-	bytes  int           // UTF-8 bytes queued
-	space  chan struct{} // 1-slot: room freed
-	stream *delivery.Stream
+	mu         sync.Mutex
+	recyclable []byte // the message NextSized returned last, if its buffer may be reused
+	items      []sizedText
+	bytes      int           // UTF-8 bytes queued
+	space      chan struct{} // 1-slot: room freed
+	stream     *delivery.Stream
 }
 
 func newOutQueue() *outQueue { return &outQueue{space: make(chan struct{}, 1)} }
 
 // sizedText is a queued message and its size in UTF-16 bytes.
 type sizedText struct {
-	text []byte
-	size delivery.UTF16Bytes
+	text    []byte
+	size    delivery.UTF16Bytes
+	recycle bool // text's buffer may be reused once written
 }
 
-func (q *outQueue) push(ctx context.Context, text []byte, size delivery.UTF16Bytes, done <-chan struct{}) error {
+func (q *outQueue) push(ctx context.Context, text []byte, size delivery.UTF16Bytes, recycle bool, done <-chan struct{}) error {
 	for {
 		q.mu.Lock()
 		if q.bytes == 0 || q.bytes+len(text) <= maxOutQueueBytes {
-			q.items = append(q.items, sizedText{text, size})
+			q.items = append(q.items, sizedText{text, size, recycle})
 			q.bytes += len(text)
 			st := q.stream
 			q.mu.Unlock()
@@ -336,6 +342,19 @@ func (q *outQueue) Next() []byte {
 	return t
 }
 
+// Recycle implements delivery.Recycler: the buffer of a tcp/data message
+// TCPConn built (sendSized with recycle) goes back to the pool; other
+// messages are left alone (their senders may still hold them).
+func (q *outQueue) Recycle(text []byte) {
+	q.mu.Lock()
+	ok := q.recyclable != nil && unsafe.SliceData(q.recyclable) == unsafe.SliceData(text)
+	q.recyclable = nil
+	q.mu.Unlock()
+	if ok {
+		tcpadapter.Recycle(text)
+	}
+}
+
 // NextSized implements delivery.SizedSource: the sizes were measured (or
 // known) when the messages were queued, outside the writer goroutine.
 func (q *outQueue) NextSized() ([]byte, delivery.UTF16Bytes) {
@@ -348,6 +367,10 @@ func (q *outQueue) NextSized() ([]byte, delivery.UTF16Bytes) {
 	q.items[0] = sizedText{}
 	q.items = q.items[1:]
 	q.bytes -= len(t.text)
+	q.recyclable = nil
+	if t.recycle {
+		q.recyclable = t.text
+	}
 	select {
 	case q.space <- struct{}{}:
 	default:

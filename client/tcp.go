@@ -377,7 +377,7 @@ func (t *TCPConn) Write(p []byte) (int, error) {
 			return written, errors.New("client: hostReceive.maximumFrameBytes too small for tcp/data")
 		}
 		n = min(n, len(p))
-		text := t.enc.AppendData(make([]byte, 0, t.enc.DataLen(t.sendOff, n)), t.sendOff, p[:n])
+		text := t.enc.AppendData(tcpadapter.Buffer(t.enc.DataLen(t.sendOff, n)), t.sendOff, p[:n])
 		if err := t.sub.sendSized(t.ctx, text, t.enc.DataSize(len(text))); err != nil {
 			if t.isReset() {
 				return written, ErrTCPReset

@@ -39,6 +39,16 @@ type SizedSource interface {
 	NextSized() ([]byte, UTF16Bytes)
 }
 
+// Recycler is a Source that reuses the buffers of its messages: when the
+// MessageWriter is done with a message once WriteMessage returns
+// (SchedulerConfig.WriterReleases), the Scheduler hands each whole message
+// the Source built back to Recycle after writing it (never a fragment of
+// it). Recycle is called from the writer goroutine and must not block.
+type Recycler interface {
+	Source
+	Recycle(text []byte)
+}
+
 // SchedulerConfig bounds one connection's outbound queues.
 type SchedulerConfig struct {
 	// ProtectedMessages bounds responses, errors and channel/gap (seed 003's
@@ -60,6 +70,10 @@ type SchedulerConfig struct {
 	// OnSent, if set, is called from the writer goroutine after each message
 	// is written (for metrics and tests).
 	OnSent func(text []byte)
+	// WriterReleases says the MessageWriter keeps no reference to a
+	// message once WriteMessage returns (it wrote or copied it), so
+	// Recycler sources may reuse their buffers.
+	WriterReleases bool
 }
 
 // DefaultSchedulerConfig returns the bounds used when a field is zero.
@@ -106,8 +120,9 @@ type Scheduler struct {
 	flushErr error
 
 	// Owned by the writer goroutine.
-	rr         int  // index into the participant ring
-	fresh      bool // the participant at rr has not had its quantum yet
+	recycle    Recycler // the source of the message next returned, if it recycles
+	rr         int      // index into the participant ring
+	fresh      bool     // the participant at rr has not had its quantum yet
 	ordDeficit UTF16Bytes
 }
 
@@ -313,12 +328,17 @@ func (s *Scheduler) Run(ctx context.Context, w MessageWriter) error {
 		if err != nil {
 			return err
 		}
+		rec := s.recycle
+		s.recycle = nil
 		if err := w.WriteMessage(ctx, text); err != nil {
 			s.Close(err)
 			return err
 		}
 		if s.cfg.OnSent != nil {
 			s.cfg.OnSent(text)
+		}
+		if rec != nil && s.cfg.WriterReleases {
+			rec.Recycle(text)
 		}
 	}
 }

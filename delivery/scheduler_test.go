@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1071,5 +1072,58 @@ func TestSizedSource(t *testing.T) {
 	}
 	if sent, _, _ := st.Window(); sent != 1000 {
 		t.Fatalf("sent %d UTF-16 bytes, want the stated 1000 (measured: %d)", sent, delivery.Measure(msg))
+	}
+}
+
+// recycleSource is a listSource that records what it gets back.
+type recycleSource struct {
+	listSource
+	mu   sync.Mutex
+	back []string
+}
+
+func (s *recycleSource) Recycle(text []byte) {
+	s.mu.Lock()
+	s.back = append(s.back, string(text))
+	s.mu.Unlock()
+}
+
+func (s *recycleSource) recycled() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.back...)
+}
+
+// TestRecycle: with WriterReleases, a Recycler gets each whole message
+// back once it was written, and never a message that went out in
+// fragments; without it, nothing comes back.
+func TestRecycle(t *testing.T) {
+	whole := `{"jsonrpc":"2.0","method":"action","params":{"channel":"C","n":1}}`
+	big := newRepeat("y", 1500).text // over the 1024-byte frame: fragments
+	for _, releases := range []bool{true, false} {
+		s := delivery.NewScheduler(delivery.SchedulerConfig{WriterReleases: releases})
+		src := &recycleSource{listSource: listSource{msgs: [][]byte{[]byte(whole), big}}}
+		s.AddStream("C", delivery.Limits{WindowBytes: 1 << 20, MaximumFrameBytes: 1024}, src)
+		w := newStepWriter()
+		stop := run(t, s, w)
+		if got := w.take(t); got != whole {
+			t.Fatalf("first write %s", got)
+		}
+		for i := 0; ; i++ { // the fragments of big, up to the final one
+			if i > 10 {
+				t.Fatal("no final fragment")
+			}
+			if strings.Contains(w.take(t), `"final":true`) {
+				break
+			}
+		}
+		_ = stop()
+		want := []string(nil)
+		if releases {
+			want = []string{whole}
+		}
+		if got := src.recycled(); !slices.Equal(got, want) {
+			t.Fatalf("WriterReleases %v: recycled %q, want %q", releases, got, want)
+		}
 	}
 }

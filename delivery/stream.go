@@ -25,6 +25,7 @@ type Stream struct {
 	frag    *Fragmenter
 	pending []byte // built, debited, not yet handed to the transport
 	pendSz  UTF16Bytes
+	whole   bool // pending is a message from src, not a fragment
 	deficit UTF16Bytes
 }
 
@@ -190,7 +191,9 @@ func (st *Stream) ready() *readyFrame {
 			return nil
 		}
 		if size <= limits.MaximumFrameBytes {
-			return st.debit(msg, size)
+			r := st.debit(msg, size)
+			st.whole = r != nil
+			return r
 		}
 		st.frag = NewFragmenter(st.channel, msg)
 	}
@@ -242,6 +245,12 @@ func (st *Stream) debit(text []byte, size UTF16Bytes) *readyFrame {
 func (st *Stream) take() []byte {
 	t := st.pending
 	st.pending, st.pendSz = nil, 0
+	if st.whole {
+		st.whole = false
+		if r, ok := st.src.(Recycler); ok {
+			st.sched.recycle = r
+		}
+	}
 	return t
 }
 

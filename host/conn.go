@@ -47,6 +47,7 @@ func newConn(s *Server, mc transport.MessageConn) *conn {
 		ProtectedMessages: s.cfg.Delivery.ProtectedQueueMessages,
 		OrdinaryMessages:  s.cfg.Delivery.OrdinaryQueueMessages,
 		Quantum:           delivery.UTF16Bytes(s.cfg.Delivery.MaximumFrameBytes),
+		WriterReleases:    transport.WriteReleases(mc),
 	})
 	return c
 }

@@ -487,7 +487,7 @@ func (tc *tcpConn) readLoop() {
 			var total delivery.UTF16Bytes
 			for p, o := buf[:nr], off; len(p) > 0; {
 				k := min(len(p), tc.enc.MaxPayload(o, lim.MaximumFrameBytes))
-				text := tc.enc.AppendData(make([]byte, 0, tc.enc.DataLen(o, k)), o, p[:k])
+				text := tc.enc.AppendData(tcpadapter.Buffer(tc.enc.DataLen(o, k)), o, p[:k])
 				size := tc.enc.DataSize(len(text))
 				msgs = append(msgs, tcpSlot{text: text, size: size})
 				total += size
@@ -720,6 +720,10 @@ func (src *tcpSource) NextSized() ([]byte, delivery.UTF16Bytes) {
 	}
 	return nil, 0
 }
+
+// Recycle implements delivery.Recycler: tcp/data buffers go back to the
+// pool once written (the snapshot and tcp/eof are too small to keep).
+func (src *tcpSource) Recycle(text []byte) { tcpadapter.Recycle(text) }
 
 // Next implements delivery.Source.
 func (src *tcpSource) Next() []byte {

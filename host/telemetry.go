@@ -457,6 +457,9 @@ func (c *countingConn) ReadMessage(ctx context.Context) ([]byte, error) {
 	return b, err
 }
 
+// WriteReleases implements transport.Releaser as the wrapped conn does.
+func (c *countingConn) WriteReleases() bool { return transport.WriteReleases(c.MessageConn) }
+
 func (c *countingConn) WriteMessage(ctx context.Context, text []byte) error {
 	err := c.MessageConn.WriteMessage(ctx, text)
 	if err == nil {

@@ -58,6 +58,10 @@ func (c *tioConn) WriteMessage(ctx context.Context, text []byte) error {
 	return tioError(c.s.EmitWait(ctx, AHPEvent, text, EmitQueueMark))
 }
 
+// WriteReleases implements Releaser: the session copies each payload into
+// its EMIT frame.
+func (c *tioConn) WriteReleases() bool { return true }
+
 func (c *tioConn) Close(code CloseCode, reason string) error {
 	tc, r := ToTIOClose(code, reason)
 	err := c.s.Close(tc, r)

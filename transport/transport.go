@@ -28,6 +28,19 @@ type MessageConn interface {
 	Peer() string
 }
 
+// Releaser is implemented by MessageConns whose WriteMessage keeps no
+// reference to text once it returns (it was written, or copied into a
+// frame): the caller may reuse the buffer.
+type Releaser interface {
+	WriteReleases() bool
+}
+
+// WriteReleases reports whether mc implements Releaser and says so.
+func WriteReleases(mc MessageConn) bool {
+	r, ok := mc.(Releaser)
+	return ok && r.WriteReleases()
+}
+
 // CloseCode is why a connection ends, as the WebSocket close code on /ahp.
 type CloseCode int
 

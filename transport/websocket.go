@@ -85,6 +85,10 @@ func (w *wsConn) WriteMessage(ctx context.Context, text []byte) error {
 	return err
 }
 
+// WriteReleases implements Releaser: coder/websocket writes (or copies)
+// the message before Write returns.
+func (w *wsConn) WriteReleases() bool { return true }
+
 func (w *wsConn) Close(code CloseCode, reason string) error {
 	return w.c.Close(websocket.StatusCode(code), TruncateReason(reason, 123))
 }

@@ -397,7 +397,26 @@ func (s *Session) emitFrame(event string, payload []byte) ([]byte, error) {
 	if err := f.Check(); err != nil {
 		return nil, err
 	}
-	return AppendFrame(make([]byte, 0, f.Len()), f), nil
+	return AppendFrame(getFrame(f.Len()), f), nil
+}
+
+// frames recycles EMIT frame buffers: the writer copies queued frames
+// into its batch, after which they are free (a bulk emit lane otherwise
+// allocates and clears one buffer of up to 1 MiB per message).
+var frames sync.Pool
+
+func getFrame(n int) []byte {
+	if p, ok := frames.Get().(*[]byte); ok && cap(*p) >= n {
+		return (*p)[:0]
+	}
+	return make([]byte, 0, n)
+}
+
+func putFrame(b []byte) {
+	if c := cap(b); c >= 4<<10 && c <= FrameHeaderLen+MaxPayload {
+		b = b[:0]
+		frames.Put(&b)
+	}
 }
 
 // Emit queues one EMIT without waiting. The emit lane never discards: a
@@ -512,6 +531,7 @@ func (s *Session) writer() {
 		buf = buf[:0]
 		for n < len(s.q) && (n == 0 || len(buf)+len(s.q[n]) <= maxWriteBatch) {
 			buf = append(buf, s.q[n]...)
+			putFrame(s.q[n])
 			s.q[n] = nil
 			n++
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/segmentio/asm/base64"
 
@@ -56,6 +57,30 @@ func (e *Encoder) AppendData(dst []byte, off DecodedOffset, p []byte) []byte {
 	dst = append(dst, dataMid...)
 	dst = appendBase64Encode(dst, p)
 	return append(dst, dataSuffix...)
+}
+
+// msgBufs recycles the buffers of tcp/data messages once the transport
+// has written them (delivery.Recycler): a bulk transfer otherwise
+// allocates, clears and faults in a fresh buffer of up to a frame for
+// every message.
+var msgBufs sync.Pool
+
+// Buffer returns an empty buffer with room for n bytes, recycled when one
+// is free.
+func Buffer(n int) []byte {
+	if p, ok := msgBufs.Get().(*[]byte); ok && cap(*p) >= n {
+		return (*p)[:0]
+	}
+	return make([]byte, 0, n)
+}
+
+// Recycle gives a message's buffer back for Buffer (buffers over 1 MiB or
+// under 4 KiB are left to the collector). The caller must not use b again.
+func Recycle(b []byte) {
+	if c := cap(b); c >= 4<<10 && c <= 1<<20 {
+		b = b[:0]
+		msgBufs.Put(&b)
+	}
 }
 
 // DataSize returns the exact size in UTF-16 bytes of a tcp/data message
