@@ -88,11 +88,12 @@ type TCPConn struct {
 const tuneRTTs = 4
 
 // tuneAfter is how much a direction must have consumed (UTF-16 bytes;
-// about 12 MiB of stream bytes) before its window may grow: more than the
-// local socket's buffers can absorb (Linux grows a send buffer to 4 MiB),
-// so that a reader that never reads, whose first megabytes vanish into
-// those buffers at once, does not look fast.
-const tuneAfter = 32 << 20
+// about 6 MiB of stream bytes) before its window may grow when the
+// reader's backlog cannot be seen (SetBacklog): more than a socket's
+// buffers usually absorb (Linux grows a send buffer to 4 MiB), so that a
+// reader that never reads, whose first megabytes vanish into those buffers
+// at once, rarely looks fast.
+const tuneAfter = 16 << 20
 
 // tcpTuner is the state of one TCPConn's window tuning.
 type tcpTuner struct {
@@ -101,7 +102,8 @@ type tcpTuner struct {
 	cur     delivery.Limits // the limits last offered
 	max     delivery.Limits
 	growing bool
-	in, out tuneEpoch // received bytes released, sent bytes credited
+	in, out tuneEpoch  // received bytes released, sent bytes credited
+	backlog func() int // bytes our reader has not taken yet (SetBacklog)
 }
 
 // tuneEpoch is where a direction's current measurement began.
@@ -122,7 +124,12 @@ func (tu *tcpTuner) init(rtt time.Duration, cur, maxLimits delivery.Limits) {
 func (t *TCPConn) maybeGrow(e *tuneEpoch, consumed delivery.UTF16Bytes) {
 	tu := &t.tune
 	tu.mu.Lock()
-	if consumed < tuneAfter {
+	after := delivery.UTF16Bytes(tuneAfter)
+	var backlog func() int
+	if e == &tu.in && tu.backlog != nil {
+		after, backlog = 0, tu.backlog // the reader's own backlog tells a stall
+	}
+	if consumed < after {
 		e.base = consumed // the epochs start once the socket buffers are full
 		e.start = time.Now()
 		tu.mu.Unlock()
@@ -138,6 +145,12 @@ func (t *TCPConn) maybeGrow(e *tuneEpoch, consumed delivery.UTF16Bytes) {
 	next := delivery.Limits{
 		WindowBytes:       min(2*tu.cur.WindowBytes, tu.max.WindowBytes),
 		MaximumFrameBytes: min(max(tu.cur.MaximumFrameBytes, 2*tu.cur.WindowBytes/tcpFramesPerWindow), tu.max.MaximumFrameBytes),
+	}
+	if fast && backlog != nil && backlog() > int(tu.cur.WindowBytes/8) {
+		// Taken fast, but into a socket buffer its reader is not
+		// emptying (more than about a third of a window's stream bytes
+		// wait there): the reader is the bottleneck, not the window.
+		fast = false
 	}
 	if !fast || tu.growing || next == tu.cur || next.WindowBytes < tu.cur.WindowBytes {
 		tu.mu.Unlock()
@@ -204,6 +217,18 @@ func (c *Conn) DialTCP(ctx context.Context, host string, port int) (*TCPConn, er
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t, nil
+}
+
+// SetBacklog gives the window tuning a way to see how many received bytes
+// the final reader has not taken yet, e.g. the unsent bytes of the local
+// socket WriteTo writes to (TCPBacklog). With it, the receive window grows
+// from the first bytes on, but never while that backlog is more than a
+// third of a window (a stalled reader whose socket buffers still absorb
+// data looks fast otherwise); without it, only after tuneAfter bytes.
+func (t *TCPConn) SetBacklog(f func() int) {
+	t.tune.mu.Lock()
+	t.tune.backlog = f
+	t.tune.mu.Unlock()
 }
 
 // Limits returns the limits in use: clientReceive (what the host sends

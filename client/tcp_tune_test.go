@@ -109,3 +109,42 @@ func TestTCPWindowStaysWhenSlow(t *testing.T) {
 		t.Fatalf("limits %+v / %+v changed, want %+v", in, out, client.DefaultTCPReceive)
 	}
 }
+
+// TestTCPWindowBacklog: with a backlog function, growth starts from the
+// first window (no tuneAfter) while the reader's backlog is small, and
+// never happens while it is large (a stalled reader behind a socket
+// buffer).
+func TestTCPWindowBacklog(t *testing.T) {
+	for _, c := range []struct {
+		backlog int
+		grows   bool
+	}{{0, true}, {1 << 30, false}} {
+		const total = 6 << 20 // under tuneAfter
+		port, want := sourceServer(t, total)
+		p := newPair(t, client.Options{}, func(cfg *config.Config) {
+			cfg.TCP.WindowBytes = 1 << 20
+		})
+		ctx := testCtx(t)
+		if err := p.c.Initialize(ctx); err != nil {
+			t.Fatal(err)
+		}
+		tc, err := p.c.DialTCP(ctx, "127.0.0.1", port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		client.SetTuneRTT(tc, time.Hour)
+		tc.SetBacklog(func() int { return c.backlog })
+		h := sha256.New()
+		if n, err := io.Copy(h, tc); err != nil || n != total || [32]byte(h.Sum(nil)) != want {
+			t.Fatalf("copied %d, %v", n, err)
+		}
+		in, _ := tc.Limits()
+		if grew := in.WindowBytes > client.DefaultTCPReceive.WindowBytes; grew != c.grows {
+			t.Fatalf("backlog %d: window %d, grown %v, want %v", c.backlog, in.WindowBytes, grew, c.grows)
+		}
+		if c.grows && in.WindowBytes != 1<<20 {
+			t.Fatalf("window %d, want the host's 1 MiB", in.WindowBytes)
+		}
+		_ = tc.Close()
+	}
+}

@@ -312,6 +312,9 @@ func openMessage(err error) string {
 // pipe copies both ways until both directions ended. EOF becomes a
 // half-close on the other side; a reset on either side resets the other.
 func pipe(local *net.TCPConn, remote *client.TCPConn) {
+	if client.TCPBacklog(local) >= 0 {
+		remote.SetBacklog(func() int { return client.TCPBacklog(local) })
+	}
 	var once sync.Once
 	abort := func(resetRemote bool) {
 		once.Do(func() {
