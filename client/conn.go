@@ -112,6 +112,8 @@ type Conn struct {
 	mu      sync.Mutex
 	pending map[uint64]chan response
 	subs    map[string]*Subscription
+
+	dials chan struct{} // bounds createTcpConnection calls in progress (DialTCP)
 }
 
 type response struct {
@@ -281,6 +283,7 @@ func newConn(mc transport.MessageConn, opts Options) *Conn {
 		done:    make(chan struct{}),
 		pending: map[uint64]chan response{},
 		subs:    map[string]*Subscription{},
+		dials:   make(chan struct{}, maxDials),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	go c.writeLoop()

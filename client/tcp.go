@@ -196,7 +196,7 @@ func (c *Conn) DialTCP(ctx context.Context, host string, port int) (*TCPConn, er
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	uri := "ahp-tcp:/" + hex.EncodeToString(b[:])
-	if err := c.Call(ctx, rpc.MethodCreateTCPConnection, tcpadapter.CreateParams{Channel: uri, Host: host, Port: &port}, nil); err != nil {
+	if err := c.createTCP(ctx, tcpadapter.CreateParams{Channel: uri, Host: host, Port: &port}); err != nil {
 		return nil, err
 	}
 	recv := c.opts.TCPReceive
@@ -235,6 +235,46 @@ func (t *TCPConn) SetBacklog(f func() int) {
 // us) and hostReceive (what we send); they grow while the window limits a
 // transfer (see tuneRTTs).
 func (t *TCPConn) Limits() (clientReceive, hostReceive delivery.Limits) { return t.sub.Limits() }
+
+// maxDials bounds the createTcpConnection calls one Conn has in progress:
+// half the host's default bound on requests in progress (16,
+// delivery.max_concurrent_requests), so a burst of connections (a browser
+// through -L) queues here instead of being refused.
+const maxDials = 8
+
+// createTCP calls createTcpConnection, at most maxDials at once, and
+// retries an Overloaded answer (seed 003: retryable; the host's bound may
+// be lower than ours, or other requests fill it) with backoff from 10 ms
+// to 500 ms until ctx ends.
+func (c *Conn) createTCP(ctx context.Context, p tcpadapter.CreateParams) error {
+	select {
+	case c.dials <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return c.Err()
+	}
+	defer func() { <-c.dials }()
+	backoff := 10 * time.Millisecond
+	for {
+		err := c.Call(ctx, rpc.MethodCreateTCPConnection, p, nil)
+		var re *rpc.Error
+		if !errors.As(err, &re) || re.Code != rpc.CodeOverloaded {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-c.done:
+			t.Stop()
+			return err
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
 
 // Channel returns the ahp-tcp: URI.
 func (t *TCPConn) Channel() string { return t.sub.Channel }

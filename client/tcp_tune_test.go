@@ -148,3 +148,44 @@ func TestTCPWindowBacklog(t *testing.T) {
 		_ = tc.Close()
 	}
 }
+
+// TestDialTCPBurst: more concurrent DialTCP calls than the host takes
+// requests at once (max_concurrent_requests 2, below the client's own
+// bound of 8) all succeed: Overloaded answers are retried with backoff.
+func TestDialTCPBurst(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	p := newPair(t, client.Options{}, func(c *config.Config) { c.Delivery.MaxConcurrentRequests = 2 })
+	ctx := testCtx(t)
+	if err := p.c.Initialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = 24
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			tc, err := p.c.DialTCP(ctx, "127.0.0.1", l.Addr().(*net.TCPAddr).Port)
+			if err == nil {
+				tc.Reset()
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("DialTCP: %v", err)
+		}
+	}
+}
