@@ -24,6 +24,9 @@ type Message struct {
 	Raw     []byte
 	release func()
 	once    sync.Once
+	// whole: Raw is the buffer the transport read the message into (not
+	// reassembled), which the consumer may hand back (Conn.recycleRead).
+	whole bool
 }
 
 // Release releases the message's bytes; calling it more than once is harmless.
@@ -150,6 +153,7 @@ func (s *Subscription) receive(h *rpc.Header, raw []byte) error {
 	if err := in.Receive(size); err != nil {
 		return err
 	}
+	whole := true // raw is the transport's buffer
 	if h.Method != rpc.MethodChannelFrame {
 		if err := in.CheckWhole(); err != nil {
 			return err
@@ -167,9 +171,9 @@ func (s *Subscription) receive(h *rpc.Header, raw []byte) error {
 		if perr != nil || inner.Channel != s.Channel {
 			return &delivery.ViolationError{Kind: delivery.BadFragment, Channel: s.Channel}
 		}
-		h, raw = inner, msg
+		h, raw, whole = inner, msg, false
 	}
-	return s.q.push(&Message{Method: h.Method, Params: h.Params, Raw: raw, release: func() { in.Release(size) }}, 0)
+	return s.q.push(&Message{Method: h.Method, Params: h.Params, Raw: raw, whole: whole, release: func() { in.Release(size) }}, 0)
 }
 
 // Next returns the next data message; the consumer must Release it.

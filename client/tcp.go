@@ -17,6 +17,7 @@ import (
 	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
+	"github.com/sidecar-dev/sidecar/transport"
 )
 
 // TCP errors.
@@ -340,6 +341,12 @@ func (t *TCPConn) take(m *Message, dst []byte) []byte {
 			return dst
 		}
 		t.recvOff += tcpadapter.DecodedOffset(len(out) - len(dst))
+		if m.whole {
+			// Decoded: the text is not needed any more, only its credit.
+			raw := m.Raw
+			m.Raw, m.Params, m.whole = nil, nil, false
+			transport.RecycleRead(t.c.mc, raw)
+		}
 		t.held = append(t.held, m)
 		return out
 	case rpc.MethodTCPEOF:

@@ -100,19 +100,20 @@ func (st *Stream) canStartLocked() bool {
 	return true
 }
 
-// pathCapLocked is the BDP cap, but never below an eighth of the window:
+// pathCapLocked is the BDP cap, but never below a quarter of the window:
 // a receiver that is not caught up credits every sixteenth of a window
-// (creditDivisor), so the cap still keeps several credits in flight and a
-// short round trip never turns into stop-and-wait. Lower than that, what
-// one busy stream keeps queued in the receiver's socket buffer (where the
-// receiver, not the link, is the bottleneck: loopback) delays every other
-// stream's messages.
+// (creditDivisor), so the cap keeps several credits in flight and a short
+// round trip never turns into stop-and-wait. A higher floor (it was half)
+// lets one busy stream keep more queued in the receiver's socket buffer
+// where the receiver, not the link, is the bottleneck (loopback), which
+// delays every other stream's messages; a lower one (an eighth) cost a
+// fifth of loopback throughput for a few tenths of a millisecond.
 func (st *Stream) pathCapLocked() UTF16Bytes {
 	c := st.bdp.limit()
 	if c == 0 {
 		return 0
 	}
-	return max(c, st.win.Limits().WindowBytes/8)
+	return max(c, st.win.Limits().WindowBytes/4)
 }
 
 // Window returns a copy of the window counters: sent, consumed and limits.

@@ -201,6 +201,11 @@ func (o *objectStream) ReadObject(v any) error {
 				c.fail(err)
 				return err
 			}
+			if h.Method == rpc.MethodTCPData {
+				// Decoded into the TCP writer's own buffer (or dropped):
+				// nothing refers to the text any more.
+				transport.RecycleRead(c.mc, raw)
+			}
 			continue
 		}
 		return json.Unmarshal(raw, v)

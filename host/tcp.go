@@ -221,7 +221,7 @@ func (c *conn) createTCPConnection(params json.RawMessage) (any, *rpc.Error) {
 		tc.close("client connection closed while dialing")
 		return nil, rpc.Errorf(rpc.CodeInternalError, "connection closed while dialing")
 	}
-	tc.log.Info("TCP connection opened", "host", host, "port", *p.Port, "remote", sock.RemoteAddr().String())
+	tc.log.Debug("TCP connection opened", "host", host, "port", *p.Port, "remote", sock.RemoteAddr().String())
 	s.wg.Add(2)
 	go tc.readLoop()
 	go tc.writeLoop()

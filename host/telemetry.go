@@ -457,6 +457,9 @@ func (c *countingConn) ReadMessage(ctx context.Context) ([]byte, error) {
 	return b, err
 }
 
+// RecycleRead implements transport.ReadRecycler as the wrapped conn does.
+func (c *countingConn) RecycleRead(b []byte) { transport.RecycleRead(c.MessageConn, b) }
+
 // WriteReleases implements transport.Releaser as the wrapped conn does.
 func (c *countingConn) WriteReleases() bool { return transport.WriteReleases(c.MessageConn) }
 

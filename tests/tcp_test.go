@@ -587,7 +587,8 @@ func TestForwardSOCKS(t *testing.T) {
 	fw.p.stderr.waitFor(t, "forward stderr", 0, "refused")
 }
 
-// TestForwardCtrlC: SIGINT closes every forwarded connection and exits 0.
+// TestForwardCtrlC: SIGINT resets every forwarded connection still open
+// (so that a transfer cut short never looks complete), says so, and exits 0.
 func TestForwardCtrlC(t *testing.T) {
 	t.Parallel()
 	port := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c) })
@@ -605,8 +606,11 @@ func TestForwardCtrlC(t *testing.T) {
 	if code := fw.p.wait(t, waitTimeout); code != 0 {
 		t.Errorf("forward exited %d after SIGINT, want 0; stderr:\n%s", code, fw.p.stderr.String())
 	}
-	if _, err := io.ReadAll(c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
-		t.Errorf("local connection after Ctrl-C: %v", err)
+	if _, err := io.ReadAll(c); !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("local connection after Ctrl-C: %v, want a reset", err)
+	}
+	if !strings.Contains(fw.p.stderr.String(), "sidecar: reset 1 forwarded connection(s) still open") {
+		t.Errorf("stderr does not say the connection was reset:\n%s", fw.p.stderr.String())
 	}
 }
 

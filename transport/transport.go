@@ -41,6 +41,21 @@ func WriteReleases(mc MessageConn) bool {
 	return ok && r.WriteReleases()
 }
 
+// ReadRecycler is implemented by MessageConns that can reuse the buffer a
+// message was read into: RecycleRead takes back a message ReadMessage
+// returned once nothing refers to it any more.
+type ReadRecycler interface {
+	RecycleRead(b []byte)
+}
+
+// RecycleRead hands b back to mc when mc is a ReadRecycler; otherwise it
+// does nothing. The caller must not use b afterwards.
+func RecycleRead(mc MessageConn, b []byte) {
+	if r, ok := mc.(ReadRecycler); ok {
+		r.RecycleRead(b)
+	}
+}
+
 // CloseCode is why a connection ends, as the WebSocket close code on /ahp.
 type CloseCode int
 

@@ -188,7 +188,9 @@ func (w *wsCarrier) read() (websocket.MessageType, []byte, error) {
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
-			w.lastSize = len(buf) + len(buf)/8
+			// A decaying maximum: messages of mixed sizes (a short one
+			// between full frames) do not shrink the next buffer at once.
+			w.lastSize = max(len(buf)+len(buf)/8, w.lastSize-w.lastSize/8)
 			return typ, buf, nil
 		}
 		if err != nil {

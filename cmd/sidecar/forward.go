@@ -229,7 +229,9 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 		result = &exitError{code: 255, err: conn.Err()}
 	}
 	closeListeners()
-	fw.closeActive()
+	if n := fw.closeActive(); n > 0 {
+		fmt.Fprintf(os.Stderr, "sidecar: reset %d forwarded connection(s) still open\n", n)
+	}
 	done := make(chan struct{})
 	go func() {
 		fw.wg.Wait()
@@ -260,14 +262,18 @@ func (fw *forwarder) track(c *net.TCPConn, add bool) {
 	}
 }
 
-// closeActive closes every local connection (Ctrl-C): their channels
-// then close too.
-func (fw *forwarder) closeActive() {
+// closeActive resets every local connection still open (Ctrl-C, or the
+// host connection ended): an RST, not a FIN, so that a local reader cannot
+// take a transfer cut short for a complete one; their channels are reset
+// too. It returns how many there were.
+func (fw *forwarder) closeActive() int {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	for c := range fw.active {
+		_ = c.SetLinger(0)
 		_ = c.Close()
 	}
+	return len(fw.active)
 }
 
 func (fw *forwarder) acceptLocal(l net.Listener, f localForward) {
