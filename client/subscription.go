@@ -44,6 +44,8 @@ type Subscription struct {
 	Channel string
 	// Windowed is true when the host accepted windowed delivery; then
 	// ClientReceive bounds what the host sends and HostReceive what we send.
+	// Grow changes both: read them with Limits once the subscription is in
+	// use.
 	Windowed      bool
 	ClientReceive delivery.Limits
 	HostReceive   delivery.Limits

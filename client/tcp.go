@@ -444,7 +444,8 @@ func (t *TCPConn) Write(p []byte) (int, error) {
 		if t.isReset() {
 			return written, ErrTCPReset
 		}
-		n := t.enc.MaxPayload(t.sendOff, t.sub.HostReceive.MaximumFrameBytes)
+		_, host := t.sub.Limits() // Grow may change them meanwhile
+		n := t.enc.MaxPayload(t.sendOff, host.MaximumFrameBytes)
 		if n <= 0 {
 			return written, errors.New("client: hostReceive.maximumFrameBytes too small for tcp/data")
 		}

@@ -189,3 +189,63 @@ func TestDialTCPBurst(t *testing.T) {
 		}
 	}
 }
+
+// TestTCPWindowGrowsUploading: an upload whose windows are credited
+// "within the round trips" grows the limits too (after tuneAfter), while
+// Write keeps cutting messages to the frame size in use; the sink gets
+// every byte.
+func TestTCPWindowGrowsUploading(t *testing.T) {
+	const total = 24 << 20
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	sums := make(chan [32]byte, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		h := sha256.New()
+		_, _ = io.Copy(h, c)
+		sums <- [32]byte(h.Sum(nil))
+	}()
+	p := newPair(t, client.Options{}, func(c *config.Config) { c.TCP.WindowBytes = 2 << 20 })
+	ctx := testCtx(t)
+	if err := p.c.Initialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := p.c.DialTCP(ctx, "127.0.0.1", l.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	client.SetTuneRTT(tc, time.Hour)
+	chunk := make([]byte, 96<<10)
+	want := sha256.New()
+	for sent := 0; sent < total; sent += len(chunk) {
+		for i := range chunk {
+			chunk[i] = byte(sent>>10 + i)
+		}
+		want.Write(chunk)
+		if _, err := tc.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tc.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-sums:
+		if got != [32]byte(want.Sum(nil)) {
+			t.Fatal("the sink's SHA-256 differs")
+		}
+	case <-ctx.Done():
+		t.Fatal("the sink did not finish")
+	}
+	if _, out := tc.Limits(); out.WindowBytes != 2<<20 {
+		t.Fatalf("hostReceive after the upload: %+v, want the host's 2 MiB window", out)
+	}
+}
