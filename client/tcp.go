@@ -474,12 +474,19 @@ func (t *TCPConn) Write(p []byte) (int, error) {
 // for several tcp/data messages).
 const tcpReadBuffer = 64 << 10
 
-// ReadFrom copies r to the connection (io.Copy uses it).
+// ReadFrom copies r to the connection (io.Copy uses it). Its buffer
+// starts at 4 KiB and grows to tcpReadBuffer once a read fills it, so a
+// connection whose local side sends little (a download) keeps little.
 func (t *TCPConn) ReadFrom(r io.Reader) (int64, error) {
-	buf := make([]byte, tcpReadBuffer)
+	buf := make([]byte, 4<<10)
 	var total int64
 	for {
 		n, err := r.Read(buf)
+		if n == len(buf) && len(buf) < tcpReadBuffer {
+			grown := make([]byte, tcpReadBuffer)
+			copy(grown, buf[:n])
+			buf = grown
+		}
 		if n > 0 {
 			w, werr := t.Write(buf[:n])
 			total += int64(w)

@@ -15,6 +15,7 @@ import (
 
 	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/internal/bufpool"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -280,21 +281,17 @@ type tcpWrite struct {
 
 // tcpBufs recycles the buffers readLoop reads the socket into and those
 // client tcp/data is decoded into (one per message, from clientData until
-// writeLoop has written it).
-var tcpBufs sync.Pool
+// writeLoop has written it). At most 8 are kept (bufpool: bounded).
+var tcpBufs = bufpool.New(8, 16<<10, 1<<20)
 
 func getTCPBuf() *[]byte {
-	if b, ok := tcpBufs.Get().(*[]byte); ok {
-		return b
-	}
-	b := make([]byte, 0, 16<<10)
+	b := tcpBufs.Get(16 << 10)
 	return &b
 }
 
 func putTCPBuf(b *[]byte) {
-	if b != nil && cap(*b) <= 1<<20 {
-		*b = (*b)[:0]
-		tcpBufs.Put(b)
+	if b != nil {
+		tcpBufs.Put(*b)
 	}
 }
 

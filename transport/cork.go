@@ -4,6 +4,8 @@ import (
 	"context"
 	"net"
 	"sync"
+
+	"github.com/sidecar-dev/sidecar/internal/bufpool"
 )
 
 // CorkConn is a net.Conn whose writes can be held back and sent together:
@@ -22,13 +24,14 @@ type CorkConn struct {
 	net.Conn
 	mu     sync.Mutex
 	corked bool
-	buf    *[]byte
+	buf    []byte // nil while nothing is held back
 }
 
 // corkMaxBytes bounds what a CorkConn holds back (UTF-8 bytes on the wire).
 const corkMaxBytes = 512 << 10
 
-var corkBufs = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+// corkBufs keeps at most 2 free cork buffers (bufpool: bounded).
+var corkBufs = bufpool.New(2, 64<<10, corkMaxBytes+64<<10)
 
 // NotSentLowat bounds the unsent bytes the kernel queues on a CorkConn's
 // TCP socket (Linux TCP_NOTSENT_LOWAT): 128 KiB, a few messages.
@@ -63,11 +66,8 @@ func (c *CorkConn) flushLocked() error {
 	}
 	b := c.buf
 	c.buf = nil
-	_, err := c.Conn.Write(*b)
-	if cap(*b) <= corkMaxBytes+64<<10 {
-		*b = (*b)[:0]
-		corkBufs.Put(b)
-	}
+	_, err := c.Conn.Write(b)
+	corkBufs.Put(b)
 	return err
 }
 
@@ -78,7 +78,7 @@ func (c *CorkConn) Write(p []byte) (int, error) {
 	if !c.corked {
 		return c.Conn.Write(p)
 	}
-	if c.buf != nil && len(*c.buf)+len(p) > corkMaxBytes {
+	if c.buf != nil && len(c.buf)+len(p) > corkMaxBytes {
 		if err := c.flushLocked(); err != nil {
 			return 0, err
 		}
@@ -87,9 +87,9 @@ func (c *CorkConn) Write(p []byte) (int, error) {
 		return c.Conn.Write(p)
 	}
 	if c.buf == nil {
-		c.buf = corkBufs.Get().(*[]byte)
+		c.buf = corkBufs.Get(max(len(p), 64<<10))
 	}
-	*c.buf = append(*c.buf, p...)
+	c.buf = append(c.buf, p...)
 	return len(p), nil
 }
 

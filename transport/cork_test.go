@@ -60,8 +60,8 @@ func TestCorkConn(t *testing.T) {
 		if _, err := c.Write(piece); err != nil {
 			t.Fatal(err)
 		}
-		if c.buf != nil && len(*c.buf) > corkMaxBytes {
-			t.Fatalf("holding %d bytes, bound %d", len(*c.buf), corkMaxBytes)
+		if len(c.buf) > corkMaxBytes {
+			t.Fatalf("holding %d bytes, bound %d", len(c.buf), corkMaxBytes)
 		}
 	}
 	if err := c.Uncork(); err != nil {

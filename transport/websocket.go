@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
+
+	"github.com/sidecar-dev/sidecar/internal/bufpool"
 )
 
 // wsConn adapts a coder/websocket connection carrying plain AHP text frames.
@@ -55,12 +57,7 @@ func (w *wsConn) read(ctx context.Context) (websocket.MessageType, []byte, error
 	if err != nil {
 		return 0, nil, err
 	}
-	var buf []byte
-	if p, ok := readBufs.Get().(*[]byte); ok && cap(*p) >= w.lastSize {
-		buf = (*p)[:0]
-	} else {
-		buf = make([]byte, 0, max(w.lastSize, 512))
-	}
+	buf := readBufs.Get(max(w.lastSize, 512))
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
@@ -93,17 +90,12 @@ func (w *wsConn) WriteMessage(ctx context.Context, text []byte) error {
 	return err
 }
 
-// readBufs holds message buffers given back with RecycleRead.
-var readBufs sync.Pool
+// readBufs holds message buffers given back with RecycleRead: at most 8
+// (bufpool: bounded), of 4 KiB to 1 MiB.
+var readBufs = bufpool.New(8, 4<<10, 1<<20)
 
-// RecycleRead implements ReadRecycler (buffers of 4 KiB to 1 MiB are
-// kept).
-func (w *wsConn) RecycleRead(b []byte) {
-	if c := cap(b); c >= 4<<10 && c <= 1<<20 {
-		b = b[:0]
-		readBufs.Put(&b)
-	}
-}
+// RecycleRead implements ReadRecycler.
+func (w *wsConn) RecycleRead(b []byte) { readBufs.Put(b) }
 
 // WriteReleases implements Releaser: coder/websocket writes (or copies)
 // the message before Write returns.

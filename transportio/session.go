@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sidecar-dev/sidecar/internal/bufpool"
 )
 
 // Role is the side a session plays.
@@ -402,22 +404,13 @@ func (s *Session) emitFrame(event string, payload []byte) ([]byte, error) {
 
 // frames recycles EMIT frame buffers: the writer copies queued frames
 // into its batch, after which they are free (a bulk emit lane otherwise
-// allocates and clears one buffer of up to 1 MiB per message).
-var frames sync.Pool
+// allocates and clears one buffer of up to 1 MiB per message). At most 8
+// are kept (bufpool: bounded).
+var frames = bufpool.New(8, 4<<10, FrameHeaderLen+MaxPayload)
 
-func getFrame(n int) []byte {
-	if p, ok := frames.Get().(*[]byte); ok && cap(*p) >= n {
-		return (*p)[:0]
-	}
-	return make([]byte, 0, n)
-}
+func getFrame(n int) []byte { return frames.Get(n) }
 
-func putFrame(b []byte) {
-	if c := cap(b); c >= 4<<10 && c <= FrameHeaderLen+MaxPayload {
-		b = b[:0]
-		frames.Put(&b)
-	}
-}
+func putFrame(b []byte) { frames.Put(b) }
 
 // Emit queues one EMIT without waiting. The emit lane never discards: a
 // peer MaxEmitQueue frames behind is disconnected as WT_PEER_TOO_SLOW (§9)

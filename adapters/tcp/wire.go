@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 
 	"github.com/segmentio/asm/base64"
 
 	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/internal/bufpool"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -62,26 +62,16 @@ func (e *Encoder) AppendData(dst []byte, off DecodedOffset, p []byte) []byte {
 // msgBufs recycles the buffers of tcp/data messages once the transport
 // has written them (delivery.Recycler): a bulk transfer otherwise
 // allocates, clears and faults in a fresh buffer of up to a frame for
-// every message.
-var msgBufs sync.Pool
+// every message. At most 8 are kept (bufpool: bounded).
+var msgBufs = bufpool.New(8, 4<<10, 1<<20)
 
 // Buffer returns an empty buffer with room for n bytes, recycled when one
 // is free.
-func Buffer(n int) []byte {
-	if p, ok := msgBufs.Get().(*[]byte); ok && cap(*p) >= n {
-		return (*p)[:0]
-	}
-	return make([]byte, 0, n)
-}
+func Buffer(n int) []byte { return msgBufs.Get(n) }
 
 // Recycle gives a message's buffer back for Buffer (buffers over 1 MiB or
 // under 4 KiB are left to the collector). The caller must not use b again.
-func Recycle(b []byte) {
-	if c := cap(b); c >= 4<<10 && c <= 1<<20 {
-		b = b[:0]
-		msgBufs.Put(&b)
-	}
-}
+func Recycle(b []byte) { msgBufs.Put(b) }
 
 // DataSize returns the exact size in UTF-16 bytes of a tcp/data message
 // of n UTF-8 bytes that AppendData built: the channel, measured once,

@@ -1,0 +1,56 @@
+// Package bufpool keeps a bounded number of free byte buffers for reuse.
+//
+// The bulk paths (tcp/data messages, WebSocket reads, corked writes,
+// transport-io frames) reuse their large buffers instead of allocating,
+// clearing and faulting in a fresh one per message. Unlike a sync.Pool,
+// whose contents survive until two garbage collections find them unused
+// (and a quiet process collects rarely), a Pool here holds at most Max
+// buffers of at most MaxCap bytes: what it keeps resident is bounded, so
+// a burst of many connections does not leave its peak behind.
+package bufpool
+
+// Pool is a bounded free list of byte buffers, safe for concurrent use.
+type Pool struct {
+	free   chan []byte
+	minCap int
+	maxCap int
+}
+
+// New returns a pool keeping at most n buffers whose capacity is between
+// minCap and maxCap bytes; Put drops any other.
+func New(n, minCap, maxCap int) *Pool {
+	return &Pool{free: make(chan []byte, n), minCap: minCap, maxCap: maxCap}
+}
+
+// Get returns an empty buffer with capacity for at least size bytes: a
+// free one when the first free buffer is big enough, else a new one (a
+// free one too small is dropped). A size under minCap gets a new buffer
+// of exactly that size, which Put will not keep: small messages neither
+// take large buffers nor cost more than they need.
+func (p *Pool) Get(size int) []byte {
+	if size < p.minCap {
+		return make([]byte, 0, size)
+	}
+	select {
+	case b := <-p.free:
+		if cap(b) >= size {
+			return b[:0]
+		}
+	default:
+	}
+	return make([]byte, 0, size)
+}
+
+// Put gives b back for reuse; the caller must not use it afterwards.
+func (p *Pool) Put(b []byte) {
+	if c := cap(b); c < p.minCap || c > p.maxCap {
+		return
+	}
+	select {
+	case p.free <- b[:0]:
+	default: // full: left to the collector
+	}
+}
+
+// Len returns how many free buffers the pool holds.
+func (p *Pool) Len() int { return len(p.free) }

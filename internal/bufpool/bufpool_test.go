@@ -1,0 +1,36 @@
+package bufpool
+
+import "testing"
+
+// TestPoolBound: the pool keeps at most n buffers, only of capacities in
+// [minCap, maxCap], hands a kept buffer back empty, and never returns one
+// smaller than asked for.
+func TestPoolBound(t *testing.T) {
+	p := New(2, 1024, 4096)
+	for range 5 {
+		p.Put(make([]byte, 10, 2048))
+	}
+	if p.Len() != 2 {
+		t.Fatalf("kept %d buffers, bound 2", p.Len())
+	}
+	p.Put(make([]byte, 0, 512))  // too small
+	p.Put(make([]byte, 0, 8192)) // too large
+	if p.Len() != 2 {
+		t.Fatalf("kept %d buffers after out-of-range puts, want 2", p.Len())
+	}
+	b := p.Get(1500)
+	if len(b) != 0 || cap(b) != 2048 {
+		t.Fatalf("Get(1500) = len %d cap %d, want a kept buffer, empty", len(b), cap(b))
+	}
+	b = p.Get(3000) // the kept one is too small: a new one
+	if cap(b) < 3000 {
+		t.Fatalf("Get(3000) cap %d", cap(b))
+	}
+	if p.Len() != 0 {
+		t.Fatalf("%d left, want 0", p.Len())
+	}
+	p.Put(make([]byte, 0, 2048))
+	if b := p.Get(10); cap(b) != 10 || p.Len() != 1 {
+		t.Fatalf("Get(10): cap %d, %d kept; want a new buffer of 10, the kept one left", cap(b), p.Len())
+	}
+}
