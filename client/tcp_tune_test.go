@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"io"
 	"net"
@@ -53,18 +54,10 @@ func sourceServer(t *testing.T, n int) (int, [32]byte) {
 func TestTCPWindowGrows(t *testing.T) {
 	const total = 24 << 20
 	port, want := sourceServer(t, total)
-	p := newPair(t, client.Options{}, func(c *config.Config) {
+	tc, _ := dialTuned(t, func(c *config.Config) {
 		c.TCP.WindowBytes = 2 << 20
 		c.TCP.MaximumFrameBytes = 128 << 10
-	})
-	ctx := testCtx(t)
-	if err := p.c.Initialize(ctx); err != nil {
-		t.Fatal(err)
-	}
-	tc, err := p.c.DialTCP(ctx, "127.0.0.1", port)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, port)
 	defer tc.Close()
 	if in, _ := tc.Limits(); in != client.DefaultTCPReceive {
 		t.Fatalf("first limits %+v, want %+v", in, client.DefaultTCPReceive)
@@ -90,15 +83,7 @@ func TestTCPWindowGrows(t *testing.T) {
 func TestTCPWindowStaysWhenSlow(t *testing.T) {
 	const total = 8 << 20
 	port, want := sourceServer(t, total)
-	p := newPair(t, client.Options{}, nil)
-	ctx := testCtx(t)
-	if err := p.c.Initialize(ctx); err != nil {
-		t.Fatal(err)
-	}
-	tc, err := p.c.DialTCP(ctx, "127.0.0.1", port)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tc, _ := dialTuned(t, nil, port)
 	defer tc.Close()
 	client.SetTuneRTT(tc, 0)
 	h := sha256.New()
@@ -121,17 +106,7 @@ func TestTCPWindowBacklog(t *testing.T) {
 	}{{0, true}, {1 << 30, false}} {
 		const total = 6 << 20 // under tuneAfter
 		port, want := sourceServer(t, total)
-		p := newPair(t, client.Options{}, func(cfg *config.Config) {
-			cfg.TCP.WindowBytes = 1 << 20
-		})
-		ctx := testCtx(t)
-		if err := p.c.Initialize(ctx); err != nil {
-			t.Fatal(err)
-		}
-		tc, err := p.c.DialTCP(ctx, "127.0.0.1", port)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tc, _ := dialTuned(t, func(cfg *config.Config) { cfg.TCP.WindowBytes = 1 << 20 }, port)
 		client.SetTuneRTT(tc, time.Hour)
 		tc.SetBacklog(func() int { return c.backlog })
 		h := sha256.New()
@@ -212,15 +187,7 @@ func TestTCPWindowGrowsUploading(t *testing.T) {
 		_, _ = io.Copy(h, c)
 		sums <- [32]byte(h.Sum(nil))
 	}()
-	p := newPair(t, client.Options{}, func(c *config.Config) { c.TCP.WindowBytes = 2 << 20 })
-	ctx := testCtx(t)
-	if err := p.c.Initialize(ctx); err != nil {
-		t.Fatal(err)
-	}
-	tc, err := p.c.DialTCP(ctx, "127.0.0.1", l.Addr().(*net.TCPAddr).Port)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tc, ctx := dialTuned(t, func(c *config.Config) { c.TCP.WindowBytes = 2 << 20 }, l.Addr().(*net.TCPAddr).Port)
 	defer tc.Close()
 	client.SetTuneRTT(tc, time.Hour)
 	chunk := make([]byte, 96<<10)
@@ -248,4 +215,20 @@ func TestTCPWindowGrowsUploading(t *testing.T) {
 	if _, out := tc.Limits(); out.WindowBytes != 2<<20 {
 		t.Fatalf("hostReceive after the upload: %+v, want the host's 2 MiB window", out)
 	}
+}
+
+// dialTuned starts a host (tweak changes its config), initializes a
+// client and dials 127.0.0.1:port through it.
+func dialTuned(t *testing.T, tweak func(*config.Config), port int) (*client.TCPConn, context.Context) {
+	t.Helper()
+	p := newPair(t, client.Options{}, tweak)
+	ctx := testCtx(t)
+	if err := p.c.Initialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := p.c.DialTCP(ctx, "127.0.0.1", port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc, ctx
 }

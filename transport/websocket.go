@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -20,7 +19,7 @@ type wsConn struct {
 	c        *websocket.Conn
 	cork     *CorkConn // under TLS, when known: each message leaves in one write
 	peer     string
-	lastSize int // capacity hint for the next message (reader goroutine only)
+	lastSize bufpool.SizeHint // for the next message's buffer (reader goroutine only)
 }
 
 // NewWebSocketConn wraps c (already upgraded or dialled) as a MessageConn;
@@ -57,23 +56,12 @@ func (w *wsConn) read(ctx context.Context) (websocket.MessageType, []byte, error
 	if err != nil {
 		return 0, nil, err
 	}
-	buf := readBufs.Get(max(w.lastSize, 512))
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			// A decaying maximum: messages of mixed sizes (a short one
-			// between full frames) do not shrink the next buffer at once.
-			w.lastSize = max(len(buf)+len(buf)/8, w.lastSize-w.lastSize/8)
-			return typ, buf, nil
-		}
-		if err != nil {
-			return 0, nil, err
-		}
+	buf, err := bufpool.ReadAll(r, readBufs.Get(w.lastSize.Next(512)))
+	if err != nil {
+		return 0, nil, err
 	}
+	w.lastSize.Saw(len(buf))
+	return typ, buf, nil
 }
 
 // WriteMessage writes text as one text message; with a CorkConn under

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/sidecar-dev/sidecar/internal/bufpool"
 )
 
 // WebSocketOptions tune the §3.3 mapping; zero values are the normative
@@ -75,8 +77,8 @@ type wsCarrier struct {
 	blocked            atomic.Bool  // the reader waits for the application
 	chunks             chan []byte
 	cur                []byte
-	lastSize           int    // capacity hint for the next message (reader)
-	cork               Corker // nil: writes go straight to the socket
+	lastSize           bufpool.SizeHint // for the next message's buffer (reader)
+	cork               Corker           // nil: writes go straight to the socket
 }
 
 // NewWebSocketCarrier wraps an upgraded or dialled socket as the §3.3
@@ -180,23 +182,12 @@ func (w *wsCarrier) read() (websocket.MessageType, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	buf := make([]byte, 0, max(w.lastSize, 512))
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			// A decaying maximum: messages of mixed sizes (a short one
-			// between full frames) do not shrink the next buffer at once.
-			w.lastSize = max(len(buf)+len(buf)/8, w.lastSize-w.lastSize/8)
-			return typ, buf, nil
-		}
-		if err != nil {
-			return 0, nil, err
-		}
+	buf, err := bufpool.ReadAll(r, make([]byte, 0, w.lastSize.Next(512)))
+	if err != nil {
+		return 0, nil, err
 	}
+	w.lastSize.Saw(len(buf))
+	return typ, buf, nil
 }
 
 // Read is the peer's emit stream.

@@ -9,6 +9,8 @@
 // a burst of many connections does not leave its peak behind.
 package bufpool
 
+import "io"
+
 // Pool is a bounded free list of byte buffers, safe for concurrent use.
 type Pool struct {
 	free   chan []byte
@@ -54,3 +56,35 @@ func (p *Pool) Put(b []byte) {
 
 // Len returns how many free buffers the pool holds.
 func (p *Pool) Len() int { return len(p.free) }
+
+// ReadAll reads r to its end into buf (appending, growing it as needed)
+// and returns the extended buffer; unlike io.ReadAll it starts from the
+// capacity the caller chose, so a buffer sized from the previous message
+// is filled without regrowing. Errors other than io.EOF are returned with
+// what was read.
+func ReadAll(r io.Reader, buf []byte) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// SizeHint is a decaying maximum of recent message sizes, for sizing the
+// next read buffer: one short message between full frames does not shrink
+// the next buffer at once. Not safe for concurrent use.
+type SizeHint int
+
+// Next returns the capacity to give the next buffer (at least min).
+func (h SizeHint) Next(min int) int { return max(int(h), min) }
+
+// Saw records a message of n bytes.
+func (h *SizeHint) Saw(n int) { *h = SizeHint(max(n+n/8, int(*h)-int(*h)/8)) }

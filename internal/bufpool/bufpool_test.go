@@ -1,6 +1,10 @@
 package bufpool
 
-import "testing"
+import (
+	"strings"
+	"testing"
+	"testing/iotest"
+)
 
 // TestPoolBound: the pool keeps at most n buffers, only of capacities in
 // [minCap, maxCap], hands a kept buffer back empty, and never returns one
@@ -32,5 +36,29 @@ func TestPoolBound(t *testing.T) {
 	p.Put(make([]byte, 0, 2048))
 	if b := p.Get(10); cap(b) != 10 || p.Len() != 1 {
 		t.Fatalf("Get(10): cap %d, %d kept; want a new buffer of 10, the kept one left", cap(b), p.Len())
+	}
+}
+
+// TestReadAll: ReadAll appends everything up to EOF into the buffer given,
+// growing it only when it is too small, and SizeHint decays slowly.
+func TestReadAll(t *testing.T) {
+	src := strings.Repeat("0123456789", 1000)
+	buf := make([]byte, 0, 20000)
+	got, err := ReadAll(iotest.OneByteReader(strings.NewReader(src)), buf)
+	if err != nil || string(got) != src || &got[:1][0] != &buf[:1][0] {
+		t.Fatalf("ReadAll: %d bytes, %v, same buffer %v", len(got), err, &got[:1][0] == &buf[:1][0])
+	}
+	got, err = ReadAll(strings.NewReader(src), make([]byte, 0, 16))
+	if err != nil || string(got) != src {
+		t.Fatalf("ReadAll into a small buffer: %d bytes, %v", len(got), err)
+	}
+	var h SizeHint
+	h.Saw(8000)
+	if h.Next(512) != 9000 {
+		t.Fatalf("after 8000: %d, want 9000", h.Next(512))
+	}
+	h.Saw(10)
+	if h.Next(512) != 9000-9000/8 {
+		t.Fatalf("after a short message: %d, want %d", h.Next(512), 9000-9000/8)
 	}
 }
