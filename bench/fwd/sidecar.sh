@@ -9,6 +9,7 @@
 #      SIDECAR_TRANSPORT (URL scheme/path: wss-ahp (default) wss://HOST/ahp,
 #        wss-tio the transport-io WebSocket mapping, wt WebTransport)
 #      PROFILE_DIR: write CPU profiles serve.pprof and forward.pprof there
+#      FWD_ERR: file for sidecar forward's stderr (default: discarded with the run)
 #      LINK_RATE (bytes/s) [LINK_DELAY e.g. 10ms] [SHAPE_PORT]: put an
 #      emulated link (netprobe shape) between the client and the server.
 # Runs in the foreground until SIGTERM; both processes are its children,
@@ -69,6 +70,6 @@ case ${SIDECAR_TRANSPORT:-wss-ahp} in
   *) echo "SIDECAR_TRANSPORT: wss-ahp, wss-tio or wt" >&2; exit 2 ;;
 esac
 SIDECAR_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/forward.pprof} "$SIDECAR" forward "$url" "${targs[@]}" --token bench-token --cert-hash "$hash" "${args[@]}" \
-  2>"$dir/forward.err" &
+  2>"${FWD_ERR:-$dir/forward.err}" &
 cpid=$!
 wait "$cpid"
