@@ -297,6 +297,10 @@ func (c *Conn) ClientID() string { return c.clientID }
 // Initialized returns the initialize result.
 func (c *Conn) Initialized() rpc.InitializeResult { return c.init }
 
+// Transport names what carries the connection ("WebTransport",
+// "WebSocket (transport-io)", "WebSocket (/ahp)", ...), for messages.
+func (c *Conn) Transport() string { return transport.Describe(c.mc) }
+
 // Done is closed when the connection has ended; Err says why.
 func (c *Conn) Done() <-chan struct{} { return c.done }
 

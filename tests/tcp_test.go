@@ -609,6 +609,9 @@ func TestForwardCtrlC(t *testing.T) {
 	if _, err := io.ReadAll(c); !errors.Is(err, syscall.ECONNRESET) {
 		t.Errorf("local connection after Ctrl-C: %v, want a reset", err)
 	}
+	if !regexp.MustCompile(`sidecar: connected to \S+ over (WebTransport|WebSocket \(transport-io\)|WebSocket \(/ahp\))\n`).MatchString(fw.p.stderr.String()) {
+		t.Errorf("stderr does not name the transport:\n%s", fw.p.stderr.String())
+	}
 	if !strings.Contains(fw.p.stderr.String(), "sidecar: reset 1 forwarded connection(s) still open") {
 		t.Errorf("stderr does not say the connection was reset:\n%s", fw.p.stderr.String())
 	}

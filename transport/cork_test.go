@@ -78,3 +78,14 @@ func TestCorkConn(t *testing.T) {
 		t.Fatalf("writes %v (total %d), want 3 writes of 1228800 bytes in all", under.writes, total)
 	}
 }
+
+// TestDescribe: an in-memory pipe is not described; the names of the
+// real transports are tested end to end (tests/ TestForwardCtrlC).
+func TestDescribe(t *testing.T) {
+	a, b := Pipe(1)
+	defer a.Close(CloseNormal, "")
+	defer b.Close(CloseNormal, "")
+	if d := Describe(a); d != "" {
+		t.Fatalf("Describe(pipe) = %q", d)
+	}
+}

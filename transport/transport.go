@@ -12,6 +12,8 @@ import (
 	"crypto/subtle"
 	"net/http"
 	"strings"
+
+	"github.com/sidecar-dev/sidecar/transportio"
 )
 
 // MessageConn is one connection carrying complete JSON-RPC message texts.
@@ -54,6 +56,26 @@ func RecycleRead(mc MessageConn, b []byte) {
 	if r, ok := mc.(ReadRecycler); ok {
 		r.RecycleRead(b)
 	}
+}
+
+// Describe names what carries mc, for people: "WebTransport",
+// "WebSocket (transport-io)", "stdio (transport-io)", "WebSocket (/ahp)",
+// or "" when it cannot tell (an in-memory pipe).
+func Describe(mc MessageConn) string {
+	switch c := mc.(type) {
+	case *wsConn:
+		return "WebSocket (/ahp)"
+	case *tioConn:
+		switch c.s.Kind() {
+		case transportio.KindWebTransport:
+			return "WebTransport"
+		case transportio.KindWebSocket:
+			return "WebSocket (transport-io)"
+		case transportio.KindStdio:
+			return "stdio (transport-io)"
+		}
+	}
+	return ""
 }
 
 // CloseCode is why a connection ends, as the WebSocket close code on /ahp.

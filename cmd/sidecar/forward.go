@@ -193,6 +193,9 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	if conn.Initialized().TCPConnections == nil {
 		return &exitError{code: 255, err: fmt.Errorf("%s does not offer TCP forwarding (no tcpConnections in its capabilities)", url)}
 	}
+	if tr := conn.Transport(); tr != "" {
+		fmt.Fprintf(os.Stderr, "sidecar: connected to %s over %s\n", url, tr)
+	}
 	fw := &forwarder{conn: conn, active: map[*net.TCPConn]struct{}{}}
 	var listeners []net.Listener
 	closeListeners := func() {
