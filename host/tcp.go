@@ -625,9 +625,17 @@ func (tc *tcpConn) writeLoop() {
 	}
 }
 
-// close closes the connection gracefully (unsubscribe, the client's
-// connection ended, the lease expired, shutdown) and frees its URI.
-func (tc *tcpConn) close(reason string) { tc.end(reason, false, false) }
+// close closes the connection (unsubscribe, the client's connection
+// ended, the lease expired, shutdown) and frees its URI: gracefully once
+// the client ended its direction with tcp/eof, else with an RST, so the
+// destination never takes a stream cut short (the client gone mid-upload)
+// for a complete one.
+func (tc *tcpConn) close(reason string) {
+	tc.mu.Lock()
+	ended := tc.eofRecv
+	tc.mu.Unlock()
+	tc.end(reason, !ended, false)
+}
 
 // abort resets the connection at once: the socket is closed with an RST
 // (SO_LINGER 0), queued bytes are dropped, and with tell the client gets

@@ -323,11 +323,37 @@ func TestTCPReset(t *testing.T) {
 	if m := p.call("createTcpConnection", map[string]any{"channel": "ahp-tcp:/r4", "host": "10.9.9.9", "port": 80}); m.Error == nil || m.Error.Code != rpc.CodePermissionDenied {
 		t.Errorf("denied destination: %s", m.raw)
 	}
-	// The owner's connection ends: the destination sees the socket close.
+	// The owner's connection ends before its tcp/eof: the destination sees
+	// a reset, not the end of a complete stream.
 	p.mc.Close(1000, "")
-	if _, err := d3.Read(make([]byte, 1)); err == nil {
-		t.Error("destination still open after the client's connection ended")
+	if _, err := d3.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("destination after the client's connection ended mid-stream: %v, want ECONNRESET", err)
 	}
+}
+
+// TestTCPCloseAfterEOF: a connection whose client sent tcp/eof closes
+// gracefully when it goes away: the destination reads the bytes and then
+// a clean end of stream.
+func TestTCPCloseAfterEOF(t *testing.T) {
+	h := newTCPHarness(t)
+	port, accepted := tcpDest(t)
+	p := h.peer("tcp-eof")
+	fc := map[string]any{"receive": map[string]any{"windowBytes": 65536, "maximumFrameBytes": 16384}}
+	if m := p.call("createTcpConnection", map[string]any{"channel": "ahp-tcp:/e1", "host": "127.0.0.1", "port": port}); m.Error != nil {
+		t.Fatalf("createTcpConnection: %s", m.raw)
+	}
+	if m := p.call("subscribe", map[string]any{"channel": "ahp-tcp:/e1", "flowControl": fc}); m.Error != nil {
+		t.Fatalf("subscribe: %s", m.raw)
+	}
+	d := <-accepted
+	p.notify("tcp/data", map[string]any{"channel": "ahp-tcp:/e1", "offset": 0, "data": "aGVsbG8="})
+	p.notify("tcp/eof", map[string]any{"channel": "ahp-tcp:/e1", "offset": 5})
+	_ = d.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(d)
+	if err != nil || string(got) != "hello" {
+		t.Fatalf("destination read %q, %v; want hello and a clean end", got, err)
+	}
+	p.mc.Close(1000, "")
 }
 
 // TestTCPReadSize: one socket read takes whole messages while the
