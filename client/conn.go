@@ -35,11 +35,11 @@ var ProtocolVersions = []string{"0.5.0"}
 var DefaultReceive = delivery.Limits{WindowBytes: 256 << 10, MaximumFrameBytes: 16 << 10}
 
 // DefaultTCPReceive is the window a TCP connection (DialTCP) starts with:
-// 256 KiB, 32 KiB frames (UTF-16 bytes; about 95 KiB of stream bytes in
+// 128 KiB, 16 KiB frames (UTF-16 bytes; about 48 KiB of stream bytes in
 // flight). DefaultTCPReceiveMax is how far it may grow while the window is
 // what limits a transfer (the host lowers it to its tcp block's maxima).
 var (
-	DefaultTCPReceive    = delivery.Limits{WindowBytes: 256 << 10, MaximumFrameBytes: 32 << 10}
+	DefaultTCPReceive    = delivery.Limits{WindowBytes: 128 << 10, MaximumFrameBytes: 16 << 10}
 	DefaultTCPReceiveMax = delivery.Limits{WindowBytes: 16 << 20, MaximumFrameBytes: 256 << 10}
 )
 

@@ -89,12 +89,14 @@ type TCPConn struct {
 const tuneRTTs = 4
 
 // tuneAfter is how much a direction must have consumed (UTF-16 bytes;
-// about 6 MiB of stream bytes) before its window may grow when the
-// reader's backlog cannot be seen (SetBacklog): more than a socket's
-// buffers usually absorb (Linux grows a send buffer to 4 MiB), so that a
-// reader that never reads, whose first megabytes vanish into those buffers
-// at once, rarely looks fast.
-const tuneAfter = 16 << 20
+// about 3 MiB of stream bytes) before its window may grow when the
+// reader's backlog cannot be seen (SetBacklog): many times what the socket
+// buffers of a reader that never reads absorb (its receive buffer, 128 KiB
+// by default, and a send buffer that grows only while acknowledgements
+// come), so that such a reader, whose first bytes vanish into those buffers
+// at once, does not look fast; yet small enough that an upload over a long
+// link reaches its rate within a few seconds.
+const tuneAfter = 8 << 20
 
 // tcpTuner is the state of one TCPConn's window tuning.
 type tcpTuner struct {
