@@ -391,6 +391,7 @@ func (c *conn) Handle(ctx context.Context, rc *jsonrpc2.Conn, req *jsonrpc2.Requ
 		select {
 		case c.slow <- struct{}{}:
 		default:
+			c.log.Debug("createTcpConnection refused: requests in progress at the bound", "client", c.id(), "bound", cap(c.slow))
 			data, _ := json.Marshal(map[string]any{"kind": "overloaded", "retryable": true})
 			c.reply(id, &rpc.Error{Code: rpc.CodeOverloaded, Message: fmt.Sprintf("overloaded: %d requests already in progress on this connection; retry with backoff", cap(c.slow)), Data: data})
 			return
