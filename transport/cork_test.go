@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -87,5 +88,42 @@ func TestDescribe(t *testing.T) {
 	defer b.Close(CloseNormal, "")
 	if d := Describe(a); d != "" {
 		t.Fatalf("Describe(pipe) = %q", d)
+	}
+}
+
+// TestCorkConnReadAhead: reads smaller than readAheadBytes are served
+// from one socket read ahead, in order; a large read goes to the socket;
+// the end of the stream comes after every byte.
+func TestCorkConnReadAhead(t *testing.T) {
+	a, b := net.Pipe()
+	src := make([]byte, 300<<10)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	go func() {
+		for off := 0; off < len(src); off += 100 << 10 {
+			_, _ = a.Write(src[off : off+100<<10])
+		}
+		_ = a.Close()
+	}()
+	c := NewCorkConn(b)
+	var got []byte
+	sizes := []int{1, 100, 5000, 16 << 10, readAheadBytes, 3}
+	for i := 0; ; i++ {
+		p := make([]byte, sizes[i%len(sizes)])
+		n, err := c.Read(p)
+		got = append(got, p[:n]...)
+		if err != nil {
+			if err != io.EOF {
+				t.Fatal(err)
+			}
+			break
+		}
+		if i > 10000 {
+			t.Fatal("no end of stream")
+		}
+	}
+	if !bytes.Equal(got, src) {
+		t.Fatalf("read %d bytes, not the %d written in order", len(got), len(src))
 	}
 }
