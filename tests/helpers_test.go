@@ -25,6 +25,7 @@ import (
 	"unicode/utf16"
 
 	"github.com/coder/websocket"
+	"golang.org/x/sys/unix"
 )
 
 // waitTimeout bounds every wait on observable output.
@@ -535,6 +536,33 @@ func alive(pid int) bool {
 	// pid (comm) S ...: the state follows the last ')'.
 	i := bytes.LastIndexByte(stat, ')')
 	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
+}
+
+// exitsWithin reports whether pid has exited (or is a zombie) within d: a
+// process SIGKILLed a moment ago may still be on its way out. It waits on
+// a pidfd (Linux 5.3+), which becomes readable when the process exits;
+// without one it answers at once.
+func exitsWithin(pid int, d time.Duration) bool {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return !alive(pid) // ESRCH: gone
+	}
+	defer unix.Close(fd)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	deadline := time.Now().Add(d)
+	for alive(pid) {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		if _, err := unix.Poll(fds, int(left.Milliseconds())+1); err != nil && err != unix.EINTR {
+			return !alive(pid)
+		}
+		if fds[0].Revents&unix.POLLIN != 0 {
+			return true
+		}
+	}
+	return true
 }
 
 // freePort returns a loopback port nothing listens on (it was free a
