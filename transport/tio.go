@@ -227,18 +227,25 @@ func ServeStdio(ctx context.Context, r io.ReadCloser, w io.WriteCloser, serve fu
 	return nil
 }
 
-// DialStdio starts a client session over r (the peer's output) and w (its
-// input), and waits for the handshake.
-func DialStdio(ctx context.Context, r io.ReadCloser, w io.WriteCloser, name string) (MessageConn, error) {
-	s := transportio.Start(transportio.NewStreamCarrier(r, w, name), transportio.Config{
-		Contract: Contract, Role: transportio.RoleClient, BlockOnFull: true, PayloadsChecked: true,
-	})
+// clientConn waits for the handshake of a dialled client session s and
+// returns it as a MessageConn it owns; on failure s is closed and joined,
+// and a refusal is a *TIOCloseError.
+func clientConn(ctx context.Context, s *transportio.Session) (MessageConn, error) {
 	if err := s.WaitHandshake(ctx); err != nil {
 		s.Close(transportio.CloseNoError, "")
 		s.Wait()
 		return nil, tioError(err)
 	}
 	return &tioConn{s: s, owned: true}, nil
+}
+
+// DialStdio starts a client session over r (the peer's output) and w (its
+// input), and waits for the handshake.
+func DialStdio(ctx context.Context, r io.ReadCloser, w io.WriteCloser, name string) (MessageConn, error) {
+	s := transportio.Start(transportio.NewStreamCarrier(r, w, name), transportio.Config{
+		Contract: Contract, Role: transportio.RoleClient, BlockOnFull: true, PayloadsChecked: true,
+	})
+	return clientConn(ctx, s)
 }
 
 // DialTIOWebSocket dials the WebSocket mapping at url (wss://…/transport-io)
@@ -257,12 +264,7 @@ func DialTIOWebSocket(ctx context.Context, url string, header http.Header, clien
 	if err != nil {
 		return nil, err
 	}
-	if err := s.WaitHandshake(ctx); err != nil {
-		s.Close(transportio.CloseNoError, "")
-		s.Wait()
-		return nil, tioError(err)
-	}
-	return &tioConn{s: s, owned: true}, nil
+	return clientConn(ctx, s)
 }
 
 // IsUnauthorized reports whether err is a WT_UNAUTHORIZED refusal, which a

@@ -94,10 +94,5 @@ func DialWebTransport(ctx context.Context, url string, header http.Header, tlsCo
 	if err != nil {
 		return nil, err
 	}
-	if err := s.WaitHandshake(ctx); err != nil {
-		s.Close(transportio.CloseNoError, "")
-		s.Wait()
-		return nil, tioError(err)
-	}
-	return &tioConn{s: s, owned: true}, nil
+	return clientConn(ctx, s)
 }

@@ -280,6 +280,30 @@ func (v *topView) rate(name string, kv ...string) (float64, bool) {
 	return (b - a) / dt, true
 }
 
+// rateTable appends a blank line, a header (title, colA, colB) and, for
+// every value of attribute key among metric's points, the per-second
+// rates of its dirKey=dirA and dirKey=dirB series ("-" until two samples
+// give a rate).
+func (v *topView) rateTable(lines []string, title, colA, colB, metric, key, dirKey, dirA, dirB string) []string {
+	lines = append(lines, "", fmt.Sprintf("%-16s %12s %12s", title, colA, colB))
+	names := map[string]bool{}
+	for _, p := range v.cur.metrics[metric] {
+		if n, ok := attrOf(p, key); ok {
+			names[n] = true
+		}
+	}
+	for _, n := range sortedKeys(names) {
+		a, ok1 := v.rate(metric, key, n, dirKey, dirA)
+		b, ok2 := v.rate(metric, key, n, dirKey, dirB)
+		if ok1 && ok2 {
+			lines = append(lines, fmt.Sprintf("%-16s %12s %12s", trunc(n, 16), bytesH(a), bytesH(b)))
+		} else {
+			lines = append(lines, fmt.Sprintf("%-16s %12s %12s", trunc(n, 16), "-", "-"))
+		}
+	}
+	return lines
+}
+
 // layout builds the lines for a width.
 func (v *topView) layout(width int) []string {
 	s := v.cur
@@ -362,41 +386,8 @@ func (v *topView) layout(width int) []string {
 		}
 	}
 
-	add("")
-	add("%-16s %12s %12s", "DISK", "READ/s", "WRITE/s")
-	disks := map[string]bool{}
-	for _, p := range s.metrics["system.disk.io"] {
-		if d, ok := attrOf(p, "system.device"); ok {
-			disks[d] = true
-		}
-	}
-	for _, d := range sortedKeys(disks) {
-		r, ok1 := v.rate("system.disk.io", "system.device", d, "disk.io.direction", "read")
-		w, ok2 := v.rate("system.disk.io", "system.device", d, "disk.io.direction", "write")
-		if ok1 && ok2 {
-			add("%-16s %12s %12s", trunc(d, 16), bytesH(r), bytesH(w))
-		} else {
-			add("%-16s %12s %12s", trunc(d, 16), "-", "-")
-		}
-	}
-
-	add("")
-	add("%-16s %12s %12s", "NETWORK", "RECEIVE/s", "TRANSMIT/s")
-	nics := map[string]bool{}
-	for _, p := range s.metrics["system.network.io"] {
-		if n, ok := attrOf(p, "network.interface.name"); ok {
-			nics[n] = true
-		}
-	}
-	for _, n := range sortedKeys(nics) {
-		rx, ok1 := v.rate("system.network.io", "network.interface.name", n, "network.io.direction", "receive")
-		tx, ok2 := v.rate("system.network.io", "network.interface.name", n, "network.io.direction", "transmit")
-		if ok1 && ok2 {
-			add("%-16s %12s %12s", trunc(n, 16), bytesH(rx), bytesH(tx))
-		} else {
-			add("%-16s %12s %12s", trunc(n, 16), "-", "-")
-		}
-	}
+	lines = v.rateTable(lines, "DISK", "READ/s", "WRITE/s", "system.disk.io", "system.device", "disk.io.direction", "read", "write")
+	lines = v.rateTable(lines, "NETWORK", "RECEIVE/s", "TRANSMIT/s", "system.network.io", "network.interface.name", "network.io.direction", "receive", "transmit")
 	if c, ok := s.find("sidecar.clients"); ok {
 		subs, _ := s.find("sidecar.subscriptions")
 		add("")

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
+)
+
+// point is a data point of v with string attributes kv (key, value, ...).
+func point(v float64, kv ...string) *metricspb.NumberDataPoint {
+	p := &metricspb.NumberDataPoint{Value: &metricspb.NumberDataPoint_AsDouble{AsDouble: v}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		p.Attributes = append(p.Attributes, &commonpb.KeyValue{Key: kv[i],
+			Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: kv[i+1]}}})
+	}
+	return p
+}
+
+// TestRateTable: the DISK table shows each device's read and write rates
+// from two samples one second apart, and "-" before there are two.
+func TestRateTable(t *testing.T) {
+	sample := func(at time.Time, read, write float64) *snapshotView {
+		return &snapshotView{at: at, metrics: map[string][]*metricspb.NumberDataPoint{
+			"system.disk.io": {
+				point(read, "system.device", "sda", "disk.io.direction", "read"),
+				point(write, "system.device", "sda", "disk.io.direction", "write"),
+			},
+		}}
+	}
+	t0 := time.Unix(1000, 0)
+	v := &topView{cur: sample(t0, 1000, 0)}
+	args := []string{"DISK", "READ/s", "WRITE/s", "system.disk.io", "system.device", "disk.io.direction", "read", "write"}
+	got := v.rateTable(nil, args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7])
+	want := []string{"", "DISK                   READ/s      WRITE/s", "sda                         -            -"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("one sample:\n%q\nwant\n%q", got, want)
+	}
+	v.prev, v.cur = v.cur, sample(t0.Add(time.Second), 1000+2048, 512)
+	got = v.rateTable(nil, args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7])
+	want[2] = "sda                      2.0K         512B"
+	if !slices.Equal(got, want) {
+		t.Fatalf("two samples:\n%q\nwant\n%q", got, want)
+	}
+}
