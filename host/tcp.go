@@ -274,7 +274,7 @@ type tcpConn struct {
 // half-close, eof) and the release that credits its size once done.
 type tcpWrite struct {
 	data    []byte
-	buf     *[]byte // data's buffer, back to tcpBufs once written
+	buf     []byte // data's buffer, back to tcpBufs once written
 	eof     bool
 	release func()
 }
@@ -283,17 +283,6 @@ type tcpWrite struct {
 // client tcp/data is decoded into (one per message, from clientData until
 // writeLoop has written it). At most 8 are kept (bufpool: bounded).
 var tcpBufs = bufpool.New(8, 16<<10, 1<<20)
-
-func getTCPBuf() *[]byte {
-	b := tcpBufs.Get(16 << 10)
-	return &b
-}
-
-func putTCPBuf(b *[]byte) {
-	if b != nil {
-		tcpBufs.Put(*b)
-	}
-}
 
 func (tc *tcpConn) uri() string { return tc.id }
 
@@ -368,13 +357,10 @@ func (tc *tcpConn) clientData(sub *subscription, h *rpc.Header, release func()) 
 	tc.mu.Unlock()
 	switch h.Method {
 	case rpc.MethodTCPData:
-		buf := getTCPBuf()
-		p, data, err := tcpadapter.AppendData((*buf)[:0], h.Params)
-		if cap(data) > cap(*buf) {
-			*buf = data[:0] // grown: keep the larger buffer
-		}
+		p, data, err := tcpadapter.AppendData(tcpBufs.Get(16<<10), h.Params)
+		buf := data[:0] // the buffer, grown if it had to
 		if err != nil {
-			putTCPBuf(buf)
+			tcpBufs.Put(buf)
 			release()
 			tc.abort(err.Error(), true)
 			return
@@ -382,7 +368,7 @@ func (tc *tcpConn) clientData(sub *subscription, h *rpc.Header, release func()) 
 		tc.mu.Lock()
 		if tc.eofRecv {
 			tc.mu.Unlock()
-			putTCPBuf(buf)
+			tcpBufs.Put(buf)
 			release()
 			tc.abort("protocol error: tcp/data after tcp/eof", true)
 			return
@@ -390,14 +376,14 @@ func (tc *tcpConn) clientData(sub *subscription, h *rpc.Header, release func()) 
 		data, err = tcpadapter.Trim(p.Offset, data, tc.recvOff)
 		if err != nil {
 			tc.mu.Unlock()
-			putTCPBuf(buf)
+			tcpBufs.Put(buf)
 			release()
 			tc.abort(err.Error(), true)
 			return
 		}
 		if len(data) == 0 { // a resend of bytes already taken
 			tc.mu.Unlock()
-			putTCPBuf(buf)
+			tcpBufs.Put(buf)
 			release()
 			return
 		}
@@ -473,11 +459,7 @@ func (tc *tcpConn) readLoop() {
 		n := tcpReadSize(per, delivery.UTF16Bytes(2*tc.enc.DataLen(off, per)), room)
 		// The buffer is held only while reading: a connection whose window
 		// is full keeps none.
-		bp := getTCPBuf()
-		if cap(*bp) < n {
-			*bp = make([]byte, 0, max(n, tcpReadAhead))
-		}
-		buf := (*bp)[:n]
+		buf := tcpBufs.Get(n)[:n]
 		nr, err := tc.sock.Read(buf)
 		if nr > 0 {
 			var msgs []tcpSlot
@@ -491,7 +473,7 @@ func (tc *tcpConn) readLoop() {
 				o += tcpadapter.DecodedOffset(k)
 				p = p[k:]
 			}
-			putTCPBuf(bp)
+			tcpBufs.Put(buf)
 			tc.mu.Lock()
 			if tc.isClosed {
 				tc.mu.Unlock()
@@ -504,7 +486,7 @@ func (tc *tcpConn) readLoop() {
 			sub.out.Wake()
 		}
 		if nr <= 0 {
-			putTCPBuf(bp)
+			tcpBufs.Put(buf)
 		}
 		if errors.Is(err, io.EOF) {
 			tc.mu.Lock()
@@ -614,7 +596,7 @@ func (tc *tcpConn) writeLoop() {
 			clear(bufs[:cap(bufs)])
 			for i, w := range batch {
 				w.release()
-				putTCPBuf(w.buf)
+				tcpBufs.Put(w.buf)
 				batch[i] = tcpWrite{}
 			}
 			if err != nil {
