@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,8 +74,11 @@ func (p *tcpPeer) next() []byte {
 	return b
 }
 
-func (h *tcpHarness) peer(clientID string) *tcpPeer {
-	a, b := transport.Pipe(256)
+func (h *tcpHarness) peer(clientID string) *tcpPeer { return h.peerCap(clientID, 256) }
+
+// peerCap is peer over a pipe holding at most capacity unread messages.
+func (h *tcpHarness) peerCap(clientID string, capacity int) *tcpPeer {
+	a, b := transport.Pipe(capacity)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -427,5 +431,49 @@ func TestTCPClientDataBatched(t *testing.T) {
 		if c.ConsumedBytes == total {
 			break
 		}
+	}
+}
+
+// TestTCPReadAheadBound: while the connection's writer is stuck (its
+// client reads nothing more) but the window is wide open, the host reads
+// the socket ahead only up to tcpQueued (plus the one read that crossed
+// it), then stops reading: the destination's writes stall.
+func TestTCPReadAheadBound(t *testing.T) {
+	h := newTCPHarness(t)
+	port, accepted := tcpDest(t)
+	p := h.peerCap("tcp-bound", 1)
+	fc := map[string]any{"receive": map[string]any{"windowBytes": 4 << 20, "maximumFrameBytes": 65536}}
+	if m := p.call("createTcpConnection", map[string]any{"channel": "ahp-tcp:/q", "host": "127.0.0.1", "port": port}); m.Error != nil {
+		t.Fatalf("createTcpConnection: %s", m.raw)
+	}
+	if m := p.call("subscribe", map[string]any{"channel": "ahp-tcp:/q", "flowControl": fc}); m.Error != nil {
+		t.Fatalf("subscribe: %s", m.raw)
+	}
+	d := <-accepted
+	// From here on nothing is read from the pipe. Write until the host
+	// stops reading (a write makes no progress for 300 ms), within 20 s.
+	chunk := make([]byte, 64<<10)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatal("the host kept reading the socket")
+		}
+		_ = d.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
+		if _, err := d.Write(chunk); err != nil {
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	h.s.tcp.mu.Lock()
+	tc := h.s.tcp.conns["ahp-tcp:/q"]
+	h.s.tcp.mu.Unlock()
+	tc.mu.Lock()
+	queued := tc.slotBytes
+	tc.mu.Unlock()
+	oneRead := delivery.UTF16Bytes(2 * tc.enc.DataLen(0, tcpReadAhead) * 2) // a read's messages, generously
+	if queued < tcpQueued/2 || queued > tcpQueued+oneRead {
+		t.Fatalf("%d UTF-16 bytes read ahead and queued, want about tcpQueued (%d), at most %d", queued, tcpQueued, tcpQueued+oneRead)
 	}
 }

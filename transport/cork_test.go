@@ -126,4 +126,7 @@ func TestCorkConnReadAhead(t *testing.T) {
 	if !bytes.Equal(got, src) {
 		t.Fatalf("read %d bytes, not the %d written in order", len(got), len(src))
 	}
+	if len(c.rbuf) != readAheadBytes || cap(c.rbuf) != readAheadBytes {
+		t.Fatalf("read-ahead buffer %d/%d bytes, bound %d", len(c.rbuf), cap(c.rbuf), readAheadBytes)
+	}
 }
