@@ -37,10 +37,12 @@ var DefaultReceive = delivery.Limits{WindowBytes: 256 << 10, MaximumFrameBytes: 
 // DefaultTCPReceive is the window a TCP connection (DialTCP) starts with:
 // 128 KiB, 16 KiB frames (UTF-16 bytes; about 48 KiB of stream bytes in
 // flight). DefaultTCPReceiveMax is how far it may grow while the window is
-// what limits a transfer (the host lowers it to its tcp block's maxima).
+// what limits a transfer (the host lowers it to its tcp block's maxima):
+// 16 MiB, 512 KiB frames (the largest a host allows; 192 KiB of stream
+// bytes a message, so a bulk transfer costs few messages).
 var (
 	DefaultTCPReceive    = delivery.Limits{WindowBytes: 128 << 10, MaximumFrameBytes: 16 << 10}
-	DefaultTCPReceiveMax = delivery.Limits{WindowBytes: 16 << 20, MaximumFrameBytes: 256 << 10}
+	DefaultTCPReceiveMax = delivery.Limits{WindowBytes: 16 << 20, MaximumFrameBytes: 512 << 10}
 )
 
 // withDefaults fills the zero limits of o.

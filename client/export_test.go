@@ -10,3 +10,7 @@ func SetTuneRTT(t *TCPConn, d time.Duration) {
 	t.tune.rtt = d
 	t.tune.mu.Unlock()
 }
+
+// ReadBufferSize is t.readBufferSize: ReadFrom's next buffer size for a
+// wanted one.
+func ReadBufferSize(t *TCPConn, want int) int { return t.readBufferSize(want) }

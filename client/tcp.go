@@ -472,22 +472,28 @@ func (t *TCPConn) Write(p []byte) (int, error) {
 	return written, nil
 }
 
-// tcpReadBuffer is what ReadFrom reads from r at a time (one system call
-// for several tcp/data messages).
-const tcpReadBuffer = 64 << 10
+// tcpReadBuffer bounds what ReadFrom reads from r at a time (one system
+// call for one or more tcp/data messages): the stream bytes of one message
+// at the largest maximumFrameBytes a host may allow (512 KiB UTF-16 bytes:
+// 256 KiB of base64 text, 192 KiB decoded).
+const tcpReadBuffer = 192 << 10
 
-// ReadFrom copies r to the connection (io.Copy uses it). Its buffer
-// starts at 4 KiB and grows to tcpReadBuffer once a read fills it, so a
-// connection whose local side sends little (a download) keeps little.
+// ReadFrom copies r to the connection (io.Copy uses it). Its buffer starts
+// at 4 KiB and, each time a read fills it, doubles up to one message's
+// stream bytes at the host's current maximumFrameBytes (at most
+// tcpReadBuffer), so a connection whose local side sends little (a
+// download) keeps little and a bulk upload sends whole messages.
 func (t *TCPConn) ReadFrom(r io.Reader) (int64, error) {
 	buf := make([]byte, 4<<10)
 	var total int64
 	for {
 		n, err := r.Read(buf)
-		if n == len(buf) && len(buf) < tcpReadBuffer {
-			grown := make([]byte, tcpReadBuffer)
-			copy(grown, buf[:n])
-			buf = grown
+		if n == len(buf) {
+			if want := t.readBufferSize(2 * len(buf)); want > len(buf) {
+				grown := make([]byte, want)
+				copy(grown, buf[:n])
+				buf = grown
+			}
 		}
 		if n > 0 {
 			w, werr := t.Write(buf[:n])
@@ -503,6 +509,15 @@ func (t *TCPConn) ReadFrom(r io.Reader) (int64, error) {
 			return total, err
 		}
 	}
+}
+
+// readBufferSize is ReadFrom's next buffer size (decoded bytes) for a
+// wanted one: at most one message's payload at the host's current
+// maximumFrameBytes (with the longest offset), at most tcpReadBuffer.
+func (t *TCPConn) readBufferSize(want int) int {
+	_, host := t.sub.Limits()
+	per := t.enc.MaxPayload(tcpadapter.DecodedOffset(1)<<52, host.MaximumFrameBytes)
+	return max(4<<10, min(want, per, tcpReadBuffer))
 }
 
 // CloseWrite sends tcp/eof after everything written: the host half-closes

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/client"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/delivery"
@@ -231,4 +232,75 @@ func dialTuned(t *testing.T, tweak func(*config.Config), port int) (*client.TCPC
 		t.Fatal(err)
 	}
 	return tc, ctx
+}
+
+// TestTCPReadFromBuffer: ReadFrom's buffer is one message's stream bytes
+// at the host's current maximumFrameBytes: about 6 KiB at the first 16 KiB
+// frames, and once an upload through ReadFrom grew the limits to the
+// host's 512 KiB frames, just under the 192 KiB cap; the sink gets every
+// byte.
+func TestTCPReadFromBuffer(t *testing.T) {
+	const total = 32 << 20
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	sums := make(chan [32]byte, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		h := sha256.New()
+		_, _ = io.Copy(h, c)
+		sums <- [32]byte(h.Sum(nil))
+	}()
+	tc, ctx := dialTuned(t, func(c *config.Config) {
+		c.TCP.WindowBytes = 4 << 20
+		c.TCP.MaximumFrameBytes = 512 << 10
+	}, l.Addr().(*net.TCPAddr).Port)
+	defer tc.Close()
+	enc := tcpadapter.NewEncoder(tc.Channel())
+	first := enc.MaxPayload(1<<52, client.DefaultTCPReceive.MaximumFrameBytes)
+	if got := client.ReadBufferSize(tc, 1<<20); got != first || first < 6000 || first > 6144 {
+		t.Fatalf("buffer at 16 KiB frames: %d, want %d (about 6 KiB)", got, first)
+	}
+	if got := client.ReadBufferSize(tc, 5000); got != 5000 {
+		t.Fatalf("buffer wanted 5000: %d", got)
+	}
+	client.SetTuneRTT(tc, time.Hour)
+	want := sha256.New()
+	src := io.TeeReader(io.LimitReader(patternReader{}, total), want)
+	if n, err := io.Copy(tc, src); err != nil || n != total {
+		t.Fatalf("copied %d, %v; want %d", n, err, total)
+	}
+	if err := tc.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-sums:
+		if got != [32]byte(want.Sum(nil)) {
+			t.Fatal("the sink's SHA-256 differs")
+		}
+	case <-ctx.Done():
+		t.Fatal("the sink did not finish")
+	}
+	if _, out := tc.Limits(); out.MaximumFrameBytes != 512<<10 {
+		t.Fatalf("hostReceive after the upload: %+v, want 512 KiB frames", out)
+	}
+	if got, per := client.ReadBufferSize(tc, 1<<20), enc.MaxPayload(1<<52, 512<<10); got != per || per > 192<<10 || per < 190<<10 {
+		t.Fatalf("buffer at 512 KiB frames: %d, want %d (just under the 192 KiB cap)", got, per)
+	}
+}
+
+// patternReader fills every read with a byte pattern.
+type patternReader struct{}
+
+func (patternReader) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(i*7 + i>>9)
+	}
+	return len(p), nil
 }

@@ -52,7 +52,7 @@ func TestDefault(t *testing.T) {
 		Terminal: Terminal{Login: true, Term: "xterm-256color", ScrollbackBytes: 1 << 20,
 			MaxPerClient: 16, MaxTotal: 64, Env: map[string]string{"LANG": "C.UTF-8"}},
 		TCP: TCP{Allow: []string{"127.0.0.0/8", "::1/128"}, MaxPerClient: 256, MaxTotal: 1024,
-			DialTimeout: 10 * time.Second, WindowBytes: 4 << 20, MaximumFrameBytes: 128 << 10},
+			DialTimeout: 10 * time.Second, WindowBytes: 4 << 20, MaximumFrameBytes: 512 << 10},
 		Telemetry: Telemetry{Interval: time.Second},
 		Delivery: Delivery{WindowBytes: 262144, MaximumFrameBytes: 16384, MaxMessageBytes: 16 << 20,
 			TransportQueueFrames: 32, OrdinaryQueueMessages: 1024, ProtectedQueueMessages: 256,

@@ -428,9 +428,11 @@ func (tc *tcpConn) clientControl(sub *subscription, h *rpc.Header) {
 
 // tcpReadAhead bounds one socket read: up to this many bytes, cut into
 // tcp/data messages, and never more than the window's remaining credit
-// lets out (so one read is one system call for several messages, and a
-// client that stops crediting still stops the socket after one window).
-const tcpReadAhead = 64 << 10
+// lets out (so one read is one system call for one or more messages, and
+// a client that stops crediting still stops the socket after one window).
+// 192 KiB is one message at the largest maximumFrameBytes (512 KiB UTF-16
+// bytes: 256 KiB of base64 text).
+const tcpReadAhead = 192 << 10
 
 // tcpQueued bounds the tcp/data read from the socket but not yet pulled
 // by the scheduler (UTF-16 bytes): two reads' worth, so the next read

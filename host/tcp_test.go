@@ -369,15 +369,17 @@ func TestTCPReadSize(t *testing.T) {
 		size, remaining delivery.UTF16Bytes
 		want            int
 	}{
-		{6000, 16000, 262144, 60000}, // 17 messages fit, 10 within 64 KiB
-		{6000, 16000, 40000, 18000},  // 3 can start: 0, 16000, 32000 < 40000
-		{6000, 16000, 32000, 12000},  // exactly 2
-		{6000, 16000, 16001, 12000},  // the second starts at 16000 < 16001
-		{6000, 16000, 16000, 6000},   // one message fills it
-		{6000, 16000, 1, 6000},       // always at least one
+		{6000, 16000, 262144, 102000},  // 17 messages fit, all within 192 KiB
+		{6000, 16000, 1 << 20, 192000}, // 32 within 192 KiB
+		{6000, 16000, 40000, 18000},    // 3 can start: 0, 16000, 32000 < 40000
+		{6000, 16000, 32000, 12000},    // exactly 2
+		{6000, 16000, 16001, 12000},    // the second starts at 16000 < 16001
+		{6000, 16000, 16000, 6000},     // one message fills it
+		{6000, 16000, 1, 6000},         // always at least one
 		{6000, 16000, 0, 6000},
-		{100000, 270000, 1 << 20, 100000}, // one message beyond tcpReadAhead
-		{24000, 64000, 1 << 20, 48000},    // whole messages only
+		{200000, 540000, 1 << 20, 200000}, // one message beyond tcpReadAhead
+		{48000, 128000, 1 << 20, 192000},  // whole messages only
+		{50000, 128000, 1 << 20, 150000},
 	} {
 		if got := tcpReadSize(c.per, c.size, c.remaining); got != c.want {
 			t.Errorf("tcpReadSize(%d, %d, %d) = %d, want %d", c.per, c.size, c.remaining, got, c.want)
