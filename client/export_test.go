@@ -14,3 +14,10 @@ func SetTuneRTT(t *TCPConn, d time.Duration) {
 // ReadBufferSize is t.readBufferSize: ReadFrom's next buffer size for a
 // wanted one.
 func ReadBufferSize(t *TCPConn, want int) int { return t.readBufferSize(want) }
+
+// Unreleased is what t has received but not released yet (UTF-16 bytes).
+func Unreleased(t *TCPConn) int64 {
+	in, _ := t.sub.parts()
+	received, released := in.Counters()
+	return int64(received - released)
+}

@@ -276,6 +276,20 @@ func (q *msgQueue) pop(ctx context.Context) (*Message, error) {
 	}
 }
 
+// popIf pops the first message without waiting if there is one and ok
+// accepts it.
+func (q *msgQueue) popIf(ok func(*Message) bool) *Message {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) == 0 || !ok(q.items[0]) {
+		return nil
+	}
+	m := q.items[0]
+	q.items[0] = nil
+	q.items = q.items[1:]
+	return m
+}
+
 func (q *msgQueue) close(err error) {
 	if err == nil {
 		err = errors.New("client: connection closed")

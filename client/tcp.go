@@ -318,6 +318,9 @@ func (t *TCPConn) next() ([]byte, error) {
 			}
 			return nil, fmt.Errorf("client: TCP connection lost: %w", err)
 		}
+		if need := decodedBound(m); cap(t.dbuf) < need {
+			t.dbuf = make([]byte, 0, max(need, t.batchBytes()))
+		}
 		t.buf = t.take(m, t.dbuf[:0])
 		t.dbuf = t.buf[:0]
 	}
@@ -385,18 +388,23 @@ func (t *TCPConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// tcpWriteBatch bounds the received bytes WriteTo gathers for one Write
-// (the decode buffer each connection keeps is at most this and one
-// message).
+// tcpWriteBatch bounds the received bytes WriteTo gathers for one Write.
 const tcpWriteBatch = 64 << 10
 
-// noWait is a context that is already done: Subscription.Next with it
-// returns only what is queued.
-var noWait = func() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
-}()
+// batchBytes is the decode buffer's size (decoded bytes) unless one
+// message needs more: a quarter of the stream bytes the receive window
+// holds, at most tcpWriteBatch. A connection whose reader stalled keeps
+// this buffer full and the rest of its window as received text; sized
+// from the window, that is little for the small window such a connection
+// keeps, while a bulk transfer's larger one gathers up to tcpWriteBatch.
+func (t *TCPConn) batchBytes() int {
+	in, _ := t.sub.Limits()
+	return int(min(in.WindowBytes*3/32, tcpWriteBatch))
+}
+
+// decodedBound is at least the bytes m's data decodes to: base64 takes 4
+// characters for 3 bytes (the envelope is counted too).
+func decodedBound(m *Message) int { return len(m.Raw) / 4 * 3 }
 
 // WriteTo writes received bytes to w until tcp/eof (nil), a reset or an
 // error, releasing messages once w has taken their bytes. The messages
@@ -416,9 +424,10 @@ func (t *TCPConn) WriteTo(w io.Writer) (int64, error) {
 		}
 		// Gather what is queued behind it (data is in dbuf: appending
 		// overwrites nothing still needed).
+		// Only messages that fit: the buffer keeps its size.
 		for len(data) < tcpWriteBatch && t.rerr == nil {
-			m, err := t.sub.Next(noWait)
-			if err != nil {
+			m := t.sub.q.popIf(func(m *Message) bool { return decodedBound(m) <= cap(data)-len(data) })
+			if m == nil {
 				break
 			}
 			data = t.take(m, data)

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"crypto/sha256"
+	"hash"
 	"io"
 	"net"
 	"testing"
@@ -303,4 +304,60 @@ func (patternReader) Read(p []byte) (int, error) {
 		p[i] = byte(i*7 + i>>9)
 	}
 	return len(p), nil
+}
+
+// TestTCPWriteToBatchBound: while WriteTo's writer is stuck, the whole
+// window piles up; the next Write gets at most a quarter of the window's
+// stream bytes (batchBytes: the decode buffer a stalled connection keeps),
+// not everything queued, and the bytes arrive exactly.
+func TestTCPWriteToBatchBound(t *testing.T) {
+	const total = 2 << 20
+	port, want := sourceServer(t, total)
+	tc, ctx := dialTuned(t, nil, port)
+	defer tc.Close()
+	client.SetTuneRTT(tc, 0) // the window stays at the first offer
+	window := client.DefaultTCPReceive.WindowBytes
+	w := &stuckWriter{h: sha256.New(), first: make(chan struct{})}
+	go func() {
+		// Release the first Write once the host sent the whole window.
+		defer close(w.first)
+		for client.Unreleased(tc) < int64(window-client.DefaultTCPReceive.MaximumFrameBytes) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	n, err := tc.WriteTo(w)
+	if err != nil || n != total {
+		t.Fatalf("WriteTo: %d, %v; want %d", n, err, total)
+	}
+	if [32]byte(w.h.Sum(nil)) != want {
+		t.Fatal("SHA-256 differs")
+	}
+	// 128 KiB of UTF-16 is 64 KiB of text, 48 KiB of stream bytes: a
+	// quarter is 12 KiB (two 16 KiB-frame messages of about 6 KiB).
+	if limit := int(window) * 3 / 32; w.max > limit || w.max < limit/2 {
+		t.Fatalf("largest Write after the stall: %d bytes, want at most %d (and at least %d)", w.max, limit, limit/2)
+	}
+}
+
+// stuckWriter hashes what it is given; its first Write waits for first
+// to close, and it records the largest later Write.
+type stuckWriter struct {
+	h     hash.Hash
+	first chan struct{}
+	calls int
+	max   int
+}
+
+func (w *stuckWriter) Write(p []byte) (int, error) {
+	if w.calls == 0 {
+		<-w.first
+	} else {
+		w.max = max(w.max, len(p))
+	}
+	w.calls++
+	return w.h.Write(p)
 }
