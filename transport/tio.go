@@ -62,6 +62,10 @@ func (c *tioConn) WriteMessage(ctx context.Context, text []byte) error {
 // its EMIT frame.
 func (c *tioConn) WriteReleases() bool { return true }
 
+// RecycleRead implements ReadRecycler: a message is an EMIT payload in a
+// buffer of its own (transportio.Decoder).
+func (c *tioConn) RecycleRead(b []byte) { transportio.RecyclePayload(b) }
+
 func (c *tioConn) Close(code CloseCode, reason string) error {
 	tc, r := ToTIOClose(code, reason)
 	err := c.s.Close(tc, r)

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"encoding/binary"
 	"io"
+
+	"github.com/sidecar-dev/sidecar/internal/bufpool"
 )
 
 // Frame is one stream frame (§5): a type, a codec, an event id and a
@@ -127,7 +129,9 @@ type Decoder struct {
 // NewDecoder returns a Decoder reading r.
 func NewDecoder(r io.Reader) *Decoder { return &Decoder{r: bufio.NewReaderSize(r, 32<<10)} }
 
-// Next returns the next frame, with a freshly allocated payload. At a clean
+// Next returns the next frame, its payload in a buffer of its own (from
+// a bounded pool: whoever is done with it may give it back with
+// RecyclePayload, or simply drop it). At a clean
 // end between frames it returns io.EOF; inside a frame io.ErrUnexpectedEOF;
 // a violation is a *FrameError.
 func (d *Decoder) Next() (Frame, error) {
@@ -141,7 +145,7 @@ func (d *Decoder) Next() (Frame, error) {
 	if d.MaxPayload > 0 && h.PayloadLen() > d.MaxPayload {
 		return Frame{}, frameErr("WT_PAYLOAD_TOO_LARGE", "a %s payload of %d bytes exceeds this receiver's %d", h.Type, h.PayloadLen(), d.MaxPayload)
 	}
-	p := make([]byte, h.PayloadLen())
+	p := payloads.Get(h.PayloadLen())[:h.PayloadLen()]
 	if _, err := io.ReadFull(d.r, p); err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
@@ -150,3 +154,14 @@ func (d *Decoder) Next() (Frame, error) {
 	}
 	return Frame{Type: h.Type, Codec: h.Codec, EventID: h.EventID, Payload: p}, nil
 }
+
+// payloads recycles the buffers Decoder.Next reads payloads into (a bulk
+// receiver otherwise allocates and clears one of up to 1 MiB per frame):
+// at most 8 are kept (bufpool: bounded).
+var payloads = bufpool.New(8, 4<<10, MaxPayload)
+
+// RecyclePayload gives back the payload of a frame or Message received
+// from a session once nothing uses it any more (the next frame may be
+// read into it). Giving back a buffer that is still in use corrupts data;
+// not giving one back costs only an allocation.
+func RecyclePayload(b []byte) { payloads.Put(b) }

@@ -76,7 +76,8 @@ type wsCarrier struct {
 	lastSend, lastRecv atomic.Int64 // unix nanoseconds
 	blocked            atomic.Bool  // the reader waits for the application
 	chunks             chan []byte
-	cur                []byte
+	cur                []byte           // what Read has not returned yet of chunk
+	chunk              []byte           // the message buffer cur is in
 	lastSize           bufpool.SizeHint // for the next message's buffer (reader)
 	cork               Corker           // nil: writes go straight to the socket
 }
@@ -174,15 +175,20 @@ func (w *wsCarrier) readLoop() {
 	}
 }
 
-// read reads one message into a fresh buffer sized from the previous one
+// chunks recycles message buffers once Read has copied them out: at most
+// 8 are kept (bufpool: bounded).
+var chunkBufs = bufpool.New(8, 4<<10, wsReadLimit)
+
+// read reads one message into a buffer sized from the previous ones
 // (Conn.Read's io.ReadAll starts small, doubles and clears each step: a
-// third of a receiver's CPU on bulk data). The read limit still applies.
+// third of a receiver's CPU on bulk data), a recycled one when one is big
+// enough. The read limit still applies.
 func (w *wsCarrier) read() (websocket.MessageType, []byte, error) {
 	typ, r, err := w.c.Reader(w.ctx)
 	if err != nil {
 		return 0, nil, err
 	}
-	buf, err := bufpool.ReadAll(r, make([]byte, 0, w.lastSize.Next(512)))
+	buf, err := bufpool.ReadAll(r, chunkBufs.Get(w.lastSize.Next(512)))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -190,11 +196,17 @@ func (w *wsCarrier) read() (websocket.MessageType, []byte, error) {
 	return typ, buf, nil
 }
 
-// Read is the peer's emit stream.
+// Read is the peer's emit stream. A message's buffer is recycled once
+// Read has copied all of it out.
 func (w *wsCarrier) Read(p []byte) (int, error) {
 	for len(w.cur) == 0 {
+		if w.chunk != nil {
+			chunkBufs.Put(w.chunk)
+			w.chunk = nil
+		}
 		select {
 		case w.cur = <-w.chunks:
+			w.chunk = w.cur
 			continue
 		default:
 		}
@@ -207,6 +219,7 @@ func (w *wsCarrier) Read(p []byte) (int, error) {
 				return 0, io.EOF
 			}
 		}
+		w.chunk = w.cur
 	}
 	n := copy(p, w.cur)
 	w.cur = w.cur[n:]
