@@ -161,9 +161,27 @@ func (c *memCarrier) AcceptCall(ctx context.Context) (CallStream, error) {
 	case st := <-c.accept:
 		return st, nil
 	case <-c.Done():
+		c.abortPending()
 		return nil, ErrSessionClosed
 	case <-ctx.Done():
+		c.abortPending()
 		return nil, ctx.Err()
+	}
+}
+
+// abortPending resets the streams nobody will accept any more, as the end
+// of a real session ends its streams (without it, a call opened just
+// before the session closed waited forever: a rare hang of
+// TestCall52BeforeHandshake).
+func (c *memCarrier) abortPending() {
+	for {
+		select {
+		case st := <-c.accept:
+			st.CancelRead(ResetAborted)
+			st.CancelWrite(ResetAborted)
+		default:
+			return
+		}
 	}
 }
 

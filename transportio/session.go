@@ -520,19 +520,32 @@ func (s *Session) writer() {
 				s.moveDatagramsLocked()
 			}
 		}
+		// Frames that fit together go in one write; a frame alone (a
+		// large one, or nothing behind it) is written from its own buffer.
 		n := 0
-		buf = buf[:0]
-		for n < len(s.q) && (n == 0 || len(buf)+len(s.q[n]) <= maxWriteBatch) {
-			buf = append(buf, s.q[n]...)
-			putFrame(s.q[n])
-			s.q[n] = nil
-			n++
+		out := s.q[0]
+		single := len(s.q) == 1 || len(out)+len(s.q[1]) > maxWriteBatch
+		if !single {
+			buf = buf[:0]
+			for n < len(s.q) && (n == 0 || len(buf)+len(s.q[n]) <= maxWriteBatch) {
+				buf = append(buf, s.q[n]...)
+				putFrame(s.q[n])
+				s.q[n] = nil
+				n++
+			}
+			out = buf
+		} else {
+			s.q[0] = nil
+			n = 1
 		}
 		s.q = s.q[n:]
 		s.inflight = n
 		s.mu.Unlock()
 
-		_, err := w.Write(buf)
+		_, err := w.Write(out)
+		if single {
+			putFrame(out) // Write does not keep it (io.Writer)
+		}
 
 		s.mu.Lock()
 		s.inflight = 0
