@@ -22,14 +22,17 @@ NETPROBE=${NETPROBE:-/tmp/netprobe}
 dir=$(mktemp -d /tmp/bench-sidecar.XXXXXX)
 spid=; cpid=; shp=
 cleanup() {
+  trap - EXIT
   [ -n "$cpid" ] && kill "$cpid" 2>/dev/null
   [ -n "$shp" ] && kill "$shp" 2>/dev/null
   [ -n "$spid" ] && kill "$spid" 2>/dev/null
   wait 2>/dev/null
   rm -rf "$dir"
-  exit 0
+  exit "$1"
 }
-trap cleanup TERM INT EXIT
+# Stopped by the harness: success. Otherwise (a start failure) keep the status.
+trap 'cleanup 0' TERM INT
+trap 'cleanup $?' EXIT
 cat >"$dir/config.hcl" <<CFG
 listener {
   address = "127.0.0.1:$SIDECAR_PORT"
