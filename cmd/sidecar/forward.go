@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -45,10 +46,12 @@ by its tcp.allow policy (loopback only by default). Port 0 picks a free
 port; the address actually bound is printed.
 
 -D [bind:]port runs a SOCKS5 proxy (CONNECT, no authentication) whose
-connections go out from the host, names resolved there.
+connections go out from the host, names resolved there (SOCKS4 clients
+get SOCKS4's rejection).
 
 Both may be given several times; everything shares one connection to the
-host. Ctrl-C closes every forwarded connection and exits 0.`,
+host. Ctrl-C resets every forwarded connection still open (a download cut
+short never looks complete) and exits 0.`,
 		Example: `  sidecar forward wss://127.0.0.1:4433/ahp -L 8080:127.0.0.1:3000 -L 127.0.0.1:5433:db:5432
   sidecar forward wss://127.0.0.1:4433/ahp -D 1080`,
 		Args: cobra.ExactArgs(1),
@@ -370,7 +373,65 @@ func (fw *forwarder) serveSOCKS(l net.Listener) {
 		return
 	}
 	ln := &trackingListener{Listener: l, fw: fw}
-	_ = srv.Serve(ln)
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go fw.serveSOCKSConn(srv, c, l.Addr())
+	}
+}
+
+// socksGreetingTimeout bounds the wait for a SOCKS client's first byte.
+const socksGreetingTimeout = 30 * time.Second
+
+// serveSOCKSConn hands a SOCKS5 client to go-socks5, which closes any
+// other without a word: a SOCKS4 client gets SOCKS4's "request rejected
+// or failed" (VN 0, CD 91) and anything else is closed, each with a line
+// saying why.
+func (fw *forwarder) serveSOCKSConn(srv *socks5.Server, c net.Conn, addr net.Addr) {
+	var first [1]byte
+	_ = c.SetReadDeadline(time.Now().Add(socksGreetingTimeout))
+	if _, err := io.ReadFull(c, first[:]); err != nil {
+		_ = c.Close()
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	switch first[0] {
+	case 5:
+		_ = srv.ServeConn(&replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(first[:]), c)})
+		return
+	case 4:
+		_, _ = c.Write([]byte{0, 91, 0, 0, 0, 0, 0, 0})
+		fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 %s: refused a SOCKS4 client (%s): only SOCKS5 is served (e.g. curl --socks5-hostname)\n", addr, c.RemoteAddr())
+	default:
+		fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 %s: %s is not a SOCKS client (first byte 0x%02x): closed\n", addr, c.RemoteAddr(), first[0])
+	}
+	// End gracefully: a close with the rest of the request unread would be
+	// an RST, which may cost the client the reply.
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+	}
+	_ = c.Close()
+}
+
+// replayConn is a connection whose first bytes were already read: Read
+// returns them first. CloseWrite (go-socks5 half-closes with it) goes to
+// the connection underneath.
+type replayConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+func (c *replayConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
 }
 
 // newSOCKS returns the SOCKS5 server of a -D listening on addr.

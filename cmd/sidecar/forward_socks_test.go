@@ -176,9 +176,42 @@ func TestSOCKSForward(t *testing.T) {
 	if _, err := io.ReadFull(d, buf[:]); err != nil || string(buf[:]) != "ping" {
 		t.Fatalf("destination read %q, %v", buf, err)
 	}
+	// The destination's half-close reaches the SOCKS client after its bytes.
+	if _, err := d.Write([]byte("pong")); err != nil {
+		t.Fatal(err)
+	}
+	_ = d.(*net.TCPConn).CloseWrite()
+	if got, err := io.ReadAll(c); err != nil || string(got) != "pong" {
+		t.Fatalf("SOCKS client read %q, %v; want \"pong\" then EOF", got, err)
+	}
 	_ = c.Close()
 	if _, err := d.Read(buf[:]); !errors.Is(err, io.EOF) {
 		t.Errorf("destination after the SOCKS client closed: %v, want EOF", err)
+	}
+
+	// A SOCKS4 CONNECT gets SOCKS4's "request rejected" and the end; bytes
+	// that are no SOCKS at all get the end.
+	for _, tc := range []struct {
+		name       string
+		send, want []byte
+	}{
+		{"SOCKS4", []byte{4, 1, 0, 80, 127, 0, 0, 1, 0}, []byte{0, 91, 0, 0, 0, 0, 0, 0}},
+		{"not SOCKS", []byte("GET / HTTP/1.1\r\n\r\n"), nil},
+	} {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		dl, _ := ctx.Deadline()
+		_ = c.SetDeadline(dl)
+		if _, err := c.Write(tc.send); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(c)
+		if err != nil || string(got) != string(tc.want) {
+			t.Errorf("%s: read % x, %v; want % x then EOF", tc.name, got, err, tc.want)
+		}
+		_ = c.Close()
 	}
 
 	if got, _ := connect(2, loopback, 80); got != 7 {
