@@ -50,6 +50,46 @@ func sourceServer(t *testing.T, n int) (int, [32]byte) {
 	return l.Addr().(*net.TCPAddr).Port, sum
 }
 
+// sinkServer accepts one connection and reads it to its end; it returns
+// the port and where the SHA-256 of what it read arrives.
+func sinkServer(t *testing.T) (int, <-chan [32]byte) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	sums := make(chan [32]byte, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		h := sha256.New()
+		_, _ = io.Copy(h, c)
+		sums <- [32]byte(h.Sum(nil))
+	}()
+	return l.Addr().(*net.TCPAddr).Port, sums
+}
+
+// closeAndCheck half-closes tc and checks that the sink (sinkServer) read
+// exactly what want hashed.
+func closeAndCheck(ctx context.Context, t *testing.T, tc *client.TCPConn, sums <-chan [32]byte, want hash.Hash) {
+	t.Helper()
+	if err := tc.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-sums:
+		if got != [32]byte(want.Sum(nil)) {
+			t.Fatal("the sink's SHA-256 differs")
+		}
+	case <-ctx.Done():
+		t.Fatal("the sink did not finish")
+	}
+}
+
 // TestTCPWindowGrows: a download whose every window is consumed "within
 // the round trips" doubles its window by re-subscribing, with frames of a
 // window/8, until the host's tcp maxima; the bytes arrive exactly.
@@ -173,23 +213,8 @@ func TestDialTCPBurst(t *testing.T) {
 // every byte.
 func TestTCPWindowGrowsUploading(t *testing.T) {
 	const total = 24 << 20
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	sums := make(chan [32]byte, 1)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		h := sha256.New()
-		_, _ = io.Copy(h, c)
-		sums <- [32]byte(h.Sum(nil))
-	}()
-	tc, ctx := dialTuned(t, func(c *config.Config) { c.TCP.WindowBytes = 2 << 20 }, l.Addr().(*net.TCPAddr).Port)
+	port, sums := sinkServer(t)
+	tc, ctx := dialTuned(t, func(c *config.Config) { c.TCP.WindowBytes = 2 << 20 }, port)
 	defer tc.Close()
 	client.SetTuneRTT(tc, time.Hour)
 	chunk := make([]byte, 96<<10)
@@ -203,17 +228,7 @@ func TestTCPWindowGrowsUploading(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := tc.CloseWrite(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case got := <-sums:
-		if got != [32]byte(want.Sum(nil)) {
-			t.Fatal("the sink's SHA-256 differs")
-		}
-	case <-ctx.Done():
-		t.Fatal("the sink did not finish")
-	}
+	closeAndCheck(ctx, t, tc, sums, want)
 	if _, out := tc.Limits(); out.WindowBytes != 2<<20 {
 		t.Fatalf("hostReceive after the upload: %+v, want the host's 2 MiB window", out)
 	}
@@ -242,26 +257,11 @@ func dialTuned(t *testing.T, tweak func(*config.Config), port int) (*client.TCPC
 // byte.
 func TestTCPReadFromBuffer(t *testing.T) {
 	const total = 32 << 20
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	sums := make(chan [32]byte, 1)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		h := sha256.New()
-		_, _ = io.Copy(h, c)
-		sums <- [32]byte(h.Sum(nil))
-	}()
+	port, sums := sinkServer(t)
 	tc, ctx := dialTuned(t, func(c *config.Config) {
 		c.TCP.WindowBytes = 4 << 20
 		c.TCP.MaximumFrameBytes = 512 << 10
-	}, l.Addr().(*net.TCPAddr).Port)
+	}, port)
 	defer tc.Close()
 	enc := tcpadapter.NewEncoder(tc.Channel())
 	first := enc.MaxPayload(1<<52, client.DefaultTCPReceive.MaximumFrameBytes)
@@ -277,17 +277,7 @@ func TestTCPReadFromBuffer(t *testing.T) {
 	if n, err := io.Copy(tc, src); err != nil || n != total {
 		t.Fatalf("copied %d, %v; want %d", n, err, total)
 	}
-	if err := tc.CloseWrite(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case got := <-sums:
-		if got != [32]byte(want.Sum(nil)) {
-			t.Fatal("the sink's SHA-256 differs")
-		}
-	case <-ctx.Done():
-		t.Fatal("the sink did not finish")
-	}
+	closeAndCheck(ctx, t, tc, sums, want)
 	if _, out := tc.Limits(); out.MaximumFrameBytes != 512<<10 {
 		t.Fatalf("hostReceive after the upload: %+v, want 512 KiB frames", out)
 	}
