@@ -159,8 +159,9 @@ func parsePort(s string, zeroOK bool) (int, error) {
 
 // forwarder runs the listeners and the channels of one forward command.
 type forwarder struct {
-	conn *client.Conn
-	wg   sync.WaitGroup // connection handlers
+	conn         *client.Conn
+	wg           sync.WaitGroup // connection handlers
+	socksTimeout time.Duration  // the SOCKS handshake's bound; 0: socksGreetingTimeout
 
 	mu     sync.Mutex
 	active map[*net.TCPConn]struct{}
@@ -169,6 +170,9 @@ type forwarder struct {
 func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	if len(locals) == 0 && len(dynamics) == 0 {
 		return &exitError{code: 2, err: errors.New("nothing to forward: give -L [bind:]port:host:hostport or -D [bind:]port")}
+	}
+	if cf.ordinary {
+		return &exitError{code: 2, err: errors.New("--ordinary cannot forward: TCP channels need windowed delivery")}
 	}
 	var lfs []localForward
 	for _, s := range locals {
@@ -318,6 +322,9 @@ func openMessage(err error) string {
 	if errors.As(err, &re) {
 		return re.Message
 	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Sprintf("the host did not answer within %s", forwardOpenTimeout)
+	}
 	return err.Error()
 }
 
@@ -382,7 +389,9 @@ func (fw *forwarder) serveSOCKS(l net.Listener) {
 	}
 }
 
-// socksGreetingTimeout bounds the wait for a SOCKS client's first byte.
+// socksGreetingTimeout bounds a SOCKS client's handshake, from its first
+// byte to its request (a client that stalls in it is closed), unless
+// forwarder.socksTimeout says otherwise (tests).
 const socksGreetingTimeout = 30 * time.Second
 
 // serveSOCKSConn hands a SOCKS5 client to go-socks5, which closes any
@@ -390,16 +399,24 @@ const socksGreetingTimeout = 30 * time.Second
 // or failed" (VN 0, CD 91) and anything else is closed, each with a line
 // saying why.
 func (fw *forwarder) serveSOCKSConn(srv *socks5.Server, c net.Conn, addr net.Addr) {
+	timeout := socksGreetingTimeout
+	if fw.socksTimeout > 0 {
+		timeout = fw.socksTimeout
+	}
 	var first [1]byte
-	_ = c.SetReadDeadline(time.Now().Add(socksGreetingTimeout))
+	_ = c.SetReadDeadline(time.Now().Add(timeout))
 	if _, err := io.ReadFull(c, first[:]); err != nil {
 		_ = c.Close()
 		return
 	}
-	_ = c.SetReadDeadline(time.Time{})
 	switch first[0] {
 	case 5:
-		_ = srv.ServeConn(&replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(first[:]), c)})
+		// The deadline stays over the whole handshake: replayConn lifts it
+		// with the reply to the request (go-socks5 has no timeouts).
+		err := srv.ServeConn(&replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(first[:]), c)})
+		if msg := socksServeError(err, timeout); msg != "" {
+			fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 %s: %s: %s\n", addr, c.RemoteAddr(), msg)
+		}
 		return
 	case 4:
 		_, _ = c.Write([]byte{0, 91, 0, 0, 0, 0, 0, 0})
@@ -417,15 +434,45 @@ func (fw *forwarder) serveSOCKSConn(srv *socks5.Server, c net.Conn, addr net.Add
 	_ = c.Close()
 }
 
+// socksServeError words what go-socks5's ServeConn returned for a line,
+// or "" when there is nothing to say: the end of a proxied connection, a
+// client gone, or an open failure that Allow has already reported.
+func socksServeError(err error, timeout time.Duration) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded) || strings.Contains(msg, "i/o timeout"):
+		return fmt.Sprintf("handshake not finished within %s: closed", timeout)
+	case strings.Contains(msg, "Connect to"), strings.HasSuffix(msg, "EOF"),
+		strings.Contains(msg, "use of closed network connection"), strings.Contains(msg, "connection reset"):
+		return ""
+	}
+	return msg // a bad request, an unsupported command or address type
+}
+
 // replayConn is a connection whose first bytes were already read: Read
-// returns them first. CloseWrite (go-socks5 half-closes with it) goes to
-// the connection underneath.
+// returns them first. Its second Write (go-socks5's reply to the request,
+// after the method selection) lifts the read deadline that bounded the
+// handshake. CloseWrite (go-socks5 half-closes with it) goes to the
+// connection underneath.
 type replayConn struct {
 	net.Conn
-	r io.Reader
+	r      io.Reader
+	writes int // go-socks5 writes from one goroutine until the reply
 }
 
 func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+func (c *replayConn) Write(p []byte) (int, error) {
+	if c.writes < 2 {
+		if c.writes++; c.writes == 2 {
+			_ = c.Conn.SetReadDeadline(time.Time{})
+		}
+	}
+	return c.Conn.Write(p)
+}
 
 func (c *replayConn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
@@ -482,8 +529,12 @@ func (o *socksOpener) Allow(ctx context.Context, req *socks5.Request) (context.C
 		return ctx, true // go-socks5 answers 7 "command not supported"
 	}
 	host := req.DestAddr.FQDN // names are resolved on the host
-	if host == "" {
+	if host == "" && req.DestAddr.IP != nil {
 		host = req.DestAddr.IP.String()
+	}
+	if host == "" || req.DestAddr.Port == 0 {
+		fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 %s: a CONNECT from %s to %q port %d: no destination\n", o.addr, req.RemoteAddr, host, req.DestAddr.Port)
+		return context.WithValue(ctx, socksOpenedKey{}, &socksOpened{err: socksDialError(socksHostUnreachable)}), true
 	}
 	dest := net.JoinHostPort(host, strconv.Itoa(req.DestAddr.Port))
 	octx, cancel := context.WithTimeout(ctx, forwardOpenTimeout)

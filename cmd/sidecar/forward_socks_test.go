@@ -89,7 +89,7 @@ func TestSOCKSForward(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	fw := &forwarder{conn: conn, active: map[*net.TCPConn]struct{}{}}
+	fw := &forwarder{conn: conn, active: map[*net.TCPConn]struct{}{}, socksTimeout: time.Second}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -216,5 +216,37 @@ func TestSOCKSForward(t *testing.T) {
 
 	if got, _ := connect(2, loopback, 80); got != 7 {
 		t.Errorf("BIND: reply %d, want 7 (command not supported)", got)
+	}
+	if got, _ := connect(1, loopback, 0); got != socksHostUnreachable {
+		t.Errorf("port 0: reply %d, want %d (host unreachable, nothing opened)", got, socksHostUnreachable)
+	}
+
+	// A CONNECT to an empty domain name gets host unreachable (nothing is
+	// opened); clients that stall inside the handshake are closed once
+	// the handshake timeout (fw.socksTimeout, 1 s here) has passed since
+	// their first byte.
+	for _, tc := range []struct {
+		name       string
+		send, want []byte
+	}{
+		{"empty domain", []byte{5, 1, 0, 5, 1, 0, 3, 0, 0, 80}, []byte{5, 0, 5, socksHostUnreachable, 0, 1, 0, 0, 0, 0, 0, 0}},
+		{"stalls after the version", []byte{5}, nil},
+		{"stalls after the method selection", []byte{5, 1, 0}, []byte{5, 0}},
+		{"stalls inside the request", []byte{5, 1, 0, 5, 1}, []byte{5, 0}},
+	} {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		dl, _ := ctx.Deadline()
+		_ = c.SetDeadline(dl)
+		if _, err := c.Write(tc.send); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(c)
+		if err != nil || string(got) != string(tc.want) {
+			t.Errorf("%s: read % x, %v; want % x then the end", tc.name, got, err, tc.want)
+		}
+		_ = c.Close()
 	}
 }
