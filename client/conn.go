@@ -378,7 +378,13 @@ func describeClose(err error) error {
 	reason := transport.CloseReason(err)
 	switch code {
 	case -1:
-		return fmt.Errorf("connection lost: %w", err)
+		// Without the layers' own "connection lost" prefixes.
+		msg := strings.TrimPrefix(err.Error(), "transportio: connection lost")
+		msg = strings.TrimPrefix(msg, ": ")
+		if msg == "" {
+			msg = "the transport ended"
+		}
+		return &lostError{msg: "connection lost: " + msg, err: err}
 	case transport.CloseGoingAway:
 		return errors.New("the server is shutting down")
 	case transport.CloseNormal:
@@ -386,6 +392,15 @@ func describeClose(err error) error {
 	}
 	return fmt.Errorf("the server closed the connection (code %d: %s)", code, reason)
 }
+
+// lostError is a lost connection worded once; it unwraps to the cause.
+type lostError struct {
+	msg string
+	err error
+}
+
+func (e *lostError) Error() string { return e.msg }
+func (e *lostError) Unwrap() error { return e.err }
 
 func (c *Conn) handle(raw []byte) error {
 	h, perr := rpc.ParseHeader(raw)

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
@@ -20,6 +23,70 @@ type wsConn struct {
 	cork     *CorkConn // under TLS, when known: each message leaves in one write
 	peer     string
 	lastSize bufpool.SizeHint // for the next message's buffer (reader goroutine only)
+
+	lastRead atomic.Int64          // unix nanoseconds of the last message read
+	lost     atomic.Pointer[error] // why keepalive gave up on the peer
+	done     chan struct{}         // closed by Close: stops keepalive
+	doneOnce sync.Once
+}
+
+// KeepaliveInterval and KeepaliveTimeout: a dialled /ahp connection that
+// has read nothing for KeepaliveInterval pings the server and gives up on
+// it when no pong came within KeepaliveTimeout (a server that hangs with
+// its TCP connection open is otherwise never noticed). The transport-io
+// mappings have keepalives of their own.
+const (
+	KeepaliveInterval = 15 * time.Second
+	KeepaliveTimeout  = 15 * time.Second
+)
+
+// keepaliveInterval and keepaliveTimeout are what DialWebSocket uses (tests
+// shorten them).
+var keepaliveInterval, keepaliveTimeout = KeepaliveInterval, KeepaliveTimeout
+
+// keepalive pings while nothing is read (see KeepaliveInterval) until
+// Close or the first failure, which closes the connection: ReadMessage
+// then says why.
+func (w *wsConn) keepalive(interval, timeout time.Duration) {
+	t := time.NewTicker(interval / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.done:
+			return
+		case <-t.C:
+		}
+		if time.Since(time.Unix(0, w.lastRead.Load())) < interval {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		err := w.c.Ping(ctx)
+		cancel()
+		select {
+		case <-w.done:
+			return
+		default:
+		}
+		if err != nil {
+			lost := fmt.Errorf("the peer stopped answering: no pong within %s of a ping (nothing read for %s)", timeout, interval)
+			w.lost.Store(&lost)
+			_ = w.c.CloseNow()
+			return
+		}
+		w.lastRead.Store(time.Now().UnixNano())
+	}
+}
+
+// readErr words a read failure: why keepalive gave up, or a TCP
+// connection that ended without a WebSocket close.
+func (w *wsConn) readErr(err error) error {
+	if lost := w.lost.Load(); lost != nil {
+		return *lost
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("the peer's TCP connection ended without a WebSocket close: %w", err)
+	}
+	return err
 }
 
 // NewWebSocketConn wraps c (already upgraded or dialled) as a MessageConn;
@@ -27,15 +94,18 @@ type wsConn struct {
 // connection with 1009).
 func NewWebSocketConn(c *websocket.Conn, peer string, readLimit int64) MessageConn {
 	c.SetReadLimit(readLimit)
-	return &wsConn{c: c, peer: peer}
+	w := &wsConn{c: c, peer: peer, done: make(chan struct{})}
+	w.lastRead.Store(time.Now().UnixNano())
+	return w
 }
 
 func (w *wsConn) ReadMessage(ctx context.Context) ([]byte, error) {
 	for {
 		typ, data, err := w.read(ctx)
 		if err != nil {
-			return nil, err
+			return nil, w.readErr(err)
 		}
+		w.lastRead.Store(time.Now().UnixNano())
 		if typ == websocket.MessageText || typ == websocket.MessageBinary {
 			if !utf8.Valid(data) {
 				_ = w.c.Close(websocket.StatusInvalidFramePayloadData, "message is not valid UTF-8")
@@ -90,6 +160,7 @@ func (w *wsConn) RecycleRead(b []byte) { readBufs.Put(b) }
 func (w *wsConn) WriteReleases() bool { return true }
 
 func (w *wsConn) Close(code CloseCode, reason string) error {
+	w.doneOnce.Do(func() { close(w.done) })
 	return w.c.Close(websocket.StatusCode(code), TruncateReason(reason, 123))
 }
 
@@ -162,7 +233,9 @@ func DialWebSocket(ctx context.Context, url string, header http.Header, client *
 		return nil, err
 	}
 	mc := NewWebSocketConn(c, url, readLimit)
-	mc.(*wsConn).cork = dialed()
+	w := mc.(*wsConn)
+	w.cork = dialed()
+	go w.keepalive(keepaliveInterval, keepaliveTimeout)
 	return mc, nil
 }
 

@@ -49,6 +49,9 @@ func (e *SessionError) Error() string {
 		who = "peer"
 	}
 	if e.Lost {
+		if e.Reason == "" {
+			return "transportio: connection lost"
+		}
 		return "transportio: connection lost: " + e.Reason
 	}
 	if e.Reason == "" {

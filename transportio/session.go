@@ -301,7 +301,7 @@ func (s *Session) watch() {
 	case <-s.car.Done():
 		e := s.car.Err()
 		if e == nil {
-			e = &SessionError{Lost: true, Reason: "connection lost"}
+			e = &SessionError{Lost: true}
 		}
 		s.finish(e)
 	case <-s.ctx.Done():
@@ -335,7 +335,7 @@ func (s *Session) failRead(err error) {
 			return
 		case <-t.C:
 		}
-		s.finish(&SessionError{Lost: true, Reason: "connection lost: " + err.Error()})
+		s.finish(&SessionError{Lost: true, Reason: err.Error()})
 	}
 }
 

@@ -64,7 +64,7 @@ func (x stdioReader) Read(p []byte) (int, error) {
 	if err == io.EOF {
 		x.c.end(&SessionError{Code: CloseNoError, Reason: "the peer closed its end", Remote: true})
 	} else if err != nil {
-		x.c.end(&SessionError{Lost: true, Reason: "connection lost: " + err.Error()})
+		x.c.end(&SessionError{Lost: true, Reason: err.Error()})
 	}
 	return n, err
 }
@@ -76,7 +76,7 @@ func (x stdioWriter) Write(p []byte) (int, error) {
 	defer x.c.wmu.Unlock()
 	n, err := x.c.w.Write(p)
 	if err != nil {
-		x.c.end(&SessionError{Lost: true, Reason: "connection lost: " + err.Error()})
+		x.c.end(&SessionError{Lost: true, Reason: err.Error()})
 	}
 	return n, err
 }

@@ -142,12 +142,12 @@ func (w *wsCarrier) readLoop() {
 		typ, data, err := w.read()
 		if err != nil {
 			var ce websocket.CloseError
-			e := &SessionError{Lost: true, Reason: "connection lost: " + err.Error()}
+			e := &SessionError{Lost: true, Reason: err.Error()}
 			if errors.As(err, &ce) {
 				if code, ok := CloseCodeFromWebSocket(int(ce.Code)); ok {
 					e = &SessionError{Code: code, Reason: ce.Reason, Remote: true}
 				} else {
-					e = &SessionError{Lost: true, Reason: fmt.Sprintf("connection lost (WebSocket %d %s)", ce.Code, ce.Reason)}
+					e = &SessionError{Lost: true, Reason: fmt.Sprintf("WebSocket close %d %s", ce.Code, ce.Reason)}
 				}
 			}
 			if w.end(e) {

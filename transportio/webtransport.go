@@ -17,14 +17,22 @@ import (
 	"github.com/quic-go/webtransport-go"
 )
 
-// QUICKeepAlive is the QUIC keepalive period of our WebTransport endpoints:
-// quic-go sends none by default and its idle timeout is 30 s.
-const QUICKeepAlive = 10 * time.Second
+// QUICKeepAlive and QUICIdleTimeout are the QUIC keepalive period and idle
+// timeout of our WebTransport endpoints (quic-go sends no keepalives by
+// default and waits 30 s): a peer that vanished (killed, its network gone)
+// is noticed after QUICIdleTimeout without a packet; a live one sends at
+// least two keepalives meanwhile.
+const (
+	QUICKeepAlive   = 5 * time.Second
+	QUICIdleTimeout = 15 * time.Second
+)
 
 // QUICConfig returns the QUIC configuration of both roles: datagrams,
-// partial-delivery resets (both required by webtransport-go) and keepalive.
+// partial-delivery resets (both required by webtransport-go), keepalive
+// and idle timeout.
 func QUICConfig() *quic.Config {
-	return &quic.Config{EnableDatagrams: true, EnableStreamResetPartialDelivery: true, KeepAlivePeriod: QUICKeepAlive}
+	return &quic.Config{EnableDatagrams: true, EnableStreamResetPartialDelivery: true,
+		KeepAlivePeriod: QUICKeepAlive, MaxIdleTimeout: QUICIdleTimeout}
 }
 
 // wtCarrier carries a session on WebTransport over HTTP/3: every lane.
@@ -78,7 +86,10 @@ func convertErr(err error) *SessionError {
 	if errors.As(err, &se) {
 		return &SessionError{Code: CloseCode(se.ErrorCode), Reason: se.Message, Remote: se.Remote}
 	}
-	return &SessionError{Lost: true, Reason: "connection lost: " + err.Error()}
+	if _, ok := errors.AsType[*quic.IdleTimeoutError](err); ok {
+		return &SessionError{Lost: true, Reason: fmt.Sprintf("no packet from the peer for %s (QUIC idle timeout)", QUICIdleTimeout)}
+	}
+	return &SessionError{Lost: true, Reason: err.Error()}
 }
 
 // acceptUni takes the peer's emit stream; a second uni stream is a protocol

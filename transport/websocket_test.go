@@ -1,0 +1,63 @@
+package transport
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// TestKeepaliveHungPeer: a dialled /ahp connection whose server stopped
+// reading (so it answers no ping) ends once a ping went unanswered, and
+// ReadMessage says so; one whose server answers stays up across several
+// pings.
+func TestKeepaliveHungPeer(t *testing.T) {
+	keepaliveInterval, keepaliveTimeout = 150*time.Millisecond, 150*time.Millisecond
+	t.Cleanup(func() { keepaliveInterval, keepaliveTimeout = KeepaliveInterval, KeepaliveTimeout })
+	for _, hung := range []bool{true, false} {
+		release := make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c, err := websocket.Accept(w, r, nil)
+			if err != nil {
+				return
+			}
+			defer c.CloseNow()
+			if hung {
+				<-release // reads nothing: pings go unanswered
+				return
+			}
+			ctx := c.CloseRead(context.Background()) // answers pings
+			select {
+			case <-ctx.Done():
+			case <-release:
+			}
+		}))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		mc, err := DialWebSocket(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil, nil, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hung {
+			_, err = mc.ReadMessage(ctx)
+			if err == nil || !strings.Contains(err.Error(), "stopped answering") {
+				t.Errorf("hung server: ReadMessage error %v, want one saying it stopped answering", err)
+			}
+		} else {
+			// Several keepalive periods pass without the connection ending.
+			rctx, rcancel := context.WithTimeout(ctx, 8*keepaliveInterval)
+			_, err = mc.ReadMessage(rctx)
+			rcancel()
+			if err == nil || rctx.Err() == nil {
+				t.Errorf("answering server: ReadMessage ended with %v before its deadline", err)
+			}
+		}
+		_ = mc.Close(CloseNormal, "")
+		close(release)
+		srv.Close()
+		cancel()
+	}
+}
