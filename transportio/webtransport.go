@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,7 +87,9 @@ func convertErr(err error) *SessionError {
 	if errors.As(err, &se) {
 		return &SessionError{Code: CloseCode(se.ErrorCode), Reason: se.Message, Remote: se.Remote}
 	}
-	if _, ok := errors.AsType[*quic.IdleTimeoutError](err); ok {
+	// http3 may pass the idle timeout on as text only (an H3_DATAGRAM_ERROR
+	// whose message is the quic-go error's).
+	if _, ok := errors.AsType[*quic.IdleTimeoutError](err); ok || strings.Contains(err.Error(), "no recent network activity") {
 		return &SessionError{Lost: true, Reason: fmt.Sprintf("no packet from the peer for %s (QUIC idle timeout)", QUICIdleTimeout)}
 	}
 	return &SessionError{Lost: true, Reason: err.Error()}
