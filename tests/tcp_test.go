@@ -617,6 +617,43 @@ func TestForwardCtrlC(t *testing.T) {
 	}
 }
 
+// TestForwardCtrlCBlockedUpload: SIGINT ends forward at once even while a
+// forwarded upload waits on a destination that reads nothing (its handler
+// waits on the host's window, not on the local socket that Ctrl-C closes):
+// well within the drain bound (forwardDrain, 3 s), not after it.
+func TestForwardCtrlCBlockedUpload(t *testing.T) {
+	t.Parallel()
+	hold := make(chan struct{})
+	port := tcpListen(t, func(*net.TCPConn) { <-hold }) // reads nothing
+	t.Cleanup(func() { close(hold) })                   // before tcpListen's cleanup waits
+	s := startServer(t, "")
+	fw := tcpStartForward(t, s, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", port))
+	c := tcpDial(t, fw.addrs[0])
+	// Write until the writes stop: the window, the queues and the socket
+	// buffers on the way are full.
+	chunk := make([]byte, 64<<10)
+	for i := 0; ; i++ {
+		if i == 4096 { // 256 MiB: something does not hold back
+			t.Fatal("the upload into a destination that reads nothing never blocked")
+		}
+		_ = c.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
+		if _, err := c.Write(chunk); err != nil {
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	start := time.Now()
+	_ = fw.p.cmd.Process.Signal(os.Interrupt)
+	if code := fw.p.wait(t, waitTimeout); code != 0 {
+		t.Errorf("forward exited %d after SIGINT, want 0; stderr:\n%s", code, fw.p.stderr.String())
+	}
+	if d := time.Since(start); d >= 2500*time.Millisecond {
+		t.Errorf("forward took %v to exit after SIGINT, want well under the 3 s drain bound", d)
+	}
+}
+
 // TestListShowsPorts: `sidecar ls` lists the host's listening ports
 // (RootState.ports).
 func TestListShowsPorts(t *testing.T) {

@@ -242,6 +242,11 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	if n := fw.closeActive(); n > 0 {
 		fmt.Fprintf(os.Stderr, "sidecar: reset %d forwarded connection(s) still open\n", n)
 	}
+	// Ending the connection ends every channel at once (the host resets
+	// their sockets), also those whose handlers wait on the host, not on
+	// the local socket just closed (an upload into a destination that
+	// does not read).
+	_ = conn.Close()
 	done := make(chan struct{})
 	go func() {
 		fw.wg.Wait()
