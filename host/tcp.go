@@ -658,8 +658,8 @@ func (tc *tcpConn) end(reason string, reset, tell bool) {
 		}
 		_ = sock.Close()
 	}
-	if reset {
-		tc.log.Info("TCP connection reset", "reason", reason)
+	if reset { // routine (clients and destinations reset all the time): debug
+		tc.log.Debug("TCP connection reset", "reason", reason)
 	} else {
 		tc.log.Debug("TCP connection closed", "reason", reason)
 	}
