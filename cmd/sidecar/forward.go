@@ -211,7 +211,7 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 		}
 	}
 	for _, f := range lfs {
-		l, err := net.Listen("tcp", f.bind)
+		l, err := net.Listen(listenNetwork(f.bind), f.bind)
 		if err != nil {
 			closeListeners()
 			return &exitError{code: 255, err: fmt.Errorf("cannot listen on %s: %v", f.bind, unwrapSyscall(err))}
@@ -222,7 +222,7 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 		go fw.acceptLocal(l, f)
 	}
 	for _, d := range dyns {
-		l, err := net.Listen("tcp", d)
+		l, err := net.Listen(listenNetwork(d), d)
 		if err != nil {
 			closeListeners()
 			return &exitError{code: 255, err: fmt.Errorf("cannot listen on %s: %v", d, unwrapSyscall(err))}
@@ -257,6 +257,24 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	case <-time.After(forwardDrain):
 	}
 	return result
+}
+
+// listenNetwork is the network to listen on for a bind address, as ssh
+// does: an IPv4 address (0.0.0.0 included) only IPv4 ("tcp" would make
+// 0.0.0.0 a dual-stack [::]), an IPv6 one only IPv6, a name both.
+func listenNetwork(bind string) string {
+	host, _, err := net.SplitHostPort(bind)
+	if err != nil {
+		return "tcp"
+	}
+	ip := net.ParseIP(host)
+	switch {
+	case ip == nil:
+		return "tcp"
+	case ip.To4() != nil:
+		return "tcp4"
+	}
+	return "tcp6"
 }
 
 func unwrapSyscall(err error) error {
