@@ -175,9 +175,11 @@ func (w *wsCarrier) readLoop() {
 	}
 }
 
-// chunks recycles message buffers once Read has copied them out: at most
-// 8 are kept (bufpool: bounded).
-var chunkBufs = bufpool.New(8, 4<<10, wsReadLimit)
+// chunkBufs recycles message buffers once Read has copied them out: at
+// most 8 of at most 1 MiB are kept (bufpool: bounded; a larger message's
+// buffer, which a peer may send up to wsReadLimit, is left to the
+// collector).
+var chunkBufs = bufpool.New(8, 4<<10, 1<<20)
 
 // read reads one message into a buffer sized from the previous ones
 // (Conn.Read's io.ReadAll starts small, doubles and clears each step: a
