@@ -116,6 +116,28 @@ func TestBadConfigFileLine(t *testing.T) {
 	}
 }
 
+// TestUsageErrors: every usage error (arguments, an unknown flag, an
+// unknown --transport) exits 2 with a message that points at the help,
+// before anything is dialled.
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"forward"},
+		{"ls", "a", "b"},
+		{"forward", "--bogus", "wss://127.0.0.1:1/ahp", "-L", "1:127.0.0.1:2"},
+		{"forward", "wss://127.0.0.1:1/ahp", "--transport", "bogus", "-L", "1:127.0.0.1:2"},
+		{"forward", "wss://127.0.0.1:1/ahp", "--ordinary", "-L", "1:127.0.0.1:2"},
+	} {
+		p := start(t, args...)
+		if code := p.wait(t, 10*time.Second); code != 2 {
+			t.Errorf("sidecar %v exited %d, want 2; stderr:\n%s", args, code, p.stderr.String())
+		}
+		if errOut := p.stderr.String(); !strings.HasPrefix(errOut, "sidecar: ") || strings.Contains(errOut, "connect") {
+			t.Errorf("sidecar %v: stderr %q, want one usage line and no connection attempt", args, errOut)
+		}
+	}
+}
+
 var shellPidLine = regexp.MustCompile(`\r\nshell-pid=(\d+)\r\n`)
 
 var pidLine = regexp.MustCompile(`pid=(\d+) child=(\d+)\r\n`)

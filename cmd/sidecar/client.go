@@ -54,7 +54,14 @@ func (f *connFlags) register(cmd *cobra.Command) {
 		return a
 	}
 	if check := cmd.Args; check != nil {
-		cmd.Args = func(c *cobra.Command, a []string) error { return check(c, viaArgs(a)) }
+		cmd.Args = func(c *cobra.Command, a []string) error {
+			switch f.transport {
+			case client.TransportAuto, client.TransportWebTransport, client.TransportWebSocket, client.TransportAHP:
+			default:
+				return fmt.Errorf("unknown --transport %q: want auto, webtransport, websocket or ahp", f.transport)
+			}
+			return check(c, viaArgs(a))
+		}
 	}
 	if run := cmd.RunE; run != nil {
 		cmd.RunE = func(c *cobra.Command, a []string) error { return run(c, viaArgs(a)) }

@@ -30,6 +30,25 @@ func (e *exitError) Error() string {
 	return e.err.Error()
 }
 
+// usageErrors makes every usage error (a flag, the arguments) exit 2,
+// with a pointer to the command's help.
+func usageErrors(root *cobra.Command) {
+	usage := func(c *cobra.Command, err error) error {
+		return &exitError{code: 2, err: fmt.Errorf("%v (see %s --help)", err, c.CommandPath())}
+	}
+	root.SetFlagErrorFunc(usage)
+	for _, c := range root.Commands() {
+		if check := c.Args; check != nil {
+			c.Args = func(c *cobra.Command, a []string) error {
+				if err := check(c, a); err != nil {
+					return usage(c, err)
+				}
+				return nil
+			}
+		}
+	}
+}
+
 func main() {
 	host.Version = version
 	root := &cobra.Command{
@@ -41,6 +60,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(serveCmd(), runCmd(), attachCmd(), lsCmd(), tokenCmd(), certCmd(), forwardCmd(), stdioCmd(), topCmd(), killCmd())
+	usageErrors(root)
 	stopProfile := startProfile()
 	err := root.Execute()
 	stopProfile()
