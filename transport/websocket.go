@@ -30,11 +30,12 @@ type wsConn struct {
 	doneOnce sync.Once
 }
 
-// KeepaliveInterval and KeepaliveTimeout: a dialled /ahp connection that
-// has read nothing for KeepaliveInterval pings the server and gives up on
-// it when no pong came within KeepaliveTimeout (a server that hangs with
-// its TCP connection open is otherwise never noticed). The transport-io
-// mappings have keepalives of their own.
+// KeepaliveInterval and KeepaliveTimeout: an /ahp connection (either end)
+// that has read nothing for KeepaliveInterval pings its peer and gives up
+// on it when no pong came within KeepaliveTimeout (a peer that hangs with
+// its TCP connection open is otherwise never noticed, and a hung client
+// would hold its channels). The transport-io mappings have keepalives of
+// their own.
 const (
 	KeepaliveInterval = 15 * time.Second
 	KeepaliveTimeout  = 15 * time.Second
@@ -215,7 +216,9 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 			return
 		}
 		mc := NewWebSocketConn(c, r.RemoteAddr, opts.ReadLimit)
-		mc.(*wsConn).cork = corkFrom(r.Context())
+		wc := mc.(*wsConn)
+		wc.cork = corkFrom(r.Context())
+		go wc.keepalive(keepaliveInterval, keepaliveTimeout)
 		serve(r.Context(), mc)
 	})
 }

@@ -61,3 +61,34 @@ func TestKeepaliveHungPeer(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestKeepaliveHungClient: the /ahp endpoint ends a connection whose
+// client stopped reading (so it answers no ping); the host's ReadMessage
+// says why.
+func TestKeepaliveHungClient(t *testing.T) {
+	keepaliveInterval, keepaliveTimeout = 150*time.Millisecond, 150*time.Millisecond
+	t.Cleanup(func() { keepaliveInterval, keepaliveTimeout = KeepaliveInterval, KeepaliveTimeout })
+	ended := make(chan error, 1)
+	srv := httptest.NewServer(AHPHandler(AcceptOptions{Token: "t", ReadLimit: 1 << 20}, func(ctx context.Context, mc MessageConn) {
+		_, err := mc.ReadMessage(ctx)
+		_ = mc.Close(CloseNormal, "")
+		ended <- err
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": {"Bearer t"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow() // never reads: pings go unanswered
+	select {
+	case err := <-ended:
+		if err == nil || !strings.Contains(err.Error(), "stopped answering") {
+			t.Errorf("host's ReadMessage ended with %v, want one saying the client stopped answering", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the host never gave up on a client that answers no ping")
+	}
+}
