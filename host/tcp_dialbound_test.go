@@ -46,20 +46,10 @@ func (r *gateResolver) LookupNetIP(ctx context.Context, _, host string) ([]netip
 // dials complete (one opened, one "no such host") and the bound is free
 // again.
 func TestTCPDialBound(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 	const bound = 2
-	cfg := config.Default()
-	cfg.Terminal.Shell = "/bin/sh"
-	cfg.Delivery.MaxConcurrentRequests = bound
-	cfg.TCP.DialTimeout = time.Minute // never the reason a dial ends here
-	h := &tcpHarness{t: t, s: New(cfg, hclog.NewNullLogger())}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := h.s.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
+	h := newTCPHarness(t, func(cfg *config.Config) {
+		cfg.Delivery.MaxConcurrentRequests = bound
+		cfg.TCP.DialTimeout = time.Minute // never the reason a dial ends here
 	})
 	gate := &gateResolver{entered: make(chan string, 8), release: make(chan struct{})}
 	released := false

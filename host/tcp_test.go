@@ -31,12 +31,17 @@ type tcpHarness struct {
 	s *Server
 }
 
-func newTCPHarness(t *testing.T) *tcpHarness {
+// newTCPHarness starts a Server on the default config (tweak, when not
+// nil, changes it first), shut down and checked for leaks at cleanup.
+func newTCPHarness(t *testing.T, tweak func(*config.Config)) *tcpHarness {
 	t.Helper()
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 	cfg := config.Default()
 	cfg.Terminal.Shell = "/bin/sh"
+	if tweak != nil {
+		tweak(cfg)
+	}
 	h := &tcpHarness{t: t, s: New(cfg, hclog.NewNullLogger())}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -173,7 +178,7 @@ func tcpDest(t *testing.T) (port int, accepted chan *net.TCPConn) {
 // message read ahead while the window is full, duplicates dropped, EOF both
 // ways with final offsets, and the errors around it.
 func TestTCPChannel(t *testing.T) {
-	h := newTCPHarness(t)
+	h := newTCPHarness(t, nil)
 	port, accepted := tcpDest(t)
 	p := h.peer("tcp-a")
 	uri := "ahp-tcp:/one"
@@ -290,7 +295,7 @@ func TestTCPChannel(t *testing.T) {
 // a destination's RST becomes tcp/reset; another connection cannot use
 // the channel; the connection's end closes its TCP connections.
 func TestTCPReset(t *testing.T) {
-	h := newTCPHarness(t)
+	h := newTCPHarness(t, nil)
 	port, accepted := tcpDest(t)
 	p := h.peer("tcp-b")
 	fc := map[string]any{"receive": map[string]any{"windowBytes": 65536, "maximumFrameBytes": 16384}}
@@ -339,7 +344,7 @@ func TestTCPReset(t *testing.T) {
 // gracefully when it goes away: the destination reads the bytes and then
 // a clean end of stream.
 func TestTCPCloseAfterEOF(t *testing.T) {
-	h := newTCPHarness(t)
+	h := newTCPHarness(t, nil)
 	port, accepted := tcpDest(t)
 	p := h.peer("tcp-eof")
 	fc := map[string]any{"receive": map[string]any{"windowBytes": 65536, "maximumFrameBytes": 16384}}
@@ -392,7 +397,7 @@ func TestTCPReadSize(t *testing.T) {
 // queued together in one writev), and every message is credited once
 // written: the last channel/credit is exactly their total size.
 func TestTCPClientDataBatched(t *testing.T) {
-	h := newTCPHarness(t)
+	h := newTCPHarness(t, nil)
 	port, accepted := tcpDest(t)
 	p := h.peer("tcp-batch")
 	uri := "ahp-tcp:/batch"
@@ -441,7 +446,7 @@ func TestTCPClientDataBatched(t *testing.T) {
 // the socket ahead only up to tcpQueued (plus the one read that crossed
 // it), then stops reading: the destination's writes stall.
 func TestTCPReadAheadBound(t *testing.T) {
-	h := newTCPHarness(t)
+	h := newTCPHarness(t, nil)
 	port, accepted := tcpDest(t)
 	p := h.peerCap("tcp-bound", 1)
 	fc := map[string]any{"receive": map[string]any{"windowBytes": 4 << 20, "maximumFrameBytes": 65536}}

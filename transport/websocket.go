@@ -127,12 +127,8 @@ func (w *wsConn) read(ctx context.Context) (websocket.MessageType, []byte, error
 	if err != nil {
 		return 0, nil, err
 	}
-	buf, err := bufpool.ReadAll(r, readBufs.Get(w.lastSize.Next(512)))
-	if err != nil {
-		return 0, nil, err
-	}
-	w.lastSize.Saw(len(buf))
-	return typ, buf, nil
+	buf, err := readBufs.ReadMessage(r, &w.lastSize)
+	return typ, buf, err
 }
 
 // WriteMessage writes text as one text message; with a CorkConn under

@@ -190,12 +190,8 @@ func (w *wsCarrier) read() (websocket.MessageType, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	buf, err := bufpool.ReadAll(r, chunkBufs.Get(w.lastSize.Next(512)))
-	if err != nil {
-		return 0, nil, err
-	}
-	w.lastSize.Saw(len(buf))
-	return typ, buf, nil
+	buf, err := chunkBufs.ReadMessage(r, &w.lastSize)
+	return typ, buf, err
 }
 
 // Read is the peer's emit stream. A message's buffer is recycled once

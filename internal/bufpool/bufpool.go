@@ -88,3 +88,17 @@ func (h SizeHint) Next(min int) int { return max(int(h), min) }
 
 // Saw records a message of n bytes.
 func (h *SizeHint) Saw(n int) { *h = SizeHint(max(n+n/8, int(*h)-int(*h)/8)) }
+
+// ReadMessage reads r (one message) to its end into a buffer from p sized
+// by hint (a recycled one when the first free one is big enough), and
+// records the message's size in hint: message readers size each buffer
+// from the previous messages instead of growing from small (io.ReadAll
+// starts at 512 bytes, doubles and clears each step).
+func (p *Pool) ReadMessage(r io.Reader, hint *SizeHint) ([]byte, error) {
+	buf, err := ReadAll(r, p.Get(hint.Next(512)))
+	if err != nil {
+		return nil, err
+	}
+	hint.Saw(len(buf))
+	return buf, nil
+}

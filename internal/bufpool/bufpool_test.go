@@ -1,6 +1,7 @@
 package bufpool
 
 import (
+	"io"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -60,5 +61,30 @@ func TestReadAll(t *testing.T) {
 	h.Saw(10)
 	if h.Next(512) != 9000-9000/8 {
 		t.Fatalf("after a short message: %d, want %d", h.Next(512), 9000-9000/8)
+	}
+}
+
+// TestReadMessage: a message is read whole into a pool buffer, the next
+// one's buffer is sized from it (so a recycled buffer of that size is
+// reused as is), and a reader's error is returned.
+func TestReadMessage(t *testing.T) {
+	p := New(2, 16, 1<<20)
+	var h SizeHint
+	src := strings.Repeat("x", 4000)
+	b, err := p.ReadMessage(strings.NewReader(src), &h)
+	if err != nil || string(b) != src || h.Next(512) != 4500 {
+		t.Fatalf("ReadMessage: %d bytes, %v, hint %d", len(b), err, h.Next(512))
+	}
+	b, err = p.ReadMessage(strings.NewReader(src), &h)
+	if err != nil || string(b) != src || cap(b) != 4500 {
+		t.Fatalf("second ReadMessage: %d bytes, %v, capacity %d, want 4500 (the hint)", len(b), err, cap(b))
+	}
+	p.Put(b)
+	b2, err := p.ReadMessage(strings.NewReader(src[:100]), &h)
+	if err != nil || string(b2) != src[:100] || &b2[:1][0] != &b[:1][0] {
+		t.Fatalf("third ReadMessage: %q, %v, reused %v", b2, err, &b2[:1][0] == &b[:1][0])
+	}
+	if _, err := p.ReadMessage(iotest.ErrReader(io.ErrClosedPipe), &h); err != io.ErrClosedPipe {
+		t.Fatalf("ReadMessage of a failing reader: %v", err)
 	}
 }
