@@ -145,7 +145,7 @@ func (d *Decoder) Next() (Frame, error) {
 	if d.MaxPayload > 0 && h.PayloadLen() > d.MaxPayload {
 		return Frame{}, frameErr("WT_PAYLOAD_TOO_LARGE", "a %s payload of %d bytes exceeds this receiver's %d", h.Type, h.PayloadLen(), d.MaxPayload)
 	}
-	p := payloads.Get(h.PayloadLen())[:h.PayloadLen()]
+	p := payloads.GetFit(h.PayloadLen())[:h.PayloadLen()]
 	if _, err := io.ReadFull(d.r, p); err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF

@@ -8,7 +8,8 @@
 #      SIDECAR_CONFIG (extra config.hcl text, e.g. a delivery block)
 #      SIDECAR_TRANSPORT (URL scheme/path: wss-ahp (default) wss://HOST/ahp,
 #        wss-tio the transport-io WebSocket mapping, wt WebTransport)
-#      PROFILE_DIR: write CPU profiles serve.pprof and forward.pprof there
+#      PROFILE_DIR: write CPU profiles serve.pprof and forward.pprof there, and
+#        allocation profiles serve.mem.pprof and forward.mem.pprof
 #      FWD_ERR: file for sidecar forward's stderr (default: discarded with the run)
 #      LINK_RATE (bytes/s) [LINK_DELAY e.g. 10ms] [SHAPE_PORT]: put an
 #      emulated link (netprobe shape) between the client and the server.
@@ -43,7 +44,7 @@ log {
 ${SIDECAR_CONFIG:-}
 CFG
 [ -n "${PROFILE_DIR:-}" ] && mkdir -p "$PROFILE_DIR"
-SIDECAR_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/serve.pprof} "$SIDECAR" serve --config "$dir/config.hcl" --token bench-token --state-dir "$dir/state" \
+SIDECAR_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/serve.pprof} SIDECAR_MEMPROFILE=${PROFILE_DIR:+$PROFILE_DIR/serve.mem.pprof} "$SIDECAR" serve --config "$dir/config.hcl" --token bench-token --state-dir "$dir/state" \
   >"$dir/serve.out" 2>"$dir/serve.err" &
 spid=$!
 hash=
@@ -72,7 +73,7 @@ case ${SIDECAR_TRANSPORT:-wss-ahp} in
   wt) url="https://127.0.0.1:$connect"; targs=(--transport webtransport) ;;
   *) echo "SIDECAR_TRANSPORT: wss-ahp, wss-tio or wt" >&2; exit 2 ;;
 esac
-SIDECAR_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/forward.pprof} "$SIDECAR" forward "$url" "${targs[@]}" --token bench-token --cert-hash "$hash" "${args[@]}" \
+SIDECAR_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/forward.pprof} SIDECAR_MEMPROFILE=${PROFILE_DIR:+$PROFILE_DIR/forward.mem.pprof} "$SIDECAR" forward "$url" "${targs[@]}" --token bench-token --cert-hash "$hash" "${args[@]}" \
   2>"${FWD_ERR:-$dir/forward.err}" &
 cpid=$!
 wait "$cpid"

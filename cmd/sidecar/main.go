@@ -79,9 +79,30 @@ func main() {
 }
 
 // startProfile writes a CPU profile of the whole run to $SIDECAR_CPUPROFILE
-// when it is set (for benchmarks: go tool pprof bin/sidecar FILE), and
-// returns what stops it.
+// and a heap profile at its end (allocations over the run included:
+// -sample_index=alloc_space) to $SIDECAR_MEMPROFILE when they are set (for
+// benchmarks: go tool pprof bin/sidecar FILE), and returns what stops them.
 func startProfile() func() {
+	stopCPU := startCPUProfile()
+	path := os.Getenv("SIDECAR_MEMPROFILE")
+	if path == "" {
+		return stopCPU
+	}
+	return func() {
+		stopCPU()
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "sidecar: SIDECAR_MEMPROFILE:", err)
+			return
+		}
+		defer f.Close()
+		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+			fmt.Fprintln(os.Stderr, "sidecar: SIDECAR_MEMPROFILE:", err)
+		}
+	}
+}
+
+func startCPUProfile() func() {
 	path := os.Getenv("SIDECAR_CPUPROFILE")
 	if path == "" {
 		return func() {}

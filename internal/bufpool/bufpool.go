@@ -28,15 +28,28 @@ func New(n, minCap, maxCap int) *Pool {
 // free one when the first free buffer is big enough, else a new one (a
 // free one too small is dropped). A size under minCap gets a new buffer
 // of exactly that size, which Put will not keep: small messages neither
-// take large buffers nor cost more than they need.
-func (p *Pool) Get(size int) []byte {
+// take large buffers nor cost more than they need. For buffers that are
+// given back soon (written, then recycled): see GetFit for those a caller
+// may hold.
+func (p *Pool) Get(size int) []byte { return p.get(size, false) }
+
+// GetFit is Get for buffers a caller may hold for long (a stalled
+// reader's messages): the buffer's capacity is also at most twice size,
+// so a short message never pins a buffer sized for long ones. A free
+// buffer more than twice too large stays in the pool.
+func (p *Pool) GetFit(size int) []byte { return p.get(size, true) }
+
+func (p *Pool) get(size int, fit bool) []byte {
 	if size < p.minCap {
 		return make([]byte, 0, size)
 	}
 	select {
 	case b := <-p.free:
-		if cap(b) >= size {
+		switch c := cap(b); {
+		case c >= size && (!fit || c/2 <= size):
 			return b[:0]
+		case c > size:
+			p.Put(b)
 		}
 	default:
 	}
@@ -93,12 +106,22 @@ func (h *SizeHint) Saw(n int) { *h = SizeHint(max(n+n/8, int(*h)-int(*h)/8)) }
 // by hint (a recycled one when the first free one is big enough), and
 // records the message's size in hint: message readers size each buffer
 // from the previous messages instead of growing from small (io.ReadAll
-// starts at 512 bytes, doubles and clears each step).
+// starts at 512 bytes, doubles and clears each step). A message that
+// fills less than half of its buffer is copied into one of its own size
+// and the buffer goes back to p: a receiver may hold messages for long (a
+// stalled reader's window), and a short message must not pin a buffer
+// sized for the long ones around it.
 func (p *Pool) ReadMessage(r io.Reader, hint *SizeHint) ([]byte, error) {
 	buf, err := ReadAll(r, p.Get(hint.Next(512)))
 	if err != nil {
 		return nil, err
 	}
 	hint.Saw(len(buf))
+	if n := len(buf); cap(buf)-n > n && cap(buf) >= p.minCap {
+		fit := make([]byte, n)
+		copy(fit, buf)
+		p.Put(buf)
+		return fit, nil
+	}
 	return buf, nil
 }

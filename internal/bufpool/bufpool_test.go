@@ -38,6 +38,16 @@ func TestPoolBound(t *testing.T) {
 	if b := p.Get(10); cap(b) != 10 || p.Len() != 1 {
 		t.Fatalf("Get(10): cap %d, %d kept; want a new buffer of 10, the kept one left", cap(b), p.Len())
 	}
+	// More than twice the size asked for: GetFit leaves the free buffer
+	// pooled (a held short message must not pin it), Get takes it.
+	p.Get(2048)
+	p.Put(make([]byte, 0, 4096))
+	if b := p.GetFit(1500); cap(b) != 1500 || p.Len() != 1 {
+		t.Fatalf("GetFit(1500) with a free buffer of 4096: cap %d, %d kept; want a new one of 1500, the 4096 one kept", cap(b), p.Len())
+	}
+	if b := p.Get(1500); cap(b) != 4096 || p.Len() != 0 {
+		t.Fatalf("Get(1500) with a free buffer of 4096: cap %d, %d kept; want the free one", cap(b), p.Len())
+	}
 }
 
 // TestReadAll: ReadAll appends everything up to EOF into the buffer given,
@@ -80,9 +90,19 @@ func TestReadMessage(t *testing.T) {
 		t.Fatalf("second ReadMessage: %d bytes, %v, capacity %d, want 4500 (the hint)", len(b), err, cap(b))
 	}
 	p.Put(b)
-	b2, err := p.ReadMessage(strings.NewReader(src[:100]), &h)
-	if err != nil || string(b2) != src[:100] || &b2[:1][0] != &b[:1][0] {
-		t.Fatalf("third ReadMessage: %q, %v, reused %v", b2, err, &b2[:1][0] == &b[:1][0])
+	b2, err := p.ReadMessage(strings.NewReader(src[:3000]), &h)
+	if err != nil || string(b2) != src[:3000] || &b2[:1][0] != &b[:1][0] {
+		t.Fatalf("third ReadMessage: %d bytes, %v, reused %v", len(b2), err, &b2[:1][0] == &b[:1][0])
+	}
+	// A short message is read into the hinted buffer, then copied into
+	// one of its own size: the large buffer goes back to the pool.
+	p.Put(b2)
+	b3, err := p.ReadMessage(strings.NewReader(src[:100]), &h)
+	if err != nil || string(b3) != src[:100] || cap(b3) != 100 || p.Len() != 1 {
+		t.Fatalf("short ReadMessage: %q, %v, capacity %d, %d pooled; want capacity 100, the 4500 buffer pooled", b3, err, cap(b3), p.Len())
+	}
+	if b4 := p.Get(4000); &b4[:1][0] != &b[:1][0] {
+		t.Fatal("the buffer the short message was read into did not go back to the pool")
 	}
 	if _, err := p.ReadMessage(iotest.ErrReader(io.ErrClosedPipe), &h); err != io.ErrClosedPipe {
 		t.Fatalf("ReadMessage of a failing reader: %v", err)
