@@ -5,10 +5,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
+	"syscall"
 	"time"
 
 	"github.com/sidecar-dev/sidecar/transport"
@@ -45,8 +47,12 @@ func dialTransportIO(ctx context.Context, u *url.URL, mode string, tlsConf *tls.
 		return mc, explainTIO(u, err)
 	case TransportAuto, "":
 		wctx, cancel := context.WithTimeout(ctx, webTransportBudget)
+		refused := probeRefused(wctx, cancel, u)
 		mc, err := transport.DialWebTransport(wctx, u.String(), header, tlsConf.Clone())
 		cancel()
+		if perr := <-refused; perr != nil && err != nil {
+			return nil, explainTIO(u, perr) // nothing listens: do not wait for QUIC
+		}
 		if err == nil || transport.IsUnauthorized(err) || ctx.Err() != nil {
 			return mc, explainTIO(u, err)
 		}
@@ -57,6 +63,40 @@ func dialTransportIO(ctx context.Context, u *url.URL, mode string, tlsConf *tls.
 		return mc, nil
 	}
 	return nil, fmt.Errorf("unknown --transport %q: want auto, webtransport, websocket or ahp", mode)
+}
+
+// probeRefused connects to u's TCP port while the WebTransport attempt
+// runs under ctx: QUIC gets no answer from a port nothing listens on and
+// would wait out webTransportBudget, but TCP is refused at once (the
+// sidecar serves WebSocket on TCP and WebTransport on UDP at the same
+// port). A refusal cancels the attempt (cancel) and is sent on the
+// returned channel; anything else (connected, timed out, canceled) sends
+// nil and leaves the attempt alone. The channel always gets exactly one
+// value, once the probe has ended: receiving it waits for the goroutine.
+func probeRefused(ctx context.Context, cancel context.CancelFunc, u *url.URL) <-chan error {
+	port := u.Port()
+	if port == "" {
+		port = "443"
+		if u.Scheme == "http" {
+			port = "80"
+		}
+	}
+	addr := net.JoinHostPort(u.Hostname(), port)
+	done := make(chan error, 1)
+	go func() {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			_ = c.Close()
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			cancel()
+			done <- err
+			return
+		}
+		done <- nil
+	}()
+	return done
 }
 
 func explainTIO(u *url.URL, err error) error {

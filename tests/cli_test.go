@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -265,4 +266,60 @@ func snapshotContent(t *testing.T, raw json.RawMessage) string {
 		b.WriteString(p.Value)
 	}
 	return b.String()
+}
+
+// TestForwardListenFailsFirst: a -L or -D port already in use fails at
+// once with the listen error (exit 255), before anything is dialled: the
+// URL names a listener that never answers, so a dial would hang until
+// --connect-timeout (a minute), and that listener gets no connection.
+func TestForwardListenFailsFirst(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	silent, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	bind := busy.Addr().String()
+	for _, spec := range [][]string{
+		{"-L", bind + ":127.0.0.1:80"},
+		{"-D", bind},
+		{"-L", "127.0.0.1:0:127.0.0.1:80", "-D", bind},
+	} {
+		args := append([]string{"forward", "https://" + silent.Addr().String() + "/",
+			"--token", "x", "--cert-hash", strings.Repeat("0", 64), "--connect-timeout", "60s"}, spec...)
+		p := start(t, args...)
+		code := p.wait(t, 10*time.Second)
+		errOut := p.stderr.String()
+		want := "sidecar: cannot listen on " + bind + ": address already in use\n"
+		if code != 255 || errOut != want {
+			t.Errorf("sidecar %v: exit %d, stderr %q; want 255 and %q", spec, code, errOut, want)
+		}
+		_ = silent.(*net.TCPListener).SetDeadline(time.Now()) // a dial would be in the backlog
+		if c, err := silent.Accept(); err == nil {
+			_ = c.Close()
+			t.Errorf("sidecar %v connected before listening", spec)
+		}
+	}
+}
+
+// TestAutoTransportNothingListening: --transport auto (an https:// URL)
+// against a port nothing listens on says so at once: the TCP port is
+// refused, so the WebTransport attempt (which gets no answer over UDP) is
+// not waited out. --connect-timeout 2s, under the WebTransport budget of
+// 3 s, turns a wait into "did not answer in time".
+func TestAutoTransportNothingListening(t *testing.T) {
+	t.Parallel()
+	addr := freePort(t)
+	p := start(t, "ls", "https://"+addr+"/", "--transport", "auto", "--token", "x",
+		"--cert-hash", strings.Repeat("0", 64), "--connect-timeout", "2s")
+	code := p.wait(t, 10*time.Second)
+	errOut := p.stderr.String()
+	if want := "nothing is listening at " + addr; code != 255 || !strings.Contains(errOut, want) {
+		t.Errorf("exit %d, stderr %q; want 255 and %q", code, errOut, want)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -675,4 +676,97 @@ func TestListShowsPorts(t *testing.T) {
 		// The host reads the ports every few seconds: ask again.
 	}
 	t.Errorf("ls does not list %s:\n%s", want, out)
+}
+
+// TestForwardBindName: a bind name listens, as ssh does, on every address
+// it resolves to (localhost: 127.0.0.1 and, where /etc/hosts says so and
+// the machine has IPv6 loopback, ::1), all on the port the first one got
+// for port 0, each with its own line; -L and -D alike. Each address
+// reaches the destination through the host.
+func TestForwardBindName(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	resolved, err := net.DefaultResolver.LookupIPAddr(ctx, "localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string // the addresses forward should listen on, in order
+	for _, a := range resolved {
+		network := "tcp6"
+		if a.IP.To4() != nil {
+			network = "tcp4"
+		}
+		l, err := net.Listen(network, net.JoinHostPort(a.String(), "0"))
+		if err != nil {
+			t.Logf("localhost's %s cannot be bound here (%v): forward skips it", a, err)
+			continue
+		}
+		_ = l.Close()
+		want = append(want, a.IP.String())
+	}
+	if len(want) == 0 {
+		t.Skip("localhost has no address to bind")
+	}
+	if !slices.Contains(want, "::1") {
+		t.Logf("localhost resolves to %v here: the [::1] part is not exercised", want)
+	}
+	port := tcpListen(t, func(c *net.TCPConn) {
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		fmt.Fprintf(c, "echo: %s", line)
+	})
+	s := startServer(t, "")
+	fw := tcpStartForward(t, s, fmt.Sprintf("-L localhost:0:127.0.0.1:%d", port), "-D localhost:0")
+	var lAddrs, dAddrs []string
+	text, ok := fw.p.stderr.waitMatch(waitTimeout, func(text string) bool {
+		lAddrs, dAddrs = lAddrs[:0], dAddrs[:0]
+		for _, m := range tcpForwardLine.FindAllStringSubmatch(text, -1) {
+			if m[1] != "" {
+				lAddrs = append(lAddrs, m[1])
+			} else {
+				dAddrs = append(dAddrs, m[2])
+			}
+		}
+		return len(lAddrs) >= len(want) && len(dAddrs) >= len(want)
+	})
+	if !ok {
+		t.Fatalf("want %d forwarding and %d SOCKS5 lines for %v; stderr:\n%s", len(want), len(want), want, text)
+	}
+	for _, kind := range []struct {
+		flag  string
+		addrs []string
+	}{{"-L", lAddrs}, {"-D", dAddrs}} {
+		if len(kind.addrs) != len(want) {
+			t.Fatalf("%s localhost:0 listens on %v, want %v", kind.flag, kind.addrs, want)
+		}
+		var firstPort string
+		for i, addr := range kind.addrs {
+			host, p, err := net.SplitHostPort(addr)
+			if err != nil || host != want[i] {
+				t.Fatalf("%s localhost:0 listens on %v, want %v", kind.flag, kind.addrs, want)
+			}
+			if i == 0 {
+				firstPort = p
+			} else if p != firstPort {
+				t.Errorf("%s localhost:0 listens on %v: want one port for all", kind.flag, kind.addrs)
+			}
+		}
+	}
+	for _, addr := range lAddrs {
+		c := tcpDial(t, addr)
+		fmt.Fprintf(c, "via %s\n", addr)
+		if b, err := io.ReadAll(c); err != nil || string(b) != "echo: via "+addr+"\n" {
+			t.Errorf("through -L %s: %q, %v", addr, b, err)
+		}
+	}
+	for _, addr := range dAddrs {
+		c := tcpDial(t, addr)
+		if _, err := c.Write([]byte{5, 1, 0}); err != nil {
+			t.Fatal(err)
+		}
+		var m [2]byte
+		if _, err := io.ReadFull(c, m[:]); err != nil || m != [2]byte{5, 0} {
+			t.Errorf("SOCKS5 on %s: method reply %v, %v", addr, m, err)
+		}
+	}
 }

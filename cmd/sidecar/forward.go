@@ -8,6 +8,7 @@ import (
 	"io"
 	"log"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
@@ -42,8 +43,10 @@ func forwardCmd() *cobra.Command {
 -L [bind:]port:host:hostport listens on bind:port (default bind 127.0.0.1)
 and opens, for every accepted connection, one TCP channel on which the host
 connects to host:hostport. host is resolved on the host, and must be allowed
-by its tcp.allow policy (loopback only by default). Port 0 picks a free
-port; the address actually bound is printed.
+by its tcp.allow policy (loopback only by default). A bind name listens on
+every address it resolves to (localhost: 127.0.0.1 and ::1, as ssh does).
+Port 0 picks a free port; the address actually bound is printed. Every
+port is bound before connecting: one in use fails at once.
 
 -D [bind:]port runs a SOCKS5 proxy (CONNECT, no authentication) whose
 connections go out from the host, names resolved there (SOCKS4 clients
@@ -192,6 +195,34 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	// Listen before dialing: a local address in use fails at once, without
+	// a connection. Until the accept loops start (once connected), the
+	// kernel's backlog holds the connections that arrive early.
+	var bound []boundListener
+	closeListeners := func() {
+		for _, b := range bound {
+			_ = b.l.Close()
+		}
+	}
+	defer closeListeners() // a failed dial; closing twice is harmless
+	for i := range lfs {
+		ls, err := listenBind(ctx, lfs[i].bind, net.DefaultResolver.LookupIPAddr, listenTCP)
+		if err != nil {
+			return &exitError{code: 255, err: err}
+		}
+		for _, l := range ls {
+			bound = append(bound, boundListener{l: l, local: &lfs[i]})
+		}
+	}
+	for _, d := range dyns {
+		ls, err := listenBind(ctx, d, net.DefaultResolver.LookupIPAddr, listenTCP)
+		if err != nil {
+			return &exitError{code: 255, err: err}
+		}
+		for _, l := range ls {
+			bound = append(bound, boundListener{l: l})
+		}
+	}
 	conn, err := cf.dial(ctx, url)
 	if err != nil {
 		return &exitError{code: 255, err: err}
@@ -204,33 +235,15 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 		fmt.Fprintf(os.Stderr, "sidecar: connected to %s over %s\n", url, tr)
 	}
 	fw := &forwarder{conn: conn, active: map[*net.TCPConn]struct{}{}}
-	var listeners []net.Listener
-	closeListeners := func() {
-		for _, l := range listeners {
-			_ = l.Close()
-		}
-	}
-	for _, f := range lfs {
-		l, err := net.Listen(listenNetwork(f.bind), f.bind)
-		if err != nil {
-			closeListeners()
-			return &exitError{code: 255, err: fmt.Errorf("cannot listen on %s: %v", f.bind, unwrapSyscall(err))}
-		}
-		listeners = append(listeners, l)
-		fmt.Fprintf(os.Stderr, "sidecar: forwarding %s -> %s\n", l.Addr(), net.JoinHostPort(f.host, strconv.Itoa(f.hostPort)))
+	for _, b := range bound {
 		fw.wg.Add(1)
-		go fw.acceptLocal(l, f)
-	}
-	for _, d := range dyns {
-		l, err := net.Listen(listenNetwork(d), d)
-		if err != nil {
-			closeListeners()
-			return &exitError{code: 255, err: fmt.Errorf("cannot listen on %s: %v", d, unwrapSyscall(err))}
+		if f := b.local; f != nil {
+			fmt.Fprintf(os.Stderr, "sidecar: forwarding %s -> %s\n", b.l.Addr(), net.JoinHostPort(f.host, strconv.Itoa(f.hostPort)))
+			go fw.acceptLocal(b.l, *f)
+		} else {
+			fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 proxy on %s\n", b.l.Addr())
+			go fw.serveSOCKS(b.l)
 		}
-		listeners = append(listeners, l)
-		fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 proxy on %s\n", l.Addr())
-		fw.wg.Add(1)
-		go fw.serveSOCKS(l)
 	}
 	var result error
 	select {
@@ -259,9 +272,109 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	return result
 }
 
-// listenNetwork is the network to listen on for a bind address, as ssh
-// does: an IPv4 address (0.0.0.0 included) only IPv4 ("tcp" would make
-// 0.0.0.0 a dual-stack [::]), an IPv6 one only IPv6, a name both.
+// boundListener is one listener of a -L (local set) or a -D (local nil),
+// bound before the connection is dialled.
+type boundListener struct {
+	l     net.Listener
+	local *localForward
+}
+
+// bindLookupTimeout bounds resolving a bind address given as a name
+// (-L localhost:8080:...).
+const bindLookupTimeout = 10 * time.Second
+
+// lookupFunc resolves a bind name (net.Resolver.LookupIPAddr; tests
+// substitute their own).
+type lookupFunc func(ctx context.Context, host string) ([]net.IPAddr, error)
+
+// listenFunc listens on one address (listenTCP; tests substitute their
+// own).
+type listenFunc func(ctx context.Context, network, addr string) (net.Listener, error)
+
+func listenTCP(ctx context.Context, network, addr string) (net.Listener, error) {
+	var lc net.ListenConfig
+	return lc.Listen(ctx, network, addr)
+}
+
+// listenBind listens on bind (host:port) as ssh does. A literal address is
+// one listener (on the network listenNetwork gives). A name gets one
+// listener on every address it resolves to (localhost: 127.0.0.1 and ::1),
+// IPv4 ones on tcp4 and IPv6 ones on tcp6; an address whose family the
+// machine lacks (no IPv6: EADDRNOTAVAIL or EAFNOSUPPORT) is skipped as
+// long as another one is bound. With port 0 the first listener picks the
+// port and the others take the same. Any other failure closes what was
+// bound and returns "cannot listen on ADDR: reason".
+func listenBind(ctx context.Context, bind string, lookup lookupFunc, listen listenFunc) ([]net.Listener, error) {
+	host, port, err := net.SplitHostPort(bind)
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen on %s: %v", bind, err)
+	}
+	if _, err := netip.ParseAddr(host); err == nil { // a literal, zone included
+		l, err := listen(ctx, listenNetwork(bind), bind)
+		if err != nil {
+			return nil, fmt.Errorf("cannot listen on %s: %v", bind, unwrapSyscall(err))
+		}
+		return []net.Listener{l}, nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, bindLookupTimeout)
+	addrs, err := lookup(lctx, host)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen on %s: %v", bind, err)
+	}
+	var ls []net.Listener
+	var skipped error // the first address skipped for its family
+	seen := map[string]bool{}
+	for _, a := range addrs {
+		ip := a.String() // with its zone, if any
+		if seen[ip] {
+			continue
+		}
+		seen[ip] = true
+		network := "tcp6"
+		if a.IP.To4() != nil {
+			network = "tcp4"
+		}
+		addr := net.JoinHostPort(ip, port)
+		l, err := listen(ctx, network, addr)
+		switch {
+		case err != nil && noAddressFamily(err):
+			if skipped == nil {
+				skipped = fmt.Errorf("cannot listen on %s (%s): %v", addr, host, unwrapSyscall(err))
+			}
+			continue
+		case err != nil:
+			for _, l := range ls {
+				_ = l.Close()
+			}
+			return nil, fmt.Errorf("cannot listen on %s (%s): %v", addr, host, unwrapSyscall(err))
+		}
+		if port == "0" {
+			if ta, ok := l.Addr().(*net.TCPAddr); ok {
+				port = strconv.Itoa(ta.Port)
+			}
+		}
+		ls = append(ls, l)
+	}
+	switch {
+	case len(ls) > 0:
+		return ls, nil
+	case skipped != nil:
+		return nil, skipped
+	}
+	return nil, fmt.Errorf("cannot listen on %s: %s has no address", bind, host)
+}
+
+// noAddressFamily reports whether a listen failed because the machine has
+// no such address family or address (a name's ::1 without IPv6).
+func noAddressFamily(err error) bool {
+	return errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EAFNOSUPPORT)
+}
+
+// listenNetwork is the network to listen on for a literal bind address,
+// as ssh does: an IPv4 address (0.0.0.0 included) only IPv4 ("tcp" would
+// make 0.0.0.0 a dual-stack [::]), an IPv6 one only IPv6, anything else
+// (listenBind resolves names first) both.
 func listenNetwork(bind string) string {
 	host, _, err := net.SplitHostPort(bind)
 	if err != nil {
