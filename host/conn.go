@@ -401,8 +401,7 @@ func (c *conn) Handle(ctx context.Context, rc *jsonrpc2.Conn, req *jsonrpc2.Requ
 			// Free the slot before answering: a client that waits for each
 			// answer before its next request must never see Overloaded.
 			<-c.slow
-			if e != nil {
-				c.log.Info("request failed", "client", c.id(), "method", req.Method, "code", e.Code, "error", e.Message)
+			if e != nil { // logged by createTCPConnection
 				c.reply(id, e)
 				return
 			}
@@ -414,7 +413,7 @@ func (c *conn) Handle(ctx context.Context, rc *jsonrpc2.Conn, req *jsonrpc2.Requ
 	}
 	result, after, e := c.request(req.Method, params)
 	if e != nil {
-		if e.Code != rpc.CodeMethodNotFound && e.Code != rpc.CodeUnsupportedProtocolVersion {
+		if e.Code != rpc.CodeMethodNotFound && e.Code != rpc.CodeUnsupportedProtocolVersion && req.Method != rpc.MethodCreateTCPConnection {
 			c.log.Info("request failed", "client", c.id(), "method", req.Method, "code", e.Code, "error", e.Message)
 		}
 		c.reply(id, e)

@@ -115,28 +115,49 @@ func (c *conn) closeTCP() {
 }
 
 // createTCPConnection is the TCP channel's createTcpConnection: check the
-// limits, reserve the URI, resolve and dial under the policy.
+// limits, reserve the URI, resolve and dial under the policy. A failure is
+// logged here, once: a destination the policy refuses at warn (someone
+// tried to reach what they may not: a metadata address, another host),
+// any other at info, with the system's own error as "cause".
 func (c *conn) createTCPConnection(params json.RawMessage) (any, *rpc.Error) {
+	r, e, dialErr := c.openTCP(params)
+	if e != nil {
+		log := c.log.Info
+		if dialErr != nil && e.Code == rpc.CodePermissionDenied {
+			log = c.log.Warn
+		}
+		args := []any{"client", c.id(), "code", e.Code, "error", e.Message}
+		if cause := errors.Unwrap(dialErr); cause != nil {
+			args = append(args, "cause", cause)
+		}
+		log("createTcpConnection failed", args...)
+	}
+	return r, e
+}
+
+// openTCP does createTCPConnection's work; dialErr is the dial's error
+// (nil for a failure before dialing).
+func (c *conn) openTCP(params json.RawMessage) (_ any, _ *rpc.Error, dialErr error) {
 	var p tcpadapter.CreateParams
 	if e := rpc.DecodeParams(params, &p); e != nil {
-		return nil, e
+		return nil, e, nil
 	}
 	id, ok := strings.CutPrefix(p.Channel, tcpScheme+"/")
 	if !ok || id == "" || len(id) > maxTCPID || strings.IndexFunc(id, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "channel" must be ahp-tcp:/<id> (id of 1-%d characters without spaces)`, maxTCPID)
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "channel" must be ahp-tcp:/<id> (id of 1-%d characters without spaces)`, maxTCPID), nil
 	}
 	host := p.Host
 	if host == "" {
-		return nil, rpc.Missing("host")
+		return nil, rpc.Missing("host"), nil
 	}
 	if len(host) > maxTCPHost || strings.ContainsAny(host, "/ \t\r\n@?#") {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "host" must be a DNS name or an IP address, not a URL`)
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "host" must be a DNS name or an IP address, not a URL`), nil
 	}
 	if p.Port == nil {
-		return nil, rpc.Missing("port")
+		return nil, rpc.Missing("port"), nil
 	}
 	if *p.Port < 1 || *p.Port > 65535 {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "port" must be between 1 and 65535`)
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "port" must be between 1 and 65535`), nil
 	}
 	s := c.s
 	cfg := s.cfg.TCP
@@ -145,12 +166,12 @@ func (c *conn) createTCPConnection(params json.RawMessage) (any, *rpc.Error) {
 	closing := s.closing
 	s.mu.Unlock()
 	if closing {
-		return nil, rpc.Errorf(rpc.CodeInternalError, "server is shutting down")
+		return nil, rpc.Errorf(rpc.CodeInternalError, "server is shutting down"), nil
 	}
 	s.tcp.mu.Lock()
 	if _, exists := s.tcp.conns[p.Channel]; exists {
 		s.tcp.mu.Unlock()
-		return nil, rpc.Errorf(rpc.CodeAlreadyExists, "TCP connection already exists: %s", p.Channel)
+		return nil, rpc.Errorf(rpc.CodeAlreadyExists, "TCP connection already exists: %s", p.Channel), nil
 	}
 	total, mine := 0, 0
 	for _, tc := range s.tcp.conns {
@@ -161,11 +182,11 @@ func (c *conn) createTCPConnection(params json.RawMessage) (any, *rpc.Error) {
 	}
 	if total >= cfg.MaxTotal {
 		s.tcp.mu.Unlock()
-		return nil, rpc.Errorf(rpc.CodePermissionDenied, "TCP connection limit reached: %d open on this host (tcp.max_total); close one first", cfg.MaxTotal)
+		return nil, rpc.Errorf(rpc.CodePermissionDenied, "TCP connection limit reached: %d open on this host (tcp.max_total); close one first", cfg.MaxTotal), nil
 	}
 	if mine >= cfg.MaxPerClient {
 		s.tcp.mu.Unlock()
-		return nil, rpc.Errorf(rpc.CodePermissionDenied, "TCP connection limit reached: %d open for this client (tcp.max_per_client); close one first", cfg.MaxPerClient)
+		return nil, rpc.Errorf(rpc.CodePermissionDenied, "TCP connection limit reached: %d open for this client (tcp.max_per_client); close one first", cfg.MaxPerClient), nil
 	}
 	tc := &tcpConn{
 		s: s, id: p.Channel, owner: c, clientID: clientID,
@@ -193,8 +214,7 @@ func (c *conn) createTCPConnection(params json.RawMessage) (any, *rpc.Error) {
 		if errors.As(err, &oe) && oe.Kind == tcpadapter.KindDenied {
 			code = rpc.CodePermissionDenied
 		}
-		tc.log.Info("TCP connection not opened", "host", host, "port", *p.Port, "error", err, "cause", errors.Unwrap(err))
-		return nil, rpc.Errorf(code, "%s", err.Error())
+		return nil, rpc.Errorf(code, "%s", err.Error()), err
 	}
 	// The connection may have ended (or the server begun to shut down)
 	// while we dialed: then nobody will subscribe.
@@ -220,13 +240,13 @@ func (c *conn) createTCPConnection(params json.RawMessage) (any, *rpc.Error) {
 	if gone {
 		_ = sock.Close()
 		tc.close("client connection closed while dialing")
-		return nil, rpc.Errorf(rpc.CodeInternalError, "connection closed while dialing")
+		return nil, rpc.Errorf(rpc.CodeInternalError, "connection closed while dialing"), nil
 	}
 	tc.log.Debug("TCP connection opened", "host", host, "port", *p.Port, "remote", sock.RemoteAddr().String())
 	s.wg.Add(2)
 	go tc.readLoop()
 	go tc.writeLoop()
-	return nil, nil
+	return nil, nil, nil
 }
 
 // tcpConn is one ahp-tcp:/<id> channel and its socket. It belongs to the

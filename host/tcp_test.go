@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,8 +28,27 @@ import (
 
 // tcpHarness is a Server with raw pipe peers, for the TCP channel.
 type tcpHarness struct {
-	t *testing.T
-	s *Server
+	t    *testing.T
+	s    *Server
+	logs *lockedBuffer // the server's log, at debug
+}
+
+// lockedBuffer is a bytes.Buffer safe for the server's concurrent writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // newTCPHarness starts a Server on the default config (tweak, when not
@@ -42,7 +62,8 @@ func newTCPHarness(t *testing.T, tweak func(*config.Config)) *tcpHarness {
 	if tweak != nil {
 		tweak(cfg)
 	}
-	h := &tcpHarness{t: t, s: New(cfg, hclog.NewNullLogger())}
+	logs := &lockedBuffer{}
+	h := &tcpHarness{t: t, logs: logs, s: New(cfg, hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug}))}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -145,6 +166,18 @@ func (p *tcpPeer) notify(method string, params any) {
 }
 
 // tcpDest is a loopback destination handing its connections to the test.
+// closedPort returns a loopback port nothing listens on (one just freed).
+func closedPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	return port
+}
+
 func tcpDest(t *testing.T) (port int, accepted chan *net.TCPConn) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -337,6 +370,42 @@ func TestTCPReset(t *testing.T) {
 	p.mc.Close(1000, "")
 	if _, err := d3.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
 		t.Errorf("destination after the client's connection ended mid-stream: %v, want ECONNRESET", err)
+	}
+}
+
+// TestTCPOpenFailureLogged: a createTcpConnection that fails is logged
+// once on the host: a destination the policy refuses (a cloud metadata
+// address) at warn, a refused connection at info, each with the system's
+// cause; the client gets the code and the reason alone.
+func TestTCPOpenFailureLogged(t *testing.T) {
+	h := newTCPHarness(t, nil)
+	p := h.peer("tcp-log")
+	closed := closedPort(t)
+	cases := []struct {
+		host  string
+		port  int
+		code  int64
+		level string
+		cause string
+	}{
+		{"169.254.169.254", 80, rpc.CodePermissionDenied, "[WARN]", "not allowed by policy: a cloud metadata address"},
+		{"127.0.0.1", closed, rpc.CodeTCPConnectionOpenFailed, "[INFO]", "connect: connection refused\""},
+	}
+	for i, c := range cases {
+		uri := fmt.Sprintf("ahp-tcp:/log%d", i)
+		m := p.call("createTcpConnection", map[string]any{"channel": uri, "host": c.host, "port": c.port})
+		if m.Error == nil || m.Error.Code != c.code {
+			t.Fatalf("createTcpConnection %s:%d: %s, want code %d", c.host, c.port, m.raw, c.code)
+		}
+		var lines []string
+		for _, l := range strings.Split(h.logs.String(), "\n") {
+			if strings.Contains(l, "channel="+uri) || strings.Contains(l, "createTcpConnection") && strings.Contains(l, c.host) {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) != 1 || !strings.Contains(lines[0], c.level+" ") || !strings.Contains(lines[0], "createTcpConnection failed") || !strings.Contains(lines[0], c.cause) {
+			t.Errorf("log lines for %s:%d:\n%s\nwant one %s line \"createTcpConnection failed\" with %s", c.host, c.port, strings.Join(lines, "\n"), c.level, c.cause)
+		}
 	}
 }
 
