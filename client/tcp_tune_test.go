@@ -146,7 +146,7 @@ func TestTCPWindowBacklog(t *testing.T) {
 		backlog int
 		grows   bool
 	}{{0, true}, {1 << 30, false}} {
-		const total = 6 << 20 // under tuneAfter
+		const total = 6 << 20 // past tuneAfter: only the backlog holds growth back
 		port, want := sourceServer(t, total)
 		tc, _ := dialTuned(t, func(cfg *config.Config) { cfg.TCP.WindowBytes = 1 << 20 }, port)
 		client.SetTuneRTT(tc, time.Hour)

@@ -9,7 +9,9 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -219,6 +221,25 @@ func (f fakeResolver) LookupNetIP(ctx context.Context, _, host string) ([]netip.
 	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
 
+// sendBuffer returns c's SO_SNDBUF.
+func sendBuffer(t *testing.T, c *net.TCPConn) int {
+	t.Helper()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := -1
+	if err := raw.Control(func(fd uintptr) {
+		n, err = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func TestDial(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -250,6 +271,12 @@ func TestDial(t *testing.T) {
 	c, err := d.Dial(ctx, "ok.test", port)
 	if err != nil {
 		t.Fatalf("dial ok.test: %v", err)
+	}
+	// A loopback destination gets a fixed send buffer (no autotuning up
+	// to 4 MiB): a destination that does not read holds back the client
+	// after LoopbackSendBuffer (Linux keeps twice the value set).
+	if got, want := sendBuffer(t, c), 2*LoopbackSendBuffer; runtime.GOOS == "linux" && got != want {
+		t.Errorf("SO_SNDBUF of a loopback destination: %d, want %d", got, want)
 	}
 	_ = c.Close()
 	for _, tc := range []struct {
