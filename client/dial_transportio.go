@@ -41,12 +41,21 @@ func dialTransportIO(ctx context.Context, u *url.URL, mode string, tlsConf *tls.
 	switch mode {
 	case TransportWebTransport:
 		mc, err := transport.DialWebTransport(ctx, u.String(), header, tlsConf.Clone())
+		if err != nil && errors.Is(err, context.DeadlineExceeded) {
+			return nil, noQUICAnswer(u) // the --connect-timeout, not quic-go's
+		}
 		return mc, explainTIO(u, err)
 	case TransportWebSocket:
 		mc, err := transport.DialTIOWebSocket(ctx, wsURL.String(), header, hc)
 		return mc, explainTIO(u, err)
 	case TransportAuto, "":
-		wctx, cancel := context.WithTimeout(ctx, webTransportBudget)
+		budget := webTransportBudget
+		if dl, ok := ctx.Deadline(); ok {
+			// Leave the WebSocket fallback at least half of a short
+			// --connect-timeout.
+			budget = min(budget, time.Until(dl)/2)
+		}
+		wctx, cancel := context.WithTimeout(ctx, budget)
 		refused := probeRefused(wctx, cancel, u)
 		mc, err := transport.DialWebTransport(wctx, u.String(), header, tlsConf.Clone())
 		cancel()
@@ -110,7 +119,19 @@ func explainTIO(u *url.URL, err error) error {
 	if errors.As(err, &ce) {
 		return fmt.Errorf("%s closed the transport-io session: %v", u.Host, ce.SessionError)
 	}
+	if transport.IsNoQUICAnswer(err) {
+		return noQUICAnswer(u)
+	}
 	return explainDial(u, err)
+}
+
+// noQUICAnswer is the error of a WebTransport dial that got no answer.
+func noQUICAnswer(u *url.URL) error {
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	return fmt.Errorf("%s did not answer over WebTransport (QUIC, UDP port %s) in time: is sidecar serve running there, and does the path let UDP through? (--transport websocket uses TCP)", u.Host, port)
 }
 
 // dialVia starts command (sh -c) and speaks transport-io over its stdin and

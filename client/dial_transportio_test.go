@@ -2,8 +2,12 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"syscall"
@@ -88,4 +92,35 @@ func TestProbeRefused(t *testing.T) {
 		}
 		_ = c.Close()
 	})
+}
+
+// TestDialAutoShortTimeout: with a --connect-timeout below twice the
+// WebTransport budget, auto gives WebTransport half of it and still tries
+// the WebSocket mapping (a TLS server that answers TCP only, 404 to the
+// upgrade): it used to spend the whole timeout on QUIC.
+func TestDialAutoShortTimeout(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer srv.Close()
+	sum := sha256.Sum256(srv.Certificate().Raw)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := Dial(ctx, srv.URL+"/", Options{Transport: TransportAuto, CertHash: hex.EncodeToString(sum[:]), ClientName: "short-timeout-test"})
+	if err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("Dial: %v; want the WebSocket mapping's HTTP 404 (the fallback was tried)", err)
+	}
+}
+
+// TestDialWebTransportNoAnswer: --transport webtransport to a UDP port
+// nothing answers on says so, within the caller's deadline, with what to
+// check (not quic-go's "no recent network activity").
+func TestDialWebTransportNoAnswer(t *testing.T) {
+	addr := closedLoopbackPort(t)
+	_, port, _ := net.SplitHostPort(addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := Dial(ctx, "https://"+addr+"/", Options{Transport: TransportWebTransport, ClientName: "no-answer-test"})
+	want := addr + " did not answer over WebTransport (QUIC, UDP port " + port + ")"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Dial: %v; want %q", err, want)
+	}
 }

@@ -271,6 +271,11 @@ func DialTIOWebSocket(ctx context.Context, url string, header http.Header, clien
 	return clientConn(ctx, s)
 }
 
+// IsNoQUICAnswer reports whether err is a WebTransport dial whose QUIC
+// handshake got no answer in time (nothing listens on the UDP port, or the
+// path drops UDP).
+func IsNoQUICAnswer(err error) bool { return transportio.IsNoAnswer(err) }
+
 // IsUnauthorized reports whether err is a WT_UNAUTHORIZED refusal, which a
 // client treats as final.
 func IsUnauthorized(err error) bool {

@@ -293,7 +293,15 @@ func DialWebTransport(ctx context.Context, rawURL string, header http.Header, tl
 		tc.NextProtos = []string{http3.NextProtoH3}
 	}
 	tr := &webtransport.Transport{TLSClientConfig: tc, QUICConfig: QUICConfig()}
-	qconn, err := quic.DialAddrEarly(ctx, u.Host, tc, QUICConfig())
+	qc := QUICConfig()
+	if dl, ok := ctx.Deadline(); ok {
+		// The caller's deadline bounds the handshake, not quic-go's own
+		// 5 s (HandshakeIdleTimeout), shorter than a --connect-timeout.
+		if d := time.Until(dl); d > 0 {
+			qc.HandshakeIdleTimeout = d
+		}
+	}
+	qconn, err := quic.DialAddrEarly(ctx, u.Host, tc, qc)
 	if err != nil {
 		return nil, err
 	}
@@ -320,6 +328,15 @@ func DialWebTransport(ctx context.Context, rawURL string, header http.Header, tl
 		// Let the close capsule reach the peer before the connection goes.
 		time.AfterFunc(closeCapsuleGrace, closeConn)
 	}), cfg), nil
+}
+
+// IsNoAnswer reports whether err is a QUIC dial that got no answer at all
+// (a handshake or idle timeout): nothing listens on the UDP port, or
+// something drops the packets.
+func IsNoAnswer(err error) bool {
+	_, hs := errors.AsType[*quic.HandshakeTimeoutError](err)
+	_, idle := errors.AsType[*quic.IdleTimeoutError](err)
+	return hs || idle
 }
 
 // closeCapsuleGrace is how long a dialled WebTransport connection stays
