@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -30,6 +31,7 @@ type conn struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	readErr   atomic.Pointer[error] // the first ReadMessage error: how the client's side ended
 
 	// slow bounds requests running beside the reader (dials).
 	slow chan struct{}
@@ -87,12 +89,40 @@ func (c *conn) serve(parent context.Context) error {
 	_ = rc.Close()
 	werr := <-writerDone
 	c.cleanup()
+	args := []any{"reason", endReason(c.closeErr, c.readErr.Load())}
+	if werr != nil && !errors.Is(werr, delivery.ErrClosed) && !errors.Is(werr, context.Canceled) {
+		args = append(args, "writer", werr)
+	}
 	if c.isInitialized() {
-		c.log.Info("client disconnected", "client", c.id(), "reason", c.closeErr, "writer", werr)
+		c.log.Info("client disconnected", append([]any{"client", c.id()}, args...)...)
 	} else {
-		c.log.Debug("connection closed", "reason", c.closeErr, "writer", werr)
+		c.log.Debug("connection closed", args...)
 	}
 	return c.closeErr
+}
+
+// endReason says why a connection ended, for its log line: the reason we
+// closed it with (closeErr), else how the client's side ended (readErr:
+// a close, with its code and reason when not a normal one, or the
+// transport's error, such as a connection lost without a close).
+func endReason(closeErr error, readErr *error) string {
+	if closeErr != nil {
+		return "closed by the host: " + closeErr.Error()
+	}
+	if readErr == nil || *readErr == nil {
+		return "closed by the host"
+	}
+	err := *readErr
+	switch code := transport.CloseStatus(err); {
+	case code == transport.CloseNormal || code == transport.CloseGoingAway:
+		return "closed by the client"
+	case code >= 0:
+		if r := transport.CloseReason(err); r != "" {
+			return fmt.Sprintf("closed by the client with code %d: %s", code, r)
+		}
+		return fmt.Sprintf("closed by the client with code %d", code)
+	}
+	return err.Error()
 }
 
 var errVersionMismatch = errors.New("host: no common protocol version")
@@ -181,6 +211,7 @@ func (o *objectStream) ReadObject(v any) error {
 	for {
 		raw, err := c.mc.ReadMessage(c.ctx)
 		if err != nil {
+			c.readErr.CompareAndSwap(nil, &err)
 			if code := transport.CloseStatus(err); code == transport.CloseMessageTooBig {
 				c.log.Warn("message too big, closing", "client", c.id(), "limit", c.s.cfg.Delivery.MaxMessageBytes)
 			}

@@ -361,7 +361,11 @@ func (tc *tcpConn) detach(sub *subscription) {
 	mine := tc.sub == sub
 	tc.mu.Unlock()
 	if mine {
-		tc.close("unsubscribed")
+		reason := "unsubscribed"
+		if sub.c.ctx != nil && sub.c.ctx.Err() != nil {
+			reason = "client connection closed"
+		}
+		tc.close(reason)
 	}
 }
 

@@ -553,3 +553,59 @@ func TestTCPReadAheadBound(t *testing.T) {
 		t.Fatalf("%d UTF-16 bytes read ahead and queued, want about tcpQueued (%d), at most %d", queued, tcpQueued, tcpQueued+oneRead)
 	}
 }
+
+// TestDisconnectReasonLogged: the host's "client disconnected" line says
+// how the client's side ended (a normal close, or its code and reason),
+// with no writer error for the routine end of its own writer.
+func TestDisconnectReasonLogged(t *testing.T) {
+	h := newTCPHarness(t, nil)
+	for _, c := range []struct {
+		code   transport.CloseCode
+		reason string
+		want   string
+	}{
+		{transport.CloseNormal, "", `reason="closed by the client"`},
+		{4001, "bye", `reason="closed by the client with code 4001: bye"`},
+	} {
+		id := fmt.Sprintf("disc-%d", c.code)
+		a, b := transport.Pipe(256)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = h.s.ServeConn(context.Background(), b)
+		}()
+		p := &tcpPeer{t: t, mc: a}
+		p.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"channel":"ahp-root://","protocolVersions":["0.5.0"],"clientId":"` + id + `"}}`)
+		p.nextMsg(func(m tcpMsg) bool { return string(m.ID) == "1" })
+		_ = a.Close(c.code, c.reason)
+		<-done
+		var line string
+		for _, l := range strings.Split(h.logs.String(), "\n") {
+			if strings.Contains(l, "client disconnected") && strings.Contains(l, "client="+id) {
+				line = l
+			}
+		}
+		if !strings.Contains(line, c.want) || strings.Contains(line, "writer=") {
+			t.Errorf("close %d: log line %q, want %s and no writer error", c.code, line, c.want)
+		}
+	}
+}
+
+func TestEndReason(t *testing.T) {
+	lost := errors.New("the peer's TCP connection ended without a WebSocket close")
+	normal := error(&transport.PipeCloseError{Code: transport.CloseNormal})
+	for _, c := range []struct {
+		closeErr error
+		readErr  *error
+		want     string
+	}{
+		{errors.New("write failed"), &normal, "closed by the host: write failed"},
+		{nil, &normal, "closed by the client"},
+		{nil, &lost, lost.Error()},
+		{nil, nil, "closed by the host"},
+	} {
+		if got := endReason(c.closeErr, c.readErr); got != c.want {
+			t.Errorf("endReason(%v, %v) = %q, want %q", c.closeErr, c.readErr, got, c.want)
+		}
+	}
+}
