@@ -118,24 +118,135 @@ func TestBadConfigFileLine(t *testing.T) {
 }
 
 // TestUsageErrors: every usage error (arguments, an unknown flag, an
-// unknown --transport) exits 2 with a message that points at the help,
-// before anything is dialled.
+// unknown --transport, a URL that is none, a bad pin or timeout, a local
+// port given twice) exits 2 with one line that says what is wrong, before
+// anything is dialled: the address the URLs name (TCP, and UDP for
+// WebTransport) gets nothing.
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{
-		{"forward"},
-		{"ls", "a", "b"},
-		{"forward", "--bogus", "wss://127.0.0.1:1/ahp", "-L", "1:127.0.0.1:2"},
-		{"forward", "wss://127.0.0.1:1/ahp", "--transport", "bogus", "-L", "1:127.0.0.1:2"},
-		{"forward", "wss://127.0.0.1:1/ahp", "--ordinary", "-L", "1:127.0.0.1:2"},
+	silent, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	addr := silent.Addr().String()
+	silentUDP, err := net.ListenPacket("udp4", addr)
+	if err != nil {
+		t.Logf("no UDP socket on %s (%v): WebTransport attempts go unseen", addr, err)
+	} else {
+		defer silentUDP.Close()
+	}
+	wss, https := "wss://"+addr+"/ahp", "https://"+addr+"/"
+	port := strings.TrimPrefix(freePort(t), "127.0.0.1:")
+	for _, tc := range []struct {
+		args []string
+		want string // in the message
+	}{
+		{[]string{"forward"}, "arg"},
+		{[]string{"ls", "a", "b"}, "arg"},
+		{[]string{"forward", "--bogus", "wss://127.0.0.1:1/ahp", "-L", "1:127.0.0.1:2"}, "--bogus"},
+		{[]string{"forward", "wss://127.0.0.1:1/ahp", "--transport", "bogus", "-L", "1:127.0.0.1:2"}, "--transport"},
+		{[]string{"forward", "wss://127.0.0.1:1/ahp", "--ordinary", "-L", "1:127.0.0.1:2"}, "--ordinary"},
+		{[]string{"ls", "127.0.0.1:5533"}, `invalid URL "127.0.0.1:5533": want https://`},
+		{[]string{"ls", "ftp://x"}, `invalid URL "ftp://x": scheme must be https://`},
+		{[]string{"ls", wss, "--transport", "webtransport"}, "--transport webtransport needs an https:// URL"},
+		{[]string{"ls", wss, "--cert-hash", "xyz"}, `--cert-hash: invalid certificate pin "xyz"`},
+		{[]string{"ls", https, "--connect-timeout", "0"}, "--connect-timeout 0s: must be positive"},
+		{[]string{"ls", https, "--connect-timeout", "-5s"}, "--connect-timeout -5s: must be positive"},
+		{[]string{"attach", "127.0.0.1:5533"}, "invalid URL"},
+		{[]string{"run", "ftp://x", "--", "true"}, "scheme must be"},
+		{[]string{"kill", https, "t1", "--cert-hash", "xyz"}, "invalid certificate pin"},
+		{[]string{"top", https, "--connect-timeout", "0"}, "must be positive"},
+		{[]string{"forward", "127.0.0.1:5533", "-L", "1:127.0.0.1:2"}, "invalid URL"},
+		{[]string{"forward", wss, "--transport", "websocket", "-D", "0"}, "needs an https:// URL"},
+		{[]string{"forward", wss, "-L", port + ":127.0.0.1:1", "-L", port + ":127.0.0.1:2"}, "-L " + port + " given twice"},
+		{[]string{"forward", wss, "-L", "5605:::1:5600"}, "put IPv6 addresses in brackets: [::1]"},
 	} {
-		p := start(t, args...)
+		p := start(t, tc.args...)
 		if code := p.wait(t, 10*time.Second); code != 2 {
-			t.Errorf("sidecar %v exited %d, want 2; stderr:\n%s", args, code, p.stderr.String())
+			t.Errorf("sidecar %v exited %d, want 2; stderr:\n%s", tc.args, code, p.stderr.String())
 		}
-		if errOut := p.stderr.String(); !strings.HasPrefix(errOut, "sidecar: ") || strings.Contains(errOut, "connect") {
-			t.Errorf("sidecar %v: stderr %q, want one usage line and no connection attempt", args, errOut)
+		errOut := p.stderr.String()
+		if !strings.HasPrefix(errOut, "sidecar: ") || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, tc.want) ||
+			strings.Contains(errOut, "cannot connect") || strings.Contains(errOut, "tlscert") {
+			t.Errorf("sidecar %v: stderr %q, want one usage line with %q and no connection attempt", tc.args, errOut, tc.want)
 		}
+	}
+	// The processes have exited: a dial would be in the backlog, a QUIC
+	// packet in the socket's buffer.
+	_ = silent.(*net.TCPListener).SetDeadline(time.Now())
+	if c, err := silent.Accept(); err == nil {
+		_ = c.Close()
+		t.Errorf("a usage error connected to %s over TCP", addr)
+	}
+	if silentUDP != nil {
+		_ = silentUDP.SetReadDeadline(time.Now())
+		if _, _, err := silentUDP.ReadFrom(make([]byte, 2048)); err == nil {
+			t.Errorf("a usage error sent UDP to %s", addr)
+		}
+	}
+}
+
+// TestCtrlCWhileConnecting: Ctrl-C (SIGINT) while a client command (all
+// but attach, which leaves SIGINT alone until it is in raw mode) is still
+// connecting (TLS to a server that never answers) exits 130 as a
+// shell reports an interrupted program, with one line that says so rather
+// than the dial's error.
+func TestCtrlCWhileConnecting(t *testing.T) {
+	t.Parallel()
+	for name, args := range map[string][]string{
+		"forward": {"forward", "-L", "127.0.0.1:0:127.0.0.1:1"},
+		"run":     {"run", "--", "true"},
+		"top":     {"top"},
+		"ls":      {"ls"},
+		"kill":    {"kill", "t1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			silent, err := net.Listen("tcp4", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer silent.Close()
+			a := append([]string{args[0], "wss://" + silent.Addr().String() + "/ahp", "--token", "x",
+				"--cert-hash", strings.Repeat("0", 64), "--connect-timeout", "60s"}, args[1:]...)
+			p := start(t, a...)
+			_ = silent.(*net.TCPListener).SetDeadline(time.Now().Add(waitTimeout))
+			c, err := silent.Accept() // the client is connecting: its signal handler is in place
+			if err != nil {
+				t.Fatalf("sidecar %v did not connect: %v; stderr:\n%s", a, err, p.stderr.String())
+			}
+			defer c.Close()
+			if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+				t.Fatal(err)
+			}
+			code := p.wait(t, waitTimeout)
+			if want := "sidecar: interrupted while connecting\n"; code != 130 || p.stderr.String() != want {
+				t.Errorf("sidecar %v after SIGINT: exit %d, stderr %q; want 130 and %q", a, code, p.stderr.String(), want)
+			}
+		})
+	}
+}
+
+// TestServeTokenFlagNotPrinted: a token given with --token is the
+// operator's secret, as a configured one is: the attach line at start
+// (stdout, the journal under systemd) says --token "$SIDECAR_TOKEN", and
+// the logs do not have it either.
+func TestServeTokenFlagNotPrinted(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const secret = "flag-secret-4711"
+	p := start(t, "serve", "--listen", "127.0.0.1:0", "--token", secret, "--state-dir", filepath.Join(dir, "state"))
+	text, ok := p.stdout.waitMatch(waitTimeout, func(s string) bool { return strings.Contains(s, "--cert-hash") })
+	if !ok {
+		t.Fatalf("no attach line: %q; stderr:\n%s", text, p.stderr.String())
+	}
+	if strings.Contains(text, secret) || !strings.Contains(text, `--token "$SIDECAR_TOKEN"`) {
+		t.Errorf("attach line %q: want --token \"$SIDECAR_TOKEN\", not the token", text)
+	}
+	p.kill(t)
+	if strings.Contains(p.stderr.String(), secret) {
+		t.Errorf("serve logged the token:\n%s", p.stderr.String())
 	}
 }
 

@@ -242,10 +242,10 @@ func startServer(t *testing.T, extra string) *server {
 	if !ok {
 		t.Fatalf("sidecar serve printed no attach line within %v\nstdout:\n%s\nstderr:\n%s", waitTimeout, text, tail(p.stderr.String(), 3000))
 	}
-	if m[3] != token {
-		t.Fatalf("attach line has token %q, want %q", m[3], token)
+	if m[3] != `"$SIDECAR_TOKEN"` { // a token given with --token is not printed
+		t.Fatalf("attach line has token %q, want \"$SIDECAR_TOKEN\"", m[3])
 	}
-	s := &server{p: p, url: m[1], host: m[2], token: m[3], hash: m[4], config: cfgFile}
+	s := &server{p: p, url: m[1], host: m[2], token: token, hash: m[4], config: cfgFile}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("sidecar serve stderr:\n%s", tail(p.stderr.String(), 6000))

@@ -25,6 +25,7 @@ import (
 	"github.com/sidecar-dev/sidecar/client"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/rpc"
+	"github.com/sidecar-dev/sidecar/transport"
 	"github.com/sidecar-dev/sidecar/transport/tlscert"
 )
 
@@ -53,19 +54,71 @@ func (f *connFlags) register(cmd *cobra.Command) {
 		}
 		return a
 	}
+	// Every usage error (exit 2) is found here, before anything is dialled:
+	// the flags, then the arguments, then the URL.
 	if check := cmd.Args; check != nil {
 		cmd.Args = func(c *cobra.Command, a []string) error {
-			switch f.transport {
-			case client.TransportAuto, client.TransportWebTransport, client.TransportWebSocket, client.TransportAHP:
-			default:
-				return fmt.Errorf("unknown --transport %q: want auto, webtransport, websocket or ahp", f.transport)
+			if err := f.check(); err != nil {
+				return err
 			}
-			return check(c, viaArgs(a))
+			a = viaArgs(a)
+			if err := check(c, a); err != nil {
+				return err
+			}
+			if f.via != "" || len(a) == 0 {
+				return nil // with --via the URL is not dialled
+			}
+			return checkURL(a[0], f.transport)
 		}
 	}
 	if run := cmd.RunE; run != nil {
 		cmd.RunE = func(c *cobra.Command, a []string) error { return run(c, viaArgs(a)) }
 	}
+}
+
+// check rejects flag values that cannot work: an unknown --transport, a
+// --connect-timeout that is not positive, a pin (--cert-hash or
+// $SIDECAR_CERT_HASH) that is no SHA-256.
+func (f *connFlags) check() error {
+	switch f.transport {
+	case client.TransportAuto, client.TransportWebTransport, client.TransportWebSocket, client.TransportAHP:
+	default:
+		return fmt.Errorf("unknown --transport %q: want auto, webtransport, websocket or ahp", f.transport)
+	}
+	if f.timeout <= 0 {
+		return fmt.Errorf("--connect-timeout %s: must be positive", f.timeout)
+	}
+	pin, from := f.certHash, "--cert-hash"
+	if pin == "" {
+		pin, from = os.Getenv("SIDECAR_CERT_HASH"), "$SIDECAR_CERT_HASH"
+	}
+	if pin != "" {
+		if _, err := tlscert.ParsePin(pin); err != nil {
+			return fmt.Errorf("%s: %s", from, strings.TrimPrefix(err.Error(), "tlscert: "))
+		}
+	}
+	return nil
+}
+
+// checkURL rejects a URL client.Dial would refuse before dialling, in its
+// words: not a URL, a scheme other than https:// or wss:// (or their
+// plain-text forms, which Dial explains), or a wss:// URL (plain AHP) with
+// a --transport that needs https://.
+func checkURL(raw, mode string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("invalid URL %q: want https://HOST:PORT/transport-io or wss://HOST:PORT/ahp", raw)
+	}
+	switch u.Scheme {
+	case "wss", "ws":
+		if u.Path != transport.TIOPath && mode != client.TransportAuto && mode != client.TransportAHP {
+			return fmt.Errorf("%s: --transport %s needs an https:// URL (wss:// is plain AHP)", raw, mode)
+		}
+	case "https", "http":
+	default:
+		return fmt.Errorf("invalid URL %q: scheme must be https:// (transport-io) or wss:// (plain AHP)", raw)
+	}
+	return nil
 }
 
 // options are the client options these flags give; the token and the pin
@@ -94,16 +147,71 @@ func (f *connFlags) dialOptions(ctx context.Context, url string, opts client.Opt
 	return client.Dial(ctx, url, opts)
 }
 
+// signalContext is signal.NotifyContext that also tells which of sigs
+// ended the context (caught returns 0 until one has). The signals stay
+// caught until stop.
+func signalContext(sigs ...os.Signal) (ctx context.Context, caught func() syscall.Signal, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sigs...)
+	var got atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case sig := <-ch:
+			got.Store(int32(sig.(syscall.Signal))) // before cancel: ctx.Err() implies caught
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	caught = func() syscall.Signal { return syscall.Signal(got.Load()) }
+	stop = func() {
+		signal.Stop(ch)
+		cancel()
+		<-done
+	}
+	return ctx, caught, stop
+}
+
+// dialFailed is how a client command ends when its dial failed: with
+// 128+n when signal n ended the attempt (Ctrl-C: 130, as a shell reports
+// it) and a line that says so instead of the dial's error, else with 255
+// and the dial's error.
+func dialFailed(err error, sig syscall.Signal) error {
+	if sig != 0 {
+		return interrupted(sig, "connecting")
+	}
+	return &exitError{code: 255, err: err}
+}
+
+// interrupted is the exit of a command that signal sig stopped while
+// doing something ("connecting"): 128+sig, "interrupted while connecting"
+// for SIGINT, "terminated while connecting" for SIGTERM.
+func interrupted(sig syscall.Signal, while string) error {
+	what := "interrupted"
+	if sig != syscall.SIGINT {
+		what = sig.String()
+	}
+	return &exitError{code: 128 + int(sig), err: fmt.Errorf("%s while %s", what, while)}
+}
+
 // withConn dials url, runs fn with the connection, and closes it; a dial
-// failure exits 255.
+// failure exits 255, a signal while dialling 128+n (dialFailed). Once
+// connected, signals have their default effect again.
 func (f *connFlags) withConn(url string, fn func(ctx context.Context, conn *client.Conn) error) error {
-	ctx := context.Background()
-	conn, err := f.dial(ctx, url)
-	if err != nil {
-		return &exitError{code: 255, err: err}
+	dctx, caught, stop := signalContext(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	conn, err := f.dial(dctx, url)
+	sig := caught()
+	stop()
+	if err != nil || sig != 0 {
+		if conn != nil {
+			_ = conn.Close()
+		}
+		return dialFailed(err, sig)
 	}
 	defer conn.Close()
-	return fn(ctx, conn)
+	return fn(context.Background(), conn)
 }
 
 // terminalURI accepts "t1" or "ahp-terminal:/t1".
@@ -173,7 +281,7 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 	}
 	conn, err := cf.dial(ctx, url)
 	if err != nil {
-		return &exitError{code: 255, err: err}
+		return dialFailed(err, syscall.Signal(caught.Load()))
 	}
 	defer conn.Close()
 	stdinTTY := term.IsTerminal(int(os.Stdin.Fd()))
@@ -275,11 +383,11 @@ func attach(cf *connFlags, url, id, name string) error {
 	if !term.IsTerminal(int(os.Stdin.Fd())) {
 		return &exitError{code: 2, err: errors.New("attach is interactive and stdin is not a terminal; use sidecar run URL -- CMD for commands fed from a pipe")}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
+	ctx, caught, stop := signalContext(syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	conn, err := cf.dial(ctx, url)
 	if err != nil {
-		return &exitError{code: 255, err: err}
+		return dialFailed(err, caught())
 	}
 	defer conn.Close()
 	fd := int(os.Stdin.Fd())

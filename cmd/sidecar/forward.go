@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,21 +39,26 @@ func forwardCmd() *cobra.Command {
 		Short: "Forward local TCP ports through the host, like ssh -L and ssh -D",
 		Long: `Forward local TCP ports through the host, as ssh -L and -D do.
 
--L [bind:]port:host:hostport listens on bind:port (default bind 127.0.0.1)
-and opens, for every accepted connection, one TCP channel on which the host
-connects to host:hostport. host is resolved on the host, and must be allowed
-by its tcp.allow policy (loopback only by default). A bind name listens on
-every address it resolves to (localhost: 127.0.0.1 and ::1, as ssh does).
-Port 0 picks a free port; the address actually bound is printed. Every
-port is bound before connecting: one in use fails at once.
+-L [bind:]port:host:hostport listens on bind:port and opens, for every
+accepted connection, one TCP channel on which the host connects to
+host:hostport. host is resolved on the host, and must be allowed by its
+tcp.allow policy (loopback only by default). Put IPv6 addresses in
+brackets: -L 8080:[::1]:3000.
+
+The bind address is as ssh's: none (-L 8080:...) listens on 127.0.0.1
+only; an empty one (-L :8080:...) or * (-L '*:8080:...') on all
+interfaces (0.0.0.0 and [::]); a name on every address it resolves to
+(localhost: 127.0.0.1 and ::1). Port 0 picks a free port; the address
+actually bound is printed. Every port is bound before connecting: one in
+use fails at once.
 
 -D [bind:]port runs a SOCKS5 proxy (CONNECT, no authentication) whose
 connections go out from the host, names resolved there (SOCKS4 clients
-get SOCKS4's rejection).
+get SOCKS4's rejection). Its bind address is as -L's.
 
 Both may be given several times; everything shares one connection to the
 host. Ctrl-C resets every forwarded connection still open (a download cut
-short never looks complete) and exits 0.`,
+short never looks complete) and exits 0; before it has connected, 130.`,
 		Example: `  sidecar forward wss://127.0.0.1:4433/ahp -L 8080:127.0.0.1:3000 -L 127.0.0.1:5433:db:5432
   sidecar forward wss://127.0.0.1:4433/ahp -D 1080`,
 		Args: cobra.ExactArgs(1),
@@ -63,6 +67,9 @@ short never looks complete) and exits 0.`,
 		},
 	}
 	cf.register(cmd)
+	// forward refuses --ordinary (TCP channels need windowed delivery):
+	// not worth a line in its help.
+	_ = cmd.Flags().MarkHidden("ordinary")
 	cmd.Flags().StringArrayVarP(&locals, "local", "L", nil, "forward [bind:]port to host:hostport on the host's side (repeatable)")
 	cmd.Flags().StringArrayVarP(&dynamics, "dynamic", "D", nil, "SOCKS5 proxy on [bind:]port, connecting from the host (repeatable)")
 	return cmd
@@ -70,9 +77,24 @@ short never looks complete) and exits 0.`,
 
 // localForward is one -L.
 type localForward struct {
-	bind     string // host:port to listen on
+	bind     string // host:port to listen on (host anyHost: all interfaces)
+	given    string // [bind:]port as typed, for messages
 	host     string // destination, as seen from the host
 	hostPort int
+}
+
+// anyHost is the bind host of "all interfaces" (ssh's empty bind address
+// or *): listenBind listens on 0.0.0.0 and [::].
+const anyHost = "*"
+
+// bindHost is the host to listen on for a bind address as ssh reads it:
+// empty and * mean all interfaces (anyHost); anything else stays. A port
+// with no bind part at all gets 127.0.0.1 from the parsers, not from here.
+func bindHost(s string) string {
+	if s == "" {
+		return anyHost
+	}
+	return s
 }
 
 // parseLocal parses [bind:]port:host:hostport; IPv6 addresses go in
@@ -82,47 +104,107 @@ func parseLocal(spec string) (localForward, error) {
 	if err != nil {
 		return localForward{}, err
 	}
-	var f localForward
-	switch len(parts) {
-	case 3:
-		f.bind = net.JoinHostPort("127.0.0.1", parts[0])
-	case 4:
-		f.bind = net.JoinHostPort(defaultBind(parts[0]), parts[1])
-		parts = parts[1:]
-	default:
-		return f, fmt.Errorf("bad -L %q: want [bind:]port:host:hostport", spec)
-	}
-	if _, err := parsePort(parts[0], true); err != nil {
-		return f, fmt.Errorf("bad -L %q: %v", spec, err)
-	}
-	f.host = parts[1]
-	if f.host == "" {
-		return f, fmt.Errorf("bad -L %q: no destination host", spec)
-	}
-	if f.hostPort, err = parsePort(parts[2], false); err != nil {
-		return f, fmt.Errorf("bad -L %q: %v", spec, err)
+	f, err := parseLocalParts(parts)
+	if err != nil {
+		if len(parts) > 4 && unbracketedIPv6(parts) {
+			return localForward{}, fmt.Errorf("bad -L %q: put IPv6 addresses in brackets: [::1]", spec)
+		}
+		return localForward{}, fmt.Errorf("bad -L %q: %v", spec, err)
 	}
 	return f, nil
 }
 
-// parseDynamic parses [bind:]port.
-func parseDynamic(spec string) (string, error) {
+func parseLocalParts(parts []string) (localForward, error) {
+	var f localForward
+	bind := "127.0.0.1" // no bind part: loopback only, as ssh
+	switch len(parts) {
+	case 3:
+		f.given = parts[0]
+	case 4:
+		bind = bindHost(parts[0])
+		f.given = net.JoinHostPort(parts[0], parts[1])
+		parts = parts[1:]
+	default:
+		return f, errors.New("want [bind:]port:host:hostport")
+	}
+	port, err := parsePort(parts[0], true)
+	if err != nil {
+		return f, err
+	}
+	f.bind = net.JoinHostPort(bind, strconv.Itoa(port))
+	f.host = parts[1]
+	if f.host == "" {
+		return f, errors.New("no destination host")
+	}
+	if f.hostPort, err = parsePort(parts[2], false); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+// parseDynamic parses [bind:]port into the address to listen on and the
+// [bind:]port as typed.
+func parseDynamic(spec string) (bind, given string, err error) {
 	parts, err := splitSpec(spec)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
+	host := "127.0.0.1" // no bind part: loopback only, as ssh
 	switch len(parts) {
 	case 1:
-		parts = []string{"127.0.0.1", parts[0]}
+		given = parts[0]
 	case 2:
-		parts[0] = defaultBind(parts[0])
+		host = bindHost(parts[0])
+		given = net.JoinHostPort(parts[0], parts[1])
+		parts = parts[1:]
 	default:
-		return "", fmt.Errorf("bad -D %q: want [bind:]port", spec)
+		if unbracketedIPv6(parts) {
+			return "", "", fmt.Errorf("bad -D %q: put IPv6 addresses in brackets: [::1]", spec)
+		}
+		return "", "", fmt.Errorf("bad -D %q: want [bind:]port", spec)
 	}
-	if _, err := parsePort(parts[1], true); err != nil {
-		return "", fmt.Errorf("bad -D %q: %v", spec, err)
+	port, err := parsePort(parts[0], true)
+	if err != nil {
+		return "", "", fmt.Errorf("bad -D %q: %v", spec, err)
 	}
-	return net.JoinHostPort(parts[0], parts[1]), nil
+	return net.JoinHostPort(host, strconv.Itoa(port)), given, nil
+}
+
+// unbracketedIPv6 reports whether some of parts (a spec split at every
+// ':' outside brackets, into too many parts) joined again make an IPv6
+// address: "-L 5605:::1:5600" meant [::1], which the split took apart.
+func unbracketedIPv6(parts []string) bool {
+	for i := range parts {
+		for j := i + 3; j <= len(parts); j++ { // an IPv6 address has at least two colons
+			if a, err := netip.ParseAddr(strings.Join(parts[i:j], ":")); err == nil && a.Is6() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// sameLocalPort finds two -L/-D that listen on the same address and port
+// (the second would fail with "address already in use"): binds[i] is the
+// address to listen on, given[i] the flag as typed ("-L 5603"). Port 0
+// never clashes. It returns "" when there is no such pair.
+func sameLocalPort(binds, given []string) string {
+	seen := map[string]int{}
+	for i, b := range binds {
+		if _, port, err := net.SplitHostPort(b); err != nil || port == "0" {
+			continue
+		}
+		j, dup := seen[b]
+		if !dup {
+			seen[b] = i
+			continue
+		}
+		if given[j] == given[i] {
+			return given[i] + " given twice"
+		}
+		return fmt.Sprintf("%s and %s listen on the same port", given[j], given[i])
+	}
+	return ""
 }
 
 // splitSpec splits on ':' outside brackets and removes the brackets.
@@ -166,6 +248,15 @@ type forwarder struct {
 	wg           sync.WaitGroup // connection handlers
 	socksTimeout time.Duration  // the SOCKS handshake's bound; 0: socksGreetingTimeout
 
+	// done is closed when forward shuts down: it ends the accept loops'
+	// waits between failed Accepts at once. nil: never.
+	done <-chan struct{}
+	// stderr gets the accept failures; nil: os.Stderr (tests).
+	stderr io.Writer
+	// retryMin and retryMax bound the wait after a failed Accept; 0:
+	// acceptRetryMin and acceptRetryMax (tests).
+	retryMin, retryMax time.Duration
+
 	mu     sync.Mutex
 	active map[*net.TCPConn]struct{}
 }
@@ -178,22 +269,28 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 		return &exitError{code: 2, err: errors.New("--ordinary cannot forward: TCP channels need windowed delivery")}
 	}
 	var lfs []localForward
+	var binds, given []string // every -L and -D, for sameLocalPort
 	for _, s := range locals {
 		f, err := parseLocal(s)
 		if err != nil {
 			return &exitError{code: 2, err: err}
 		}
 		lfs = append(lfs, f)
+		binds, given = append(binds, f.bind), append(given, "-L "+f.given)
 	}
 	var dyns []string
 	for _, s := range dynamics {
-		d, err := parseDynamic(s)
+		d, g, err := parseDynamic(s)
 		if err != nil {
 			return &exitError{code: 2, err: err}
 		}
 		dyns = append(dyns, d)
+		binds, given = append(binds, d), append(given, "-D "+g)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	if msg := sameLocalPort(binds, given); msg != "" {
+		return &exitError{code: 2, err: errors.New(msg)}
+	}
+	ctx, caught, stop := signalContext(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	// Listen before dialing: a local address in use fails at once, without
 	// a connection. Until the accept loops start (once connected), the
@@ -208,7 +305,7 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	for i := range lfs {
 		ls, err := listenBind(ctx, lfs[i].bind, net.DefaultResolver.LookupIPAddr, listenTCP)
 		if err != nil {
-			return &exitError{code: 255, err: err}
+			return listenFailed(err, caught())
 		}
 		for _, l := range ls {
 			bound = append(bound, boundListener{l: l, local: &lfs[i]})
@@ -217,7 +314,7 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	for _, d := range dyns {
 		ls, err := listenBind(ctx, d, net.DefaultResolver.LookupIPAddr, listenTCP)
 		if err != nil {
-			return &exitError{code: 255, err: err}
+			return listenFailed(err, caught())
 		}
 		for _, l := range ls {
 			bound = append(bound, boundListener{l: l})
@@ -225,7 +322,7 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	}
 	conn, err := cf.dial(ctx, url)
 	if err != nil {
-		return &exitError{code: 255, err: err}
+		return dialFailed(err, caught())
 	}
 	defer conn.Close()
 	if conn.Initialized().TCPConnections == nil {
@@ -234,7 +331,8 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	if tr := conn.Transport(); tr != "" {
 		fmt.Fprintf(os.Stderr, "sidecar: connected to %s over %s\n", url, tr)
 	}
-	fw := &forwarder{conn: conn, active: map[*net.TCPConn]struct{}{}}
+	done := make(chan struct{})
+	fw := &forwarder{conn: conn, active: map[*net.TCPConn]struct{}{}, done: done}
 	for _, b := range bound {
 		fw.wg.Add(1)
 		if f := b.local; f != nil {
@@ -251,6 +349,7 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	case <-conn.Done():
 		result = &exitError{code: 255, err: conn.Err()}
 	}
+	close(done) // an accept loop waiting after a failure ends now
 	closeListeners()
 	if n := fw.closeActive(); n > 0 {
 		fmt.Fprintf(os.Stderr, "sidecar: reset %d forwarded connection(s) still open\n", n)
@@ -260,16 +359,25 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	// the local socket just closed (an upload into a destination that
 	// does not read).
 	_ = conn.Close()
-	done := make(chan struct{})
+	drained := make(chan struct{})
 	go func() {
 		fw.wg.Wait()
-		close(done)
+		close(drained)
 	}()
 	select {
-	case <-done:
+	case <-drained:
 	case <-time.After(forwardDrain):
 	}
 	return result
+}
+
+// listenFailed is how forward ends when a local port cannot be bound: 255
+// with the reason, or 128+n when signal n cut a bind name's lookup short.
+func listenFailed(err error, sig syscall.Signal) error {
+	if sig != 0 {
+		return interrupted(sig, "listening")
+	}
+	return &exitError{code: 255, err: err}
 }
 
 // boundListener is one listener of a -L (local set) or a -D (local nil),
@@ -299,6 +407,7 @@ func listenTCP(ctx context.Context, network, addr string) (net.Listener, error) 
 // listenBind listens on bind (host:port) as ssh does. A literal address is
 // one listener (on the network listenNetwork gives). A name gets one
 // listener on every address it resolves to (localhost: 127.0.0.1 and ::1),
+// and anyHost (*) one on 0.0.0.0 and one on [::] (all interfaces),
 // IPv4 ones on tcp4 and IPv6 ones on tcp6; an address whose family the
 // machine lacks (no IPv6: EADDRNOTAVAIL or EAFNOSUPPORT) is skipped as
 // long as another one is bound. With port 0 the first listener picks the
@@ -316,11 +425,16 @@ func listenBind(ctx context.Context, bind string, lookup lookupFunc, listen list
 		}
 		return []net.Listener{l}, nil
 	}
-	lctx, cancel := context.WithTimeout(ctx, bindLookupTimeout)
-	addrs, err := lookup(lctx, host)
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("cannot listen on %s: %v", bind, err)
+	var addrs []net.IPAddr
+	if host == anyHost {
+		addrs = []net.IPAddr{{IP: net.IPv4zero}, {IP: net.IPv6unspecified}}
+	} else {
+		lctx, cancel := context.WithTimeout(ctx, bindLookupTimeout)
+		addrs, err = lookup(lctx, host)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("cannot listen on %s: %v", bind, err)
+		}
 	}
 	var ls []net.Listener
 	var skipped error // the first address skipped for its family
@@ -425,13 +539,11 @@ func (fw *forwarder) closeActive() int {
 func (fw *forwarder) acceptLocal(l net.Listener, f localForward) {
 	defer fw.wg.Done()
 	dest := net.JoinHostPort(f.host, strconv.Itoa(f.hostPort))
+	rl := fw.retrying(l)
 	for {
-		c, err := l.Accept()
+		c, err := rl.Accept()
 		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				fmt.Fprintf(os.Stderr, "sidecar: accept on %s: %v\n", l.Addr(), err)
-			}
-			return
+			return // closed: forward is shutting down
 		}
 		local := c.(*net.TCPConn)
 		fw.track(local, true)
@@ -515,11 +627,11 @@ func (fw *forwarder) serveSOCKS(l net.Listener) {
 		fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 on %s: %v\n", l.Addr(), err)
 		return
 	}
-	ln := &trackingListener{Listener: l, fw: fw}
+	ln := &trackingListener{Listener: fw.retrying(l), fw: fw}
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			return
+			return // closed: forward is shutting down
 		}
 		go fw.serveSOCKSConn(srv, c, l.Addr())
 	}
@@ -782,10 +894,90 @@ func (u *untrackOnClose) Close() error {
 	return err
 }
 
-// defaultBind is ssh's default bind address for forwardings: loopback.
-func defaultBind(s string) string {
-	if s == "" {
-		return "127.0.0.1"
+// A failed Accept (EMFILE: out of file descriptors, ECONNABORTED, ...) is
+// retried, as net/http's Server.Serve does, after a wait of acceptRetryMin
+// that doubles with each failure in a row up to acceptRetryMax; the next
+// successful Accept starts again from acceptRetryMin. The connections that
+// arrive meanwhile wait in the kernel's backlog.
+const (
+	acceptRetryMin = 5 * time.Millisecond
+	acceptRetryMax = time.Second
+	// acceptLogEvery: a failure that repeats is logged at most this often
+	// (near the descriptor limit Accept fails and succeeds in turns, and
+	// each success starts the backoff again at acceptRetryMin); a
+	// different one is logged at once.
+	acceptLogEvery = time.Second
+)
+
+// retrying returns l with an Accept that retries failures (see
+// acceptRetryMin), for -L and -D alike.
+func (fw *forwarder) retrying(l net.Listener) *retryListener {
+	r := &retryListener{Listener: l, done: fw.done, log: fw.stderr, min: fw.retryMin, max: fw.retryMax, now: time.Now}
+	if r.log == nil {
+		r.log = os.Stderr
 	}
-	return s
+	if r.min <= 0 {
+		r.min = acceptRetryMin
+	}
+	if r.max <= 0 {
+		r.max = acceptRetryMax
+	}
+	return r
+}
+
+// retryListener is a net.Listener whose Accept returns only a connection
+// or the end: the listener closed (net.ErrClosed) or done closed. Any
+// other failure is logged ("sidecar: accept on ADDR: ERR", rate-limited)
+// and retried after a backoff (acceptRetryMin to acceptRetryMax) that
+// done cuts short. One goroutine calls Accept.
+type retryListener struct {
+	net.Listener
+	done     <-chan struct{} // closed at shutdown; nil: never
+	log      io.Writer
+	min, max time.Duration
+	now      func() time.Time
+
+	// The log's rate limit: the last line written, when, and how many
+	// failures went unlogged since.
+	lastMsg  string
+	lastLog  time.Time
+	unlogged int
+}
+
+func (r *retryListener) Accept() (net.Conn, error) {
+	var delay time.Duration
+	for {
+		c, err := r.Listener.Accept()
+		if err == nil || errors.Is(err, net.ErrClosed) {
+			return c, err
+		}
+		r.logFailure(err)
+		delay = min(max(2*delay, r.min), r.max)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-r.done:
+			t.Stop()
+			return nil, fmt.Errorf("accept on %s: %w", r.Addr(), net.ErrClosed)
+		}
+	}
+}
+
+// logFailure writes "sidecar: accept on ADDR: ERR (retrying)" for the
+// first failure, for one different from the last line's, and for a
+// repeated one at most every acceptLogEvery, saying how many went
+// unlogged in between.
+func (r *retryListener) logFailure(err error) {
+	msg := unwrapSyscall(err).Error() // "too many open files", not the whole OpError
+	now := r.now()
+	if msg == r.lastMsg && now.Sub(r.lastLog) < acceptLogEvery {
+		r.unlogged++
+		return
+	}
+	more := ""
+	if r.unlogged > 0 {
+		more = fmt.Sprintf("; %d more since the last line", r.unlogged)
+	}
+	fmt.Fprintf(r.log, "sidecar: accept on %s: %s (retrying%s)\n", r.Addr(), msg, more)
+	r.lastMsg, r.lastLog, r.unlogged = msg, now, 0
 }

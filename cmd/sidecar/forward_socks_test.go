@@ -65,29 +65,7 @@ func TestSOCKSReply(t *testing.T) {
 func TestSOCKSForward(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg := config.Default()
-	cfg.Terminal.Shell = "/bin/sh"
-	srv := host.New(cfg, hclog.NewNullLogger())
-	a, b := transport.Pipe(64)
-	served := make(chan error, 1)
-	go func() { served <- srv.ServeConn(context.Background(), b) }()
-	conn := client.NewConn(a, client.Options{ClientID: "socks-test"})
-	t.Cleanup(func() {
-		_ = conn.Close()
-		select {
-		case <-served:
-		case <-time.After(10 * time.Second):
-			t.Error("ServeConn did not return after the client closed")
-		}
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
-	if err := conn.Initialize(ctx); err != nil {
-		t.Fatal(err)
-	}
+	conn := testHostConn(t)
 
 	fw := &forwarder{conn: conn, active: map[*net.TCPConn]struct{}{}, socksTimeout: time.Second}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -228,4 +206,37 @@ func TestSOCKSForward(t *testing.T) {
 		}
 		_ = c.Close()
 	}
+}
+
+// testHostConn is a client connection, initialized, to an in-process host
+// (default policy: loopback destinations only) over a pipe; both end at
+// cleanup.
+func testHostConn(t *testing.T) *client.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := config.Default()
+	cfg.Terminal.Shell = "/bin/sh"
+	srv := host.New(cfg, hclog.NewNullLogger())
+	a, b := transport.Pipe(64)
+	served := make(chan error, 1)
+	go func() { served <- srv.ServeConn(context.Background(), b) }()
+	conn := client.NewConn(a, client.Options{ClientID: "socks-test"})
+	t.Cleanup(func() {
+		_ = conn.Close()
+		select {
+		case <-served:
+		case <-time.After(10 * time.Second):
+			t.Error("ServeConn did not return after the client closed")
+		}
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	if err := conn.Initialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return conn
 }

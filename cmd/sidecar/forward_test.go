@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -263,4 +266,190 @@ func TestForwardListensBeforeDialing(t *testing.T) {
 		}
 		_ = l.Close()
 	})
+}
+
+// TestParseForwardSpecs: -L and -D read the bind address as ssh does: no
+// bind part is 127.0.0.1, an empty one or * all interfaces (anyHost), a
+// name or an address stays; an unbracketed IPv6 address is pointed out.
+func TestParseForwardSpecs(t *testing.T) {
+	locals := []struct {
+		spec, bind, given, host string
+		hostPort                int
+	}{
+		{"5602:h:80", "127.0.0.1:5602", "5602", "h", 80},
+		{":5602:h:80", "*:5602", ":5602", "h", 80},
+		{"*:5602:h:80", "*:5602", "*:5602", "h", 80},
+		{"localhost:5602:h:80", "localhost:5602", "localhost:5602", "h", 80},
+		{"0.0.0.0:5602:h:80", "0.0.0.0:5602", "0.0.0.0:5602", "h", 80},
+		{"[::1]:05602:[::1]:80", "[::1]:5602", "[::1]:05602", "::1", 80},
+	}
+	for _, tt := range locals {
+		f, err := parseLocal(tt.spec)
+		if err != nil || f.bind != tt.bind || f.given != tt.given || f.host != tt.host || f.hostPort != tt.hostPort {
+			t.Errorf("parseLocal(%q) = %+v, %v; want bind %q, given %q, %s:%d", tt.spec, f, err, tt.bind, tt.given, tt.host, tt.hostPort)
+		}
+	}
+	dynamics := []struct{ spec, bind, given string }{
+		{"1080", "127.0.0.1:1080", "1080"},
+		{":1080", "*:1080", ":1080"},
+		{"*:1080", "*:1080", "*:1080"},
+		{"[::1]:1080", "[::1]:1080", "[::1]:1080"},
+	}
+	for _, tt := range dynamics {
+		bind, given, err := parseDynamic(tt.spec)
+		if err != nil || bind != tt.bind || given != tt.given {
+			t.Errorf("parseDynamic(%q) = %q, %q, %v; want %q, %q", tt.spec, bind, given, err, tt.bind, tt.given)
+		}
+	}
+	for spec, want := range map[string]string{
+		"5605:::1:5600":     `bad -L "5605:::1:5600": put IPv6 addresses in brackets: [::1]`,
+		"::1:5605:h:80":     `bad -L "::1:5605:h:80": put IPv6 addresses in brackets: [::1]`,
+		"5605:fe80::1:80":   `bad -L "5605:fe80::1:80": put IPv6 addresses in brackets: [::1]`,
+		"5605:h":            `bad -L "5605:h": want [bind:]port:host:hostport`,
+		"1:2:3:4:5":         `bad -L "1:2:3:4:5": want [bind:]port:host:hostport`,
+		"x:h:80":            `bad -L "x:h:80": "x" is not a port`,
+		"[::1]:x:[::1]:80":  `bad -L "[::1]:x:[::1]:80": "x" is not a port`,
+		"5605::80":          `bad -L "5605::80": no destination host`,
+		"5605:[::1:80":      `bad forwarding "5605:[::1:80": unbalanced brackets`,
+		"-D ::1:1080":       `bad -D "::1:1080": put IPv6 addresses in brackets: [::1]`,
+		"-D 1:2:3":          `bad -D "1:2:3": want [bind:]port`,
+		"-D localhost:1x80": `bad -D "localhost:1x80": "1x80" is not a port`,
+	} {
+		var err error
+		if d, ok := strings.CutPrefix(spec, "-D "); ok {
+			_, _, err = parseDynamic(d)
+		} else {
+			_, err = parseLocal(spec)
+		}
+		if err == nil || err.Error() != want {
+			t.Errorf("%q: error %v, want %q", spec, err, want)
+		}
+	}
+}
+
+// TestForwardSamePortTwice: the same bind address and port given twice
+// (-L and -L, or -L and -D) is a usage error (exit 2) that says so, found
+// before anything is bound; port 0 and different bind addresses are no
+// clash.
+func TestForwardSamePortTwice(t *testing.T) {
+	free, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(free.Addr().(*net.TCPAddr).Port)
+	_ = free.Close()
+	cf := &connFlags{timeout: 5 * time.Second, transport: client.TransportAuto}
+	for _, tt := range []struct {
+		locals, dynamics []string
+		want             string
+	}{
+		{[]string{port + ":a:1", port + ":b:2"}, nil, "-L " + port + " given twice"},
+		{[]string{"*:" + port + ":a:1", ":" + port + ":b:2"}, nil, "-L *:" + port + " and -L :" + port + " listen on the same port"},
+		{[]string{port + ":a:1"}, []string{"127.0.0.1:" + port}, "-L " + port + " and -D 127.0.0.1:" + port + " listen on the same port"},
+		{nil, []string{port, port}, "-D " + port + " given twice"},
+	} {
+		err := forward(cf, "wss://127.0.0.1:1/ahp", tt.locals, tt.dynamics)
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != 2 || err.Error() != tt.want {
+			t.Errorf("-L %q -D %q: %v, want exit 2 and %q", tt.locals, tt.dynamics, err, tt.want)
+		}
+	}
+	for _, binds := range [][]string{
+		{"127.0.0.1:0", "127.0.0.1:0"},
+		{"127.0.0.1:" + port, "localhost:" + port}, // not identical: left to the kernel
+		{"127.0.0.1:" + port, "*:" + port},
+	} {
+		if msg := sameLocalPort(binds, []string{"-L a", "-L b"}); msg != "" {
+			t.Errorf("sameLocalPort(%q) = %q, want no clash", binds, msg)
+		}
+	}
+}
+
+// loopbackListen listens on loopback in place of the wildcard addresses
+// (0.0.0.0 becomes 127.0.0.1, [::] becomes [::1], the port kept), so that
+// tests never listen on other interfaces; it records the network and
+// address asked for, and fails on the networks in fail with their errno.
+func loopbackListen(calls *[]string, fail map[string]syscall.Errno) listenFunc {
+	return func(ctx context.Context, network, addr string) (net.Listener, error) {
+		*calls = append(*calls, network+" "+addr)
+		if errno, ok := fail[network]; ok {
+			return nil, &net.OpError{Op: "listen", Net: network, Err: os.NewSyscallError("bind", errno)}
+		}
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		switch host {
+		case "0.0.0.0":
+			host = "127.0.0.1"
+		case "::":
+			host = "::1"
+		}
+		return listenTCP(ctx, network, net.JoinHostPort(host, port))
+	}
+}
+
+// TestListenBindAllInterfaces: * (an empty or * bind address) listens on
+// 0.0.0.0 over tcp4 and on [::] over tcp6, on one port, without a lookup;
+// a family the machine lacks is skipped.
+func TestListenBindAllInterfaces(t *testing.T) {
+	ctx := context.Background()
+	noLookup := func(_ context.Context, host string) ([]net.IPAddr, error) {
+		t.Errorf("%q resolved", host)
+		return nil, errors.New("no lookup")
+	}
+	t.Run("both families", func(t *testing.T) {
+		if !hasIPv6Loopback() {
+			t.Skip("no IPv6 loopback here to stand in for [::]")
+		}
+		var calls []string
+		ls, err := listenBind(ctx, "*:0", noLookup, loopbackListen(&calls, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeAll(ls)
+		if len(ls) != 2 {
+			t.Fatalf("%d listeners, want 2", len(ls))
+		}
+		port := strconv.Itoa(ls[0].Addr().(*net.TCPAddr).Port)
+		if want := []string{"tcp4 0.0.0.0:0", "tcp6 [::]:" + port}; !slices.Equal(calls, want) {
+			t.Errorf("listened on %q, want %q", calls, want)
+		}
+		for _, l := range ls {
+			acceptsOn(t, l)
+		}
+	})
+	t.Run("no IPv6", func(t *testing.T) {
+		var calls []string
+		ls, err := listenBind(ctx, "*:0", noLookup, loopbackListen(&calls, map[string]syscall.Errno{"tcp6": syscall.EAFNOSUPPORT}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeAll(ls)
+		if len(ls) != 1 || len(calls) != 2 || calls[0] != "tcp4 0.0.0.0:0" {
+			t.Fatalf("listeners %v after %q, want one on 0.0.0.0 (tcp4), [::] tried", ls, calls)
+		}
+		acceptsOn(t, ls[0])
+	})
+}
+
+// TestForwardHidesOrdinary: forward refuses --ordinary, so its help does
+// not offer it; the other client commands do.
+func TestForwardHidesOrdinary(t *testing.T) {
+	if f := forwardCmd().Flags().Lookup("ordinary"); f == nil || !f.Hidden {
+		t.Errorf("forward's --ordinary: %+v, want a hidden flag", f)
+	}
+	var help bytes.Buffer
+	fc := forwardCmd()
+	fc.SetOut(&help)
+	fc.SetArgs([]string{"--help"})
+	if err := fc.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(help.String(), "--ordinary") || !strings.Contains(help.String(), "--connect-timeout") {
+		t.Errorf("forward --help lists --ordinary, or not the other connection flags:\n%s", help.String())
+	}
+	if f := lsCmd().Flags().Lookup("ordinary"); f == nil || f.Hidden {
+		t.Errorf("ls's --ordinary: %+v, want a visible flag", f)
+	}
 }

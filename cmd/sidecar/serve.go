@@ -139,11 +139,11 @@ func serve(configFile, listen, token, stateDir string) error {
 	}
 	url := fmt.Sprintf("wss://%s/ahp", net.JoinHostPort(connectHost, fmt.Sprint(addr.Port)))
 	logger.Info("listening", "address", addr.String(), "config", cfg.Source, "version", version, "token_generated", generated)
-	// The token is printed only when it is no secret of the operator's: a
-	// fresh one, or one typed on this command line. A configured token
-	// (auth, token_file, SIDECAR_TOKEN) never reaches stdout or the journal.
+	// The token is printed only when the daemon made it up at start: one
+	// the operator chose (--token, auth, token_file, SIDECAR_TOKEN) never
+	// reaches stdout, which under systemd is the journal.
 	shown := `"$SIDECAR_TOKEN"`
-	if generated || token != "" {
+	if generated {
 		shown = tok
 	}
 	fmt.Fprintf(os.Stdout, "%s attach %s --token %s --cert-hash %s\n", selfName(), url, shown, certs.pin())

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,11 +49,11 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 	if asJSON && !once {
 		return &exitError{code: 2, err: errors.New("--json needs --once")}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	ctx, caught, stop := signalContext(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	conn, err := cf.dial(ctx, url)
 	if err != nil {
-		return &exitError{code: 255, err: err}
+		return dialFailed(err, caught())
 	}
 	defer conn.Close()
 	channel := "ahp-otlp://metrics"

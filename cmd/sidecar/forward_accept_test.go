@@ -1,0 +1,279 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// emfile is the error Accept returns when the process is out of file
+// descriptors, as net.TCPListener returns it.
+func emfile(l net.Listener) error {
+	return &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(), Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+}
+
+// flakyListener is a real loopback listener whose Accept fails `fails`
+// times first (forever if negative) with EMFILE, sending a value on failed
+// for each failure; once closed, Accept returns net.ErrClosed.
+type flakyListener struct {
+	net.Listener
+	failed chan struct{} // one value per failure; never blocks (buffered, dropped when full)
+
+	mu     sync.Mutex
+	fails  int
+	closed bool
+}
+
+func newFlakyListener(t *testing.T, fails int) *flakyListener {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &flakyListener{Listener: l, fails: fails, failed: make(chan struct{}, 64)}
+	t.Cleanup(func() { _ = fl.Close() })
+	return fl
+}
+
+func (f *flakyListener) Accept() (net.Conn, error) {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: f.Addr(), Err: net.ErrClosed}
+	}
+	if f.fails != 0 {
+		f.fails--
+		f.mu.Unlock()
+		select {
+		case f.failed <- struct{}{}:
+		default:
+		}
+		return nil, emfile(f)
+	}
+	f.mu.Unlock()
+	return f.Listener.Accept()
+}
+
+func (f *flakyListener) Close() error {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	return f.Listener.Close()
+}
+
+// syncBuffer is a bytes.Buffer for one writer goroutine and a reading test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitWithin waits for wg, failing the test after d (and leaving what
+// still runs behind).
+func waitWithin(t *testing.T, wg *sync.WaitGroup, d time.Duration, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Errorf("%s still running %v later", what, d)
+	}
+}
+
+// echoServer is a loopback destination that echoes one line per
+// connection; it returns its port.
+func echoServer(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				_, _ = io.WriteString(c, "echo: "+line)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		wg.Wait()
+	})
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestAcceptRetriesAfterEMFILE: an Accept that fails (EMFILE, out of file
+// descriptors) does not end -L's or -D's accept loop: it is logged once and
+// retried, and the connection waiting in the backlog is accepted and
+// forwarded when Accept works again.
+func TestAcceptRetriesAfterEMFILE(t *testing.T) {
+	conn := testHostConn(t)
+	destPort := echoServer(t)
+	const fails = 3
+
+	start := func(t *testing.T, serve func(fw *forwarder, l net.Listener)) (*flakyListener, *syncBuffer) {
+		fl := newFlakyListener(t, fails)
+		var log syncBuffer
+		fw := &forwarder{conn: conn, active: map[*net.TCPConn]struct{}{}, stderr: &log}
+		fw.wg.Add(1)
+		go serve(fw, fl)
+		t.Cleanup(func() {
+			_ = fl.Close()
+			fw.closeActive()
+			waitWithin(t, &fw.wg, 10*time.Second, "the forwarder")
+		})
+		return fl, &log
+	}
+	dial := func(t *testing.T, l net.Listener) net.Conn {
+		c, err := net.DialTimeout("tcp", l.Addr().String(), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		// Without the retry nothing accepts: the reads below end here.
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		return c
+	}
+	checkLog := func(t *testing.T, l net.Listener, log *syncBuffer) {
+		want := "sidecar: accept on " + l.Addr().String() + ": too many open files (retrying)\n"
+		if got := log.String(); !strings.HasPrefix(got, want) {
+			t.Errorf("stderr %q, want it to start with %q", got, want)
+		}
+	}
+
+	t.Run("-L", func(t *testing.T) {
+		fl, log := start(t, func(fw *forwarder, l net.Listener) {
+			fw.acceptLocal(l, localForward{host: "127.0.0.1", hostPort: destPort})
+		})
+		c := dial(t, fl)
+		if _, err := io.WriteString(c, "ping\n"); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := bufio.NewReader(c).ReadString('\n'); err != nil || got != "echo: ping\n" {
+			t.Fatalf("through -L after %d failed Accepts: %q, %v; want \"echo: ping\\n\"", fails, got, err)
+		}
+		checkLog(t, fl, log)
+	})
+
+	t.Run("-D", func(t *testing.T) {
+		fl, log := start(t, func(fw *forwarder, l net.Listener) { fw.serveSOCKS(l) })
+		c := dial(t, fl)
+		req := []byte{5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1}
+		req = binary.BigEndian.AppendUint16(req, uint16(destPort))
+		if _, err := c.Write(append(req, "ping\n"...)); err != nil {
+			t.Fatal(err)
+		}
+		var reply [2 + 10]byte
+		if _, err := io.ReadFull(c, reply[:]); err != nil || reply[1] != 0 || reply[3] != 0 {
+			t.Fatalf("SOCKS5 after %d failed Accepts: reply % x, %v; want success", fails, reply, err)
+		}
+		if got, err := bufio.NewReader(c).ReadString('\n'); err != nil || got != "echo: ping\n" {
+			t.Fatalf("through -D: %q, %v; want \"echo: ping\\n\"", got, err)
+		}
+		checkLog(t, fl, log)
+	})
+}
+
+// TestAcceptRetryEndsAtShutdown: forward shutting down (done closed, the
+// listener closed) ends an accept loop at once even while it waits after a
+// failed Accept, here a wait of an hour, for -L and -D alike.
+func TestAcceptRetryEndsAtShutdown(t *testing.T) {
+	for name, serve := range map[string]func(fw *forwarder, l net.Listener){
+		"-L": func(fw *forwarder, l net.Listener) { fw.acceptLocal(l, localForward{host: "127.0.0.1", hostPort: 1}) },
+		"-D": func(fw *forwarder, l net.Listener) { fw.serveSOCKS(l) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			fl := newFlakyListener(t, -1)
+			done := make(chan struct{})
+			fw := &forwarder{active: map[*net.TCPConn]struct{}{}, done: done, stderr: io.Discard,
+				retryMin: time.Hour, retryMax: time.Hour}
+			fw.wg.Add(1)
+			go serve(fw, fl)
+			select {
+			case <-fl.failed:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Accept was not called")
+			}
+			close(done)
+			_ = fl.Close()
+			waitWithin(t, &fw.wg, 10*time.Second, "the accept loop waiting an hour")
+		})
+	}
+}
+
+// fixedAddrListener is a listener that only has an address.
+type fixedAddrListener struct {
+	net.Listener
+	addr net.Addr
+}
+
+func (f fixedAddrListener) Addr() net.Addr { return f.addr }
+
+// TestAcceptFailureLogRateLimit: the first failure is logged, a repeat
+// within acceptLogEvery is counted, not logged, and logged with the count
+// once acceptLogEvery has passed; a different failure is logged at once.
+func TestAcceptFailureLogRateLimit(t *testing.T) {
+	var log bytes.Buffer
+	var now time.Time
+	l := fixedAddrListener{addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5602}}
+	r := &retryListener{Listener: l, log: &log, now: func() time.Time { return now }}
+	enfile := &net.OpError{Op: "accept", Net: "tcp", Addr: l.addr, Err: os.NewSyscallError("accept4", syscall.ENFILE)}
+	const prefix = "sidecar: accept on 127.0.0.1:5602: "
+	steps := []struct {
+		after time.Duration // since the previous step
+		err   error
+		want  string // the line logged, "" for none
+	}{
+		{0, emfile(l), prefix + "too many open files (retrying)\n"},
+		{5 * time.Millisecond, emfile(l), ""},
+		{10 * time.Millisecond, emfile(l), ""},
+		{500 * time.Millisecond, emfile(l), ""},
+		{485 * time.Millisecond, emfile(l), prefix + "too many open files (retrying; 3 more since the last line)\n"},
+		{time.Millisecond, enfile, prefix + "too many open files in system (retrying)\n"},
+		{time.Millisecond, enfile, ""},
+		{2 * time.Second, enfile, prefix + "too many open files in system (retrying; 1 more since the last line)\n"},
+	}
+	for i, s := range steps {
+		now = now.Add(s.after)
+		log.Reset()
+		r.logFailure(s.err)
+		if got := log.String(); got != s.want {
+			t.Errorf("step %d (%v): logged %q, want %q", i, s.err, got, s.want)
+		}
+	}
+}
