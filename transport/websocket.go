@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -203,11 +204,13 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 			http.Error(w, "401 unauthorized: missing or wrong token", http.StatusUnauthorized)
 			return
 		}
-		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: opts.OriginPatterns})
+		sw := &statusWriter{ResponseWriter: w}
+		c, err := websocket.Accept(sw, r, &websocket.AcceptOptions{OriginPatterns: opts.OriginPatterns})
 		if err != nil {
-			// Accept has written the HTTP error (403 for a foreign origin).
+			// Accept has written the HTTP error: 403 for a foreign origin,
+			// 426 for a request that is no upgrade, 400 for a bad one.
 			if opts.OnReject != nil {
-				opts.OnReject(r, http.StatusForbidden, err.Error())
+				opts.OnReject(r, cmp.Or(sw.status, http.StatusForbidden), err.Error())
 			}
 			return
 		}
@@ -218,6 +221,22 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 		serve(r.Context(), mc)
 	})
 }
+
+// statusWriter records the status an http.ResponseWriter was given; Unwrap
+// lets websocket.Accept reach the Hijacker beneath.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // DialWebSocket dials a plain-AHP WebSocket endpoint with header (which
 // carries the Authorization) and client (which carries TLS settings).

@@ -92,3 +92,30 @@ func TestKeepaliveHungClient(t *testing.T) {
 		t.Fatal("the host never gave up on a client that answers no ping")
 	}
 }
+
+// TestAHPRejectStatus: OnReject is told the status the client got: 401
+// for a wrong token, 426 for a request that asks for no upgrade (it was
+// told 403 whatever Accept had answered).
+func TestAHPRejectStatus(t *testing.T) {
+	type reject struct{ status int }
+	got := make(chan reject, 2)
+	srv := httptest.NewServer(AHPHandler(AcceptOptions{Token: "t", OnReject: func(_ *http.Request, status int, _ string) {
+		got <- reject{status}
+	}}, func(context.Context, MessageConn) {}))
+	defer srv.Close()
+	for _, c := range []struct {
+		token string
+		want  int
+	}{{"wrong", http.StatusUnauthorized}, {"t", http.StatusUpgradeRequired}} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/ahp", nil)
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		if r := <-got; res.StatusCode != c.want || r.status != c.want {
+			t.Errorf("token %q: answered %d, OnReject told %d; want %d", c.token, res.StatusCode, r.status, c.want)
+		}
+	}
+}

@@ -93,7 +93,7 @@ func serve(configFile, listen, token, stateDir string) error {
 		OriginPatterns: originHosts(cfg.Listener.Origins),
 		ReadLimit:      readLimit(cfg),
 		OnReject: func(r *http.Request, status int, why string) {
-			logger.Warn("connection refused", "peer", r.RemoteAddr, "status", status, "reason", why)
+			logger.Warn("WebSocket upgrade refused", "peer", r.RemoteAddr, "status", status, "reason", why)
 		},
 	}, func(ctx context.Context, mc transport.MessageConn) {
 		_ = srv.ServeConn(context.WithoutCancel(ctx), mc)
