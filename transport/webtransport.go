@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/quic-go/quic-go"
 	"github.com/quic-go/webtransport-go"
 
 	"github.com/sidecar-dev/sidecar/transportio"
@@ -19,9 +20,12 @@ import (
 // WebTransportServer serves transport-io on WebTransport over HTTP/3 (UDP)
 // at TIOPath. It never offers WebTransport over HTTP/2 (seed 002 §2).
 type WebTransportServer struct {
-	wts *webtransport.Server
-	mu  sync.Mutex
-	pcs []net.PacketConn
+	wts      *webtransport.Server
+	mu       sync.Mutex
+	pcs      []net.PacketConn
+	trs      []*quic.Transport
+	resetKey *quic.StatelessResetKey
+	conns    sync.WaitGroup // ServeQUICConn calls of Serve with a reset key
 }
 
 // NewWebTransportServer returns the HTTP/3 endpoint. tlsConf supplies the
@@ -37,22 +41,66 @@ func NewWebTransportServer(tlsConf *tls.Config, opts TIOOptions, checkOrigin fun
 	return s
 }
 
+// SetStatelessResetKey sets the key QUIC stateless reset tokens are derived
+// from (RFC 9000 §10.3); call it before Serve. With a key that stays the
+// same across restarts, a restarted server answers the packets of a
+// connection its previous run held with a stateless reset, and the client
+// knows at once that the connection is gone; without one (quic-go then
+// picks a random key per run) a client learns it only from its idle
+// timeout (transportio.QUICIdleTimeout, 15 s).
+func (s *WebTransportServer) SetStatelessResetKey(key [32]byte) {
+	k := quic.StatelessResetKey(key)
+	s.mu.Lock()
+	s.resetKey = &k
+	s.mu.Unlock()
+}
+
 // Serve accepts sessions on pc until Close, which also closes pc.
 func (s *WebTransportServer) Serve(pc net.PacketConn) error {
 	s.mu.Lock()
 	s.pcs = append(s.pcs, pc)
+	key := s.resetKey
+	var tr *quic.Transport
+	if key != nil {
+		tr = &quic.Transport{Conn: pc, StatelessResetKey: key}
+		s.trs = append(s.trs, tr)
+	}
 	s.mu.Unlock()
-	return s.wts.Serve(pc)
+	if tr == nil {
+		return s.wts.Serve(pc)
+	}
+	// What webtransport.Server.Serve does, on a quic.Transport of our own
+	// (it has no way to take a reset key).
+	ln, err := tr.ListenEarly(s.wts.H3.TLSConfig, s.wts.H3.QUICConfig.Clone())
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	for {
+		conn, err := ln.Accept(context.Background())
+		if err != nil {
+			return err
+		}
+		s.conns.Add(1)
+		go func() {
+			defer s.conns.Done()
+			_ = s.wts.ServeQUICConn(conn) // ends with the connection; Close closes it
+		}()
+	}
 }
 
 // Close stops the listener, closes its connections and its sockets.
 func (s *WebTransportServer) Close() error {
 	err := s.wts.Close()
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	for _, tr := range s.trs {
+		_ = tr.Close()
+	}
 	for _, pc := range s.pcs {
 		_ = pc.Close()
 	}
+	s.mu.Unlock()
+	s.conns.Wait()
 	return err
 }
 

@@ -212,3 +212,53 @@ func TestWebTransportCallRefused(t *testing.T) {
 		t.Fatal(s.Err())
 	}
 }
+
+// TestWebTransportStatelessReset: a server that comes back with the same
+// stateless reset key after its previous run vanished (its socket gone,
+// no CONNECTION_CLOSE sent) resets the connections that run held as soon
+// as a client sends, so the client learns at once that its connection is
+// gone, not after the 15 s idle timeout.
+func TestWebTransportStatelessReset(t *testing.T) {
+	cert, pin := devCert(t)
+	key := [32]byte{7}
+	serve := func(pc net.PacketConn) func() {
+		srv := NewWebTransportServer(&tls.Config{Certificates: []tls.Certificate{cert}}, TIOOptions{Token: "tok"}, nil, echoServe)
+		srv.SetStatelessResetKey(key)
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(pc) }()
+		return func() {
+			srv.Close()
+			<-served
+		}
+	}
+	udp1, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop1 := serve(udp1)
+	defer stop1()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mc, err := DialWebTransport(ctx, "https://"+udp1.LocalAddr().String()+TIOPath, http.Header{"Authorization": {"Bearer tok"}}, pinned(t, pin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close(CloseNormal, "")
+	roundTrip(t, mc)
+
+	_ = udp1.Close() // the first run vanishes
+	udp2, err := net.ListenUDP("udp", udp1.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop2 := serve(udp2)
+	defer stop2()
+	// Well below the idle timeout: only a stateless reset ends it in time.
+	rctx, rcancel := context.WithTimeout(ctx, transportio.QUICIdleTimeout/3)
+	defer rcancel()
+	_ = mc.WriteMessage(rctx, []byte(`{"jsonrpc":"2.0","id":2,"method":"ping"}`))
+	_, err = mc.ReadMessage(rctx)
+	if err == nil || rctx.Err() != nil || !strings.Contains(err.Error(), "stateless reset") {
+		t.Fatalf("ReadMessage after the server restarted: %v (deadline: %v); want a stateless reset at once", err, rctx.Err())
+	}
+}

@@ -92,6 +92,9 @@ func convertErr(err error) *SessionError {
 	if _, ok := errors.AsType[*quic.IdleTimeoutError](err); ok || strings.Contains(err.Error(), "no recent network activity") {
 		return &SessionError{Lost: true, Reason: fmt.Sprintf("no packet from the peer for %s (QUIC idle timeout)", QUICIdleTimeout)}
 	}
+	if _, ok := errors.AsType[*quic.StatelessResetError](err); ok || strings.Contains(err.Error(), "received a stateless reset") {
+		return &SessionError{Lost: true, Reason: "the peer no longer knows this connection (QUIC stateless reset: it restarted)"}
+	}
 	return &SessionError{Lost: true, Reason: err.Error()}
 }
 

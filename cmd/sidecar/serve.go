@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log"
@@ -121,6 +124,11 @@ func serve(configFile, listen, token, stateDir string) error {
 			logger.Warn(advice)
 		}
 		wts = transport.NewWebTransportServer(&tls.Config{GetCertificate: certs.get}, tioOpts, nil, serveAHP)
+		if key, err := certs.statelessResetKey(); err != nil {
+			logger.Warn("QUIC stateless resets off: clients of a previous run notice a restart only after the idle timeout", "error", err)
+		} else {
+			wts.SetStatelessResetKey(key)
+		}
 		go func() { _ = wts.Serve(udp) }()
 	}
 	hs := &http.Server{
@@ -203,6 +211,26 @@ type certSource struct {
 	mu  sync.Mutex
 	c   tls.Certificate
 	dev bool
+}
+
+// statelessResetKey derives the QUIC stateless reset key from the
+// certificate's private key (HKDF-SHA256): the same across restarts while
+// the certificate is, so a restarted server resets the connections of the
+// run before it (transport.WebTransportServer.SetStatelessResetKey), and
+// no state of its own to keep.
+func (cs *certSource) statelessResetKey() ([32]byte, error) {
+	cs.mu.Lock()
+	pk := cs.c.PrivateKey
+	cs.mu.Unlock()
+	der, err := x509.MarshalPKCS8PrivateKey(pk)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	k, err := hkdf.Key(sha256.New, der, nil, "sidecar QUIC stateless reset key", 32)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	return [32]byte(k), nil
 }
 
 func newCertSource(cfg *config.Config, log hclog.Logger) (*certSource, error) {
