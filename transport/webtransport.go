@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/webtransport-go"
@@ -26,6 +28,7 @@ type WebTransportServer struct {
 	trs      []*quic.Transport
 	resetKey *quic.StatelessResetKey
 	conns    sync.WaitGroup // ServeQUICConn calls of Serve with a reset key
+	served   atomic.Bool    // a session was served: Close lets close capsules out first
 }
 
 // NewWebTransportServer returns the HTTP/3 endpoint. tlsConf supplies the
@@ -36,7 +39,10 @@ func NewWebTransportServer(tlsConf *tls.Config, opts TIOOptions, checkOrigin fun
 	s := &WebTransportServer{}
 	s.wts = transportio.NewWebTransportServer(tlsConf, mux, checkOrigin)
 	l := opts.listener()
-	h := l.WebTransportHandler(s.wts, serveTIO(context.Background(), serve))
+	h := l.WebTransportHandler(s.wts, serveTIO(context.Background(), func(ctx context.Context, mc MessageConn) {
+		s.served.Store(true)
+		serve(ctx, mc)
+	}))
 	mux.Handle(TIOPath, h)
 	return s
 }
@@ -89,8 +95,15 @@ func (s *WebTransportServer) Serve(pc net.PacketConn) error {
 	}
 }
 
-// Close stops the listener, closes its connections and its sockets.
+// Close stops the listener, closes its connections and its sockets. When
+// sessions were served, it first waits transportio.CloseCapsuleGrace: the
+// sessions just closed (the host's shutdown: 1001, going away) send their
+// close capsule on a stream, and closing the QUIC connection at once
+// discards it, so that clients saw a lost connection instead of why.
 func (s *WebTransportServer) Close() error {
+	if s.served.Load() {
+		time.Sleep(transportio.CloseCapsuleGrace)
+	}
 	err := s.wts.Close()
 	s.mu.Lock()
 	for _, tr := range s.trs {

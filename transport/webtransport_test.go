@@ -262,3 +262,38 @@ func TestWebTransportStatelessReset(t *testing.T) {
 		t.Fatalf("ReadMessage after the server restarted: %v (deadline: %v); want a stateless reset at once", err, rctx.Err())
 	}
 }
+
+// TestWebTransportShutdownReason: a server that closes its sessions as
+// going away (the host's shutdown) and then Close at once still lets the
+// close capsule out: the client reads 1001, not a lost connection.
+func TestWebTransportShutdownReason(t *testing.T) {
+	cert, pin := devCert(t)
+	accepted := make(chan MessageConn, 1)
+	release := make(chan struct{})
+	srv := NewWebTransportServer(&tls.Config{Certificates: []tls.Certificate{cert}}, TIOOptions{Token: "tok"}, nil, func(ctx context.Context, mc MessageConn) {
+		accepted <- mc
+		<-release
+	})
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(udp) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mc, err := DialWebTransport(ctx, "https://"+udp.LocalAddr().String()+TIOPath, http.Header{"Authorization": {"Bearer tok"}}, pinned(t, pin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close(CloseNormal, "")
+	smc := <-accepted
+	_ = smc.Close(CloseGoingAway, "server shutting down") // as the host does
+	close(release)
+	srv.Close()
+	<-served
+	_, err = mc.ReadMessage(ctx)
+	if code := CloseStatus(err); code != CloseGoingAway {
+		t.Fatalf("client read %v (close code %d), want %d", err, code, CloseGoingAway)
+	}
+}

@@ -329,7 +329,7 @@ func DialWebTransport(ctx context.Context, rawURL string, header http.Header, tl
 	cfg.Role = RoleClient
 	return Start(NewWebTransportCarrier(sess, func() {
 		// Let the close capsule reach the peer before the connection goes.
-		time.AfterFunc(closeCapsuleGrace, closeConn)
+		time.AfterFunc(CloseCapsuleGrace, closeConn)
 	}), cfg), nil
 }
 
@@ -342,7 +342,7 @@ func IsNoAnswer(err error) bool {
 	return hs || idle
 }
 
-// closeCapsuleGrace is how long a dialled WebTransport connection stays
-// open after its session ends, so that the close capsule (code and
-// reason) reaches the peer first.
-const closeCapsuleGrace = 200 * time.Millisecond
+// CloseCapsuleGrace is how long a WebTransport connection stays open
+// after its session ends (a dialled one; a server's at Close), so that the
+// close capsule (code and reason) reaches the peer first.
+const CloseCapsuleGrace = 200 * time.Millisecond
