@@ -149,6 +149,10 @@ type TIOOptions struct {
 	OriginPatterns []string
 	// OnReject is told about each refusal (for logging).
 	OnReject func(r *http.Request, code transportio.CloseCode, reason string)
+	// OnUpgradeRefused is told about each WebSocket upgrade refused with an
+	// HTTP status before any session (a request that is no upgrade, a
+	// foreign origin).
+	OnUpgradeRefused func(r *http.Request, status int, reason string)
 	// HandshakeTimeout and WebSocket override the protocol's timings (tests).
 	HandshakeTimeout time.Duration
 	WebSocket        transportio.WebSocketOptions
@@ -166,9 +170,10 @@ func (o TIOOptions) listener() *transportio.Listener {
 			}
 			return nil
 		},
-		OriginPatterns: o.OriginPatterns,
-		WebSocket:      o.webSocket(),
-		OnRefuse:       o.OnReject,
+		OriginPatterns:   o.OriginPatterns,
+		WebSocket:        o.webSocket(),
+		OnRefuse:         o.OnReject,
+		OnUpgradeRefused: o.OnUpgradeRefused,
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/sidecar-dev/sidecar/internal/bufpool"
+	"github.com/sidecar-dev/sidecar/transportio"
 )
 
 // wsConn adapts a coder/websocket connection carrying plain AHP text frames.
@@ -204,13 +205,13 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 			http.Error(w, "401 unauthorized: missing or wrong token", http.StatusUnauthorized)
 			return
 		}
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &transportio.StatusRecorder{ResponseWriter: w}
 		c, err := websocket.Accept(sw, r, &websocket.AcceptOptions{OriginPatterns: opts.OriginPatterns})
 		if err != nil {
 			// Accept has written the HTTP error: 403 for a foreign origin,
 			// 426 for a request that is no upgrade, 400 for a bad one.
 			if opts.OnReject != nil {
-				opts.OnReject(r, cmp.Or(sw.status, http.StatusForbidden), err.Error())
+				opts.OnReject(r, cmp.Or(sw.Status, http.StatusForbidden), err.Error())
 			}
 			return
 		}
@@ -221,22 +222,6 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 		serve(r.Context(), mc)
 	})
 }
-
-// statusWriter records the status an http.ResponseWriter was given; Unwrap
-// lets websocket.Accept reach the Hijacker beneath.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusWriter) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // DialWebSocket dials a plain-AHP WebSocket endpoint with header (which
 // carries the Authorization) and client (which carries TLS settings).

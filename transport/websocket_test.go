@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/sidecar-dev/sidecar/transportio"
 )
 
 // TestKeepaliveHungPeer: a dialled /ahp connection whose server stopped
@@ -117,5 +119,44 @@ func TestAHPRejectStatus(t *testing.T) {
 		if r := <-got; res.StatusCode != c.want || r.status != c.want {
 			t.Errorf("token %q: answered %d, OnReject told %d; want %d", c.token, res.StatusCode, r.status, c.want)
 		}
+	}
+}
+
+// TestTIORejectStatus: on /transport-io a request that is no upgrade is
+// reported with the status it got (426), with or without a token, and the
+// door (the token's refusal, a close) is not run for it.
+func TestTIORejectStatus(t *testing.T) {
+	upgrades := make(chan int, 2)
+	refusals := make(chan string, 2)
+	srv := httptest.NewServer(TIOWebSocketHandler(TIOOptions{Token: "t",
+		OnReject: func(_ *http.Request, code transportio.CloseCode, _ string) { refusals <- code.String() },
+		OnUpgradeRefused: func(_ *http.Request, status int, _ string) {
+			upgrades <- status
+		},
+	}, func(context.Context, MessageConn) {}))
+	defer srv.Close()
+	for _, token := range []string{"", "t"} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+TIOPath, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		var got int
+		select { // the handler has returned: it was called by now, or never
+		case got = <-upgrades:
+		case <-time.After(5 * time.Second):
+		}
+		if res.StatusCode != http.StatusUpgradeRequired || got != http.StatusUpgradeRequired {
+			t.Errorf("token %q: answered %d, OnUpgradeRefused told %d; want 426", token, res.StatusCode, got)
+		}
+	}
+	select {
+	case r := <-refusals:
+		t.Errorf("OnReject told %s for a request that is no upgrade", r)
+	default:
 	}
 }

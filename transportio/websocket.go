@@ -1,6 +1,7 @@
 package transportio
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -317,6 +318,9 @@ type Listener struct {
 	HostOrdinal int
 	// OnRefuse is told about each refused or failed door decision.
 	OnRefuse func(r *http.Request, code CloseCode, reason string)
+	// OnUpgradeRefused is told about each WebSocket upgrade refused before
+	// any session (the HTTP status sent, and why); the door is not run.
+	OnUpgradeRefused func(r *http.Request, status int, reason string)
 
 	mu      sync.Mutex
 	origins *OriginAllocator
@@ -381,11 +385,17 @@ func (l *Listener) serve(car Carrier, serve func(*Session)) {
 // closed and its goroutines joined.
 func (l *Listener) WebSocketHandler(serve func(*Session)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ok, code, reason := l.decide(r)
-		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: l.OriginPatterns})
+		sw := &StatusRecorder{ResponseWriter: w}
+		c, err := websocket.Accept(sw, r, &websocket.AcceptOptions{OriginPatterns: l.OriginPatterns})
 		if err != nil {
-			return // Accept wrote the HTTP error
+			// Accept wrote the HTTP error (426 for a request that is no
+			// upgrade, 403 for a foreign origin): no session, no door.
+			if l.OnUpgradeRefused != nil {
+				l.OnUpgradeRefused(r, cmp.Or(sw.Status, http.StatusBadRequest), err.Error())
+			}
+			return
 		}
+		ok, code, reason := l.decide(r)
 		opts := l.WebSocket
 		if opts.Cork != nil {
 			ck := opts.Cork(r)
@@ -400,6 +410,22 @@ func (l *Listener) WebSocketHandler(serve func(*Session)) http.Handler {
 		l.serve(car, serve)
 	})
 }
+
+// StatusRecorder records the status an http.ResponseWriter was given (the
+// first); Unwrap lets websocket.Accept reach the Hijacker beneath.
+type StatusRecorder struct {
+	http.ResponseWriter
+	Status int
+}
+
+func (s *StatusRecorder) WriteHeader(code int) {
+	if s.Status == 0 {
+		s.Status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *StatusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // ProbePath answers the reference client's UDP-unreachable probe.
 const ProbePath = "/.well-known/transport-io"

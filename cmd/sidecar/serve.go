@@ -96,7 +96,7 @@ func serve(configFile, listen, token, stateDir string) error {
 		OriginPatterns: originHosts(cfg.Listener.Origins),
 		ReadLimit:      readLimit(cfg),
 		OnReject: func(r *http.Request, status int, why string) {
-			logger.Warn("WebSocket upgrade refused", "peer", r.RemoteAddr, "status", status, "reason", why)
+			logger.Warn("WebSocket upgrade refused", "peer", r.RemoteAddr, "path", r.URL.Path, "status", status, "reason", why)
 		},
 	}, func(ctx context.Context, mc transport.MessageConn) {
 		_ = srv.ServeConn(context.WithoutCancel(ctx), mc)
@@ -109,6 +109,9 @@ func serve(configFile, listen, token, stateDir string) error {
 		OriginPatterns: originHosts(cfg.Listener.Origins),
 		OnReject: func(r *http.Request, code transportio.CloseCode, reason string) {
 			logger.Warn("transport-io session refused", "peer", r.RemoteAddr, "code", code.String(), "reason", reason)
+		},
+		OnUpgradeRefused: func(r *http.Request, status int, why string) {
+			logger.Warn("WebSocket upgrade refused", "peer", r.RemoteAddr, "path", r.URL.Path, "status", status, "reason", why)
 		},
 	}
 	// transport-io over the §3.3 WebSocket mapping, and the reference
