@@ -149,6 +149,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"forward", "wss://127.0.0.1:1/ahp", "--ordinary", "-L", "1:127.0.0.1:2"}, "--ordinary"},
 		{[]string{"ls", "127.0.0.1:5533"}, `invalid URL "127.0.0.1:5533": want https://`},
 		{[]string{"ls", "ftp://x"}, `invalid URL "ftp://x": scheme must be https://`},
+		{[]string{"forward", "wss://127.0.0.1:99999/ahp", "-L", "0:127.0.0.1:1"}, `port "99999" is not between 1 and 65535`},
 		{[]string{"ls", wss, "--transport", "webtransport"}, "--transport webtransport needs an https:// URL"},
 		{[]string{"ls", wss, "--cert-hash", "xyz"}, `--cert-hash: invalid certificate pin "xyz"`},
 		{[]string{"ls", https, "--connect-timeout", "0"}, "--connect-timeout 0s: must be positive"},

@@ -160,3 +160,28 @@ func TestTIORejectStatus(t *testing.T) {
 	default:
 	}
 }
+
+// TestWebSocketOverHTTP2: a request over HTTP/2 (curl's default over TLS)
+// gets 505 on both WebSocket endpoints, a status HTTP/2 can carry (426
+// with an Upgrade header broke the stream).
+func TestWebSocketOverHTTP2(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.Handle("/ahp", AHPHandler(AcceptOptions{Token: "t"}, func(context.Context, MessageConn) {}))
+	mux.Handle(TIOPath, TIOWebSocketHandler(TIOOptions{Token: "t"}, func(context.Context, MessageConn) {}))
+	srv := httptest.NewUnstartedServer(mux)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	for _, path := range []string{"/ahp", TIOPath} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer t")
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatalf("%s over HTTP/2: %v", path, err)
+		}
+		_ = res.Body.Close()
+		if res.ProtoMajor != 2 || res.StatusCode != http.StatusHTTPVersionNotSupported {
+			t.Errorf("%s: %s %d, want HTTP/2 505", path, res.Proto, res.StatusCode)
+		}
+	}
+}

@@ -385,6 +385,15 @@ func (l *Listener) serve(car Carrier, serve func(*Session)) {
 // closed and its goroutines joined.
 func (l *Listener) WebSocketHandler(serve func(*Session)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor != 1 {
+			// websocket.Accept would answer 426 with an Upgrade header,
+			// which HTTP/2 forbids (the client sees a stream error).
+			if l.OnUpgradeRefused != nil {
+				l.OnUpgradeRefused(r, http.StatusHTTPVersionNotSupported, "WebSocket needs HTTP/1.1, got "+r.Proto)
+			}
+			http.Error(w, "505 the WebSocket upgrade needs HTTP/1.1", http.StatusHTTPVersionNotSupported)
+			return
+		}
 		sw := &StatusRecorder{ResponseWriter: w}
 		c, err := websocket.Accept(sw, r, &websocket.AcceptOptions{OriginPatterns: l.OriginPatterns})
 		if err != nil {

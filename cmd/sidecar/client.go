@@ -118,6 +118,11 @@ func checkURL(raw, mode string) error {
 	default:
 		return fmt.Errorf("invalid URL %q: scheme must be https:// (transport-io) or wss:// (plain AHP)", raw)
 	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("invalid URL %q: port %q is not between 1 and 65535", raw, p)
+		}
+	}
 	return nil
 }
 
