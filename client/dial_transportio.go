@@ -66,6 +66,9 @@ func dialTransportIO(ctx context.Context, u *url.URL, mode string, tlsConf *tls.
 			return mc, explainTIO(u, err)
 		}
 		mc, werr := transport.DialTIOWebSocket(ctx, wsURL.String(), header, hc)
+		if werr != nil && errors.Is(werr, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%s did not answer in time, neither over WebTransport (QUIC, UDP port %s) nor over WebSocket (TCP): is it a sidecar, and is it overloaded?", u.Host, portOf(u))
+		}
 		if werr != nil {
 			return nil, explainTIO(u, fmt.Errorf("%w (WebTransport failed first: %v)", werr, err))
 		}
@@ -127,11 +130,15 @@ func explainTIO(u *url.URL, err error) error {
 
 // noQUICAnswer is the error of a WebTransport dial that got no answer.
 func noQUICAnswer(u *url.URL) error {
-	port := u.Port()
-	if port == "" {
-		port = "443"
+	return fmt.Errorf("%s did not answer over WebTransport (QUIC, UDP port %s) in time: is sidecar serve running there, and does the path let UDP through? (--transport websocket uses TCP)", u.Host, portOf(u))
+}
+
+// portOf is u's port, 443 by default.
+func portOf(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
 	}
-	return fmt.Errorf("%s did not answer over WebTransport (QUIC, UDP port %s) in time: is sidecar serve running there, and does the path let UDP through? (--transport websocket uses TCP)", u.Host, port)
+	return "443"
 }
 
 // dialVia starts command (sh -c) and speaks transport-io over its stdin and

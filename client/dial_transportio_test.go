@@ -124,3 +124,32 @@ func TestDialWebTransportNoAnswer(t *testing.T) {
 		t.Fatalf("Dial: %v; want %q", err, want)
 	}
 }
+
+// TestDialAutoSilentServer: auto against a TCP port that accepts and never
+// answers (and no QUIC) runs out of time saying which transports it tried,
+// not with the WebSocket library's "failed to send handshake request".
+func TestDialAutoSilentServer(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { <-done; _ = c.Close() }()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 1*time.Second)
+	defer cancel()
+	_, err = Dial(ctx, "https://"+l.Addr().String()+"/", Options{Transport: TransportAuto, ClientName: "silent-test"})
+	want := l.Addr().String() + " did not answer in time, neither over WebTransport"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Dial: %v; want %q", err, want)
+	}
+}
