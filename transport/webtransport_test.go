@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,21 +61,40 @@ func roundTrip(t *testing.T, mc MessageConn) {
 	}
 }
 
+// serveWT serves WebTransport (token "tok", cert) with serve on pc, a new
+// loopback UDP socket when nil, with key as its stateless reset key when
+// not nil. stop closes the server and waits for Serve to return; it runs
+// at cleanup too, once.
+func serveWT(t *testing.T, cert tls.Certificate, pc *net.UDPConn, key *[32]byte, serve func(context.Context, MessageConn)) (udp *net.UDPConn, stop func()) {
+	t.Helper()
+	if pc == nil {
+		var err error
+		if pc, err = net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := NewWebTransportServer(&tls.Config{Certificates: []tls.Certificate{cert}}, TIOOptions{Token: "tok"}, nil, serve)
+	if key != nil {
+		srv.SetStatelessResetKey(*key)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(pc) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			srv.Close()
+			<-served
+		})
+	}
+	t.Cleanup(stop)
+	return pc, stop
+}
+
 // WebTransport listener and dialler, with the --cert-hash pin over QUIC
 // (TLS 1.3) and the token refusal (WT_UNAUTHORIZED, final).
 func TestWebTransportMessageConn(t *testing.T) {
 	cert, pin := devCert(t)
-	srv := NewWebTransportServer(&tls.Config{Certificates: []tls.Certificate{cert}}, TIOOptions{Token: "tok"}, nil, echoServe)
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(udp) }()
-	defer func() {
-		srv.Close()
-		<-served
-	}()
+	udp, _ := serveWT(t, cert, nil, nil, echoServe)
 	url := "https://" + udp.LocalAddr().String() + TIOPath
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -175,17 +195,7 @@ func TestCloseMapping(t *testing.T) {
 // CALL_ERROR WT_UNKNOWN_EVENT and FIN; the session stays up.
 func TestWebTransportCallRefused(t *testing.T) {
 	cert, _ := devCert(t)
-	srv := NewWebTransportServer(&tls.Config{Certificates: []tls.Certificate{cert}}, TIOOptions{Token: "tok"}, nil, echoServe)
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(udp) }()
-	defer func() {
-		srv.Close()
-		<-served
-	}()
+	udp, _ := serveWT(t, cert, nil, nil, echoServe)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := transportio.DialWebTransport(ctx, "https://"+udp.LocalAddr().String()+TIOPath+"?token=tok", nil,
@@ -221,22 +231,7 @@ func TestWebTransportCallRefused(t *testing.T) {
 func TestWebTransportStatelessReset(t *testing.T) {
 	cert, pin := devCert(t)
 	key := [32]byte{7}
-	serve := func(pc net.PacketConn) func() {
-		srv := NewWebTransportServer(&tls.Config{Certificates: []tls.Certificate{cert}}, TIOOptions{Token: "tok"}, nil, echoServe)
-		srv.SetStatelessResetKey(key)
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(pc) }()
-		return func() {
-			srv.Close()
-			<-served
-		}
-	}
-	udp1, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop1 := serve(udp1)
-	defer stop1()
+	udp1, _ := serveWT(t, cert, nil, &key, echoServe)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	mc, err := DialWebTransport(ctx, "https://"+udp1.LocalAddr().String()+TIOPath, http.Header{"Authorization": {"Bearer tok"}}, pinned(t, pin))
@@ -251,8 +246,7 @@ func TestWebTransportStatelessReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop2 := serve(udp2)
-	defer stop2()
+	serveWT(t, cert, udp2, &key, echoServe)
 	// Well below the idle timeout: only a stateless reset ends it in time.
 	rctx, rcancel := context.WithTimeout(ctx, transportio.QUICIdleTimeout/3)
 	defer rcancel()
@@ -270,16 +264,10 @@ func TestWebTransportShutdownReason(t *testing.T) {
 	cert, pin := devCert(t)
 	accepted := make(chan MessageConn, 1)
 	release := make(chan struct{})
-	srv := NewWebTransportServer(&tls.Config{Certificates: []tls.Certificate{cert}}, TIOOptions{Token: "tok"}, nil, func(ctx context.Context, mc MessageConn) {
+	udp, stop := serveWT(t, cert, nil, nil, func(ctx context.Context, mc MessageConn) {
 		accepted <- mc
 		<-release
 	})
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(udp) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	mc, err := DialWebTransport(ctx, "https://"+udp.LocalAddr().String()+TIOPath, http.Header{"Authorization": {"Bearer tok"}}, pinned(t, pin))
@@ -290,8 +278,7 @@ func TestWebTransportShutdownReason(t *testing.T) {
 	smc := <-accepted
 	_ = smc.Close(CloseGoingAway, "server shutting down") // as the host does
 	close(release)
-	srv.Close()
-	<-served
+	stop()
 	_, err = mc.ReadMessage(ctx)
 	if code := CloseStatus(err); code != CloseGoingAway {
 		t.Fatalf("client read %v (close code %d), want %d", err, code, CloseGoingAway)
