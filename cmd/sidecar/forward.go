@@ -184,27 +184,54 @@ func unbracketedIPv6(parts []string) bool {
 	return false
 }
 
-// sameLocalPort finds two -L/-D that listen on the same address and port
-// (the second would fail with "address already in use"): binds[i] is the
-// address to listen on, given[i] the flag as typed ("-L 5603"). Port 0
-// never clashes. It returns "" when there is no such pair.
+// sameLocalPort finds two -L/-D that listen on the same port on
+// overlapping addresses (the second would fail with "address already in
+// use"): the same address, or a wildcard (*, 0.0.0.0, [::]) and an
+// address of its family. binds[i] is the address to listen on, given[i]
+// the flag as typed ("-L 5603"). Port 0 never clashes; names are not
+// resolved here (only the same name clashes). It returns "" when there is
+// no such pair.
 func sameLocalPort(binds, given []string) string {
-	seen := map[string]int{}
 	for i, b := range binds {
-		if _, port, err := net.SplitHostPort(b); err != nil || port == "0" {
+		hi, pi, err := net.SplitHostPort(b)
+		if err != nil || pi == "0" {
 			continue
 		}
-		j, dup := seen[b]
-		if !dup {
-			seen[b] = i
-			continue
+		for j := range i {
+			hj, pj, err := net.SplitHostPort(binds[j])
+			if err != nil || pj != pi || !bindsOverlap(hi, hj) {
+				continue
+			}
+			if given[j] == given[i] {
+				return given[i] + " given twice"
+			}
+			return fmt.Sprintf("%s and %s listen on the same port", given[j], given[i])
 		}
-		if given[j] == given[i] {
-			return given[i] + " given twice"
-		}
-		return fmt.Sprintf("%s and %s listen on the same port", given[j], given[i])
 	}
 	return ""
+}
+
+// bindsOverlap reports whether listening on bind hosts a and b (same port)
+// clashes: the same host, or a wildcard and an address of its family
+// (anyHost covers both families).
+func bindsOverlap(a, b string) bool {
+	if a == b {
+		return true
+	}
+	fam := func(h string) (v4, v6, wild bool) {
+		if h == anyHost {
+			return true, true, true
+		}
+		ip, err := netip.ParseAddr(h)
+		if err != nil {
+			return false, false, false // a name: not resolved here
+		}
+		return ip.Unmap().Is4(), !ip.Unmap().Is4(), ip.IsUnspecified()
+	}
+	a4, a6, aw := fam(a)
+	b4, b6, bw := fam(b)
+	shared := a4 && b4 || a6 && b6
+	return shared && (aw || bw)
 }
 
 // splitSpec splits on ':' outside brackets and removes the brackets.

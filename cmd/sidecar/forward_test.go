@@ -347,6 +347,11 @@ func TestForwardSamePortTwice(t *testing.T) {
 		{[]string{"*:" + port + ":a:1", ":" + port + ":b:2"}, nil, "-L *:" + port + " and -L :" + port + " listen on the same port"},
 		{[]string{port + ":a:1"}, []string{"127.0.0.1:" + port}, "-L " + port + " and -D 127.0.0.1:" + port + " listen on the same port"},
 		{nil, []string{port, port}, "-D " + port + " given twice"},
+		// A wildcard and an address of its family clash too (Linux refuses
+		// the second bind even with SO_REUSEADDR).
+		{[]string{"*:" + port + ":a:1", "127.0.0.1:" + port + ":b:2"}, nil, "-L *:" + port + " and -L 127.0.0.1:" + port + " listen on the same port"},
+		{nil, []string{":" + port, port}, "-D :" + port + " and -D " + port + " listen on the same port"},
+		{nil, []string{"[::1]:" + port, "[::]:" + port}, "-D [::1]:" + port + " and -D [::]:" + port + " listen on the same port"},
 	} {
 		err := forward(cf, "wss://127.0.0.1:1/ahp", tt.locals, tt.dynamics)
 		var ee *exitError
@@ -356,8 +361,9 @@ func TestForwardSamePortTwice(t *testing.T) {
 	}
 	for _, binds := range [][]string{
 		{"127.0.0.1:0", "127.0.0.1:0"},
-		{"127.0.0.1:" + port, "localhost:" + port}, // not identical: left to the kernel
-		{"127.0.0.1:" + port, "*:" + port},
+		{"127.0.0.1:" + port, "localhost:" + port}, // a name: left to the kernel
+		{"127.0.0.1:" + port, "127.0.0.2:" + port},
+		{"0.0.0.0:" + port, "[::1]:" + port}, // families apart (tcp4, tcp6 v6-only)
 	} {
 		if msg := sameLocalPort(binds, []string{"-L a", "-L b"}); msg != "" {
 			t.Errorf("sameLocalPort(%q) = %q, want no clash", binds, msg)
