@@ -188,8 +188,8 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-// TestCtrlCWhileConnecting: Ctrl-C (SIGINT) while a client command (all
-// but attach, which leaves SIGINT alone until it is in raw mode) is still
+// TestCtrlCWhileConnecting: Ctrl-C (SIGINT) while a client command (attach:
+// TestAttachSignalWhileConnecting) is still
 // connecting (TLS to a server that never answers) exits 130 as a
 // shell reports an interrupted program, with one line that says so rather
 // than the dial's error.
@@ -224,6 +224,44 @@ func TestCtrlCWhileConnecting(t *testing.T) {
 			code := p.wait(t, waitTimeout)
 			if want := "sidecar: interrupted while connecting\n"; code != 130 || p.stderr.String() != want {
 				t.Errorf("sidecar %v after SIGINT: exit %d, stderr %q; want 130 and %q", a, code, p.stderr.String(), want)
+			}
+		})
+	}
+}
+
+// TestAttachSignalWhileConnecting: attach, in a terminal but not yet in
+// raw mode, takes Ctrl-C (SIGINT) and SIGTERM while connecting as the
+// other commands do: 128+n and one line (SIGINT killed it silently).
+func TestAttachSignalWhileConnecting(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		sig  syscall.Signal
+		code int
+		line string
+	}{
+		{syscall.SIGINT, 130, "sidecar: interrupted while connecting"},
+		{syscall.SIGTERM, 143, "sidecar: terminated while connecting"},
+	} {
+		t.Run(c.sig.String(), func(t *testing.T) {
+			t.Parallel()
+			silent, err := net.Listen("tcp4", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer silent.Close()
+			att := startInPTY(t, "attach", "wss://"+silent.Addr().String()+"/ahp", "--token", "x",
+				"--cert-hash", strings.Repeat("0", 64), "--connect-timeout", "60s")
+			_ = silent.(*net.TCPListener).SetDeadline(time.Now().Add(waitTimeout))
+			conn, err := silent.Accept() // connecting: the signal handler is in place
+			if err != nil {
+				t.Fatalf("attach did not connect: %v", err)
+			}
+			defer conn.Close()
+			if err := att.cmd.Process.Signal(c.sig); err != nil {
+				t.Fatal(err)
+			}
+			if code := att.wait(t); code != c.code || !strings.Contains(att.out.String(), c.line) {
+				t.Errorf("attach after %v: exit %d, output %q; want %d and %q", c.sig, code, att.out.String(), c.code, c.line)
 			}
 		})
 	}

@@ -388,7 +388,9 @@ func attach(cf *connFlags, url, id, name string) error {
 	if !term.IsTerminal(int(os.Stdin.Fd())) {
 		return &exitError{code: 2, err: errors.New("attach is interactive and stdin is not a terminal; use sidecar run URL -- CMD for commands fed from a pipe")}
 	}
-	ctx, caught, stop := signalContext(syscall.SIGTERM, syscall.SIGHUP)
+	// SIGINT too: Ctrl-C while connecting (once in raw mode, Ctrl-C is a
+	// byte for the shell and the terminal sends no signal).
+	ctx, caught, stop := signalContext(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	conn, err := cf.dial(ctx, url)
 	if err != nil {
@@ -445,8 +447,8 @@ func attach(cf *connFlags, url, id, name string) error {
 	case <-copyDone:
 	}
 	if copyErr != nil {
-		if ctx.Err() != nil {
-			return &exitError{code: 129}
+		if sig := caught(); sig != 0 {
+			return &exitError{code: 128 + int(sig)} // 143 for SIGTERM, 129 for SIGHUP
 		}
 		return &exitError{code: 255, err: copyErr}
 	}
