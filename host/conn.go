@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -212,8 +213,14 @@ func (o *objectStream) ReadObject(v any) error {
 		raw, err := c.mc.ReadMessage(c.ctx)
 		if err != nil {
 			c.readErr.CompareAndSwap(nil, &err)
-			if code := transport.CloseStatus(err); code == transport.CloseMessageTooBig {
+			switch code := transport.CloseStatus(err); {
+			case code == transport.CloseMessageTooBig:
 				c.log.Warn("message too big, closing", "client", c.id(), "limit", c.s.cfg.Delivery.MaxMessageBytes)
+			case code == transport.CloseNormal || code == transport.CloseGoingAway || errors.Is(err, context.Canceled):
+				// A clean end (the client closed, or we are closing): io.EOF
+				// keeps jsonrpc2 from logging it as a protocol error. How
+				// it ended is in readErr, for "client disconnected".
+				return io.EOF
 			}
 			return err
 		}

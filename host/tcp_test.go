@@ -588,6 +588,9 @@ func TestDisconnectReasonLogged(t *testing.T) {
 		if !strings.Contains(line, c.want) || strings.Contains(line, "writer=") {
 			t.Errorf("close %d: log line %q, want %s and no writer error", c.code, line, c.want)
 		}
+		if logs := h.logs.String(); c.code == transport.CloseNormal && strings.Contains(logs, "protocol error") {
+			t.Errorf("a normal close was logged as a protocol error:\n%s", logs)
+		}
 	}
 }
 

@@ -975,6 +975,10 @@ func (r *retryListener) Accept() (net.Conn, error) {
 	var delay time.Duration
 	for {
 		c, err := r.Listener.Accept()
+		if err == nil && r.lastMsg != "" {
+			fmt.Fprintf(r.log, "sidecar: accepting on %s again\n", r.Addr())
+			r.lastMsg, r.unlogged = "", 0
+		}
 		if err == nil || errors.Is(err, net.ErrClosed) {
 			return c, err
 		}

@@ -171,8 +171,9 @@ func TestAcceptRetriesAfterEMFILE(t *testing.T) {
 	}
 	checkLog := func(t *testing.T, l net.Listener, log *syncBuffer) {
 		want := "sidecar: accept on " + l.Addr().String() + ": too many open files (retrying)\n"
-		if got := log.String(); !strings.HasPrefix(got, want) {
-			t.Errorf("stderr %q, want it to start with %q", got, want)
+		again := "sidecar: accepting on " + l.Addr().String() + " again\n"
+		if got := log.String(); !strings.HasPrefix(got, want) || !strings.HasSuffix(got, again) {
+			t.Errorf("stderr %q, want it to start with %q and end with %q", got, want, again)
 		}
 	}
 

@@ -314,6 +314,7 @@ func TestParseForwardSpecs(t *testing.T) {
 		"-D ::1:1080":       `bad -D "::1:1080": put IPv6 addresses in brackets: [::1]`,
 		"-D 1:2:3":          `bad -D "1:2:3": want [bind:]port`,
 		"-D localhost:1x80": `bad -D "localhost:1x80": "1x80" is not a port`,
+		"5822:h:-80":        `bad -L "5822:h:-80": "-80" is not a port`,
 	} {
 		var err error
 		if d, ok := strings.CutPrefix(spec, "-D "); ok {
