@@ -207,7 +207,7 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 		case opts.Token == "" && strings.Contains(err.Error(), "refused the token"):
 			return nil, fmt.Errorf("%s wants a token and none was given: pass --token or set SIDECAR_TOKEN", u.Host)
 		case (u.Scheme == "ws" || u.Scheme == "http") && (errors.As(err, &he) || strings.Contains(err.Error(), "HTTP 400")):
-			return nil, fmt.Errorf("%s: %v (the sidecar always speaks TLS: use %s://)", u.Host, err, map[string]string{"ws": "wss", "http": "https"}[u.Scheme])
+			return nil, fmt.Errorf("%s answered plain %s with HTTP 400: the sidecar always speaks TLS: use %s://", u.Host, u.Scheme, map[string]string{"ws": "wss", "http": "https"}[u.Scheme])
 		}
 		return nil, err
 	}
@@ -242,7 +242,10 @@ func explainDial(u *url.URL, err error) error {
 	case errors.As(err, &he):
 		return fmt.Errorf("%s refused the connection: %v", u.Host, he)
 	case strings.Contains(err.Error(), "certificate pin mismatch"):
-		return fmt.Errorf("%s: %v; check --cert-hash (sidecar serve prints the current one)", u.Host, unwrapAll(err))
+		// From the mismatch on: QUIC wraps it as "CRYPTO_ERROR 0x12a (local): ...".
+		msg := err.Error()
+		msg = msg[strings.Index(msg, "certificate pin mismatch"):] // found: the case's condition
+		return fmt.Errorf("%s: %s; check --cert-hash (sidecar serve prints the current one)", u.Host, msg)
 	case errors.As(err, &certErr) || errors.As(err, &unknownAuth) || errors.As(err, &hostnameErr):
 		return fmt.Errorf("%s: the certificate is not trusted (%v); pass --cert-hash with the pin that sidecar serve printed", u.Host, unwrapAll(err))
 	}

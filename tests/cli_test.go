@@ -35,9 +35,21 @@ func TestConnectionErrors(t *testing.T) {
 	})
 	t.Run("wrong pin", func(t *testing.T) {
 		wrong := strings.Repeat("0", 64)
-		errOut, code := runTrue(s.url, s.token, wrong)
-		if code != 255 || !strings.Contains(errOut, "pin mismatch") {
-			t.Errorf("exit %d, stderr %q; want 255 and \"pin mismatch\"", code, errOut)
+		// The same line on every transport (QUIC wrapped it in CRYPTO_ERROR).
+		want := "sidecar: " + s.host + ": certificate pin mismatch: server presented sha256 " + s.hash + ", expected " + wrong +
+			"; check --cert-hash (sidecar serve prints the current one)\n"
+		for _, tr := range []string{"ahp", "websocket", "webtransport"} {
+			_, errOut, code := s.run(t, "run", "https://"+s.host, "--transport", tr, "--token", s.token, "--cert-hash", wrong, "--", "true")
+			if code != 255 || errOut != want {
+				t.Errorf("--transport %s: exit %d, stderr %q; want 255 and %q", tr, code, errOut, want)
+			}
+		}
+	})
+	t.Run("plain ws://", func(t *testing.T) {
+		errOut, code := runTrue("ws://"+s.host+"/ahp", s.token, s.hash)
+		want := "sidecar: " + s.host + " answered plain ws with HTTP 400: the sidecar always speaks TLS: use wss://\n"
+		if code != 255 || errOut != want {
+			t.Errorf("exit %d, stderr %q; want 255 and %q", code, errOut, want)
 		}
 	})
 	t.Run("nothing listening", func(t *testing.T) {
