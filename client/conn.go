@@ -136,7 +136,13 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		return dialed(ctx, mc, opts)
+		c, err := dialed(ctx, mc, opts)
+		if err != nil && errors.Is(err, context.DeadlineExceeded) {
+			// Something answered the transport-io handshake, but nothing
+			// answered initialize: not a sidecar behind the command.
+			return nil, fmt.Errorf("--via %q: no answer to initialize in time: is the command `sidecar stdio` (or a shell that runs it)?", opts.Via)
+		}
+		return c, err
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Host == "" {

@@ -279,6 +279,19 @@ func TestAttachSignalWhileConnecting(t *testing.T) {
 	}
 }
 
+// TestViaNotASidecar: --via a command that answers the transport-io
+// handshake but is no sidecar (cat echoes it) fails within
+// --connect-timeout naming the command, not "initialize: context deadline
+// exceeded".
+func TestViaNotASidecar(t *testing.T) {
+	t.Parallel()
+	p := start(t, "ls", "--via", "cat", "--connect-timeout", "2s")
+	want := "sidecar: --via \"cat\": no answer to initialize in time: is the command `sidecar stdio` (or a shell that runs it)?\n"
+	if code := p.wait(t, waitTimeout); code != 255 || p.stderr.String() != want {
+		t.Errorf("ls --via cat: exit %d, stderr %q; want 255 and %q", code, p.stderr.String(), want)
+	}
+}
+
 // TestServeTokenFlagNotPrinted: a token given with --token is the
 // operator's secret, as a configured one is: the attach line at start
 // (stdout, the journal under systemd) says --token "$SIDECAR_TOKEN", and
