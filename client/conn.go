@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -123,6 +124,33 @@ type response struct {
 	err    *rpc.Error
 }
 
+// CheckURL parses rawURL and reports, in words a person can act on, what
+// Dial would refuse before dialling: not a URL, a scheme other than
+// https:// or wss:// (or their plain-text forms), a port outside
+// 1-65535, or a wss:// URL (plain AHP) with a transport (Options.Transport)
+// that needs https://.
+func CheckURL(rawURL, transportMode string) (*url.URL, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("invalid URL %q: want https://HOST:PORT/transport-io or wss://HOST:PORT/ahp", rawURL)
+	}
+	switch u.Scheme {
+	case "wss", "ws":
+		if u.Path != transport.TIOPath && transportMode != "" && transportMode != TransportAHP && transportMode != TransportAuto {
+			return nil, fmt.Errorf("%s: --transport %s needs an https:// URL (wss:// is plain AHP)", rawURL, transportMode)
+		}
+	case "https", "http":
+	default:
+		return nil, fmt.Errorf("invalid URL %q: scheme must be https:// (transport-io) or wss:// (plain AHP)", rawURL)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("invalid URL %q: port %q is not between 1 and 65535", rawURL, p)
+		}
+	}
+	return u, nil
+}
+
 // Dial connects to the host at rawURL (wss://host:port/ahp, or ws:// on
 // loopback) and initializes the AHP session with the root catalogue as the
 // initial subscription. Errors say what a person can do about them.
@@ -144,9 +172,9 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 		}
 		return c, err
 	}
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("invalid URL %q: want https://HOST:PORT/transport-io or wss://HOST:PORT/ahp", rawURL)
+	u, err := CheckURL(rawURL, opts.Transport)
+	if err != nil {
+		return nil, err
 	}
 	tio := false
 	switch u.Scheme {
@@ -160,9 +188,6 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 			}
 			break
 		}
-		if opts.Transport != "" && opts.Transport != TransportAHP && opts.Transport != TransportAuto {
-			return nil, fmt.Errorf("%s: --transport %s needs an https:// URL (wss:// is plain AHP)", rawURL, opts.Transport)
-		}
 	case "https", "http":
 		if u.Path == "/ahp" && (opts.Transport == "" || opts.Transport == TransportAuto) {
 			opts.Transport = TransportAHP // plain AHP, named by its path
@@ -175,8 +200,6 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 		} else {
 			tio = true
 		}
-	default:
-		return nil, fmt.Errorf("invalid URL %q: scheme must be https:// (transport-io) or wss:// (plain AHP)", rawURL)
 	}
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/ahp"

@@ -153,3 +153,26 @@ func TestDialAutoSilentServer(t *testing.T) {
 		t.Fatalf("Dial: %v; want %q", err, want)
 	}
 }
+
+// TestCheckURL: the URLs Dial refuses before dialling, in the words the
+// CLI prints (it checks them up front: exit 2).
+func TestCheckURL(t *testing.T) {
+	for raw, want := range map[string]string{
+		"https://127.0.0.1:4433":     "",
+		"wss://127.0.0.1:4433/ahp":   "",
+		"wss://h:1/transport-io":     "",
+		"127.0.0.1:4433":             `invalid URL "127.0.0.1:4433": want https://`,
+		"ftp://x":                    `invalid URL "ftp://x": scheme must be https://`,
+		"https://h:99999":            `port "99999" is not between 1 and 65535`,
+		"wss://h:1/ahp#webtransport": "needs an https:// URL",
+	} {
+		mode := TransportAuto
+		if strings.HasSuffix(raw, "#webtransport") {
+			mode = TransportWebTransport
+		}
+		_, err := CheckURL(raw, mode)
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("CheckURL(%q, %s) = %v, want %q", raw, mode, err, want)
+		}
+	}
+}

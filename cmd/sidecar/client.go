@@ -25,7 +25,6 @@ import (
 	"github.com/sidecar-dev/sidecar/client"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/rpc"
-	"github.com/sidecar-dev/sidecar/transport"
 	"github.com/sidecar-dev/sidecar/transport/tlscert"
 )
 
@@ -68,7 +67,8 @@ func (f *connFlags) register(cmd *cobra.Command) {
 			if f.via != "" || len(a) == 0 {
 				return nil // with --via the URL is not dialled
 			}
-			return checkURL(a[0], f.transport)
+			_, err := client.CheckURL(a[0], f.transport)
+			return err
 		}
 	}
 	if run := cmd.RunE; run != nil {
@@ -95,32 +95,6 @@ func (f *connFlags) check() error {
 	if pin != "" {
 		if _, err := tlscert.ParsePin(pin); err != nil {
 			return fmt.Errorf("%s: %s", from, strings.TrimPrefix(err.Error(), "tlscert: "))
-		}
-	}
-	return nil
-}
-
-// checkURL rejects a URL client.Dial would refuse before dialling, in its
-// words: not a URL, a scheme other than https:// or wss:// (or their
-// plain-text forms, which Dial explains), or a wss:// URL (plain AHP) with
-// a --transport that needs https://.
-func checkURL(raw, mode string) error {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return fmt.Errorf("invalid URL %q: want https://HOST:PORT/transport-io or wss://HOST:PORT/ahp", raw)
-	}
-	switch u.Scheme {
-	case "wss", "ws":
-		if u.Path != transport.TIOPath && mode != client.TransportAuto && mode != client.TransportAHP {
-			return fmt.Errorf("%s: --transport %s needs an https:// URL (wss:// is plain AHP)", raw, mode)
-		}
-	case "https", "http":
-	default:
-		return fmt.Errorf("invalid URL %q: scheme must be https:// (transport-io) or wss:// (plain AHP)", raw)
-	}
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return fmt.Errorf("invalid URL %q: port %q is not between 1 and 65535", raw, p)
 		}
 	}
 	return nil
