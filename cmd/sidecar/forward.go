@@ -305,13 +305,11 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 		lfs = append(lfs, f)
 		binds, given = append(binds, f.bind), append(given, "-L "+f.given)
 	}
-	var dyns []string
 	for _, s := range dynamics {
 		d, g, err := parseDynamic(s)
 		if err != nil {
 			return &exitError{code: 2, err: err}
 		}
-		dyns = append(dyns, d)
 		binds, given = append(binds, d), append(given, "-D "+g)
 	}
 	if msg := sameLocalPort(binds, given); msg != "" {
@@ -328,23 +326,18 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 			_ = b.l.Close()
 		}
 	}
-	defer closeListeners() // a failed dial; closing twice is harmless
-	for i := range lfs {
-		ls, err := listenBind(ctx, lfs[i].bind, net.DefaultResolver.LookupIPAddr, listenTCP)
+	defer closeListeners()       // a failed dial; closing twice is harmless
+	for i, bind := range binds { // the -L first (lfs[i]), then the -D
+		var local *localForward
+		if i < len(lfs) {
+			local = &lfs[i]
+		}
+		ls, err := listenBind(ctx, bind, net.DefaultResolver.LookupIPAddr, listenTCP)
 		if err != nil {
 			return listenFailed(err, caught())
 		}
 		for _, l := range ls {
-			bound = append(bound, boundListener{l: l, local: &lfs[i]})
-		}
-	}
-	for _, d := range dyns {
-		ls, err := listenBind(ctx, d, net.DefaultResolver.LookupIPAddr, listenTCP)
-		if err != nil {
-			return listenFailed(err, caught())
-		}
-		for _, l := range ls {
-			bound = append(bound, boundListener{l: l})
+			bound = append(bound, boundListener{l: l, local: local})
 		}
 	}
 	conn, err := cf.dial(ctx, url)
