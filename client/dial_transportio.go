@@ -86,14 +86,7 @@ func dialTransportIO(ctx context.Context, u *url.URL, mode string, tlsConf *tls.
 // nil and leaves the attempt alone. The channel always gets exactly one
 // value, once the probe has ended: receiving it waits for the goroutine.
 func probeRefused(ctx context.Context, cancel context.CancelFunc, u *url.URL) <-chan error {
-	port := u.Port()
-	if port == "" {
-		port = "443"
-		if u.Scheme == "http" {
-			port = "80"
-		}
-	}
-	addr := net.JoinHostPort(u.Hostname(), port)
+	addr := net.JoinHostPort(u.Hostname(), portOf(u))
 	done := make(chan error, 1)
 	go func() {
 		var d net.Dialer
@@ -133,10 +126,13 @@ func noQUICAnswer(u *url.URL) error {
 	return fmt.Errorf("%s did not answer over WebTransport (QUIC, UDP port %s) in time: is sidecar serve running there, and does the path let UDP through? (--transport websocket uses TCP)", u.Host, portOf(u))
 }
 
-// portOf is u's port, 443 by default.
+// portOf is u's port, by default 443 (80 for http://).
 func portOf(u *url.URL) string {
 	if p := u.Port(); p != "" {
 		return p
+	}
+	if u.Scheme == "http" {
+		return "80"
 	}
 	return "443"
 }
