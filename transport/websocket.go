@@ -205,13 +205,10 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 			http.Error(w, "401 unauthorized: missing or wrong token", http.StatusUnauthorized)
 			return
 		}
-		if r.ProtoMajor != 1 {
-			// coder/websocket would answer 426 with an Upgrade header,
-			// which HTTP/2 forbids (the client sees a stream error).
+		if why := transportio.RefuseNotHTTP1(w, r); why != "" {
 			if opts.OnReject != nil {
-				opts.OnReject(r, http.StatusHTTPVersionNotSupported, "WebSocket needs HTTP/1.1, got "+r.Proto)
+				opts.OnReject(r, http.StatusHTTPVersionNotSupported, why)
 			}
-			http.Error(w, "505 the WebSocket upgrade needs HTTP/1.1", http.StatusHTTPVersionNotSupported)
 			return
 		}
 		sw := &transportio.StatusRecorder{ResponseWriter: w}

@@ -385,13 +385,10 @@ func (l *Listener) serve(car Carrier, serve func(*Session)) {
 // closed and its goroutines joined.
 func (l *Listener) WebSocketHandler(serve func(*Session)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ProtoMajor != 1 {
-			// websocket.Accept would answer 426 with an Upgrade header,
-			// which HTTP/2 forbids (the client sees a stream error).
+		if why := RefuseNotHTTP1(w, r); why != "" {
 			if l.OnUpgradeRefused != nil {
-				l.OnUpgradeRefused(r, http.StatusHTTPVersionNotSupported, "WebSocket needs HTTP/1.1, got "+r.Proto)
+				l.OnUpgradeRefused(r, http.StatusHTTPVersionNotSupported, why)
 			}
-			http.Error(w, "505 the WebSocket upgrade needs HTTP/1.1", http.StatusHTTPVersionNotSupported)
 			return
 		}
 		sw := &StatusRecorder{ResponseWriter: w}
@@ -418,6 +415,18 @@ func (l *Listener) WebSocketHandler(serve func(*Session)) http.Handler {
 		}
 		l.serve(car, serve)
 	})
+}
+
+// RefuseNotHTTP1 answers a WebSocket upgrade request that came over
+// HTTP/2 or 3 with 505 and returns why, or returns "" for HTTP/1.x:
+// websocket.Accept would answer 426 with an Upgrade header, which HTTP/2
+// forbids (the client sees a stream error).
+func RefuseNotHTTP1(w http.ResponseWriter, r *http.Request) string {
+	if r.ProtoMajor == 1 {
+		return ""
+	}
+	http.Error(w, "505 the WebSocket upgrade needs HTTP/1.1", http.StatusHTTPVersionNotSupported)
+	return "WebSocket needs HTTP/1.1, got " + r.Proto
 }
 
 // StatusRecorder records the status an http.ResponseWriter was given (the
