@@ -90,14 +90,17 @@ func serve(configFile, listen, token, stateDir string) error {
 	addr := ln.Addr().(*net.TCPAddr)
 
 	srv := host.New(cfg, logger)
+	// A WebSocket upgrade refused with an HTTP status, on /ahp or
+	// /transport-io (a transport-io token refusal is a session close).
+	upgradeRefused := func(r *http.Request, status int, why string) {
+		logger.Warn("WebSocket upgrade refused", "peer", r.RemoteAddr, "path", r.URL.Path, "status", status, "reason", why)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/ahp", transport.AHPHandler(transport.AcceptOptions{
 		Token:          tok,
 		OriginPatterns: originHosts(cfg.Listener.Origins),
 		ReadLimit:      readLimit(cfg),
-		OnReject: func(r *http.Request, status int, why string) {
-			logger.Warn("WebSocket upgrade refused", "peer", r.RemoteAddr, "path", r.URL.Path, "status", status, "reason", why)
-		},
+		OnReject:       upgradeRefused,
 	}, func(ctx context.Context, mc transport.MessageConn) {
 		_ = srv.ServeConn(context.WithoutCancel(ctx), mc)
 	}))
@@ -110,9 +113,7 @@ func serve(configFile, listen, token, stateDir string) error {
 		OnReject: func(r *http.Request, code transportio.CloseCode, reason string) {
 			logger.Warn("transport-io session refused", "peer", r.RemoteAddr, "code", code.String(), "reason", reason)
 		},
-		OnUpgradeRefused: func(r *http.Request, status int, why string) {
-			logger.Warn("WebSocket upgrade refused", "peer", r.RemoteAddr, "path", r.URL.Path, "status", status, "reason", why)
-		},
+		OnUpgradeRefused: upgradeRefused,
 	}
 	// transport-io over the §3.3 WebSocket mapping, and the reference
 	// client's UDP-unreachable probe.
