@@ -102,7 +102,8 @@ type Session struct {
 	errOnce sync.Once
 	err     atomic.Pointer[SessionError]
 
-	hsDone chan struct{}
+	hsDone chan struct{} // the peer's handshake was accepted
+	hsSent chan struct{} // this side's frame 0 was written
 	neg    Negotiation
 
 	mu       sync.Mutex // emit lane, ring, sequences
@@ -156,6 +157,7 @@ func Start(car Carrier, cfg Config) *Session {
 	s := &Session{
 		cfg: cfg, car: car,
 		hsDone:     make(chan struct{}),
+		hsSent:     make(chan struct{}),
 		space:      make(chan struct{}),
 		wake:       make(chan struct{}, 1),
 		dgWake:     make(chan struct{}, 1),
@@ -339,17 +341,23 @@ func (s *Session) failRead(err error) {
 	}
 }
 
-// WaitHandshake blocks until the peer's handshake has been accepted, the
-// session ends (its error) or ctx ends.
+// WaitHandshake blocks until the peer's handshake has been accepted and
+// this side's frame 0 has been written to the carrier, the session ends (its
+// error) or ctx ends. Like the reference's connect(), it waits for both: an
+// emit queued after it never shares a carrier write with frame 0, which the
+// reference server (transport-io 0.8.0) would read in the same turn as the
+// handshake, before its session handlers exist, and drop.
 func (s *Session) WaitHandshake(ctx context.Context) error {
-	select {
-	case <-s.hsDone:
-		return nil
-	case <-s.ctx.Done():
-		return s.Err()
-	case <-ctx.Done():
-		return ctx.Err()
+	for _, ch := range [...]<-chan struct{}{s.hsDone, s.hsSent} {
+		select {
+		case <-ch:
+		case <-s.ctx.Done():
+			return s.Err()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	return nil
 }
 
 // Negotiation is the handshake's outcome (valid after WaitHandshake).
@@ -503,6 +511,7 @@ func (s *Session) writer() {
 	}
 	ws := s.car.Kind() == KindWebSocket
 	var buf []byte
+	sent := false
 	for {
 		s.mu.Lock()
 		if ws {
@@ -545,6 +554,10 @@ func (s *Session) writer() {
 		_, err := w.Write(out)
 		if single {
 			putFrame(out) // Write does not keep it (io.Writer)
+		}
+		if !sent && err == nil {
+			sent = true
+			close(s.hsSent) // frame 0 was in this write
 		}
 
 		s.mu.Lock()

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"testing"
+	"time"
 )
 
 func TestWebSocketEcho(t *testing.T) {
@@ -92,5 +94,50 @@ func TestRecycledPayloads(t *testing.T) {
 	}
 	if err := <-errs; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWaitHandshakeAwaitsFrameZero: WaitHandshake returns once the peer's
+// handshake is accepted and this side's frame 0 has been written, not
+// before, so the first emit after it leaves in a write of its own (the
+// reference server drops an EMIT that it reads in the same turn as the
+// HANDSHAKE). The peer here answers at once but reads nothing until the
+// test does.
+func TestWaitHandshakeAwaitsFrameZero(t *testing.T) {
+	fromPeer, peerW := io.Pipe()
+	peerR, toPeer := io.Pipe()
+	s := Start(NewStreamCarrier(fromPeer, toPeer, "peer"), Config{Contract: testContract, Role: RoleClient, BlockOnFull: true})
+	defer func() {
+		s.Close(CloseNoError, "")
+		_ = peerW.Close()
+		_ = peerR.Close()
+		s.Wait()
+	}()
+	go func() { _, _ = peerW.Write(AppendHandshake(nil, Handshake{V: Version, Events: testContract.Table()})) }()
+
+	// Frame 0 sits in a write the peer has not read: not yet.
+	short, cancel := context.WithTimeout(ctxT(t), 50*time.Millisecond)
+	defer cancel()
+	if err := s.WaitHandshake(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitHandshake before frame 0 was written = %v, want deadline exceeded", err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		err := s.WaitHandshake(ctxT(t))
+		if err == nil {
+			err = s.Emit("ahp", []byte(`{"a":1}`))
+		}
+		waited <- err
+	}()
+	dec := NewDecoder(peerR)
+	f, err := dec.Next()
+	if err != nil || f.Type != FrameHandshake {
+		t.Fatalf("first frame %v %v, want HANDSHAKE", f.Type, err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	if f, err := dec.Next(); err != nil || f.Type != FrameEmit || string(f.Payload) != `{"a":1}` {
+		t.Fatalf("second frame %v %q %v, want the EMIT", f.Type, f.Payload, err)
 	}
 }

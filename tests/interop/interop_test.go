@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/host"
 	"github.com/sidecar-dev/sidecar/transport"
+	"github.com/sidecar-dev/sidecar/transportio"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -133,12 +135,12 @@ func TestNodeClientRefused(t *testing.T) {
 	}
 }
 
-// TestGoClientToNodeServer: our Go client dials a reference transport-io
-// WebSocket server, initializes AHP over it and exchanges messages.
-func TestGoClientToNodeServer(t *testing.T) {
+// startNodeServer runs server.mjs (a reference transport-io WebSocket
+// server answering a little AHP) until the test ends, and returns its
+// host:port/transport-io.
+func startNodeServer(t *testing.T, ctx context.Context) string {
+	t.Helper()
 	bin := node(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "server.mjs")
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
@@ -146,10 +148,10 @@ func TestGoClientToNodeServer(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		_ = stdin.Close()
 		_ = cmd.Wait()
-	}()
+	})
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
 		t.Fatalf("node server: %v", err)
@@ -158,7 +160,15 @@ func TestGoClientToNodeServer(t *testing.T) {
 	if err := json.Unmarshal([]byte(line), &hello); err != nil || hello.Port == 0 {
 		t.Fatalf("node server said %q", line)
 	}
-	base := "127.0.0.1:" + itoa(hello.Port) + transport.TIOPath
+	return "127.0.0.1:" + itoa(hello.Port) + transport.TIOPath
+}
+
+// TestGoClientToNodeServer: our Go client dials a reference transport-io
+// WebSocket server, initializes AHP over it and exchanges messages.
+func TestGoClientToNodeServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	base := startNodeServer(t, ctx)
 
 	// The transport level: one JSON-RPC message per EMIT, both ways.
 	mc, err := transport.DialTIOWebSocket(ctx, "ws://"+base, nil, nil)
@@ -192,3 +202,40 @@ func TestGoClientToNodeServer(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestNodeServerFrameZeroAndEmitTogether: frame 0 and an EMIT in one
+// WebSocket message (a peer may coalesce frames, §3.3) reach the reference
+// server's handler; the reference registers it a few microtasks after the
+// HANDSHAKE was read and drops what it reads before, so server.mjs holds
+// the bytes after frame 0 for a turn. Without that, this test (and, on a
+// loaded machine, TestGoClientToNodeServer) hangs until its deadline.
+func TestNodeServerFrameZeroAndEmitTogether(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	base := startNodeServer(t, ctx)
+	c, _, err := websocket.Dial(ctx, "ws://"+base, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	echo := []byte(`{"jsonrpc":"2.0","id":1,"method":"echo","params":"together"}`)
+	msg := transportio.AppendHandshake(nil, transportio.Handshake{V: transportio.Version, Events: transport.Contract.Table()})
+	msg = transportio.AppendFrame(msg, transportio.Frame{Type: transportio.FrameEmit, Codec: transportio.CodecJSON, EventID: transportio.EventID(transport.AHPEvent), Payload: echo})
+	if err := c.Write(ctx, websocket.MessageBinary, msg); err != nil {
+		t.Fatal(err)
+	}
+	dec := transportio.NewDecoder(websocket.NetConn(ctx, c, websocket.MessageBinary))
+	for i := 0; i < 4; i++ {
+		f, err := dec.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Type == transportio.FrameEmit {
+			if want := `{"jsonrpc":"2.0","id":1,"result":"together"}`; string(f.Payload) != want {
+				t.Fatalf("reply %s, want %s", f.Payload, want)
+			}
+			return
+		}
+	}
+	t.Fatal("no EMIT in the server's first 4 frames")
+}
