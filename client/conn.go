@@ -259,6 +259,7 @@ func explainDial(u *url.URL, err error) error {
 	var certErr *tls.CertificateVerificationError
 	var unknownAuth x509.UnknownAuthorityError
 	var hostnameErr x509.HostnameError
+	var recordErr tls.RecordHeaderError
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return fmt.Errorf("nothing is listening at %s (connection refused): is sidecar serve running?", u.Host)
@@ -267,7 +268,7 @@ func explainDial(u *url.URL, err error) error {
 	case errors.As(err, &he) && he.StatusCode == http.StatusForbidden:
 		return fmt.Errorf("%s refused the connection (HTTP 403): origin not allowed", u.Host)
 	case errors.As(err, &he) && he.StatusCode == http.StatusNotFound:
-		return fmt.Errorf("%s has no endpoint %s (HTTP 404): is it a sidecar?", u.Host, u.Path)
+		return fmt.Errorf("%s has no endpoint %s (HTTP 404): is it a sidecar? (one answers at https://%s and wss://%s/ahp)", u.Host, u.Path, u.Host, u.Host)
 	case errors.As(err, &he):
 		return fmt.Errorf("%s refused the connection: %v", u.Host, he)
 	case strings.Contains(err.Error(), "certificate pin mismatch"):
@@ -275,6 +276,14 @@ func explainDial(u *url.URL, err error) error {
 		msg := err.Error()
 		msg = msg[strings.Index(msg, "certificate pin mismatch"):] // found: the case's condition
 		return fmt.Errorf("%s: %s; check --cert-hash (sidecar serve prints the current one)", u.Host, msg)
+	case errors.As(err, &recordErr) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		// The first bytes back were no TLS record: another service on
+		// that port (net/http says so in words when they were HTTP).
+		what := "something that is not TLS"
+		if recordErr.RecordHeader == [5]byte{} {
+			what = "plain HTTP"
+		}
+		return fmt.Errorf("%s answered with %s: is it a sidecar? (sidecar serve always speaks TLS, on TCP and UDP at the same port)", u.Host, what)
 	case errors.As(err, &certErr) || errors.As(err, &unknownAuth) || errors.As(err, &hostnameErr):
 		return fmt.Errorf("%s: the certificate is not trusted (%v); pass --cert-hash with the pin that sidecar serve printed", u.Host, unwrapAll(err))
 	}

@@ -70,7 +70,11 @@ func dialTransportIO(ctx context.Context, u *url.URL, mode string, tlsConf *tls.
 			return nil, fmt.Errorf("%s did not answer in time, neither over WebTransport (QUIC, UDP port %s) nor over WebSocket (TCP): is it a sidecar, and is it overloaded?", u.Host, portOf(u))
 		}
 		if werr != nil {
-			return nil, explainTIO(u, fmt.Errorf("%w (WebTransport failed first: %v)", werr, err))
+			first := err.Error()
+			if transport.IsNoQUICAnswer(err) || errors.Is(err, context.DeadlineExceeded) {
+				first = "no answer over QUIC, UDP port " + portOf(u)
+			}
+			return nil, explainTIO(u, fmt.Errorf("%w (WebTransport failed first: %s)", werr, first))
 		}
 		return mc, nil
 	}

@@ -105,8 +105,33 @@ func TestDialAutoShortTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, err := Dial(ctx, srv.URL+"/", Options{Transport: TransportAuto, CertHash: hex.EncodeToString(sum[:]), ClientName: "short-timeout-test"})
-	if err == nil || !strings.Contains(err.Error(), "404") {
-		t.Fatalf("Dial: %v; want the WebSocket mapping's HTTP 404 (the fallback was tried)", err)
+	host := strings.TrimPrefix(srv.URL, "https://")
+	if want := host + " has no endpoint /transport-io (HTTP 404): is it a sidecar?"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Dial: %v; want the WebSocket mapping's HTTP 404 (the fallback was tried): %q", err, want)
+	}
+}
+
+// TestDialNoEndpoint: a TLS server without the endpoint (HTTP 404 to the
+// upgrade) is named with the path asked for and where a sidecar answers,
+// on each transport's WebSocket (the transport-io dial used to quote the
+// library: "expected handshake response status code 101 but got 404").
+func TestDialNoEndpoint(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer srv.Close()
+	sum := sha256.Sum256(srv.Certificate().Raw)
+	host := strings.TrimPrefix(srv.URL, "https://")
+	for _, tc := range []struct{ url, mode, path string }{
+		{srv.URL + "/foo", TransportWebSocket, "/foo"},
+		{srv.URL, TransportWebSocket, "/transport-io"},
+		{"wss://" + host + "/ahp", TransportAuto, "/ahp"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := Dial(ctx, tc.url, Options{Transport: tc.mode, CertHash: hex.EncodeToString(sum[:]), ClientName: "no-endpoint-test"})
+		cancel()
+		want := host + " has no endpoint " + tc.path + " (HTTP 404): is it a sidecar? (one answers at https://" + host + " and wss://" + host + "/ahp)"
+		if err == nil || err.Error() != want {
+			t.Errorf("Dial(%s, %s): %v\nwant %s", tc.url, tc.mode, err, want)
+		}
 	}
 }
 
@@ -174,5 +199,48 @@ func TestCheckURL(t *testing.T) {
 		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
 			t.Errorf("CheckURL(%q, %s) = %v, want %q", raw, mode, err, want)
 		}
+	}
+}
+
+// TestDialNotTLS: a port where another service answers (a plain HTTP
+// server, an SSH banner) is named as such over both WebSocket endpoints,
+// not with crypto/tls's "first record does not look like a TLS handshake"
+// or net/http's "server gave HTTP response to HTTPS client".
+func TestDialNotTLS(t *testing.T) {
+	for name, tc := range map[string]struct{ answer, want string }{
+		"http": {"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", "answered with plain HTTP: is it a sidecar?"},
+		"ssh":  {"SSH-2.0-OpenSSH_9.6\r\n", "answered with something that is not TLS: is it a sidecar?"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			served := make(chan struct{})
+			go func() {
+				defer close(served)
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					_, _ = c.Read(make([]byte, 512)) // the ClientHello
+					_, _ = c.Write([]byte(tc.answer))
+					_ = c.Close()
+				}
+			}()
+			defer func() { _ = l.Close(); <-served }()
+			for raw, mode := range map[string]string{
+				"wss://" + l.Addr().String() + "/ahp": TransportAuto, // /ahp: no transport-io
+				"https://" + l.Addr().String():        TransportWebSocket,
+			} {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, err := Dial(ctx, raw, Options{Transport: mode, ClientName: "not-tls-test"})
+				cancel()
+				if want := l.Addr().String() + " " + tc.want; err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("Dial(%s): %v; want %q", raw, err, want)
+				}
+			}
+		})
 	}
 }

@@ -259,7 +259,7 @@ func DialStdio(ctx context.Context, r io.ReadCloser, w io.WriteCloser, name stri
 
 // DialTIOWebSocket dials the WebSocket mapping at url (wss://…/transport-io)
 // and waits for the handshake. A refusal returns a *TIOCloseError with
-// code 1007.
+// code 1007; an answer other than 101 (no upgrade) an *HTTPError.
 func DialTIOWebSocket(ctx context.Context, url string, header http.Header, client *http.Client) (MessageConn, error) {
 	client, dialed := corkClient(client)
 	cork := func(*http.Request) transportio.Corker {
@@ -271,9 +271,20 @@ func DialTIOWebSocket(ctx context.Context, url string, header http.Header, clien
 	s, err := transportio.DialWebSocket(ctx, url, &websocket.DialOptions{HTTPHeader: header, HTTPClient: client},
 		transportio.Config{Contract: Contract, PayloadsChecked: true}, transportio.WebSocketOptions{Cork: cork})
 	if err != nil {
-		return nil, err
+		return nil, asHTTPError(err)
 	}
 	return clientConn(ctx, s)
+}
+
+// asHTTPError turns a transport-io dial answered with another HTTP status
+// (*transportio.StatusError) into the *HTTPError that DialWebSocket
+// returns for the same answer.
+func asHTTPError(err error) error {
+	var se *transportio.StatusError
+	if errors.As(err, &se) {
+		return &HTTPError{StatusCode: se.StatusCode, Err: se.Err}
+	}
+	return err
 }
 
 // IsNoQUICAnswer reports whether err is a WebTransport dial whose QUIC

@@ -63,6 +63,20 @@ func (e *SessionError) Error() string {
 // Is makes every SessionError match ErrSessionClosed.
 func (e *SessionError) Is(target error) bool { return target == ErrSessionClosed }
 
+// StatusError is a dial that the server answered with an HTTP status
+// other than the upgrade's (101 on WebSocket, 200 on WebTransport), before
+// any session: 401, 404, 426...; Err is the library's error.
+type StatusError struct {
+	StatusCode int
+	Err        error
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("server answered HTTP %d: %v", e.StatusCode, e.Err)
+}
+
+func (e *StatusError) Unwrap() error { return e.Err }
+
 // RefusalError is an authorize decision to refuse a peer (WT_UNAUTHORIZED).
 type RefusalError struct{ Reason string }
 

@@ -461,10 +461,14 @@ func ProbeHandler() http.Handler {
 
 // DialWebSocket opens a client session over the §3.3 mapping at url
 // (ws:// or wss://). It returns once the socket is open; call
-// WaitHandshake to learn whether the server accepted.
+// WaitHandshake to learn whether the server accepted. An answer other than
+// 101 is a *StatusError.
 func DialWebSocket(ctx context.Context, url string, dopts *websocket.DialOptions, cfg Config, opts WebSocketOptions) (*Session, error) {
-	c, _, err := websocket.Dial(ctx, url, dopts)
+	c, rsp, err := websocket.Dial(ctx, url, dopts)
 	if err != nil {
+		if rsp != nil && rsp.StatusCode != http.StatusSwitchingProtocols {
+			err = &StatusError{StatusCode: rsp.StatusCode, Err: err}
+		}
 		return nil, err
 	}
 	cfg.Role = RoleClient

@@ -279,7 +279,8 @@ func (l *Listener) WebTransportHandler(wts *webtransport.Server, serve func(*Ses
 // DialWebTransport opens a client session on WebTransport at url
 // (https://HOST:PORT/PATH). tlsConf carries the trust (a pin via
 // VerifyPeerCertificate works: QUIC always runs TLS 1.3). It returns once
-// the session is established; call WaitHandshake next.
+// the session is established; call WaitHandshake next. An answer other
+// than 200 is a *StatusError.
 func DialWebTransport(ctx context.Context, rawURL string, header http.Header, tlsConf *tls.Config, cfg Config) (*Session, error) {
 	// The QUIC connection is dialled here rather than by Transport.Dial,
 	// which closes it the moment the session ends and so can drop the
@@ -322,7 +323,7 @@ func DialWebTransport(ctx context.Context, rawURL string, header http.Header, tl
 	if err != nil {
 		closeConn()
 		if rsp != nil && rsp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("server answered HTTP %d: %w", rsp.StatusCode, err)
+			err = &StatusError{StatusCode: rsp.StatusCode, Err: err}
 		}
 		return nil, err
 	}
