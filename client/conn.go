@@ -160,7 +160,7 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 	}
 	opts = opts.withDefaults()
 	if opts.Via != "" {
-		mc, err := dialVia(ctx, opts.Via)
+		mc, exited, how, err := dialVia(ctx, opts.Via)
 		if err != nil {
 			return nil, err
 		}
@@ -169,6 +169,11 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 			// Something answered the transport-io handshake, but nothing
 			// answered initialize: not a sidecar behind the command.
 			return nil, fmt.Errorf("--via %q: no answer to initialize in time: is the command `sidecar stdio` (or a shell that runs it)?", opts.Via)
+		}
+		if err != nil {
+			if e := viaEnded(opts.Via, exited, how); e != nil {
+				return nil, e
+			}
 		}
 		return c, err
 	}
@@ -427,14 +432,28 @@ func describeClose(err error) error {
 		}
 		return &lostError{msg: "connection lost: " + msg, err: err}
 	case transport.CloseGoingAway:
-		return errors.New("the server is shutting down")
+		return &closedError{msg: "the server is shutting down", err: err}
 	case transport.CloseNormal:
-		return fmt.Errorf("the server closed the connection: %w", err)
+		msg := "the server closed the connection"
+		if reason != "" {
+			msg += ": " + reason // without the layers' codes (WT_NO_ERROR)
+		}
+		return &closedError{msg: msg, err: err}
 	}
 	return fmt.Errorf("the server closed the connection (code %d: %s)", code, reason)
 }
 
 // lostError is a lost connection worded once; it unwraps to the cause.
+// closedError is a connection the server closed normally; msg says so in
+// words, err is the transport's error.
+type closedError struct {
+	msg string
+	err error
+}
+
+func (e *closedError) Error() string { return e.msg }
+func (e *closedError) Unwrap() error { return e.err }
+
 type lostError struct {
 	msg string
 	err error

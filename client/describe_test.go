@@ -10,8 +10,9 @@ import (
 )
 
 // TestDescribeLost: a lost connection is worded once ("connection lost: "
-// and the cause, without the transport-io layer's own prefix) and still
-// unwraps to its cause.
+// and the cause, without the transport-io layer's own prefix), a normal
+// close by its reason alone (not "WT_NO_ERROR"), and each still unwraps to
+// its cause.
 func TestDescribeLost(t *testing.T) {
 	eof := errors.New("the peer's TCP connection ended without a WebSocket close: EOF")
 	for _, c := range []struct {
@@ -23,6 +24,11 @@ func TestDescribeLost(t *testing.T) {
 		{&transport.TIOCloseError{SessionError: &transportio.SessionError{Lost: true}}, "connection lost: the transport ended"},
 		{eof, "connection lost: the peer's TCP connection ended without a WebSocket close: EOF"},
 		{io.ErrUnexpectedEOF, "connection lost: unexpected EOF"},
+		// A normal close: its reason, without the transport's code.
+		{&transport.TIOCloseError{SessionError: &transportio.SessionError{Code: transportio.CloseNoError, Remote: true, Reason: "the peer closed its end"}},
+			"the server closed the connection: the peer closed its end"},
+		{&transport.TIOCloseError{SessionError: &transportio.SessionError{Code: transportio.CloseNoError, Remote: true}}, "the server closed the connection"},
+		{&transport.TIOCloseError{SessionError: &transportio.SessionError{Code: transportio.CloseNoError, Remote: true, Reason: "server shutting down"}}, "the server is shutting down"},
 	} {
 		got := describeClose(c.err)
 		if got.Error() != c.want {

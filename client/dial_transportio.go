@@ -143,17 +143,19 @@ func portOf(u *url.URL) string {
 
 // dialVia starts command (sh -c) and speaks transport-io over its stdin and
 // stdout: `--via 'docker exec -i CONTAINER sidecar stdio'` (or kubectl, ssh)
-// needs no port at all. The command's stderr is ours.
-func dialVia(ctx context.Context, command string) (transport.MessageConn, error) {
+// needs no port at all. The command's stderr is ours. exited is closed
+// once the command has ended, with how it ended (ProcessState.String(),
+// "exit status 1") in *how.
+func dialVia(ctx context.Context, command string) (mc transport.MessageConn, exited <-chan struct{}, how *string, err error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		inR.Close()
 		inW.Close()
-		return nil, err
+		return nil, nil, nil, err
 	}
 	cmd := exec.Command("sh", "-c", command)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
@@ -162,15 +164,44 @@ func dialVia(ctx context.Context, command string) (transport.MessageConn, error)
 		inW.Close()
 		outR.Close()
 		outW.Close()
-		return nil, fmt.Errorf("--via: %w", err)
+		return nil, nil, nil, fmt.Errorf("--via: %w", err)
 	}
 	inR.Close()
 	outW.Close()
-	go func() { _ = cmd.Wait() }() // reap; it exits when its stdin closes
-	mc, err := transport.DialStdio(ctx, outR, inW, "via: "+command)
+	done := make(chan struct{})
+	var ended string
+	go func() { // reap; it exits when its stdin closes
+		_ = cmd.Wait()
+		if cmd.ProcessState != nil {
+			ended = cmd.ProcessState.String() // "exit status 1", "signal: killed"
+		}
+		close(done)
+	}()
+	mc, err = transport.DialStdio(ctx, outR, inW, "via: "+command)
 	if err != nil {
+		if e := viaEnded(command, done, &ended); e != nil {
+			return nil, nil, nil, e
+		}
 		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("--via %q: no transport-io session (is the command `sidecar stdio`? see its stderr above): %v", command, err)
+		return nil, nil, nil, fmt.Errorf("--via %q: no transport-io session (is the command `sidecar stdio`? see its stderr above): %v", command, err)
 	}
-	return mc, nil
+	return mc, done, &ended, nil
+}
+
+// viaExitWait is how long a failed --via dial waits for the command to end,
+// to say that it did.
+const viaExitWait = time.Second
+
+// viaEnded is the error of a --via session that failed while being set up
+// because the command ended (it exits as its stdout closes, or our write
+// found its stdin gone): nil when it has not ended within viaExitWait.
+func viaEnded(command string, exited <-chan struct{}, how *string) error {
+	t := time.NewTimer(viaExitWait)
+	defer t.Stop()
+	select {
+	case <-exited:
+		return fmt.Errorf("--via %q: the command ended (%s) before the session was set up (see its stderr above)", command, *how)
+	case <-t.C:
+		return nil
+	}
 }

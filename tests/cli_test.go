@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -496,5 +497,19 @@ func TestAutoTransportNothingListening(t *testing.T) {
 	errOut := p.stderr.String()
 	if want := "nothing is listening at " + addr; code != 255 || !strings.Contains(errOut, want) {
 		t.Errorf("exit %d, stderr %q; want 255 and %q", code, errOut, want)
+	}
+}
+
+// TestViaEndsEarly: --via a command that ends before the session is set
+// up (a `docker exec` that finds no container) says the command ended, and
+// how, below what it printed; not "transportio: connection lost: write |1:
+// broken pipe" or "session closed by peer: WT_NO_ERROR".
+func TestViaEndsEarly(t *testing.T) {
+	t.Parallel()
+	via := "echo 'Error: No such container: c1' >&2; exit 3"
+	p := start(t, "ls", "--via", via)
+	want := fmt.Sprintf("Error: No such container: c1\nsidecar: --via %q: the command ended (exit status 3) before the session was set up (see its stderr above)\n", via)
+	if code := p.wait(t, waitTimeout); code != 255 || p.stderr.String() != want {
+		t.Errorf("ls --via %q: exit %d, stderr %q; want 255 and %q", via, code, p.stderr.String(), want)
 	}
 }

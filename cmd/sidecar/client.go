@@ -60,8 +60,13 @@ func (f *connFlags) register(cmd *cobra.Command) {
 			if err := f.check(); err != nil {
 				return err
 			}
+			given := a
 			a = viaArgs(a)
 			if err := check(c, a); err != nil {
+				if len(a) > len(given) && check(c, given) == nil {
+					// Meant as the URL, but it has no scheme.
+					return fmt.Errorf("%q is not a URL (want https://HOST:PORT); with --via the URL may be left out", given[0])
+				}
 				return err
 			}
 			if f.via != "" || len(a) == 0 {

@@ -74,6 +74,23 @@ func TestClientArgsChecked(t *testing.T) {
 		}
 	}
 
+	t.Run("no URL with --via", func(t *testing.T) {
+		// A word that is no URL, where only the URL can go: with --via it
+		// was taken as an argument after "stdio:" ("accepts 1 arg(s),
+		// received 2").
+		for name, newCmd := range map[string]func() *cobra.Command{"ls": lsCmd, "top": topCmd, "forward": forwardCmd} {
+			cmd := newCmd()
+			if err := cmd.ParseFlags([]string{"--via", "cat", "x"}); err != nil {
+				t.Fatal(err)
+			}
+			err := cmd.ValidateArgs(cmd.Flags().Args())
+			want := `"x" is not a URL (want https://HOST:PORT); with --via the URL may be left out`
+			if err == nil || err.Error() != want {
+				t.Errorf("%s --via cat x: %v, want %q", name, err, want)
+			}
+		}
+	})
+
 	t.Run("pin from the environment", func(t *testing.T) {
 		t.Setenv("SIDECAR_CERT_HASH", "xyz")
 		cmd := lsCmd()
