@@ -271,20 +271,9 @@ func DialTIOWebSocket(ctx context.Context, url string, header http.Header, clien
 	s, err := transportio.DialWebSocket(ctx, url, &websocket.DialOptions{HTTPHeader: header, HTTPClient: client},
 		transportio.Config{Contract: Contract, PayloadsChecked: true}, transportio.WebSocketOptions{Cork: cork})
 	if err != nil {
-		return nil, asHTTPError(err)
+		return nil, err
 	}
 	return clientConn(ctx, s)
-}
-
-// asHTTPError turns a transport-io dial answered with another HTTP status
-// (*transportio.StatusError) into the *HTTPError that DialWebSocket
-// returns for the same answer.
-func asHTTPError(err error) error {
-	var se *transportio.StatusError
-	if errors.As(err, &se) {
-		return &HTTPError{StatusCode: se.StatusCode, Err: se.Err}
-	}
-	return err
 }
 
 // IsNoQUICAnswer reports whether err is a WebTransport dial whose QUIC

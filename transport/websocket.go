@@ -290,17 +290,9 @@ func corkClient(hc *http.Client) (*http.Client, func() *CorkConn) {
 	}
 }
 
-// HTTPError is a refusal of the upgrade request.
-type HTTPError struct {
-	StatusCode int
-	Err        error
-}
-
-func (e *HTTPError) Error() string {
-	return fmt.Sprintf("server answered HTTP %d: %v", e.StatusCode, e.Err)
-}
-
-func (e *HTTPError) Unwrap() error { return e.Err }
+// HTTPError is a refusal of the upgrade request: an HTTP status other than
+// the upgrade's, on every transport (the transport-io dials return it too).
+type HTTPError = transportio.StatusError
 
 // CloseStatus returns the close code in err (a WebSocket close or a Pipe
 // close), or -1.

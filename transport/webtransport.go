@@ -153,7 +153,7 @@ func UDPBufferAdvice() string {
 func DialWebTransport(ctx context.Context, url string, header http.Header, tlsConf *tls.Config) (MessageConn, error) {
 	s, err := transportio.DialWebTransport(ctx, url, header, tlsConf, transportio.Config{Contract: Contract, PayloadsChecked: true})
 	if err != nil {
-		return nil, asHTTPError(err)
+		return nil, err
 	}
 	return clientConn(ctx, s)
 }
