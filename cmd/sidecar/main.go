@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"runtime/pprof"
+	"slices"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -49,6 +52,26 @@ func usageErrors(root *cobra.Command) {
 	}
 }
 
+// survivePipes keeps the named long-running commands alive when their
+// stdout or stderr is a pipe whose reader has gone (`sidecar serve 2>&1 |
+// head`, or `| grep -m1 forwarding` to wait for readiness): Go's default is
+// to die of SIGPIPE at the next log line, which for forward cut its
+// transfers short without a reset, so that they looked complete. Once
+// SIGPIPE is notified (not ignored, which children such as a terminal's
+// shell would inherit), such a write fails with EPIPE and the line is lost,
+// nothing else. The other commands keep the default: `sidecar ls | head`
+// ends quietly.
+func survivePipes(root *cobra.Command, names ...string) {
+	for _, c := range root.Commands() {
+		if run := c.RunE; run != nil && slices.Contains(names, c.Name()) {
+			c.RunE = func(c *cobra.Command, args []string) error {
+				signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+				return run(c, args)
+			}
+		}
+	}
+}
+
 func main() {
 	host.Version = version
 	root := &cobra.Command{
@@ -61,6 +84,7 @@ func main() {
 	}
 	root.AddCommand(serveCmd(), runCmd(), attachCmd(), lsCmd(), tokenCmd(), certCmd(), forwardCmd(), stdioCmd(), topCmd(), killCmd())
 	usageErrors(root)
+	survivePipes(root, "serve", "forward")
 	stopProfile := startProfile()
 	err := root.Execute()
 	stopProfile()
