@@ -127,8 +127,11 @@ type response struct {
 // CheckURL parses rawURL and reports, in words a person can act on, what
 // Dial would refuse before dialling: not a URL, a scheme other than
 // https:// or wss:// (or their plain-text forms), a port outside
-// 1-65535, or a wss:// URL (plain AHP) with a transport (Options.Transport)
-// that needs https://.
+// 1-65535, a wss:// URL (plain AHP) with a transport (Options.Transport)
+// that needs https://, or http:// (no TLS) with WebTransport (always TLS).
+// The plain-text forms ws:// and http:// are for peers without TLS (a
+// transport-io server of another implementation); sidecar serve always
+// speaks TLS.
 func CheckURL(rawURL, transportMode string) (*url.URL, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Host == "" {
@@ -140,6 +143,9 @@ func CheckURL(rawURL, transportMode string) (*url.URL, error) {
 			return nil, fmt.Errorf("%s: --transport %s needs an https:// URL (wss:// is plain AHP)", rawURL, transportMode)
 		}
 	case "https", "http":
+		if u.Scheme == "http" && transportMode == TransportWebTransport {
+			return nil, fmt.Errorf("%s: WebTransport always runs over TLS: use https://", rawURL)
+		}
 	default:
 		return nil, fmt.Errorf("invalid URL %q: scheme must be https:// (transport-io) or wss:// (plain AHP)", rawURL)
 	}
@@ -181,6 +187,7 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	typed := u.Scheme // as given: the switch below rewrites u
 	tio := false
 	switch u.Scheme {
 	case "wss", "ws":
@@ -240,8 +247,8 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 		switch {
 		case opts.Token == "" && strings.Contains(err.Error(), "refused the token"):
 			return nil, fmt.Errorf("%s wants a token and none was given: pass --token or set SIDECAR_TOKEN", u.Host)
-		case (u.Scheme == "ws" || u.Scheme == "http") && (errors.As(err, &he) || strings.Contains(err.Error(), "HTTP 400")):
-			return nil, fmt.Errorf("%s answered plain %s with HTTP 400: the sidecar always speaks TLS: use %s://", u.Host, u.Scheme, map[string]string{"ws": "wss", "http": "https"}[u.Scheme])
+		case (typed == "ws" || typed == "http") && (errors.As(err, &he) || strings.Contains(err.Error(), "HTTP 400")):
+			return nil, fmt.Errorf("%s answered plain %s:// with HTTP 400: the sidecar always speaks TLS: use %s://", u.Host, typed, map[string]string{"ws": "wss", "http": "https"}[typed])
 		}
 		return nil, err
 	}

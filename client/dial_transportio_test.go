@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -190,10 +192,11 @@ func TestCheckURL(t *testing.T) {
 		"ftp://x":                    `invalid URL "ftp://x": scheme must be https://`,
 		"https://h:99999":            `port "99999" is not between 1 and 65535`,
 		"wss://h:1/ahp#webtransport": "needs an https:// URL",
+		"http://h:1#webtransport":    "http://h:1: WebTransport always runs over TLS: use https://",
 	} {
 		mode := TransportAuto
-		if strings.HasSuffix(raw, "#webtransport") {
-			mode = TransportWebTransport
+		if r, ok := strings.CutSuffix(raw, "#webtransport"); ok {
+			raw, mode = r, TransportWebTransport
 		}
 		_, err := CheckURL(raw, mode)
 		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
@@ -242,5 +245,41 @@ func TestDialNotTLS(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDialPlainHTTP: http:// asks for no TLS, so auto tries only the
+// WebSocket mapping in plain text (WebTransport is always TLS: it used to
+// be tried, and could succeed, over TLS); a TLS-only server's 400 says to
+// use https://, in the scheme typed.
+func TestDialPlainHTTP(t *testing.T) {
+	var got []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.URL.Path)
+		mu.Unlock()
+		http.Error(w, "Client sent an HTTP request to an HTTPS server.", http.StatusBadRequest)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	for raw, want := range map[string]string{
+		srv.URL:                          host + " answered plain http:// with HTTP 400: the sidecar always speaks TLS: use https://",
+		"ws://" + host + "/ahp":          host + " answered plain ws:// with HTTP 400: the sidecar always speaks TLS: use wss://",
+		srv.URL + "/ahp":                 host + " answered plain http:// with HTTP 400: the sidecar always speaks TLS: use https://",
+		"ws://" + host + "/transport-io": host + " answered plain ws:// with HTTP 400: the sidecar always speaks TLS: use wss://",
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := Dial(ctx, raw, Options{Transport: TransportAuto, ClientName: "plain-test"})
+		cancel()
+		if err == nil || err.Error() != want {
+			t.Errorf("Dial(%s): %v\nwant %s", raw, err, want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(got)
+	if want := []string{"/ahp", "/ahp", "/transport-io", "/transport-io"}; !slices.Equal(got, want) {
+		t.Errorf("requests %q, want one per dial: %q", got, want)
 	}
 }
