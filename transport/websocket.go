@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -86,11 +87,24 @@ func (w *wsConn) readErr(err error) error {
 	if lost := w.lost.Load(); lost != nil {
 		return *lost
 	}
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("the peer's TCP connection ended without a WebSocket close: %w", err)
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return &lostError{"the peer's TCP connection ended without a WebSocket close", err}
+	case errors.Is(err, syscall.ECONNRESET):
+		return &lostError{"the peer's TCP connection was reset", err}
 	}
 	return err
 }
+
+// lostError says what happened to the connection in words; err is the
+// library's error (failed to get reader: failed to read frame header: EOF).
+type lostError struct {
+	msg string
+	err error
+}
+
+func (e *lostError) Error() string { return e.msg }
+func (e *lostError) Unwrap() error { return e.err }
 
 // NewWebSocketConn wraps c (already upgraded or dialled) as a MessageConn;
 // readLimit bounds one message in UTF-8 bytes (a larger one closes the

@@ -2,6 +2,8 @@ package transport
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -183,5 +185,39 @@ func TestWebSocketOverHTTP2(t *testing.T) {
 		if res.ProtoMajor != 2 || res.StatusCode != http.StatusHTTPVersionNotSupported {
 			t.Errorf("%s: %s %d, want HTTP/2 505", path, res.Proto, res.StatusCode)
 		}
+	}
+}
+
+// TestPeerVanished: a server whose TCP connection ends without a WebSocket
+// close (it died) is worded as such on both WebSocket endpoints' clients,
+// without the library's layers ("failed to get reader: failed to read
+// frame header: EOF"), and the error still unwraps to io.EOF on /ahp.
+func TestPeerVanished(t *testing.T) {
+	const want = "the peer's TCP connection ended without a WebSocket close"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		_ = c.CloseNow() // the TCP connection ends, no close frame
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mc, err := DialWebSocket(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil, nil, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = mc.ReadMessage(ctx)
+	if err == nil || err.Error() != want || !errors.Is(err, io.EOF) {
+		t.Errorf("/ahp: ReadMessage error %v, want %q wrapping io.EOF", err, want)
+	}
+	_ = mc.Close(CloseNormal, "")
+
+	// transport-io: the session is lost before its handshake (our frame
+	// 0 may meet the closed socket first: then it was reset).
+	_, err = DialTIOWebSocket(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+TIOPath, nil, nil)
+	if err == nil || (!strings.HasSuffix(err.Error(), want) && !strings.HasSuffix(err.Error(), "the peer's TCP connection was reset")) {
+		t.Errorf("transport-io: dial error %v, want one ending %q (or: was reset)", err, want)
 	}
 }

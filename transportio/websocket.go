@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -137,13 +138,26 @@ func (w *wsCarrier) Close(code CloseCode, reason string) error {
 	return nil
 }
 
+// lostReason words a read error that ended the socket without a close:
+// what happened to the TCP connection, not the library's layers ("failed
+// to get reader: failed to read frame header: EOF").
+func lostReason(err error) string {
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return "the peer's TCP connection ended without a WebSocket close"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "the peer's TCP connection was reset"
+	}
+	return err.Error()
+}
+
 func (w *wsCarrier) readLoop() {
 	defer w.wg.Done()
 	for {
 		typ, data, err := w.read()
 		if err != nil {
 			var ce websocket.CloseError
-			e := &SessionError{Lost: true, Reason: err.Error()}
+			e := &SessionError{Lost: true, Reason: lostReason(err)}
 			if errors.As(err, &ce) {
 				if code, ok := CloseCodeFromWebSocket(int(ce.Code)); ok {
 					e = &SessionError{Code: code, Reason: ce.Reason, Remote: true}
