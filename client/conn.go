@@ -300,8 +300,8 @@ func explainDial(u *url.URL, err error) error {
 		return fmt.Errorf("%s: the certificate is not trusted (%v); pass --cert-hash with the pin that sidecar serve printed", u.Host, unwrapAll(err))
 	}
 	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return fmt.Errorf("%s did not answer in time: %v", u.Host, err)
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("%s did not answer within --connect-timeout: is the address reachable, and is sidecar serve running there?", u.Host)
 	}
 	return fmt.Errorf("cannot connect to %s: %v", u.Host, err)
 }

@@ -179,6 +179,15 @@ func TestDialAutoSilentServer(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Dial: %v; want %q", err, want)
 	}
+	// Plain AHP (wss://): the same, in one sentence without the library's
+	// "failed to WebSocket dial: failed to send handshake request: Get ...".
+	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = Dial(ctx, "wss://"+l.Addr().String()+"/ahp", Options{ClientName: "silent-test"})
+	want = l.Addr().String() + " did not answer within --connect-timeout: is the address reachable, and is sidecar serve running there?"
+	if err == nil || err.Error() != want {
+		t.Fatalf("Dial wss: %v; want %q", err, want)
+	}
 }
 
 // TestCheckURL: the URLs Dial refuses before dialling, in the words the
