@@ -93,6 +93,10 @@ type Options struct {
 	// carry transport-io, e.g. "docker exec -i C sidecar stdio"; the URL is
 	// then not dialled.
 	Via string
+
+	// viaEnded, set by Dial with Via, says how the command ended once it
+	// has (nil while it runs): the reason a session that ends gives.
+	viaEnded func() error
 }
 
 // Conn is one client connection. Its methods are safe for concurrent use.
@@ -169,6 +173,12 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 		mc, exited, how, err := dialVia(ctx, opts.Via)
 		if err != nil {
 			return nil, err
+		}
+		opts.viaEnded = func() error {
+			if viaEnded(opts.Via, exited, how) == nil {
+				return nil
+			}
+			return fmt.Errorf("--via %q: the command ended (%s)", opts.Via, *how)
 		}
 		c, err := dialed(ctx, mc, opts)
 		if err != nil && errors.Is(err, context.DeadlineExceeded) {
@@ -415,7 +425,15 @@ func (c *Conn) readLoop() {
 	for {
 		raw, err := c.mc.ReadMessage(c.ctx)
 		if err != nil {
-			c.fail(describeClose(err), transport.CloseNormal, "")
+			err = describeClose(err)
+			if c.opts.viaEnded != nil && c.Err() == nil {
+				// The --via command ending is the story (its stdout
+				// closed: it exited, or was killed).
+				if v := c.opts.viaEnded(); v != nil {
+					err = v
+				}
+			}
+			c.fail(err, transport.CloseNormal, "")
 			return
 		}
 		if err := c.handle(raw); err != nil {

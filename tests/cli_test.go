@@ -513,3 +513,29 @@ func TestViaEndsEarly(t *testing.T) {
 		t.Errorf("ls --via %q: exit %d, stderr %q; want 255 and %q", via, code, p.stderr.String(), want)
 	}
 }
+
+// TestViaKilled: forward --via a sidecar stdio that is killed mid-session
+// ends with how the command ended, not "the server closed the connection:
+// the peer closed its end".
+func TestViaKilled(t *testing.T) {
+	t.Parallel()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	via := "echo $$ >" + pidFile + "; exec " + sidecarBin + " stdio"
+	p := start(t, "forward", "--via", via, "-L", freePort(t)+":127.0.0.1:9")
+	p.stderr.waitFor(t, "forward's first line", 0, "sidecar: forwarding ")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("sidecar: --via %q: the command ended (signal: killed)\n", via)
+	if code := p.wait(t, waitTimeout); code != 255 || !strings.Contains(p.stderr.String(), want) {
+		t.Errorf("forward --via, command killed: exit %d, stderr %q; want 255 and %q", code, p.stderr.String(), want)
+	}
+}
