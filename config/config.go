@@ -517,6 +517,27 @@ func (v *validator) duration(key string, d time.Duration) {
 	}
 }
 
+// CheckListenAddress reports what is wrong with addr as a listen address
+// (listener.address, serve --listen): HOST:PORT, port 0-65535 (0: any
+// free port), IPv6 in brackets.
+func CheckListenAddress(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%q is not host:port (%v); write for example \"127.0.0.1:4433\" or \"[::]:4433\"", addr, err)
+	case !validPort(port):
+		return fmt.Errorf("port %q of %q is not a number from 0 to 65535", port, addr)
+	case strings.ContainsAny(host, " /"):
+		return fmt.Errorf("host %q is not a host name or IP address", host)
+	}
+	return nil
+}
+
+func validPort(port string) bool {
+	n, err := strconv.ParseUint(port, 10, 16)
+	return err == nil && (port == "0" || n != 0)
+}
+
 // Validate checks the values: durations and sizes greater than zero,
 // delivery.maximum_frame_bytes in [MinMaximumFrameBytes, MaxMaximumFrameBytes],
 // delivery.transport_queue_frames at most MaxTransportQueueFrames, listener.address a
@@ -536,12 +557,8 @@ func (c *Config) Validate() error {
 	}
 
 	// listener
-	if host, port, err := net.SplitHostPort(c.Listener.Address); err != nil {
-		v.bad("listener.address", "%q is not host:port (%v); write for example \"127.0.0.1:4433\" or \"[::]:4433\"", c.Listener.Address, err)
-	} else if n, err := strconv.ParseUint(port, 10, 16); err != nil || (port != "0" && n == 0) {
-		v.bad("listener.address", "port %q of %q is not a number from 0 to 65535", port, c.Listener.Address)
-	} else if strings.ContainsAny(host, " /") {
-		v.bad("listener.address", "host %q is not a host name or IP address", host)
+	if err := CheckListenAddress(c.Listener.Address); err != nil {
+		v.bad("listener.address", "%v", err)
 	}
 	for _, o := range c.Listener.Origins {
 		u, err := url.Parse(o)

@@ -539,3 +539,28 @@ func TestViaKilled(t *testing.T) {
 		t.Errorf("forward --via, command killed: exit %d, stderr %q; want 255 and %q", code, p.stderr.String(), want)
 	}
 }
+
+// TestServeListenErrors: a --listen that is no HOST:PORT is a usage error
+// naming the flag (exit 2), not listener.address; a port in use says so
+// once and what to do (exit 1), without "listen tcp ...: bind:".
+func TestServeListenErrors(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, tc := range []struct {
+		listen string
+		code   int
+		want   string
+	}{
+		{"::1:4433", 2, `sidecar: --listen: "::1:4433" is not host:port (address ::1:4433: too many colons in address); write for example "127.0.0.1:4433" or "[::]:4433"` + "\n"},
+		{busy.Addr().String(), 1, "sidecar: cannot listen on " + busy.Addr().String() + ": address already in use (another sidecar serve? pick another port: --listen or listener.address)\n"},
+	} {
+		p := start(t, "serve", "--listen", tc.listen, "--state-dir", t.TempDir())
+		if code := p.wait(t, waitTimeout); code != tc.code || !strings.HasSuffix(p.stderr.String(), tc.want) {
+			t.Errorf("serve --listen %s: exit %d, stderr %q; want %d and %q", tc.listen, code, p.stderr.String(), tc.code, tc.want)
+		}
+	}
+}

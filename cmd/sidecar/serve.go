@@ -56,6 +56,9 @@ func serve(configFile, listen, token, stateDir string) error {
 		return &exitError{code: 2, err: err}
 	}
 	if listen != "" {
+		if err := config.CheckListenAddress(listen); err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("--listen: %v", err)}
+		}
 		cfg.Listener.Address = listen
 	}
 	if stateDir != "" {
@@ -85,7 +88,11 @@ func serve(configFile, listen, token, stateDir string) error {
 	}
 	ln, err := net.Listen("tcp", cfg.Listener.Address)
 	if err != nil {
-		return &exitError{code: 1, err: fmt.Errorf("cannot listen on %s: %w", cfg.Listener.Address, err)}
+		msg := fmt.Sprintf("cannot listen on %s: %v", cfg.Listener.Address, unwrapSyscall(err))
+		if errors.Is(err, syscall.EADDRINUSE) {
+			msg += " (another sidecar serve? pick another port: --listen or listener.address)"
+		}
+		return &exitError{code: 1, err: errors.New(msg)}
 	}
 	addr := ln.Addr().(*net.TCPAddr)
 
