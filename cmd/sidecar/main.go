@@ -1,6 +1,7 @@
 // Command sidecar is the sidecar daemon (sidecar serve) and its client
-// (run, attach, ls, token, cert): terminals of a remote machine over the
-// Agent Host Protocol with windowed delivery.
+// (run, attach, ls, forward, token, cert): terminals and localhost TCP
+// ports of a remote machine over the Agent Host Protocol with windowed
+// delivery.
 package main
 
 import (
@@ -76,8 +77,8 @@ func main() {
 	host.Version = version
 	root := &cobra.Command{
 		Use:           "sidecar",
-		Short:         "Terminals of this machine, flow-controlled, for remote clients",
-		Long:          "sidecar runs beside a workload (sidecar serve) and is the client people use to reach it\n(sidecar attach, run, ls). It speaks the Agent Host Protocol with windowed delivery.",
+		Short:         "Terminals and localhost ports of this machine, flow-controlled, for remote clients",
+		Long:          "sidecar runs beside a workload (sidecar serve) and is the client people use to reach it\n(sidecar attach, run, ls, forward). It speaks the Agent Host Protocol with windowed delivery.",
 		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
