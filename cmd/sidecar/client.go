@@ -627,7 +627,12 @@ func lsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls URL",
 		Short: "List the host's terminals and listening TCP ports",
-		Args:  cobra.ExactArgs(1),
+		Long: `List the host's terminals (id, title, who claims them, status) and the TCP
+ports listening on the host, with the process that owns each where the host
+may see it (the ports to give sidecar forward -L). The host reads its
+listening ports every 3 seconds, so a port opened a moment ago may be
+missing.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cf.withConn(args[0], func(ctx context.Context, conn *client.Conn) error {
 				return listHost(ctx, conn, asJSON)
