@@ -468,7 +468,6 @@ func describeClose(err error) error {
 	return fmt.Errorf("the server closed the connection (code %d: %s)", code, reason)
 }
 
-// lostError is a lost connection worded once; it unwraps to the cause.
 // closedError is a connection the server closed normally; msg says so in
 // words, err is the transport's error.
 type closedError struct {
@@ -479,6 +478,7 @@ type closedError struct {
 func (e *closedError) Error() string { return e.msg }
 func (e *closedError) Unwrap() error { return e.err }
 
+// lostError is a lost connection worded once; it unwraps to the cause.
 type lostError struct {
 	msg string
 	err error
