@@ -425,15 +425,16 @@ func (c *Conn) readLoop() {
 	for {
 		raw, err := c.mc.ReadMessage(c.ctx)
 		if err != nil {
-			err = describeClose(err)
-			if c.opts.viaEnded != nil && c.Err() == nil {
+			why := describeClose(err)
+			if c.opts.viaEnded != nil && c.Err() == nil && transport.CloseStatus(err) != transport.CloseGoingAway {
 				// The --via command ending is the story (its stdout
-				// closed: it exited, or was killed).
+				// closed: it exited, or was killed), unless it said it
+				// was shutting down.
 				if v := c.opts.viaEnded(); v != nil {
-					err = v
+					why = v
 				}
 			}
-			c.fail(err, transport.CloseNormal, "")
+			c.fail(why, transport.CloseNormal, "")
 			return
 		}
 		if err := c.handle(raw); err != nil {
