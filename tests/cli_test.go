@@ -523,6 +523,9 @@ func TestViaKilled(t *testing.T) {
 	via := "echo $$ >" + pidFile + "; exec " + sidecarBin + " stdio"
 	p := start(t, "forward", "--via", via, "-L", freePort(t)+":127.0.0.1:9")
 	p.stderr.waitFor(t, "forward's first line", 0, "sidecar: forwarding ")
+	if want := fmt.Sprintf("sidecar: connected through %q\n", via); !strings.HasPrefix(p.stderr.String(), want) {
+		t.Errorf("forward --via said %q first, want %q", p.stderr.String(), want)
+	}
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		t.Fatal(err)

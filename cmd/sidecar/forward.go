@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,10 +60,14 @@ get SOCKS4's rejection). Its bind address is as -L's.
 
 Both may be given several times; everything shares one connection to the
 host. Ctrl-C resets every forwarded connection still open (a download cut
-short never looks complete) and exits 0; before it has connected, 130.`,
+short never looks complete) and exits 0; before it has connected, 130.
+
+Exit status: 0 after Ctrl-C, SIGTERM or SIGHUP once connected (130, 143
+or 129 while still connecting); 255 when a local port cannot be bound,
+or the connection cannot be made or is lost; 2 for a usage error.`,
 		Example: `  sidecar forward wss://127.0.0.1:4433/ahp -L 8080:127.0.0.1:3000 -L 127.0.0.1:5433:db:5432
   sidecar forward wss://127.0.0.1:4433/ahp -D 1080`,
-		Args: cobra.ExactArgs(1),
+		Args: forwardArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return forward(&cf, args[0], locals, dynamics)
 		},
@@ -74,6 +79,25 @@ short never looks complete) and exits 0; before it has connected, 130.`,
 	cmd.Flags().StringArrayVarP(&locals, "local", "L", nil, "forward [bind:]port to host:hostport on the host's side (repeatable)")
 	cmd.Flags().StringArrayVarP(&dynamics, "dynamic", "D", nil, "SOCKS5 proxy on [bind:]port, connecting from the host (repeatable)")
 	return cmd
+}
+
+// forwardArgs takes exactly one argument, the URL (with --via, connFlags
+// puts "stdio:" in for a missing one), and says in words what is wrong
+// otherwise: a forwarding typed without -L, say, is named.
+func forwardArgs(_ *cobra.Command, args []string) error {
+	switch len(args) {
+	case 0:
+		return errors.New("missing URL: sidecar forward URL -L [bind:]port:host:hostport or -D [bind:]port")
+	case 1:
+		return nil
+	case 2:
+		return fmt.Errorf("unexpected argument %q: forward takes one URL; give forwardings with -L/-D", args[1])
+	}
+	quoted := make([]string, len(args)-1)
+	for i, a := range args[1:] {
+		quoted[i] = strconv.Quote(a)
+	}
+	return fmt.Errorf("unexpected arguments %s: forward takes one URL; give forwardings with -L/-D", strings.Join(quoted, " "))
 }
 
 // localForward is one -L.
@@ -289,6 +313,46 @@ type forwarder struct {
 	active map[*net.TCPConn]struct{}
 }
 
+// log is where forward's lines go: fw.stderr, else os.Stderr.
+func (fw *forwarder) log() io.Writer {
+	if fw.stderr != nil {
+		return fw.stderr
+	}
+	return os.Stderr
+}
+
+// ending reports whether forward is shutting down (done closed) or the
+// connection to the host has ended. A channel that fails then failed
+// because of it: that gets no line of its own (Ctrl-C needs none, and
+// the connection's end is said once, with the count of connections
+// reset).
+func (fw *forwarder) ending() bool {
+	select {
+	case <-fw.done: // nil: never
+		return true
+	default:
+	}
+	return fw.conn != nil && fw.conn.Err() != nil
+}
+
+// release stops tracking local connection c, whose handler has ended,
+// unless it was reset while forward is ending: closeActive counts those
+// among the connections reset, whichever of the handler and closeActive
+// got there first.
+func (fw *forwarder) release(c *net.TCPConn, wasReset bool) {
+	if wasReset && fw.ending() {
+		return
+	}
+	fw.track(c, false)
+}
+
+// resetTCP closes c with an RST instead of a FIN: its reader gets
+// ECONNRESET, never the EOF of a complete answer.
+func resetTCP(c *net.TCPConn) {
+	_ = c.SetLinger(0)
+	_ = c.Close()
+}
+
 // forwardGCPercent is the GOGC a forward runs with unless $GOGC is set.
 // Its heap is pooled buffers and the windows' data in flight, and it
 // allocates little per byte moved (about 25 MB over 3 GiB of bulk
@@ -353,10 +417,10 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 		}
 		ls, err := listenBind(ctx, bind, net.DefaultResolver.LookupIPAddr, listenTCP)
 		if err != nil {
-			return listenFailed(err, caught())
+			return listenFailed(err, caught(), bound, given[i])
 		}
 		for _, l := range ls {
-			bound = append(bound, boundListener{l: l, local: local})
+			bound = append(bound, boundListener{l: l, local: local, given: given[i]})
 		}
 	}
 	conn, err := cf.dial(ctx, url)
@@ -367,7 +431,9 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	if conn.Initialized().TCPConnections == nil {
 		return &exitError{code: 255, err: fmt.Errorf("%s does not offer TCP forwarding (no tcpConnections in its capabilities)", url)}
 	}
-	if tr := conn.Transport(); tr != "" {
+	if cf.via != "" {
+		fmt.Fprintf(os.Stderr, "sidecar: connected through %q\n", cf.via)
+	} else if tr := conn.Transport(); tr != "" {
 		fmt.Fprintf(os.Stderr, "sidecar: connected to %s over %s\n", url, tr)
 	}
 	done := make(chan struct{})
@@ -382,48 +448,71 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 			go fw.serveSOCKS(b.l)
 		}
 	}
+	return fw.runUntil(ctx, done, closeListeners)
+}
+
+// runUntil forwards until ctx ends (a signal: exit 0) or the connection
+// to the host does (exit 255, its reason printed first), then shuts down:
+// done is closed (accept loops waiting after a failure end), the
+// listeners closed, every local connection still open reset and counted
+// on a line after the reason, the connection closed, and the handlers
+// given forwardDrain to end.
+func (fw *forwarder) runUntil(ctx context.Context, done chan<- struct{}, closeListeners func()) error {
 	var result error
 	select {
 	case <-ctx.Done():
-	case <-conn.Done():
-		result = &exitError{code: 255, err: conn.Err()}
+	case <-fw.conn.Done():
+		// Here, not through main: before the count of connections reset.
+		fmt.Fprintf(fw.log(), "sidecar: %v\n", fw.conn.Err())
+		result = &exitError{code: 255}
 	}
 	close(done) // an accept loop waiting after a failure ends now
 	closeListeners()
 	if n := fw.closeActive(); n > 0 {
-		fmt.Fprintf(os.Stderr, "sidecar: reset %d forwarded connection(s) still open\n", n)
+		fmt.Fprintf(fw.log(), "sidecar: reset %d forwarded connection(s) still open\n", n)
 	}
 	// Ending the connection ends every channel at once (the host resets
 	// their sockets), also those whose handlers wait on the host, not on
 	// the local socket just closed (an upload into a destination that
 	// does not read).
-	_ = conn.Close()
+	_ = fw.conn.Close()
 	drained := make(chan struct{})
 	go func() {
 		fw.wg.Wait()
 		close(drained)
 	}()
+	t := time.NewTimer(forwardDrain)
+	defer t.Stop()
 	select {
 	case <-drained:
-	case <-time.After(forwardDrain):
+	case <-t.C:
 	}
 	return result
 }
 
-// listenFailed is how forward ends when a local port cannot be bound: 255
-// with the reason, or 128+n when signal n cut a bind name's lookup short.
-func listenFailed(err error, sig syscall.Signal) error {
+// listenFailed is how forward ends when the local port of flag given (as
+// typed: "-L localhost:8080") cannot be bound: 128+n when signal n cut a
+// bind name's lookup short; a usage error (2) when one of our own
+// listeners already bound holds the address (two -L/-D whose names and
+// addresses resolve to the same one, which sameLocalPort cannot see);
+// else 255 with the reason.
+func listenFailed(err error, sig syscall.Signal, bound []boundListener, given string) error {
 	if sig != 0 {
 		return interrupted(sig, "listening")
+	}
+	if b := clashingListener(bound, err); b != nil {
+		return &exitError{code: 2, err: fmt.Errorf("%s and %s listen on the same port", b.given, given)}
 	}
 	return &exitError{code: 255, err: err}
 }
 
 // boundListener is one listener of a -L (local set) or a -D (local nil),
-// bound before the connection is dialled.
+// bound before the connection is dialled; given is the flag as typed
+// ("-L localhost:8080"), for messages.
 type boundListener struct {
 	l     net.Listener
 	local *localForward
+	given string
 }
 
 // bindLookupTimeout bounds resolving a bind address given as a name
@@ -460,7 +549,7 @@ func listenBind(ctx context.Context, bind string, lookup lookupFunc, listen list
 	if _, err := netip.ParseAddr(host); err == nil { // a literal, zone included
 		l, err := listen(ctx, listenNetwork(bind), bind)
 		if err != nil {
-			return nil, fmt.Errorf("cannot listen on %s: %v", bind, unwrapSyscall(err))
+			return nil, &listenError{addr: bind, msg: fmt.Sprintf("cannot listen on %s: %v", bind, unwrapSyscall(err)), err: err}
 		}
 		return []net.Listener{l}, nil
 	}
@@ -500,7 +589,7 @@ func listenBind(ctx context.Context, bind string, lookup lookupFunc, listen list
 			for _, l := range ls {
 				_ = l.Close()
 			}
-			return nil, fmt.Errorf("cannot listen on %s (%s): %v", addr, host, unwrapSyscall(err))
+			return nil, &listenError{addr: addr, msg: fmt.Sprintf("cannot listen on %s (%s): %v", addr, host, unwrapSyscall(err)), err: err}
 		}
 		if port == "0" {
 			if ta, ok := l.Addr().(*net.TCPAddr); ok {
@@ -516,6 +605,51 @@ func listenBind(ctx context.Context, bind string, lookup lookupFunc, listen list
 		return nil, skipped
 	}
 	return nil, fmt.Errorf("cannot listen on %s: %s has no address", bind, host)
+}
+
+// listenError is a bind that failed: addr is the address asked for (a
+// name's resolved address: 127.0.0.1:8080); it unwraps to the listen
+// error (errors.Is(err, syscall.EADDRINUSE) works).
+type listenError struct {
+	addr string
+	msg  string
+	err  error
+}
+
+func (e *listenError) Error() string { return e.msg }
+func (e *listenError) Unwrap() error { return e.err }
+
+// clashingListener finds, for a bind that failed with err, which of our
+// own listeners already bound holds its address: the same address and
+// port, or a wildcard of its family on that port (what bindsOverlap
+// finds between literals, here once names are resolved: -L localhost:8080
+// and -L 127.0.0.1:8080). It returns nil when err is no EADDRINUSE or
+// the address is held by someone else.
+func clashingListener(bound []boundListener, err error) *boundListener {
+	var le *listenError
+	if !errors.As(err, &le) || !errors.Is(err, syscall.EADDRINUSE) {
+		return nil
+	}
+	want, perr := netip.ParseAddrPort(le.addr)
+	if perr != nil {
+		return nil
+	}
+	wa := want.Addr().Unmap()
+	for i, b := range bound {
+		ta, ok := b.l.Addr().(*net.TCPAddr)
+		if !ok {
+			continue
+		}
+		got := ta.AddrPort()
+		ga := got.Addr().Unmap()
+		if got.Port() != want.Port() || ga.Is4() != wa.Is4() {
+			continue
+		}
+		if ga == wa || ga.IsUnspecified() || wa.IsUnspecified() {
+			return &bound[i]
+		}
+	}
+	return nil
 }
 
 // noAddressFamily reports whether a listen failed because the machine has
@@ -569,8 +703,7 @@ func (fw *forwarder) closeActive() int {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	for c := range fw.active {
-		_ = c.SetLinger(0)
-		_ = c.Close()
+		resetTCP(c)
 	}
 	return len(fw.active)
 }
@@ -589,16 +722,21 @@ func (fw *forwarder) acceptLocal(l net.Listener, f localForward) {
 		fw.wg.Add(1)
 		go func() {
 			defer fw.wg.Done()
-			defer fw.track(local, false)
+			wasReset := true
+			defer func() { fw.release(local, wasReset) }()
 			ctx, cancel := context.WithTimeout(context.Background(), forwardOpenTimeout)
 			remote, err := fw.conn.DialTCP(ctx, f.host, f.hostPort)
 			cancel()
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "sidecar: %s -> %s: open failed: %s\n", l.Addr(), dest, openMessage(err))
-				_ = local.Close()
+				if !fw.ending() { // else it failed because forward is ending
+					fmt.Fprintf(fw.log(), "sidecar: %s -> %s: open failed: %s\n", l.Addr(), dest, openMessage(err))
+				}
+				// A reset: a client that only reads must not take the
+				// end for an empty answer.
+				resetTCP(local)
 				return
 			}
-			pipe(local, remote)
+			wasReset = pipe(local, remote)
 		}()
 	}
 }
@@ -616,19 +754,20 @@ func openMessage(err error) string {
 }
 
 // pipe copies both ways until both directions ended. EOF becomes a
-// half-close on the other side; a reset on either side resets the other.
-func pipe(local *net.TCPConn, remote *client.TCPConn) {
+// half-close on the other side; a reset on either side resets the other,
+// as does a channel that fails. It reports whether local was reset.
+func pipe(local *net.TCPConn, remote *client.TCPConn) (wasReset bool) {
 	if client.TCPBacklog(local) >= 0 {
 		remote.SetBacklog(func() int { return client.TCPBacklog(local) })
 	}
 	var once sync.Once
 	abort := func(resetRemote bool) {
 		once.Do(func() {
+			wasReset = true // read after <-done below
 			if resetRemote {
 				remote.Reset()
 			}
-			_ = local.SetLinger(0)
-			_ = local.Close()
+			resetTCP(local)
 		})
 	}
 	done := make(chan struct{})
@@ -656,23 +795,19 @@ func pipe(local *net.TCPConn, remote *client.TCPConn) {
 	<-done
 	_ = remote.Close()
 	_ = local.Close()
+	return wasReset
 }
 
 // serveSOCKS runs a SOCKS5 server on l whose CONNECTs are TCP channels.
 func (fw *forwarder) serveSOCKS(l net.Listener) {
 	defer fw.wg.Done()
-	srv, err := fw.newSOCKS(l.Addr())
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 on %s: %v\n", l.Addr(), err)
-		return
-	}
 	ln := &trackingListener{Listener: fw.retrying(l), fw: fw}
 	for {
-		c, err := ln.Accept()
+		c, err := ln.accept()
 		if err != nil {
 			return // closed: forward is shutting down
 		}
-		go fw.serveSOCKSConn(srv, c, l.Addr())
+		go fw.serveSOCKSConn(c, l.Addr())
 	}
 }
 
@@ -684,8 +819,8 @@ const socksGreetingTimeout = 30 * time.Second
 // serveSOCKSConn hands a SOCKS5 client to go-socks5, which closes any
 // other without a word: a SOCKS4 client gets SOCKS4's "request rejected
 // or failed" (VN 0, CD 91) and anything else is closed, each with a line
-// saying why.
-func (fw *forwarder) serveSOCKSConn(srv *socks5.Server, c net.Conn, addr net.Addr) {
+// saying why (an HTTP proxy client is told so).
+func (fw *forwarder) serveSOCKSConn(c *socksLocal, addr net.Addr) {
 	timeout := socksGreetingTimeout
 	if fw.socksTimeout > 0 {
 		timeout = fw.socksTimeout
@@ -698,63 +833,77 @@ func (fw *forwarder) serveSOCKSConn(srv *socks5.Server, c net.Conn, addr net.Add
 	}
 	switch first[0] {
 	case 5:
+		srv, err := fw.newSOCKS(addr, c)
+		if err != nil { // go-socks5 fails only without a config
+			fmt.Fprintf(fw.log(), "sidecar: SOCKS5 %s: %v\n", addr, err)
+			_ = c.Close()
+			return
+		}
 		// The deadline stays over the whole handshake: replayConn lifts it
 		// with the reply to the request (go-socks5 has no timeouts).
-		err := srv.ServeConn(&replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(first[:]), c)})
-		if msg := socksServeError(err, timeout); msg != "" {
-			fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 %s: %s: %s\n", addr, c.RemoteAddr(), msg)
+		rc := &replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(first[:]), c)}
+		err = srv.ServeConn(rc)
+		if msg := rc.problem(err, timeout); msg != "" {
+			fmt.Fprintf(fw.log(), "sidecar: SOCKS5 %s: %s\n", addr, msg)
 		}
 		return
 	case 4:
 		_, _ = c.Write([]byte{0, 91, 0, 0, 0, 0, 0, 0})
-		fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 %s: refused a SOCKS4 client (%s): only SOCKS5 is served (e.g. curl --socks5-hostname)\n", addr, c.RemoteAddr())
+		fmt.Fprintf(fw.log(), "sidecar: SOCKS5 %s: refused a SOCKS4 client (%s): only SOCKS5 is served (e.g. curl --socks5-hostname)\n", addr, c.RemoteAddr())
+	case 'G', 'P', 'C': // GET, POST, PUT, CONNECT: a client that took -D for an HTTP proxy
+		fmt.Fprintf(fw.log(), "sidecar: SOCKS5 %s: client %s sent what looks like an HTTP proxy request; -D speaks SOCKS5 (curl --socks5-hostname): closed\n", addr, c.RemoteAddr())
 	default:
-		fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 %s: %s is not a SOCKS client (first byte 0x%02x): closed\n", addr, c.RemoteAddr(), first[0])
+		fmt.Fprintf(fw.log(), "sidecar: SOCKS5 %s: %s is not a SOCKS client (first byte 0x%02x): closed\n", addr, c.RemoteAddr(), first[0])
 	}
 	// End gracefully: a close with the rest of the request unread would be
 	// an RST, which may cost the client the reply.
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		_ = cw.CloseWrite()
-		_ = c.SetReadDeadline(time.Now().Add(time.Second))
-		_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
-	}
+	_ = c.CloseWrite()
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
 	_ = c.Close()
 }
 
-// socksServeError words what go-socks5's ServeConn returned for a line,
-// or "" when there is nothing to say: the end of a proxied connection, a
-// client gone, or an open failure that Allow has already reported.
-func socksServeError(err error, timeout time.Duration) string {
-	if err == nil {
-		return ""
-	}
-	msg := err.Error()
-	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded) || strings.Contains(msg, "i/o timeout"):
-		return fmt.Sprintf("handshake not finished within %s: closed", timeout)
-	case strings.Contains(msg, "Connect to"), strings.HasSuffix(msg, "EOF"),
-		strings.Contains(msg, "use of closed network connection"), strings.Contains(msg, "connection reset"):
-		return ""
-	}
-	return msg // a bad request, an unsupported command or address type
-}
+// socksHeadBytes bounds what replayConn keeps of a handshake for messages:
+// the greeting (at most 2+255 bytes) and the request's first 4 bytes
+// (version, command, reserved, address type).
+const socksHeadBytes = 2 + 255 + 4
 
 // replayConn is a connection whose first bytes were already read: Read
 // returns them first. Its second Write (go-socks5's reply to the request,
 // after the method selection) lifts the read deadline that bounded the
 // handshake. CloseWrite (go-socks5 half-closes with it) goes to the
-// connection underneath.
+// connection underneath. It keeps what the client sent and what it was
+// answered during the handshake, for problem.
 type replayConn struct {
 	net.Conn
-	r      io.Reader
-	writes int // go-socks5 writes from one goroutine until the reply
+	r io.Reader
+	// Written by go-socks5's goroutine until the reply (writes == 2);
+	// after it, the proxying goroutines only read writes.
+	writes int
+	method byte   // the method selected (the first Write): 0xff for none
+	reply  byte   // the reply to the request (the second Write): 0 success
+	head   []byte // the first socksHeadBytes bytes read, until the reply
 }
 
-func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+func (c *replayConn) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if c.writes < 2 && len(c.head) < socksHeadBytes {
+		c.head = append(c.head, p[:min(n, socksHeadBytes-len(c.head))]...)
+	}
+	return n, err
+}
 
 func (c *replayConn) Write(p []byte) (int, error) {
 	if c.writes < 2 {
-		if c.writes++; c.writes == 2 {
+		c.writes++
+		if len(p) >= 2 {
+			if c.writes == 1 {
+				c.method = p[1]
+			} else {
+				c.reply = p[1]
+			}
+		}
+		if c.writes == 2 {
 			_ = c.Conn.SetReadDeadline(time.Time{})
 		}
 	}
@@ -768,18 +917,112 @@ func (c *replayConn) CloseWrite() error {
 	return c.Conn.Close()
 }
 
-// newSOCKS returns the SOCKS5 server of a -D listening on addr.
+// SOCKS5 methods (RFC 1928 section 3), for messages.
+const (
+	socksNoAuth   byte = 0
+	socksNoMethod byte = 0xff // no acceptable methods
+)
+
+// Replies that tell the client what it asked for is not served.
+const (
+	socksCommandNotSupported  byte = 7
+	socksAddrTypeNotSupported byte = 8
+)
+
+// problem words for a line what went wrong in a handshake that go-socks5's
+// ServeConn ended with err (go-socks5's own words are capitalised and
+// name its internals), or "" when there is nothing to say: a connection
+// that was proxied (its end is the end of the transfer; failures reset
+// both sides, see socksTarget), an open failure that Allow has already
+// reported, a client gone.
+func (c *replayConn) problem(err error, timeout time.Duration) string {
+	client := c.RemoteAddr()
+	// The handshake as read: the greeting (5, n, n methods), then the
+	// request (5, command, 0, address type, ...).
+	var methods, req []byte
+	if len(c.head) >= 2 && len(c.head) >= 2+int(c.head[1]) {
+		methods = c.head[2 : 2+int(c.head[1])]
+		req = c.head[2+int(c.head[1]):]
+	}
+	switch {
+	case c.writes >= 1 && c.method == socksNoMethod:
+		return fmt.Sprintf("client %s offered no method we accept (it offered %s; we take only no-authentication)", client, socksMethodNames(methods))
+	case c.writes >= 2 && c.reply == socksCommandNotSupported && len(req) >= 2:
+		return fmt.Sprintf("client %s asked for %s; -D serves only CONNECT: answered \"command not supported\"", client, socksCommandName(req[1]))
+	case c.writes >= 2 && c.reply == socksAddrTypeNotSupported && len(req) >= 4:
+		return fmt.Sprintf("client %s gave a destination of unknown address type %d (SOCKS5 has 1 IPv4, 3 domain name, 4 IPv6): answered \"address type not supported\"", client, req[3])
+	case c.writes >= 2:
+		return "" // proxied, or refused with a reply Allow has explained
+	case err == nil:
+		return ""
+	case errors.Is(err, os.ErrDeadlineExceeded) || strings.Contains(err.Error(), "i/o timeout"):
+		return fmt.Sprintf("client %s did not finish the handshake within %s: closed", client, timeout)
+	case len(req) >= 3 && req[0] != 5: // go-socks5 reads 3 bytes, then checks
+		return fmt.Sprintf("client %s sent a request of version %d after a SOCKS5 greeting, not 5: closed", client, req[0])
+	}
+	msg := err.Error()
+	for _, gone := range []string{"EOF", "use of closed network connection", "connection reset", "broken pipe"} {
+		if strings.Contains(msg, gone) {
+			return "" // the client went away, or forward is shutting down
+		}
+	}
+	// Anything else: the cause, without go-socks5's "Failed to ...: "
+	// prefixes.
+	for {
+		_, rest, ok := strings.Cut(msg, ": ")
+		if !ok || !strings.HasPrefix(msg, "Failed to ") {
+			break
+		}
+		msg = rest
+	}
+	return fmt.Sprintf("client %s: SOCKS5 handshake failed: %s", client, msg)
+}
+
+// socksMethodNames lists SOCKS5 authentication methods for a message.
+func socksMethodNames(methods []byte) string {
+	if len(methods) == 0 {
+		return "none"
+	}
+	names := make([]string, len(methods))
+	for i, m := range methods {
+		switch m {
+		case socksNoAuth:
+			names[i] = "no-authentication"
+		case 1:
+			names[i] = "GSSAPI"
+		case 2:
+			names[i] = "username/password"
+		default:
+			names[i] = fmt.Sprintf("method %d", m)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// socksCommandName names a SOCKS5 command for a message.
+func socksCommandName(cmd byte) string {
+	switch cmd {
+	case socks5.BindCommand:
+		return "BIND"
+	case socks5.AssociateCommand:
+		return "UDP ASSOCIATE"
+	}
+	return fmt.Sprintf("command %d, which SOCKS5 does not have", cmd)
+}
+
+// newSOCKS returns the SOCKS5 server of one client connection local
+// accepted by a -D listening on addr.
 //
 // go-socks5 answers a failed Dial with a reply code chosen from the error
 // text (3, 4 or 5 only), and 2 "connection not allowed by ruleset" only
 // when its RuleSet refuses. So the channel is opened in the RuleSet
 // (socksOpener.Allow), which refuses what the host's policy refused, and
-// Dial hands over what it opened, or fails with the text that makes
-// go-socks5 send socksReply's code.
-func (fw *forwarder) newSOCKS(addr net.Addr) (*socks5.Server, error) {
+// Dial hands over what it opened (as a socksTarget), or fails with the
+// text that makes go-socks5 send socksReply's code.
+func (fw *forwarder) newSOCKS(addr net.Addr, local *socksLocal) (*socks5.Server, error) {
 	return socks5.New(&socks5.Config{
 		Resolver: remoteResolver{},
-		Rules:    &socksOpener{fw: fw, addr: addr},
+		Rules:    &socksOpener{fw: fw, addr: addr, local: local},
 		Logger:   log.New(io.Discard, "", 0),
 		Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			o, ok := ctx.Value(socksOpenedKey{}).(*socksOpened)
@@ -798,8 +1041,9 @@ func (fw *forwarder) newSOCKS(addr net.Addr) (*socks5.Server, error) {
 // a CONNECT, refuses it (reply 2) if the host's policy refused it, and
 // leaves the result in the context for Dial.
 type socksOpener struct {
-	fw   *forwarder
-	addr net.Addr // the proxy's address, for messages
+	fw    *forwarder
+	addr  net.Addr    // the proxy's address, for messages
+	local *socksLocal // the client's connection
 }
 
 type socksOpenedKey struct{}
@@ -820,7 +1064,7 @@ func (o *socksOpener) Allow(ctx context.Context, req *socks5.Request) (context.C
 		host = req.DestAddr.IP.String()
 	}
 	if host == "" || req.DestAddr.Port == 0 {
-		fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 %s: a CONNECT from %s to %q port %d: no destination\n", o.addr, req.RemoteAddr, host, req.DestAddr.Port)
+		fmt.Fprintf(o.fw.log(), "sidecar: SOCKS5 %s: a CONNECT from %s to %q port %d: no destination\n", o.addr, req.RemoteAddr, host, req.DestAddr.Port)
 		return context.WithValue(ctx, socksOpenedKey{}, &socksOpened{err: socksDialError(socksHostUnreachable)}), true
 	}
 	dest := net.JoinHostPort(host, strconv.Itoa(req.DestAddr.Port))
@@ -828,14 +1072,74 @@ func (o *socksOpener) Allow(ctx context.Context, req *socks5.Request) (context.C
 	remote, err := o.fw.conn.DialTCP(octx, host, req.DestAddr.Port)
 	cancel()
 	if err != nil {
+		if o.fw.ending() {
+			// Failed because forward is ending: no line, and a reset
+			// like every other connection still open.
+			o.local.reset()
+			return ctx, false
+		}
 		reply := socksReply(err)
-		fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 %s -> %s: open failed: %s\n", o.addr, dest, openMessage(err))
+		fmt.Fprintf(o.fw.log(), "sidecar: SOCKS5 %s -> %s: open failed: %s\n", o.addr, dest, openMessage(err))
 		if reply == socksNotAllowed {
 			return ctx, false
 		}
 		return context.WithValue(ctx, socksOpenedKey{}, &socksOpened{err: socksDialError(reply)}), true
 	}
-	return context.WithValue(ctx, socksOpenedKey{}, &socksOpened{conn: remote}), true
+	return context.WithValue(ctx, socksOpenedKey{}, &socksOpened{conn: &socksTarget{TCPConn: remote, local: o.local}}), true
+}
+
+// socksTarget is the channel of a CONNECT that succeeded, as go-socks5
+// proxies it. go-socks5 ends each direction with a half-close whatever
+// ended it, so a destination's reset (or a channel lost with the
+// connection) would reach the SOCKS client as the FIN of a complete
+// transfer, and a client's reset the destination as one. So, as pipe
+// does, a direction that ends in an error resets both sides here first:
+// the client's socket with an RST, the channel with tcp/reset unless the
+// host reset it.
+type socksTarget struct {
+	*client.TCPConn
+	local *socksLocal
+	once  sync.Once
+}
+
+func (t *socksTarget) fail(err error) {
+	if err == nil {
+		return
+	}
+	t.once.Do(func() {
+		if !errors.Is(err, client.ErrTCPReset) {
+			t.TCPConn.Reset()
+		}
+		t.local.reset()
+	})
+}
+
+func (t *socksTarget) Read(p []byte) (int, error) {
+	n, err := t.TCPConn.Read(p)
+	if err != io.EOF {
+		t.fail(err)
+	}
+	return n, err
+}
+
+func (t *socksTarget) Write(p []byte) (int, error) {
+	n, err := t.TCPConn.Write(p)
+	t.fail(err)
+	return n, err
+}
+
+// WriteTo is the channel to client direction (io.Copy uses it).
+func (t *socksTarget) WriteTo(w io.Writer) (int64, error) {
+	n, err := t.TCPConn.WriteTo(w)
+	t.fail(err)
+	return n, err
+}
+
+// ReadFrom is the client to channel direction (io.Copy uses it).
+func (t *socksTarget) ReadFrom(r io.Reader) (int64, error) {
+	n, err := t.TCPConn.ReadFrom(r)
+	t.fail(err)
+	return n, err
 }
 
 // SOCKS5 reply codes (RFC 1928 section 6) for a CONNECT that failed.
@@ -907,7 +1211,7 @@ type trackingListener struct {
 	fw *forwarder
 }
 
-func (t *trackingListener) Accept() (net.Conn, error) {
+func (t *trackingListener) accept() (*socksLocal, error) {
 	c, err := t.Listener.Accept()
 	if err != nil {
 		return nil, err
@@ -915,19 +1219,29 @@ func (t *trackingListener) Accept() (net.Conn, error) {
 	tc := c.(*net.TCPConn)
 	t.fw.track(tc, true)
 	t.fw.wg.Add(1) // serveSOCKS's own count is held: never Add from zero during Wait
-	return &untrackOnClose{TCPConn: tc, fw: t.fw}, nil
+	return &socksLocal{TCPConn: tc, fw: t.fw}, nil
 }
 
-type untrackOnClose struct {
+// socksLocal is a SOCKS client's connection: its first Close releases it
+// (fw.release) and ends its count in fw.wg.
+type socksLocal struct {
 	*net.TCPConn
-	fw   *forwarder
-	once sync.Once
+	fw       *forwarder
+	once     sync.Once
+	wasReset atomic.Bool
 }
 
-func (u *untrackOnClose) Close() error {
+// reset closes the connection with an RST.
+func (u *socksLocal) reset() {
+	u.wasReset.Store(true)
+	_ = u.SetLinger(0)
+	_ = u.Close()
+}
+
+func (u *socksLocal) Close() error {
 	err := u.TCPConn.Close()
 	u.once.Do(func() {
-		u.fw.track(u.TCPConn, false)
+		u.fw.release(u.TCPConn, u.wasReset.Load())
 		u.fw.wg.Done()
 	})
 	return err

@@ -3,7 +3,10 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -12,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sidecar-dev/sidecar/transport"
 )
 
 // emfile is the error Accept returns when the process is out of file
@@ -276,5 +281,120 @@ func TestAcceptFailureLogRateLimit(t *testing.T) {
 		if got := log.String(); got != s.want {
 			t.Errorf("step %d (%v): logged %q, want %q", i, s.err, got, s.want)
 		}
+	}
+}
+
+// TestForwardOpenFailedResets: a -L connection whose channel cannot open
+// (here a refused destination) is reset, with the line that says why: a
+// local client that only reads gets ECONNRESET, not the EOF of an empty
+// but complete answer.
+func TestForwardOpenFailedResets(t *testing.T) {
+	conn := testHostConn(t)
+	log := newWaitLog()
+	fw := &forwarder{conn: conn, active: map[*net.TCPConn]struct{}{}, stderr: log}
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := closed.Addr().(*net.TCPAddr).Port
+	_ = closed.Close()
+	fw.wg.Add(1)
+	go fw.acceptLocal(l, localForward{host: "127.0.0.1", hostPort: port})
+	t.Cleanup(func() {
+		_ = l.Close()
+		fw.closeActive()
+		waitWithin(t, &fw.wg, 10*time.Second, "the forwarder")
+	})
+	c, err := net.DialTimeout("tcp4", l.Addr().String(), 10*time.Second)
+	switch {
+	case errors.Is(err, syscall.ECONNRESET):
+		// The reset came before connect returned: the same answer.
+	case err != nil:
+		t.Fatal(err)
+	default:
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if b, err := io.ReadAll(c); len(b) != 0 || !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("local client of a refused destination read %q, %v; want ECONNRESET", b, err)
+		}
+	}
+	want := fmt.Sprintf("sidecar: %s -> 127.0.0.1:%d: open failed: connect to 127.0.0.1:%d refused", l.Addr(), port, port)
+	if got := log.line(t, 0); got != want {
+		t.Errorf("line %q, want %q", got, want)
+	}
+}
+
+// TestForwardCtrlCWhileOpening: Ctrl-C while channels are still opening
+// (the host never answers their createTcpConnection here) resets their
+// local connections like every other one still open, counts them, and
+// says nothing else: the opens that fail because forward is ending are no
+// "open failed" (-L and -D alike).
+func TestForwardCtrlCWhileOpening(t *testing.T) {
+	held := make(chan struct{}, 4)
+	conn := testHostConnVia(t, func(mc transport.MessageConn) transport.MessageConn {
+		return &heldOpens{MessageConn: mc, held: held}
+	})
+	log := newWaitLog()
+	done := make(chan struct{})
+	fw := &forwarder{conn: conn, active: map[*net.TCPConn]struct{}{}, stderr: log, done: done, socksTimeout: 10 * time.Second}
+	ll, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeListeners := func() {
+		_ = ll.Close()
+		_ = dl.Close()
+	}
+	defer closeListeners()
+	fw.wg.Add(2)
+	go fw.acceptLocal(ll, localForward{host: "127.0.0.1", hostPort: 80})
+	go fw.serveSOCKS(dl)
+
+	dial := func(addr string, send []byte) net.Conn {
+		c, err := net.DialTimeout("tcp4", addr, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(send); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-held:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no channel opening for %s within 10 s", addr)
+		}
+		return c
+	}
+	lc := dial(ll.Addr().String(), nil)
+	sc := dial(dl.Addr().String(), []byte{5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1, 0, 80})
+	var method [2]byte
+	if _, err := io.ReadFull(sc, method[:]); err != nil || method != [2]byte{5, 0} {
+		t.Fatalf("SOCKS5 method selection % x, %v; want 05 00", method, err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // Ctrl-C
+	if err := fw.runUntil(ctx, done, closeListeners); err != nil {
+		t.Errorf("runUntil after Ctrl-C: %v, want nil (exit 0)", err)
+	}
+	waitWithin(t, &fw.wg, 10*time.Second, "the forwarder")
+	if got, want := log.String(), "sidecar: reset 2 forwarded connection(s) still open\n"; got != want {
+		t.Errorf("stderr %q, want %q", got, want)
+	}
+	if b, err := io.ReadAll(lc); len(b) != 0 || !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("-L connection opening at Ctrl-C: read %q, %v; want ECONNRESET", b, err)
+	}
+	if b, err := io.ReadAll(sc); len(b) != 0 || !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("-D connection opening at Ctrl-C: read % x, %v; want ECONNRESET", b, err)
 	}
 }

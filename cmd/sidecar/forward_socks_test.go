@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,19 +70,7 @@ func TestSOCKSForward(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn := testHostConn(t)
-
-	fw := &forwarder{conn: conn, active: map[*net.TCPConn]struct{}{}, socksTimeout: time.Second}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fw.wg.Add(1)
-	go fw.serveSOCKS(l)
-	t.Cleanup(func() {
-		_ = l.Close()
-		fw.closeActive()
-		fw.wg.Wait()
-	})
+	l := startSOCKS(t, conn, io.Discard, time.Second)
 
 	// connect sends a SOCKS5 request (no authentication) for ip:port and
 	// returns the reply code and the connection.
@@ -213,12 +205,40 @@ func TestSOCKSForward(t *testing.T) {
 // cleanup.
 func testHostConn(t *testing.T) *client.Conn {
 	t.Helper()
+	return testHostConnVia(t, nil)
+}
+
+// heldOpens is a host end of the pipe that never hands the host a
+// createTcpConnection request (so the client's DialTCP waits until the
+// connection ends); one value on held for each request held back.
+type heldOpens struct {
+	transport.MessageConn
+	held chan struct{} // buffered; a test takes one value per open
+}
+
+func (h *heldOpens) ReadMessage(ctx context.Context) ([]byte, error) {
+	for {
+		m, err := h.MessageConn.ReadMessage(ctx)
+		if err != nil || !bytes.Contains(m, []byte(`"method":"`+rpc.MethodCreateTCPConnection+`"`)) {
+			return m, err
+		}
+		h.held <- struct{}{}
+	}
+}
+
+// testHostConnVia is testHostConn with the host's end of the pipe
+// wrapped by wrap (nil: as is).
+func testHostConnVia(t *testing.T, wrap func(transport.MessageConn) transport.MessageConn) *client.Conn {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := config.Default()
 	cfg.Terminal.Shell = "/bin/sh"
 	srv := host.New(cfg, hclog.NewNullLogger())
 	a, b := transport.Pipe(64)
+	if wrap != nil {
+		b = wrap(b)
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.ServeConn(context.Background(), b) }()
 	conn := client.NewConn(a, client.Options{ClientID: "socks-test"})
@@ -239,4 +259,228 @@ func testHostConn(t *testing.T) *client.Conn {
 		t.Fatal(err)
 	}
 	return conn
+}
+
+// startSOCKS runs a forwarder's -D on a loopback listener, its lines
+// going to log, and returns the listener; everything ends at cleanup.
+func startSOCKS(t *testing.T, conn *client.Conn, log io.Writer, timeout time.Duration) net.Listener {
+	t.Helper()
+	fw := &forwarder{conn: conn, active: map[*net.TCPConn]struct{}{}, socksTimeout: timeout, stderr: log}
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw.wg.Add(1)
+	go fw.serveSOCKS(l)
+	t.Cleanup(func() {
+		_ = l.Close()
+		fw.closeActive()
+		waitWithin(t, &fw.wg, 10*time.Second, "the SOCKS server")
+	})
+	return l
+}
+
+// socksConnect opens a SOCKS5 CONNECT through proxy to 127.0.0.1:port and
+// fails the test unless it succeeds; the connection's deadline is 10 s.
+func socksConnect(t *testing.T, proxy string, port int) *net.TCPConn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp4", proxy, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	req := binary.BigEndian.AppendUint16([]byte{5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1}, uint16(port))
+	if _, err := c.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	var reply [2 + 10]byte
+	if _, err := io.ReadFull(c, reply[:]); err != nil || reply[1] != 0 || reply[3] != 0 {
+		t.Fatalf("SOCKS5 CONNECT to port %d: reply % x, %v; want success", port, reply, err)
+	}
+	return c.(*net.TCPConn)
+}
+
+// oneConn listens on loopback and returns its port and the first
+// connection accepted (10 s at most).
+func oneConn(t *testing.T) (int, <-chan *net.TCPConn) {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan *net.TCPConn, 1)
+	go func() {
+		defer close(accepted)
+		defer l.Close()
+		_ = l.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
+		if c, err := l.Accept(); err == nil {
+			accepted <- c.(*net.TCPConn)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		if c := <-accepted; c != nil {
+			_ = c.Close()
+		}
+	})
+	return l.Addr().(*net.TCPAddr).Port, accepted
+}
+
+// TestSOCKSResetAfterConnect: once a CONNECT has succeeded, a reset on
+// either side reaches the other as a reset, never as the FIN of a
+// complete transfer (go-socks5 alone half-closes whatever ended a
+// direction): the destination's reset reaches the SOCKS client, the
+// SOCKS client's reset the destination.
+func TestSOCKSResetAfterConnect(t *testing.T) {
+	conn := testHostConn(t)
+	l := startSOCKS(t, conn, io.Discard, time.Second)
+
+	t.Run("destination resets", func(t *testing.T) {
+		port, accepted := oneConn(t)
+		c := socksConnect(t, l.Addr().String(), port)
+		d := <-accepted
+		if d == nil {
+			t.Fatal("the destination accepted nothing")
+		}
+		if _, err := d.Write([]byte("data")); err != nil {
+			t.Fatal(err)
+		}
+		var buf [4]byte
+		if _, err := io.ReadFull(c, buf[:]); err != nil || string(buf[:]) != "data" {
+			t.Fatalf("SOCKS client read %q, %v; want \"data\"", buf, err)
+		}
+		resetTCP(d)
+		if b, err := io.ReadAll(c); len(b) != 0 || !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("SOCKS client after the destination's reset: read %q, %v; want ECONNRESET", b, err)
+		}
+	})
+
+	t.Run("SOCKS client resets", func(t *testing.T) {
+		port, accepted := oneConn(t)
+		c := socksConnect(t, l.Addr().String(), port)
+		d := <-accepted
+		if d == nil {
+			t.Fatal("the destination accepted nothing")
+		}
+		_ = d.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		var buf [1]byte
+		if _, err := io.ReadFull(d, buf[:]); err != nil {
+			t.Fatalf("destination read %q, %v; want \"x\"", buf, err)
+		}
+		resetTCP(c)
+		if b, err := io.ReadAll(d); len(b) != 0 || !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("destination after the SOCKS client's reset: read %q, %v; want ECONNRESET", b, err)
+		}
+	})
+}
+
+// waitLog collects what a forwarder writes and lets a test wait for
+// lines.
+type waitLog struct {
+	mu      sync.Mutex
+	b       strings.Builder
+	changed chan struct{} // closed and replaced on every write
+}
+
+func newWaitLog() *waitLog { return &waitLog{changed: make(chan struct{})} }
+
+func (w *waitLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b.Write(p)
+	close(w.changed)
+	w.changed = make(chan struct{})
+	return len(p), nil
+}
+
+func (w *waitLog) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// line waits (10 s at most) until line n (from 0) is complete and returns
+// it without its newline.
+func (w *waitLog) line(t *testing.T, n int) string {
+	t.Helper()
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	for {
+		w.mu.Lock()
+		lines := strings.SplitAfter(w.b.String(), "\n")
+		changed := w.changed
+		w.mu.Unlock()
+		if len(lines) > n+1 { // the last element is what follows the last newline
+			return strings.TrimSuffix(lines[n], "\n")
+		}
+		select {
+		case <-changed:
+		case <-timeout.C:
+			t.Fatalf("line %d not written within 10 s; got %q", n, w.String())
+		}
+	}
+}
+
+// TestSOCKSHandshakeMessages: a SOCKS client that gets the handshake
+// wrong, or is no SOCKS client, is told so in a line in our words that
+// says what it did (go-socks5's own "Failed to authenticate: No supported
+// authentication mechanism" never shows); an HTTP proxy client is told
+// that -D speaks SOCKS5.
+func TestSOCKSHandshakeMessages(t *testing.T) {
+	conn := testHostConn(t)
+	log := newWaitLog()
+	l := startSOCKS(t, conn, log, time.Second)
+	ipv4 := func(b ...byte) []byte { return append(b, 127, 0, 0, 1, 0, 80) }
+	for i, tc := range []struct {
+		name        string
+		send, reply []byte
+		want        string // the line after "sidecar: SOCKS5 ADDR: client CLIENT "
+	}{
+		{"username/password only", []byte{5, 1, 2}, []byte{5, 0xff},
+			"offered no method we accept (it offered username/password; we take only no-authentication)"},
+		{"several methods, none ours", []byte{5, 3, 1, 2, 0x80}, []byte{5, 0xff},
+			"offered no method we accept (it offered GSSAPI, username/password, method 128; we take only no-authentication)"},
+		{"no method", []byte{5, 0}, []byte{5, 0xff},
+			"offered no method we accept (it offered none; we take only no-authentication)"},
+		{"unknown address type", []byte{5, 1, 0, 5, 1, 0, 9, 0, 0}, []byte{5, 0, 5, socksAddrTypeNotSupported, 0, 1, 0, 0, 0, 0, 0, 0},
+			`gave a destination of unknown address type 9 (SOCKS5 has 1 IPv4, 3 domain name, 4 IPv6): answered "address type not supported"`},
+		{"request of version 4", ipv4(5, 1, 0, 4, 1, 0, 1), []byte{5, 0},
+			"sent a request of version 4 after a SOCKS5 greeting, not 5: closed"},
+		{"BIND", ipv4(5, 1, 0, 5, 2, 0, 1), []byte{5, 0, 5, socksCommandNotSupported, 0, 1, 0, 0, 0, 0, 0, 0},
+			`asked for BIND; -D serves only CONNECT: answered "command not supported"`},
+		{"UDP ASSOCIATE", ipv4(5, 1, 0, 5, 3, 0, 1), []byte{5, 0, 5, socksCommandNotSupported, 0, 1, 0, 0, 0, 0, 0, 0},
+			`asked for UDP ASSOCIATE; -D serves only CONNECT: answered "command not supported"`},
+		{"unknown command", ipv4(5, 1, 0, 5, 9, 0, 1), []byte{5, 0, 5, socksCommandNotSupported, 0, 1, 0, 0, 0, 0, 0, 0},
+			`asked for command 9, which SOCKS5 does not have; -D serves only CONNECT: answered "command not supported"`},
+		{"HTTP GET", []byte("GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n"), nil,
+			"sent what looks like an HTTP proxy request; -D speaks SOCKS5 (curl --socks5-hostname): closed"},
+		{"HTTP CONNECT", []byte("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"), nil,
+			"sent what looks like an HTTP proxy request; -D speaks SOCKS5 (curl --socks5-hostname): closed"},
+		{"HTTP POST", []byte("POST http://example.com/ HTTP/1.1\r\nContent-Length: 0\r\n\r\n"), nil,
+			"sent what looks like an HTTP proxy request; -D speaks SOCKS5 (curl --socks5-hostname): closed"},
+		{"stalls in the greeting", []byte{5, 2, 0}, nil,
+			"did not finish the handshake within 1s: closed"},
+	} {
+		c, err := net.DialTimeout("tcp4", l.Addr().String(), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(tc.send); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(c)
+		if err != nil || string(got) != string(tc.reply) {
+			t.Errorf("%s: read % x, %v; want % x then the end", tc.name, got, err, tc.reply)
+		}
+		want := fmt.Sprintf("sidecar: SOCKS5 %s: client %s %s", l.Addr(), c.LocalAddr(), tc.want)
+		if line := log.line(t, i); line != want {
+			t.Errorf("%s: line\n%q, want\n%q", tc.name, line, want)
+		}
+		_ = c.Close()
+	}
 }

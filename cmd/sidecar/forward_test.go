@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/sidecar-dev/sidecar/client"
 )
 
@@ -481,5 +483,138 @@ func TestForwardGC(t *testing.T) {
 	setForwardGC()
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Errorf("with GOGC set: GC percent %d, want it left alone (100)", got)
+	}
+}
+
+// TestForwardSameAddressResolved: two -L/-D whose bind name and address
+// resolve to the same local address (-L localhost:P and -L 127.0.0.1:P)
+// are the usage error the literal forms get (exit 2, naming both flags as
+// typed), found when the second bind fails on our own first listener,
+// before anything is dialled; a port held by another program is still the
+// listen error (exit 255).
+func TestForwardSameAddressResolved(t *testing.T) {
+	addrs, err := net.DefaultResolver.LookupHost(context.Background(), "localhost")
+	if err != nil || !slices.Contains(addrs, "127.0.0.1") {
+		t.Skipf("localhost does not resolve to 127.0.0.1 here (%q, %v)", addrs, err)
+	}
+	silent, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	url := "wss://" + silent.Addr().String() + "/ahp"
+	cf := &connFlags{timeout: 5 * time.Second, transport: client.TransportAuto}
+	free, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := strconv.Itoa(free.Addr().(*net.TCPAddr).Port)
+	_ = free.Close()
+	for _, tt := range []struct {
+		locals, dynamics []string
+		want             string
+	}{
+		{[]string{"localhost:" + p + ":127.0.0.1:80", "127.0.0.1:" + p + ":127.0.0.1:81"}, nil,
+			"-L localhost:" + p + " and -L 127.0.0.1:" + p + " listen on the same port"},
+		{[]string{"127.0.0.1:" + p + ":127.0.0.1:80", "localhost:" + p + ":127.0.0.1:81"}, nil,
+			"-L 127.0.0.1:" + p + " and -L localhost:" + p + " listen on the same port"},
+		{[]string{p + ":127.0.0.1:80"}, []string{"localhost:" + p},
+			"-L " + p + " and -D localhost:" + p + " listen on the same port"},
+	} {
+		err := forward(cf, url, tt.locals, tt.dynamics)
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != 2 || err.Error() != tt.want {
+			t.Errorf("-L %q -D %q: %v, want exit 2 and %q", tt.locals, tt.dynamics, err, tt.want)
+		}
+	}
+	// Nothing was dialled (a dial would have left a connection in the
+	// backlog), and nothing stays bound.
+	_ = silent.(*net.TCPListener).SetDeadline(time.Now())
+	if c, err := silent.Accept(); err == nil {
+		_ = c.Close()
+		t.Errorf("forward connected to %s", url)
+	}
+	l, err := net.Listen("tcp4", "127.0.0.1:"+p)
+	if err != nil {
+		t.Fatalf("127.0.0.1:%s still bound: %v", p, err)
+	}
+	defer l.Close()
+
+	// Held by someone else (l): not ours to name.
+	err = forward(cf, url, []string{"localhost:" + p + ":127.0.0.1:80"}, nil)
+	var ee *exitError
+	want := "cannot listen on 127.0.0.1:" + p + " (localhost): address already in use"
+	if !errors.As(err, &ee) || ee.code != 255 || err.Error() != want {
+		t.Errorf("port held by another listener: %v, want exit 255 and %q", err, want)
+	}
+}
+
+// TestForwardArgs: forward takes one URL; a missing one and extra
+// arguments are said in our words, naming what is extra, as usage errors
+// (exit 2); with --via the URL may be left out.
+func TestForwardArgs(t *testing.T) {
+	t.Setenv("SIDECAR_CERT_HASH", "")
+	for _, tt := range []struct {
+		args []string
+		want string // "" for none
+	}{
+		{nil, "missing URL: sidecar forward URL -L [bind:]port:host:hostport or -D [bind:]port"},
+		{[]string{"-L", "8080:127.0.0.1:80"}, "missing URL: sidecar forward URL -L [bind:]port:host:hostport or -D [bind:]port"},
+		{[]string{"wss://h/ahp", "extra"}, `unexpected argument "extra": forward takes one URL; give forwardings with -L/-D`},
+		{[]string{"wss://h/ahp", "8080:127.0.0.1:80"}, `unexpected argument "8080:127.0.0.1:80": forward takes one URL; give forwardings with -L/-D`},
+		{[]string{"wss://h/ahp", "a", "b c"}, `unexpected arguments "a" "b c": forward takes one URL; give forwardings with -L/-D`},
+		{[]string{"--via", "cat", "stdio:", "extra"}, `unexpected argument "extra": forward takes one URL; give forwardings with -L/-D`},
+		{[]string{"wss://h/ahp", "-L", "8080:127.0.0.1:80"}, ""},
+		{[]string{"--via", "cat", "-L", "8080:127.0.0.1:80"}, ""}, // "stdio:" put in
+		{[]string{"--via", "cat", "stdio:", "-D", "1080"}, ""},
+	} {
+		cmd := forwardCmd()
+		if err := cmd.ParseFlags(tt.args); err != nil {
+			t.Fatalf("%q: %v", tt.args, err)
+		}
+		err := cmd.ValidateArgs(cmd.Flags().Args())
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tt.want {
+			t.Errorf("forward %q: %q, want %q", tt.args, got, tt.want)
+		}
+	}
+
+	t.Run("exit 2", func(t *testing.T) {
+		for args, want := range map[string]string{
+			"forward":                   "missing URL: sidecar forward URL -L [bind:]port:host:hostport or -D [bind:]port (see sidecar forward --help)",
+			"forward wss://h/ahp extra": `unexpected argument "extra": forward takes one URL; give forwardings with -L/-D (see sidecar forward --help)`,
+		} {
+			root := &cobra.Command{Use: "sidecar", SilenceUsage: true, SilenceErrors: true}
+			root.AddCommand(forwardCmd())
+			usageErrors(root)
+			root.SetArgs(strings.Fields(args))
+			err := root.Execute()
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != 2 || err.Error() != want {
+				t.Errorf("sidecar %s: %v, want exit 2 and %q", args, err, want)
+			}
+		}
+	})
+}
+
+// TestForwardHelpExitStatus: forward --help gives every exit status, as
+// the code has them: 0 after a signal once connected, 128+n while
+// connecting (dialFailed), 255 when the connection is lost (runUntil) or
+// cannot be made, 2 for usage errors.
+func TestForwardHelpExitStatus(t *testing.T) {
+	const want = `Exit status: 0 after Ctrl-C, SIGTERM or SIGHUP once connected (130, 143
+or 129 while still connecting); 255 when a local port cannot be bound,
+or the connection cannot be made or is lost; 2 for a usage error.`
+	if long := forwardCmd().Long; !strings.HasSuffix(long, "\n\n"+want) {
+		t.Errorf("forward --help ends\n%s\nwant it to end with the paragraph\n%s", long[max(0, len(long)-400):], want)
+	}
+	for sig, code := range map[syscall.Signal]int{syscall.SIGINT: 130, syscall.SIGTERM: 143, syscall.SIGHUP: 129} {
+		var ee *exitError
+		if err := dialFailed(errors.New("x"), sig); !errors.As(err, &ee) || ee.code != code {
+			t.Errorf("%v while connecting: %v, want exit %d", sig, err, code)
+		}
 	}
 }
