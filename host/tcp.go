@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,6 +49,8 @@ type tcpState struct {
 	mu    sync.Mutex
 	conns map[string]*tcpConn
 
+	failLog openFailLog // createTcpConnection failures, rate-limited
+
 	// ports is RootState.ports, guarded by the root's lock.
 	ports []rpc.ListeningPort
 }
@@ -67,6 +70,7 @@ func (s *Server) initTCP() {
 
 // shutdownTCP stops the ports loop and closes every TCP connection.
 func (s *Server) shutdownTCP() {
+	s.tcp.failLog.stop(s.log.Info)
 	s.tcp.mu.Lock()
 	select {
 	case <-s.tcp.stop:
@@ -126,6 +130,9 @@ func (c *conn) createTCPConnection(params json.RawMessage) (any, *rpc.Error) {
 		if dialErr != nil && e.Code == rpc.CodePermissionDenied {
 			log = c.log.Warn
 		}
+		if !c.s.tcp.failLog.first(c.id(), e.Code, log) {
+			return r, e // counted: said once the window ends
+		}
 		args := []any{"client", c.id(), "code", e.Code, "error", e.Message}
 		if cause := errors.Unwrap(dialErr); cause != nil {
 			args = append(args, "cause", cause)
@@ -133,6 +140,81 @@ func (c *conn) createTCPConnection(params json.RawMessage) (any, *rpc.Error) {
 		log("createTcpConnection failed", args...)
 	}
 	return r, e
+}
+
+// openFailWindow is how long the createTcpConnection failures of one
+// client with one code that follow a logged one are only counted.
+const openFailWindow = time.Second
+
+// openFailLog keeps a client's failed createTcpConnection calls from
+// flooding the log (a burst past tcp.max_per_client, a scan of refused
+// ports): per client and error code, the first failure is logged with
+// its message, the ones in the openFailWindow after it only counted, and
+// the count logged when the window ends ("N more like it"): at most two
+// lines a second per client and code. Its entries last a window each.
+type openFailLog struct {
+	window time.Duration // 0: openFailWindow
+
+	mu      sync.Mutex
+	windows map[openFailKey]*openFailCount
+	stopped bool
+}
+
+type openFailKey struct {
+	client string
+	code   int64
+}
+
+type openFailCount struct {
+	n     int
+	timer *time.Timer
+}
+
+// first reports whether a failure of client with code is to be logged in
+// full: yes unless one was within openFailWindow, in which case it is
+// counted, and log gets the count when the window ends.
+func (l *openFailLog) first(client string, code int64, log func(string, ...any)) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		return true
+	}
+	k := openFailKey{client, code}
+	if w, ok := l.windows[k]; ok {
+		w.n++
+		return false
+	}
+	if l.windows == nil {
+		l.windows = map[openFailKey]*openFailCount{}
+	}
+	window := cmp.Or(l.window, openFailWindow)
+	w := &openFailCount{}
+	w.timer = time.AfterFunc(window, func() {
+		l.mu.Lock()
+		n := w.n
+		if l.windows[k] == w {
+			delete(l.windows, k)
+		}
+		l.mu.Unlock()
+		if n > 0 {
+			log("createTcpConnection failed more times", "client", client, "code", code, "count", n, "within", window.String())
+		}
+	})
+	l.windows[k] = w
+	return true
+}
+
+// stop ends the windows at shutdown, logging their counts now.
+func (l *openFailLog) stop(log func(string, ...any)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = true
+	for k, w := range l.windows {
+		if w.timer.Stop() && w.n > 0 {
+			log("createTcpConnection failed more times", "client", k.client, "code", k.code, "count", w.n)
+		}
+		delete(l.windows, k)
+	}
 }
 
 // openTCP does createTCPConnection's work; dialErr is the dial's error
