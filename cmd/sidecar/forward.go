@@ -286,10 +286,16 @@ func splitSpec(spec string) ([]string, error) {
 	return append(parts, cur.String()), nil
 }
 
+// parsePort reads a port in decimal digits (no sign): 1-65535, or 0 too
+// when zeroOK (a local port: any free one); the error names the range.
 func parsePort(s string, zeroOK bool) (int, error) {
+	low := 1
+	if zeroOK {
+		low = 0
+	}
 	p, err := strconv.Atoi(s)
-	if err != nil || p < 0 || p > 65535 || (p == 0 && !zeroOK) {
-		return 0, fmt.Errorf("%q is not a port", s)
+	if err != nil || p < low || p > 65535 || strings.Trim(s, "0123456789") != "" {
+		return 0, fmt.Errorf("%q is not a port (%d to 65535)", s, low)
 	}
 	return p, nil
 }

@@ -310,14 +310,18 @@ func TestParseForwardSpecs(t *testing.T) {
 		"5605:fe80::1:80":   `bad -L "5605:fe80::1:80": put IPv6 addresses in brackets: [::1]`,
 		"5605:h":            `bad -L "5605:h": want [bind:]port:host:hostport`,
 		"1:2:3:4:5":         `bad -L "1:2:3:4:5": want [bind:]port:host:hostport`,
-		"x:h:80":            `bad -L "x:h:80": "x" is not a port`,
-		"[::1]:x:[::1]:80":  `bad -L "[::1]:x:[::1]:80": "x" is not a port`,
+		"x:h:80":            `bad -L "x:h:80": "x" is not a port (0 to 65535)`,
+		"70000:h:80":        `bad -L "70000:h:80": "70000" is not a port (0 to 65535)`,
+		"+80:h:80":          `bad -L "+80:h:80": "+80" is not a port (0 to 65535)`,
+		"5822:h:0":          `bad -L "5822:h:0": "0" is not a port (1 to 65535)`,
+		"[::1]:x:[::1]:80":  `bad -L "[::1]:x:[::1]:80": "x" is not a port (0 to 65535)`,
 		"5605::80":          `bad -L "5605::80": no destination host`,
 		"5605:[::1:80":      `bad forwarding "5605:[::1:80": unbalanced brackets`,
 		"-D ::1:1080":       `bad -D "::1:1080": put IPv6 addresses in brackets: [::1]`,
 		"-D 1:2:3":          `bad -D "1:2:3": want [bind:]port`,
-		"-D localhost:1x80": `bad -D "localhost:1x80": "1x80" is not a port`,
-		"5822:h:-80":        `bad -L "5822:h:-80": "-80" is not a port`,
+		"-D localhost:1x80": `bad -D "localhost:1x80": "1x80" is not a port (0 to 65535)`,
+		"5822:h:-80":        `bad -L "5822:h:-80": "-80" is not a port (1 to 65535)`,
+		"5822:h:+80":        `bad -L "5822:h:+80": "+80" is not a port (1 to 65535)`,
 	} {
 		var err error
 		if d, ok := strings.CutPrefix(spec, "-D "); ok {
