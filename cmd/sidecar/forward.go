@@ -552,10 +552,14 @@ func listenBind(ctx context.Context, bind string, lookup lookupFunc, listen list
 	if err != nil {
 		return nil, fmt.Errorf("cannot listen on %s: %v", bind, err)
 	}
-	if _, err := netip.ParseAddr(host); err == nil { // a literal, zone included
+	if a, err := netip.ParseAddr(host); err == nil { // a literal, zone included
 		l, err := listen(ctx, listenNetwork(bind), bind)
 		if err != nil {
-			return nil, &listenError{addr: bind, msg: fmt.Sprintf("cannot listen on %s: %v", bind, unwrapSyscall(err)), err: err}
+			msg := fmt.Sprintf("cannot listen on %s: %v", bind, unwrapSyscall(err))
+			if a.Is6() && a.IsLinkLocalUnicast() && a.Zone() == "" {
+				msg += fmt.Sprintf(" (a link-local address needs its interface: [%s%%eth0])", a)
+			}
+			return nil, &listenError{addr: bind, msg: msg, err: err}
 		}
 		return []net.Listener{l}, nil
 	}

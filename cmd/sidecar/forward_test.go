@@ -132,6 +132,17 @@ func TestListenBind(t *testing.T) {
 		}
 	})
 
+	t.Run("link-local without a zone", func(t *testing.T) {
+		einval := func(context.Context, string, string) (net.Listener, error) {
+			return nil, &net.OpError{Op: "listen", Net: "tcp6", Err: os.NewSyscallError("bind", syscall.EINVAL)}
+		}
+		_, err := listenBind(ctx, "[fe80::1]:8080", noLookup, einval)
+		want := "cannot listen on [fe80::1]:8080: invalid argument (a link-local address needs its interface: [fe80::1%eth0])"
+		if err == nil || err.Error() != want {
+			t.Errorf("error %v, want %q", err, want)
+		}
+	})
+
 	for _, errno := range []syscall.Errno{syscall.EADDRNOTAVAIL, syscall.EAFNOSUPPORT} {
 		t.Run("no IPv6 is skipped: "+errno.Error(), func(t *testing.T) {
 			var opened []net.Listener
