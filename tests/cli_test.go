@@ -48,7 +48,7 @@ func TestConnectionErrors(t *testing.T) {
 	})
 	t.Run("plain ws://", func(t *testing.T) {
 		errOut, code := runTrue("ws://"+s.host+"/ahp", s.token, s.hash)
-		want := "sidecar: " + s.host + " answered plain ws with HTTP 400: the sidecar always speaks TLS: use wss://\n"
+		want := "sidecar: " + s.host + " answered plain ws:// with HTTP 400: the sidecar always speaks TLS: use wss://\n"
 		if code != 255 || errOut != want {
 			t.Errorf("exit %d, stderr %q; want 255 and %q", code, errOut, want)
 		}
@@ -155,7 +155,7 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		want string // in the message
 	}{
-		{[]string{"forward"}, "arg"},
+		{[]string{"forward"}, "missing URL: sidecar forward URL -L"},
 		{[]string{"ls", "a", "b"}, "arg"},
 		{[]string{"forward", "--bogus", "wss://127.0.0.1:1/ahp", "-L", "1:127.0.0.1:2"}, "--bogus"},
 		{[]string{"forward", "wss://127.0.0.1:1/ahp", "--transport", "bogus", "-L", "1:127.0.0.1:2"}, "--transport"},
