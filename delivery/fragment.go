@@ -63,6 +63,9 @@ const hexDigits = "0123456789abcdef"
 // as UTF-8). Each byte that is not valid UTF-8 is written as U+FFFD.
 func AppendJSONString(dst []byte, s string) []byte { return appendJSON(dst, s) }
 
+// AppendJSONBytes is AppendJSONString for text in a byte slice.
+func AppendJSONBytes(dst []byte, b []byte) []byte { return appendJSON(dst, b) }
+
 func appendJSON[T ~string | ~[]byte](dst []byte, s T) []byte {
 	dst = append(dst, '"')
 	start := 0 // s[start:i] is waiting to be copied as is

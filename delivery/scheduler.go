@@ -68,7 +68,8 @@ type SchedulerConfig struct {
 	// the largest frame, so every busy participant sends each round.
 	Quantum UTF16Bytes
 	// OnSent, if set, is called from the writer goroutine after each message
-	// is written (for metrics and tests).
+	// is written (for metrics and tests). The text is valid only during the
+	// call: with WriterReleases its buffer is reused afterwards.
 	OnSent func(text []byte)
 	// WriterReleases says the MessageWriter keeps no reference to a
 	// message once WriteMessage returns (it wrote or copied it), so
@@ -120,9 +121,17 @@ type Scheduler struct {
 	flushErr error
 
 	// Owned by the writer goroutine.
-	recycle    Recycler // the source of the message next returned, if it recycles
-	rr         int      // index into the participant ring
-	fresh      bool     // the participant at rr has not had its quantum yet
+	recycle Recycler  // the source of the message next returned, if it recycles
+	picking []*Stream // next's copy of streams, reused
+	// own is the buffer the Scheduler builds its own messages in (credit,
+	// gap) when the writer releases what it wrote (WriterReleases): next
+	// takes it (ownBuf), Run gives it back once WriteMessage returned.
+	// One message is in flight at a time, so one buffer is enough; without
+	// WriterReleases each message gets a new one.
+	own        []byte
+	ownOut     bool // the message being written is in own
+	rr         int  // index into the participant ring
+	fresh      bool // the participant at rr has not had its quantum yet
 	ordDeficit UTF16Bytes
 }
 
@@ -340,7 +349,30 @@ func (s *Scheduler) Run(ctx context.Context, w MessageWriter) error {
 		if rec != nil && s.cfg.WriterReleases {
 			rec.Recycle(text)
 		}
+		if s.ownOut {
+			s.ownOut = false
+			if cap(text) <= maxOwnBuf {
+				s.own = text[:0]
+			}
+		}
 	}
+}
+
+// maxOwnBuf bounds the buffer kept for the Scheduler's own messages: a
+// credit or gap is its channel URI plus about 80 bytes.
+const maxOwnBuf = 4096
+
+// ownBuf returns the buffer for a message the Scheduler builds itself:
+// its reusable one when the writer releases messages, else nil (a new
+// one). Writer goroutine only.
+func (s *Scheduler) ownBuf() []byte {
+	if !s.cfg.WriterReleases {
+		return nil
+	}
+	b := s.own
+	s.own = nil // taken until Run gives it back
+	s.ownOut = true
+	return b[:0]
 }
 
 // next blocks until a message can be sent and returns it.
@@ -365,7 +397,7 @@ func (s *Scheduler) next(ctx context.Context) ([]byte, error) {
 			s.gapQ[0] = ""
 			s.gapQ = s.gapQ[1:]
 			delete(s.gapPending, ch)
-			t := appendGap(nil, ch, s.ordinary.lastSeq[ch])
+			t := appendGap(s.ownBuf(), ch, s.ordinary.lastSeq[ch])
 			s.mu.Unlock()
 			return t, nil
 		}
@@ -381,16 +413,20 @@ func (s *Scheduler) next(ctx context.Context) ([]byte, error) {
 			v := s.credits[ch]
 			delete(s.credits, ch)
 			s.mu.Unlock()
-			return AppendCredit(nil, ch, v), nil
+			return AppendCredit(s.ownBuf(), ch, v), nil
 		}
 		if t, ok := s.control.pop(); ok {
 			s.mu.Unlock()
 			return t, nil
 		}
-		streams := append([]*Stream(nil), s.streams...)
+		// A copy, as Remove edits s.streams in place; the writer's own
+		// slice, cleared after use so it pins no removed stream.
+		s.picking = append(s.picking[:0], s.streams...)
 		s.mu.Unlock()
 
-		if t := s.pickData(streams); t != nil {
+		t := s.pickData(s.picking)
+		clear(s.picking)
+		if t != nil {
 			return t, nil
 		}
 		select {
@@ -444,13 +480,13 @@ func (s *Scheduler) pickData(streams []*Stream) []byte {
 			deficit = &s.ordDeficit
 		} else {
 			st := streams[i-1]
-			frame := st.ready()
-			if frame == nil {
+			sz, ok := st.ready()
+			if !ok {
 				st.deficit = 0
 				next()
 				continue
 			}
-			size, deficit = frame.size, &st.deficit
+			size, deficit = sz, &st.deficit
 		}
 		withData++
 		if s.fresh {

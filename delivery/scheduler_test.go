@@ -1127,3 +1127,58 @@ func TestRecycle(t *testing.T) {
 		}
 	}
 }
+
+// retainWriter keeps the very slices it was given (no copy) and a copy
+// taken at write time: a slice the Scheduler reused afterwards no longer
+// reads as its copy.
+type retainWriter struct {
+	mu     sync.Mutex
+	kept   [][]byte
+	copies []string
+	wrote  chan struct{}
+}
+
+func (w *retainWriter) WriteMessage(_ context.Context, text []byte) error {
+	w.mu.Lock()
+	w.kept = append(w.kept, text)
+	w.copies = append(w.copies, string(text))
+	w.mu.Unlock()
+	w.wrote <- struct{}{}
+	return nil
+}
+
+// TestOwnMessagesBuffer: credits (the Scheduler's own messages) are built
+// in one reused buffer only when the writer releases what it wrote; a
+// writer that may keep them (no WriterReleases) gets a buffer per message,
+// which stays intact. Either way each message is exactly AppendCredit's.
+func TestOwnMessagesBuffer(t *testing.T) {
+	for _, releases := range []bool{true, false} {
+		s := delivery.NewScheduler(delivery.SchedulerConfig{WriterReleases: releases})
+		w := &retainWriter{wrote: make(chan struct{})}
+		run(t, s, w)
+		var want []string
+		for i := range 5 {
+			ch := fmt.Sprintf("ahp-terminal:/t%d", i)
+			s.PushCredit(ch, delivery.UTF16Bytes(100*(i+1)))
+			want = append(want, string(delivery.AppendCredit(nil, ch, delivery.UTF16Bytes(100*(i+1)))))
+			select {
+			case <-w.wrote:
+			case <-time.After(waitLimit):
+				t.Fatal("credit not written")
+			}
+		}
+		w.mu.Lock()
+		if !slices.Equal(w.copies, want) {
+			t.Fatalf("WriterReleases %v: wrote %q, want %q", releases, w.copies, want)
+		}
+		for i, k := range w.kept {
+			if releases && &k[:1][0] != &w.kept[0][:1][0] {
+				t.Errorf("credit %d in a buffer of its own: the buffer was not reused", i)
+			}
+			if !releases && string(k) != want[i] {
+				t.Errorf("credit %d changed after it was written: %q, want %q", i, k, want[i])
+			}
+		}
+		w.mu.Unlock()
+	}
+}

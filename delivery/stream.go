@@ -160,13 +160,13 @@ func (st *Stream) Credit(consumed UTF16Bytes) error {
 }
 
 // ready returns the stream's next frame size, building (and debiting) it if
-// needed, or nil if it cannot send now. Writer goroutine only.
-func (st *Stream) ready() *readyFrame {
+// needed; ok is false if it cannot send now. Writer goroutine only.
+func (st *Stream) ready() (size UTF16Bytes, ok bool) {
 	if st.removed.Load() {
-		return nil
+		return 0, false
 	}
 	if st.pending != nil {
-		return &readyFrame{size: st.pendSz}
+		return st.pendSz, true
 	}
 	st.mu.Lock()
 	can := st.canStartLocked()
@@ -177,7 +177,7 @@ func (st *Stream) ready() *readyFrame {
 	}
 	st.mu.Unlock()
 	if !can {
-		return nil
+		return 0, false
 	}
 	if st.frag == nil {
 		var msg []byte
@@ -189,12 +189,12 @@ func (st *Stream) ready() *readyFrame {
 		}
 		st.notify()
 		if msg == nil {
-			return nil
+			return 0, false
 		}
 		if size <= limits.MaximumFrameBytes {
-			r := st.debit(msg, size)
-			st.whole = r != nil
-			return r
+			ok := st.debit(msg, size)
+			st.whole = ok
+			return size, ok
 		}
 		st.frag = NewFragmenter(st.channel, msg)
 	}
@@ -212,12 +212,12 @@ func (st *Stream) ready() *readyFrame {
 		// a smaller floor budget cannot fail either. Abandon the message
 		// rather than loop.
 		st.frag = nil
-		return nil
+		return 0, false
 	}
 	if final {
 		st.frag = nil
 	}
-	return st.debit(frame, size)
+	return size, st.debit(frame, size)
 }
 
 // minFragmentPayload is the least UTF-16 bytes of data a fragment carries
@@ -225,7 +225,9 @@ func (st *Stream) ready() *readyFrame {
 // of what is sent.
 const minFragmentPayload UTF16Bytes = 256
 
-func (st *Stream) debit(text []byte, size UTF16Bytes) *readyFrame {
+// debit debits size and makes text the pending frame; false if the window
+// refused it.
+func (st *Stream) debit(text []byte, size UTF16Bytes) bool {
 	st.mu.Lock()
 	err := st.win.Debit(size)
 	now := time.Now()
@@ -237,10 +239,10 @@ func (st *Stream) debit(text []byte, size UTF16Bytes) *readyFrame {
 	}
 	st.mu.Unlock()
 	if err != nil {
-		return nil // cannot happen: CanStart was checked by this goroutine
+		return false // cannot happen: CanStart was checked by this goroutine
 	}
 	st.pending, st.pendSz = text, size
-	return &readyFrame{size: size}
+	return true
 }
 
 func (st *Stream) take() []byte {
@@ -254,8 +256,6 @@ func (st *Stream) take() []byte {
 	}
 	return t
 }
-
-type readyFrame struct{ size UTF16Bytes }
 
 // Inbound is the receiving side of one windowed subscription: it counts
 // what arrives, reassembles channel/frame fragments, and returns credit as

@@ -242,16 +242,17 @@ func hostAction(channel string, action any) func(seq uint64) ([]byte, error) {
 	}
 }
 
-// dataAction is hostAction for terminal/data, the hot path: built by
-// appending, without reflection or re-validation.
-func dataAction(channel, data string) func(seq uint64) ([]byte, error) {
-	return func(seq uint64) ([]byte, error) {
-		a := make([]byte, 0, len(data)+len(data)/8+48)
-		a = append(a, `{"type":"terminal/data","data":`...)
-		a = delivery.AppendJSONString(a, data)
-		a = append(a, '}')
-		return rpc.AppendActionEnvelope(nil, channel, a, seq), nil
-	}
+// appendDataHead appends the terminal/data action envelope carrying data,
+// up to its serverSeq: with the seq and rpc.ActionEnvelopeEnd after it
+// (journal.AppendSeq) it is the text hostAction would give for the
+// action. The hot path: built by appending, without reflection,
+// re-validation or allocation (dst has room after the first few).
+func appendDataHead(dst []byte, channel string, data []byte) []byte {
+	dst = rpc.AppendActionOpen(dst, channel)
+	dst = append(dst, `{"type":"terminal/data","data":`...)
+	dst = delivery.AppendJSONBytes(dst, data)
+	dst = append(dst, '}')
+	return append(dst, rpc.ActionSeqMember...)
 }
 
 // fileURI turns an absolute path into a file:// URI.

@@ -212,7 +212,8 @@ func (o *objectStream) ReadObject(v any) error {
 	for {
 		raw, err := c.mc.ReadMessage(c.ctx)
 		if err != nil {
-			c.readErr.CompareAndSwap(nil, &err)
+			first := err // a variable of its own: &err would move err to the heap on every read
+			c.readErr.CompareAndSwap(nil, &first)
 			switch code := transport.CloseStatus(err); {
 			case code == transport.CloseMessageTooBig:
 				c.log.Warn("message too big, closing", "client", c.id(), "limit", c.s.cfg.Delivery.MaxMessageBytes)
@@ -223,6 +224,19 @@ func (o *objectStream) ReadObject(v any) error {
 				return io.EOF
 			}
 			return err
+		}
+		// channel/credit, every few data messages the client reads, in
+		// its usual form: read in place, no header, no allocation.
+		if ch, consumed, ok := rpc.ParseCredit(raw); ok {
+			if !c.isInitialized() {
+				c.log.Warn("notification before initialize ignored", "method", rpc.MethodChannelCredit)
+				continue
+			}
+			if err := credit(c, c.subscriptionOf(ch), consumed, ch); err != nil {
+				c.fail(err)
+				return err
+			}
+			continue
 		}
 		h, perr := rpc.ParseHeader(raw)
 		if perr != nil {
@@ -276,17 +290,13 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 	}
 	sub := c.subscription(h.Channel)
 	switch h.Method {
-	case rpc.MethodChannelCredit:
+	case rpc.MethodChannelCredit: // in a form other than ReadObject's fast path's
 		var p rpc.ChannelCreditParams
 		if e := rpc.DecodeParams(h.Params, &p); e != nil {
 			c.log.Warn("bad channel/credit", "client", c.id(), "error", e.Message)
 			return nil
 		}
-		if sub == nil || !sub.windowed() {
-			c.log.Debug("credit for a channel without a windowed subscription", "channel", h.Channel)
-			return nil
-		}
-		return sub.out.Credit(p.ConsumedBytes)
+		return credit(c, sub, p.ConsumedBytes, h.Channel)
 	case rpc.MethodUnsubscribe:
 		if sub != nil {
 			c.mu.Lock()
@@ -357,6 +367,18 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 	return nil
 }
 
+// credit applies a channel/credit to sub, the subscription of channel
+// (nil if there is none); channel is the URI as a header holds it or a
+// view of the message (rpc.ParseCredit), copied only to be logged. A
+// returned error is a violation that closes the connection.
+func credit[T ~string | ~[]byte](c *conn, sub *subscription, consumed delivery.UTF16Bytes, channel T) error {
+	if sub == nil || !sub.windowed() {
+		c.log.Debug("credit for a channel without a windowed subscription", "channel", string(channel))
+		return nil
+	}
+	return sub.out.Credit(consumed)
+}
+
 func subChannel(sub *subscription) channel {
 	if sub == nil {
 		return nil
@@ -412,6 +434,14 @@ func (c *conn) subscription(channel string) *subscription {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.subs[channel]
+}
+
+// subscriptionOf is subscription for a channel URI in a byte slice (the
+// lookup does not copy it).
+func (c *conn) subscriptionOf(channel []byte) *subscription {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.subs[string(channel)]
 }
 
 // Handle implements jsonrpc2.Handler: requests, one at a time in arrival

@@ -45,6 +45,11 @@ const (
 	maxTerminalID = 256
 	// maxTermSize bounds cols and rows.
 	maxTermSize = 4096
+	// maxEncodeBuf bounds the envelope buffer a terminal keeps between
+	// outputs: a readChunk of plain output needs a little over readChunk,
+	// one of control characters (6 bytes each escaped) 6 times that; a
+	// rarer larger one gets a buffer of its own.
+	maxEncodeBuf = 8 * readChunk
 )
 
 // terminal is one ahp-terminal:/<id> channel with its PTY process.
@@ -81,6 +86,9 @@ type terminal struct {
 	input        [][]byte
 	releases     []func()
 	inBytes      int
+	// encodeBuf is output's scratch for a terminal/data envelope (under
+	// mu), at most maxEncodeBuf kept between outputs.
+	encodeBuf []byte
 }
 
 func (t *terminal) uri() string { return t.id }
@@ -398,13 +406,13 @@ func (t *terminal) readLoop() {
 	for t.waitReadable() {
 		n, err := t.proc.Read(buf)
 		if n > 0 {
-			t.output(dec.Feed(buf[:n]))
+			t.output(dec.FeedView(buf[:n]))
 		}
 		if err != nil {
 			break
 		}
 	}
-	t.output(dec.Flush())
+	t.output(dec.FlushView())
 	select {
 	case <-t.proc.Done():
 	case <-t.killed:
@@ -460,16 +468,22 @@ func (t *terminal) waitReadable() bool {
 }
 
 // output applies decoded output: terminal/data, title and cwd changes.
-func (t *terminal) output(out pty.Output) {
-	if out.Text == "" && len(out.Titles) == 0 && out.Cwd == "" {
+// out.Text is the decoder's buffer: the scrollback and the journal keep
+// copies, nothing keeps out.Text itself.
+func (t *terminal) output(out pty.View) {
+	if len(out.Text) == 0 && len(out.Titles) == 0 && out.Cwd == "" {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if out.Text != "" {
-		t.scroll.Append(out.Text)
-		if _, err := t.s.journal.Append(t.id, dataAction(t.id, out.Text)); err != nil {
-			t.log.Error("cannot encode output", "error", err)
+	if len(out.Text) > 0 {
+		t.scroll.AppendBytes(out.Text)
+		// The envelope is encoded into encodeBuf, which AppendSeq copies
+		// into the entry's own text: the buffer is free again on return.
+		t.encodeBuf = appendDataHead(t.encodeBuf[:0], t.id, out.Text)
+		t.s.journal.AppendSeq(t.id, t.encodeBuf, rpc.ActionEnvelopeEnd)
+		if cap(t.encodeBuf) > maxEncodeBuf {
+			t.encodeBuf = nil
 		}
 	}
 	changed := false

@@ -13,6 +13,7 @@ package journal
 
 import (
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -93,6 +94,30 @@ func (j *Journal) Append(channel string, encode func(seq uint64) ([]byte, error)
 	if err != nil {
 		return Entry{}, err
 	}
+	return j.appendLocked(channel, text), nil
+}
+
+// AppendSeq is Append for a text that ends with its serverSeq, as an
+// action envelope does: the entry's text is head, then the assigned seq in
+// decimal, then tail (rpc.AppendActionOpen ... rpc.ActionSeqMember as
+// head, rpc.ActionEnvelopeEnd as tail). The text is one allocation of
+// exactly its size, and head is copied: the caller keeps head's buffer and
+// may reuse it once AppendSeq returns. The encoding (escaping the action)
+// is done by the caller, outside the journal lock.
+func (j *Journal) AppendSeq(channel string, head []byte, tail string) Entry {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var digits [20]byte // the most a uint64 takes
+	seq := strconv.AppendUint(digits[:0], j.seq+1, 10)
+	text := make([]byte, 0, len(head)+len(seq)+len(tail))
+	text = append(text, head...)
+	text = append(text, seq...)
+	text = append(text, tail...)
+	return j.appendLocked(channel, text)
+}
+
+// appendLocked logs text as the entry with the next seq.
+func (j *Journal) appendLocked(channel string, text []byte) Entry {
 	j.seq++
 	e := Entry{Seq: j.seq, Text: text, at: j.now()}
 	l := j.logs[channel]
@@ -106,7 +131,7 @@ func (j *Journal) Append(channel string, encode func(seq uint64) ([]byte, error)
 	for _, fn := range j.listeners[channel] {
 		fn(channel, e)
 	}
-	return e, nil
+	return e
 }
 
 func (j *Journal) trim(l *channelLog, now time.Time) {
@@ -137,6 +162,19 @@ func (j *Journal) trim(l *channelLog, now time.Time) {
 func (j *Journal) Read(channel string, after uint64, max int) ([]Entry, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	live, err := j.afterLocked(channel, after)
+	if err != nil || len(live) == 0 {
+		return nil, err
+	}
+	if max > 0 && len(live) > max {
+		live = live[:max]
+	}
+	return append([]Entry(nil), live...), nil
+}
+
+// afterLocked returns the retained entries of channel with Seq > after (a
+// view of the log: copy what outlives the lock), or ErrTruncated.
+func (j *Journal) afterLocked(channel string, after uint64) ([]Entry, error) {
 	l := j.logs[channel]
 	if l == nil {
 		return nil, nil
@@ -155,21 +193,20 @@ func (j *Journal) Read(channel string, after uint64, max int) ([]Entry, error) {
 			hi = m
 		}
 	}
-	live = live[lo:]
-	if max > 0 && len(live) > max {
-		live = live[:max]
-	}
-	return append([]Entry(nil), live...), nil
+	return live[lo:], nil
 }
 
 // Next returns the first entry of channel with Seq > after. ok is false when
-// there is none yet; err is ErrTruncated when it was dropped.
+// there is none yet; err is ErrTruncated when it was dropped. It does not
+// allocate (a windowed subscriber calls it for every message).
 func (j *Journal) Next(channel string, after uint64) (e Entry, ok bool, err error) {
-	es, err := j.Read(channel, after, 1)
-	if err != nil || len(es) == 0 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	live, err := j.afterLocked(channel, after)
+	if err != nil || len(live) == 0 {
 		return Entry{}, false, err
 	}
-	return es[0], true, nil
+	return live[0], true, nil
 }
 
 // Head returns the seq of channel's newest entry (0 if none).

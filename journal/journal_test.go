@@ -498,3 +498,49 @@ func BenchmarkAppend(b *testing.B) {
 		}
 	}
 }
+
+// AppendSeq copies head: the caller reuses its buffer for the next entry,
+// and no entry (nor what a listener was handed) changes.
+func TestAppendSeqCopiesHead(t *testing.T) {
+	j := New(Limits{}, nil)
+	mustAppend(t, j, "b", text(4)) // seq 1 on another channel
+	var heard []Entry
+	j.Listen("a", "k", func(_ string, e Entry) { heard = append(heard, e) }, nil)
+	head := make([]byte, 0, 64)
+	var got []Entry
+	for _, s := range []string{`{"x":"first","serverSeq":`, `{"x":"second","serverSeq":`} {
+		head = append(head[:0], s...)
+		got = append(got, j.AppendSeq("a", head, "}"))
+		for i := range head {
+			head[i] = '!' // the caller reusing its buffer
+		}
+	}
+	want := []string{`{"x":"first","serverSeq":2}`, `{"x":"second","serverSeq":3}`}
+	es, _ := j.Read("a", 0, 0)
+	for i, w := range want {
+		if string(got[i].Text) != w || string(es[i].Text) != w || string(heard[i].Text) != w {
+			t.Fatalf("entry %d: returned %s, read %s, heard %s; want %s", i, got[i].Text, es[i].Text, heard[i].Text, w)
+		}
+		if cap(got[i].Text) != len(w) {
+			t.Errorf("entry %d: capacity %d for %d bytes", i, cap(got[i].Text), len(w))
+		}
+	}
+	if got[1].Seq != 3 || j.Seq() != 3 || j.Bytes("a") != len(want[0])+len(want[1]) {
+		t.Fatalf("seq %d, journal seq %d, bytes %d", got[1].Seq, j.Seq(), j.Bytes("a"))
+	}
+}
+
+// Next is on every windowed subscriber's path: it must not allocate.
+func TestNextDoesNotAllocate(t *testing.T) {
+	j := New(Limits{}, nil)
+	for range 10 {
+		mustAppend(t, j, "a", text(8))
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if e, ok, err := j.Next("a", 4); !ok || err != nil || e.Seq != 5 {
+			t.Fatalf("Next(a, 4) = %d %v %v", e.Seq, ok, err)
+		}
+	}); n != 0 {
+		t.Fatalf("Next: %v allocations, want 0", n)
+	}
+}

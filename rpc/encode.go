@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/sidecar-dev/sidecar/delivery"
 )
 
 // Marshal encodes v as compact JSON without HTML escaping (so terminal
@@ -35,19 +37,44 @@ func Marshal(v any) ([]byte, error) {
 // where action is already-encoded compact JSON (taken as is). The same
 // text rpc.Notification gives for an ActionEnvelope without origin.
 func AppendActionEnvelope(dst []byte, channel string, action []byte, seq uint64) []byte {
-	dst = append(dst, `{"jsonrpc":"2.0","method":"action","params":{"channel":`...)
-	dst = appendString(dst, channel)
-	dst = append(dst, `,"action":`...)
+	dst = AppendActionOpen(dst, channel)
 	dst = append(dst, action...)
-	dst = append(dst, `,"serverSeq":`...)
+	dst = append(dst, ActionSeqMember...)
 	dst = strconv.AppendUint(dst, seq, 10)
-	return append(dst, "}}"...)
+	return append(dst, ActionEnvelopeEnd...)
 }
 
-// appendString appends s as a JSON string the way Marshal does.
+// The action envelope in pieces, for encoders that write the action in
+// place and learn the serverSeq last (journal.AppendSeq): AppendActionOpen,
+// the action's JSON, ActionSeqMember, the serverSeq, ActionEnvelopeEnd is
+// exactly AppendActionEnvelope.
+const (
+	ActionSeqMember   = `,"serverSeq":`
+	ActionEnvelopeEnd = "}}"
+)
+
+// AppendActionOpen appends the envelope up to its action:
+// {"jsonrpc":"2.0","method":"action","params":{"channel":C,"action":
+func AppendActionOpen(dst []byte, channel string) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","method":"action","params":{"channel":`...)
+	dst = appendString(dst, channel)
+	return append(dst, `,"action":`...)
+}
+
+// appendString appends s as a JSON string the way Marshal does. A string
+// of printable ASCII without '"' or '\\' (every channel URI in practice)
+// is written as is, without allocating; anything else goes through
+// Marshal, so its escaping stays encoding/json's.
 func appendString(dst []byte, s string) []byte {
-	b, _ := Marshal(s)
-	return append(dst, b...)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' {
+			b, _ := Marshal(s)
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }
 
 // notification is the wire form of a JSON-RPC notification.
@@ -152,6 +179,9 @@ func ParseHeader(raw []byte) (*Header, *Error) {
 	if h, ok := parseTCPData(raw); ok {
 		return h, nil
 	}
+	if h, ok := parseCredit(raw); ok {
+		return h, nil
+	}
 	if h, ok := parseHeaderFast(raw); ok {
 		return h, nil
 	}
@@ -194,6 +224,94 @@ func parseTCPData(raw []byte) (*Header, bool) {
 		ASCII:           true,
 		ParamsUnchecked: true,
 	}, true
+}
+
+// creditPrefix opens every channel/credit notification delivery.AppendCredit
+// builds, and JSON.stringify's for the same object.
+const creditPrefix = `{"jsonrpc":"2.0","method":"channel/credit","params":{"channel":"`
+
+// ParseCredit reads a channel/credit notification in exactly
+// delivery.AppendCredit's form (JSON.stringify's too),
+//
+//	{"jsonrpc":"2.0","method":"channel/credit","params":{"channel":"C","consumedBytes":N}}
+//
+// with C printable ASCII without '"' or '\\', N a non-negative integer
+// of at most 18 digits without leading zeros, and nothing after. Such a
+// text is valid JSON whose meaning is known from its shape, so it is
+// checked byte by byte instead of parsed, and nothing is allocated:
+// channel is a view of raw (valid while raw is). Any other text, a
+// credit in another form (member order, whitespace, escapes) included,
+// gives ok false: ParseHeader and DecodeParams take it.
+func ParseCredit(raw []byte) (channel []byte, consumed delivery.UTF16Bytes, ok bool) {
+	if len(raw) < len(creditPrefix) || string(raw[:len(creditPrefix)]) != creditPrefix {
+		return nil, 0, false
+	}
+	rest := raw[len(creditPrefix):]
+	channel, ok = plainStringBody(rest)
+	if !ok {
+		return nil, 0, false
+	}
+	n, ok := parseConsumed(rest[len(channel)+1:])
+	if !ok {
+		return nil, 0, false
+	}
+	return channel, delivery.UTF16Bytes(n), true
+}
+
+// parseCredit is ParseHeader's path for what ParseCredit accepts: the
+// header parseHeaderFast would give, without parsing.
+func parseCredit(raw []byte) (*Header, bool) {
+	channel, _, ok := ParseCredit(raw)
+	if !ok {
+		return nil, false
+	}
+	start := len(creditPrefix) - len(`{"channel":"`)
+	return &Header{
+		JSONRPC: "2.0",
+		Method:  MethodChannelCredit,
+		Params:  raw[start : len(raw)-1 : len(raw)-1],
+		Channel: string(channel),
+		ASCII:   true,
+	}, true
+}
+
+// plainStringBody returns the body of the JSON string that b starts
+// inside of (just after its opening quote) up to its closing quote, when
+// every byte of it is printable ASCII other than '\\' (so the body is
+// the string's value as is).
+func plainStringBody(b []byte) ([]byte, bool) {
+	for i, c := range b {
+		switch {
+		case c == '"':
+			return b[:i], true
+		case c < 0x20 || c >= utf8.RuneSelf || c == '\\':
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// parseConsumed parses `,"consumedBytes":N}}`, which must be all of b:
+// the rest of a credit after its channel's closing quote. N is a
+// non-negative integer of at most 18 digits without leading zeros.
+func parseConsumed(b []byte) (int64, bool) {
+	const member = `,"consumedBytes":`
+	if len(b) < len(member) || string(b[:len(member)]) != member {
+		return 0, false
+	}
+	b = b[len(member):]
+	n, digits := int64(0), 0
+	for digits < len(b) && b[digits] >= '0' && b[digits] <= '9' {
+		n = n*10 + int64(b[digits]-'0')
+		digits++
+	}
+	if digits == 0 || digits > 18 || (digits > 1 && b[0] == '0') {
+		return 0, false
+	}
+	if string(b[digits:]) != "}}" {
+		return 0, false
+	}
+	return n, true
 }
 
 // isASCII reports whether b has no byte at or above 0x80, 32 bytes a

@@ -225,3 +225,33 @@ func TestCodes(t *testing.T) {
 		}
 	}
 }
+
+// appendString writes plain ASCII itself and leaves the rest to Marshal:
+// either way the text is Marshal's.
+func TestAppendStringMatchesMarshal(t *testing.T) {
+	for _, s := range []string{"", "ahp-terminal:/t1", "ahp-root://", "a b~", "<&>", "\x7f", `q"`, `b\`, "\n", "\x00", "é", "\u2028", "\xff", "😀"} {
+		want, _ := Marshal(s)
+		if got := appendString([]byte("x"), s); string(got) != "x"+string(want) {
+			t.Errorf("appendString(%q) = %s, want x%s", s, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = AppendActionEnvelope(make([]byte, 0, 256), "ahp-terminal:/t1", []byte(`{}`), 7) }); n > 1 {
+		t.Errorf("AppendActionEnvelope: %v allocations, want only the buffer", n)
+	}
+}
+
+func TestActionEnvelopeInPieces(t *testing.T) {
+	whole := AppendActionEnvelope(nil, "ahp-terminal:/t1", []byte(`{"type":"terminal/data","data":"x"}`), 42)
+	b := AppendActionOpen(nil, "ahp-terminal:/t1")
+	b = append(b, `{"type":"terminal/data","data":"x"}`...)
+	b = append(b, ActionSeqMember...)
+	b = append(b, "42"...)
+	b = append(b, ActionEnvelopeEnd...)
+	if string(b) != string(whole) {
+		t.Fatalf("pieces %s, whole %s", b, whole)
+	}
+	want, _ := Notification(MethodAction, ActionEnvelope{Channel: "ahp-terminal:/t1", Action: []byte(`{"type":"terminal/data","data":"x"}`), ServerSeq: 42})
+	if string(whole) != string(want) {
+		t.Fatalf("AppendActionEnvelope %s, Notification %s", whole, want)
+	}
+}

@@ -65,8 +65,48 @@ type Output struct {
 	Cwd string
 }
 
+// View is an Output whose Text is left in the decoder's own buffer
+// (FeedView, FlushView): it is valid only until the decoder's next call,
+// which reuses the buffer. A caller that keeps the text copies it.
+type View struct {
+	Text   []byte
+	Titles []string
+	Cwd    string
+}
+
+// maxKeptOut bounds the capacity of the output buffer a decoder keeps
+// between calls: a rare huge output (a long run of U+FFFD) does not pin
+// its buffer.
+const maxKeptOut = 64 << 10
+
 // Feed decodes the next raw bytes of output.
 func (d *OutputDecoder) Feed(b []byte) Output {
+	o := d.FeedView(b).output()
+	d.resetOut() // copied: a large buffer is not kept until the next call
+	return o
+}
+
+// FeedView is Feed without copying the text out: its Text is valid until
+// the next call of any of the decoder's methods. The PTY reader uses it,
+// as it encodes the text (and copies it into the scrollback) at once.
+func (d *OutputDecoder) FeedView(b []byte) View {
+	d.resetOut()
+	d.feed(b)
+	return d.take()
+}
+
+func (v View) output() Output { return Output{Text: string(v.Text), Titles: v.Titles, Cwd: v.Cwd} }
+
+// resetOut empties the output buffer for the next call (whose caller is
+// done with the previous View), dropping it when it grew large.
+func (d *OutputDecoder) resetOut() {
+	d.out = d.out[:0]
+	if cap(d.out) > maxKeptOut {
+		d.out = nil
+	}
+}
+
+func (d *OutputDecoder) feed(b []byte) {
 	for len(b) > 0 {
 		switch d.state {
 		case dGround:
@@ -163,7 +203,6 @@ func (d *OutputDecoder) Feed(b []byte) Output {
 			d.state = dEsc // reprocess b[0] after ESC
 		}
 	}
-	return d.take()
 }
 
 // Flush ends the stream: whatever is held back is emitted (an incomplete
@@ -171,6 +210,14 @@ func (d *OutputDecoder) Feed(b []byte) Output {
 // text, except an unterminated shell-integration OSC, which is dropped).
 // The decoder is then back in its initial state.
 func (d *OutputDecoder) Flush() Output {
+	o := d.FlushView().output()
+	d.resetOut()
+	return o
+}
+
+// FlushView is Flush without copying the text out, like FeedView.
+func (d *OutputDecoder) FlushView() View {
+	d.resetOut()
 	switch d.state {
 	case dEsc, dPassEsc:
 		d.text([]byte{esc})
@@ -201,15 +248,13 @@ func (d *OutputDecoder) heldBack() int {
 	return n
 }
 
-func (d *OutputDecoder) take() Output {
-	o := Output{Text: string(d.out), Titles: d.titles, Cwd: d.cwd}
-	d.out = d.out[:0]
+// take returns what the call produced; its Text stays d.out until the
+// next call's resetOut.
+func (d *OutputDecoder) take() View {
+	v := View{Text: d.out, Titles: d.titles, Cwd: d.cwd}
 	d.titles = nil
 	d.cwd = ""
-	if cap(d.out) > 64<<10 {
-		d.out = nil // do not pin a large buffer
-	}
-	return o
+	return v
 }
 
 // finishOSC handles the complete OSC in d.osc whose terminator starts at

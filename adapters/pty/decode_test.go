@@ -273,3 +273,54 @@ func TestOutputDecoderStripsProperty(t *testing.T) {
 		}
 	})
 }
+
+// FeedView gives Feed's output without copying: the same text, titles and
+// cwd for any split, in a buffer the decoder reuses (so a caller must copy
+// what it keeps), and no allocation once the buffer has grown.
+func TestOutputDecoderFeedViewProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		in := genInput(t)
+		n := rapid.IntRange(1, len(in)+1).Draw(t, "chunk")
+		var byCopy, byView OutputDecoder
+		var want, got strings.Builder
+		for i := 0; i < len(in); i += n {
+			c := in[i:min(i+n, len(in))]
+			o := byCopy.Feed(c)
+			v := byView.FeedView(c)
+			if string(v.Text) != o.Text || !reflect.DeepEqual(v.Titles, o.Titles) || v.Cwd != o.Cwd {
+				t.Fatalf("FeedView %q %q %q, Feed %q %q %q", v.Text, v.Titles, v.Cwd, o.Text, o.Titles, o.Cwd)
+			}
+			want.WriteString(o.Text)
+			got.Write(v.Text)
+		}
+		o, v := byCopy.Flush(), byView.FlushView()
+		if string(v.Text) != o.Text {
+			t.Fatalf("FlushView %q, Flush %q", v.Text, o.Text)
+		}
+		if want.String()+o.Text != got.String()+string(v.Text) {
+			t.Fatalf("views joined %q, copies joined %q", got.String(), want.String())
+		}
+	})
+}
+
+func TestOutputDecoderFeedViewReusesItsBuffer(t *testing.T) {
+	var d OutputDecoder
+	first := d.FeedView([]byte("first"))
+	kept := string(first.Text)
+	second := d.FeedView([]byte("other"))
+	if kept != "first" || string(second.Text) != "other" {
+		t.Fatalf("views %q then %q", kept, second.Text)
+	}
+	if &first.Text[0] != &second.Text[0] {
+		t.Fatalf("the second view has a buffer of its own: the first was not reused")
+	}
+	chunk := bytes.Repeat([]byte("output café \x1b[0m\r\n"), 200)
+	if n := testing.AllocsPerRun(50, func() { d.FeedView(chunk) }); n != 0 {
+		t.Fatalf("FeedView: %v allocations, want 0", n)
+	}
+	// A huge output's buffer is not kept past the next call.
+	d.FeedView(bytes.Repeat([]byte{0xff}, maxKeptOut)) // each byte becomes 3
+	if v := d.FeedView([]byte("x")); cap(v.Text) > maxKeptOut {
+		t.Fatalf("kept a buffer of %d bytes", cap(v.Text))
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // vtState is the position of a byte stream relative to escape sequences,
@@ -160,6 +161,13 @@ func (s *Scrollback) Append(text string) {
 		s.start = (s.start + n) % s.max
 		text = text[n:]
 	}
+}
+
+// AppendBytes is Append for text in a byte slice (an OutputDecoder
+// View's), without converting it: Append reads text only during the call
+// and keeps a copy, so the caller may reuse text's buffer afterwards.
+func (s *Scrollback) AppendBytes(text []byte) {
+	s.Append(unsafe.String(unsafe.SliceData(text), len(text)))
 }
 
 // linear returns the retained bytes, oldest first, as one string.

@@ -115,3 +115,20 @@ func BenchmarkScrollbackAppend(b *testing.B) {
 		s.Append(chunk)
 	}
 }
+
+// AppendBytes is Append: it keeps a copy, so the caller may reuse its buffer.
+func TestScrollbackAppendBytesCopies(t *testing.T) {
+	a, b := NewScrollback(8), NewScrollback(8)
+	buf := []byte("hello ")
+	for _, s := range []string{"hello ", "wide world", "\x1b[0mend"} {
+		buf = append(buf[:0], s...)
+		a.Append(s)
+		b.AppendBytes(buf)
+		for i := range buf {
+			buf[i] = '!'
+		}
+		if a.String() != b.String() {
+			t.Fatalf("AppendBytes %q, Append %q", b.String(), a.String())
+		}
+	}
+}
