@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -476,28 +475,6 @@ func TestForwardHidesOrdinary(t *testing.T) {
 	}
 	if f := lsCmd().Flags().Lookup("ordinary"); f == nil || f.Hidden {
 		t.Errorf("ls's --ordinary: %+v, want a visible flag", f)
-	}
-}
-
-// TestForwardGC: forward collects at forwardGCPercent unless $GOGC says
-// otherwise (then the runtime already took it from the environment).
-func TestForwardGC(t *testing.T) {
-	defer debug.SetGCPercent(debug.SetGCPercent(100))
-	old, had := os.LookupEnv("GOGC")
-	_ = os.Unsetenv("GOGC")
-	t.Cleanup(func() {
-		if had {
-			_ = os.Setenv("GOGC", old)
-		}
-	})
-	setForwardGC()
-	if got := debug.SetGCPercent(100); got != forwardGCPercent {
-		t.Errorf("without GOGC: GC percent %d, want %d", got, forwardGCPercent)
-	}
-	t.Setenv("GOGC", "75")
-	setForwardGC()
-	if got := debug.SetGCPercent(100); got != 100 {
-		t.Errorf("with GOGC set: GC percent %d, want it left alone (100)", got)
 	}
 }
 
