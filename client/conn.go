@@ -170,28 +170,31 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 	}
 	opts = opts.withDefaults()
 	if opts.Via != "" {
-		mc, exited, how, err := dialVia(ctx, opts.Via)
+		mc, v, err := dialVia(ctx, opts.Via)
 		if err != nil {
 			return nil, err
 		}
 		opts.viaEnded = func() error {
-			if viaEnded(opts.Via, exited, how) == nil {
+			if !v.waitEnded() {
 				return nil
 			}
-			return fmt.Errorf("--via %q: the command ended (%s)", opts.Via, *how)
+			return fmt.Errorf("--via %q: the command ended (%s)", opts.Via, *v.how)
 		}
 		c, err := dialed(ctx, mc, opts)
-		if err != nil && errors.Is(err, context.DeadlineExceeded) {
+		if err == nil {
+			return c, nil
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
 			// Something answered the transport-io handshake, but nothing
 			// answered initialize: not a sidecar behind the command.
+			v.kill() // given up on: it must not outlive us
 			return nil, fmt.Errorf("--via %q: no answer to initialize in time: is the command `sidecar stdio` (or a shell that runs it)?", opts.Via)
 		}
-		if err != nil {
-			if e := viaEnded(opts.Via, exited, how); e != nil {
-				return nil, e
-			}
+		if e := v.ended(); e != nil {
+			return nil, e
 		}
-		return c, err
+		v.kill()
+		return nil, err
 	}
 	u, err := CheckURL(rawURL, opts.Transport)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 
@@ -152,16 +153,16 @@ func portOf(u *url.URL) string {
 // needs no port at all. The command's stderr is ours. exited is closed
 // once the command has ended, with how it ended (ProcessState.String(),
 // "exit status 1") in *how.
-func dialVia(ctx context.Context, command string) (mc transport.MessageConn, exited <-chan struct{}, how *string, err error) {
+func dialVia(ctx context.Context, command string) (mc transport.MessageConn, v *viaCmd, err error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		inR.Close()
 		inW.Close()
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	cmd := exec.Command("sh", "-c", command)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
@@ -170,7 +171,7 @@ func dialVia(ctx context.Context, command string) (mc transport.MessageConn, exi
 		inW.Close()
 		outR.Close()
 		outW.Close()
-		return nil, nil, nil, fmt.Errorf("--via: %w", err)
+		return nil, nil, fmt.Errorf("--via: %w", err)
 	}
 	inR.Close()
 	outW.Close()
@@ -183,31 +184,57 @@ func dialVia(ctx context.Context, command string) (mc transport.MessageConn, exi
 		}
 		close(done)
 	}()
+	v = &viaCmd{command: command, exited: done, how: &ended, cmd: cmd}
 	mc, err = transport.DialStdio(ctx, outR, inW, "via: "+command)
 	if err != nil {
-		if e := viaEnded(command, done, &ended); e != nil {
-			return nil, nil, nil, e
+		if errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "WT_HANDSHAKE_TIMEOUT") {
+			// It runs but says nothing (or nothing we understand).
+			v.kill()
+			return nil, nil, fmt.Errorf("--via %q: no transport-io handshake in time: is the command `sidecar stdio` (or a shell that runs it)?", command)
 		}
-		_ = cmd.Process.Kill()
-		return nil, nil, nil, fmt.Errorf("--via %q: no transport-io session (is the command `sidecar stdio`? see its stderr above): %v", command, err)
+		if e := v.ended(); e != nil {
+			return nil, nil, e
+		}
+		v.kill()
+		return nil, nil, fmt.Errorf("--via %q: no transport-io session (is the command `sidecar stdio`? see its stderr above): %v", command, err)
 	}
-	return mc, done, &ended, nil
+	return mc, v, nil
 }
 
 // viaExitWait is how long a failed --via dial waits for the command to end,
 // to say that it did.
 const viaExitWait = time.Second
 
-// viaEnded is the error of a --via session that failed while being set up
-// because the command ended (it exits as its stdout closes, or our write
-// found its stdin gone): nil when it has not ended within viaExitWait.
-func viaEnded(command string, exited <-chan struct{}, how *string) error {
+// viaCmd is a running --via command.
+type viaCmd struct {
+	command string
+	exited  <-chan struct{} // closed once it has ended, with how set
+	how     *string         // how it ended: "exit status 1", "signal: killed"
+	cmd     *exec.Cmd
+}
+
+// waitEnded reports whether the command ends within viaExitWait.
+func (v *viaCmd) waitEnded() bool {
 	t := time.NewTimer(viaExitWait)
 	defer t.Stop()
 	select {
-	case <-exited:
-		return fmt.Errorf("--via %q: the command ended (%s) before the session was set up (see its stderr above)", command, *how)
+	case <-v.exited:
+		return true
 	case <-t.C:
-		return nil
+		return false
 	}
 }
+
+// ended is the error of a --via session that failed while being set up
+// because the command ended (it exits as its stdout closes, or our write
+// found its stdin gone): nil when it has not ended within viaExitWait.
+func (v *viaCmd) ended() error {
+	if !v.waitEnded() {
+		return nil
+	}
+	return fmt.Errorf("--via %q: the command ended (%s) before the session was set up (see its stderr above)", v.command, *v.how)
+}
+
+// kill ends the command when we give up on it (a hung `kubectl exec` or
+// `ssh` must not outlive the client); its reaper collects it.
+func (v *viaCmd) kill() { _ = v.cmd.Process.Kill() }

@@ -512,6 +512,15 @@ func TestViaEndsEarly(t *testing.T) {
 	if code := p.wait(t, waitTimeout); code != 255 || p.stderr.String() != want {
 		t.Errorf("ls --via %q: exit %d, stderr %q; want 255 and %q", via, code, p.stderr.String(), want)
 	}
+	// run notifies SIGPIPE (for its stdout): our write to the ended
+	// command's stdin raised one, read as "broken pipe while connecting"
+	// (exit 141) about one run in ten.
+	for i := range 10 {
+		p := start(t, "run", "--via", via, "--", "true")
+		if code := p.wait(t, waitTimeout); code != 255 || p.stderr.String() != want {
+			t.Fatalf("run --via %q (%d): exit %d, stderr %q; want 255 and %q", via, i, code, p.stderr.String(), want)
+		}
+	}
 }
 
 // TestViaKilled: forward --via a sidecar stdio that is killed mid-session
@@ -564,6 +573,41 @@ func TestServeListenErrors(t *testing.T) {
 		p := start(t, "serve", "--listen", tc.listen, "--state-dir", t.TempDir())
 		if code := p.wait(t, waitTimeout); code != tc.code || !strings.HasSuffix(p.stderr.String(), tc.want) {
 			t.Errorf("serve --listen %s: exit %d, stderr %q; want %d and %q", tc.listen, code, p.stderr.String(), tc.code, tc.want)
+		}
+	}
+}
+
+// TestViaSilentKilled: a --via command that never answers the handshake,
+// or answers it but not initialize (cat echoes it), is given up on at
+// --connect-timeout, said so in words (not "context deadline exceeded" or
+// WT_HANDSHAKE_TIMEOUT), and killed: the second outlived the client.
+func TestViaSilentKilled(t *testing.T) {
+	t.Parallel()
+	for cmd, why := range map[string]string{
+		"sleep 60": "no transport-io handshake in time",
+		"cat":      "no answer to initialize in time",
+	} {
+		pidFile := filepath.Join(t.TempDir(), "pid")
+		via := "echo $$ >" + pidFile + "; exec " + cmd
+		p := start(t, "ls", "--via", via, "--connect-timeout", "1s")
+		want := fmt.Sprintf("sidecar: --via %q: %s: is the command `sidecar stdio` (or a shell that runs it)?\n", via, why)
+		if code := p.wait(t, waitTimeout); code != 255 || p.stderr.String() != want {
+			t.Errorf("ls --via %q: exit %d, stderr %q; want 255 and %q", via, code, p.stderr.String(), want)
+		}
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stat := "/proc/" + strings.TrimSpace(string(b)) + "/stat"
+		for deadline := time.Now().Add(waitTimeout); ; {
+			s, err := os.ReadFile(stat)
+			if err != nil || strings.Contains(string(s), ") Z ") {
+				break // gone, or a zombie waiting for its reaper
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("--via %q outlived the client: %s", cmd, s)
+			}
+			time.Sleep(10 * time.Millisecond) // polling the process table: no event to wait on
 		}
 	}
 }
