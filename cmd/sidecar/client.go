@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -672,7 +674,7 @@ func listHost(ctx context.Context, conn *client.Conn, asJSON bool) error {
 			status = "killed (" + t.Signal + ")"
 		}
 		claim := t.Claim.Kind + ":" + t.Claim.ClientID + t.Claim.Session
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.TrimPrefix(t.Resource, rpc.TerminalScheme+"/"), t.Title, claim, status)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", printable(strings.TrimPrefix(t.Resource, rpc.TerminalScheme+"/")), printable(t.Title), printable(claim), printable(status))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -681,10 +683,42 @@ func listHost(ctx context.Context, conn *client.Conn, asJSON bool) error {
 		fmt.Fprintln(os.Stdout)
 		fmt.Fprintln(tw, "LISTENING\tPROCESS")
 		for _, p := range st.Ports {
-			fmt.Fprintf(tw, "%s\t%s\n", net.JoinHostPort(p.Address, strconv.Itoa(p.Port)), p.Process)
+			fmt.Fprintf(tw, "%s\t%s\n", printable(net.JoinHostPort(p.Address, strconv.Itoa(p.Port))), printable(p.Process))
 		}
 	}
 	return tw.Flush()
+}
+
+// printable is s for a table on the user's terminal: control characters
+// (C0, DEL, C1: an escape sequence in a terminal's title would clear or
+// retitle the screen of whoever lists it, a tab or \r would break the
+// columns) and invalid UTF-8 are written as Go escapes (\x1b, \u009b).
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsControl(r):
+			q := strconv.QuoteRuneToASCII(r) // '\x1b', '\u009b', '\t'
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }
 
 func tokenCmd() *cobra.Command {

@@ -144,3 +144,22 @@ func TestDialFailed(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintable: what ls prints of a terminal's title (or any text from
+// the host) cannot drive the user's terminal: control characters and
+// invalid UTF-8 come out as escapes, everything else as is.
+func TestPrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain title":             "plain title",
+		"日本語 tïtle 😀":             "日本語 tïtle 😀",
+		"x\x1b[2J\x1b]0;pwned\ay": `x\x1b[2J\x1b]0;pwned\ay`,
+		"a\tb\rc":                 `a\tb\rc`,
+		"\u009b31mRED":            `\u009b31mRED`,
+		"bad \xff byte":           `bad \xff byte`,
+		"del\x7f":                 `del\x7f`,
+	} {
+		if got := printable(in); got != want {
+			t.Errorf("printable(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

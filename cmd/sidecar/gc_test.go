@@ -24,6 +24,11 @@ func TestSetGCPercent(t *testing.T) {
 			t.Errorf("without GOGC: GC percent %d, want %d", got, p)
 		}
 	}
+	t.Setenv("GOGC", "") // as in an environment file with GOGC=
+	setGCPercent(serveGCPercent)
+	if got := debug.SetGCPercent(100); got != serveGCPercent {
+		t.Errorf("with GOGC empty: GC percent %d, want %d", got, serveGCPercent)
+	}
 	t.Setenv("GOGC", "75")
 	setGCPercent(forwardGCPercent)
 	if got := debug.SetGCPercent(100); got != 100 {

@@ -75,11 +75,11 @@ func survivePipes(root *cobra.Command, names ...string) {
 }
 
 // setGCPercent makes the garbage collector run after percent of heap
-// growth (GOGC) unless $GOGC is set: serve and forward allocate little per
+// growth (GOGC) unless $GOGC is set to something: serve and forward allocate little per
 // byte they move, and a lower GOGC lowers Go's smallest heap goal (4 MB at
 // 100) that most of their memory for a few stalled connections was.
 func setGCPercent(percent int) {
-	if _, set := os.LookupEnv("GOGC"); !set {
+	if os.Getenv("GOGC") == "" { // unset or empty, which Go reads as 100
 		debug.SetGCPercent(percent)
 	}
 }
