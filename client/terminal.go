@@ -46,6 +46,11 @@ func (t *Terminal) Resize(ctx context.Context, cols, rows int) error {
 	return err
 }
 
+// skippedNotice is what Copy writes where output was lost: a gap in
+// ordinary delivery, or a snapshot mid-stream (this client fell behind the
+// terminal's journal).
+const skippedNotice = "\r\n[sidecar: output skipped: this client fell behind]\r\n"
+
 // Copy writes the terminal's output to w until the program exits, and
 // returns its exit code: 128+n when signal n killed it (the host's
 // signalNumber extension), nil when it ended without either. With
@@ -68,6 +73,15 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 				if _, err := io.WriteString(w, p.Value); err != nil {
 					return false, nil, err
 				}
+			}
+		}
+		if !first {
+			// A snapshot mid-stream: this client fell behind the
+			// terminal's journal (a viewer that does not pace its
+			// output) and the host started it again from now. Output
+			// between was lost: say so, as for a gap.
+			if _, err := io.WriteString(w, skippedNotice); err != nil {
+				return false, nil, err
 			}
 		}
 		first = false
@@ -128,7 +142,7 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 			m.Release()
 		case rpc.MethodChannelGap:
 			// Ordinary delivery overflowed: output was lost. Say so.
-			_, _ = io.WriteString(w, "\r\n[sidecar: output skipped: the connection fell behind]\r\n")
+			_, _ = io.WriteString(w, skippedNotice)
 			m.Release()
 		default:
 			m.Release()

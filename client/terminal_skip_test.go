@@ -1,0 +1,78 @@
+package client_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/sidecar-dev/sidecar/client"
+	"github.com/sidecar-dev/sidecar/transport"
+)
+
+// TestCopySnapshotMidStream: a channel/snapshot after the first (the host
+// restarting a client that fell behind the terminal's journal) and a
+// channel/gap each put a notice where output was lost; before, the
+// snapshot mid-stream dropped it silently. The host here is scripted
+// (ordinary delivery).
+func TestCopySnapshotMidStream(t *testing.T) {
+	ctx := testCtx(t)
+	a, b := transport.Pipe(16)
+	c := client.NewConn(a, client.Options{ClientID: "c1", Ordinary: true})
+	defer c.Close()
+	const ch = "ahp-terminal:/skip"
+	state := `{"content":[{"type":"unclaimed","value":"old\r\n"}],"lifecycle":{"status":"running"}}`
+	send := func(s string) {
+		t.Helper()
+		if err := b.WriteMessage(ctx, []byte(s)); err != nil {
+			t.Error(err)
+		}
+	}
+	action := func(seq int, a string) string {
+		return `{"jsonrpc":"2.0","method":"action","params":{"channel":"` + ch + `","action":` + a + `,"serverSeq":` + string(rune('0'+seq)) + `}}`
+	}
+	served := make(chan struct{})
+	go func() { // the host: answer initialize and subscribe, then the script
+		defer close(served)
+		for {
+			raw, err := b.ReadMessage(ctx)
+			if err != nil {
+				return
+			}
+			var req struct {
+				ID     *json.RawMessage `json:"id"`
+				Method string           `json:"method"`
+			}
+			_ = json.Unmarshal(raw, &req)
+			switch req.Method {
+			case "initialize":
+				send(`{"jsonrpc":"2.0","id":` + string(*req.ID) + `,"result":{"protocolVersion":"0.5.0","serverSeq":0,"snapshots":[]}}`)
+			case "subscribe":
+				send(`{"jsonrpc":"2.0","id":` + string(*req.ID) + `,"result":{"snapshot":{"resource":"` + ch + `","state":` + state + `,"fromSeq":1}}}`)
+				send(action(2, `{"type":"terminal/data","data":"one\r\n"}`))
+				send(`{"jsonrpc":"2.0","method":"channel/snapshot","params":{"channel":"` + ch + `","snapshot":{"resource":"` + ch + `","state":` + state + `,"fromSeq":7}}}`)
+				send(action(8, `{"type":"terminal/data","data":"eight\r\n"}`))
+				send(`{"jsonrpc":"2.0","method":"channel/gap","params":{"channel":"` + ch + `","fromSeq":8,"toSeq":9}}`)
+				send(action(9, `{"type":"terminal/exited","exitCode":4}`))
+			}
+		}
+	}()
+	if err := c.Initialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	term, err := client.OpenTerminal(ctx, c, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	code, err := term.Copy(ctx, &out, true)
+	if err != nil || code == nil || *code != 4 {
+		t.Fatalf("Copy = %v, %v; want exit code 4", code, err)
+	}
+	notice := "\r\n[sidecar: output skipped: this client fell behind]\r\n"
+	if want := "old\r\none\r\n" + notice + "eight\r\n" + notice; out.String() != want {
+		t.Errorf("output %q, want %q", out.String(), want)
+	}
+	_ = c.Close()
+	_ = b.Close(transport.CloseNormal, "")
+	<-served
+}
