@@ -151,7 +151,7 @@ func CheckURL(rawURL, transportMode string) (*url.URL, error) {
 			return nil, fmt.Errorf("%s: WebTransport always runs over TLS: use https://", rawURL)
 		}
 	default:
-		return nil, fmt.Errorf("invalid URL %q: scheme must be https:// (transport-io) or wss:// (plain AHP)", rawURL)
+		return nil, fmt.Errorf("invalid URL %q: scheme must be https:// (transport-io) or wss:// (plain AHP), or http:// or ws:// for a peer without TLS", rawURL)
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {

@@ -62,6 +62,9 @@ func (f *connFlags) register(cmd *cobra.Command) {
 			if err := f.check(); err != nil {
 				return err
 			}
+			if f.via == "" && c.Flags().Changed("via") {
+				return errors.New("--via needs a command, e.g. --via 'docker exec -i C sidecar stdio'")
+			}
 			given := a
 			a = viaArgs(a)
 			if err := check(c, a); err != nil {

@@ -41,7 +41,7 @@ func TestClientArgsChecked(t *testing.T) {
 	}{
 		{"127.0.0.1:5533", nil, `invalid URL "127.0.0.1:5533": want https://HOST:PORT/transport-io or wss://HOST:PORT/ahp`},
 		{"localhost:5533", nil, `invalid URL "localhost:5533": want https://HOST:PORT/transport-io or wss://HOST:PORT/ahp`},
-		{"ftp://x", nil, `invalid URL "ftp://x": scheme must be https:// (transport-io) or wss:// (plain AHP)`},
+		{"ftp://x", nil, `invalid URL "ftp://x": scheme must be https:// (transport-io) or wss:// (plain AHP), or http:// or ws:// for a peer without TLS`},
 		{"wss://h/ahp", []string{"--transport", "webtransport"}, "wss://h/ahp: --transport webtransport needs an https:// URL (wss:// is plain AHP)"},
 		{"wss://h/ahp", []string{"--transport", "websocket"}, "wss://h/ahp: --transport websocket needs an https:// URL (wss:// is plain AHP)"},
 		{"wss://h/ahp", []string{"--cert-hash", "xyz"}, `--cert-hash: invalid certificate pin "xyz": not hexadecimal; want the 64 hex digits of a SHA-256 (as printed by sidecar cert)`},
@@ -88,6 +88,17 @@ func TestClientArgsChecked(t *testing.T) {
 			if err == nil || err.Error() != want {
 				t.Errorf("%s --via cat x: %v, want %q", name, err, want)
 			}
+		}
+	})
+
+	t.Run("empty --via", func(t *testing.T) {
+		cmd := lsCmd()
+		if err := cmd.ParseFlags([]string{"--via", ""}); err != nil {
+			t.Fatal(err)
+		}
+		err := cmd.ValidateArgs(cmd.Flags().Args())
+		if want := "--via needs a command, e.g. --via 'docker exec -i C sidecar stdio'"; err == nil || err.Error() != want {
+			t.Errorf("ls --via '': %v, want %q", err, want)
 		}
 	})
 
