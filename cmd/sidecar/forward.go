@@ -126,7 +126,7 @@ func bindHost(s string) string {
 func parseLocal(spec string) (localForward, error) {
 	parts, err := splitSpec(spec)
 	if err != nil {
-		return localForward{}, err
+		return localForward{}, fmt.Errorf("bad -L %q: %v", spec, err)
 	}
 	f, err := parseLocalParts(parts)
 	if err != nil {
@@ -171,7 +171,7 @@ func parseLocalParts(parts []string) (localForward, error) {
 func parseDynamic(spec string) (bind, given string, err error) {
 	parts, err := splitSpec(spec)
 	if err != nil {
-		return "", "", err
+		return "", "", fmt.Errorf("bad -D %q: %v", spec, err)
 	}
 	host := "127.0.0.1" // no bind part: loopback only, as ssh
 	switch len(parts) {
@@ -276,11 +276,11 @@ func splitSpec(spec string) ([]string, error) {
 			cur.WriteRune(r)
 		}
 		if depth < 0 || depth > 1 {
-			return nil, fmt.Errorf("bad forwarding %q: unbalanced brackets", spec)
+			return nil, errors.New("unbalanced brackets")
 		}
 	}
 	if depth != 0 {
-		return nil, fmt.Errorf("bad forwarding %q: unbalanced brackets", spec)
+		return nil, errors.New("unbalanced brackets")
 	}
 	return append(parts, cur.String()), nil
 }
