@@ -122,6 +122,13 @@ func (p *ptyProc) wait(t *testing.T) int {
 	case <-time.After(waitTimeout):
 		t.Fatalf("attach did not exit within %v; screen:\n%s", waitTimeout, tail(p.out.String(), 2000))
 	}
+	// What it wrote last may still be in the PTY: read it to the end
+	// (EIO), or its last line is missing from out.
+	select {
+	case <-p.read:
+	case <-time.After(waitTimeout):
+		t.Fatalf("the PTY of attach was not read to its end within %v", waitTimeout)
+	}
 	return exitCode(p.err)
 }
 
