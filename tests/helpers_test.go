@@ -124,9 +124,19 @@ type proc struct {
 // The process is killed (if still running) at cleanup.
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startWith(t, nil, args...)
+}
+
+// startWith is start with stderr going to stderr instead (nil: collected
+// in proc.stderr).
+func startWith(t *testing.T, stderr *os.File, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(sidecarBin, args...)
 	p := &proc{cmd: cmd, stdout: newStreamBuf(), stderr: newStreamBuf(), done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
+	if stderr != nil {
+		cmd.Stderr = stderr
+	}
 	cmd.Env = cleanEnv()
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start sidecar %v: %v", args, err)

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -21,21 +20,8 @@ func startBrokenStderr(t *testing.T, args ...string) *proc {
 		t.Fatal(err)
 	}
 	_ = r.Close()
-	cmd := exec.Command(sidecarBin, args...)
-	p := &proc{cmd: cmd, stdout: newStreamBuf(), stderr: newStreamBuf(), done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.stdout, w
-	cmd.Env = cleanEnv()
-	err = cmd.Start()
-	_ = w.Close()
-	if err != nil {
-		t.Fatalf("start sidecar %v: %v", args, err)
-	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() { p.kill(t) })
-	return p
+	defer w.Close() // the child has its own copy
+	return startWith(t, w, args...)
 }
 
 // TestBrokenStderrPipe: sidecar serve and sidecar forward keep working
