@@ -61,10 +61,14 @@ func TestRunStartErrors(t *testing.T) {
 	for _, tc := range []struct {
 		cmd  string
 		code int
-	}{{"no-such-command-xyz", 127}, {notProgram, 126}} {
+		why  string
+	}{
+		{"no-such-command-xyz", 127, "command not found on the host"},
+		{notProgram, 126, "permission denied on the host (not executable?)"},
+	} {
 		_, errOut, code := s.run(t, append(append([]string{"run", s.url}, s.connArgs()...), "--", tc.cmd)...)
-		if code != tc.code || !strings.Contains(errOut, "cannot start") {
-			t.Errorf("run -- %s: exit %d, stderr %q; want %d and a clear message", tc.cmd, code, errOut, tc.code)
+		if want := "sidecar: cannot start " + tc.cmd + ": " + tc.why + "\n"; code != tc.code || errOut != want {
+			t.Errorf("run -- %s: exit %d, stderr %q; want %d and %q", tc.cmd, code, errOut, tc.code, want)
 		}
 	}
 }

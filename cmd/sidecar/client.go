@@ -294,19 +294,18 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 		params.Echo = &off // piped input is not typed: do not copy it to the output
 	}
 	if err := conn.Call(ctx, rpc.MethodCreateTerminal, params, nil); err != nil {
-		code := 255
 		var re *rpc.Error
 		if errors.As(err, &re) && re.Data != nil {
 			var d rpc.StartErrorData
 			_ = json.Unmarshal(re.Data, &d)
-			switch d.Kind {
+			switch d.Kind { // as a shell reports them
 			case "commandNotFound":
-				code = 127 // as a shell reports it
+				return &exitError{code: 127, err: fmt.Errorf("cannot start %s: command not found on the host", argv[0])}
 			case "permissionDenied":
-				code = 126
+				return &exitError{code: 126, err: fmt.Errorf("cannot start %s: permission denied on the host (not executable?)", argv[0])}
 			}
 		}
-		return &exitError{code: code, err: fmt.Errorf("cannot start %s: %w", argv[0], err)}
+		return &exitError{code: 255, err: fmt.Errorf("cannot start %s: %w", argv[0], err)}
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
