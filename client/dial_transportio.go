@@ -39,6 +39,11 @@ func dialTransportIO(ctx context.Context, u *url.URL, mode string, tlsConf *tls.
 	if u.Scheme == "http" {
 		wsURL.Scheme = "ws"
 	}
+	if u.Scheme == "http" && (mode == TransportAuto || mode == "") {
+		// No TLS asked for, and WebTransport has it always: only the
+		// WebSocket mapping, in plain text.
+		mode = TransportWebSocket
+	}
 	switch mode {
 	case TransportWebTransport:
 		mc, err := transport.DialWebTransport(ctx, u.String(), header, tlsConf.Clone())
@@ -50,12 +55,6 @@ func dialTransportIO(ctx context.Context, u *url.URL, mode string, tlsConf *tls.
 		mc, err := transport.DialTIOWebSocket(ctx, wsURL.String(), header, hc)
 		return mc, explainTIO(u, err)
 	case TransportAuto, "":
-		if u.Scheme == "http" {
-			// No TLS asked for, and WebTransport has it always: only
-			// the WebSocket mapping, in plain text.
-			mc, err := transport.DialTIOWebSocket(ctx, wsURL.String(), header, hc)
-			return mc, explainTIO(u, err)
-		}
 		budget := webTransportBudget
 		if dl, ok := ctx.Deadline(); ok {
 			// Leave the WebSocket fallback at least half of a short

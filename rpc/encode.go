@@ -204,26 +204,28 @@ func parseTCPData(raw []byte) (*Header, bool) {
 		raw[len(raw)-1] != '}' || raw[len(raw)-2] != '}' || !isASCII(raw) {
 		return nil, false
 	}
-	rest := raw[len(tcpDataPrefix):]
-	end := bytes.IndexByte(rest, '"')
-	if end < 0 {
+	channel, ok := plainStringBody(raw[len(tcpDataPrefix):])
+	if !ok {
 		return nil, false
 	}
-	channel := rest[:end]
-	for _, c := range channel {
-		if c == '\\' || c < 0x20 {
-			return nil, false
-		}
-	}
-	start := len(tcpDataPrefix) - len(`{"channel":"`)
+	h := prefixHeader(raw, tcpDataPrefix, MethodTCPData, channel)
+	h.ParamsUnchecked = true
+	return h, true
+}
+
+// prefixHeader is the header of a notification whose method is known from
+// its prefix, which ends inside its params' first member, the channel
+// string ("params":{"channel":"), and whose text ends with the params and
+// "}": Params is a view of raw from that member's object on.
+func prefixHeader(raw []byte, prefix, method string, channel []byte) *Header {
+	start := len(prefix) - len(`{"channel":"`)
 	return &Header{
-		JSONRPC:         "2.0",
-		Method:          MethodTCPData,
-		Params:          raw[start : len(raw)-1 : len(raw)-1],
-		Channel:         string(channel),
-		ASCII:           true,
-		ParamsUnchecked: true,
-	}, true
+		JSONRPC: "2.0",
+		Method:  method,
+		Params:  raw[start : len(raw)-1 : len(raw)-1],
+		Channel: string(channel),
+		ASCII:   true,
+	}
 }
 
 // creditPrefix opens every channel/credit notification delivery.AppendCredit
@@ -265,14 +267,7 @@ func parseCredit(raw []byte) (*Header, bool) {
 	if !ok {
 		return nil, false
 	}
-	start := len(creditPrefix) - len(`{"channel":"`)
-	return &Header{
-		JSONRPC: "2.0",
-		Method:  MethodChannelCredit,
-		Params:  raw[start : len(raw)-1 : len(raw)-1],
-		Channel: string(channel),
-		ASCII:   true,
-	}, true
+	return prefixHeader(raw, creditPrefix, MethodChannelCredit, channel), true
 }
 
 // plainStringBody returns the body of the JSON string that b starts

@@ -254,12 +254,10 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
 	defer signal.Stop(sigs)
-	// SIGPIPE is notified, not acted on: a closed stdout shows as EPIPE
-	// from Copy (exit 141 below), and a --via command that exits makes
-	// our write to its stdin raise one too, which is no reason to stop.
-	pipes := make(chan os.Signal, 1)
-	signal.Notify(pipes, syscall.SIGPIPE)
-	defer signal.Stop(pipes)
+	// A closed stdout shows as EPIPE from Copy (exit 141 below); a --via
+	// command that exits makes our write to its stdin fail the same way,
+	// which is no reason to stop.
+	pipeErrorsNotSignals()
 	go func() {
 		select {
 		case sig := <-sigs:

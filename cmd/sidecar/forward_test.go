@@ -95,16 +95,22 @@ func acceptsOn(t *testing.T, l net.Listener) {
 	_ = a.Close()
 }
 
+// failLookup is a lookupFunc for binds that must not be resolved: any
+// call fails the test.
+func failLookup(t *testing.T) lookupFunc {
+	return func(_ context.Context, host string) ([]net.IPAddr, error) {
+		t.Errorf("%q resolved, want no lookup", host)
+		return nil, errors.New("no lookup")
+	}
+}
+
 // TestListenBind: a bind name listens on every address it resolves to,
 // on one port, as ssh does; an address family the machine lacks is
 // skipped while another address is bound; any other failure closes what
 // was bound; a literal address is not resolved.
 func TestListenBind(t *testing.T) {
 	ctx := context.Background()
-	noLookup := func(_ context.Context, host string) ([]net.IPAddr, error) {
-		t.Errorf("literal address resolved (%q)", host)
-		return nil, errors.New("no lookup")
-	}
+	noLookup := failLookup(t)
 
 	t.Run("name binds every address on one port", func(t *testing.T) {
 		ls, err := listenBind(ctx, "localhost:0", staticLookup("127.0.0.1", "::1"), listenTCP)
@@ -419,10 +425,7 @@ func loopbackListen(calls *[]string, fail map[string]syscall.Errno) listenFunc {
 // a family the machine lacks is skipped.
 func TestListenBindAllInterfaces(t *testing.T) {
 	ctx := context.Background()
-	noLookup := func(_ context.Context, host string) ([]net.IPAddr, error) {
-		t.Errorf("%q resolved", host)
-		return nil, errors.New("no lookup")
-	}
+	noLookup := failLookup(t)
 	t.Run("both families", func(t *testing.T) {
 		if !hasIPv6Loopback() {
 			t.Skip("no IPv6 loopback here to stand in for [::]")

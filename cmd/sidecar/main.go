@@ -67,11 +67,19 @@ func survivePipes(root *cobra.Command, names ...string) {
 	for _, c := range root.Commands() {
 		if run := c.RunE; run != nil && slices.Contains(names, c.Name()) {
 			c.RunE = func(c *cobra.Command, args []string) error {
-				signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+				pipeErrorsNotSignals()
 				return run(c, args)
 			}
 		}
 	}
+}
+
+// pipeErrorsNotSignals makes a write to a pipe whose reader has gone fail
+// with EPIPE instead of raising SIGPIPE, on every file descriptor:
+// SIGPIPE is notified (to a channel nobody reads), not ignored, so that
+// children do not inherit an ignored SIGPIPE.
+func pipeErrorsNotSignals() {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 }
 
 // setGCPercent makes the garbage collector run after percent of heap
