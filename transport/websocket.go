@@ -5,12 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -87,11 +85,8 @@ func (w *wsConn) readErr(err error) error {
 	if lost := w.lost.Load(); lost != nil {
 		return *lost
 	}
-	switch {
-	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		return &lostError{"the peer's TCP connection ended without a WebSocket close", err}
-	case errors.Is(err, syscall.ECONNRESET):
-		return &lostError{"the peer's TCP connection was reset", err}
+	if reason, ok := transportio.LostReason(err); ok {
+		return &lostError{reason, err}
 	}
 	return err
 }

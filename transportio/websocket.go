@@ -138,17 +138,19 @@ func (w *wsCarrier) Close(code CloseCode, reason string) error {
 	return nil
 }
 
-// lostReason words a read error that ended the socket without a close:
-// what happened to the TCP connection, not the library's layers ("failed
-// to get reader: failed to read frame header: EOF").
-func lostReason(err error) string {
+// LostReason words a read error that ended a WebSocket without a close:
+// what happened to the TCP connection ("the peer's TCP connection ended
+// without a WebSocket close", "... was reset"), not the library's layers
+// ("failed to get reader: failed to read frame header: EOF"); ok is false
+// for any other error.
+func LostReason(err error) (reason string, ok bool) {
 	switch {
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		return "the peer's TCP connection ended without a WebSocket close"
+		return "the peer's TCP connection ended without a WebSocket close", true
 	case errors.Is(err, syscall.ECONNRESET):
-		return "the peer's TCP connection was reset"
+		return "the peer's TCP connection was reset", true
 	}
-	return err.Error()
+	return "", false
 }
 
 func (w *wsCarrier) readLoop() {
@@ -157,7 +159,11 @@ func (w *wsCarrier) readLoop() {
 		typ, data, err := w.read()
 		if err != nil {
 			var ce websocket.CloseError
-			e := &SessionError{Lost: true, Reason: lostReason(err)}
+			reason, ok := LostReason(err)
+			if !ok {
+				reason = err.Error()
+			}
+			e := &SessionError{Lost: true, Reason: reason}
 			if errors.As(err, &ce) {
 				if code, ok := CloseCodeFromWebSocket(int(ce.Code)); ok {
 					e = &SessionError{Code: code, Reason: ce.Reason, Remote: true}
