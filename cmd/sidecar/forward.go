@@ -643,11 +643,7 @@ func clashingListener(bound []boundListener, err error) *boundListener {
 			continue
 		}
 		got := ta.AddrPort()
-		ga := got.Addr().Unmap()
-		if got.Port() != want.Port() || ga.Is4() != wa.Is4() {
-			continue
-		}
-		if ga == wa || ga.IsUnspecified() || wa.IsUnspecified() {
+		if got.Port() == want.Port() && bindsOverlap(got.Addr().Unmap().String(), wa.String()) {
 			return &bound[i]
 		}
 	}
