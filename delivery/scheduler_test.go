@@ -1182,3 +1182,32 @@ func TestOwnMessagesBuffer(t *testing.T) {
 		w.mu.Unlock()
 	}
 }
+
+// TestOwnMessagesBufferBound: the buffer the Scheduler keeps for its own
+// messages is bounded (4 KiB): one that grew past it for a credit with a
+// very long channel URI is dropped, not kept, and the next small one is
+// reused again.
+func TestOwnMessagesBufferBound(t *testing.T) {
+	s := delivery.NewScheduler(delivery.SchedulerConfig{WriterReleases: true})
+	w := &retainWriter{wrote: make(chan struct{})}
+	run(t, s, w)
+	for _, ch := range []string{"ahp-terminal:/" + strings.Repeat("x", 5000), "ahp-terminal:/a", "ahp-terminal:/b"} {
+		s.PushCredit(ch, 100)
+		select {
+		case <-w.wrote:
+		case <-time.After(waitLimit):
+			t.Fatal("credit not written")
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.kept) != 3 {
+		t.Fatalf("%d credits written, want 3", len(w.kept))
+	}
+	if &w.kept[1][:1][0] == &w.kept[0][:1][0] {
+		t.Error("the 5 KB buffer of the long credit was kept and reused")
+	}
+	if &w.kept[2][:1][0] != &w.kept[1][:1][0] {
+		t.Error("a small buffer was not reused")
+	}
+}

@@ -484,3 +484,19 @@ func TestSOCKSHandshakeMessages(t *testing.T) {
 		_ = c.Close()
 	}
 }
+
+// TestReplayConnHeadBound: what replayConn keeps of a handshake for its
+// messages is at most socksHeadBytes, however much the client sends
+// before the reply.
+func TestReplayConnHeadBound(t *testing.T) {
+	rc := &replayConn{r: bytes.NewReader(bytes.Repeat([]byte{5}, 4*socksHeadBytes))}
+	buf := make([]byte, 100)
+	for {
+		if _, err := rc.Read(buf); err != nil {
+			break
+		}
+	}
+	if len(rc.head) != socksHeadBytes {
+		t.Errorf("kept %d bytes of the handshake, want %d", len(rc.head), socksHeadBytes)
+	}
+}
