@@ -199,11 +199,20 @@ func (s *Subscription) sendSized(ctx context.Context, text []byte, size delivery
 
 // Dispatch sends dispatchAction with the next clientSeq and returns it.
 func (s *Subscription) Dispatch(ctx context.Context, action any) (uint64, error) {
+	return s.dispatch(ctx, action, nil)
+}
+
+// dispatch is Dispatch; onSeq, when set, learns the clientSeq before the
+// action is sent (so an echo cannot arrive before it is known).
+func (s *Subscription) dispatch(ctx context.Context, action any, onSeq func(uint64)) (uint64, error) {
 	a, err := rpc.Marshal(action)
 	if err != nil {
 		return 0, err
 	}
 	seq := s.c.clientSeq.Add(1)
+	if onSeq != nil {
+		onSeq(seq)
+	}
 	text, err := rpc.Notification(rpc.MethodDispatchAction, rpc.DispatchActionParams{Channel: s.Channel, ClientSeq: seq, Action: a})
 	if err != nil {
 		return 0, err

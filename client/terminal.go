@@ -3,8 +3,10 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -15,6 +17,12 @@ type Terminal struct {
 	c   *Conn
 	sub *Subscription
 	URI string
+
+	// OnClaim, when set before Copy, is called from Copy with the host's
+	// answer to Claim: nil once the terminal is ours, else an error with
+	// the host's rejectionReason.
+	OnClaim  func(error)
+	claimSeq atomic.Uint64
 }
 
 // OpenTerminal subscribes to the terminal uri (windowed unless the Conn is
@@ -43,6 +51,18 @@ func (t *Terminal) Input(ctx context.Context, data []byte) error {
 // Resize sends terminal/resized.
 func (t *Terminal) Resize(ctx context.Context, cols, rows int) error {
 	_, err := t.sub.Dispatch(ctx, rpc.TerminalResizedAction{Type: rpc.ActionTerminalResized, Cols: cols, Rows: rows})
+	return err
+}
+
+// Claim asks for the terminal's claim for this client (terminal/claimed):
+// its subscription then paces the program, so no output is skipped when
+// it falls behind. The host grants it when the claim is ours already or
+// its holder has no open connection (a reattach after a detach or a lost
+// connection), and rejects it when another connected client holds it;
+// Copy reports which through OnClaim.
+func (t *Terminal) Claim(ctx context.Context) error {
+	_, err := t.sub.dispatch(ctx, rpc.TerminalClaimedAction{Type: rpc.ActionTerminalClaimed,
+		Claim: rpc.Claim{Kind: "client", ClientID: t.c.ClientID()}}, t.claimSeq.Store)
 	return err
 }
 
@@ -122,6 +142,8 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 					ExitCode     *int   `json:"exitCode"`
 					SignalNumber int    `json:"signalNumber"`
 				} `json:"action"`
+				Origin          *rpc.Origin `json:"origin"`
+				RejectionReason string      `json:"rejectionReason"`
 			}
 			_ = json.Unmarshal(m.Params, &env)
 			a := env.Action
@@ -130,6 +152,14 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 				if _, err := io.WriteString(w, a.Data); err != nil {
 					m.Release()
 					return nil, err
+				}
+			case rpc.ActionTerminalClaimed:
+				if o := env.Origin; t.OnClaim != nil && o != nil && o.ClientID == t.c.ClientID() && o.ClientSeq != 0 && o.ClientSeq == t.claimSeq.Load() {
+					var err error
+					if env.RejectionReason != "" {
+						err = errors.New(env.RejectionReason)
+					}
+					t.OnClaim(err)
 				}
 			case rpc.ActionTerminalExited:
 				m.Release()

@@ -549,6 +549,7 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 	c.initialized = true
 	c.clientID = p.ClientID
 	c.mu.Unlock()
+	c.s.clientArrived(p.ClientID)
 	name := ""
 	if p.ClientInfo != nil {
 		name = strings.TrimSpace(p.ClientInfo.Name + " " + p.ClientInfo.Version)

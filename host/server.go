@@ -55,6 +55,12 @@ type Server struct {
 	conns     map[*conn]struct{}
 	closing   bool
 	wg        sync.WaitGroup // connections and terminal goroutines
+
+	// live counts the open, initialized connections of each clientId, so
+	// a terminal's claim whose holder has gone can be taken over
+	// (terminal/claimed). Its own lock: it is read under a terminal's.
+	liveMu sync.Mutex
+	live   map[string]int
 }
 
 // New returns a Server for cfg, logging to log.
@@ -69,6 +75,7 @@ func New(cfg *config.Config, log hclog.Logger) *Server {
 		journal:   j,
 		terminals: map[string]*terminal{},
 		conns:     map[*conn]struct{}{},
+		live:      map[string]int{},
 		hostMax: delivery.Limits{
 			WindowBytes:       delivery.UTF16Bytes(cfg.Delivery.WindowBytes),
 			MaximumFrameBytes: delivery.UTF16Bytes(cfg.Delivery.MaximumFrameBytes),
@@ -138,6 +145,9 @@ func (s *Server) ServeConn(ctx context.Context, mc transport.MessageConn) error 
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.mu.Unlock()
+		if id := c.id(); id != "" {
+			s.clientGone(id)
+		}
 		s.closedGaps.Add(c.sched.Gaps())
 		s.closedCreditWait.Add(int64(c.sched.CreditWait()))
 		s.wg.Done()
@@ -185,6 +195,29 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("host: shutdown: %w", ctx.Err())
 	}
+}
+
+// clientArrived records an initialized connection of clientID.
+func (s *Server) clientArrived(clientID string) {
+	s.liveMu.Lock()
+	s.live[clientID]++
+	s.liveMu.Unlock()
+}
+
+// clientGone records the end of a connection clientArrived counted.
+func (s *Server) clientGone(clientID string) {
+	s.liveMu.Lock()
+	if s.live[clientID]--; s.live[clientID] <= 0 {
+		delete(s.live, clientID)
+	}
+	s.liveMu.Unlock()
+}
+
+// clientConnected reports whether clientID has an open connection.
+func (s *Server) clientConnected(clientID string) bool {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	return s.live[clientID] > 0
 }
 
 // terminalCount returns the terminals in total and those created by clientID.

@@ -369,12 +369,18 @@ func (t *terminal) detach(sub *subscription) {
 	}
 }
 
+// choosePacerLocked makes the claim holder's windowed subscription, if
+// any, the pacer; a holder that subscribed also ends the wait for the
+// first subscription (a claim taken over before anyone paced).
 func (t *terminal) choosePacerLocked() {
 	t.pacer = nil
 	for s := range t.subs {
-		if s.windowed() && t.claim.Kind == "client" && s.c.id() == t.claim.ClientID {
-			t.pacer = s
-			break
+		if t.claim.Kind == "client" && s.c.id() == t.claim.ClientID {
+			t.firstOnce.Do(func() { close(t.firstSub) })
+			if s.windowed() {
+				t.pacer = s
+				break
+			}
 		}
 	}
 	t.signalPacer()
@@ -577,9 +583,18 @@ func (t *terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 			reject(`terminal/claimed needs a claim of kind "client" or "session"`)
 			return
 		}
+		// AHP: the host SHOULD reject a claim from a client that does
+		// not hold it. Ours takes one exception: a holder with no open
+		// connection has gone (detached, or its laptop slept), and
+		// whoever reattaches takes the terminal over for itself, pacing
+		// included.
 		if t.claim.Kind == "client" && t.claim.ClientID != origin.ClientID {
-			reject("not claim holder")
-			return
+			self := a.Claim.Kind == "client" && a.Claim.ClientID == origin.ClientID
+			if !self || t.s.clientConnected(t.claim.ClientID) {
+				reject("not claim holder")
+				return
+			}
+			t.log.Info("terminal claim taken over", "from", t.claim.ClientID, "to", origin.ClientID)
 		}
 		t.claim = a.Claim
 		t.echoLocked(raw, origin, "")

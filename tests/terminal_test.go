@@ -209,22 +209,29 @@ func TestAttachDetachReattach(t *testing.T) {
 		t.Errorf("reattach hint = %q, want URL %s and id %s", m[0], s.url, id)
 	}
 
-	out, errOut, code := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
-	if code != 0 {
-		t.Fatalf("ls: exit %d, stderr %q", code, errOut)
-	}
-	found := false
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) > 0 && f[0] == id {
-			found = true
+	// lsClaim returns the terminal's claim column in sidecar ls.
+	lsClaim := func() string {
+		t.Helper()
+		out, errOut, code := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
+		if code != 0 {
+			t.Fatalf("ls: exit %d, stderr %q", code, errOut)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			if len(f) < 3 || f[0] != id {
+				continue
+			}
 			if f[len(f)-1] != "running" {
 				t.Errorf("ls shows %q, want the terminal running", line)
 			}
+			return f[len(f)-2]
 		}
-	}
-	if !found {
 		t.Fatalf("ls does not list %s:\n%s", id, out)
+		return ""
+	}
+	first := lsClaim()
+	if !strings.HasPrefix(first, "client:") {
+		t.Fatalf("claim %q, want the creating client's", first)
 	}
 
 	b := startInPTY(t, append([]string{"attach", s.url, id}, s.connArgs()...)...)
@@ -233,12 +240,28 @@ func TestAttachDetachReattach(t *testing.T) {
 	b.typeText(t, "echo back $MARK\r")
 	pos = b.out.waitFor(t, "echo back", 0, "\r\nback same-shell-7\r\n")
 	b.out.waitFor(t, "prompt after back", pos, "XPROMPT> ")
+	// The reattached client took the claim over from the one that left,
+	// so its output is paced, not skipped.
+	taken := lsClaim()
+	if taken == first || !strings.HasPrefix(taken, "client:") {
+		t.Fatalf("claim after reattach %q, want another client's than %q", taken, first)
+	}
+	// A second attach while b is connected shares the terminal and says so.
+	c := startInPTY(t, append([]string{"attach", s.url, id}, s.connArgs()...)...)
+	c.out.waitFor(t, "shared notice", 0, "another connected client holds ahp-terminal:/"+id)
+	c.typeText(t, "\r~.")
+	if code := c.wait(t); code != 0 {
+		t.Fatalf("second attach detach: exit status %d; screen:\n%s", code, tail(c.out.String(), 2000))
+	}
+	if got := lsClaim(); got != taken {
+		t.Fatalf("claim %q after a sharing attach, want still %q", got, taken)
+	}
 	b.typeText(t, "exit\r")
 	if code := b.wait(t); code != 0 {
 		t.Fatalf("reattached shell: exit status %d, want 0; screen:\n%s", code, tail(b.out.String(), 2000))
 	}
 	// Exiting the shell ends (and disposes) the terminal.
-	out, _, _ = s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
+	out, _, _ := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
 	if strings.Contains(out, id+" ") && strings.Contains(out, "running") {
 		t.Errorf("terminal %s still running after exit:\n%s", id, out)
 	}

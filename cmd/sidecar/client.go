@@ -415,6 +415,16 @@ func attach(cf *connFlags, url, id, name string) error {
 		}
 		defer restore()
 	}
+	if !created {
+		// Reattaching: take the terminal over from a holder that has
+		// gone, so our output is paced and none of it skipped.
+		t.OnClaim = func(err error) {
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "\r\nsidecar: another connected client holds %s; you share it, and output is skipped when you fall behind\r\n", uri)
+			}
+		}
+		_ = t.Claim(ctx)
+	}
 	// Our size wins on attach; later on every SIGWINCH.
 	_ = t.Resize(ctx, cols, rows)
 	go watchResize(ctx, t)

@@ -1,0 +1,118 @@
+package host_test
+
+import (
+	"testing"
+
+	"github.com/sidecar-dev/sidecar/rpc"
+	"github.com/sidecar-dev/sidecar/transport"
+)
+
+// claim dispatches terminal/claimed for clientID on ch and returns the
+// host's rejectionReason ("" when accepted).
+func (hc *hostConn) claim(ch, clientID string, seq uint64) string {
+	hc.t.Helper()
+	hc.send(`{"jsonrpc":"2.0","method":"dispatchAction","params":{"channel":"` + ch + `","clientSeq":` + utoa(seq) +
+		`,"action":{"type":"terminal/claimed","claim":{"kind":"client","clientId":"` + clientID + `"}}}}`)
+	m, _ := hc.until("echo of claimed", func(m *msg) bool {
+		typ, _, env := m.action()
+		return typ == rpc.ActionTerminalClaimed && env.Channel == ch && env.Origin != nil && env.Origin.ClientSeq == seq
+	})
+	_, _, env := m.action()
+	return env.RejectionReason
+}
+
+// leave closes hc's connection and waits until the host has ended it.
+func (hc *hostConn) leave() {
+	hc.t.Helper()
+	_ = hc.mc.Close(transport.CloseNormal, "bye")
+	err := <-hc.served
+	hc.served <- err // for connect's cleanup
+}
+
+// TestClaimTakeover: a terminal's claim can be taken over, pacing
+// included, only once its holder has no open connection (a reattach after
+// a detach); while the holder is connected, and for another client than
+// the dispatcher, terminal/claimed is rejected as AHP says.
+func TestClaimTakeover(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const ch = "ahp-terminal:/claim-1"
+	a := connect(t, srv)
+	a.initialize("a")
+	a.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"cat"}})
+	a.mustCall(rpc.MethodSubscribe, windowed(ch, 64<<10, 16<<10))
+	if got := srv.PacerClient(ch); got != "a" {
+		t.Fatalf("pacer %q, want the creator a", got)
+	}
+
+	b := connect(t, srv)
+	b.initialize("b", rpc.RootChannel)
+	b.mustCall(rpc.MethodSubscribe, windowed(ch, 64<<10, 16<<10))
+	if r := b.claim(ch, "b", 1); r != "not claim holder" {
+		t.Fatalf("claim while the holder is connected: rejection %q, want \"not claim holder\"", r)
+	}
+	if got := srv.PacerClient(ch); got != "a" {
+		t.Fatalf("pacer %q after a rejected claim, want a", got)
+	}
+
+	a.leave()
+	if got := srv.PacerClient(ch); got != "" {
+		t.Fatalf("pacer %q after the holder left, want none", got)
+	}
+	if r := b.claim(ch, "someone-else", 2); r != "not claim holder" {
+		t.Fatalf("claim for another client: rejection %q, want \"not claim holder\"", r)
+	}
+	if r := b.claim(ch, "b", 3); r != "" {
+		t.Fatalf("claim after the holder left: rejected %q", r)
+	}
+	if got := srv.PacerClient(ch); got != "b" {
+		t.Fatalf("pacer %q after the takeover, want b", got)
+	}
+	b.until("root/terminalsChanged with claim b", func(m *msg) bool {
+		typ, raw, _ := m.action()
+		if typ != rpc.ActionRootTerminals {
+			return false
+		}
+		ts := rootTerminals(t, raw)
+		return len(ts) == 1 && ts[0].Claim.ClientID == "b"
+	})
+
+	// The old holder comes back: b holds the claim and is connected.
+	a2 := connect(t, srv)
+	a2.initialize("a")
+	a2.mustCall(rpc.MethodSubscribe, windowed(ch, 64<<10, 16<<10))
+	if r := a2.claim(ch, "a", 1); r != "not claim holder" {
+		t.Fatalf("old holder's claim while b is connected: rejection %q, want \"not claim holder\"", r)
+	}
+	if got := srv.PacerClient(ch); got != "b" {
+		t.Fatalf("pacer %q, want b", got)
+	}
+}
+
+// TestClaimTakeoverBeforeFirstSubscription: a terminal whose creator left
+// before subscribing waits for its holder (firstSubscribeLease); a
+// takeover by a subscribed client ends the wait at once.
+func TestClaimTakeoverBeforeFirstSubscription(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const ch = "ahp-terminal:/claim-2"
+	a := connect(t, srv)
+	a.initialize("a")
+	a.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"cat"}})
+	a.leave()
+	if srv.FirstSubscribed(ch) {
+		t.Fatal("the terminal stopped waiting for its holder with nobody subscribed")
+	}
+	b := connect(t, srv)
+	b.initialize("b")
+	b.mustCall(rpc.MethodSubscribe, windowed(ch, 64<<10, 16<<10))
+	if srv.FirstSubscribed(ch) {
+		t.Fatal("a viewer's subscription ended the wait for the holder")
+	}
+	if r := b.claim(ch, "b", 1); r != "" {
+		t.Fatalf("takeover rejected: %q", r)
+	}
+	if !srv.FirstSubscribed(ch) || srv.PacerClient(ch) != "b" {
+		t.Fatalf("after the takeover: first subscribed %v, pacer %q; want true, b", srv.FirstSubscribed(ch), srv.PacerClient(ch))
+	}
+}
