@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -235,5 +237,52 @@ func (v *viaCmd) ended() error {
 }
 
 // kill ends the command when we give up on it (a hung `kubectl exec` or
-// `ssh` must not outlive the client); its reaper collects it.
-func (v *viaCmd) kill() { _ = v.cmd.Process.Kill() }
+// `ssh` must not outlive the client), with what it started: sh -c forks
+// the command rather than exec it under dash. Its reaper collects it. The
+// command keeps our process group (an ssh asking for a password reads the
+// terminal), so the tree is found through /proc (Linux; elsewhere only
+// sh -c is killed).
+func (v *viaCmd) kill() {
+	for _, pid := range descendants(v.cmd.Process.Pid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	_ = v.cmd.Process.Kill()
+}
+
+// descendants returns the processes below pid (children first), read from
+// /proc/*/stat; nil where there is no /proc.
+func descendants(pid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range ents {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parens.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			children[ppid] = append(children[ppid], child)
+		}
+	}
+	var out []int
+	for queue := children[pid]; len(queue) > 0; queue = queue[1:] {
+		out = append(out, queue[0])
+		queue = append(queue, children[queue[0]]...)
+	}
+	return out
+}

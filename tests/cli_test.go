@@ -580,15 +580,23 @@ func TestServeListenErrors(t *testing.T) {
 // TestViaSilentKilled: a --via command that never answers the handshake,
 // or answers it but not initialize (cat echoes it), is given up on at
 // --connect-timeout, said so in words (not "context deadline exceeded" or
-// WT_HANDSHAKE_TIMEOUT), and killed: the second outlived the client.
+// WT_HANDSHAKE_TIMEOUT), and killed: the second outlived the client. So
+// is what it started (sh -c forks its command under dash): the third left
+// its sleep running.
 func TestViaSilentKilled(t *testing.T) {
 	t.Parallel()
-	for cmd, why := range map[string]string{
-		"sleep 60": "no transport-io handshake in time",
-		"cat":      "no answer to initialize in time",
+	for _, tc := range []struct{ cmd, why string }{
+		{"exec sleep 60", "no transport-io handshake in time"},
+		{"exec cat", "no answer to initialize in time"},
+		{"grandchild", "no transport-io handshake in time"},
 	} {
+		cmd := tc.cmd
 		pidFile := filepath.Join(t.TempDir(), "pid")
-		via := "echo $$ >" + pidFile + "; exec " + cmd
+		via := "echo $$ >" + pidFile + "; " + cmd
+		if cmd == "grandchild" {
+			via = "sleep 60 & echo $! >" + pidFile + "; wait"
+		}
+		why := tc.why
 		p := start(t, "ls", "--via", via, "--connect-timeout", "1s")
 		want := fmt.Sprintf("sidecar: --via %q: %s: is the command `sidecar stdio` (or a shell that runs it)?\n", via, why)
 		if code := p.wait(t, waitTimeout); code != 255 || p.stderr.String() != want {
