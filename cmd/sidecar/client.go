@@ -16,7 +16,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
-	"text/tabwriter"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -673,8 +672,8 @@ func listHost(ctx context.Context, conn *client.Conn, asJSON bool) error {
 		fmt.Println(string(b))
 		return nil
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TERMINAL\tTITLE\tCLAIM\tSTATUS")
+	var terms table
+	terms.row("TERMINAL", "TITLE", "CLAIM", "STATUS")
 	for _, t := range st.Terminals {
 		status := "running"
 		switch {
@@ -684,19 +683,21 @@ func listHost(ctx context.Context, conn *client.Conn, asJSON bool) error {
 			status = "killed (" + t.Signal + ")"
 		}
 		claim := t.Claim.Kind + ":" + t.Claim.ClientID + t.Claim.Session
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", printable(strings.TrimPrefix(t.Resource, rpc.TerminalScheme+"/")), printable(t.Title), printable(claim), printable(status))
+		terms.row(printable(strings.TrimPrefix(t.Resource, rpc.TerminalScheme+"/")), printable(t.Title), printable(claim), printable(status))
 	}
-	if err := tw.Flush(); err != nil {
+	if err := terms.write(os.Stdout); err != nil {
 		return err
 	}
 	if len(st.Ports) > 0 {
 		fmt.Fprintln(os.Stdout)
-		fmt.Fprintln(tw, "LISTENING\tPROCESS")
+		var ports table
+		ports.row("LISTENING", "PROCESS")
 		for _, p := range st.Ports {
-			fmt.Fprintf(tw, "%s\t%s\n", printable(net.JoinHostPort(p.Address, strconv.Itoa(p.Port))), printable(p.Process))
+			ports.row(printable(net.JoinHostPort(p.Address, strconv.Itoa(p.Port))), printable(p.Process))
 		}
+		return ports.write(os.Stdout)
 	}
-	return tw.Flush()
+	return nil
 }
 
 // printable is s for a table on the user's terminal: control characters
