@@ -21,3 +21,6 @@ func Unreleased(t *TCPConn) int64 {
 	received, released := in.Counters()
 	return int64(received - released)
 }
+
+// LastLines is lastLines, for tests.
+var LastLines = lastLines

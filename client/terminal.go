@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -71,6 +73,37 @@ func (t *Terminal) Claim(ctx context.Context) error {
 // terminal's journal).
 const skippedNotice = "\r\n[sidecar: output skipped: this client fell behind]\r\n"
 
+// maxResumeBytes bounds what Copy writes of a mid-stream snapshot's
+// content (UTF-8 bytes): a screenful of long lines, not the scrollback.
+const maxResumeBytes = 16 << 10
+
+// lastLines returns the end of content: its last n lines (the last one
+// possibly unfinished, as a prompt is), at most maxBytes of it, cut at
+// a line start or else at a rune start.
+func lastLines(content string, n, maxBytes int) string {
+	i := len(content)
+	for ; n > 0; n-- {
+		j := strings.LastIndexByte(content[:i], '\n')
+		if j < 0 {
+			i = -1
+			break
+		}
+		i = j
+	}
+	tail := content[i+1:]
+	if len(tail) > maxBytes {
+		tail = tail[len(tail)-maxBytes:]
+		if k := strings.IndexByte(tail, '\n'); k >= 0 {
+			tail = tail[k+1:]
+		} else {
+			for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
+				tail = tail[1:]
+			}
+		}
+	}
+	return tail
+}
+
 // Copy writes the terminal's output to w until the program exits, and
 // returns its exit code: 128+n when signal n killed it (the host's
 // signalNumber extension), nil when it ended without either. With
@@ -99,8 +132,19 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 			// A snapshot mid-stream: this client fell behind the
 			// terminal's journal (a viewer that does not pace its
 			// output) and the host started it again from now. Output
-			// between was lost: say so, as for a gap.
-			if _, err := io.WriteString(w, skippedNotice); err != nil {
+			// between was lost: say so, as for a gap, then show where
+			// the terminal is now, its last screenful of lines (the
+			// end of a flood, the prompt after it), which no live
+			// output may follow.
+			var content strings.Builder
+			for _, p := range st.Content {
+				content.WriteString(p.Value)
+			}
+			rows := st.Rows
+			if rows <= 0 {
+				rows = 24
+			}
+			if _, err := io.WriteString(w, skippedNotice+lastLines(content.String(), rows, maxResumeBytes)); err != nil {
 				return false, nil, err
 			}
 		}

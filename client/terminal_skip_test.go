@@ -12,8 +12,10 @@ import (
 // TestCopySnapshotMidStream: a channel/snapshot after the first (the host
 // restarting a client that fell behind the terminal's journal) and a
 // channel/gap each put a notice where output was lost; before, the
-// snapshot mid-stream dropped it silently. The host here is scripted
-// (ordinary delivery).
+// snapshot mid-stream dropped it silently. After the snapshot's notice
+// comes the last screenful of its content (rows lines), where the
+// terminal is now: the end of a flood and its prompt, which no live
+// output may follow. The host here is scripted (ordinary delivery).
 func TestCopySnapshotMidStream(t *testing.T) {
 	ctx := testCtx(t)
 	a, b := transport.Pipe(16)
@@ -21,6 +23,7 @@ func TestCopySnapshotMidStream(t *testing.T) {
 	defer c.Close()
 	const ch = "ahp-terminal:/skip"
 	state := `{"content":[{"type":"unclaimed","value":"old\r\n"}],"lifecycle":{"status":"running"}}`
+	later := `{"rows":3,"content":[{"type":"unclassified","value":"old\r\none\r\nl3\r\nl4\r\nl5\r\nprompt$ "}],"lifecycle":{"status":"running"}}`
 	send := func(s string) {
 		t.Helper()
 		if err := b.WriteMessage(ctx, []byte(s)); err != nil {
@@ -49,7 +52,7 @@ func TestCopySnapshotMidStream(t *testing.T) {
 			case "subscribe":
 				send(`{"jsonrpc":"2.0","id":` + string(*req.ID) + `,"result":{"snapshot":{"resource":"` + ch + `","state":` + state + `,"fromSeq":1}}}`)
 				send(action(2, `{"type":"terminal/data","data":"one\r\n"}`))
-				send(`{"jsonrpc":"2.0","method":"channel/snapshot","params":{"channel":"` + ch + `","snapshot":{"resource":"` + ch + `","state":` + state + `,"fromSeq":7}}}`)
+				send(`{"jsonrpc":"2.0","method":"channel/snapshot","params":{"channel":"` + ch + `","snapshot":{"resource":"` + ch + `","state":` + later + `,"fromSeq":7}}}`)
 				send(action(8, `{"type":"terminal/data","data":"eight\r\n"}`))
 				send(`{"jsonrpc":"2.0","method":"channel/gap","params":{"channel":"` + ch + `","fromSeq":8,"toSeq":9}}`)
 				send(action(9, `{"type":"terminal/exited","exitCode":4}`))
@@ -69,10 +72,30 @@ func TestCopySnapshotMidStream(t *testing.T) {
 		t.Fatalf("Copy = %v, %v; want exit code 4", code, err)
 	}
 	notice := "\r\n[sidecar: output skipped: this client fell behind]\r\n"
-	if want := "old\r\none\r\n" + notice + "eight\r\n" + notice; out.String() != want {
+	if want := "old\r\none\r\n" + notice + "l4\r\nl5\r\nprompt$ " + "eight\r\n" + notice; out.String() != want {
 		t.Errorf("output %q, want %q", out.String(), want)
 	}
 	_ = c.Close()
 	_ = b.Close(transport.CloseNormal, "")
 	<-served
+}
+
+// TestLastLines: the end of a snapshot's content Copy shows after a skip.
+func TestLastLines(t *testing.T) {
+	for _, tc := range []struct {
+		content string
+		n, max  int
+		want    string
+	}{
+		{"a\nb\nc\nprompt$ ", 2, 100, "c\nprompt$ "},
+		{"a\nb\n", 2, 100, "b\n"},
+		{"a\nb", 5, 100, "a\nb"},
+		{"", 3, 100, ""},
+		{"x\n" + strings.Repeat("y", 50) + "\nzz", 3, 10, "zz"}, // cut at a line start
+		{strings.Repeat("é", 20), 1, 5, "éé"},                   // no line start: a rune start
+	} {
+		if got := client.LastLines(tc.content, tc.n, tc.max); got != tc.want {
+			t.Errorf("lastLines(%q, %d, %d) = %q, want %q", tc.content, tc.n, tc.max, got, tc.want)
+		}
+	}
 }
