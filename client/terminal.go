@@ -21,8 +21,9 @@ type Terminal struct {
 	URI string
 
 	// OnClaim, when set before Copy, is called from Copy with the host's
-	// answer to Claim: nil once the terminal is ours, else an error with
-	// the host's rejectionReason.
+	// answer to Claim (nil once the terminal is ours, else an error with
+	// the host's rejectionReason), and with nil when the host passes the
+	// claim on to us (its holder left while we shared the terminal).
 	OnClaim  func(error)
 	claimSeq atomic.Uint64
 }
@@ -181,10 +182,11 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 		case rpc.MethodAction:
 			var env struct {
 				Action struct {
-					Type         string `json:"type"`
-					Data         string `json:"data"`
-					ExitCode     *int   `json:"exitCode"`
-					SignalNumber int    `json:"signalNumber"`
+					Type         string    `json:"type"`
+					Data         string    `json:"data"`
+					ExitCode     *int      `json:"exitCode"`
+					SignalNumber int       `json:"signalNumber"`
+					Claim        rpc.Claim `json:"claim"`
 				} `json:"action"`
 				Origin          *rpc.Origin `json:"origin"`
 				RejectionReason string      `json:"rejectionReason"`
@@ -198,12 +200,17 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 					return nil, err
 				}
 			case rpc.ActionTerminalClaimed:
-				if o := env.Origin; t.OnClaim != nil && o != nil && o.ClientID == t.c.ClientID() && o.ClientSeq != 0 && o.ClientSeq == t.claimSeq.Load() {
+				me := t.c.ClientID()
+				switch o := env.Origin; {
+				case t.OnClaim == nil:
+				case o != nil && o.ClientID == me && o.ClientSeq != 0 && o.ClientSeq == t.claimSeq.Load():
 					var err error
 					if env.RejectionReason != "" {
 						err = errors.New(env.RejectionReason)
 					}
 					t.OnClaim(err)
+				case o == nil && a.Claim.Kind == "client" && a.Claim.ClientID == me:
+					t.OnClaim(nil)
 				}
 			case rpc.ActionTerminalExited:
 				m.Release()

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 
@@ -98,4 +99,66 @@ func TestLastLines(t *testing.T) {
 			t.Errorf("lastLines(%q, %d, %d) = %q, want %q", tc.content, tc.n, tc.max, got, tc.want)
 		}
 	}
+}
+
+// TestOnClaimPassedOn: a host-originated terminal/claimed naming this
+// client (the holder left while we shared the terminal) calls OnClaim
+// with nil; one naming another client does not.
+func TestOnClaimPassedOn(t *testing.T) {
+	ctx := testCtx(t)
+	a, b := transport.Pipe(16)
+	c := client.NewConn(a, client.Options{ClientID: "c1", Ordinary: true})
+	defer c.Close()
+	const ch = "ahp-terminal:/pass"
+	send := func(s string) {
+		t.Helper()
+		if err := b.WriteMessage(ctx, []byte(s)); err != nil {
+			t.Error(err)
+		}
+	}
+	action := func(seq int, a string) string {
+		return `{"jsonrpc":"2.0","method":"action","params":{"channel":"` + ch + `","action":` + a + `,"serverSeq":` + string(rune('0'+seq)) + `}}`
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		for {
+			raw, err := b.ReadMessage(ctx)
+			if err != nil {
+				return
+			}
+			var req struct {
+				ID     *json.RawMessage `json:"id"`
+				Method string           `json:"method"`
+			}
+			_ = json.Unmarshal(raw, &req)
+			switch req.Method {
+			case "initialize":
+				send(`{"jsonrpc":"2.0","id":` + string(*req.ID) + `,"result":{"protocolVersion":"0.5.0","serverSeq":0,"snapshots":[]}}`)
+			case "subscribe":
+				send(`{"jsonrpc":"2.0","id":` + string(*req.ID) + `,"result":{"snapshot":{"resource":"` + ch + `","state":{"content":[],"lifecycle":{"status":"running"},"claim":{"kind":"client","clientId":"other"}},"fromSeq":1}}}`)
+				send(action(2, `{"type":"terminal/claimed","claim":{"kind":"client","clientId":"third"}}`))
+				send(action(3, `{"type":"terminal/claimed","claim":{"kind":"client","clientId":"c1"}}`))
+				send(action(4, `{"type":"terminal/exited","exitCode":0}`))
+			}
+		}
+	}()
+	if err := c.Initialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	term, err := client.OpenTerminal(ctx, c, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls []error
+	term.OnClaim = func(err error) { calls = append(calls, err) }
+	if _, err := term.Copy(ctx, io.Discard, true); err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 1 || calls[0] != nil {
+		t.Fatalf("OnClaim calls %v, want one with nil", calls)
+	}
+	_ = c.Close()
+	_ = b.Close(transport.CloseNormal, "")
+	<-served
 }

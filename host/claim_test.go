@@ -55,10 +55,15 @@ func TestClaimTakeover(t *testing.T) {
 		t.Fatalf("pacer %q after a rejected claim, want a", got)
 	}
 
+	// b watches no longer when a leaves, so the claim is not passed on
+	// (TestClaimPassedOn): b takes it over when it comes back.
+	b.send(`{"jsonrpc":"2.0","method":"unsubscribe","params":{"channel":"` + ch + `"}}`)
+	b.mustCall(rpc.MethodPing, map[string]any{}) // the unsubscribe is done
 	a.leave()
 	if got := srv.PacerClient(ch); got != "" {
 		t.Fatalf("pacer %q after the holder left, want none", got)
 	}
+	b.mustCall(rpc.MethodSubscribe, windowed(ch, 64<<10, 16<<10))
 	if r := b.claim(ch, "someone-else", 2); r != "not claim holder" {
 		t.Fatalf("claim for another client: rejection %q, want \"not claim holder\"", r)
 	}
@@ -115,4 +120,52 @@ func TestClaimTakeoverBeforeFirstSubscription(t *testing.T) {
 	if !srv.FirstSubscribed(ch) || srv.PacerClient(ch) != "b" {
 		t.Fatalf("after the takeover: first subscribed %v, pacer %q; want true, b", srv.FirstSubscribed(ch), srv.PacerClient(ch))
 	}
+}
+
+// TestClaimPassedOn: when the holder's last connection ends, a client
+// still subscribed (windowed) becomes the holder, told by a
+// host-originated terminal/claimed, and paces the PTY; an ordinary
+// subscriber cannot pace and is not chosen.
+func TestClaimPassedOn(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const ch = "ahp-terminal:/claim-3"
+	a := connect(t, srv)
+	a.initialize("a")
+	a.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"cat"}})
+	a.mustCall(rpc.MethodSubscribe, windowed(ch, 64<<10, 16<<10))
+	ord := connect(t, srv)
+	ord.initialize("0-ordinary") // sorts first: chosen if ordinary counted
+	ord.mustCall(rpc.MethodSubscribe, map[string]any{"channel": ch})
+	b := connect(t, srv)
+	b.initialize("b", rpc.RootChannel)
+	b.mustCall(rpc.MethodSubscribe, windowed(ch, 64<<10, 16<<10))
+	// a second connection of a: a keeps the claim while one is open
+	a2 := connect(t, srv)
+	a2.initialize("a")
+	a2.leave()
+	if got := srv.PacerClient(ch); got != "a" {
+		t.Fatalf("pacer %q while a still has a connection, want a", got)
+	}
+
+	a.leave()
+	m, _ := b.until("host-originated terminal/claimed", func(m *msg) bool {
+		typ, _, env := m.action()
+		return typ == rpc.ActionTerminalClaimed && env.Channel == ch
+	})
+	_, raw, env := m.action()
+	if env.Origin != nil || string(raw) != `{"type":"terminal/claimed","claim":{"kind":"client","clientId":"b"}}` {
+		t.Fatalf("claimed action %s, want the host's, for b", m.Raw)
+	}
+	if got := srv.PacerClient(ch); got != "b" {
+		t.Fatalf("pacer %q after the holder left, want b", got)
+	}
+	b.until("root/terminalsChanged with claim b", func(m *msg) bool {
+		typ, raw, _ := m.action()
+		if typ != rpc.ActionRootTerminals {
+			return false
+		}
+		ts := rootTerminals(t, raw)
+		return len(ts) == 1 && ts[0].Claim.ClientID == "b"
+	})
 }

@@ -147,6 +147,9 @@ func (s *Server) ServeConn(ctx context.Context, mc transport.MessageConn) error 
 		s.mu.Unlock()
 		if id := c.id(); id != "" {
 			s.clientGone(id)
+			if !s.clientConnected(id) {
+				s.passOnClaims(id)
+			}
 		}
 		s.closedGaps.Add(c.sched.Gaps())
 		s.closedCreditWait.Add(int64(c.sched.CreditWait()))
@@ -218,6 +221,24 @@ func (s *Server) clientConnected(clientID string) bool {
 	s.liveMu.Lock()
 	defer s.liveMu.Unlock()
 	return s.live[clientID] > 0
+}
+
+// passOnClaims hands each running terminal clientID held, now that it has
+// no connection left, to a client still subscribed to it (windowed, so it
+// paces the PTY), as tmux keeps a session going for the clients left: a
+// viewer sharing the terminal becomes its holder instead of skipping
+// output for good. A terminal nobody else watches keeps its claim for
+// whoever reattaches (terminal/claimed then takes it over).
+func (s *Server) passOnClaims(clientID string) {
+	s.mu.Lock()
+	terms := make([]*terminal, 0, len(s.terminals))
+	for _, t := range s.terminals {
+		terms = append(terms, t)
+	}
+	s.mu.Unlock()
+	for _, t := range terms {
+		t.holderGone(clientID)
+	}
 }
 
 // terminalCount returns the terminals in total and those created by clientID.

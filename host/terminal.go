@@ -359,6 +359,31 @@ func (t *terminal) attach(sub *subscription) {
 	}
 }
 
+// holderGone passes the claim of a terminal clientID held on to another
+// client's windowed subscription, if there is one (Server.passOnClaims),
+// with a host-originated terminal/claimed and root/terminalsChanged.
+func (t *terminal) holderGone(clientID string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.claim.Kind != "client" || t.claim.ClientID != clientID || t.exited || t.disposed {
+		return
+	}
+	var next string
+	for s := range t.subs {
+		if id := s.c.id(); s.windowed() && id != "" && id != clientID && (next == "" || id < next) {
+			next = id // the least id: the same choice whatever the map's order
+		}
+	}
+	if next == "" {
+		return
+	}
+	t.claim = rpc.Claim{Kind: "client", ClientID: next}
+	t.appendLocked(rpc.TerminalClaimedAction{Type: rpc.ActionTerminalClaimed, Claim: t.claim})
+	t.choosePacerLocked()
+	t.s.root.update(t.infoLocked(), false)
+	t.log.Info("terminal claim passed on", "from", clientID, "to", next)
+}
+
 func (t *terminal) detach(sub *subscription) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
