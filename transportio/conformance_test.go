@@ -182,6 +182,11 @@ func TestEmitStreamViolations(t *testing.T) {
 			if int(ce.Code) != c.ws || !strings.Contains(ce.Reason, c.reason) {
 				t.Fatalf("close %d %q, want %d containing %q", ce.Code, ce.Reason, c.ws, c.reason)
 			}
+			// The close code names the error; a reason that repeats it
+			// read "WT_PROTOCOL_ERROR: WT_PROTOCOL_ERROR: ..." once worded.
+			if strings.HasPrefix(ce.Reason, "WT_PROTOCOL_ERROR") {
+				t.Fatalf("close reason %q repeats the code", ce.Reason)
+			}
 		})
 	}
 }

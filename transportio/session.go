@@ -316,7 +316,7 @@ func (s *Session) failRead(err error) {
 	var se *SessionError
 	switch {
 	case errors.As(err, &fe):
-		s.Close(CloseProtocolError, fe.Error())
+		s.Close(CloseProtocolError, protocolReason(err))
 	case s.car.Err() != nil:
 		s.finish(s.car.Err())
 	case errors.As(err, &se):
@@ -618,8 +618,19 @@ func (s *Session) reader() {
 	}
 }
 
+// protocolReason is the close reason of err under CloseProtocolError:
+// without a FrameError's code when that is the close code's own name
+// (which would read "WT_PROTOCOL_ERROR: WT_PROTOCOL_ERROR: ...").
+func protocolReason(err error) string {
+	var fe *FrameError
+	if errors.As(err, &fe) && fe.Code == CloseProtocolError.String() {
+		return fe.Reason
+	}
+	return err.Error()
+}
+
 func protoErr(format string, a ...any) error {
-	return &SessionError{Code: CloseProtocolError, Reason: "WT_PROTOCOL_ERROR: " + fmt.Sprintf(format, a...)}
+	return &SessionError{Code: CloseProtocolError, Reason: fmt.Sprintf(format, a...)} // the code names it
 }
 
 func (s *Session) handshake(f Frame) error {
@@ -628,7 +639,7 @@ func (s *Session) handshake(f Frame) error {
 		if errors.As(err, &se) {
 			s.Close(se.Code, se.Reason)
 		} else {
-			s.Close(CloseProtocolError, err.Error())
+			s.Close(CloseProtocolError, protocolReason(err))
 		}
 		return err
 	}

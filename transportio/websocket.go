@@ -179,7 +179,7 @@ func (w *wsCarrier) readLoop() {
 		}
 		w.lastRecv.Store(time.Now().UnixNano())
 		if typ != websocket.MessageBinary {
-			w.Close(CloseProtocolError, "WT_PROTOCOL_ERROR: a text message on the emit lane")
+			w.Close(CloseProtocolError, "a text message on the emit lane")
 			return
 		}
 		if len(data) == 0 {

@@ -120,7 +120,7 @@ func (c *wtCarrier) acceptUni() {
 			continue
 		}
 		str.CancelRead(webtransport.StreamErrorCode(ResetNoError))
-		c.Close(CloseProtocolError, "WT_PROTOCOL_ERROR: a second emit stream from the peer")
+		c.Close(CloseProtocolError, "a second emit stream from the peer")
 	}
 }
 
