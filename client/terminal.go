@@ -24,8 +24,9 @@ type Terminal struct {
 	// answer to Claim (nil once the terminal is ours, else an error with
 	// the host's rejectionReason), and with nil when the host passes the
 	// claim on to us (its holder left while we shared the terminal).
-	OnClaim  func(error)
-	claimSeq atomic.Uint64
+	OnClaim     func(error)
+	claimWanted bool          // Claim was called: Copy sends it
+	claimSeq    atomic.Uint64 // its clientSeq, once sent
 }
 
 // OpenTerminal subscribes to the terminal uri (windowed unless the Conn is
@@ -62,10 +63,20 @@ func (t *Terminal) Resize(ctx context.Context, cols, rows int) error {
 // it falls behind. The host grants it when the claim is ours already or
 // its holder has no open connection (a reattach after a detach or a lost
 // connection), and rejects it when another connected client holds it;
-// Copy reports which through OnClaim.
-func (t *Terminal) Claim(ctx context.Context) error {
-	_, err := t.sub.dispatch(ctx, rpc.TerminalClaimedAction{Type: rpc.ActionTerminalClaimed,
-		Claim: rpc.Claim{Kind: "client", ClientID: t.c.ClientID()}}, t.claimSeq.Store)
+// Copy reports which through OnClaim. Call it before Copy, which sends
+// the action once the terminal's first snapshot has arrived: one sent
+// before the host has started the subscription may be applied before
+// the snapshot is taken, and its answer is then lost with it.
+func (t *Terminal) Claim() { t.claimWanted = true }
+
+// sendClaim sends the terminal/claimed Claim asked for, unless st (the
+// first snapshot's state) says the claim is ours already.
+func (t *Terminal) sendClaim(ctx context.Context, st *rpc.TerminalState) error {
+	me := rpc.Claim{Kind: "client", ClientID: t.c.ClientID()}
+	if !t.claimWanted || st.Claim == me {
+		return nil
+	}
+	_, err := t.sub.dispatch(ctx, rpc.TerminalClaimedAction{Type: rpc.ActionTerminalClaimed, Claim: me}, t.claimSeq.Store)
 	return err
 }
 
@@ -121,6 +132,11 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 		if st.ExitCode == nil && st.SignalNumber > 0 {
 			code := 128 + st.SignalNumber
 			st.ExitCode = &code
+		}
+		if first {
+			if err := t.sendClaim(ctx, &st); err != nil {
+				return false, nil, err
+			}
 		}
 		if scrollback && first {
 			for _, p := range st.Content {

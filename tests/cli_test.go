@@ -7,10 +7,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -175,6 +177,16 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"forward", wss, "--transport", "websocket", "-D", "0"}, "needs an https:// URL"},
 		{[]string{"forward", wss, "-L", port + ":127.0.0.1:1", "-L", port + ":127.0.0.1:2"}, "-L " + port + " given twice"},
 		{[]string{"forward", wss, "-L", "5605:::1:5600"}, "put IPv6 addresses in brackets: [::1]"},
+		// A URL and --via (whose command is not started either).
+		{[]string{"ls", wss, "--via", "cat"}, wss + " and --via are exclusive"},
+		{[]string{"run", https, "--via", "cat", "--", "true"}, https + " and --via are exclusive"},
+		{[]string{"forward", wss, "--via", "cat", "-D", "0"}, wss + " and --via are exclusive"},
+		{[]string{"top", "--interval", "0", wss}, "--interval 0s: must be positive"},
+		{[]string{"top", "--interval", "-1s", wss}, "--interval -1s: must be positive"},
+		{[]string{"run", wss, "--", ""}, "empty program name after --"},
+		{[]string{"attach", wss, ""}, "empty terminal id"},
+		{[]string{"kill", wss, "t1", ""}, "empty terminal id"},
+		{[]string{"bogus", wss}, `unknown command "bogus" for "sidecar" (see sidecar --help)`},
 	} {
 		p := start(t, tc.args...)
 		if code := p.wait(t, 10*time.Second); code != 2 {
@@ -618,4 +630,146 @@ func TestViaSilentKilled(t *testing.T) {
 			time.Sleep(10 * time.Millisecond) // polling the process table: no event to wait on
 		}
 	}
+}
+
+// TestKillNoSuchTerminal: kill of a terminal the host does not have says
+// so as attach does, naming how to list them, and exits 255 (a remote
+// error), not 1 with the host's JSON-RPC error and its code; the others
+// given are killed all the same.
+func TestKillNoSuchTerminal(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	rc := s.dialRaw(t)
+	rc.initialize("kill-none")
+	rc.mustCall("createTerminal", map[string]any{"channel": "ahp-terminal:/victim", "command": []string{"sleep", "300"}})
+	_, errOut, code := s.run(t, append([]string{"kill", s.url, "t-nope", "victim"}, s.connArgs()...)...)
+	want := "sidecar: no terminal ahp-terminal:/t-nope on this host (sidecar ls " + s.url + " lists them)\n"
+	if code != 255 || errOut != want {
+		t.Errorf("kill t-nope: exit %d, stderr %q; want 255 and %q", code, errOut, want)
+	}
+	out, _, _ := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
+	if strings.Contains(out, "victim") {
+		t.Errorf("the terminal given after the missing one was not killed:\n%s", out)
+	}
+	// Through --via, the listing is through it too.
+	via := sidecarBin + " stdio"
+	_, errOut, code = s.run(t, "kill", "--via", via, "ahp-terminal:/t-nope")
+	want = fmt.Sprintf("sidecar: no terminal ahp-terminal:/t-nope on this host (sidecar ls --via %q lists them)\n", via)
+	if code != 255 || errOut != want {
+		t.Errorf("kill --via: exit %d, stderr %q; want 255 and %q", code, errOut, want)
+	}
+}
+
+// TestAttachViaDetach: ~. in attach --via prints no reattach command: the
+// host is the command's sidecar stdio, which ends with the session and
+// kills its terminals (the shell is gone), so `attach stdio: ID --via
+// ...` could never work. The line says that instead.
+func TestAttachViaDetach(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "stdio.hcl")
+	if err := os.WriteFile(cfg, []byte(terminalConfig+"log {\n  level = \"warn\"\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	via := sidecarBin + " stdio --config " + cfg
+	a := startInPTY(t, "attach", "--via", via)
+	pos := a.out.waitFor(t, "prompt", 0, "XPROMPT> ")
+	a.typeText(t, "echo shell-pid=$$\r")
+	var shellPid int
+	text, ok := a.out.waitMatch(waitTimeout, func(text string) bool {
+		m := shellPidLine.FindStringSubmatch(text[pos:])
+		if m != nil {
+			shellPid, _ = strconv.Atoi(m[1])
+		}
+		return m != nil
+	})
+	if !ok {
+		t.Fatalf("no shell pid from attach --via; screen:\n%s", text)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(shellPid, syscall.SIGKILL) })
+	pos = a.out.waitFor(t, "prompt after the pid", pos+len("echo shell-pid"), "XPROMPT> ")
+	a.typeText(t, "\r~.")
+	if code := a.wait(t); code != 0 {
+		t.Fatalf("detach: exit status %d, want 0; screen:\n%s", code, tail(a.out.String(), 2000))
+	}
+	screen := a.out.String()[pos:]
+	want := regexp.MustCompile(`\r\nsidecar: detached from ahp-terminal:/t-[0-9a-f]+, which ends with this --via session: a sidecar stdio host keeps no terminal once its client has gone\r\n`)
+	if !want.MatchString(screen) || strings.Contains(screen, "reattach") {
+		t.Errorf("detach said %q; want %q and no reattach command", screen, want)
+	}
+	if !exitsWithin(shellPid, waitTimeout) {
+		t.Errorf("the shell (pid %d) still runs after the --via session ended", shellPid)
+	}
+}
+
+// TestViaCtrlCWhileConnecting: Ctrl-C while connecting through --via is
+// SIGINT to the whole foreground process group, the --via command
+// included: that it may die of it before our own handler has the signal
+// is still an interrupt (130, "interrupted while connecting"), not 255
+// "the command ended (signal: interrupt)" (1 run in 25 or so), for every
+// client command (attach: in a terminal, the same code as the others).
+func TestViaCtrlCWhileConnecting(t *testing.T) {
+	t.Parallel()
+	const runs = 50
+	results := make(chan string, runs)
+	var wg sync.WaitGroup
+	for i := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results <- viaCtrlC(t, i)
+		}()
+	}
+	wg.Wait()
+	close(results)
+	for r := range results {
+		if r != "" {
+			t.Error(r)
+		}
+	}
+}
+
+// viaCtrlC runs a client command (which one: after i) --via a command
+// that never answers, in a process group of its own, sends SIGINT to the
+// group once the command has started, and returns what went wrong (""
+// for nothing).
+func viaCtrlC(t *testing.T, i int) string {
+	ready := fmt.Sprintf("ready-%d", i)
+	args := [][]string{{"ls"}, {"run", "--", "true"}, {"top"}, {"forward", "-L", "127.0.0.1:0:127.0.0.1:1"}, {"kill", "t1"}}[i%5]
+	args = append(args[:1:1], append([]string{"--via", "echo " + ready + " >&2; exec sleep 100", "--connect-timeout", "60s"}, args[1:]...)...)
+	cmd := exec.Command(sidecarBin, args...)
+	cmd.Env = cleanEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // the group a terminal's Ctrl-C reaches
+	stderr := newStreamBuf()
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Sprintf("run %d: %v", i, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-done:
+		case <-time.After(waitTimeout):
+		}
+	}()
+	if _, ok := stderr.waitMatch(waitTimeout, func(s string) bool { return strings.Contains(s, ready) }); !ok {
+		return fmt.Sprintf("run %d: the --via command did not start: %q", i, stderr.String())
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		return fmt.Sprintf("run %d: %v", i, err)
+	}
+	var err error
+	select {
+	case err = <-done:
+		done <- err // for the deferred wait
+	case <-time.After(waitTimeout):
+		return fmt.Sprintf("run %d: ls --via did not exit after SIGINT", i)
+	}
+	want := ready + "\nsidecar: interrupted while connecting\n"
+	if code := exitCode(err); code != 130 || stderr.String() != want {
+		return fmt.Sprintf("run %d, sidecar %q: exit %d, stderr %q; want 130 and %q", i, args, code, stderr.String(), want)
+	}
+	return ""
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -365,5 +366,58 @@ func TestRunInputComplete(t *testing.T) {
 	}
 	if got := out.String(); !strings.HasSuffix(got, want) {
 		t.Errorf("program saw different input: output ends %q, want %q", tail(got, 200), want)
+	}
+}
+
+// TestAttachSharedTakesOver: a second attach shares a terminal (and says
+// so); when the first detaches, the host passes the claim on and the
+// sharing client says it holds the terminal now: its output is paced, so
+// a flood arrives whole, with no "output skipped".
+func TestAttachSharedTakesOver(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	a := startInPTY(t, append([]string{"attach", s.url}, s.connArgs()...)...)
+	a.out.waitFor(t, "prompt", 0, "XPROMPT> ")
+	out, errOut, code := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
+	if code != 0 {
+		t.Fatalf("ls: exit %d, stderr %q", code, errOut)
+	}
+	var id string
+	for _, line := range strings.Split(out, "\n")[1:] {
+		if f := strings.Fields(line); len(f) > 0 && id == "" {
+			id = f[0]
+		}
+	}
+	if id == "" {
+		t.Fatalf("ls lists no terminal:\n%s", out)
+	}
+	b := startInPTY(t, append([]string{"attach", s.url, id}, s.connArgs()...)...)
+	pos := b.out.waitFor(t, "shared notice", 0, "another connected client holds ahp-terminal:/"+id)
+	a.typeText(t, "\r~.")
+	if code := a.wait(t); code != 0 {
+		t.Fatalf("detach: exit status %d; screen:\n%s", code, tail(a.out.String(), 2000))
+	}
+	pos = b.out.waitFor(t, "holder notice", pos, "you hold ahp-terminal:/"+id+" now")
+	const n = 200000
+	b.typeText(t, "seq 1 200000; echo DONE-$((6*7))\r")
+	start := b.out.waitFor(t, "command echo", pos, "echo DONE-$((6*7))\r\n")
+	end := b.out.waitFor(t, "end of the flood", start, "\r\nDONE-42\r\n")
+	screen := b.out.String()
+	flood := screen[start : end-len("\r\nDONE-42\r\n")]
+	if strings.Contains(flood, "output skipped") {
+		t.Fatalf("the new holder skipped output: %s", tail(flood, 500))
+	}
+	lines := strings.Split(flood, "\r\n")
+	if len(lines) != n {
+		t.Fatalf("%d lines of seq output, want %d; end: %q", len(lines), n, tail(flood, 200))
+	}
+	for i, l := range lines {
+		if l != strconv.Itoa(i+1) {
+			t.Fatalf("line %d is %q, want %d", i+1, l, i+1)
+		}
+	}
+	b.typeText(t, "exit\r")
+	if code := b.wait(t); code != 0 {
+		t.Fatalf("shell exit: status %d", code)
 	}
 }

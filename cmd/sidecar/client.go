@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -46,11 +47,11 @@ func (f *connFlags) register(cmd *cobra.Command) {
 	fs.BoolVar(&f.ordinary, "ordinary", false, "use ordinary delivery instead of windowed delivery (for debugging)")
 	fs.DurationVar(&f.timeout, "connect-timeout", 15*time.Second, "time allowed to connect and initialize")
 	fs.StringVar(&f.transport, "transport", client.TransportAuto, "for https:// URLs: auto (WebTransport, falling back to WebSocket), webtransport, websocket, or ahp (plain /ahp)")
-	fs.StringVar(&f.via, "via", "", "command whose stdin/stdout carry transport-io instead of a network connection, e.g. 'docker exec -i C sidecar stdio'; the URL may then be left out")
+	fs.StringVar(&f.via, "via", "", "command whose stdin/stdout carry transport-io instead of a network connection, e.g. 'docker exec -i C sidecar stdio'; no URL is given then (or "+viaURL+")")
 	// With --via there is nothing to dial: a missing URL becomes "stdio:".
 	viaArgs := func(a []string) []string {
-		if f.via != "" && (len(a) == 0 || !strings.Contains(a[0], ":")) && cmd.ArgsLenAtDash() < 0 {
-			return append([]string{"stdio:"}, a...)
+		if f.via != "" && (len(a) == 0 || !isURL(a[0])) && cmd.ArgsLenAtDash() < 0 {
+			return append([]string{viaURL}, a...)
 		}
 		return a
 	}
@@ -64,12 +65,16 @@ func (f *connFlags) register(cmd *cobra.Command) {
 			if f.via == "" && c.Flags().Changed("via") {
 				return errors.New("--via needs a command, e.g. --via 'docker exec -i C sidecar stdio'")
 			}
+			if err := f.viaConflict(c, a); err != nil {
+				return err
+			}
 			given := a
 			a = viaArgs(a)
 			if err := check(c, a); err != nil {
 				if len(a) > len(given) && check(c, given) == nil {
-					// Meant as the URL, but it has no scheme.
-					return fmt.Errorf("%q is not a URL (want https://HOST:PORT); with --via the URL may be left out", given[0])
+					// Meant as the URL (one with no scheme): with --via
+					// there is none.
+					return viaUnexpected(given[0])
 				}
 				return err
 			}
@@ -83,6 +88,49 @@ func (f *connFlags) register(cmd *cobra.Command) {
 	if run := cmd.RunE; run != nil {
 		cmd.RunE = func(c *cobra.Command, a []string) error { return run(c, viaArgs(a)) }
 	}
+}
+
+// viaURL is the URL a command given --via runs with: none is dialled. It
+// may be given as the URL (sidecar run stdio: --via CMD -- uname).
+const viaURL = "stdio:"
+
+// isURL reports whether argument s, where a URL may stand, is one (or
+// viaURL): it has a scheme and "://". Anything else is the command's
+// next argument: a terminal id (a full ahp-terminal:/ URI has no "//").
+func isURL(s string) bool {
+	return s == viaURL || strings.Contains(s, "://")
+}
+
+// viaConflict rejects a URL given along with --via: the command is the
+// connection, and the URL would be ignored. The URL is what stands before
+// "--" (run), or a first argument that is a URL (isURL); viaURL is
+// allowed.
+func (f *connFlags) viaConflict(c *cobra.Command, a []string) error {
+	if f.via == "" {
+		return nil
+	}
+	var u string
+	switch dash := c.ArgsLenAtDash(); {
+	case dash >= 1 && len(a) > 0: // run URL -- CMD
+		u = a[0]
+	case dash < 0 && len(a) > 0 && isURL(a[0]):
+		u = a[0]
+	default:
+		return nil
+	}
+	switch {
+	case u == viaURL:
+		return nil
+	case !isURL(u):
+		return viaUnexpected(u)
+	}
+	return fmt.Errorf("%s and --via are exclusive: --via's command is the connection and no URL is dialled; leave the URL out", u)
+}
+
+// viaUnexpected is the usage error of an argument given with --via where
+// the URL would stand.
+func viaUnexpected(arg string) error {
+	return fmt.Errorf("unexpected argument %q: with --via no URL is given (--via's command is the connection)", arg)
 }
 
 // check rejects flag values that cannot work: an unknown --transport, a
@@ -162,6 +210,53 @@ func signalContext(sigs ...os.Signal) (ctx context.Context, caught func() syscal
 	return ctx, caught, stop
 }
 
+// viaSignalWait bounds how long dialSignal waits for a signal of our own
+// after the --via command was ended by one.
+const viaSignalWait = 500 * time.Millisecond
+
+// dialSignal is the signal that ended a dial that returned err: the one
+// caught says, or, when none has been caught yet but the dial failed
+// because the --via command ended as a signal that the terminal sends
+// ends it (viaEndedBySignal), the one that ends ctx (the signal context
+// caught reads) within viaSignalWait. Ctrl-C sends SIGINT to the whole
+// foreground process group, the --via command included, and the command
+// may die of it (and the dial fail) before our own handler has run: that
+// is still an interrupt, not a connection error.
+func (f *connFlags) dialSignal(ctx context.Context, err error, caught func() syscall.Signal) syscall.Signal {
+	if sig := caught(); sig != 0 || err == nil || !f.viaEndedBySignal(err) {
+		return sig
+	}
+	t := time.NewTimer(viaSignalWait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return caught()
+}
+
+// viaEndedBySignal reports whether err says that the --via command ended
+// (client.Dial's "--via CMD: the command ended (HOW)...", HOW from
+// os.ProcessState.String) as SIGINT, SIGTERM or SIGHUP end a command:
+// killed by one, or exiting with 128+n as a shell reports it, or with 255
+// as ssh does.
+func (f *connFlags) viaEndedBySignal(err error) bool {
+	if f.via == "" {
+		return false
+	}
+	var hows []string
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		hows = append(hows, "signal: "+sig.String(), fmt.Sprintf("exit status %d", 128+int(sig)))
+	}
+	hows = append(hows, "exit status 255")
+	for _, how := range hows {
+		if strings.HasPrefix(err.Error(), fmt.Sprintf("--via %q: the command ended (%s)", f.via, how)) {
+			return true
+		}
+	}
+	return false
+}
+
 // dialFailed is how a client command ends when its dial failed: with
 // 128+n when signal n ended the attempt (Ctrl-C: 130, as a shell reports
 // it) and a line that says so instead of the dial's error, else with 255
@@ -190,7 +285,7 @@ func interrupted(sig syscall.Signal, while string) error {
 func (f *connFlags) withConn(url string, fn func(ctx context.Context, conn *client.Conn) error) error {
 	dctx, caught, stop := signalContext(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	conn, err := f.dial(dctx, url)
-	sig := caught()
+	sig := f.dialSignal(dctx, err, caught)
 	stop()
 	if err != nil || sig != 0 {
 		if conn != nil {
@@ -200,6 +295,20 @@ func (f *connFlags) withConn(url string, fn func(ctx context.Context, conn *clie
 	}
 	defer conn.Close()
 	return fn(context.Background(), conn)
+}
+
+// terminalArgs are the terminal ids among the arguments of attach or
+// kill: those after the URL. With --via and no URL first, all of them:
+// connFlags also checks the arguments as given, before it puts viaURL in
+// (an empty id is no URL left out).
+func terminalArgs(cf *connFlags, args []string) []string {
+	if len(args) > 0 && cf.via != "" && !isURL(args[0]) {
+		return args
+	}
+	if len(args) == 0 {
+		return nil
+	}
+	return args[1:]
 }
 
 // terminalURI accepts "t1" or "ahp-terminal:/t1".
@@ -224,17 +333,20 @@ func runCmd() *cobra.Command {
 		Example: `  sidecar run wss://127.0.0.1:4433/ahp --token T --cert-hash H -- sh -c 'echo $((6*7)); exit 3'`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()
-			if cf.via != "" && dash == 0 && len(args) >= 1 {
-				return nil // with --via the URL may be left out
-			}
-			if dash != 1 || len(args) < 2 {
+			switch {
+			case cf.via != "" && dash == 0 && len(args) >= 1:
+				// With --via the URL is left out.
+			case dash != 1 || len(args) < 2:
 				return errors.New("usage: sidecar run URL [flags] -- CMD [ARGS...]   (or: sidecar run --via CMD -- CMD [ARGS...])")
+			}
+			if args[dash] == "" {
+				return errors.New("empty program name after --; usage: sidecar run URL [flags] -- CMD [ARGS...]")
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cf.via != "" && cmd.ArgsLenAtDash() == 0 {
-				args = append([]string{"stdio:"}, args...)
+				args = append([]string{viaURL}, args...)
 			}
 			return runCommand(cmd.Context(), &cf, args[0], args[1:])
 		},
@@ -273,7 +385,7 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 	}
 	conn, err := cf.dial(ctx, url)
 	if err != nil {
-		return dialFailed(err, syscall.Signal(caught.Load()))
+		return dialFailed(err, cf.dialSignal(ctx, err, func() syscall.Signal { return syscall.Signal(caught.Load()) }))
 	}
 	defer conn.Close()
 	stdinTTY := term.IsTerminal(int(os.Stdin.Fd()))
@@ -355,8 +467,17 @@ func attachCmd() *cobra.Command {
 		Short: "Open an interactive shell, or reattach to a running terminal by id",
 		Long: `Open a new interactive shell on the host, or reattach to TERMINAL (an id
 from "sidecar ls", or a full ahp-terminal:/ URI). Type ~. after a newline to
-detach: the terminal keeps running and can be reattached.`,
-		Args: cobra.RangeArgs(1, 2),
+detach: the terminal keeps running and can be reattached (not through --via:
+a sidecar stdio host ends with its client, and its terminals with it).`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.RangeArgs(1, 2)(cmd, args); err != nil {
+				return err
+			}
+			if slices.Contains(terminalArgs(&cf, args), "") {
+				return errors.New("empty terminal id: give one that sidecar ls shows, or none for a new shell")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := ""
 			if len(args) == 2 {
@@ -380,7 +501,7 @@ func attach(cf *connFlags, url, id, name string) error {
 	defer stop()
 	conn, err := cf.dial(ctx, url)
 	if err != nil {
-		return dialFailed(err, caught())
+		return dialFailed(err, cf.dialSignal(ctx, err, caught))
 	}
 	defer conn.Close()
 	fd := int(os.Stdin.Fd())
@@ -403,7 +524,7 @@ func attach(cf *connFlags, url, id, name string) error {
 	if err != nil {
 		var re *rpc.Error
 		if errors.As(err, &re) && re.Code == rpc.CodeNotFound {
-			return &exitError{code: 255, err: fmt.Errorf("no terminal %s on this host (sidecar ls %s lists them)", uri, url)}
+			return &exitError{code: 255, err: noTerminal(uri, cf.lsCommand(url))}
 		}
 		return &exitError{code: 255, err: err}
 	}
@@ -416,13 +537,21 @@ func attach(cf *connFlags, url, id, name string) error {
 	}
 	if !created {
 		// Reattaching: take the terminal over from a holder that has
-		// gone, so our output is paced and none of it skipped.
+		// gone, so our output is paced and none of it skipped. While
+		// another client holds it we share it, until the host passes
+		// the claim on to us when that one leaves.
+		shared := false
 		t.OnClaim = func(err error) {
-			if err != nil {
+			switch {
+			case err != nil:
+				shared = true
 				fmt.Fprintf(os.Stderr, "\r\nsidecar: another connected client holds %s; you share it, and output is skipped when you fall behind\r\n", uri)
+			case shared:
+				shared = false
+				fmt.Fprintf(os.Stderr, "\r\nsidecar: the other client left: you hold %s now\r\n", uri)
 			}
 		}
-		_ = t.Claim(ctx)
+		t.Claim()
 	}
 	// Our size wins on attach; later on every SIGWINCH.
 	_ = t.Resize(ctx, cols, rows)
@@ -438,6 +567,12 @@ func attach(cf *connFlags, url, id, name string) error {
 	}()
 	select {
 	case <-detached:
+		if cf.via != "" {
+			// The host is the --via command's sidecar stdio: it ends when
+			// we close its stdin, and kills its terminals as it goes.
+			fmt.Fprintf(os.Stderr, "\r\nsidecar: detached from %s, which ends with this --via session: a sidecar stdio host keeps no terminal once its client has gone\r\n", uri)
+			return nil
+		}
 		fmt.Fprintf(os.Stderr, "\r\nsidecar: detached from %s; reattach with: %s attach %s %s%s\r\n", uri, selfName(), url, strings.TrimPrefix(uri, rpc.TerminalScheme+"/"), cf.explicitFlags())
 		return nil
 	case <-copyDone:
@@ -460,6 +595,21 @@ func attach(cf *connFlags, url, id, name string) error {
 		return &exitError{code: *code}
 	}
 	return nil
+}
+
+// noTerminal is the error of a terminal the host does not have; ls is
+// how to list the ones it has (connFlags.lsCommand).
+func noTerminal(uri, ls string) error {
+	return fmt.Errorf("no terminal %s on this host (%s lists them)", uri, ls)
+}
+
+// lsCommand is the sidecar ls that lists the terminals of the host at url
+// (through --via when given).
+func (f *connFlags) lsCommand(url string) string {
+	if f.via != "" {
+		return fmt.Sprintf("sidecar ls --via %q", f.via)
+	}
+	return "sidecar ls " + url
 }
 
 // explicitFlags repeats the connection flags given on the command line
@@ -497,6 +647,9 @@ func killCmd() *cobra.Command {
 			if len(args) < 2 {
 				return errors.New("usage: sidecar kill URL TERMINAL... (terminal ids as sidecar ls shows them)")
 			}
+			if slices.Contains(terminalArgs(&cf, args), "") {
+				return errors.New("empty terminal id: give the ids sidecar ls shows")
+			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -505,12 +658,17 @@ func killCmd() *cobra.Command {
 				for _, id := range args[1:] {
 					uri := terminalURI(id)
 					if err := conn.Call(ctx, rpc.MethodDisposeTerminal, rpc.ChannelParams{Channel: uri}, nil); err != nil {
-						fmt.Fprintf(os.Stderr, "sidecar: %s: %v\n", id, err)
+						var re *rpc.Error
+						if errors.As(err, &re) && re.Code == rpc.CodeNotFound {
+							fmt.Fprintf(os.Stderr, "sidecar: %v\n", noTerminal(uri, cf.lsCommand(args[0])))
+						} else {
+							fmt.Fprintf(os.Stderr, "sidecar: %s: %s\n", id, printable(err.Error()))
+						}
 						failed++
 					}
 				}
 				if failed > 0 {
-					return &exitError{code: 1}
+					return &exitError{code: 255} // what went wrong is said above
 				}
 				return nil
 			})

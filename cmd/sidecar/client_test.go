@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,8 +17,8 @@ import (
 // before anything is dialled, and with exit 2 once usageErrors wraps it),
 // a URL client.Dial would refuse, a --transport that the URL cannot take,
 // a pin that is no SHA-256 and a --connect-timeout that is not positive;
-// with --via the URL is not checked. The words are client.Dial's and
-// tlscert's, without the package prefix.
+// with --via no URL is given (viaConflict). The words are client.Dial's
+// and tlscert's, without the package prefix.
 func TestClientArgsChecked(t *testing.T) {
 	t.Setenv("SIDECAR_CERT_HASH", "")
 	pin := strings.Repeat("ab", 32)
@@ -55,7 +57,7 @@ func TestClientArgsChecked(t *testing.T) {
 		{"https://h:4433", []string{"--transport", "webtransport"}, ""},
 		{"http://h:4433/", nil, ""},
 		{"ws://h/ahp", []string{"--transport", "ahp"}, ""},
-		{"127.0.0.1:5533", []string{"--via", "cat"}, ""}, // --via: the URL is not dialled
+		{"stdio:", []string{"--via", "cat"}, ""}, // --via: the placeholder of the URL
 	} {
 		for name, newCmd := range commands {
 			cmd := newCmd()
@@ -79,14 +81,68 @@ func TestClientArgsChecked(t *testing.T) {
 		// was taken as an argument after "stdio:" ("accepts 1 arg(s),
 		// received 2").
 		for name, newCmd := range map[string]func() *cobra.Command{"ls": lsCmd, "top": topCmd, "forward": forwardCmd} {
-			cmd := newCmd()
-			if err := cmd.ParseFlags([]string{"--via", "cat", "x"}); err != nil {
-				t.Fatal(err)
+			for _, arg := range []string{"x", "127.0.0.1:5533", ""} {
+				cmd := newCmd()
+				if err := cmd.ParseFlags([]string{"--via", "cat", arg}); err != nil {
+					t.Fatal(err)
+				}
+				err := cmd.ValidateArgs(cmd.Flags().Args())
+				want := fmt.Sprintf("unexpected argument %q: with --via no URL is given (--via's command is the connection)", arg)
+				if err == nil || err.Error() != want {
+					t.Errorf("%s --via cat %q: %v, want %q", name, arg, err, want)
+				}
+			}
+		}
+	})
+
+	t.Run("URL and --via", func(t *testing.T) {
+		// A URL with --via was ignored (the command is the connection):
+		// they are exclusive, for every client command; only the
+		// placeholder stdio: may stand for the URL. Terminal ids, a full
+		// ahp-terminal:/ URI too, are no URL.
+		exclusive := func(u string) string {
+			return u + " and --via are exclusive: --via's command is the connection and no URL is dialled; leave the URL out"
+		}
+		for _, tt := range []struct {
+			name string
+			args []string
+			want string // "" for none
+		}{
+			{"ls", []string{"wss://127.0.0.1:1/ahp"}, exclusive("wss://127.0.0.1:1/ahp")},
+			{"ls", []string{"https://h:4433/"}, exclusive("https://h:4433/")},
+			{"top", []string{"wss://h/ahp", "--once"}, exclusive("wss://h/ahp")},
+			{"forward", []string{"wss://h/ahp", "-L", "8080:127.0.0.1:80"}, exclusive("wss://h/ahp")},
+			{"attach", []string{"wss://h/ahp"}, exclusive("wss://h/ahp")},
+			{"attach", []string{"wss://h/ahp", "t1"}, exclusive("wss://h/ahp")},
+			{"kill", []string{"wss://h/ahp", "t1"}, exclusive("wss://h/ahp")},
+			{"run", []string{"wss://h/ahp", "--", "true"}, exclusive("wss://h/ahp")},
+			{"run", []string{"x", "--", "true"}, `unexpected argument "x": with --via no URL is given (--via's command is the connection)`},
+			// Accepted.
+			{"ls", nil, ""},
+			{"ls", []string{"stdio:"}, ""},
+			{"top", []string{"--once"}, ""},
+			{"forward", []string{"-L", "8080:127.0.0.1:80"}, ""},
+			{"attach", nil, ""},
+			{"attach", []string{"t1"}, ""},
+			{"attach", []string{"ahp-terminal:/t1"}, ""},
+			{"attach", []string{"stdio:", "t1"}, ""},
+			{"kill", []string{"t1", "ahp-terminal:/t2"}, ""},
+			{"kill", []string{"ahp-terminal:/t1"}, ""},
+			{"run", []string{"--", "wss://h/ahp"}, ""}, // the program, not a URL
+			{"run", []string{"stdio:", "--", "true"}, ""},
+		} {
+			cmd := commands[tt.name]()
+			args := append([]string{"--via", "cat"}, tt.args...)
+			if err := cmd.ParseFlags(args); err != nil {
+				t.Fatalf("%s %q: %v", tt.name, args, err)
 			}
 			err := cmd.ValidateArgs(cmd.Flags().Args())
-			want := `"x" is not a URL (want https://HOST:PORT); with --via the URL may be left out`
-			if err == nil || err.Error() != want {
-				t.Errorf("%s --via cat x: %v, want %q", name, err, want)
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tt.want {
+				t.Errorf("%s %q: %q, want %q", tt.name, args, got, tt.want)
 			}
 		}
 	})
@@ -171,6 +227,167 @@ func TestPrintable(t *testing.T) {
 	} {
 		if got := printable(in); got != want {
 			t.Errorf("printable(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestEmptyArgs: an empty program name (run URL -- "") or terminal id
+// (attach URL "", kill URL "") is a usage error, with --via too: run
+// said "cannot start : command not found on the host", attach opened a
+// new shell.
+func TestEmptyArgs(t *testing.T) {
+	t.Setenv("SIDECAR_CERT_HASH", "")
+	const (
+		noProgram = "empty program name after --; usage: sidecar run URL [flags] -- CMD [ARGS...]"
+		noShell   = "empty terminal id: give one that sidecar ls shows, or none for a new shell"
+		noID      = "empty terminal id: give the ids sidecar ls shows"
+	)
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string // "" for none
+	}{
+		{"run", []string{"wss://h/ahp", "--", ""}, noProgram},
+		{"run", []string{"wss://h/ahp", "--", "", "x"}, noProgram},
+		{"run", []string{"--via", "cat", "--", ""}, noProgram},
+		{"run", []string{"--via", "cat", "stdio:", "--", ""}, noProgram},
+		{"run", []string{"wss://h/ahp", "--", "true", ""}, ""}, // an empty argument is one
+		{"attach", []string{"wss://h/ahp", ""}, noShell},
+		{"attach", []string{"--via", "cat", ""}, noShell},
+		{"attach", []string{"--via", "cat", "stdio:", ""}, noShell},
+		{"attach", []string{"wss://h/ahp", "t1"}, ""},
+		{"kill", []string{"wss://h/ahp", ""}, noID},
+		{"kill", []string{"wss://h/ahp", "t1", ""}, noID},
+		{"kill", []string{"--via", "cat", ""}, noID},
+		{"kill", []string{"--via", "cat", "", "t1"}, noID},
+		{"kill", []string{"wss://h/ahp", "t1", "t2"}, ""},
+	} {
+		cmd := map[string]func() *cobra.Command{"run": runCmd, "attach": attachCmd, "kill": killCmd}[tt.name]()
+		if err := cmd.ParseFlags(tt.args); err != nil {
+			t.Fatalf("%s %q: %v", tt.name, tt.args, err)
+		}
+		err := cmd.ValidateArgs(cmd.Flags().Args())
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tt.want {
+			t.Errorf("%s %q: %q, want %q", tt.name, tt.args, got, tt.want)
+		}
+	}
+}
+
+// TestTopInterval: top's --interval, when given, must be positive (0 and
+// negative ones ran every second), as --connect-timeout must; left out,
+// the host's telemetry.interval applies.
+func TestTopInterval(t *testing.T) {
+	t.Setenv("SIDECAR_CERT_HASH", "")
+	for _, tt := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--interval", "0"}, "--interval 0s: must be positive"},
+		{[]string{"--interval", "-1s"}, "--interval -1s: must be positive"},
+		{[]string{"--interval", "0s", "--via", "cat"}, "--interval 0s: must be positive"},
+		{[]string{"--interval", "500ms"}, ""},
+		{nil, ""},
+	} {
+		cmd := topCmd()
+		args := append([]string{"wss://h/ahp"}, tt.flags...)
+		if slices.Contains(tt.flags, "--via") {
+			args = tt.flags
+		}
+		if err := cmd.ParseFlags(args); err != nil {
+			t.Fatal(err)
+		}
+		err := cmd.ValidateArgs(cmd.Flags().Args())
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tt.want {
+			t.Errorf("top %q: %q, want %q", args, got, tt.want)
+		}
+	}
+}
+
+// TestUnknownCommand: an unknown command is a usage error (exit 2, one
+// line with the help's pointer and cobra's suggestions), as the others
+// are; it exited 1.
+func TestUnknownCommand(t *testing.T) {
+	for args, want := range map[string]string{
+		"bogus":     `unknown command "bogus" for "sidecar" (see sidecar --help)`,
+		"sl --json": `unknown command "sl" for "sidecar"; did you mean ls? (see sidecar --help)`,
+	} {
+		root := &cobra.Command{Use: "sidecar", SilenceUsage: true, SilenceErrors: true}
+		root.AddCommand(lsCmd(), tokenCmd())
+		usageErrors(root)
+		root.SetArgs(strings.Fields(args))
+		ran, err := root.ExecuteC()
+		err = unknownCommand(ran, err)
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != 2 || err.Error() != want {
+			t.Errorf("sidecar %s: %v, want exit 2 and %q", args, err, want)
+		}
+	}
+	other := errors.New("unknown command in a message of the host")
+	root := &cobra.Command{Use: "sidecar"}
+	ls := lsCmd()
+	root.AddCommand(ls)
+	if err := unknownCommand(ls, other); err != other {
+		t.Errorf("an error of a subcommand became %v", err)
+	}
+}
+
+// TestDialSignal: a dial that failed because the --via command died of
+// SIGINT (Ctrl-C reaches the whole process group) before our own handler
+// had the signal waits for it (viaSignalWait at most), so that the exit
+// is 130 "interrupted while connecting", not 255 "the command ended
+// (signal: interrupt)"; any other failure does not wait.
+func TestDialSignal(t *testing.T) {
+	cf := &connFlags{via: "sleep 100"}
+	died := errors.New(`--via "sleep 100": the command ended (signal: interrupt) before the session was set up (see its stderr above)`)
+	ctx, caught, stop := signalContext(syscall.SIGINT)
+	defer stop()
+	go func() {
+		time.Sleep(50 * time.Millisecond) // the signal after the dial's failure
+		_ = syscall.Kill(os.Getpid(), syscall.SIGINT)
+	}()
+	sig := cf.dialSignal(ctx, died, caught)
+	var ee *exitError
+	if err := dialFailed(died, sig); !errors.As(err, &ee) || ee.code != 130 || err.Error() != "interrupted while connecting" {
+		t.Errorf("dialFailed: %v, want exit 130 and \"interrupted while connecting\"", err)
+	}
+
+	// No signal of our own: the dial's error, after viaSignalWait.
+	ctx2, caught2, stop2 := signalContext(syscall.SIGUSR1)
+	defer stop2()
+	start := time.Now()
+	if sig := cf.dialSignal(ctx2, died, caught2); sig != 0 {
+		t.Errorf("no signal: %v", sig)
+	}
+	if d := time.Since(start); d < viaSignalWait || d > 10*viaSignalWait {
+		t.Errorf("waited %v for a signal, want %v", d, viaSignalWait)
+	}
+	// Other failures, or another command's, do not wait at all.
+	for _, tt := range []struct {
+		cf  *connFlags
+		err error
+	}{
+		{cf, errors.New(`--via "sleep 100": the command ended (exit status 1) before the session was set up (see its stderr above)`)},
+		{cf, errors.New(`--via "sleep 100": the command ended (signal: killed) before the session was set up (see its stderr above)`)},
+		{cf, errors.New(`--via "sleep 100": the command ended (exit status 1300) before the session was set up (see its stderr above)`)},
+		{&connFlags{via: "other"}, died},
+		{&connFlags{}, died},
+	} {
+		start := time.Now()
+		if sig := tt.cf.dialSignal(ctx2, tt.err, caught2); sig != 0 || time.Since(start) > viaSignalWait/2 {
+			t.Errorf("--via %q, %v: signal %v after %v; want none at once", tt.cf.via, tt.err, sig, time.Since(start))
+		}
+	}
+	for _, how := range []string{"signal: terminated", "signal: hangup", "exit status 130", "exit status 143", "exit status 129", "exit status 255"} {
+		if !cf.viaEndedBySignal(fmt.Errorf("--via %q: the command ended (%s)", cf.via, how)) {
+			t.Errorf("%s: not taken for a signal the terminal sends", how)
 		}
 	}
 }

@@ -423,7 +423,7 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	}
 	conn, err := cf.dial(ctx, url)
 	if err != nil {
-		return dialFailed(err, caught())
+		return dialFailed(err, cf.dialSignal(ctx, err, caught))
 	}
 	defer conn.Close()
 	if conn.Initialized().TCPConnections == nil {
@@ -461,7 +461,9 @@ func (fw *forwarder) runUntil(ctx context.Context, done chan<- struct{}, closeLi
 	case <-ctx.Done():
 	case <-fw.conn.Done():
 		// Here, not through main: before the count of connections reset.
-		fmt.Fprintf(fw.log(), "sidecar: %v\n", fw.conn.Err())
+		// The host's words (a close reason) are escaped as every peer's
+		// text is (printable).
+		fmt.Fprintf(fw.log(), "sidecar: %s\n", printable(fmt.Sprint(fw.conn.Err())))
 		result = &exitError{code: 255}
 	}
 	close(done) // an accept loop waiting after a failure ends now
@@ -727,7 +729,7 @@ func (fw *forwarder) acceptLocal(l net.Listener, f localForward) {
 			cancel()
 			if err != nil {
 				if !fw.ending() { // else it failed because forward is ending
-					fmt.Fprintf(fw.log(), "sidecar: %s -> %s: open failed: %s\n", l.Addr(), dest, openMessage(err))
+					fmt.Fprintf(fw.log(), "sidecar: %s -> %s: open failed: %s\n", l.Addr(), printable(dest), openMessage(err))
 				}
 				// A reset: a client that only reads must not take the
 				// end for an empty answer.
@@ -739,16 +741,18 @@ func (fw *forwarder) acceptLocal(l net.Listener, f localForward) {
 	}
 }
 
-// openMessage is what a person reads when a channel cannot open.
+// openMessage is what a person reads when a channel cannot open, escaped
+// (printable): the host's message may repeat the destination a SOCKS
+// client named, control characters included.
 func openMessage(err error) string {
 	var re *rpc.Error
 	if errors.As(err, &re) {
-		return re.Message
+		return printable(re.Message)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Sprintf("the host did not answer within %s", forwardOpenTimeout)
 	}
-	return err.Error()
+	return printable(err.Error())
 }
 
 // pipe copies both ways until both directions ended. EOF becomes a
@@ -973,7 +977,7 @@ func (c *replayConn) problem(err error, timeout time.Duration) string {
 		}
 		msg = rest
 	}
-	return fmt.Sprintf("client %s: SOCKS5 handshake failed: %s", client, msg)
+	return fmt.Sprintf("client %s: SOCKS5 handshake failed: %s", client, printable(msg))
 }
 
 // socksMethodNames lists SOCKS5 authentication methods for a message.
@@ -1061,6 +1065,8 @@ func (o *socksOpener) Allow(ctx context.Context, req *socks5.Request) (context.C
 	if host == "" && req.DestAddr.IP != nil {
 		host = req.DestAddr.IP.String()
 	}
+	// The name is the SOCKS client's, any bytes at all (an escape
+	// sequence, NUL): every line below writes it escaped (%q, printable).
 	if host == "" || req.DestAddr.Port == 0 {
 		fmt.Fprintf(o.fw.log(), "sidecar: SOCKS5 %s: a CONNECT from %s to %q port %d: no destination\n", o.addr, req.RemoteAddr, host, req.DestAddr.Port)
 		return context.WithValue(ctx, socksOpenedKey{}, &socksOpened{err: socksDialError(socksHostUnreachable)}), true
@@ -1077,7 +1083,7 @@ func (o *socksOpener) Allow(ctx context.Context, req *socks5.Request) (context.C
 			return ctx, false
 		}
 		reply := socksReply(err)
-		fmt.Fprintf(o.fw.log(), "sidecar: SOCKS5 %s -> %s: open failed: %s\n", o.addr, dest, openMessage(err))
+		fmt.Fprintf(o.fw.log(), "sidecar: SOCKS5 %s -> %s: open failed: %s\n", o.addr, printable(dest), openMessage(err))
 		if reply == socksNotAllowed {
 			return ctx, false
 		}

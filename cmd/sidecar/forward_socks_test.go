@@ -500,3 +500,49 @@ func TestReplayConnHeadBound(t *testing.T) {
 		t.Errorf("kept %d bytes of the handshake, want %d", len(rc.head), socksHeadBytes)
 	}
 }
+
+// TestSOCKSNameEscaped: the destination name of a CONNECT is the SOCKS
+// client's, any bytes at all: the line that says its channel could not
+// open writes it (and the host's message, which repeats it) escaped, so
+// that an escape sequence or a NUL in it never reaches the user's
+// terminal.
+func TestSOCKSNameEscaped(t *testing.T) {
+	conn := testHostConn(t)
+	log := newWaitLog()
+	l := startSOCKS(t, conn, log, 10*time.Second)
+	for i, name := range []string{"\x1b[31mRED\x1b]0;title\x07", "nul\x00byte", "c1\u009b2J"} {
+		c, err := net.DialTimeout("tcp4", l.Addr().String(), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		req := append([]byte{5, 1, 0, 5, 1, 0, 3, byte(len(name))}, name...)
+		req = binary.BigEndian.AppendUint16(req, 80)
+		if _, err := c.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		reply, err := io.ReadAll(c)
+		if err != nil || len(reply) < 4 || reply[3] == 0 {
+			t.Errorf("CONNECT to %q: reply % x, %v; want a refusal", name, reply, err)
+		}
+		_ = c.Close()
+		line := log.line(t, i)
+		prefix := fmt.Sprintf("sidecar: SOCKS5 %s -> %s:80: open failed: ", l.Addr(), printable(name))
+		if !strings.HasPrefix(line, prefix) || strings.ContainsAny(line, "\x00\x07\x1b\u009b") {
+			t.Errorf("CONNECT to %q: line %q; want it to start %q, with no control character", name, line, prefix)
+		}
+	}
+	if out := log.String(); strings.ContainsAny(out, "\x00\x07\x1b\u009b") {
+		t.Errorf("the log has control characters: %q", out)
+	}
+	// The host's own message (-L and -D alike) is escaped too, whoever
+	// words it.
+	for err, want := range map[error]string{
+		&rpc.Error{Code: rpc.CodeTCPConnectionOpenFailed, Message: "connect to \x1b]0;x\a:80 refused"}: `connect to \x1b]0;x\a:80 refused`,
+		errors.New("lost: \x00\x1b[2J"): `lost: \x00\x1b[2J`,
+	} {
+		if got := openMessage(err); got != want {
+			t.Errorf("openMessage(%q) = %q, want %q", err, got, want)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -52,6 +53,30 @@ func usageErrors(root *cobra.Command) {
 			}
 		}
 	}
+}
+
+// unknownCommand makes cobra's error for an unknown command (sidecar bogus),
+// which it returns from ran, the root, a usage error as the others are:
+// exit 2, one line with the closest command names and the pointer to the
+// help. Any other error is returned as is.
+func unknownCommand(ran *cobra.Command, err error) error {
+	if ran == nil || ran.HasParent() || !strings.HasPrefix(err.Error(), "unknown command ") {
+		return err
+	}
+	// cobra's suggestions follow on lines of their own, one tab in:
+	// "\n\nDid you mean this?\n\tls\n".
+	lines := strings.Split(err.Error(), "\n")
+	msg := lines[0]
+	var names []string
+	for _, l := range lines[1:] {
+		if strings.HasPrefix(l, "\t") {
+			names = append(names, strings.TrimSpace(l))
+		}
+	}
+	if len(names) > 0 {
+		msg += "; did you mean " + strings.Join(names, " or ") + "?"
+	}
+	return &exitError{code: 2, err: fmt.Errorf("%s (see %s --help)", msg, ran.CommandPath())}
 }
 
 // survivePipes keeps the named long-running commands alive when their
@@ -106,11 +131,12 @@ func main() {
 	usageErrors(root)
 	survivePipes(root, "serve", "forward")
 	stopProfile := startProfile()
-	err := root.Execute()
+	ran, err := root.ExecuteC()
 	stopProfile()
 	if err == nil {
 		return
 	}
+	err = unknownCommand(ran, err)
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {

@@ -32,7 +32,14 @@ func topCmd() *cobra.Command {
 			"terminal every batch. --once prints one batch and exits; with --json that batch is the\n" +
 			"OTLP/JSON ExportMetricsServiceRequest exactly as the host sent it, for scripts.",
 		Example: "  sidecar top wss://127.0.0.1:4433/ahp\n  sidecar top wss://127.0.0.1:4433/ahp --once --json | jq .",
-		Args:    cobra.ExactArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			// Not given: the host's telemetry.interval. Given, it must be
+			// positive, as --connect-timeout.
+			if cmd.Flags().Changed("interval") && interval <= 0 {
+				return fmt.Errorf("--interval %s: must be positive", interval)
+			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runTop(&cf, args[0], once, asJSON, interval)
 		},
@@ -53,7 +60,7 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 	defer stop()
 	conn, err := cf.dial(ctx, url)
 	if err != nil {
-		return dialFailed(err, caught())
+		return dialFailed(err, cf.dialSignal(ctx, err, caught))
 	}
 	defer conn.Close()
 	channel := "ahp-otlp://metrics"
