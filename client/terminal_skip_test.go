@@ -3,6 +3,7 @@ package client_test
 import (
 	"encoding/json"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -25,41 +26,15 @@ func TestCopySnapshotMidStream(t *testing.T) {
 	const ch = "ahp-terminal:/skip"
 	state := `{"content":[{"type":"unclaimed","value":"old\r\n"}],"lifecycle":{"status":"running"}}`
 	later := `{"rows":3,"content":[{"type":"unclassified","value":"old\r\none\r\nl3\r\nl4\r\nl5\r\nprompt$ "}],"lifecycle":{"status":"running"}}`
-	send := func(s string) {
-		t.Helper()
-		if err := b.WriteMessage(ctx, []byte(s)); err != nil {
-			t.Error(err)
+	served := scriptedHost(t, b, ch, state, func(action func(int, string) string) []string {
+		return []string{
+			action(2, `{"type":"terminal/data","data":"one\r\n"}`),
+			`{"jsonrpc":"2.0","method":"channel/snapshot","params":{"channel":"` + ch + `","snapshot":{"resource":"` + ch + `","state":` + later + `,"fromSeq":7}}}`,
+			action(8, `{"type":"terminal/data","data":"eight\r\n"}`),
+			`{"jsonrpc":"2.0","method":"channel/gap","params":{"channel":"` + ch + `","fromSeq":8,"toSeq":9}}`,
+			action(9, `{"type":"terminal/exited","exitCode":4}`),
 		}
-	}
-	action := func(seq int, a string) string {
-		return `{"jsonrpc":"2.0","method":"action","params":{"channel":"` + ch + `","action":` + a + `,"serverSeq":` + string(rune('0'+seq)) + `}}`
-	}
-	served := make(chan struct{})
-	go func() { // the host: answer initialize and subscribe, then the script
-		defer close(served)
-		for {
-			raw, err := b.ReadMessage(ctx)
-			if err != nil {
-				return
-			}
-			var req struct {
-				ID     *json.RawMessage `json:"id"`
-				Method string           `json:"method"`
-			}
-			_ = json.Unmarshal(raw, &req)
-			switch req.Method {
-			case "initialize":
-				send(`{"jsonrpc":"2.0","id":` + string(*req.ID) + `,"result":{"protocolVersion":"0.5.0","serverSeq":0,"snapshots":[]}}`)
-			case "subscribe":
-				send(`{"jsonrpc":"2.0","id":` + string(*req.ID) + `,"result":{"snapshot":{"resource":"` + ch + `","state":` + state + `,"fromSeq":1}}}`)
-				send(action(2, `{"type":"terminal/data","data":"one\r\n"}`))
-				send(`{"jsonrpc":"2.0","method":"channel/snapshot","params":{"channel":"` + ch + `","snapshot":{"resource":"` + ch + `","state":` + later + `,"fromSeq":7}}}`)
-				send(action(8, `{"type":"terminal/data","data":"eight\r\n"}`))
-				send(`{"jsonrpc":"2.0","method":"channel/gap","params":{"channel":"` + ch + `","fromSeq":8,"toSeq":9}}`)
-				send(action(9, `{"type":"terminal/exited","exitCode":4}`))
-			}
-		}
-	}()
+	})
 	if err := c.Initialize(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -110,39 +85,14 @@ func TestOnClaimPassedOn(t *testing.T) {
 	c := client.NewConn(a, client.Options{ClientID: "c1", Ordinary: true})
 	defer c.Close()
 	const ch = "ahp-terminal:/pass"
-	send := func(s string) {
-		t.Helper()
-		if err := b.WriteMessage(ctx, []byte(s)); err != nil {
-			t.Error(err)
+	state := `{"content":[],"lifecycle":{"status":"running"},"claim":{"kind":"client","clientId":"other"}}`
+	served := scriptedHost(t, b, ch, state, func(action func(int, string) string) []string {
+		return []string{
+			action(2, `{"type":"terminal/claimed","claim":{"kind":"client","clientId":"third"}}`),
+			action(3, `{"type":"terminal/claimed","claim":{"kind":"client","clientId":"c1"}}`),
+			action(4, `{"type":"terminal/exited","exitCode":0}`),
 		}
-	}
-	action := func(seq int, a string) string {
-		return `{"jsonrpc":"2.0","method":"action","params":{"channel":"` + ch + `","action":` + a + `,"serverSeq":` + string(rune('0'+seq)) + `}}`
-	}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		for {
-			raw, err := b.ReadMessage(ctx)
-			if err != nil {
-				return
-			}
-			var req struct {
-				ID     *json.RawMessage `json:"id"`
-				Method string           `json:"method"`
-			}
-			_ = json.Unmarshal(raw, &req)
-			switch req.Method {
-			case "initialize":
-				send(`{"jsonrpc":"2.0","id":` + string(*req.ID) + `,"result":{"protocolVersion":"0.5.0","serverSeq":0,"snapshots":[]}}`)
-			case "subscribe":
-				send(`{"jsonrpc":"2.0","id":` + string(*req.ID) + `,"result":{"snapshot":{"resource":"` + ch + `","state":{"content":[],"lifecycle":{"status":"running"},"claim":{"kind":"client","clientId":"other"}},"fromSeq":1}}}`)
-				send(action(2, `{"type":"terminal/claimed","claim":{"kind":"client","clientId":"third"}}`))
-				send(action(3, `{"type":"terminal/claimed","claim":{"kind":"client","clientId":"c1"}}`))
-				send(action(4, `{"type":"terminal/exited","exitCode":0}`))
-			}
-		}
-	}()
+	})
 	if err := c.Initialize(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -161,4 +111,45 @@ func TestOnClaimPassedOn(t *testing.T) {
 	_ = c.Close()
 	_ = b.Close(transport.CloseNormal, "")
 	<-served
+}
+
+// scriptedHost serves the Pipe end b as a host: it answers initialize, and
+// answers subscribe with a snapshot of state (ordinary delivery) followed
+// by the messages script returns. It returns when b is closed.
+func scriptedHost(t *testing.T, b transport.MessageConn, ch, state string, script func(action func(seq int, a string) string) []string) (served chan struct{}) {
+	ctx := testCtx(t)
+	send := func(s string) {
+		t.Helper()
+		if err := b.WriteMessage(ctx, []byte(s)); err != nil {
+			t.Error(err)
+		}
+	}
+	action := func(seq int, a string) string {
+		return `{"jsonrpc":"2.0","method":"action","params":{"channel":"` + ch + `","action":` + a + `,"serverSeq":` + strconv.Itoa(seq) + `}}`
+	}
+	served = make(chan struct{})
+	go func() {
+		defer close(served)
+		for {
+			raw, err := b.ReadMessage(ctx)
+			if err != nil {
+				return
+			}
+			var req struct {
+				ID     *json.RawMessage `json:"id"`
+				Method string           `json:"method"`
+			}
+			_ = json.Unmarshal(raw, &req)
+			switch req.Method {
+			case "initialize":
+				send(`{"jsonrpc":"2.0","id":` + string(*req.ID) + `,"result":{"protocolVersion":"0.5.0","serverSeq":0,"snapshots":[]}}`)
+			case "subscribe":
+				send(`{"jsonrpc":"2.0","id":` + string(*req.ID) + `,"result":{"snapshot":{"resource":"` + ch + `","state":` + state + `,"fromSeq":1}}}`)
+				for _, m := range script(action) {
+					send(m)
+				}
+			}
+		}
+	}()
+	return served
 }

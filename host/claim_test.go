@@ -21,6 +21,20 @@ func (hc *hostConn) claim(ch, clientID string, seq uint64) string {
 	return env.RejectionReason
 }
 
+// listedHolder waits for root/terminalsChanged listing one terminal,
+// claimed by clientID.
+func (hc *hostConn) listedHolder(clientID string) {
+	hc.t.Helper()
+	hc.until("root/terminalsChanged with claim "+clientID, func(m *msg) bool {
+		typ, raw, _ := m.action()
+		if typ != rpc.ActionRootTerminals {
+			return false
+		}
+		ts := rootTerminals(hc.t, raw)
+		return len(ts) == 1 && ts[0].Claim.ClientID == clientID
+	})
+}
+
 // leave closes hc's connection and waits until the host has ended it.
 func (hc *hostConn) leave() {
 	hc.t.Helper()
@@ -73,14 +87,7 @@ func TestClaimTakeover(t *testing.T) {
 	if got := srv.PacerClient(ch); got != "b" {
 		t.Fatalf("pacer %q after the takeover, want b", got)
 	}
-	b.until("root/terminalsChanged with claim b", func(m *msg) bool {
-		typ, raw, _ := m.action()
-		if typ != rpc.ActionRootTerminals {
-			return false
-		}
-		ts := rootTerminals(t, raw)
-		return len(ts) == 1 && ts[0].Claim.ClientID == "b"
-	})
+	b.listedHolder("b")
 
 	// The old holder comes back: b holds the claim and is connected.
 	a2 := connect(t, srv)
@@ -160,12 +167,5 @@ func TestClaimPassedOn(t *testing.T) {
 	if got := srv.PacerClient(ch); got != "b" {
 		t.Fatalf("pacer %q after the holder left, want b", got)
 	}
-	b.until("root/terminalsChanged with claim b", func(m *msg) bool {
-		typ, raw, _ := m.action()
-		if typ != rpc.ActionRootTerminals {
-			return false
-		}
-		ts := rootTerminals(t, raw)
-		return len(ts) == 1 && ts[0].Claim.ClientID == "b"
-	})
+	b.listedHolder("b")
 }
