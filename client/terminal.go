@@ -23,7 +23,9 @@ type Terminal struct {
 	// OnClaim, when set before Copy, is called from Copy with the host's
 	// answer to Claim (nil once the terminal is ours, else an error with
 	// the host's rejectionReason), and with nil when the host passes the
-	// claim on to us (its holder left while we shared the terminal).
+	// claim on to us (its holder left while we shared the terminal), or a
+	// snapshot after a skip says we hold it; it may be told more than
+	// once.
 	OnClaim     func(error)
 	claimWanted bool          // Claim was called: Copy sends it
 	claimSeq    atomic.Uint64 // its clientSeq, once sent
@@ -163,6 +165,10 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 			}
 			if _, err := io.WriteString(w, skippedNotice+lastLines(content.String(), rows, maxResumeBytes)); err != nil {
 				return false, nil, err
+			}
+			// The claim may have passed to us in what was skipped.
+			if t.OnClaim != nil && st.Claim == (rpc.Claim{Kind: "client", ClientID: t.c.ClientID()}) {
+				t.OnClaim(nil)
 			}
 		}
 		first = false

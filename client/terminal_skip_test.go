@@ -25,7 +25,7 @@ func TestCopySnapshotMidStream(t *testing.T) {
 	defer c.Close()
 	const ch = "ahp-terminal:/skip"
 	state := `{"content":[{"type":"unclaimed","value":"old\r\n"}],"lifecycle":{"status":"running"}}`
-	later := `{"rows":3,"content":[{"type":"unclassified","value":"old\r\none\r\nl3\r\nl4\r\nl5\r\nprompt$ "}],"lifecycle":{"status":"running"}}`
+	later := `{"rows":3,"claim":{"kind":"client","clientId":"c1"},"content":[{"type":"unclassified","value":"old\r\none\r\nl3\r\nl4\r\nl5\r\nprompt$ "}],"lifecycle":{"status":"running"}}`
 	served := scriptedHost(t, b, ch, state, func(action func(int, string) string) []string {
 		return []string{
 			action(2, `{"type":"terminal/data","data":"one\r\n"}`),
@@ -42,8 +42,17 @@ func TestCopySnapshotMidStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	claimed := 0
+	term.OnClaim = func(err error) {
+		if err == nil {
+			claimed++
+		}
+	}
 	var out strings.Builder
 	code, err := term.Copy(ctx, &out, true)
+	if claimed != 1 {
+		t.Errorf("OnClaim(nil) called %d times, want once: the snapshot after the skip says c1 holds it", claimed)
+	}
 	if err != nil || code == nil || *code != 4 {
 		t.Fatalf("Copy = %v, %v; want exit code 4", code, err)
 	}

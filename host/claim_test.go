@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -168,4 +169,33 @@ func TestClaimPassedOn(t *testing.T) {
 		t.Fatalf("pacer %q after the holder left, want b", got)
 	}
 	b.listedHolder("b")
+}
+
+// TestDisposeTellsSubscribers: a terminal disposed by another client
+// (sidecar kill) sends its terminal/exited to every subscriber, windowed
+// or ordinary, before their subscriptions end; they used to end silently,
+// and an attached client waited for output forever.
+func TestDisposeTellsSubscribers(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const ch = "ahp-terminal:/disposed-1"
+	a := connect(t, srv)
+	a.initialize("a")
+	a.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"cat"}})
+	a.mustCall(rpc.MethodSubscribe, windowed(ch, 64<<10, 16<<10))
+	b := connect(t, srv)
+	b.initialize("b")
+	b.mustCall(rpc.MethodSubscribe, map[string]any{"channel": ch})
+	k := connect(t, srv)
+	k.initialize("k")
+	k.mustCall(rpc.MethodDisposeTerminal, map[string]any{"channel": ch})
+	for i, hc := range []*hostConn{a, b} {
+		m, _ := hc.until("terminal/exited after dispose on "+[]string{"a (windowed)", "b (ordinary)"}[i], func(m *msg) bool {
+			typ, _, env := m.action()
+			return typ == rpc.ActionTerminalExited && env.Channel == ch
+		})
+		if !strings.Contains(m.Raw, `"signal":"SIGHUP"`) && !strings.Contains(m.Raw, `"signal":"SIGTERM"`) {
+			t.Errorf("exited action %s, want the signal that ended it", m.Raw)
+		}
+	}
 }

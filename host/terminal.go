@@ -307,27 +307,55 @@ func (c *conn) disposeTerminal(params json.RawMessage) (any, *rpc.Error) {
 	t.log.Info("terminal disposed", "client", c.id())
 	t.mu.Lock()
 	t.disposed = true
+	s.root.update(t.infoLocked(), true)
+	t.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t.kill() // the reader logs terminal/exited before it is done
+		t.dropSubscriptions(disposeFlushWait)
+		s.journal.Drop(t.id)
+	}()
+	return nil, nil
+}
+
+// disposeFlushWait bounds how long a disposed terminal's subscriptions
+// are kept for their terminal/exited to be sent: a client attached to a
+// terminal another one disposes (sidecar kill) learns that it ended, and
+// exits, instead of waiting for output forever. A windowed viewer that
+// does not read gets no longer.
+const disposeFlushWait = 2 * time.Second
+
+// dropSubscriptions ends every subscription to t, once each has sent all
+// of t's log (terminal/exited last) or wait has passed.
+func (t *terminal) dropSubscriptions(wait time.Duration) {
+	t.mu.Lock()
 	subs := make([]*subscription, 0, len(t.subs))
 	for sub := range t.subs {
 		subs = append(subs, sub)
 	}
-	s.root.update(t.infoLocked(), true)
 	t.mu.Unlock()
+	deadline := time.Now().Add(wait)
 	for _, sub := range subs {
+		// Polled: the log source has no event for "caught up"; the
+		// wait is bounded by deadline.
+		for sub.src != nil && !sub.out.Removed() && !sub.src.lagBelow(1) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
 		sub.c.mu.Lock()
 		if sub.c.subs[sub.channel] == sub {
 			delete(sub.c.subs, sub.channel)
 		}
 		sub.c.mu.Unlock()
+		if sub.out == nil {
+			// Ordinary: what is queued (terminal/exited last) still
+			// goes out; nothing more is queued once unlistened.
+			t.s.journal.Unlisten(sub.channel, sub)
+			t.detach(sub)
+			continue
+		}
 		sub.c.dropSubscription(sub)
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		t.kill()
-		s.journal.Drop(t.id)
-	}()
-	return nil, nil
 }
 
 // kill ends the process group and waits for the reader.

@@ -421,3 +421,28 @@ func TestAttachSharedTakesOver(t *testing.T) {
 		t.Fatalf("shell exit: status %d", code)
 	}
 }
+
+// TestKillEndsAttach: `sidecar kill` of a terminal someone is attached to
+// ends that attach (the shell's hangup: 129) instead of leaving it
+// waiting for output forever.
+func TestKillEndsAttach(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	a := startInPTY(t, append([]string{"attach", s.url}, s.connArgs()...)...)
+	a.out.waitFor(t, "prompt", 0, "XPROMPT> ")
+	out, errOut, code := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
+	if code != 0 {
+		t.Fatalf("ls: exit %d, stderr %q", code, errOut)
+	}
+	lines := strings.Split(out, "\n")
+	if len(lines) < 2 || len(strings.Fields(lines[1])) == 0 {
+		t.Fatalf("ls lists no terminal:\n%s", out)
+	}
+	id := strings.Fields(lines[1])[0]
+	if _, errOut, code := s.run(t, append([]string{"kill", s.url, id}, s.connArgs()...)...); code != 0 {
+		t.Fatalf("kill: exit %d, stderr %q", code, errOut)
+	}
+	if code := a.wait(t); code != 129 {
+		t.Fatalf("attach after kill: exit status %d, want 129 (SIGHUP); screen:\n%s", code, tail(a.out.String(), 2000))
+	}
+}
