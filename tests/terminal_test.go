@@ -393,11 +393,21 @@ func TestAttachSharedTakesOver(t *testing.T) {
 	}
 	b := startInPTY(t, append([]string{"attach", s.url, id}, s.connArgs()...)...)
 	pos := b.out.waitFor(t, "shared notice", 0, "another connected client holds ahp-terminal:/"+id)
+	// A sharer's window size does not resize the terminal under its
+	// holder; once it holds the terminal, its size wins.
+	if err := pty.Setsize(b.ptmx, &pty.Winsize{Rows: 50, Cols: 132}); err != nil {
+		t.Fatal(err)
+	}
+	a.typeText(t, "stty size\r")
+	apos := a.out.waitFor(t, "holder's size", 0, "stty size\r\n")
+	a.out.waitFor(t, "holder's size", apos, "24 80\r\n")
 	a.typeText(t, "\r~.")
 	if code := a.wait(t); code != 0 {
 		t.Fatalf("detach: exit status %d; screen:\n%s", code, tail(a.out.String(), 2000))
 	}
 	pos = b.out.waitFor(t, "holder notice", pos, "you hold ahp-terminal:/"+id+" now")
+	b.typeText(t, "stty size\r")
+	pos = b.out.waitFor(t, "new holder's size", pos, "\r\n50 132\r\n")
 	const n = 200000
 	b.typeText(t, "seq 1 200000; echo DONE-$((6*7))\r")
 	start := b.out.waitFor(t, "command echo", pos, "echo DONE-$((6*7))\r\n")

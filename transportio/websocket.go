@@ -149,6 +149,9 @@ func LostReason(err error) (reason string, ok bool) {
 		return "the peer's TCP connection ended without a WebSocket close", true
 	case errors.Is(err, syscall.ECONNRESET):
 		return "the peer's TCP connection was reset", true
+	case errors.Is(err, syscall.EPIPE):
+		// A write (a pong, a close) found it closed by the peer.
+		return "the peer had closed the TCP connection", true
 	}
 	return "", false
 }

@@ -430,7 +430,9 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 		if err == nil {
 			defer restore()
 		}
-		go watchResize(ctx, t)
+		var holding atomic.Bool // run created the terminal: it holds it
+		holding.Store(true)
+		go watchResize(ctx, t, &holding)
 	}
 	go forwardInput(ctx, t, os.Stdin, nil, !stdinTTY)
 	var out io.Writer = os.Stdout
@@ -468,7 +470,13 @@ func attachCmd() *cobra.Command {
 		Long: `Open a new interactive shell on the host, or reattach to TERMINAL (an id
 from "sidecar ls", or a full ahp-terminal:/ URI). Type ~. after a newline to
 detach: the terminal keeps running and can be reattached (not through --via:
-a sidecar stdio host ends with its client, and its terminals with it).`,
+a sidecar stdio host ends with its client, and its terminals with it).
+
+Reattaching takes the terminal over from the client that left: your output is
+then paced by you, and nothing is skipped. While that client is still
+connected you share the terminal instead (said when you attach): you both
+type, its window size and pace rule, and you skip ahead when you fall behind;
+when it leaves, the terminal passes to you (said too).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if err := cobra.RangeArgs(1, 2)(cmd, args); err != nil {
 				return err
@@ -535,6 +543,7 @@ func attach(cf *connFlags, url, id, name string) error {
 		}
 		defer restore()
 	}
+	var holding atomic.Bool
 	if !created {
 		// Reattaching: take the terminal over from a holder that has
 		// gone, so our output is paced and none of it skipped. While
@@ -545,17 +554,28 @@ func attach(cf *connFlags, url, id, name string) error {
 			switch {
 			case err != nil:
 				shared = true
+				holding.Store(false)
 				fmt.Fprintf(os.Stderr, "\r\nsidecar: another connected client holds %s; you share it, and output is skipped when you fall behind\r\n", uri)
-			case shared:
-				shared = false
-				fmt.Fprintf(os.Stderr, "\r\nsidecar: the other client left: you hold %s now\r\n", uri)
+			case !holding.Swap(true):
+				// Ours now: our size wins.
+				if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+					_ = t.Resize(ctx, w, h)
+				}
+				if shared {
+					shared = false
+					fmt.Fprintf(os.Stderr, "\r\nsidecar: the other client left: you hold %s now\r\n", uri)
+				}
 			}
 		}
 		t.Claim()
+	} else {
+		// Our size wins on attach; later on every SIGWINCH, while we
+		// hold the terminal (a client sharing it does not resize it
+		// under its holder).
+		holding.Store(true)
+		_ = t.Resize(ctx, cols, rows)
 	}
-	// Our size wins on attach; later on every SIGWINCH.
-	_ = t.Resize(ctx, cols, rows)
-	go watchResize(ctx, t)
+	go watchResize(ctx, t, &holding)
 	detached := make(chan struct{})
 	go forwardInput(ctx, t, os.Stdin, detached, false)
 	copyDone := make(chan struct{})
@@ -581,6 +601,7 @@ func attach(cf *connFlags, url, id, name string) error {
 		if sig := caught(); sig != 0 {
 			return &exitError{code: 128 + int(sig)} // 143 for SIGTERM, 129 for SIGHUP
 		}
+		fmt.Fprint(os.Stderr, "\r\n") // the output may have stopped mid-line
 		return &exitError{code: 255, err: copyErr}
 	}
 	if created || code != nil {
@@ -687,14 +708,14 @@ func makeRaw(f *os.File) (func(), error) {
 }
 
 // watchResize sends terminal/resized on every SIGWINCH.
-func watchResize(ctx context.Context, t *client.Terminal) {
+func watchResize(ctx context.Context, t *client.Terminal, holding *atomic.Bool) {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGWINCH)
 	defer signal.Stop(ch)
 	for {
 		select {
 		case <-ch:
-			if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+			if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil && holding.Load() {
 				_ = t.Resize(ctx, w, h)
 			}
 		case <-ctx.Done():
@@ -736,6 +757,13 @@ func forwardInput(ctx context.Context, t *client.Terminal, r io.Reader, detach c
 			}
 		}
 		if err != nil {
+			if detach != nil {
+				// The user's terminal is gone (end of file, or EIO
+				// after a hangup without a controlling terminal): leave
+				// as ~. does, so the claim passes on at once.
+				close(detach)
+				return
+			}
 			if eofCtrlD {
 				// The terminal's line discipline turns ^D into end of
 				// file at the start of a line; mid-line the first ^D only
