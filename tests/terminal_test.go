@@ -408,6 +408,7 @@ func TestAttachSharedTakesOver(t *testing.T) {
 	pos = b.out.waitFor(t, "holder notice", pos, "you hold ahp-terminal:/"+id+" now")
 	b.typeText(t, "stty size\r")
 	pos = b.out.waitFor(t, "new holder's size", pos, "\r\n50 132\r\n")
+	pos = b.out.waitFor(t, "prompt after stty", pos, "XPROMPT> ") // no typeahead before it
 	const n = 200000
 	b.typeText(t, "seq 1 200000; echo DONE-$((6*7))\r")
 	start := b.out.waitFor(t, "command echo", pos, "echo DONE-$((6*7))\r\n")
