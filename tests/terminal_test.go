@@ -369,6 +369,23 @@ func TestRunInputComplete(t *testing.T) {
 	}
 }
 
+// attachNewShell attaches a new shell in a PTY, waits for its prompt, and
+// returns it with the terminal's id as sidecar ls shows it (the only one).
+func attachNewShell(t *testing.T, s *server) (*ptyProc, string) {
+	t.Helper()
+	a := startInPTY(t, append([]string{"attach", s.url}, s.connArgs()...)...)
+	a.out.waitFor(t, "prompt", 0, "XPROMPT> ")
+	out, errOut, code := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
+	if code != 0 {
+		t.Fatalf("ls: exit %d, stderr %q", code, errOut)
+	}
+	lines := strings.Split(out, "\n")
+	if len(lines) < 2 || len(strings.Fields(lines[1])) == 0 {
+		t.Fatalf("ls lists no terminal:\n%s", out)
+	}
+	return a, strings.Fields(lines[1])[0]
+}
+
 // TestAttachSharedTakesOver: a second attach shares a terminal (and says
 // so); when the first detaches, the host passes the claim on and the
 // sharing client says it holds the terminal now: its output is paced, so
@@ -376,21 +393,7 @@ func TestRunInputComplete(t *testing.T) {
 func TestAttachSharedTakesOver(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, "")
-	a := startInPTY(t, append([]string{"attach", s.url}, s.connArgs()...)...)
-	a.out.waitFor(t, "prompt", 0, "XPROMPT> ")
-	out, errOut, code := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
-	if code != 0 {
-		t.Fatalf("ls: exit %d, stderr %q", code, errOut)
-	}
-	var id string
-	for _, line := range strings.Split(out, "\n")[1:] {
-		if f := strings.Fields(line); len(f) > 0 && id == "" {
-			id = f[0]
-		}
-	}
-	if id == "" {
-		t.Fatalf("ls lists no terminal:\n%s", out)
-	}
+	a, id := attachNewShell(t, s)
 	b := startInPTY(t, append([]string{"attach", s.url, id}, s.connArgs()...)...)
 	pos := b.out.waitFor(t, "shared notice", 0, "another connected client holds ahp-terminal:/"+id)
 	// A sharer's window size does not resize the terminal under its
@@ -439,17 +442,7 @@ func TestAttachSharedTakesOver(t *testing.T) {
 func TestKillEndsAttach(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, "")
-	a := startInPTY(t, append([]string{"attach", s.url}, s.connArgs()...)...)
-	a.out.waitFor(t, "prompt", 0, "XPROMPT> ")
-	out, errOut, code := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
-	if code != 0 {
-		t.Fatalf("ls: exit %d, stderr %q", code, errOut)
-	}
-	lines := strings.Split(out, "\n")
-	if len(lines) < 2 || len(strings.Fields(lines[1])) == 0 {
-		t.Fatalf("ls lists no terminal:\n%s", out)
-	}
-	id := strings.Fields(lines[1])[0]
+	a, id := attachNewShell(t, s)
 	if _, errOut, code := s.run(t, append([]string{"kill", s.url, id}, s.connArgs()...)...); code != 0 {
 		t.Fatalf("kill: exit %d, stderr %q", code, errOut)
 	}
