@@ -74,7 +74,7 @@ func (t *Terminal) Claim() { t.claimWanted = true }
 // sendClaim sends the terminal/claimed Claim asked for, unless st (the
 // first snapshot's state) says the claim is ours already.
 func (t *Terminal) sendClaim(ctx context.Context, st *rpc.TerminalState) error {
-	me := rpc.Claim{Kind: "client", ClientID: t.c.ClientID()}
+	me := t.ourClaim()
 	if !t.claimWanted || st.Claim == me {
 		return nil
 	}
@@ -86,6 +86,9 @@ func (t *Terminal) sendClaim(ctx context.Context, st *rpc.TerminalState) error {
 // ordinary delivery, or a snapshot mid-stream (this client fell behind the
 // terminal's journal).
 const skippedNotice = "\r\n[sidecar: output skipped: this client fell behind]\r\n"
+
+// ourClaim is the claim that names this client.
+func (t *Terminal) ourClaim() rpc.Claim { return rpc.Claim{Kind: "client", ClientID: t.c.ClientID()} }
 
 // maxResumeBytes bounds what Copy writes of a mid-stream snapshot's
 // content (UTF-8 bytes): a screenful of long lines, not the scrollback.
@@ -167,7 +170,7 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 				return false, nil, err
 			}
 			// The claim may have passed to us in what was skipped.
-			if t.OnClaim != nil && st.Claim == (rpc.Claim{Kind: "client", ClientID: t.c.ClientID()}) {
+			if t.OnClaim != nil && st.Claim == t.ourClaim() {
 				t.OnClaim(nil)
 			}
 		}
@@ -231,7 +234,7 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 						err = errors.New(env.RejectionReason)
 					}
 					t.OnClaim(err)
-				case o == nil && a.Claim.Kind == "client" && a.Claim.ClientID == me:
+				case o == nil && a.Claim == t.ourClaim():
 					t.OnClaim(nil)
 				}
 			case rpc.ActionTerminalExited:

@@ -156,7 +156,13 @@ func TestClaimPassedOn(t *testing.T) {
 		t.Fatalf("pacer %q while a still has a connection, want a", got)
 	}
 
+	if n := srv.LiveClients(); n != 3 { // a, 0-ordinary, b
+		t.Fatalf("%d live clientIds, want 3", n)
+	}
 	a.leave()
+	if n := srv.LiveClients(); n != 2 { // bounded by the open connections
+		t.Fatalf("%d live clientIds after a left, want 2", n)
+	}
 	m, _ := b.until("host-originated terminal/claimed", func(m *msg) bool {
 		typ, _, env := m.action()
 		return typ == rpc.ActionTerminalClaimed && env.Channel == ch

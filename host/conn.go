@@ -181,6 +181,14 @@ func (c *conn) cleanup() {
 }
 
 func (c *conn) dropSubscription(sub *subscription) {
+	c.stopSubscription(sub)
+	c.sched.DropOrdinary(sub.channel)
+}
+
+// stopSubscription ends sub: nothing more is queued or sent for it, but
+// ordinary messages it has queued still go out (dropSubscription drops
+// them too).
+func (c *conn) stopSubscription(sub *subscription) {
 	c.s.journal.Unlisten(sub.channel, sub)
 	if sub.out != nil {
 		sub.out.Remove()
@@ -188,7 +196,6 @@ func (c *conn) dropSubscription(sub *subscription) {
 	if a, ok := sub.ch.(attachable); ok {
 		a.detach(sub) // no more pushes after this
 	}
-	c.sched.DropOrdinary(sub.channel)
 }
 
 // protocolError answers a message that could not be processed. Requests

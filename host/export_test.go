@@ -33,3 +33,11 @@ func (s *Server) FirstSubscribed(uri string) bool {
 		return false
 	}
 }
+
+// LiveClients returns how many clientIds have an open connection (the
+// entries of Server.live).
+func (s *Server) LiveClients() int {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	return len(s.live)
+}

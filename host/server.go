@@ -146,8 +146,7 @@ func (s *Server) ServeConn(ctx context.Context, mc transport.MessageConn) error 
 		delete(s.conns, c)
 		s.mu.Unlock()
 		if id := c.id(); id != "" {
-			s.clientGone(id)
-			if !s.clientConnected(id) {
+			if s.clientGone(id) {
 				s.passOnClaims(id)
 			}
 		}
@@ -207,13 +206,16 @@ func (s *Server) clientArrived(clientID string) {
 	s.liveMu.Unlock()
 }
 
-// clientGone records the end of a connection clientArrived counted.
-func (s *Server) clientGone(clientID string) {
+// clientGone records the end of a connection clientArrived counted, and
+// reports whether it was clientID's last one.
+func (s *Server) clientGone(clientID string) (last bool) {
 	s.liveMu.Lock()
-	if s.live[clientID]--; s.live[clientID] <= 0 {
-		delete(s.live, clientID)
+	defer s.liveMu.Unlock()
+	if s.live[clientID]--; s.live[clientID] > 0 {
+		return false
 	}
-	s.liveMu.Unlock()
+	delete(s.live, clientID)
+	return true
 }
 
 // clientConnected reports whether clientID has an open connection.

@@ -347,14 +347,7 @@ func (t *terminal) dropSubscriptions(wait time.Duration) {
 			delete(sub.c.subs, sub.channel)
 		}
 		sub.c.mu.Unlock()
-		if sub.out == nil {
-			// Ordinary: what is queued (terminal/exited last) still
-			// goes out; nothing more is queued once unlistened.
-			t.s.journal.Unlisten(sub.channel, sub)
-			t.detach(sub)
-			continue
-		}
-		sub.c.dropSubscription(sub)
+		sub.c.stopSubscription(sub) // an ordinary one's queue (terminal/exited last) still goes out
 	}
 }
 

@@ -227,19 +227,26 @@ func TestListenBind(t *testing.T) {
 // the URL names (a listener that never answers, so that a dial would hang
 // until --connect-timeout) gets no connection. A failed dial closes the
 // listeners already bound.
+// silentHost returns a listener that accepts and never answers (a dial to
+// it only times out), closed when the test ends, its URL and client flags
+// for it.
+func silentHost(t *testing.T) (net.Listener, string, *connFlags) {
+	t.Helper()
+	silent, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { silent.Close() })
+	return silent, "wss://" + silent.Addr().String() + "/ahp", &connFlags{timeout: 5 * time.Second, transport: client.TransportAuto}
+}
+
 func TestForwardListensBeforeDialing(t *testing.T) {
 	busy, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	silent, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	url := "wss://" + silent.Addr().String() + "/ahp"
-	cf := &connFlags{timeout: 5 * time.Second, transport: client.TransportAuto}
+	silent, url, cf := silentHost(t)
 	bind := busy.Addr().String()
 	for name, args := range map[string][2][]string{
 		"-L":                  {{bind + ":127.0.0.1:80"}, nil},
@@ -493,13 +500,7 @@ func TestForwardSameAddressResolved(t *testing.T) {
 	if err != nil || !slices.Contains(addrs, "127.0.0.1") {
 		t.Skipf("localhost does not resolve to 127.0.0.1 here (%q, %v)", addrs, err)
 	}
-	silent, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	url := "wss://" + silent.Addr().String() + "/ahp"
-	cf := &connFlags{timeout: 5 * time.Second, transport: client.TransportAuto}
+	silent, url, cf := silentHost(t)
 	free, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
