@@ -36,6 +36,15 @@ func (hc *hostConn) listedHolder(clientID string) {
 	})
 }
 
+// watch subscribes to ch with windowed delivery and waits for its
+// channel/snapshot: the host takes it at its first send, and an action
+// (a claim, its echo) applied before that is in the snapshot, not sent.
+func (hc *hostConn) watch(ch string) {
+	hc.t.Helper()
+	hc.mustCall(rpc.MethodSubscribe, windowed(ch, 64<<10, 16<<10))
+	hc.until(ch+" channel/snapshot", func(m *msg) bool { return m.Method == rpc.MethodChannelSnapshot && m.channel() == ch })
+}
+
 // leave closes hc's connection and waits until the host has ended it.
 func (hc *hostConn) leave() {
 	hc.t.Helper()
@@ -55,14 +64,14 @@ func TestClaimTakeover(t *testing.T) {
 	a := connect(t, srv)
 	a.initialize("a")
 	a.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"cat"}})
-	a.mustCall(rpc.MethodSubscribe, windowed(ch, 64<<10, 16<<10))
+	a.watch(ch)
 	if got := srv.PacerClient(ch); got != "a" {
 		t.Fatalf("pacer %q, want the creator a", got)
 	}
 
 	b := connect(t, srv)
 	b.initialize("b", rpc.RootChannel)
-	b.mustCall(rpc.MethodSubscribe, windowed(ch, 64<<10, 16<<10))
+	b.watch(ch)
 	if r := b.claim(ch, "b", 1); r != "not claim holder" {
 		t.Fatalf("claim while the holder is connected: rejection %q, want \"not claim holder\"", r)
 	}
@@ -78,7 +87,7 @@ func TestClaimTakeover(t *testing.T) {
 	if got := srv.PacerClient(ch); got != "" {
 		t.Fatalf("pacer %q after the holder left, want none", got)
 	}
-	b.mustCall(rpc.MethodSubscribe, windowed(ch, 64<<10, 16<<10))
+	b.watch(ch)
 	if r := b.claim(ch, "someone-else", 2); r != "not claim holder" {
 		t.Fatalf("claim for another client: rejection %q, want \"not claim holder\"", r)
 	}
@@ -93,7 +102,7 @@ func TestClaimTakeover(t *testing.T) {
 	// The old holder comes back: b holds the claim and is connected.
 	a2 := connect(t, srv)
 	a2.initialize("a")
-	a2.mustCall(rpc.MethodSubscribe, windowed(ch, 64<<10, 16<<10))
+	a2.watch(ch)
 	if r := a2.claim(ch, "a", 1); r != "not claim holder" {
 		t.Fatalf("old holder's claim while b is connected: rejection %q, want \"not claim holder\"", r)
 	}
@@ -118,7 +127,7 @@ func TestClaimTakeoverBeforeFirstSubscription(t *testing.T) {
 	}
 	b := connect(t, srv)
 	b.initialize("b")
-	b.mustCall(rpc.MethodSubscribe, windowed(ch, 64<<10, 16<<10))
+	b.watch(ch)
 	if srv.FirstSubscribed(ch) {
 		t.Fatal("a viewer's subscription ended the wait for the holder")
 	}
@@ -141,13 +150,13 @@ func TestClaimPassedOn(t *testing.T) {
 	a := connect(t, srv)
 	a.initialize("a")
 	a.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"cat"}})
-	a.mustCall(rpc.MethodSubscribe, windowed(ch, 64<<10, 16<<10))
+	a.watch(ch)
 	ord := connect(t, srv)
 	ord.initialize("0-ordinary") // sorts first: chosen if ordinary counted
 	ord.mustCall(rpc.MethodSubscribe, map[string]any{"channel": ch})
 	b := connect(t, srv)
 	b.initialize("b", rpc.RootChannel)
-	b.mustCall(rpc.MethodSubscribe, windowed(ch, 64<<10, 16<<10))
+	b.watch(ch)
 	// a second connection of a: a keeps the claim while one is open
 	a2 := connect(t, srv)
 	a2.initialize("a")
@@ -188,7 +197,7 @@ func TestDisposeTellsSubscribers(t *testing.T) {
 	a := connect(t, srv)
 	a.initialize("a")
 	a.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"cat"}})
-	a.mustCall(rpc.MethodSubscribe, windowed(ch, 64<<10, 16<<10))
+	a.watch(ch)
 	b := connect(t, srv)
 	b.initialize("b")
 	b.mustCall(rpc.MethodSubscribe, map[string]any{"channel": ch})
