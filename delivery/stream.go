@@ -100,6 +100,60 @@ func (st *Stream) canStartLocked() bool {
 	return true
 }
 
+// Room is the pacing rule every producer asks (DESIGN.md §5, seed 000
+// "Window and Credit"): the UTF-16 bytes a data message may still take
+// now, windowBytes − outstanding, capped by the path's BDP estimate
+// (pathCapLocked). Zero means no message may start; a positive value
+// means one may start and may overshoot it by at most one frame.
+// Producers that read ahead subtract what they hold unpulled themselves.
+func (st *Stream) Room() UTF16Bytes {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.roomLocked()
+}
+
+func (st *Stream) roomLocked() UTF16Bytes {
+	if !st.canStartLocked() {
+		return 0
+	}
+	room := st.win.Remaining()
+	if c := st.pathCapLocked(); c > 0 {
+		room = min(room, c-st.win.Outstanding())
+	}
+	return room
+}
+
+// Fits reports whether a message of need UTF-16 bytes would go out whole
+// within the credit now: need ≤ Room(). A message larger than the whole
+// window fits only when nothing is outstanding, so it never stalls
+// half-sent waiting for credit (telemetry: a batch arrives whole or not
+// at all, never late).
+func (st *Stream) Fits(need UTF16Bytes) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.removed.Load() {
+		return false
+	}
+	if need > st.win.Limits().WindowBytes {
+		return st.win.Outstanding() == 0
+	}
+	return st.canStartLocked() && need <= st.roomLocked()
+}
+
+// Limits returns the stream's limits (the peer's receive limits).
+func (st *Stream) Limits() Limits {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.win.Limits()
+}
+
+// Idle reports whether everything sent has been credited by the peer.
+func (st *Stream) Idle() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.win.Outstanding() == 0
+}
+
 // pathCapLocked is the BDP cap, but never below a quarter of the window:
 // a receiver that is not caught up credits every sixteenth of a window
 // (creditDivisor), so the cap keeps several credits in flight and a short
@@ -169,14 +223,10 @@ func (st *Stream) ready() (size UTF16Bytes, ok bool) {
 		return st.pendSz, true
 	}
 	st.mu.Lock()
-	can := st.canStartLocked()
+	remaining := st.roomLocked()
 	limits := st.win.Limits()
-	remaining := st.win.Remaining()
-	if c := st.pathCapLocked(); c > 0 {
-		remaining = min(remaining, c-st.win.Outstanding())
-	}
 	st.mu.Unlock()
-	if !can {
+	if remaining <= 0 {
 		return 0, false
 	}
 	if st.frag == nil {

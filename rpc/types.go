@@ -218,6 +218,10 @@ type TerminalInfo struct {
 	Claim    Claim  `json:"claim"`
 	ExitCode *int   `json:"exitCode,omitempty"`
 	Signal   string `json:"signal,omitempty"`
+	// Attached is our extension (docs/protocol.md "Who is attached"): the
+	// clientIds that have a subscription to the terminal now, sorted;
+	// absent when none has.
+	Attached []string `json:"attached,omitempty"`
 }
 
 // RootState is the state of ahp-root://. Agents and Terminals are never nil.
@@ -356,6 +360,10 @@ type TerminalExitedAction struct {
 	ExitCode     *int   `json:"exitCode,omitempty"`
 	Signal       string `json:"signal,omitempty"`
 	SignalNumber int    `json:"signalNumber,omitempty"`
+	// DisposedBy is our extension (docs/protocol.md "Disposing a
+	// terminal"): the clientId whose disposeTerminal ended the program,
+	// when one did.
+	DisposedBy string `json:"disposedBy,omitempty"`
 }
 
 // TerminalClaimedAction sets the claim.
