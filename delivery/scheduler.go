@@ -255,6 +255,29 @@ func (s *Scheduler) collapseLocked() error {
 	return nil
 }
 
+// PushGap queues a protected channel/gap for channel: the actions after
+// afterSeq may be missing (seed 003: nothing is dropped without a gap).
+// The gap written carries the later of afterSeq and the channel's last
+// action written; a gap already waiting for the channel covers this one.
+// It fails only once the scheduler is closed.
+func (s *Scheduler) PushGap(channel string, afterSeq uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed != nil {
+		return s.closed
+	}
+	if afterSeq > s.ordinary.lastSeq[channel] {
+		s.ordinary.lastSeq[channel] = afterSeq
+	}
+	if !s.gapPending[channel] {
+		s.gapPending[channel] = true
+		s.gapQ = append(s.gapQ, channel)
+	}
+	s.gaps++
+	s.signal()
+	return nil
+}
+
 // TryPushOrdinary queues text like PushOrdinary, but only while fewer than
 // maxQueued ordinary messages wait; otherwise it returns false and queues
 // nothing (a live channel's subscriber simply misses this batch, and never

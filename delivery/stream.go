@@ -124,10 +124,12 @@ func (st *Stream) roomLocked() UTF16Bytes {
 }
 
 // Fits reports whether a message of need UTF-16 bytes would go out whole
-// within the credit now: need ≤ Room(). A message larger than the whole
-// window fits only when nothing is outstanding, so it never stalls
-// half-sent waiting for credit (telemetry: a batch arrives whole or not
-// at all, never late).
+// within the window now: outstanding + need ≤ windowBytes, and a message
+// may start. A message larger than the whole window fits only when
+// nothing is outstanding. The window, not Room's path cap, is the test:
+// a message the window holds is never left half-sent waiting for the
+// client to read (telemetry: a batch arrives whole or not at all, never
+// late), while the path cap delays its tail by a round trip at most.
 func (st *Stream) Fits(need UTF16Bytes) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -137,7 +139,7 @@ func (st *Stream) Fits(need UTF16Bytes) bool {
 	if need > st.win.Limits().WindowBytes {
 		return st.win.Outstanding() == 0
 	}
-	return st.canStartLocked() && need <= st.roomLocked()
+	return st.canStartLocked() && need <= st.win.Remaining()
 }
 
 // Limits returns the stream's limits (the peer's receive limits).

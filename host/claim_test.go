@@ -1,6 +1,8 @@
 package host_test
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -212,5 +214,46 @@ func TestDisposeTellsSubscribers(t *testing.T) {
 		if !strings.Contains(m.Raw, `"signal":"SIGHUP"`) && !strings.Contains(m.Raw, `"signal":"SIGTERM"`) {
 			t.Errorf("exited action %s, want the signal that ended it", m.Raw)
 		}
+		if !strings.Contains(m.Raw, `"disposedBy":"k"`) {
+			t.Errorf("exited action %s, want disposedBy k", m.Raw)
+		}
+	}
+}
+
+// TestAttachedListed: the root catalogue lists the clientIds subscribed
+// to a terminal (our attached extension), in order, and lists it again
+// as they come and go; a terminal that exits by itself has no disposedBy.
+func TestAttachedListed(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const ch = "ahp-terminal:/attached-1"
+	r := connect(t, srv)
+	r.initialize("r", rpc.RootChannel)
+	attached := func(want ...string) {
+		t.Helper()
+		r.until(fmt.Sprintf("root/terminalsChanged with attached %v", want), func(m *msg) bool {
+			typ, raw, _ := m.action()
+			if typ != rpc.ActionRootTerminals {
+				return false
+			}
+			ts := rootTerminals(t, raw)
+			return len(ts) == 1 && slices.Equal(ts[0].Attached, want)
+		})
+	}
+	b := connect(t, srv)
+	b.initialize("b")
+	b.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"sh", "-c", "read x; exit 3"}})
+	a := connect(t, srv)
+	a.initialize("a")
+	a.mustCall(rpc.MethodSubscribe, map[string]any{"channel": ch})
+	attached("a")
+	b.watch(ch)
+	attached("a", "b")
+	a.leave()
+	attached("b")
+	b.send(`{"jsonrpc":"2.0","method":"dispatchAction","params":{"channel":"` + ch + `","clientSeq":1,"action":{"type":"terminal/input","data":"\n"}}}`)
+	m, _ := b.until("terminal/exited", func(m *msg) bool { typ, _, _ := m.action(); return typ == rpc.ActionTerminalExited })
+	if !strings.Contains(m.Raw, `"exitCode":3`) || strings.Contains(m.Raw, "disposedBy") {
+		t.Errorf("exited action %s, want exitCode 3 and no disposedBy", m.Raw)
 	}
 }

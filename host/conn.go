@@ -14,6 +14,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/sidecar-dev/sidecar/adapters"
+	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
@@ -23,12 +25,13 @@ import (
 // (data and credit inline, requests to jsonrpc2's synchronous handler) and
 // the delivery Scheduler as its only writer.
 type conn struct {
-	s     *Server
-	mc    transport.MessageConn
-	log   hclog.Logger
-	sched *delivery.Scheduler
-	ctx   context.Context
-	stop  context.CancelFunc
+	s      *Server
+	connID adapters.ConnID
+	mc     transport.MessageConn
+	log    hclog.Logger
+	sched  *delivery.Scheduler
+	ctx    context.Context
+	stop   context.CancelFunc
 
 	closeOnce sync.Once
 	closeErr  error
@@ -44,7 +47,7 @@ type conn struct {
 }
 
 func newConn(s *Server, mc transport.MessageConn) *conn {
-	c := &conn{s: s, mc: mc, log: s.log.Named("conn").With("peer", mc.Peer()), subs: map[string]*subscription{},
+	c := &conn{s: s, connID: adapters.ConnID(s.nextConnID.Add(1)), mc: mc, log: s.log.Named("conn").With("peer", mc.Peer()), subs: map[string]*subscription{},
 		slow: make(chan struct{}, max(s.cfg.Delivery.MaxConcurrentRequests, 1))}
 	c.sched = delivery.NewScheduler(delivery.SchedulerConfig{
 		ProtectedMessages: s.cfg.Delivery.ProtectedQueueMessages,
@@ -75,7 +78,7 @@ func (c *conn) serve(parent context.Context) error {
 		switch {
 		case errors.Is(err, errVersionMismatch):
 			c.close(transport.CloseVersionMismatch, "no common protocol version")
-		case err != nil && !errors.Is(err, delivery.ErrClosed) && !errors.Is(err, context.Canceled):
+		case !errors.Is(err, delivery.ErrClosed) && !errors.Is(err, context.Canceled):
 			c.close(transport.CloseInternalError, "write failed")
 		}
 		writerDone <- err
@@ -168,34 +171,11 @@ func (c *conn) id() string {
 	return c.clientID
 }
 
-// cleanup removes every subscription of the connection.
+// cleanup removes every subscription of the connection and closes the
+// TCP connections it created (not resumable yet).
 func (c *conn) cleanup() {
-	c.mu.Lock()
-	subs := c.subs
-	c.subs = map[string]*subscription{}
-	c.mu.Unlock()
-	for _, sub := range subs {
-		c.dropSubscription(sub)
-	}
-	c.closeTCP()
-}
-
-func (c *conn) dropSubscription(sub *subscription) {
-	c.stopSubscription(sub)
-	c.sched.DropOrdinary(sub.channel)
-}
-
-// stopSubscription ends sub: nothing more is queued or sent for it, but
-// ordinary messages it has queued still go out (dropSubscription drops
-// them too).
-func (c *conn) stopSubscription(sub *subscription) {
-	c.s.journal.Unlisten(sub.channel, sub)
-	if sub.out != nil {
-		sub.out.Remove()
-	}
-	if a, ok := sub.ch.(attachable); ok {
-		a.detach(sub) // no more pushes after this
-	}
+	c.unsubscribeAll()
+	c.s.tcp.CloseConn(c.connID, "client connection closed")
 }
 
 // protocolError answers a message that could not be processed. Requests
@@ -306,21 +286,18 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 		return credit(c, sub, p.ConsumedBytes, h.Channel)
 	case rpc.MethodUnsubscribe:
 		if sub != nil {
-			c.mu.Lock()
-			delete(c.subs, sub.channel)
-			c.mu.Unlock()
-			c.dropSubscription(sub)
-		} else if r, ok := c.s.channel(h.Channel).(unsubscribeReleaser); ok {
-			r.releaseUnsubscribed(c) // e.g. a TCP connection never subscribed
+			c.unsubscribe(sub, false)
+		} else if ch := c.s.channel(h.Channel); ch != nil {
+			ch.Release(c.connID) // e.g. a TCP connection never subscribed
 		}
 		return nil
 	}
 	if delivery.IsControlMethod(h.Method) {
-		if ch, ok := subChannel(sub).(controlHandler); ok {
-			ch.clientControl(sub, h)
+		if sub != nil {
+			sub.ch.Control(sub, h)
 			return nil
 		}
-		c.log.Debug("control message not handled on this channel", "method", h.Method, "channel", h.Channel)
+		c.log.Debug("control message without a subscription", "method", h.Method, "channel", h.Channel)
 		return nil
 	}
 	// A data message. On a windowed subscription it counts (seed 000).
@@ -361,16 +338,20 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 			sub.in.Release(size)
 		}
 	}
-	if h.Method == rpc.MethodDispatchAction {
-		c.dispatchAction(h, release)
+	m := adapters.Message{ClientID: c.id(), Conn: c.connID, Header: h, Release: release}
+	var ch adapters.Channel
+	if sub != nil {
+		m.Sub, ch = sub, sub.ch
+	} else if h.Method == rpc.MethodDispatchAction {
+		ch = c.s.channel(h.Channel) // an action needs no subscription
+	}
+	if ch == nil {
+		// Usually input racing a disposeTerminal: harmless.
+		c.log.Debug("data message for a channel without a subscription ignored", "method", h.Method, "channel", h.Channel)
+		release()
 		return nil
 	}
-	if dh, ok := subChannel(sub).(dataHandler); ok {
-		dh.clientData(sub, h, release)
-		return nil
-	}
-	c.log.Debug("unknown notification ignored", "method", h.Method, "channel", h.Channel)
-	release()
+	ch.Receive(m)
 	return nil
 }
 
@@ -386,69 +367,10 @@ func credit[T ~string | ~[]byte](c *conn, sub *subscription, consumed delivery.U
 	return sub.out.Credit(consumed)
 }
 
-func subChannel(sub *subscription) channel {
-	if sub == nil {
-		return nil
-	}
-	return sub.ch
-}
-
-// dispatchAction applies a client action write-ahead (ahp.md §3): accepted
-// actions are echoed to every subscriber with origin, rejected ones with
-// rejectionReason. release is called once the action's bytes are released.
-func (c *conn) dispatchAction(h *rpc.Header, release func()) {
-	var p rpc.DispatchActionParams
-	if e := rpc.DecodeParams(h.Params, &p); e != nil {
-		c.log.Warn("bad dispatchAction", "client", c.id(), "error", e.Message)
-		release()
-		return
-	}
-	var a rpc.Action
-	if err := json.Unmarshal(p.Action, &a); err != nil || a.Type == "" {
-		c.log.Warn("bad dispatchAction: action has no type", "client", c.id())
-		release()
-		return
-	}
-	origin := &rpc.Origin{ClientID: c.id(), ClientSeq: p.ClientSeq}
-	if t := c.s.terminal(p.Channel); t != nil {
-		t.dispatch(origin, p.Action, a.Type, release)
-		return
-	}
-	if p.Channel == rpc.RootChannel {
-		c.s.rejectAction(p.Channel, p.Action, origin, "root actions are not client-dispatchable on this host")
-		release()
-		return
-	}
-	// Usually input racing a disposeTerminal: harmless.
-	c.log.Debug("dispatchAction on unknown channel", "client", c.id(), "channel", p.Channel)
-	release()
-}
-
-// rejectAction echoes a rejected action to the channel's subscribers.
-func (s *Server) rejectAction(channel string, action json.RawMessage, origin *rpc.Origin, reason string) {
-	_, _ = s.journal.Append(channel, func(seq uint64) ([]byte, error) {
-		return rpc.Notification(rpc.MethodAction, rpc.ActionEnvelope{Channel: channel, Action: action, ServerSeq: seq, Origin: origin, RejectionReason: reason})
-	})
-}
-
 func (c *conn) isInitialized() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.initialized
-}
-
-func (c *conn) subscription(channel string) *subscription {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.subs[channel]
-}
-
-// subscriptionOf is subscription for a channel URI in a byte slice (the
-// lookup does not copy it).
-func (c *conn) subscriptionOf(channel []byte) *subscription {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.subs[string(channel)]
 }
 
 // Handle implements jsonrpc2.Handler: requests, one at a time in arrival
@@ -569,40 +491,24 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 		ServerInfo:       &rpc.ServerInfo{Name: "sidecar", Version: Version},
 		Snapshots:        []rpc.Snapshot{},
 		DefaultDirectory: c.s.defaultDirectory(),
-		Telemetry:        c.s.telemetryCapability(),
+		Telemetry:        c.s.telemetry.Capability(),
 		TCPConnections:   c.s.tcpCapability(),
 	}
-	var activate []*subscription
-	var attach []*subscription
+	var after []func()
 	for _, uri := range p.InitialSubscriptions {
 		ch := c.s.channel(uri)
-		if ch == nil || c.subscription(uri) != nil {
+		if ch == nil || c.subscription(uri) != nil || !c.mayUse(ch) || ch.Traits().Delivery == adapters.WindowedOnly {
 			continue
 		}
-		if _, ok := ch.(windowedOnly); ok {
-			continue
+		_, snap, start := c.startOrdinary(ch)
+		if snap != nil { // the array holds state-bearing channels only
+			res.Snapshots = append(res.Snapshots, *snap)
 		}
-		if _, ok := ch.(statelessChannel); ok {
-			// No snapshot: the array holds state-bearing channels only.
-			sub := &subscription{c: c, ch: ch, channel: uri, active: true}
-			c.mu.Lock()
-			c.subs[uri] = sub
-			c.mu.Unlock()
-			attach = append(attach, sub)
-			continue
-		}
-		sub, snap := c.subscribeOrdinary(ch)
-		res.Snapshots = append(res.Snapshots, snap)
-		activate = append(activate, sub)
+		after = append(after, start)
 	}
 	return res, func() {
-		for _, sub := range activate {
-			sub.activate()
-		}
-		for _, sub := range attach {
-			if a, ok := sub.ch.(attachable); ok {
-				a.attach(sub)
-			}
+		for _, f := range after {
+			f()
 		}
 	}, nil
 }
@@ -618,8 +524,8 @@ func pickVersion(offered []string) string {
 	return ""
 }
 
-// channel returns the state-bearing channel named uri, or nil.
-func (s *Server) channel(uri string) channel {
+// channel returns the channel named uri, or nil.
+func (s *Server) channel(uri string) adapters.Channel {
 	if uri == rpc.RootChannel {
 		return s.root
 	}
@@ -627,12 +533,23 @@ func (s *Server) channel(uri string) channel {
 		return t
 	}
 	switch {
-	case strings.HasPrefix(uri, "ahp-tcp:"):
-		return s.tcpChannel(uri)
+	case strings.HasPrefix(uri, tcpadapter.Scheme):
+		if tc := s.tcp.Channel(uri); tc != nil {
+			return tc
+		}
 	case strings.HasPrefix(uri, "ahp-otlp:"):
-		return s.telemetryChannel(uri)
+		if ch := s.telemetry.Channel(uri); ch != nil {
+			return ch
+		}
 	}
 	return nil
+}
+
+// mayUse reports whether c may subscribe to ch: to any other connection
+// a channel owned by one (TCP) does not exist.
+func (c *conn) mayUse(ch adapters.Channel) bool {
+	owner := ch.Traits().Owner
+	return owner == 0 || owner == c.connID
 }
 
 func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
@@ -644,16 +561,18 @@ func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
 		return nil, nil, rpc.Missing("channel")
 	}
 	ch := c.s.channel(p.Channel)
-	if o, ok := ch.(ownedChannel); ok && !o.ownedBy(c) {
-		ch = nil // only the creating client and transport may use it
-	}
-	if ch == nil {
+	if ch == nil || !c.mayUse(ch) {
 		return nil, nil, rpc.Errorf(rpc.CodeNotFound, "no such channel: %s", p.Channel)
+	}
+	traits := ch.Traits()
+	maxLimits := c.s.hostMax
+	if traits.Limits != nil {
+		maxLimits = *traits.Limits
 	}
 	var limits delivery.Limits
 	windowed := false
 	if p.FlowControl != nil && p.FlowControl.Receive != nil {
-		l, err := delivery.Negotiate(p.Channel, *p.FlowControl.Receive, c.s.maxLimits(ch))
+		l, err := delivery.Negotiate(p.Channel, *p.FlowControl.Receive, maxLimits)
 		var lerr *delivery.LimitsError
 		switch {
 		case err == nil:
@@ -668,7 +587,7 @@ func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
 			return nil, nil, rpc.Errorf(rpc.CodeInvalidParams, "invalid params: flowControl.receive: %v", err)
 		}
 	}
-	if _, ok := ch.(windowedOnly); ok && !windowed {
+	if traits.Delivery == adapters.WindowedOnly && !windowed {
 		return nil, nil, rpc.Errorf(rpc.CodeInvalidParams, "invalid params: %s requires windowed delivery: offer flowControl.receive", p.Channel)
 	}
 	old := c.subscription(p.Channel)
@@ -679,76 +598,15 @@ func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
 		return rpc.SubscribeResult{FlowControl: &rpc.NegotiatedFlowControl{ClientReceive: limits, HostReceive: limits}}, nil, nil
 	}
 	if old != nil {
-		c.mu.Lock()
-		delete(c.subs, p.Channel)
-		c.mu.Unlock()
-		c.dropSubscription(old)
+		c.unsubscribe(old, false)
 	}
 	if n := c.subCount(); n >= c.s.cfg.Delivery.MaxSubscriptions {
 		return nil, nil, rpc.Errorf(rpc.CodeInvalidRequest, "too many subscriptions on this connection (limit %d)", c.s.cfg.Delivery.MaxSubscriptions)
 	}
 	if !windowed {
-		if _, ok := ch.(windowedOnly); ok {
-			return nil, nil, rpc.Errorf(rpc.CodeInvalidParams, "invalid params: %s requires windowed delivery: offer flowControl.receive", p.Channel)
-		}
-		if _, ok := ch.(statelessChannel); ok {
-			sub := &subscription{c: c, ch: ch, channel: p.Channel, active: true}
-			c.mu.Lock()
-			c.subs[p.Channel] = sub
-			c.mu.Unlock()
-			return rpc.SubscribeResult{}, func() {
-				if a, ok := ch.(attachable); ok {
-					a.attach(sub)
-				}
-			}, nil
-		}
-		sub, snap := c.subscribeOrdinary(ch)
-		return rpc.SubscribeResult{Snapshot: &snap}, sub.activate, nil
+		_, snap, start := c.startOrdinary(ch)
+		return rpc.SubscribeResult{Snapshot: snap}, start, nil
 	}
-	sub := &subscription{c: c, ch: ch, channel: p.Channel}
 	res := rpc.SubscribeResult{FlowControl: &rpc.NegotiatedFlowControl{ClientReceive: limits, HostReceive: limits}}
-	return res, func() {
-		var src delivery.Source
-		if sc, ok := ch.(sourceChannel); ok {
-			src = sc.newSource(sub)
-		} else {
-			sub.src = newLogSource(ch, c.s.journal)
-			src = sub.src
-		}
-		sub.in = c.sched.NewInbound(p.Channel, limits, int(c.s.cfg.Delivery.MaxMessageBytes))
-		sub.out = c.sched.AddStream(p.Channel, limits, src)
-		c.mu.Lock()
-		c.subs[p.Channel] = sub
-		c.mu.Unlock()
-		if sub.src != nil {
-			c.s.journal.Listen(p.Channel, sub, sub.onEntry, nil)
-		}
-		if a, ok := ch.(attachable); ok {
-			a.attach(sub)
-		}
-	}, nil
-}
-
-func (c *conn) subCount() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.subs)
-}
-
-// subscribeOrdinary takes the channel's snapshot and registers the
-// subscription atomically (under the channel lock), held until activate.
-func (c *conn) subscribeOrdinary(ch channel) (*subscription, rpc.Snapshot) {
-	sub := &subscription{c: c, ch: ch, channel: ch.uri()}
-	var snap rpc.Snapshot
-	ch.lockedSnapshot(func(s rpc.Snapshot) {
-		snap = s
-		c.s.journal.Listen(ch.uri(), sub, sub.onEntry, nil)
-	})
-	c.mu.Lock()
-	c.subs[ch.uri()] = sub
-	c.mu.Unlock()
-	if a, ok := ch.(attachable); ok {
-		a.attach(sub)
-	}
-	return sub, snap
+	return res, func() { c.startWindowed(ch, limits) }, nil
 }

@@ -1,10 +1,14 @@
 // Package host is the sidecar daemon's AHP host: it serves connections
 // (the JSON-RPC control plane on sourcegraph/jsonrpc2, data through the
-// delivery Scheduler), the root catalogue and the terminal channels.
+// delivery Scheduler), keeps one subscription registry
+// (host/subscription.go) and the root catalogue, and calls every other
+// channel kind through the channel contract (package adapters): the
+// terminals (adapters/pty), TCP (adapters/tcp) and telemetry
+// (adapters/telemetry).
 //
-// Locks are taken in one order only: terminal → root → subscription →
-// journal → scheduler/stream. Journal listeners run under the journal lock
-// and only push to schedulers.
+// Locks are taken in one order only: channel (terminal) → root →
+// subscription → journal → scheduler/stream. Journal listeners run under
+// the journal lock and only push to schedulers.
 package host
 
 import (
@@ -14,10 +18,12 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/sidecar-dev/sidecar/adapters/pty"
+	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
+	"github.com/sidecar-dev/sidecar/adapters/telemetry"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/journal"
@@ -47,11 +53,15 @@ type Server struct {
 	closedGaps       atomic.Uint64
 	closedCreditWait atomic.Int64
 
-	tcp       tcpState       // host/tcp.go
-	telemetry telemetryState // host/telemetry.go
+	tcp        *tcpadapter.Table
+	tcpFailLog openFailLog
+	stopPorts  context.CancelFunc
+	telemetry  *telemetry.Channels
+	bytes      byteCounts
+	nextConnID atomic.Uint64
 
 	mu        sync.Mutex
-	terminals map[string]*terminal
+	terminals map[string]*termEntry
 	conns     map[*conn]struct{}
 	closing   bool
 	wg        sync.WaitGroup // connections and terminal goroutines
@@ -73,7 +83,7 @@ func New(cfg *config.Config, log hclog.Logger) *Server {
 		cfg:       cfg,
 		log:       log,
 		journal:   j,
-		terminals: map[string]*terminal{},
+		terminals: map[string]*termEntry{},
 		conns:     map[*conn]struct{}{},
 		live:      map[string]int{},
 		hostMax: delivery.Limits{
@@ -86,18 +96,10 @@ func New(cfg *config.Config, log hclog.Logger) *Server {
 		},
 	}
 	s.root = newRoot(s)
-	s.initTCP()
-	s.initTelemetry()
+	s.telemetry = s.newTelemetry()
+	s.tcp = s.newTCPTable()
+	s.startPorts()
 	return s
-}
-
-// maxLimits returns the host's maxima for a windowed subscription to ch:
-// tcpMax on TCP channels, hostMax on every other.
-func (s *Server) maxLimits(ch channel) delivery.Limits {
-	if _, ok := ch.(*tcpConn); ok {
-		return s.tcpMax
-	}
-	return s.hostMax
 }
 
 // channelLogBytes bounds each channel's journal: the configured total
@@ -167,22 +169,33 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for c := range s.conns {
 		conns = append(conns, c)
 	}
-	terms := make([]*terminal, 0, len(s.terminals))
-	for _, t := range s.terminals {
-		terms = append(terms, t)
+	terms := make([]*pty.Terminal, 0, len(s.terminals))
+	for _, e := range s.terminals {
+		if e.t != nil {
+			terms = append(terms, e.t)
+		}
 	}
 	s.mu.Unlock()
 	for _, c := range conns {
 		c.close(transport.CloseGoingAway, "server shutting down")
 	}
-	s.shutdownTCP()
-	s.shutdownTelemetry()
+	s.tcpFailLog.stop(s.log.Info)
+	s.stopPorts()
 	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		s.tcp.Shutdown()
+	}()
+	go func() {
+		defer wg.Done()
+		s.telemetry.Close()
+	}()
 	for _, t := range terms {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			t.kill()
+			t.Kill()
 		}()
 	}
 	done := make(chan struct{})
@@ -225,56 +238,10 @@ func (s *Server) clientConnected(clientID string) bool {
 	return s.live[clientID] > 0
 }
 
-// passOnClaims hands each running terminal clientID held, now that it has
-// no connection left, to a client still subscribed to it (windowed, so it
-// paces the PTY), as tmux keeps a session going for the clients left: a
-// viewer sharing the terminal becomes its holder instead of skipping
-// output for good. A terminal nobody else watches keeps its claim for
-// whoever reattaches (terminal/claimed then takes it over).
-func (s *Server) passOnClaims(clientID string) {
-	s.mu.Lock()
-	terms := make([]*terminal, 0, len(s.terminals))
-	for _, t := range s.terminals {
-		terms = append(terms, t)
-	}
-	s.mu.Unlock()
-	for _, t := range terms {
-		t.holderGone(clientID)
-	}
-}
-
-// terminalCount returns the terminals in total and those created by clientID.
-func (s *Server) terminalCount(clientID string) (total, mine int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, t := range s.terminals {
-		total++
-		if t.creator == clientID {
-			mine++
-		}
-	}
-	return total, mine
-}
-
-// terminal returns the running (or exited) terminal uri; one whose process
-// is still starting is not visible yet.
-func (s *Server) terminal(uri string) *terminal {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if t := s.terminals[uri]; t != nil && t.proc != nil {
-		return t
-	}
-	return nil
-}
-
 func (s *Server) defaultDirectory() string {
 	home, err := os.UserHomeDir()
 	if err != nil {
 		return ""
 	}
-	return fileURI(home)
+	return pty.FileURI(home)
 }
-
-// killGrace is how long a terminal's process group has after SIGHUP and
-// SIGTERM before SIGKILL.
-const killGrace = 2 * time.Second

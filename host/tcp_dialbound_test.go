@@ -61,7 +61,7 @@ func TestTCPDialBound(t *testing.T) {
 	}
 	t.Cleanup(release) // a failed test must not leave dials hanging
 	// Set before any connection is served: ServeConn's goroutines start after.
-	h.s.tcp.dialer.Resolver = gate
+	h.s.tcp.Dialer().Resolver = gate
 	port, accepted := tcpDest(t)
 
 	p := h.peer("bound-a")
@@ -135,7 +135,7 @@ func TestTCPDialBound(t *testing.T) {
 		t.Errorf("Overloaded data %s: want {kind: overloaded, retryable: true}", m.Error.Data)
 	}
 	// The refused request did not reserve its URI.
-	if h.s.tcpChannel("ahp-tcp:/extra") != nil {
+	if h.s.tcp.Channel("ahp-tcp:/extra") != nil {
 		t.Error("the Overloaded request left a channel behind")
 	}
 	// The reader is not blocked by the dials: other requests are answered.

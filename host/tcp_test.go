@@ -266,11 +266,9 @@ func TestTCPChannel(t *testing.T) {
 		readData(m)
 	}
 	// The window is full: the host holds at most one message more.
-	tc := h.s.tcpChannel(uri).(*tcpConn)
-	maxPayload := tc.enc.MaxPayload(0, frame)
-	tc.mu.Lock()
-	readOff := int(tc.readOff)
-	tc.mu.Unlock()
+	tc := h.s.tcp.Channel(uri)
+	maxPayload := tcpadapter.NewEncoder(uri).MaxPayload(0, frame)
+	readOff := int(tc.ReadOffset())
 	if readOff > len(got)+2*maxPayload {
 		t.Errorf("host read %d bytes with %d delivered: more than one message (%d) ahead", readOff, len(got), maxPayload)
 	}
@@ -455,8 +453,8 @@ func TestTCPReadSize(t *testing.T) {
 		{48000, 128000, 1 << 20, 192000},  // whole messages only
 		{50000, 128000, 1 << 20, 150000},
 	} {
-		if got := tcpReadSize(c.per, c.size, c.remaining); got != c.want {
-			t.Errorf("tcpReadSize(%d, %d, %d) = %d, want %d", c.per, c.size, c.remaining, got, c.want)
+		if got := tcpadapter.ReadSize(c.per, c.size, c.remaining); got != c.want {
+			t.Errorf("tcpadapter.ReadSize(%d, %d, %d) = %d, want %d", c.per, c.size, c.remaining, got, c.want)
 		}
 	}
 }
@@ -542,15 +540,10 @@ func TestTCPReadAheadBound(t *testing.T) {
 			break
 		}
 	}
-	h.s.tcp.mu.Lock()
-	tc := h.s.tcp.conns["ahp-tcp:/q"]
-	h.s.tcp.mu.Unlock()
-	tc.mu.Lock()
-	queued := tc.slotBytes
-	tc.mu.Unlock()
-	oneRead := delivery.UTF16Bytes(2 * tc.enc.DataLen(0, tcpReadAhead) * 2) // a read's messages, generously
-	if queued < tcpQueued/2 || queued > tcpQueued+oneRead {
-		t.Fatalf("%d UTF-16 bytes read ahead and queued, want about tcpQueued (%d), at most %d", queued, tcpQueued, tcpQueued+oneRead)
+	queued := h.s.tcp.Channel("ahp-tcp:/q").Queued()
+	oneRead := delivery.UTF16Bytes(2 * tcpadapter.NewEncoder("ahp-tcp:/q").DataLen(0, tcpadapter.ReadAhead) * 2) // a read's messages, generously
+	if queued < tcpadapter.Queued/2 || queued > tcpadapter.Queued+oneRead {
+		t.Fatalf("%d UTF-16 bytes read ahead and queued, want about tcpadapter.Queued (%d), at most %d", queued, tcpadapter.Queued, tcpadapter.Queued+oneRead)
 	}
 }
 

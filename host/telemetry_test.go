@@ -75,7 +75,7 @@ func newTelHarness(t *testing.T) *telHarness {
 	cfg.Delivery.MaximumFrameBytes = 128 << 10
 	h := &telHarness{t: t, s: New(cfg, hclog.New(&hclog.LoggerOptions{Name: "sidecar", Output: io.Discard, Level: hclog.Error})), done: make(chan bool),
 		clock: &telClock{now: time.Unix(1736870400, 0), tickers: make(chan *telTicker, 4)}}
-	h.s.telemetry.hub.SetTestHooks(h.clock, h.done)
+	h.s.telemetry.Hub().SetTestHooks(h.clock, h.done)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -193,12 +193,12 @@ func TestTelemetryAdvertised(t *testing.T) {
 		"ahp-otlp://logs?level=debug": true, "ahp-otlp://logs?level=loud": false, "ahp-otlp://traces": false,
 		"ahp-otlp://metrics?interval=-1s": false, "ahp-otlp://metrics?color=red": false,
 	} {
-		if got := h.s.telemetryChannel(uri) != nil; got != ok {
+		if got := h.s.telemetry.Channel(uri) != nil; got != ok {
 			t.Errorf("telemetryChannel(%q) = %v, want %v", uri, got, ok)
 		}
 	}
-	if ch := h.s.telemetryChannel("ahp-otlp://metrics?interval=100ms").(*otlpChannel); ch.interval != time.Second {
-		t.Errorf("a faster interval than configured: %v, want clamped to 1s", ch.interval)
+	if ch := h.s.telemetry.Channel("ahp-otlp://metrics?interval=100ms"); ch.Interval() != time.Second {
+		t.Errorf("a faster interval than configured: %v, want clamped to 1s", ch.Interval())
 	}
 }
 
@@ -343,7 +343,7 @@ func TestTelemetryWindowedLive(t *testing.T) {
 	batchTime(t, held)
 	// Batch 1 is held: with it outstanding the window cannot take another
 	// whole batch, so the subscriber is not ready.
-	os := h.s.telemetry.subs[subOf(h, "ahp-otlp://metrics")]
+	msub := subOf(h, "ahp-otlp://metrics")
 	// 3 s without credit: no sample at all.
 	for i := 0; i < 3; i++ {
 		if h.tick() {
@@ -353,7 +353,7 @@ func TestTelemetryWindowedLive(t *testing.T) {
 	held.Release()
 	// The release credits (the client caught up); wait until the host has
 	// the credit.
-	waitFor(t, os.Ready)
+	waitFor(t, func() bool { return h.s.telemetry.Ready(msub) })
 	if !h.tick() {
 		t.Fatal("no sample after credit")
 	}
@@ -433,7 +433,7 @@ func TestTelemetryBesideFlood(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		start := time.Now()
 		if !h.tick() {
-			t.Fatal("no sample")
+			t.Fatalf("no sample %d", i)
 		}
 		m := nextMsg(t, tel)
 		if d := time.Since(start); d > time.Second {

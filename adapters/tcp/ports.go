@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	psnet "github.com/shirou/gopsutil/v4/net"
 
@@ -62,4 +63,36 @@ func processName(pid int32) string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// PortsInterval is how often the host reads the listening ports.
+const PortsInterval = 3 * time.Second
+
+// PollPorts reads the listening ports at once and then every interval
+// until ctx ends, and hands each reading to publish (which compares it
+// with the last). A failure keeps the last reading; the first one is
+// reported to warn, once.
+func PollPorts(ctx context.Context, interval time.Duration, publish func([]rpc.ListeningPort), warn func(error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	warned := false
+	for {
+		rctx, cancel := context.WithTimeout(ctx, interval)
+		ports, err := ListeningPorts(rctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil && !warned:
+			warn(err)
+			warned = true
+		case err == nil:
+			publish(ports)
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
 }

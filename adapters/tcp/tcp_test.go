@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	stdbase64 "encoding/base64"
 	"encoding/json"
 	"errors"
 	"net"
@@ -408,8 +407,8 @@ func FuzzBase64(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s []byte) {
 		got, err := appendBase64([]byte("x"), s)
-		want, serr := stdbase64.StdEncoding.Strict().DecodeString(string(s))
-		canonical := serr == nil && len(s) > 0 && stdbase64.StdEncoding.EncodeToString(want) == string(s)
+		want, serr := base64.StdEncoding.Strict().DecodeString(string(s))
+		canonical := serr == nil && len(s) > 0 && base64.StdEncoding.EncodeToString(want) == string(s)
 		if canonical != (err == nil) {
 			t.Fatalf("%q: canonical %v, appendBase64 error %v", s, canonical, err)
 		}

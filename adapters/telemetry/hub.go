@@ -182,7 +182,7 @@ func (h *Hub) run() {
 	}
 }
 
-type delivery struct {
+type handoff struct {
 	g    *group
 	subs []Subscriber
 }
@@ -190,7 +190,7 @@ type delivery struct {
 // tick samples once if a due channel has a ready subscriber.
 func (h *Hub) tick() bool {
 	now := h.clock.Now()
-	var due []delivery
+	var due []handoff
 	h.mu.Lock()
 	for _, g := range h.groups {
 		// Half an interval of slack: ticks are not exact.
@@ -206,7 +206,7 @@ func (h *Hub) tick() bool {
 			}
 		}
 		if len(ready) > 0 {
-			due = append(due, delivery{g: g, subs: ready})
+			due = append(due, handoff{g: g, subs: ready})
 		}
 	}
 	h.mu.Unlock()

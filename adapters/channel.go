@@ -1,0 +1,200 @@
+// Package adapters holds the channel contract: the one interface the host
+// (host/) calls on every channel kind, and what a channel sees of a
+// subscription. Each kind lives in its own package and owns its loops:
+// adapters/pty the terminal channel (ahp-terminal:), adapters/tcp the TCP
+// channel (ahp-tcp:), adapters/telemetry the metrics and logs channels
+// (ahp-otlp:). The root catalogue (ahp-root://) is the host's own.
+//
+// The rules every channel follows (DESIGN.md §4-§6, seed 000):
+//
+//   - Pacing. A producer asks its subscription's delivery.Stream whether a
+//     data message may start and how much credit is left (Stream.Room,
+//     Stream.CanStart, Stream.Fits), and stops reading its source (the
+//     PTY, the socket, the sampler) while it may not; it waits on
+//     Stream.Changed. Nothing outside delivery adds window counters up.
+//   - Release. Inbound data (Message) carries Release, called exactly once
+//     when the channel has released the message's bytes (written to the
+//     PTY or the socket, or dropped); the host sends channel/credit then.
+//   - Recovery. Recover says what a subscription can resume from after a
+//     reconnect: a replay of the journal, a fresh snapshot, or live data.
+//
+// Call order for one subscription: Source (windowed only, before its
+// stream exists), then Subscribe once the subscription is registered and
+// its subscribe result queued, any number of Receive and Control, then
+// Unsubscribe exactly once (unsubscribe, a new subscribe replacing it,
+// dispose, the connection's end). After Unsubscribe the channel pushes
+// nothing more for it.
+package adapters
+
+import (
+	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+// Channel is one AHP channel as the host sees it. Implementations are safe
+// for concurrent use: Receive and Control run on the connection's reader
+// goroutine, Source's Next on its writer, the rest on request handlers.
+type Channel interface {
+	// URI is the channel's URI, exactly as subscribed.
+	URI() string
+	// Traits says how the host subscribes to the channel.
+	Traits() Traits
+	// Snapshot runs fn with the channel's snapshot while no action of the
+	// channel can be appended, so that a subscription registered inside
+	// fn misses none and sees none twice (fromSeq is the journal's seq).
+	Snapshot(fn func(rpc.Snapshot))
+	// Source returns the delivery.Source of a windowed subscription; its
+	// first message is channel/snapshot (seed 000 "Subscribe").
+	Source(sub Subscriber) delivery.Source
+	// Subscribe starts sub: once registered, its result queued.
+	Subscribe(sub Subscriber)
+	// Unsubscribe ends sub; nothing is pushed for it afterwards.
+	Unsubscribe(sub Subscriber)
+	// Receive takes one client data message for the channel, counted and
+	// reassembled already (seed 000): dispatchAction, tcp/data, tcp/eof.
+	Receive(m Message)
+	// Control takes a channel-defined control message (tcp/reset),
+	// never counted. sub is the sender's subscription, nil if none.
+	Control(sub Subscriber, h *rpc.Header)
+	// Release frees what the channel holds for conn when conn
+	// unsubscribes without a subscription (a TCP connection created but
+	// never subscribed, ahp.md §6b); most channels hold nothing.
+	Release(conn ConnID)
+	// Recover says how a subscription resumes on reconnect after
+	// lastSeq, the client's lastAppliedServerSeq (DESIGN.md §6).
+	Recover(lastSeq uint64) Recovery
+}
+
+// Traits are a channel's fixed properties.
+type Traits struct {
+	Delivery Delivery
+	// Owner, when not zero, is the only connection that may subscribe;
+	// to every other the channel does not exist (TCP: the creating
+	// client and transport only).
+	Owner ConnID
+	// Limits, when not nil, is the most the host accepts of a windowed
+	// offer on this channel (UTF-16 bytes), instead of its delivery block.
+	Limits *delivery.Limits
+}
+
+// Delivery is how a channel's subscriptions get their messages.
+type Delivery int
+
+const (
+	// Journaled channels keep their actions in the journal: an ordinary
+	// subscription gets the snapshot, then every action in serverSeq
+	// order through the connection's ordinary queue; a windowed one
+	// reads the journal through its Source (a LogSource).
+	Journaled Delivery = iota
+	// Stateless channels have no snapshot: an ordinary subscribe is
+	// answered {} and the channel pushes its notifications itself
+	// (Subscriber.Push); a windowed one gets channel/snapshot {} first.
+	Stateless
+	// WindowedOnly channels refuse ordinary subscriptions.
+	WindowedOnly
+)
+
+// Recovery is what a subscription resumes from after a reconnect.
+type Recovery int
+
+const (
+	// RecoverNone: the subscription cannot be resumed (it is reported in
+	// reconnect's missing, and the client subscribes again).
+	RecoverNone Recovery = iota
+	// RecoverReplay: the journal still holds every action after the
+	// client's last one; they are sent again, in order.
+	RecoverReplay
+	// RecoverSnapshot: the journal no longer reaches back; a fresh
+	// channel/snapshot is the first data message.
+	RecoverSnapshot
+	// RecoverLive: only current data matters (telemetry); nothing old is
+	// replayed.
+	RecoverLive
+)
+
+var recoveryNames = [...]string{RecoverNone: "none", RecoverReplay: "replay", RecoverSnapshot: "snapshot", RecoverLive: "live"}
+
+func (r Recovery) String() string {
+	if r >= 0 && int(r) < len(recoveryNames) {
+		return recoveryNames[r]
+	}
+	return "unknown"
+}
+
+// ConnID identifies one client connection (one transport session); zero
+// is no connection.
+type ConnID uint64
+
+// Subscriber is what a channel sees of one subscription. The host's
+// subscription registry (host/subscription.go) implements it.
+type Subscriber interface {
+	// ClientID is the subscribing client's clientId.
+	ClientID() string
+	// Conn is the subscribing connection.
+	Conn() ConnID
+	// Stream is a windowed subscription's sending side, from Subscribe
+	// on; nil for an ordinary one.
+	Stream() *delivery.Stream
+	// CanPush reports whether Push would queue now: the subscription is
+	// ordinary, active, and fewer than headroom messages wait in its
+	// connection's ordinary queue.
+	CanPush(headroom int) bool
+	// Push queues text (a notification of the channel) for an ordinary
+	// subscription when CanPush(headroom); it reports whether it did.
+	Push(text []byte, headroom int) bool
+	// PushControl queues a control message of the channel (tcp/reset):
+	// never counted, never waiting for credit.
+	PushControl(text []byte)
+	// Closing reports whether the subscription's connection is ending.
+	Closing() bool
+}
+
+// Message is one client data message for a channel.
+type Message struct {
+	// Sub is the sender's subscription to the channel, nil if it has none
+	// (dispatchAction needs no subscription).
+	Sub Subscriber
+	// ClientID and Conn name the sender.
+	ClientID string
+	Conn     ConnID
+	// Header is the message, parsed (rpc.ParseHeader).
+	Header *rpc.Header
+	// Release must be called exactly once, when the message's bytes are
+	// released (credit then flows back, seed 000).
+	Release func()
+}
+
+// Base gives a channel the contract's methods that most kinds do not
+// need, as no-ops: embed it and override what the kind does.
+type Base struct{}
+
+// Control ignores control messages.
+func (Base) Control(Subscriber, *rpc.Header) {}
+
+// Release holds nothing.
+func (Base) Release(ConnID) {}
+
+// Receive releases the message at once: the kind takes no client data.
+func (Base) Receive(m Message) { m.Release() }
+
+// SnapshotNotification encodes channel/snapshot of ch for a windowed
+// subscriber, and the serverSeq its snapshot was taken at.
+func SnapshotNotification(ch Channel) (text []byte, fromSeq uint64) {
+	ch.Snapshot(func(s rpc.Snapshot) {
+		text, _ = rpc.Notification(rpc.MethodChannelSnapshot, rpc.ChannelSnapshotParams{Channel: ch.URI(), Snapshot: s})
+		fromSeq = s.FromSeq
+	})
+	return text, fromSeq
+}
+
+// HostAction returns an encoder of a host-originated action envelope for
+// journal.Append.
+func HostAction(channel string, action any) func(seq uint64) ([]byte, error) {
+	return func(seq uint64) ([]byte, error) {
+		a, err := rpc.Marshal(action)
+		if err != nil {
+			return nil, err
+		}
+		return rpc.AppendActionEnvelope(nil, channel, a, seq), nil
+	}
+}

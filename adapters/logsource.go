@@ -1,0 +1,100 @@
+package adapters
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/sidecar-dev/sidecar/journal"
+)
+
+// LogSource feeds a windowed subscription of a Journaled channel from the
+// journal (DESIGN.md §5): first a channel/snapshot, then every action after
+// its fromSeq, each text encoded once and shared by all subscribers. A
+// subscriber whose cursor falls behind what the journal retains gets a
+// fresh snapshot (recovery), so a slow viewer never holds anything up.
+//
+// Next runs on the connection's writer goroutine; the other methods are
+// safe from any goroutine.
+type LogSource struct {
+	ch      Channel
+	j       *journal.Journal
+	cursor  atomic.Uint64
+	snap    atomic.Bool // a snapshot is due
+	resyncs atomic.Uint64
+
+	// pulled (1-slot) is signalled each time Next finds nothing more:
+	// the subscriber has pulled everything the journal holds.
+	pulled   chan struct{}
+	stopOnce sync.Once
+	stopped  chan struct{}
+}
+
+// NewLogSource returns the Source of one windowed subscription to ch,
+// whose actions are in j.
+func NewLogSource(ch Channel, j *journal.Journal) *LogSource {
+	ls := &LogSource{ch: ch, j: j, pulled: make(chan struct{}, 1), stopped: make(chan struct{})}
+	ls.snap.Store(true)
+	return ls
+}
+
+// Next implements delivery.Source.
+func (ls *LogSource) Next() []byte {
+	if ls.snap.Load() {
+		return ls.snapshot()
+	}
+	e, ok, err := ls.j.Next(ls.ch.URI(), ls.cursor.Load())
+	if err == journal.ErrTruncated {
+		ls.resyncs.Add(1)
+		return ls.snapshot()
+	}
+	if !ok {
+		select {
+		case ls.pulled <- struct{}{}:
+		default:
+		}
+		return nil
+	}
+	ls.cursor.Store(e.Seq)
+	return e.Text
+}
+
+func (ls *LogSource) snapshot() []byte {
+	text, seq := SnapshotNotification(ls.ch)
+	ls.cursor.Store(seq)
+	ls.snap.Store(false)
+	return text
+}
+
+// LagBelow reports whether what the subscriber has not pulled yet is
+// under maxBytes (UTF-8 bytes of notification text). A pending snapshot
+// counts as a lag.
+func (ls *LogSource) LagBelow(maxBytes int) bool {
+	if ls.snap.Load() {
+		return false
+	}
+	_, b := ls.j.Lag(ls.ch.URI(), ls.cursor.Load(), maxBytes)
+	return b < maxBytes
+}
+
+// Resyncs counts the snapshots sent because the cursor fell behind.
+func (ls *LogSource) Resyncs() uint64 { return ls.resyncs.Load() }
+
+// Stop ends the source's waits (WaitPulled): its subscription ended.
+func (ls *LogSource) Stop() { ls.stopOnce.Do(func() { close(ls.stopped) }) }
+
+// WaitPulled blocks until the subscriber has pulled every action the
+// journal holds for the channel, the source is stopped, or done is
+// closed; it reports whether everything was pulled. An event, not a
+// poll: Next signals each time it finds nothing more.
+func (ls *LogSource) WaitPulled(done <-chan struct{}) bool {
+	for !ls.LagBelow(1) {
+		select {
+		case <-ls.pulled:
+		case <-ls.stopped:
+			return false
+		case <-done:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,743 @@
+package tcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/internal/bufpool"
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+// TCP channel bounds.
+const (
+	// SubscribeLease is how long a created TCP connection waits for its
+	// creator's windowed subscription; past it the socket is closed and the
+	// URI freed (ahp.md §6b: bound the unsubscribed lifetime). Nothing is
+	// read from the socket before the subscription.
+	SubscribeLease = 10 * time.Second
+	// MaxID bounds the id part of an ahp-tcp: URI, so that a tcp/data
+	// envelope always leaves room for data within a 1024-byte frame.
+	MaxID = 128
+	// MaxHost bounds the host of createTcpConnection (a DNS name is at
+	// most 253 characters).
+	MaxHost = 253
+	// ReadAhead bounds one socket read: up to this many bytes, cut into
+	// tcp/data messages, and never more than the window's remaining
+	// credit lets out (so one read is one system call for one or more
+	// messages, and a client that stops crediting still stops the socket
+	// after one window). 192 KiB is one message at the largest
+	// maximumFrameBytes (512 KiB UTF-16 bytes: 256 KiB of base64 text).
+	ReadAhead = 192 << 10
+	// Queued bounds the tcp/data read from the socket but not yet pulled
+	// by the scheduler (UTF-16 bytes): two reads' worth, so the next read
+	// overlaps the sending of the previous one instead of waiting for it.
+	Queued = 2 * 2 * ReadAhead * 4 / 3
+)
+
+// Scheme prefixes TCP channel URIs: ahp-tcp:/<id>.
+const Scheme = "ahp-tcp:"
+
+// TableConfig configures a Table.
+type TableConfig struct {
+	Dialer *Dialer
+	// MaxTotal and MaxPerClient bound the open connections on the host
+	// and per clientId (tcp.max_total, tcp.max_per_client).
+	MaxTotal, MaxPerClient int
+	// Limits is the most the host accepts of a windowed offer on a TCP
+	// channel (the tcp block; UTF-16 bytes).
+	Limits delivery.Limits
+	// Seq returns the journal's serverSeq, for the snapshot's fromSeq.
+	Seq func() uint64
+	Log hclog.Logger
+}
+
+// Table is the host's TCP channels: every open connection by URI, the
+// dialer with the destination policy, and the limits.
+type Table struct {
+	cfg TableConfig
+	wg  sync.WaitGroup
+
+	mu       sync.Mutex
+	conns    map[string]*Channel
+	shutdown bool
+}
+
+// NewTable returns an empty Table.
+func NewTable(cfg TableConfig) *Table {
+	return &Table{cfg: cfg, conns: map[string]*Channel{}}
+}
+
+// Dialer returns the dialer (tests replace its Resolver).
+func (tb *Table) Dialer() *Dialer { return tb.cfg.Dialer }
+
+// Channel returns the open connection uri, or nil (also while dialing).
+func (tb *Table) Channel(uri string) *Channel {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	if tc := tb.conns[uri]; tc != nil && tc.sock != nil {
+		return tc
+	}
+	return nil
+}
+
+// CloseConn closes every TCP connection created on conn (it has ended:
+// TCP channels are not resumable yet).
+func (tb *Table) CloseConn(conn adapters.ConnID, reason string) {
+	tb.mu.Lock()
+	var mine []*Channel
+	for _, tc := range tb.conns {
+		if tc.owner == conn {
+			mine = append(mine, tc)
+		}
+	}
+	tb.mu.Unlock()
+	for _, tc := range mine {
+		tc.close(reason)
+	}
+}
+
+// Shutdown closes every connection, refuses new ones, and waits for
+// their loops.
+func (tb *Table) Shutdown() {
+	tb.mu.Lock()
+	tb.shutdown = true
+	all := make([]*Channel, 0, len(tb.conns))
+	for _, tc := range tb.conns {
+		all = append(all, tc)
+	}
+	tb.mu.Unlock()
+	for _, tc := range all {
+		tc.close("server shutting down")
+	}
+	tb.wg.Wait()
+}
+
+// Open is createTcpConnection (ahp.md §6b): check the params and the
+// limits, reserve the URI, resolve and dial under the policy, and start
+// the connection's loops; its reader waits for the creator's windowed
+// subscription. ctx is the creating connection's: a dial outlives
+// neither it nor shutdown. dialErr is the dial's own error (nil for a
+// failure before dialing), for the caller's log.
+func (tb *Table) Open(ctx context.Context, conn adapters.ConnID, clientID string, params json.RawMessage) (_ *rpc.Error, dialErr error) {
+	var p CreateParams
+	if e := rpc.DecodeParams(params, &p); e != nil {
+		return e, nil
+	}
+	id, ok := strings.CutPrefix(p.Channel, Scheme+"/")
+	if !ok || id == "" || len(id) > MaxID || strings.IndexFunc(id, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+		return rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "channel" must be ahp-tcp:/<id> (id of 1-%d characters without spaces)`, MaxID), nil
+	}
+	host := p.Host
+	if host == "" {
+		return rpc.Missing("host"), nil
+	}
+	if len(host) > MaxHost || strings.ContainsAny(host, "/ \t\r\n@?#") {
+		return rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "host" must be a DNS name or an IP address, not a URL`), nil
+	}
+	if p.Port == nil {
+		return rpc.Missing("port"), nil
+	}
+	if *p.Port < 1 || *p.Port > 65535 {
+		return rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "port" must be between 1 and 65535`), nil
+	}
+	tb.mu.Lock()
+	if tb.shutdown {
+		tb.mu.Unlock()
+		return rpc.Errorf(rpc.CodeInternalError, "server is shutting down"), nil
+	}
+	if _, exists := tb.conns[p.Channel]; exists {
+		tb.mu.Unlock()
+		return rpc.Errorf(rpc.CodeAlreadyExists, "TCP connection already exists: %s", p.Channel), nil
+	}
+	total, mine := 0, 0
+	for _, tc := range tb.conns {
+		total++
+		if tc.clientID == clientID {
+			mine++
+		}
+	}
+	if total >= tb.cfg.MaxTotal {
+		tb.mu.Unlock()
+		return rpc.Errorf(rpc.CodePermissionDenied, "TCP connection limit reached: %d open on this host (tcp.max_total); close one first", tb.cfg.MaxTotal), nil
+	}
+	if mine >= tb.cfg.MaxPerClient {
+		tb.mu.Unlock()
+		return rpc.Errorf(rpc.CodePermissionDenied, "TCP connection limit reached: %d open for this client (tcp.max_per_client); close one first", tb.cfg.MaxPerClient), nil
+	}
+	tc := &Channel{
+		tb: tb, id: p.Channel, owner: conn, clientID: clientID,
+		enc:    NewEncoder(p.Channel),
+		log:    tb.cfg.Log.With("channel", p.Channel, "client", clientID),
+		closed: make(chan struct{}),
+		wake:   make(chan struct{}, 1),
+		wqWake: make(chan struct{}, 1),
+	}
+	// Reserve the URI while dialing (outside the lock).
+	tb.conns[p.Channel] = tc
+	tb.mu.Unlock()
+
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	sock, err := tb.cfg.Dialer.Dial(ctx, host, *p.Port)
+	if err != nil {
+		tb.mu.Lock()
+		delete(tb.conns, p.Channel)
+		tb.mu.Unlock()
+		code := int64(rpc.CodeTCPConnectionOpenFailed)
+		var oe *OpenError
+		if errors.As(err, &oe) && oe.Kind == KindDenied {
+			code = rpc.CodePermissionDenied
+		}
+		return rpc.Errorf(code, "%s", err.Error()), err
+	}
+	// The connection may have ended (or the host begun to shut down)
+	// while we dialed: then nobody will subscribe.
+	tc.mu.Lock()
+	tb.mu.Lock()
+	gone := tc.isClosed || tb.shutdown || ctx.Err() != nil
+	if !gone {
+		tc.sock = sock
+		tb.wg.Add(2)
+	}
+	tb.mu.Unlock()
+	if !gone {
+		tc.lease = time.AfterFunc(SubscribeLease, func() {
+			tc.mu.Lock()
+			subscribed := tc.sub != nil
+			tc.mu.Unlock()
+			if !subscribed {
+				tc.close("not subscribed within " + SubscribeLease.String())
+			}
+		})
+	}
+	tc.mu.Unlock()
+	if gone {
+		_ = sock.Close()
+		tc.close("client connection closed while dialing")
+		return rpc.Errorf(rpc.CodeInternalError, "connection closed while dialing"), nil
+	}
+	tc.log.Debug("TCP connection opened", "host", host, "port", *p.Port, "remote", sock.RemoteAddr().String())
+	go tc.readLoop()
+	go tc.writeLoop()
+	return nil, nil
+}
+
+// Channel is one ahp-tcp:/<id> channel and its socket. It belongs to the
+// connection that created it; only that connection's windowed
+// subscription moves data.
+//
+// Socket to client: readLoop reads only when the subscription's stream
+// has room (delivery.Stream.Room) beyond what is already read and queued,
+// at most that much (and ReadAhead bytes), so a client that stops
+// crediting stops the socket after one window; the Source hands the
+// messages to the scheduler one by one. Client to socket: Receive queues
+// decoded bytes (bounded by hostReceive's window) for writeLoop, which
+// releases each message's credit once the socket took its bytes.
+type Channel struct {
+	tb       *Table
+	id       string // the channel URI
+	owner    adapters.ConnID
+	clientID string
+	enc      *Encoder
+	log      hclog.Logger
+	sock     *net.TCPConn // nil while dialing; set under tb.mu and tc.mu
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed when the connection is closed or reset
+	wake      chan struct{} // 1-slot: the reader may proceed (attached, slot taken)
+	wqWake    chan struct{} // 1-slot: the write queue has items
+
+	mu    sync.Mutex
+	lease *time.Timer         // closes the connection if nobody subscribes
+	sub   adapters.Subscriber // the creator's windowed subscription
+	// Socket to client.
+	slots     []slot              // the next tcp/data messages, read but not yet pulled
+	slotBytes delivery.UTF16Bytes // their total size
+	readOff   DecodedOffset       // bytes read from the socket
+	eofRead   bool                // the socket reached EOF: tcp/eof is due after slots
+	eofSent   bool
+	isClosed  bool
+	// Client to socket.
+	wq      []write
+	recvOff DecodedOffset // bytes accepted from the client
+	eofRecv bool          // tcp/eof received: no more data
+}
+
+// write is one queued client message: bytes to write (or the
+// half-close, eof) and the release that credits its size once done.
+type write struct {
+	data    []byte
+	buf     []byte // data's buffer, back to bufs once written
+	eof     bool
+	release func()
+}
+
+// slot is one tcp/data message read ahead and its size.
+type slot struct {
+	text []byte
+	size delivery.UTF16Bytes
+}
+
+// bufs recycles the buffers readLoop reads the socket into and those
+// client tcp/data is decoded into (one per message, from Receive until
+// writeLoop has written it). At most 8 are kept (bufpool: bounded).
+var bufs = bufpool.New(8, 16<<10, 1<<20)
+
+// URI implements adapters.Channel.
+func (tc *Channel) URI() string { return tc.id }
+
+// Traits implements adapters.Channel: windowed only, owned by the
+// creating connection, with the tcp block's limits.
+func (tc *Channel) Traits() adapters.Traits {
+	return adapters.Traits{Delivery: adapters.WindowedOnly, Owner: tc.owner, Limits: &tc.tb.cfg.Limits}
+}
+
+// Snapshot implements adapters.Channel: a TCP channel's state is empty.
+func (tc *Channel) Snapshot(fn func(rpc.Snapshot)) {
+	fn(rpc.Snapshot{Resource: tc.id, State: json.RawMessage(`{}`), FromSeq: tc.tb.cfg.Seq()})
+}
+
+// Recover implements adapters.Channel: not resumable yet (the socket is
+// closed with its connection).
+func (tc *Channel) Recover(uint64) adapters.Recovery { return adapters.RecoverNone }
+
+// Source implements adapters.Channel: channel/snapshot {} first, then the
+// socket's bytes and tcp/eof.
+func (tc *Channel) Source(sub adapters.Subscriber) delivery.Source {
+	text, _ := adapters.SnapshotNotification(tc)
+	return &source{tc: tc, sub: sub, snap: text}
+}
+
+// Subscribe implements adapters.Channel: the creator's subscription
+// starts the socket; anybody else's is answered with tcp/reset (only the
+// creating client and transport may use a TCP channel).
+func (tc *Channel) Subscribe(sub adapters.Subscriber) {
+	if sub.Conn() != tc.owner || sub.Stream() == nil {
+		tc.log.Warn("subscription from another connection refused", "client", sub.ClientID())
+		sub.PushControl(tc.enc.Reset())
+		return
+	}
+	tc.mu.Lock()
+	if tc.sub == nil && !tc.isClosed {
+		tc.sub = sub
+	}
+	lease := tc.lease
+	tc.mu.Unlock()
+	if lease != nil {
+		lease.Stop()
+	}
+	signal(tc.wake)
+}
+
+// Release implements adapters.Channel: unsubscribe before any subscribe
+// releases the socket at once (ahp.md §6b).
+func (tc *Channel) Release(conn adapters.ConnID) {
+	if tc.owner == conn {
+		tc.close("unsubscribed")
+	}
+}
+
+// Unsubscribe implements adapters.Channel: unsubscribe (or the
+// connection's end) closes the socket.
+func (tc *Channel) Unsubscribe(sub adapters.Subscriber) {
+	tc.mu.Lock()
+	mine := tc.sub == sub
+	tc.mu.Unlock()
+	if mine {
+		reason := "unsubscribed"
+		if sub.Closing() {
+			reason = "client connection closed"
+		}
+		tc.close(reason)
+	}
+}
+
+// Receive implements adapters.Channel: tcp/data and tcp/eof from the
+// creator's subscription, in order, to the writer.
+func (tc *Channel) Receive(m adapters.Message) {
+	release := m.Release
+	tc.mu.Lock()
+	if m.Sub == nil || m.Sub != tc.sub || tc.isClosed {
+		tc.mu.Unlock()
+		release()
+		return
+	}
+	tc.mu.Unlock()
+	switch m.Header.Method {
+	case rpc.MethodTCPData:
+		p, data, err := AppendData(bufs.Get(16<<10), m.Header.Params)
+		buf := data[:0] // the buffer, grown if it had to
+		if err != nil {
+			bufs.Put(buf)
+			release()
+			tc.abort(err.Error(), true)
+			return
+		}
+		tc.mu.Lock()
+		if tc.eofRecv {
+			tc.mu.Unlock()
+			bufs.Put(buf)
+			release()
+			tc.abort("protocol error: tcp/data after tcp/eof", true)
+			return
+		}
+		data, err = Trim(p.Offset, data, tc.recvOff)
+		if err != nil {
+			tc.mu.Unlock()
+			bufs.Put(buf)
+			release()
+			tc.abort(err.Error(), true)
+			return
+		}
+		if len(data) == 0 { // a resend of bytes already taken
+			tc.mu.Unlock()
+			bufs.Put(buf)
+			release()
+			return
+		}
+		tc.recvOff += DecodedOffset(len(data))
+		tc.wq = append(tc.wq, write{data: data, buf: buf, release: release})
+		tc.mu.Unlock()
+		signal(tc.wqWake)
+	case rpc.MethodTCPEOF:
+		p, err := ParseEOF(m.Header.Params)
+		tc.mu.Lock()
+		switch {
+		case err != nil:
+		case tc.eofRecv:
+			err = errors.New("protocol error: a second tcp/eof")
+		case p.Offset != nil && *p.Offset != tc.recvOff:
+			err = errors.New("protocol error: tcp/eof offset does not match the bytes received")
+		}
+		if err != nil {
+			tc.mu.Unlock()
+			release()
+			tc.abort(err.Error(), true)
+			return
+		}
+		tc.eofRecv = true
+		tc.wq = append(tc.wq, write{eof: true, release: release})
+		tc.mu.Unlock()
+		signal(tc.wqWake)
+	default:
+		release()
+	}
+}
+
+// Control implements adapters.Channel: tcp/reset aborts at once.
+func (tc *Channel) Control(sub adapters.Subscriber, h *rpc.Header) {
+	tc.mu.Lock()
+	mine := sub != nil && sub == tc.sub
+	tc.mu.Unlock()
+	if mine && h.Method == rpc.MethodTCPReset {
+		tc.abort("reset by the client", false)
+	}
+}
+
+// Queued returns the UTF-16 bytes of tcp/data read from the socket and
+// not yet pulled by the scheduler (at most about Queued).
+func (tc *Channel) Queued() delivery.UTF16Bytes {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	return tc.slotBytes
+}
+
+// readLoop reads the socket while the subscription's stream has room for
+// more than what is already read and queued (and the queue is below
+// Queued): the bytes read ahead are always within the credit.
+func (tc *Channel) readLoop() {
+	defer tc.tb.wg.Done()
+	for {
+		st, room, ok := tc.waitReadable()
+		if !ok {
+			return
+		}
+		lim := st.Limits()
+		tc.mu.Lock()
+		off := tc.readOff
+		tc.mu.Unlock()
+		per := tc.enc.MaxPayload(off, lim.MaximumFrameBytes)
+		if per <= 0 {
+			tc.abort("maximumFrameBytes too small for tcp/data", true)
+			return
+		}
+		n := ReadSize(per, delivery.UTF16Bytes(2*tc.enc.DataLen(off, per)), room)
+		// The buffer is held only while reading: a connection whose window
+		// is full keeps none.
+		buf := bufs.Get(n)[:n]
+		nr, err := tc.sock.Read(buf)
+		if nr > 0 {
+			var msgs []slot
+			var total delivery.UTF16Bytes
+			for p, o := buf[:nr], off; len(p) > 0; {
+				k := min(len(p), tc.enc.MaxPayload(o, lim.MaximumFrameBytes))
+				text := tc.enc.AppendData(Buffer(tc.enc.DataLen(o, k)), o, p[:k])
+				size := tc.enc.DataSize(len(text))
+				msgs = append(msgs, slot{text: text, size: size})
+				total += size
+				o += DecodedOffset(k)
+				p = p[k:]
+			}
+			bufs.Put(buf)
+			tc.mu.Lock()
+			if tc.isClosed {
+				tc.mu.Unlock()
+				return
+			}
+			tc.slots = append(tc.slots, msgs...)
+			tc.slotBytes += total
+			tc.readOff += DecodedOffset(nr)
+			tc.mu.Unlock()
+			st.Wake()
+		}
+		if nr <= 0 {
+			bufs.Put(buf)
+		}
+		if errors.Is(err, io.EOF) {
+			tc.mu.Lock()
+			tc.eofRead = true
+			tc.mu.Unlock()
+			st.Wake()
+			return
+		}
+		if err != nil {
+			tc.abort("socket read failed: "+err.Error(), true)
+			return
+		}
+	}
+}
+
+// ReadSize is how many bytes one socket read may take: whole messages of
+// per bytes (each at most size UTF-16 bytes) while the stream's room lets
+// them start, at least one, at most ReadAhead bytes.
+func ReadSize(per int, size, room delivery.UTF16Bytes) int {
+	msgs := 1
+	if room > size {
+		msgs = int((room + size - 1) / size) // the last may start below the window
+	}
+	return max(per, min(msgs*per, ReadAhead/per*per))
+}
+
+// waitReadable blocks until the reader may read, and returns the stream
+// and its room once the messages already queued are counted; false once
+// closed.
+func (tc *Channel) waitReadable() (*delivery.Stream, delivery.UTF16Bytes, bool) {
+	for {
+		tc.mu.Lock()
+		sub, queued, closed := tc.sub, tc.slotBytes, tc.isClosed
+		tc.mu.Unlock()
+		if closed {
+			return nil, 0, false
+		}
+		var changed <-chan struct{}
+		if sub != nil {
+			st := sub.Stream()
+			if room := st.Room() - queued; room > 0 && queued < Queued {
+				return st, room, true
+			}
+			changed = st.Changed()
+		}
+		select {
+		case <-changed:
+		case <-tc.wake:
+		case <-tc.closed:
+			return nil, 0, false
+		}
+	}
+}
+
+// writeLoop writes client bytes to the socket in order, one writer per
+// connection, and credits each message once the socket took it. The data
+// messages queued together go out in one writev.
+func (tc *Channel) writeLoop() {
+	defer tc.tb.wg.Done()
+	var batch []write
+	var bv net.Buffers
+	for {
+		select {
+		case <-tc.wqWake:
+		case <-tc.closed:
+			return
+		}
+		for {
+			tc.mu.Lock()
+			if len(tc.wq) == 0 || tc.isClosed {
+				tc.mu.Unlock()
+				break
+			}
+			n := 0
+			for n < len(tc.wq) && !tc.wq[n].eof {
+				n++
+			}
+			if n == 0 { // the half-close, after everything before it
+				w := tc.wq[0]
+				tc.wq[0] = write{}
+				tc.wq = tc.wq[1:]
+				tc.mu.Unlock()
+				err := tc.sock.CloseWrite()
+				w.release()
+				if err != nil {
+					tc.abort("half-close failed: "+err.Error(), true)
+				}
+				return
+			}
+			batch = append(batch[:0], tc.wq[:n]...)
+			clear(tc.wq[:n])
+			tc.wq = tc.wq[n:]
+			tc.mu.Unlock()
+			bv = bv[:0]
+			for _, w := range batch {
+				bv = append(bv, w.data)
+			}
+			all := bv // WriteTo consumes bv
+			_, err := all.WriteTo(tc.sock)
+			clear(bv[:cap(bv)])
+			for i, w := range batch {
+				w.release()
+				bufs.Put(w.buf)
+				batch[i] = write{}
+			}
+			if err != nil {
+				tc.abort("socket write failed: "+err.Error(), true)
+				return
+			}
+		}
+	}
+}
+
+// close closes the connection (unsubscribe, the client's connection
+// ended, the lease expired, shutdown) and frees its URI: gracefully once
+// the client ended its direction with tcp/eof, else with an RST, so the
+// destination never takes a stream cut short (the client gone mid-upload)
+// for a complete one.
+func (tc *Channel) close(reason string) {
+	tc.mu.Lock()
+	ended := tc.eofRecv
+	tc.mu.Unlock()
+	tc.end(reason, !ended, false)
+}
+
+// abort resets the connection at once: the socket is closed with an RST
+// (SO_LINGER 0), queued bytes are dropped, and with tell the client gets
+// tcp/reset.
+func (tc *Channel) abort(reason string, tell bool) { tc.end(reason, true, tell) }
+
+func (tc *Channel) end(reason string, reset, tell bool) {
+	tc.mu.Lock()
+	if tc.isClosed {
+		tc.mu.Unlock()
+		return
+	}
+	tc.isClosed = true
+	sub := tc.sub
+	wq := tc.wq
+	lease := tc.lease
+	tc.wq, tc.slots = nil, nil
+	tc.mu.Unlock()
+	tc.closeOnce.Do(func() { close(tc.closed) })
+	if lease != nil {
+		lease.Stop()
+	}
+	for _, w := range wq {
+		w.release()
+	}
+	tb := tc.tb
+	tb.mu.Lock()
+	if tb.conns[tc.id] == tc {
+		delete(tb.conns, tc.id)
+	}
+	sock := tc.sock
+	tb.mu.Unlock()
+	if sock != nil {
+		if reset {
+			_ = sock.SetLinger(0)
+		}
+		_ = sock.Close()
+	}
+	if reset { // routine (clients and destinations reset all the time): debug
+		tc.log.Debug("TCP connection reset", "reason", reason)
+	} else {
+		tc.log.Debug("TCP connection closed", "reason", reason)
+	}
+	if tell && sub != nil {
+		sub.PushControl(tc.enc.Reset())
+	}
+	if sub != nil {
+		sub.Stream().Wake()
+	}
+}
+
+// source is the delivery.Source of a TCP subscription.
+type source struct {
+	tc   *Channel
+	sub  adapters.Subscriber
+	snap []byte // channel/snapshot, sent first
+}
+
+// NextSized implements delivery.SizedSource (writer goroutine; never
+// blocks): the snapshot, then the tcp/data read ahead, then tcp/eof.
+func (src *source) NextSized() ([]byte, delivery.UTF16Bytes) {
+	if src.snap != nil {
+		t := src.snap
+		src.snap = nil
+		return t, delivery.Measure(t)
+	}
+	tc := src.tc
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if tc.sub != src.sub || tc.isClosed {
+		return nil, 0
+	}
+	if len(tc.slots) > 0 {
+		t := tc.slots[0]
+		tc.slots[0] = slot{}
+		tc.slots = tc.slots[1:]
+		tc.slotBytes -= t.size
+		signal(tc.wake)
+		return t.text, t.size
+	}
+	if tc.eofRead && !tc.eofSent {
+		tc.eofSent = true
+		eof := tc.enc.EOF(tc.readOff)
+		return eof, delivery.Measure(eof)
+	}
+	return nil, 0
+}
+
+// Recycle implements delivery.Recycler: tcp/data buffers go back to the
+// pool once written (the snapshot and tcp/eof are too small to keep).
+func (src *source) Recycle(text []byte) { Recycle(text) }
+
+// Next implements delivery.Source.
+func (src *source) Next() []byte {
+	t, _ := src.NextSized()
+	return t
+}
+
+// signal is a non-blocking send on a 1-slot channel.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+var _ adapters.Channel = (*Channel)(nil)
+
+// ReadOffset returns the bytes read from the socket so far.
+func (tc *Channel) ReadOffset() DecodedOffset {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	return tc.readOff
+}

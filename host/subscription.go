@@ -1,0 +1,272 @@
+package host
+
+import (
+	"sync"
+
+	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/journal"
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+// The subscription registry: every subscription of a connection, by
+// channel URI. The functions of this file are the only code that adds a
+// subscription to a connection or removes one (c.subs is theirs alone).
+
+// subscription is one client's subscription to one channel, and the
+// adapters.Subscriber its channel sees.
+type subscription struct {
+	c       *conn
+	ch      adapters.Channel
+	channel string
+
+	// Windowed: out/src send host→client, in receives client→host.
+	out *delivery.Stream
+	src delivery.Source
+	in  *delivery.Inbound
+
+	// Ordinary: actions are held until the subscribe result is queued,
+	// then pushed to the connection's ordinary FIFO.
+	mu     sync.Mutex
+	active bool
+	ended  bool
+	held   []journal.Entry
+	// gapFrom, when gapped, is the snapshot's seq: more than
+	// maxHeldActions arrived before activation, the held ones were
+	// dropped, and activate sends a channel/gap after it instead.
+	gapped  bool
+	gapFrom uint64
+}
+
+// maxHeldActions bounds actions held between a subscribe's snapshot and
+// its result being queued (microseconds in practice; the bound is for
+// safety: past it the held actions give way to one channel/gap).
+const maxHeldActions = 1024
+
+func (sub *subscription) windowed() bool { return sub.out != nil }
+
+// ClientID implements adapters.Subscriber.
+func (sub *subscription) ClientID() string { return sub.c.id() }
+
+// Conn implements adapters.Subscriber.
+func (sub *subscription) Conn() adapters.ConnID { return sub.c.connID }
+
+// Stream implements adapters.Subscriber.
+func (sub *subscription) Stream() *delivery.Stream { return sub.out }
+
+// Closing implements adapters.Subscriber.
+func (sub *subscription) Closing() bool { return sub.c.ctx != nil && sub.c.ctx.Err() != nil }
+
+// CanPush implements adapters.Subscriber.
+func (sub *subscription) CanPush(headroom int) bool {
+	if sub.windowed() {
+		return false
+	}
+	sub.mu.Lock()
+	active := sub.active && !sub.ended
+	sub.mu.Unlock()
+	if !active {
+		return false
+	}
+	_, _, queued := sub.c.sched.QueueLens()
+	return queued < headroom
+}
+
+// Push implements adapters.Subscriber.
+func (sub *subscription) Push(text []byte, headroom int) bool {
+	if sub.windowed() || sub.c.subscription(sub.channel) != sub {
+		return false
+	}
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if !sub.active || sub.ended {
+		return false
+	}
+	ok, err := sub.c.sched.TryPushOrdinary(sub.channel, 0, text, headroom)
+	if err != nil {
+		go sub.c.fail(err)
+	}
+	return ok
+}
+
+// PushControl implements adapters.Subscriber.
+func (sub *subscription) PushControl(text []byte) {
+	if err := sub.c.sched.PushControl(text); err != nil && err != delivery.ErrClosed {
+		go sub.c.fail(err)
+	}
+}
+
+// onEntry is the journal listener (under the journal lock).
+func (sub *subscription) onEntry(_ string, e journal.Entry) {
+	if sub.windowed() {
+		sub.out.Wake()
+		return
+	}
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if sub.ended || sub.gapped {
+		return
+	}
+	if !sub.active {
+		if len(sub.held) >= maxHeldActions {
+			sub.gapped, sub.held = true, nil
+			return
+		}
+		sub.held = append(sub.held, e)
+		return
+	}
+	if err := sub.c.sched.PushOrdinary(sub.channel, e.Seq, e.Text); err != nil {
+		go sub.c.fail(err)
+	}
+}
+
+// activate moves held actions to the FIFO once the result is queued, or
+// sends the channel/gap that replaced them.
+func (sub *subscription) activate() {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	sub.active = true
+	if sub.gapped {
+		sub.gapped = false
+		if err := sub.c.sched.PushGap(sub.channel, sub.gapFrom); err != nil {
+			go sub.c.fail(err)
+		}
+		return
+	}
+	for _, e := range sub.held {
+		if err := sub.c.sched.PushOrdinary(sub.channel, e.Seq, e.Text); err != nil {
+			go sub.c.fail(err)
+			break
+		}
+	}
+	sub.held = nil
+}
+
+// subscription returns c's subscription to channel, or nil.
+func (c *conn) subscription(channel string) *subscription {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.subs[channel]
+}
+
+// subscriptionOf is subscription for a channel URI in a byte slice (the
+// lookup does not copy it).
+func (c *conn) subscriptionOf(channel []byte) *subscription {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.subs[string(channel)]
+}
+
+func (c *conn) subCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.subs)
+}
+
+// register makes sub the connection's subscription to its channel.
+func (c *conn) register(sub *subscription) {
+	c.mu.Lock()
+	c.subs[sub.channel] = sub
+	c.mu.Unlock()
+}
+
+// startOrdinary registers an ordinary subscription to ch. A journaled
+// channel's snapshot is taken and the journal listened to atomically
+// (under the channel's lock), so no action is missed or seen twice; the
+// actions are held until activate. A stateless channel has no snapshot
+// (snap is nil) and is subscribed at once by after.
+func (c *conn) startOrdinary(ch adapters.Channel) (sub *subscription, snap *rpc.Snapshot, after func()) {
+	sub = &subscription{c: c, ch: ch, channel: ch.URI()}
+	if ch.Traits().Delivery == adapters.Stateless {
+		sub.active = true
+		c.register(sub)
+		return sub, nil, func() { ch.Subscribe(sub) }
+	}
+	snap = new(rpc.Snapshot)
+	ch.Snapshot(func(s rpc.Snapshot) {
+		*snap = s
+		sub.gapFrom = s.FromSeq
+		c.s.journal.Listen(ch.URI(), sub, sub.onEntry, nil)
+	})
+	c.register(sub)
+	ch.Subscribe(sub)
+	return sub, snap, sub.activate
+}
+
+// startWindowed registers a windowed subscription to ch with limits. Call
+// it once the subscribe result is queued: the result is protected and so
+// precedes the stream's first data (channel/snapshot).
+func (c *conn) startWindowed(ch adapters.Channel, limits delivery.Limits) {
+	sub := &subscription{c: c, ch: ch, channel: ch.URI()}
+	sub.src = ch.Source(sub)
+	sub.in = c.sched.NewInbound(sub.channel, limits, int(c.s.cfg.Delivery.MaxMessageBytes))
+	sub.out = c.sched.AddStream(sub.channel, limits, sub.src)
+	c.register(sub)
+	if ch.Traits().Delivery == adapters.Journaled {
+		c.s.journal.Listen(sub.channel, sub, sub.onEntry, nil)
+	}
+	ch.Subscribe(sub)
+}
+
+// unsubscribe removes sub, if it is still the connection's subscription
+// to its channel, and ends it; keep leaves the ordinary messages it has
+// queued to go out (a disposed terminal's terminal/exited).
+func (c *conn) unsubscribe(sub *subscription, keep bool) bool {
+	c.mu.Lock()
+	mine := c.subs[sub.channel] == sub
+	if mine {
+		delete(c.subs, sub.channel)
+	}
+	c.mu.Unlock()
+	if !mine {
+		return false
+	}
+	c.endSubscription(sub, keep)
+	return true
+}
+
+// endSubscription ends sub (no longer registered): nothing more is
+// queued or sent for it; unless keep, its queued ordinary messages are
+// dropped too.
+func (c *conn) endSubscription(sub *subscription, keep bool) {
+	c.s.journal.Unlisten(sub.channel, sub)
+	sub.mu.Lock()
+	sub.ended = true
+	sub.mu.Unlock()
+	if sub.out != nil {
+		sub.out.Remove()
+	}
+	sub.ch.Unsubscribe(sub) // no more pushes after this
+	if !keep {
+		c.sched.DropOrdinary(sub.channel)
+	}
+}
+
+// unsubscribeAll removes every subscription of the connection (its end).
+func (c *conn) unsubscribeAll() {
+	c.mu.Lock()
+	subs := c.subs
+	c.subs = map[string]*subscription{}
+	c.mu.Unlock()
+	for _, sub := range subs {
+		c.endSubscription(sub, false)
+	}
+}
+
+// unsubscribeChannel ends every connection's subscription to uri (a
+// disposed terminal), keeping what each has queued.
+func (s *Server) unsubscribeChannel(uri string) {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		if sub := c.subscription(uri); sub != nil {
+			c.unsubscribe(sub, true)
+		}
+	}
+}
+
+var _ adapters.Subscriber = (*subscription)(nil)
