@@ -402,8 +402,9 @@ func (c *Conn) fail(err error, code transport.CloseCode, reason string) {
 }
 
 func (c *Conn) writeLoop() {
+	// Run returns only once the scheduler is closed, always with the reason.
 	err := c.sched.Run(c.ctx, c.mc)
-	if err != nil && !errors.Is(err, errClosedByUs) && !errors.Is(err, context.Canceled) {
+	if !errors.Is(err, errClosedByUs) && !errors.Is(err, context.Canceled) {
 		c.fail(fmt.Errorf("connection lost: %w", err), transport.CloseInternalError, "")
 	}
 }
