@@ -132,7 +132,7 @@ type Telemetry struct {
 type Delivery struct {
 	WindowBytes       int64 // windowBytes the host offers: outstanding data before waiting for credit
 	MaximumFrameBytes int64 // maximumFrameBytes: largest data message or channel/frame fragment (>= 1024)
-	MaxMessageBytes   int64 // largest logical message (a reassembled fragmented one) the host accepts
+	MaxMessageBytes   int64 // largest logical message (a reassembled fragmented one) the host accepts, measured as UTF-16 like every size here (its UTF-8 may be 3/2 as many bytes)
 
 	TransportQueueFrames   int // emit frames in flight on the transport (< 256, the peer's WT_PEER_TOO_SLOW limit)
 	OrdinaryQueueMessages  int // queued messages per ordinary subscription before it collapses to channel/gap
