@@ -135,8 +135,8 @@ type Delivery struct {
 	MaxMessageBytes   int64 // largest logical message (a reassembled fragmented one) the host accepts, measured as UTF-16 like every size here (its UTF-8 may be 3/2 as many bytes)
 
 	TransportQueueFrames   int // emit frames in flight on the transport (< 256, the peer's WT_PEER_TOO_SLOW limit)
-	OrdinaryQueueMessages  int // queued messages per ordinary subscription before it collapses to channel/gap
-	ProtectedQueueMessages int // queued protected messages per client before the client is closed as too slow
+	OrdinaryQueueMessages  int // queued messages of a client's ordinary subscriptions (one FIFO) before its backlog collapses to channel/gap
+	ProtectedQueueMessages int // queued responses per client before the client is closed as too slow (credit and gaps are queued apart)
 	MaxConcurrentRequests  int // JSON-RPC requests one client may have in progress (more get -32050 Overloaded)
 	MaxSubscriptions       int // subscriptions per client
 }
