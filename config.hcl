@@ -135,8 +135,10 @@ delivery {
 }
 
 journal {
-  # Journal kept per client session for reconnection (UTF-8 bytes, 8 MiB) and the age
-  # past which entries are dropped. A client that missed more gets snapshots instead.
+  # Actions the host keeps (UTF-8 bytes, 8 MiB in all: each channel's log gets an equal
+  # share over terminal.max_total, at least 256 KiB) and the age past which entries are
+  # dropped. Windowed subscribers read the log at their own pace; one that falls behind
+  # what is kept gets a snapshot instead.
   max_bytes = 8388608
   max_age   = "10m"
   # Reserved for reconnecting clients, which are not implemented yet: the setting is

@@ -143,7 +143,7 @@ type Delivery struct {
 
 // Journal is block journal: what is kept so that a client can reconnect.
 type Journal struct {
-	MaxBytes       int64         // UTF-8 bytes of journal kept per client session
+	MaxBytes       int64         // UTF-8 bytes of journal kept in all, shared per channel over terminal.max_total (at least 256 KiB each)
 	MaxAge         time.Duration // journal entries older than this are dropped
 	ReconnectGrace time.Duration // reserved for reconnect (not implemented yet); no effect
 }
