@@ -22,7 +22,7 @@ help:
 	@echo "test     go test -race on every package, end-to-end and interop tests included"
 	@echo "         (first runs npm ci in tests/interop if node_modules is missing or stale)"
 	@echo "bench    run every benchmark"
-	@echo "lint     gofmt and go vet"
+	@echo "lint     gofmt, go vet and staticcheck (go tool staticcheck: the version pinned in go.mod)"
 	@echo "install  install binary, systemd unit and (if absent) /etc/sidecar/config.hcl"
 	@echo "clean    remove bin/"
 
@@ -56,9 +56,13 @@ endif
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+# staticcheck is a tool dependency (go.mod: tool honnef.co/go/tools/cmd/staticcheck, pinned by
+# its require line): go tool builds it from the module cache, so a clean clone needs only Go.
+# Upgrade with: go get -tool honnef.co/go/tools/cmd/staticcheck@VERSION
 lint:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 
 # The config is installed only when absent, so an upgrade never overwrites local edits.
 install: build

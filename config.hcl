@@ -119,11 +119,14 @@ delivery {
   # where a transport-io peer closes the session as WT_PEER_TOO_SLOW; small keeps
   # scheduling fair and Ctrl-C quick.
   transport_queue_frames = 32
-  # Messages queued per ordinary (non-windowed) subscription; past it the subscription
-  # collapses to a channel/gap and the client pages the rest from the journal.
+  # Messages queued per client for its ordinary (non-windowed) subscriptions, all in one
+  # FIFO; past it the whole backlog collapses into one channel/gap per channel it held.
+  # Those actions are not sent: a client that wants them subscribes again for a fresh
+  # snapshot.
   ordinary_queue_messages = 1024
-  # Protected messages (responses, credit, gap notices) queued per client; past it the
-  # client is too slow and its connection is closed.
+  # Responses queued per client; past it the client is too slow and its connection is
+  # closed. Credit and gap notices, also never dropped, are queued apart (at most one
+  # waiting per channel) and do not count.
   protected_queue_messages = 256
   # JSON-RPC requests one client may have in progress; more get error -32050 Overloaded.
   max_concurrent_requests = 16
@@ -132,8 +135,10 @@ delivery {
 }
 
 journal {
-  # Journal kept per client session for reconnection (UTF-8 bytes, 8 MiB) and the age
-  # past which entries are dropped. A client that missed more gets snapshots instead.
+  # Actions the host keeps (UTF-8 bytes, 8 MiB in all: each channel's log gets an equal
+  # share over terminal.max_total, at least 256 KiB) and the age past which entries are
+  # dropped. Windowed subscribers read the log at their own pace; one that falls behind
+  # what is kept gets a snapshot instead.
   max_bytes = 8388608
   max_age   = "10m"
   # Reserved for reconnecting clients, which are not implemented yet: the setting is

@@ -80,7 +80,11 @@ type Options struct {
 	TCPReceive, TCPReceiveMax delivery.Limits
 	// Ordinary turns windowed delivery off: subscriptions are ordinary.
 	Ordinary bool
-	// MaxMessageBytes bounds one received message (UTF-8 bytes), default 16 MiB.
+	// MaxMessageBytes bounds one received message in UTF-16 bytes, the unit
+	// of every delivery size (as the host's delivery.max_message_bytes):
+	// a message reassembled from channel/frame fragments, and one
+	// WebSocket message (read with a limit of 3/2 as many UTF-8 bytes, the
+	// most such a message takes). Default 16 MiB.
 	MaxMessageBytes int
 	// ClientName is sent as clientInfo.name.
 	ClientName string
@@ -250,7 +254,7 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 	if tio {
 		mc, err = dialTransportIO(ctx, u, opts.Transport, tlsConf, header, hc)
 	} else {
-		mc, err = transport.DialWebSocket(ctx, u.String(), header, hc, int64(opts.MaxMessageBytes))
+		mc, err = transport.DialWebSocket(ctx, u.String(), header, hc, utf8Limit(opts.MaxMessageBytes))
 		if err != nil {
 			err = explainDial(u, err)
 		}
@@ -329,6 +333,11 @@ func unwrapAll(err error) error {
 	}
 }
 
+// utf8Limit is the most UTF-8 bytes a message of maxMessage UTF-16 bytes
+// takes: 3 for each 2 (a BMP character above U+07FF), and ASCII's 1 for 2
+// and an astral character's 4 for 4 take less.
+func utf8Limit(maxMessage int) int64 { return int64(maxMessage) / 2 * 3 }
+
 // NewConn runs the client protocol over an established transport (tests,
 // stdio). Call Initialize next.
 func NewConn(mc transport.MessageConn, opts Options) *Conn {
@@ -402,8 +411,9 @@ func (c *Conn) fail(err error, code transport.CloseCode, reason string) {
 }
 
 func (c *Conn) writeLoop() {
+	// Run returns only once the scheduler is closed, always with the reason.
 	err := c.sched.Run(c.ctx, c.mc)
-	if err != nil && !errors.Is(err, errClosedByUs) && !errors.Is(err, context.Canceled) {
+	if !errors.Is(err, errClosedByUs) && !errors.Is(err, context.Canceled) {
 		c.fail(fmt.Errorf("connection lost: %w", err), transport.CloseInternalError, "")
 	}
 }

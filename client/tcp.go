@@ -477,6 +477,9 @@ func (t *TCPConn) Write(p []byte) (int, error) {
 		written += n
 		p = p[n:]
 	}
+	// The credited total is the tuning's statistic (how fast a window's
+	// worth went by), not pacing: the Scheduler sends what sendSized
+	// queued as the stream's Room allows.
 	if _, consumed, _ := t.sub.Window(); consumed > 0 {
 		t.maybeGrow(&t.tune.out, consumed)
 	}
@@ -601,8 +604,7 @@ func (t *TCPConn) waitFlushed(d time.Duration) {
 		t.sub.src.mu.Lock()
 		queued := len(t.sub.src.items)
 		t.sub.src.mu.Unlock()
-		sent, consumed, _ := out.Window()
-		if queued == 0 && consumed >= sent {
+		if queued == 0 && out.Idle() {
 			return
 		}
 		select {

@@ -132,18 +132,18 @@ type Telemetry struct {
 type Delivery struct {
 	WindowBytes       int64 // windowBytes the host offers: outstanding data before waiting for credit
 	MaximumFrameBytes int64 // maximumFrameBytes: largest data message or channel/frame fragment (>= 1024)
-	MaxMessageBytes   int64 // largest logical message (a reassembled fragmented one) the host accepts
+	MaxMessageBytes   int64 // largest logical message (a reassembled fragmented one) the host accepts, measured as UTF-16 like every size here (its UTF-8 may be 3/2 as many bytes)
 
 	TransportQueueFrames   int // emit frames in flight on the transport (< 256, the peer's WT_PEER_TOO_SLOW limit)
-	OrdinaryQueueMessages  int // queued messages per ordinary subscription before it collapses to channel/gap
-	ProtectedQueueMessages int // queued protected messages per client before the client is closed as too slow
+	OrdinaryQueueMessages  int // queued messages of a client's ordinary subscriptions (one FIFO) before its backlog collapses to channel/gap
+	ProtectedQueueMessages int // queued responses per client before the client is closed as too slow (credit and gaps are queued apart)
 	MaxConcurrentRequests  int // JSON-RPC requests one client may have in progress (more get -32050 Overloaded)
 	MaxSubscriptions       int // subscriptions per client
 }
 
 // Journal is block journal: what is kept so that a client can reconnect.
 type Journal struct {
-	MaxBytes       int64         // UTF-8 bytes of journal kept per client session
+	MaxBytes       int64         // UTF-8 bytes of journal kept in all, shared per channel over terminal.max_total (at least 256 KiB each)
 	MaxAge         time.Duration // journal entries older than this are dropped
 	ReconnectGrace time.Duration // reserved for reconnect (not implemented yet); no effect
 }

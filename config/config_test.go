@@ -497,7 +497,7 @@ func TestResolveToken(t *testing.T) {
 	if b, err := base64.RawURLEncoding.DecodeString(tok); err != nil || len(b) != 32 {
 		t.Errorf("token %q is not 32 bytes base64url: %v", tok, err)
 	}
-	if NewToken() == NewToken() {
+	if a, b := NewToken(), NewToken(); a == b {
 		t.Error("NewToken repeats")
 	}
 

@@ -204,7 +204,7 @@ type decodedFrame struct {
 // frame; it returns the data joined by a Reassembler.
 func fragmentAll(t *rapid.T, channel string, msg []byte, budget func() UTF16Bytes) string {
 	f := NewFragmenter(channel, msg)
-	r := NewReassembler(max(len(msg)*3, 1)) // U+FFFD may triple an invalid byte
+	r := NewReassembler(max(Measure(msg), 1)) // the joined text: msg with each invalid byte as U+FFFD, as Measure counts it
 	var buf []byte
 	for n := 0; ; n++ {
 		if n > len(msg) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -42,7 +43,7 @@ func TestReassemblerSeed(t *testing.T) {
 }
 
 func TestReassemblerErrors(t *testing.T) {
-	r := NewReassembler(10)
+	r := NewReassembler(20) // UTF-16 bytes: ten ASCII characters
 	if _, _, err := r.Add("abc", false); err != nil {
 		t.Fatal(err)
 	}
@@ -62,12 +63,12 @@ func TestReassemblerErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, err = r.Add("7890", true)
-	wantViolation(t, err, MessageTooLarge, 11, 10)
+	wantViolation(t, err, MessageTooLarge, 22, 20)
 	if r.InProgress() || r.buf != nil {
 		t.Fatal("partial kept after MessageTooLarge")
 	}
 	_, _, err = r.Add("01234567890", true)
-	wantViolation(t, err, MessageTooLarge, 11, 10)
+	wantViolation(t, err, MessageTooLarge, 22, 20)
 
 	_, _, err = r.Add("\xed\xa0\xbd", false) // half a surrogate pair, as WTF-8
 	wantViolation(t, err, BadFragment, 0, 0)
@@ -81,6 +82,95 @@ func TestReassemblerErrors(t *testing.T) {
 	}
 	if msg, ok, _ := r.Add("cd", true); !ok || string(msg) != "cd" {
 		t.Fatalf("after Reset: %q", msg)
+	}
+}
+
+// The maximum is in UTF-16 bytes, whatever the UTF-8 the message takes:
+// ASCII is 1 UTF-8 byte and 2 UTF-16 bytes, "€" (U+20AC) 3 and 2, "😀" 4
+// and 4.
+func TestReassemblerMaxIsUTF16(t *testing.T) {
+	r := NewReassembler(1000)
+
+	// 600 ASCII characters: 600 UTF-8 bytes, under 1000, but 1200 UTF-16
+	// bytes, over it.
+	if _, _, err := r.Add(strings.Repeat("a", 300), false); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := r.Add(strings.Repeat("a", 300), true)
+	wantViolation(t, err, MessageTooLarge, 1200, 1000)
+
+	// 500 × "€": 1500 UTF-8 bytes, over 1000, but exactly 1000 UTF-16
+	// bytes: accepted, and the buffer grew to hold it.
+	euro := strings.Repeat("€", 250)
+	if _, _, err := r.Add(euro, false); err != nil {
+		t.Fatal(err)
+	}
+	msg, ok, err := r.Add(euro, true)
+	if err != nil || !ok || string(msg) != euro+euro {
+		t.Fatalf("500 × €: %d bytes %v %v", len(msg), ok, err)
+	}
+	if cap(msg) > 1500 {
+		t.Fatalf("buffer cap %d beyond 1500, the most UTF-8 1000 UTF-16 bytes take", cap(msg))
+	}
+
+	// One more character of any kind is over.
+	if _, _, err := r.Add(euro+euro, false); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = r.Add("😀", true)
+	wantViolation(t, err, MessageTooLarge, 1004, 1000)
+}
+
+// An Inbound bounds the reassembled message by maxMessage in UTF-16 bytes
+// (config delivery.max_message_bytes), counting the fragments' data.
+func TestInboundMaxMessageIsUTF16(t *testing.T) {
+	const ch = "ahp-terminal:/t"
+	limits := Limits{WindowBytes: 1 << 20, MaximumFrameBytes: 1024}
+	s := NewScheduler(SchedulerConfig{})
+	frames := func(in *Inbound, msg []byte) ([]byte, error) {
+		t.Helper()
+		f := NewFragmenter(ch, msg)
+		for !f.Done() {
+			frame, size, final, err := f.Next(nil, 1024)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var d decodedFrame
+			if err := json.Unmarshal(frame, &d); err != nil {
+				t.Fatal(err)
+			}
+			if err := in.Receive(size); err != nil {
+				t.Fatal(err)
+			}
+			m, complete, err := in.Frame(d.Params.Data, final, size)
+			if err != nil || complete {
+				return m, err
+			}
+		}
+		t.Fatal("no final fragment")
+		return nil, nil
+	}
+	wrap := func(text string) []byte {
+		return []byte(`{"jsonrpc":"2.0","method":"action","params":{"channel":"` + ch + `","d":"` + text + `"}}`)
+	}
+
+	ascii := wrap(strings.Repeat("a", 3000)) // UTF-8 ≈ 3080, UTF-16 ≈ 6160
+	if len(ascii) >= 4000 || Measure(ascii) <= 4000 {
+		t.Fatalf("ascii: %d UTF-8, %d UTF-16 bytes", len(ascii), Measure(ascii))
+	}
+	_, err := frames(s.NewInbound(ch, limits, 4000), ascii)
+	var v *ViolationError
+	if !errors.As(err, &v) || v.Kind != MessageTooLarge || v.Limit != 4000 || v.Channel != ch {
+		t.Fatalf("%d UTF-16 bytes over a 4000 maximum: %v, want MessageTooLarge 4000 on %s", Measure(ascii), err, ch)
+	}
+
+	euro := wrap(strings.Repeat("€", 1900)) // UTF-8 ≈ 5780, UTF-16 ≈ 3960
+	if len(euro) <= 4000 || Measure(euro) > 4000 {
+		t.Fatalf("euro: %d UTF-8, %d UTF-16 bytes", len(euro), Measure(euro))
+	}
+	msg, err := frames(s.NewInbound(ch, limits, 4000), euro)
+	if err != nil || !bytes.Equal(msg, euro) {
+		t.Fatalf("%d UTF-16 bytes within a 4000 maximum: %d bytes, %v", Measure(euro), len(msg), err)
 	}
 }
 
@@ -99,7 +189,7 @@ const fuzzMax = 64
 // FuzzReassembler feeds arbitrary frame sequences. The input is a sequence
 // of records: a header byte (bit 0: final, bits 1-7: data length) and then
 // that many data bytes. It checks against a simple model, and that the
-// buffer never holds more than the maximum.
+// buffer never holds more than the UTF-8 of a message of the maximum.
 func FuzzReassembler(f *testing.F) {
 	rec := func(final bool, data string) []byte {
 		h := byte(len(data)) << 1
@@ -130,8 +220,8 @@ func FuzzReassembler(f *testing.F) {
 					t.Fatalf("empty data: %v", err)
 				}
 				model = nil
-			case len(model)+len(data) > fuzzMax:
-				if !errors.As(err, &v) || v.Kind != MessageTooLarge || v.Got != UTF16Bytes(len(model)+len(data)) {
+			case Measure(model)+MeasureString(data) > fuzzMax:
+				if !errors.As(err, &v) || v.Kind != MessageTooLarge || v.Got != Measure(model)+MeasureString(data) {
 					t.Fatalf("over max: %v", err)
 				}
 				model = nil
@@ -155,8 +245,8 @@ func FuzzReassembler(f *testing.F) {
 					model = nil
 				}
 			}
-			if len(r.buf) > fuzzMax || cap(r.buf) > fuzzMax {
-				t.Fatalf("buffer len %d cap %d beyond %d", len(r.buf), cap(r.buf), fuzzMax)
+			if len(r.buf) > fuzzMax*3/2 || cap(r.buf) > fuzzMax*3/2 || r.size != Measure(r.buf) {
+				t.Fatalf("buffer len %d cap %d size %d: beyond %d UTF-8 bytes, or not its UTF-16 size %d", len(r.buf), cap(r.buf), r.size, fuzzMax*3/2, Measure(r.buf))
 			}
 			if r.InProgress() != (len(model) > 0) {
 				t.Fatalf("InProgress %v, model %q", r.InProgress(), model)

@@ -51,9 +51,12 @@ type Recycler interface {
 
 // SchedulerConfig bounds one connection's outbound queues.
 type SchedulerConfig struct {
-	// ProtectedMessages bounds responses, errors and channel/gap (seed 003's
-	// protected set). They are never dropped: a push beyond the bound fails
-	// with ErrProtectedFull and the connection must be closed.
+	// ProtectedMessages bounds what PushProtected queues (responses and
+	// errors on the host, requests on the client): seed 003's protected
+	// set, with channel/gap and channel/credit, which are queued apart (at
+	// most one waiting per channel) and do not count. They are never
+	// dropped: a push beyond the bound fails with ErrProtectedFull and the
+	// connection must be closed.
 	ProtectedMessages int
 	// ControlMessages bounds control messages other than credit (which
 	// coalesce to one per subscription): tcp/reset, unsubscribe. Beyond it
@@ -221,8 +224,8 @@ func (s *Scheduler) PushCredit(channel string, consumed UTF16Bytes) {
 // PushOrdinary queues an action of an ordinary subscription to channel with
 // its serverSeq. When the FIFO is full, the whole backlog collapses into one
 // protected channel/gap per channel it held (seed 003 "gap, don't drop
-// silently"), then text is queued. It fails only if the gaps cannot be
-// queued (ErrProtectedFull).
+// silently"), then text is queued. Gaps do not count against
+// ProtectedMessages, so it fails only once the scheduler is closed.
 func (s *Scheduler) PushOrdinary(channel string, seq uint64, text []byte) error {
 	sz := Measure(text) // outside the lock
 	s.mu.Lock()

@@ -323,9 +323,11 @@ type Inbound struct {
 
 // NewInbound returns the receiver for channel with the limits this side
 // announced (hostReceive on the host, clientReceive on the client);
-// maxMessage bounds a reassembled message in UTF-8 bytes.
+// maxMessage bounds a reassembled message in UTF-16 bytes, the unit of every
+// delivery size (config delivery.max_message_bytes as it is), not the UTF-8
+// bytes it takes in memory (see Reassembler).
 func (s *Scheduler) NewInbound(channel string, limits Limits, maxMessage int) *Inbound {
-	return &Inbound{sched: s, channel: channel, win: NewRecvWindow(limits), re: NewReassembler(maxMessage)}
+	return &Inbound{sched: s, channel: channel, win: NewRecvWindow(limits), re: NewReassembler(UTF16Bytes(maxMessage))}
 }
 
 // SetLimits changes the limits, keeping the counters.

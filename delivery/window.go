@@ -24,7 +24,7 @@ const (
 	// direction while a fragmented message was in progress.
 	FragmentInterleaved
 	// MessageTooLarge: a joined fragmented message above the configured
-	// maximum. Got and Limit are UTF-8 bytes of joined text, not UTF16Bytes.
+	// maximum. Got is the UTF-16 bytes of the joined text, Limit the maximum.
 	MessageTooLarge
 	// ChannelMismatch: the channel inside a joined message differs from the
 	// channel of its fragments.
@@ -84,7 +84,7 @@ func (e *ViolationError) Error() string {
 	case WindowExceeded, SendOnFullWindow:
 		detail = fmt.Sprintf("outstanding %d >= windowBytes %d", e.Got, e.Limit)
 	case MessageTooLarge:
-		detail = fmt.Sprintf("joined %d > maximum %d UTF-8 bytes", e.Got, e.Limit)
+		detail = fmt.Sprintf("joined %d > maximum %d", e.Got, e.Limit)
 	case InvalidSize:
 		detail = fmt.Sprintf("size %d <= 0", e.Got)
 	default:
@@ -230,9 +230,10 @@ func (w *RecvWindow) Released() UTF16Bytes { return w.released }
 // CreditDue returns the consumedBytes value to send in channel/credit, and
 // true when one should go out now: something was released since the last
 // credit, and either the consumer has caught up (released == received, so
-// the sender may be waiting for exactly this) or at least WindowBytes/4 has
-// been released since the last credit. Credit is therefore coalesced, never
-// one message per released byte. After sending, call MarkCredited.
+// the sender may be waiting for exactly this) or at least
+// WindowBytes/creditDivisor (a sixteenth of the window) has been released
+// since the last credit. Credit is therefore coalesced, never one message
+// per released byte. After sending, call MarkCredited.
 func (w *RecvWindow) CreditDue() (UTF16Bytes, bool) {
 	if w.released <= w.credited {
 		return 0, false

@@ -170,7 +170,7 @@ func TestViolationErrorText(t *testing.T) {
 		{ViolationError{Kind: FrameTooLarge, Got: 2000, Limit: 1024}, "delivery: frame too large: size 2000 > maximumFrameBytes 1024"},
 		{ViolationError{Kind: WindowExceeded, Channel: "c", Got: 600, Limit: 512}, "delivery: window exceeded on c: outstanding 600 >= windowBytes 512"},
 		{ViolationError{Kind: EmptyFragment, Channel: "c"}, "delivery: empty fragment on c"},
-		{ViolationError{Kind: MessageTooLarge, Got: 65, Limit: 64}, "delivery: message too large: joined 65 > maximum 64 UTF-8 bytes"},
+		{ViolationError{Kind: MessageTooLarge, Got: 65, Limit: 64}, "delivery: message too large: joined 65 > maximum 64"},
 		{ViolationError{Kind: FragmentInterleaved}, "delivery: fragment interleaved"},
 		{ViolationError{Kind: 99}, "delivery: ViolationKind(99)"},
 	} {

@@ -387,7 +387,7 @@ func TestServeSIGTERM(t *testing.T) {
 	if err := s.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	err, _ := rc.waitClosed(10 * time.Second)
+	_, err := rc.waitClosed(10 * time.Second)
 	if code := websocket.CloseStatus(err); code != websocket.StatusGoingAway {
 		t.Errorf("client saw %v (close code %d), want close code 1001", err, code)
 	}

@@ -402,9 +402,9 @@ func (rc *rawConn) next(timeout time.Duration) ([]byte, bool) {
 	}
 }
 
-// waitClosed waits until the connection ends and returns the read error
-// (messages received meanwhile are returned too).
-func (rc *rawConn) waitClosed(timeout time.Duration) (error, [][]byte) {
+// waitClosed waits until the connection ends and returns the messages
+// received meanwhile and the read error.
+func (rc *rawConn) waitClosed(timeout time.Duration) ([][]byte, error) {
 	rc.t.Helper()
 	var got [][]byte
 	timer := time.NewTimer(timeout)
@@ -413,11 +413,11 @@ func (rc *rawConn) waitClosed(timeout time.Duration) (error, [][]byte) {
 		select {
 		case m, ok := <-rc.msgs:
 			if !ok {
-				return rc.closed, got
+				return got, rc.closed
 			}
 			if m.err != nil {
 				rc.closed = m.err
-				return m.err, got
+				return got, m.err
 			}
 			got = append(got, m.text)
 		case <-timer.C:

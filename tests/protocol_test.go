@@ -48,7 +48,7 @@ func TestProtocolVersionMismatch(t *testing.T) {
 	if err := json.Unmarshal(m.Error.Data, &data); err != nil || len(data.SupportedVersions) == 0 {
 		t.Errorf("error data = %s, want supportedVersions", m.Error.Data)
 	}
-	err, extra := rc.waitClosed(10 * time.Second)
+	extra, err := rc.waitClosed(10 * time.Second)
 	if len(extra) > 0 {
 		t.Errorf("messages after the -32005 error: %q", extra)
 	}
@@ -189,7 +189,7 @@ func TestProtocolOversizedMessage(t *testing.T) {
 		defer cancel()
 		wrote <- rc.c.Write(ctx, websocket.MessageText, []byte(big))
 	}()
-	err, _ := rc.waitClosed(waitTimeout)
+	_, err := rc.waitClosed(waitTimeout)
 	<-wrote
 	if code := websocket.CloseStatus(err); code != websocket.StatusMessageTooBig {
 		t.Errorf("oversized message: connection ended with %v (code %d), want 1009", err, code)

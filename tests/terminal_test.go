@@ -171,7 +171,7 @@ func TestAttachInteractive(t *testing.T) {
 		}
 		pos = len(text)
 	}
-	pos = a.out.waitFor(t, "prompt after resize", pos, "XPROMPT> ")
+	a.out.waitFor(t, "prompt after resize", pos, "XPROMPT> ")
 	a.typeText(t, "exit\r")
 	if code := a.wait(t); code != 0 {
 		t.Fatalf("attach exit status = %d, want 0; screen:\n%s", code, tail(a.out.String(), 2000))

@@ -431,7 +431,7 @@ func (s *Session) Emit(event string, payload []byte) error {
 	if s.cfg.BlockOnFull {
 		return s.enqueue(s.ctx, b, MaxEmitQueue)
 	}
-	return s.enqueue(nil, b, 0)
+	return s.enqueue(s.ctx, b, 0)
 }
 
 // EmitWait queues one EMIT, first waiting while mark or more frames are
@@ -449,9 +449,9 @@ func (s *Session) EmitWait(ctx context.Context, event string, payload []byte, ma
 	return s.enqueue(ctx, b, mark)
 }
 
-// enqueue appends frame b to the emit lane. With ctx nil it never waits and
+// enqueue appends frame b to the emit lane. With mark 0 it never waits and
 // closes the session at MaxEmitQueue; otherwise it waits while mark or more
-// frames are pending.
+// frames are pending, or until ctx ends.
 func (s *Session) enqueue(ctx context.Context, b []byte, mark int) error {
 	s.mu.Lock()
 	for {
@@ -460,7 +460,7 @@ func (s *Session) enqueue(ctx context.Context, b []byte, mark int) error {
 			return err
 		}
 		pending := len(s.q) + s.inflight
-		if ctx == nil {
+		if mark == 0 {
 			if pending >= MaxEmitQueue {
 				s.mu.Unlock()
 				s.Close(ClosePeerTooSlow, fmt.Sprintf("emit queue exceeded %d frames", MaxEmitQueue))

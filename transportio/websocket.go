@@ -298,7 +298,7 @@ func (w *wsCarrier) liveness() {
 				w.lastSend.Store(send.UnixNano())
 			}
 		}
-		next := earlier(send.Add(w.opts.Keepalive), recv.Add(w.opts.Idle)).Sub(time.Now())
+		next := time.Until(earlier(send.Add(w.opts.Keepalive), recv.Add(w.opts.Idle)))
 		t.Reset(max(next, time.Millisecond))
 	}
 }

@@ -257,7 +257,7 @@ func parseL(s string) (local, dest string, err error) {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) < 1 || (args[0] != "server" && args[0] != "client") {
-		return errors.New("usage: quicrelay server -listen ADDR | client -server ADDR -L lhost:lport:dhost:dport ...")
+		return errors.New("usage: quicrelay server -listen ADDR | client -server ADDR -L lhost:lport:dhost:dport [-L ...]")
 	}
 	fs := flag.NewFlagSet("quicrelay "+args[0], flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:47450", "server: UDP address to listen on")
