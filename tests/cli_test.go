@@ -327,6 +327,45 @@ func TestServeTokenFlagNotPrinted(t *testing.T) {
 	}
 }
 
+// TestServeAttachLineCommand: serve started by a relative path
+// (./sidecar, as a developer runs bin/sidecar) prints an attach line that
+// works from anywhere: the executable's absolute path, or "sidecar" when
+// that name on $PATH is this very binary.
+func TestServeAttachLineCommand(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Dir(sidecarBin)
+	abs, err := filepath.EvalSymlinks(sidecarBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path, want string
+	}{
+		{"not on $PATH", "/nonexistent", abs + " attach "},
+		{"on $PATH", dir, "sidecar attach "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command("./"+filepath.Base(sidecarBin), "serve", "--listen", "127.0.0.1:0", "--token", "tok", "--state-dir", filepath.Join(t.TempDir(), "state"))
+			cmd.Dir = dir
+			for _, kv := range cleanEnv() {
+				if !strings.HasPrefix(kv, "PATH=") {
+					cmd.Env = append(cmd.Env, kv)
+				}
+			}
+			cmd.Env = append(cmd.Env, "PATH="+tc.path)
+			p := startCmd(t, cmd, nil)
+			text, ok := p.stdout.waitMatch(waitTimeout, func(s string) bool { return strings.Contains(s, "--cert-hash") })
+			if !ok {
+				t.Fatalf("no attach line: %q; stderr:\n%s", text, p.stderr.String())
+			}
+			if !strings.HasPrefix(text, tc.want) {
+				t.Errorf("attach line %q, want it to start with %q", text, tc.want)
+			}
+			p.kill(t)
+		})
+	}
+}
+
 var shellPidLine = regexp.MustCompile(`\r\nshell-pid=(\d+)\r\n`)
 
 var pidLine = regexp.MustCompile(`pid=(\d+) child=(\d+)\r\n`)

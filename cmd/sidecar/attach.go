@@ -174,12 +174,3 @@ func attach(cf *connFlags, url, id, name string) error {
 	}
 	return nil
 }
-
-// selfName is how to run this binary again: its path when it was started
-// by path (./bin/sidecar), else "sidecar".
-func selfName() string {
-	if strings.Contains(os.Args[0], "/") {
-		return os.Args[0]
-	}
-	return "sidecar"
-}
