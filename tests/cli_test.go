@@ -496,7 +496,8 @@ func snapshotContent(t *testing.T, raw json.RawMessage) string {
 }
 
 // TestForwardListenFailsFirst: a -L or -D port already in use fails at
-// once with the listen error (exit 255), before anything is dialled: the
+// once with the listen error, naming the flag, with exit 1 (not the 255
+// of a failed connection), before anything is dialled: the
 // URL names a listener that never answers, so a dial would hang until
 // --connect-timeout (a minute), and that listener gets no connection.
 func TestForwardListenFailsFirst(t *testing.T) {
@@ -522,9 +523,10 @@ func TestForwardListenFailsFirst(t *testing.T) {
 		p := start(t, args...)
 		code := p.wait(t, 10*time.Second)
 		errOut := p.stderr.String()
-		want := "sidecar: cannot listen on " + bind + ": address already in use\n"
-		if code != 255 || errOut != want {
-			t.Errorf("sidecar %v: exit %d, stderr %q; want 255 and %q", spec, code, errOut, want)
+		flag := spec[len(spec)-2] // the one given bind
+		want := "sidecar: " + flag + " " + bind + ": cannot listen on " + bind + ": address already in use (another program holds it: pick another local port, or 0 for any free one)\n"
+		if code != 1 || errOut != want {
+			t.Errorf("sidecar %v: exit %d, stderr %q; want 1 and %q", spec, code, errOut, want)
 		}
 		_ = silent.(*net.TCPListener).SetDeadline(time.Now()) // a dial would be in the backlog
 		if c, err := silent.Accept(); err == nil {

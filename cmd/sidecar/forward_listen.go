@@ -17,7 +17,8 @@ import (
 // bind name's lookup short; a usage error (2) when one of our own
 // listeners already bound holds the address (two -L/-D whose names and
 // addresses resolve to the same one, which sameLocalPort cannot see);
-// else 255 with the reason.
+// else exitBindFailed (1) with the flag and the reason: not 255, which
+// says the connection to the host failed, when nothing was dialled.
 func listenFailed(err error, sig syscall.Signal, bound []boundListener, given string) error {
 	if sig != 0 {
 		return interrupted(sig, "listening")
@@ -25,8 +26,27 @@ func listenFailed(err error, sig syscall.Signal, bound []boundListener, given st
 	if b := clashingListener(bound, err); b != nil {
 		return &exitError{code: 2, err: fmt.Errorf("%s and %s listen on the same port", b.given, given)}
 	}
-	return &exitError{code: 255, err: err}
+	msg := fmt.Sprintf("%s: %v", given, err)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		msg += " (another program holds it: pick another local port, or 0 for any free one)"
+	}
+	return &exitError{code: exitBindFailed, err: &bindError{msg: msg, err: err}}
 }
+
+// exitBindFailed is forward's exit status when a local port cannot be
+// bound: 1, as serve's for its own listener, distinct from 255 (the
+// connection to the host failed) and 2 (a usage error).
+const exitBindFailed = 1
+
+// bindError is a local bind that failed, worded with the flag; it unwraps
+// to the listen error.
+type bindError struct {
+	msg string
+	err error
+}
+
+func (e *bindError) Error() string { return e.msg }
+func (e *bindError) Unwrap() error { return e.err }
 
 // boundListener is one listener of a -L (local set) or a -D (local nil),
 // bound before the connection is dialled; given is the flag as typed
