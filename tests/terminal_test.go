@@ -449,4 +449,10 @@ func TestKillEndsAttach(t *testing.T) {
 	if code := a.wait(t); code != 129 {
 		t.Fatalf("attach after kill: exit status %d, want 129 (SIGHUP); screen:\n%s", code, tail(a.out.String(), 2000))
 	}
+	// Said, not only the status: by whom when the host sends disposedBy
+	// (kill's clientId is its own, random), else without it.
+	said := regexp.MustCompile(`sidecar: terminal ahp-terminal:/` + regexp.QuoteMeta(strings.TrimPrefix(id, "ahp-terminal:/")) + ` was disposed( by client \S+)?\r\n`)
+	if out := a.out.String(); !said.MatchString(out) {
+		t.Errorf("attach after kill did not say the terminal was disposed; screen:\n%s", tail(out, 2000))
+	}
 }

@@ -33,7 +33,13 @@ Reattaching takes the terminal over from the client that left: your output is
 then paced by you, and nothing is skipped. While that client is still
 connected you share the terminal instead (said when you attach): you both
 type, its window size and pace rule, and you skip ahead when you fall behind;
-when it leaves, the terminal passes to you (said too).`,
+when it leaves, the terminal passes to you (said too).
+
+Exit status: the shell's (128+n when signal n killed it). A terminal
+disposed of while you are attached (sidecar kill) has its process group
+killed with SIGHUP: attach says so ("terminal ahp-terminal:/ID was
+disposed by client ID" when the host names the client) and exits 129.
+255 when the connection fails or is lost; 2 for a usage error.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if err := cobra.RangeArgs(1, 2)(cmd, args); err != nil {
 				return err
@@ -161,10 +167,18 @@ func attach(cf *connFlags, url, id, name string) error {
 		fmt.Fprint(os.Stderr, "\r\n") // the output may have stopped mid-line
 		return &exitError{code: 255, err: copyErr}
 	}
+	gone := false // the host no longer has the terminal: someone disposed of it
 	if created || code != nil {
 		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = conn.Call(dctx, rpc.MethodDisposeTerminal, rpc.ChannelParams{Channel: uri}, nil)
+		err := conn.Call(dctx, rpc.MethodDisposeTerminal, rpc.ChannelParams{Channel: uri}, nil)
 		cancel()
+		var re *rpc.Error
+		gone = errors.As(err, &re) && re.Code == rpc.CodeNotFound
+	}
+	if msg := disposedMessage(uri, t.DisposedBy(), conn.ClientID(), gone); msg != "" {
+		// The exit status stays the program's: a disposed terminal's
+		// process group is killed with SIGHUP, so 129.
+		fmt.Fprintf(os.Stderr, "\r\nsidecar: %s\r\n", msg)
 	}
 	if code == nil {
 		return &exitError{code: 255, err: errors.New("the shell was killed")}
@@ -173,4 +187,21 @@ func attach(cf *connFlags, url, id, name string) error {
 		return &exitError{code: *code}
 	}
 	return nil
+}
+
+// disposedMessage is the line attach prints when the terminal it showed
+// ended because a client disposed of it (sidecar kill): by is the host's
+// disposedBy (a clientId, "" when it did not say), self our own clientId,
+// gone whether the host no longer had the terminal when we disposed of it
+// in turn. It is "" when nobody else disposed of it.
+func disposedMessage(uri, by, self string, gone bool) string {
+	switch {
+	case by == self && by != "":
+		return "" // our own dispose: nothing to explain
+	case by != "":
+		return fmt.Sprintf("terminal %s was disposed by client %s", uri, printable(by))
+	case gone:
+		return fmt.Sprintf("terminal %s was disposed", uri)
+	}
+	return ""
 }
