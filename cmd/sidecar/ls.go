@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -23,11 +24,18 @@ func lsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls URL",
 		Short: "List the host's terminals and listening TCP ports",
-		Long: `List the host's terminals (id, title, who claims them, status) and the TCP
-ports listening on the host, with the process that owns each where the host
+		Long: `List the host's terminals (id, title, who claims them, the clients attached,
+status) and the TCP ports listening on the host, with the process that owns each where the host
 may see it (the ports to give sidecar forward -L). The host reads its
 listening ports every 3 seconds, so a port opened a moment ago may be
-missing.`,
+missing.
+
+A running terminal is "attached" while some client is subscribed to it (the
+ATTACHED column lists their client ids) and "detached" when none is
+(reattach with sidecar attach URL ID); one whose program has ended shows how
+("exited (0)", "killed (SIGKILL)"). --json prints the root state with each
+terminal's "attached" client ids and a "status": "attached", "detached" or
+"exited".`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cf.withConn(args[0], func(ctx context.Context, conn *client.Conn) error {
@@ -46,35 +54,90 @@ func listHost(ctx context.Context, conn *client.Conn, asJSON bool) error {
 	if err != nil {
 		return &exitError{code: 255, err: err}
 	}
+	return writeHost(os.Stdout, st, asJSON)
+}
+
+// Terminal statuses in ls --json's "status" (and, for running terminals,
+// ls's STATUS column).
+const (
+	statusAttached = "attached" // running, some client subscribed to it
+	statusDetached = "detached" // running, nobody subscribed: reattach with sidecar attach
+	statusExited   = "exited"   // the program has ended (exit code or signal)
+)
+
+// terminalStatus is a terminal's status for ls --json (statusAttached,
+// statusDetached or statusExited) and for the table, where an exit says
+// how: "exited (3)", "killed (SIGKILL)".
+func terminalStatus(t rpc.TerminalInfo) (status, shown string) {
+	switch {
+	case t.ExitCode != nil:
+		return statusExited, fmt.Sprintf("exited (%d)", *t.ExitCode)
+	case t.Signal != "":
+		return statusExited, "killed (" + t.Signal + ")"
+	case len(t.Attached) > 0:
+		return statusAttached, statusAttached
+	}
+	return statusDetached, statusDetached
+}
+
+// lsTerminal is one terminal of ls --json: the host's entry (its
+// "attached" clientIds included) with its status.
+type lsTerminal struct {
+	rpc.TerminalInfo
+	Status string `json:"status"`
+}
+
+// writeHost writes st as ls does: two tables (terminals, then listening
+// ports if any), every peer's text escaped (printable), or with asJSON the
+// root state as JSON with a "status" for every terminal.
+func writeHost(w io.Writer, st rpc.RootState, asJSON bool) error {
 	if asJSON {
-		b, _ := json.MarshalIndent(st, "", "  ")
-		fmt.Println(string(b))
-		return nil
+		// The root state as the host sent it, its terminals with a status.
+		var fields map[string]json.RawMessage
+		b, err := json.Marshal(st)
+		if err == nil {
+			err = json.Unmarshal(b, &fields)
+		}
+		if err != nil {
+			return err
+		}
+		terms := make([]lsTerminal, len(st.Terminals))
+		for i, t := range st.Terminals {
+			terms[i].TerminalInfo = t
+			terms[i].Status, _ = terminalStatus(t)
+		}
+		if fields["terminals"], err = json.Marshal(terms); err != nil {
+			return err
+		}
+		b, err = json.MarshalIndent(fields, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(w, string(b))
+		return err
 	}
 	var terms table
-	terms.row("TERMINAL", "TITLE", "CLAIM", "STATUS")
+	terms.row("TERMINAL", "TITLE", "CLAIM", "ATTACHED", "STATUS")
 	for _, t := range st.Terminals {
-		status := "running"
-		switch {
-		case t.ExitCode != nil:
-			status = fmt.Sprintf("exited (%d)", *t.ExitCode)
-		case t.Signal != "":
-			status = "killed (" + t.Signal + ")"
-		}
+		_, status := terminalStatus(t)
 		claim := t.Claim.Kind + ":" + t.Claim.ClientID + t.Claim.Session
-		terms.row(printable(strings.TrimPrefix(t.Resource, rpc.TerminalScheme+"/")), printable(t.Title), printable(claim), printable(status))
+		attached := "-"
+		if len(t.Attached) > 0 {
+			attached = strings.Join(t.Attached, ",")
+		}
+		terms.row(printable(strings.TrimPrefix(t.Resource, rpc.TerminalScheme+"/")), printable(t.Title), printable(claim), printable(attached), printable(status))
 	}
-	if err := terms.write(os.Stdout); err != nil {
+	if err := terms.write(w); err != nil {
 		return err
 	}
 	if len(st.Ports) > 0 {
-		fmt.Fprintln(os.Stdout)
+		fmt.Fprintln(w)
 		var ports table
 		ports.row("LISTENING", "PROCESS")
 		for _, p := range st.Ports {
 			ports.row(printable(net.JoinHostPort(p.Address, strconv.Itoa(p.Port))), printable(p.Process))
 		}
-		return ports.write(os.Stdout)
+		return ports.write(w)
 	}
 	return nil
 }
