@@ -2,6 +2,11 @@
 // the AHP control plane, and carries channels with the same windowed
 // delivery engine as the host (seed 000), offering windows, crediting what
 // its consumer has taken, and sending its own data within hostReceive.
+//
+// Dial (or NewConn over a transport of your own) gives a Conn; on it,
+// OpenTerminal shows and drives a terminal, Subscribe reads any channel,
+// DialTCP opens a TCP stream from the host's side, and a Forwarder serves
+// local listeners through such streams as ssh -L and ssh -D do.
 package client
 
 import (

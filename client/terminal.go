@@ -29,6 +29,19 @@ type Terminal struct {
 	OnClaim     func(error)
 	claimWanted bool          // Claim was called: Copy sends it
 	claimSeq    atomic.Uint64 // its clientSeq, once sent
+	disposedBy  atomic.Pointer[string]
+}
+
+// DisposedBy is, once Copy has returned an exit, the clientId of the
+// client whose disposeTerminal ended the program (this client's own
+// included: compare with Conn.ClientID), from the host's terminal/exited
+// disposedBy extension. It is "" when no dispose ended it, when the host
+// does not send the extension, and before the exit.
+func (t *Terminal) DisposedBy() string {
+	if p := t.disposedBy.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // OpenTerminal subscribes to the terminal uri (windowed unless the Conn is
@@ -123,7 +136,8 @@ func lastLines(content string, n, maxBytes int) string {
 
 // Copy writes the terminal's output to w until the program exits, and
 // returns its exit code: 128+n when signal n killed it (the host's
-// signalNumber extension), nil when it ended without either. With
+// signalNumber extension), nil when it ended without either. DisposedBy
+// then says whether a disposeTerminal ended it, and whose. With
 // scrollback, the snapshot's content is written first (what the terminal
 // printed before we subscribed). Each message is released, and so credited,
 // only once w has taken it: a slow w slows the program, never memory.
@@ -212,6 +226,7 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 					ExitCode     *int      `json:"exitCode"`
 					SignalNumber int       `json:"signalNumber"`
 					Claim        rpc.Claim `json:"claim"`
+					DisposedBy   string    `json:"disposedBy"`
 				} `json:"action"`
 				Origin          *rpc.Origin `json:"origin"`
 				RejectionReason string      `json:"rejectionReason"`
@@ -239,6 +254,9 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 				}
 			case rpc.ActionTerminalExited:
 				m.Release()
+				if a.DisposedBy != "" {
+					t.disposedBy.Store(&a.DisposedBy)
+				}
 				if a.ExitCode == nil && a.SignalNumber > 0 {
 					code := 128 + a.SignalNumber // as a shell reports it
 					return &code, nil

@@ -122,6 +122,54 @@ func TestOnClaimPassedOn(t *testing.T) {
 	<-served
 }
 
+// TestCopyDisposedBy: a terminal/exited with the host's disposedBy
+// extension (a disposeTerminal ended the program) is reported by
+// DisposedBy once Copy returns, with the exit code of the signal; without
+// it DisposedBy is "".
+func TestCopyDisposedBy(t *testing.T) {
+	for _, tc := range []struct {
+		name, exited string
+		wantCode     int
+		wantBy       string
+	}{
+		{"disposed by another client", `{"type":"terminal/exited","signal":"SIGHUP","signalNumber":1,"disposedBy":"killer-7"}`, 129, "killer-7"},
+		{"exited on its own", `{"type":"terminal/exited","exitCode":3}`, 3, ""},
+		{"host without the extension", `{"type":"terminal/exited","signal":"SIGHUP","signalNumber":1}`, 129, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			a, b := transport.Pipe(16)
+			c := client.NewConn(a, client.Options{ClientID: "c1", Ordinary: true})
+			defer c.Close()
+			const ch = "ahp-terminal:/disposed"
+			state := `{"content":[],"lifecycle":{"status":"running"},"claim":{"kind":"client","clientId":"c1"}}`
+			served := scriptedHost(t, b, ch, state, func(action func(int, string) string) []string {
+				return []string{action(2, tc.exited)}
+			})
+			if err := c.Initialize(ctx); err != nil {
+				t.Fatal(err)
+			}
+			term, err := client.OpenTerminal(ctx, c, ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if by := term.DisposedBy(); by != "" {
+				t.Errorf("DisposedBy before the exit = %q, want \"\"", by)
+			}
+			code, err := term.Copy(ctx, io.Discard, true)
+			if err != nil || code == nil || *code != tc.wantCode {
+				t.Fatalf("Copy = %v, %v; want exit code %d", code, err, tc.wantCode)
+			}
+			if by := term.DisposedBy(); by != tc.wantBy {
+				t.Errorf("DisposedBy = %q, want %q", by, tc.wantBy)
+			}
+			_ = c.Close()
+			_ = b.Close(transport.CloseNormal, "")
+			<-served
+		})
+	}
+}
+
 // scriptedHost serves the Pipe end b as a host: it answers initialize, and
 // answers subscribe with a snapshot of state (ordinary delivery) followed
 // by the messages script returns. It returns when b is closed.

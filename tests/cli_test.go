@@ -327,6 +327,45 @@ func TestServeTokenFlagNotPrinted(t *testing.T) {
 	}
 }
 
+// TestServeAttachLineCommand: serve started by a relative path
+// (./sidecar, as a developer runs bin/sidecar) prints an attach line that
+// works from anywhere: the executable's absolute path, or "sidecar" when
+// that name on $PATH is this very binary.
+func TestServeAttachLineCommand(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Dir(sidecarBin)
+	abs, err := filepath.EvalSymlinks(sidecarBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path, want string
+	}{
+		{"not on $PATH", "/nonexistent", abs + " attach "},
+		{"on $PATH", dir, "sidecar attach "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command("./"+filepath.Base(sidecarBin), "serve", "--listen", "127.0.0.1:0", "--token", "tok", "--state-dir", filepath.Join(t.TempDir(), "state"))
+			cmd.Dir = dir
+			for _, kv := range cleanEnv() {
+				if !strings.HasPrefix(kv, "PATH=") {
+					cmd.Env = append(cmd.Env, kv)
+				}
+			}
+			cmd.Env = append(cmd.Env, "PATH="+tc.path)
+			p := startCmd(t, cmd, nil)
+			text, ok := p.stdout.waitMatch(waitTimeout, func(s string) bool { return strings.Contains(s, "--cert-hash") })
+			if !ok {
+				t.Fatalf("no attach line: %q; stderr:\n%s", text, p.stderr.String())
+			}
+			if !strings.HasPrefix(text, tc.want) {
+				t.Errorf("attach line %q, want it to start with %q", text, tc.want)
+			}
+			p.kill(t)
+		})
+	}
+}
+
 var shellPidLine = regexp.MustCompile(`\r\nshell-pid=(\d+)\r\n`)
 
 var pidLine = regexp.MustCompile(`pid=(\d+) child=(\d+)\r\n`)
@@ -457,7 +496,8 @@ func snapshotContent(t *testing.T, raw json.RawMessage) string {
 }
 
 // TestForwardListenFailsFirst: a -L or -D port already in use fails at
-// once with the listen error (exit 255), before anything is dialled: the
+// once with the listen error, naming the flag, with exit 1 (not the 255
+// of a failed connection), before anything is dialled: the
 // URL names a listener that never answers, so a dial would hang until
 // --connect-timeout (a minute), and that listener gets no connection.
 func TestForwardListenFailsFirst(t *testing.T) {
@@ -483,9 +523,10 @@ func TestForwardListenFailsFirst(t *testing.T) {
 		p := start(t, args...)
 		code := p.wait(t, 10*time.Second)
 		errOut := p.stderr.String()
-		want := "sidecar: cannot listen on " + bind + ": address already in use\n"
-		if code != 255 || errOut != want {
-			t.Errorf("sidecar %v: exit %d, stderr %q; want 255 and %q", spec, code, errOut, want)
+		flag := spec[len(spec)-2] // the one given bind
+		want := "sidecar: " + flag + " " + bind + ": cannot listen on " + bind + ": address already in use (another program holds it: pick another local port, or 0 for any free one)\n"
+		if code != 1 || errOut != want {
+			t.Errorf("sidecar %v: exit %d, stderr %q; want 1 and %q", spec, code, errOut, want)
 		}
 		_ = silent.(*net.TCPListener).SetDeadline(time.Now()) // a dial would be in the backlog
 		if c, err := silent.Accept(); err == nil {

@@ -132,12 +132,20 @@ func start(t *testing.T, args ...string) *proc {
 func startWith(t *testing.T, stderr *os.File, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(sidecarBin, args...)
+	cmd.Env = cleanEnv()
+	return startCmd(t, cmd, stderr)
+}
+
+// startCmd is startWith for a command made by the caller (its path,
+// directory and environment chosen): stdout and stderr are set here.
+func startCmd(t *testing.T, cmd *exec.Cmd, stderr *os.File) *proc {
+	t.Helper()
+	args := cmd.Args[1:]
 	p := &proc{cmd: cmd, stdout: newStreamBuf(), stderr: newStreamBuf(), done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	if stderr != nil {
 		cmd.Stderr = stderr
 	}
-	cmd.Env = cleanEnv()
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start sidecar %v: %v", args, err)
 	}

@@ -222,10 +222,12 @@ func TestAttachDetachReattach(t *testing.T) {
 			if len(f) < 3 || f[0] != id {
 				continue
 			}
-			if f[len(f)-1] != "running" {
-				t.Errorf("ls shows %q, want the terminal running", line)
+			// Running: attached or detached (which one depends on
+			// whether the host sends "attached").
+			if st := f[len(f)-1]; st != "attached" && st != "detached" {
+				t.Errorf("ls shows %q, want the terminal running (attached or detached)", line)
 			}
-			return f[len(f)-2]
+			return f[len(f)-3]
 		}
 		t.Fatalf("ls does not list %s:\n%s", id, out)
 		return ""
@@ -263,7 +265,7 @@ func TestAttachDetachReattach(t *testing.T) {
 	}
 	// Exiting the shell ends (and disposes) the terminal.
 	out, _, _ := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
-	if strings.Contains(out, id+" ") && strings.Contains(out, "running") {
+	if strings.Contains(out, id+" ") && (strings.Contains(out, "attached") || strings.Contains(out, "detached")) {
 		t.Errorf("terminal %s still running after exit:\n%s", id, out)
 	}
 }
@@ -448,5 +450,11 @@ func TestKillEndsAttach(t *testing.T) {
 	}
 	if code := a.wait(t); code != 129 {
 		t.Fatalf("attach after kill: exit status %d, want 129 (SIGHUP); screen:\n%s", code, tail(a.out.String(), 2000))
+	}
+	// Said, not only the status: by whom when the host sends disposedBy
+	// (kill's clientId is its own, random), else without it.
+	said := regexp.MustCompile(`sidecar: terminal ahp-terminal:/` + regexp.QuoteMeta(strings.TrimPrefix(id, "ahp-terminal:/")) + ` was disposed( by client \S+)?\r\n`)
+	if out := a.out.String(); !said.MatchString(out) {
+		t.Errorf("attach after kill did not say the terminal was disposed; screen:\n%s", tail(out, 2000))
 	}
 }

@@ -223,7 +223,8 @@ func TestListenBind(t *testing.T) {
 }
 
 // TestForwardListensBeforeDialing: a -L or -D port already in use fails
-// with the listen error (exit 255) before anything is dialled: the server
+// with the listen error (exit 1, not the 255 of a failed connection)
+// before anything is dialled: the server
 // the URL names (a listener that never answers, so that a dial would hang
 // until --connect-timeout) gets no connection. A failed dial closes the
 // listeners already bound.
@@ -256,9 +257,13 @@ func TestForwardListensBeforeDialing(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			err := forward(cf, url, args[0], args[1])
 			var ee *exitError
-			want := "cannot listen on " + bind + ": address already in use"
-			if !errors.As(err, &ee) || ee.code != 255 || err.Error() != want {
-				t.Fatalf("forward: %v, want exit 255 and %q", err, want)
+			given := "-L " + bind
+			if name == "-D" {
+				given = "-D " + bind
+			}
+			want := given + ": cannot listen on " + bind + ": address already in use (another program holds it: pick another local port, or 0 for any free one)"
+			if !errors.As(err, &ee) || ee.code != 1 || err.Error() != want || !errors.Is(err, syscall.EADDRINUSE) {
+				t.Fatalf("forward: %v, want exit 1 and %q", err, want)
 			}
 			// A dial would have left a connection in the backlog.
 			_ = silent.(*net.TCPListener).SetDeadline(time.Now())
@@ -494,7 +499,7 @@ func TestForwardHidesOrdinary(t *testing.T) {
 // are the usage error the literal forms get (exit 2, naming both flags as
 // typed), found when the second bind fails on our own first listener,
 // before anything is dialled; a port held by another program is still the
-// listen error (exit 255).
+// listen error (exit 1).
 func TestForwardSameAddressResolved(t *testing.T) {
 	addrs, err := net.DefaultResolver.LookupHost(context.Background(), "localhost")
 	if err != nil || !slices.Contains(addrs, "127.0.0.1") {
@@ -540,9 +545,9 @@ func TestForwardSameAddressResolved(t *testing.T) {
 	// Held by someone else (l): not ours to name.
 	err = forward(cf, url, []string{"localhost:" + p + ":127.0.0.1:80"}, nil)
 	var ee *exitError
-	want := "cannot listen on 127.0.0.1:" + p + " (localhost): address already in use"
-	if !errors.As(err, &ee) || ee.code != 255 || err.Error() != want {
-		t.Errorf("port held by another listener: %v, want exit 255 and %q", err, want)
+	want := "-L localhost:" + p + ": cannot listen on 127.0.0.1:" + p + " (localhost): address already in use (another program holds it: pick another local port, or 0 for any free one)"
+	if !errors.As(err, &ee) || ee.code != 1 || err.Error() != want {
+		t.Errorf("port held by another listener: %v, want exit 1 and %q", err, want)
 	}
 }
 
@@ -599,12 +604,14 @@ func TestForwardArgs(t *testing.T) {
 
 // TestForwardHelpExitStatus: forward --help gives every exit status, as
 // the code has them: 0 after a signal once connected, 128+n while
-// connecting (dialFailed), 255 when the connection is lost (runUntil) or
-// cannot be made, 2 for usage errors.
+// connecting (dialFailed), 1 when a local port cannot be bound
+// (listenFailed), 255 when the connection is lost (runUntil) or cannot be
+// made, 2 for usage errors.
 func TestForwardHelpExitStatus(t *testing.T) {
 	const want = `Exit status: 0 after Ctrl-C, SIGTERM or SIGHUP once connected (130, 143
-or 129 while still connecting); 255 when a local port cannot be bound,
-or the connection cannot be made or is lost; 2 for a usage error.`
+or 129 while still connecting); 1 when a local port cannot be bound (in
+use, say: nothing is dialled then); 255 when the connection cannot be
+made or is lost; 2 for a usage error.`
 	if long := forwardCmd().Long; !strings.HasSuffix(long, "\n\n"+want) {
 		t.Errorf("forward --help ends\n%s\nwant it to end with the paragraph\n%s", long[max(0, len(long)-400):], want)
 	}

@@ -36,6 +36,8 @@ func (e *exitError) Error() string {
 	return e.err.Error()
 }
 
+func (e *exitError) Unwrap() error { return e.err }
+
 // usageErrors makes every usage error (a flag, the arguments) exit 2,
 // with a pointer to the command's help.
 func usageErrors(root *cobra.Command) {

@@ -1,4 +1,4 @@
-package main
+package client
 
 import (
 	"bytes"
@@ -17,7 +17,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
-	"github.com/sidecar-dev/sidecar/client"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/host"
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -34,7 +33,7 @@ func TestSOCKSReply(t *testing.T) {
 		if kind == tcpadapter.KindDenied {
 			code = rpc.CodePermissionDenied
 		}
-		// As the host sends it, and as client.Conn.Call returns it.
+		// As the host sends it, and as Conn.Call returns it.
 		return fmt.Errorf("call: %w", rpc.Errorf(code, "%s", e.Error()))
 	}
 	tests := []struct {
@@ -203,7 +202,7 @@ func TestSOCKSForward(t *testing.T) {
 // testHostConn is a client connection, initialized, to an in-process host
 // (default policy: loopback destinations only) over a pipe; both end at
 // cleanup.
-func testHostConn(t *testing.T) *client.Conn {
+func testHostConn(t *testing.T) *Conn {
 	t.Helper()
 	return testHostConnVia(t, nil)
 }
@@ -228,7 +227,7 @@ func (h *heldOpens) ReadMessage(ctx context.Context) ([]byte, error) {
 
 // testHostConnVia is testHostConn with the host's end of the pipe
 // wrapped by wrap (nil: as is).
-func testHostConnVia(t *testing.T, wrap func(transport.MessageConn) transport.MessageConn) *client.Conn {
+func testHostConnVia(t *testing.T, wrap func(transport.MessageConn) transport.MessageConn) *Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -241,7 +240,7 @@ func testHostConnVia(t *testing.T, wrap func(transport.MessageConn) transport.Me
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.ServeConn(context.Background(), b) }()
-	conn := client.NewConn(a, client.Options{ClientID: "socks-test"})
+	conn := NewConn(a, Options{ClientID: "socks-test"})
 	t.Cleanup(func() {
 		_ = conn.Close()
 		select {
@@ -263,20 +262,17 @@ func testHostConnVia(t *testing.T, wrap func(transport.MessageConn) transport.Me
 
 // startSOCKS runs a forwarder's -D on a loopback listener, its lines
 // going to log, and returns the listener; everything ends at cleanup.
-func startSOCKS(t *testing.T, conn *client.Conn, log io.Writer, timeout time.Duration) net.Listener {
+func startSOCKS(t *testing.T, conn *Conn, log io.Writer, timeout time.Duration) net.Listener {
 	t.Helper()
-	fw := &forwarder{conn: conn, active: map[*net.TCPConn]struct{}{}, socksTimeout: timeout, stderr: log}
+	fw := NewForwarder(conn, ForwarderOptions{Log: log, SOCKSHandshakeTimeout: timeout})
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fw.wg.Add(1)
-	go fw.serveSOCKS(l)
-	t.Cleanup(func() {
-		_ = l.Close()
-		fw.closeActive()
-		waitWithin(t, &fw.wg, 10*time.Second, "the SOCKS server")
-	})
+	if err := fw.ServeSOCKS(l); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeWithin(t, fw, 10*time.Second) })
 	return l
 }
 
@@ -438,7 +434,7 @@ func TestSOCKSHandshakeMessages(t *testing.T) {
 	for i, tc := range []struct {
 		name        string
 		send, reply []byte
-		want        string // the line after "sidecar: SOCKS5 ADDR: client CLIENT "
+		want        string // the line after "SOCKS5 ADDR: client CLIENT "
 	}{
 		{"username/password only", []byte{5, 1, 2}, []byte{5, 0xff},
 			"offered no method we accept (it offered username/password; we take only no-authentication)"},
@@ -477,7 +473,7 @@ func TestSOCKSHandshakeMessages(t *testing.T) {
 		if err != nil || string(got) != string(tc.reply) {
 			t.Errorf("%s: read % x, %v; want % x then the end", tc.name, got, err, tc.reply)
 		}
-		want := fmt.Sprintf("sidecar: SOCKS5 %s: client %s %s", l.Addr(), c.LocalAddr(), tc.want)
+		want := fmt.Sprintf("SOCKS5 %s: client %s %s", l.Addr(), c.LocalAddr(), tc.want)
 		if line := log.line(t, i); line != want {
 			t.Errorf("%s: line\n%q, want\n%q", tc.name, line, want)
 		}
@@ -527,7 +523,7 @@ func TestSOCKSNameEscaped(t *testing.T) {
 		}
 		_ = c.Close()
 		line := log.line(t, i)
-		prefix := fmt.Sprintf("sidecar: SOCKS5 %s -> %s:80: open failed: ", l.Addr(), printable(name))
+		prefix := fmt.Sprintf("SOCKS5 %s -> %s:80: open failed: ", l.Addr(), printable(name))
 		if !strings.HasPrefix(line, prefix) || strings.ContainsAny(line, "\x00\x07\x1b\u009b") {
 			t.Errorf("CONNECT to %q: line %q; want it to start %q, with no control character", name, line, prefix)
 		}
@@ -541,7 +537,7 @@ func TestSOCKSNameEscaped(t *testing.T) {
 		&rpc.Error{Code: rpc.CodeTCPConnectionOpenFailed, Message: "connect to \x1b]0;x\a:80 refused"}: `connect to \x1b]0;x\a:80 refused`,
 		errors.New("lost: \x00\x1b[2J"): `lost: \x00\x1b[2J`,
 	} {
-		if got := openMessage(err); got != want {
+		if got := (&Forwarder{opts: ForwarderOptions{}.withDefaults()}).openMessage(err); got != want {
 			t.Errorf("openMessage(%q) = %q, want %q", err, got, want)
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package client
 
 import (
 	"bufio"
@@ -92,19 +92,15 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// waitWithin waits for wg, failing the test after d (and leaving what
-// still runs behind).
-func waitWithin(t *testing.T, wg *sync.WaitGroup, d time.Duration, what string) {
+// closeWithin closes fw and waits for it, failing the test after d (and
+// leaving what still runs behind).
+func closeWithin(t *testing.T, fw *Forwarder, d time.Duration) {
 	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(d):
-		t.Errorf("%s still running %v later", what, d)
+	fw.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := fw.Wait(ctx); err != nil {
+		t.Errorf("the forwarder still running %v after Close", d)
 	}
 }
 
@@ -151,17 +147,14 @@ func TestAcceptRetriesAfterEMFILE(t *testing.T) {
 	destPort := echoServer(t)
 	const fails = 3
 
-	start := func(t *testing.T, serve func(fw *forwarder, l net.Listener)) (*flakyListener, *syncBuffer) {
+	start := func(t *testing.T, serve func(fw *Forwarder, l net.Listener) error) (*flakyListener, *syncBuffer) {
 		fl := newFlakyListener(t, fails)
 		var log syncBuffer
-		fw := &forwarder{conn: conn, active: map[*net.TCPConn]struct{}{}, stderr: &log}
-		fw.wg.Add(1)
-		go serve(fw, fl)
-		t.Cleanup(func() {
-			_ = fl.Close()
-			fw.closeActive()
-			waitWithin(t, &fw.wg, 10*time.Second, "the forwarder")
-		})
+		fw := NewForwarder(conn, ForwarderOptions{Log: &log})
+		if err := serve(fw, fl); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { closeWithin(t, fw, 10*time.Second) })
 		return fl, &log
 	}
 	dial := func(t *testing.T, l net.Listener) net.Conn {
@@ -175,16 +168,16 @@ func TestAcceptRetriesAfterEMFILE(t *testing.T) {
 		return c
 	}
 	checkLog := func(t *testing.T, l net.Listener, log *syncBuffer) {
-		want := "sidecar: accept on " + l.Addr().String() + ": too many open files (retrying)\n"
-		again := "sidecar: accepting on " + l.Addr().String() + " again\n"
+		want := "accept on " + l.Addr().String() + ": too many open files (retrying)\n"
+		again := "accepting on " + l.Addr().String() + " again\n"
 		if got := log.String(); !strings.HasPrefix(got, want) || !strings.HasSuffix(got, again) {
 			t.Errorf("stderr %q, want it to start with %q and end with %q", got, want, again)
 		}
 	}
 
 	t.Run("-L", func(t *testing.T) {
-		fl, log := start(t, func(fw *forwarder, l net.Listener) {
-			fw.acceptLocal(l, localForward{host: "127.0.0.1", hostPort: destPort})
+		fl, log := start(t, func(fw *Forwarder, l net.Listener) error {
+			return fw.ServeLocal(l, "127.0.0.1", destPort)
 		})
 		c := dial(t, fl)
 		if _, err := io.WriteString(c, "ping\n"); err != nil {
@@ -197,7 +190,7 @@ func TestAcceptRetriesAfterEMFILE(t *testing.T) {
 	})
 
 	t.Run("-D", func(t *testing.T) {
-		fl, log := start(t, func(fw *forwarder, l net.Listener) { fw.serveSOCKS(l) })
+		fl, log := start(t, (*Forwarder).ServeSOCKS)
 		c := dial(t, fl)
 		req := []byte{5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1}
 		req = binary.BigEndian.AppendUint16(req, uint16(destPort))
@@ -219,25 +212,22 @@ func TestAcceptRetriesAfterEMFILE(t *testing.T) {
 // listener closed) ends an accept loop at once even while it waits after a
 // failed Accept, here a wait of an hour, for -L and -D alike.
 func TestAcceptRetryEndsAtShutdown(t *testing.T) {
-	for name, serve := range map[string]func(fw *forwarder, l net.Listener){
-		"-L": func(fw *forwarder, l net.Listener) { fw.acceptLocal(l, localForward{host: "127.0.0.1", hostPort: 1}) },
-		"-D": func(fw *forwarder, l net.Listener) { fw.serveSOCKS(l) },
+	for name, serve := range map[string]func(fw *Forwarder, l net.Listener) error{
+		"-L": func(fw *Forwarder, l net.Listener) error { return fw.ServeLocal(l, "127.0.0.1", 1) },
+		"-D": (*Forwarder).ServeSOCKS,
 	} {
 		t.Run(name, func(t *testing.T) {
 			fl := newFlakyListener(t, -1)
-			done := make(chan struct{})
-			fw := &forwarder{active: map[*net.TCPConn]struct{}{}, done: done, stderr: io.Discard,
-				retryMin: time.Hour, retryMax: time.Hour}
-			fw.wg.Add(1)
-			go serve(fw, fl)
+			fw := NewForwarder(nil, ForwarderOptions{AcceptRetryMin: time.Hour, AcceptRetryMax: time.Hour})
+			if err := serve(fw, fl); err != nil {
+				t.Fatal(err)
+			}
 			select {
 			case <-fl.failed:
 			case <-time.After(10 * time.Second):
 				t.Fatal("Accept was not called")
 			}
-			close(done)
-			_ = fl.Close()
-			waitWithin(t, &fw.wg, 10*time.Second, "the accept loop waiting an hour")
+			closeWithin(t, fw, 10*time.Second)
 		})
 	}
 }
@@ -259,7 +249,7 @@ func TestAcceptFailureLogRateLimit(t *testing.T) {
 	l := fixedAddrListener{addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5602}}
 	r := &retryListener{Listener: l, log: &log, now: func() time.Time { return now }}
 	enfile := &net.OpError{Op: "accept", Net: "tcp", Addr: l.addr, Err: os.NewSyscallError("accept4", syscall.ENFILE)}
-	const prefix = "sidecar: accept on 127.0.0.1:5602: "
+	const prefix = "accept on 127.0.0.1:5602: "
 	steps := []struct {
 		after time.Duration // since the previous step
 		err   error
@@ -291,7 +281,7 @@ func TestAcceptFailureLogRateLimit(t *testing.T) {
 func TestForwardOpenFailedResets(t *testing.T) {
 	conn := testHostConn(t)
 	log := newWaitLog()
-	fw := &forwarder{conn: conn, active: map[*net.TCPConn]struct{}{}, stderr: log}
+	fw := NewForwarder(conn, ForwarderOptions{Log: log})
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -302,13 +292,10 @@ func TestForwardOpenFailedResets(t *testing.T) {
 	}
 	port := closed.Addr().(*net.TCPAddr).Port
 	_ = closed.Close()
-	fw.wg.Add(1)
-	go fw.acceptLocal(l, localForward{host: "127.0.0.1", hostPort: port})
-	t.Cleanup(func() {
-		_ = l.Close()
-		fw.closeActive()
-		waitWithin(t, &fw.wg, 10*time.Second, "the forwarder")
-	})
+	if err := fw.ServeLocal(l, "127.0.0.1", port); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeWithin(t, fw, 10*time.Second) })
 	c, err := net.DialTimeout("tcp4", l.Addr().String(), 10*time.Second)
 	switch {
 	case errors.Is(err, syscall.ECONNRESET):
@@ -322,25 +309,24 @@ func TestForwardOpenFailedResets(t *testing.T) {
 			t.Errorf("local client of a refused destination read %q, %v; want ECONNRESET", b, err)
 		}
 	}
-	want := fmt.Sprintf("sidecar: %s -> 127.0.0.1:%d: open failed: connect to 127.0.0.1:%d refused", l.Addr(), port, port)
+	want := fmt.Sprintf("%s -> 127.0.0.1:%d: open failed: connect to 127.0.0.1:%d refused", l.Addr(), port, port)
 	if got := log.line(t, 0); got != want {
 		t.Errorf("line %q, want %q", got, want)
 	}
 }
 
-// TestForwardCtrlCWhileOpening: Ctrl-C while channels are still opening
+// TestForwardCloseWhileOpening: Close while channels are still opening
 // (the host never answers their createTcpConnection here) resets their
 // local connections like every other one still open, counts them, and
 // says nothing else: the opens that fail because forward is ending are no
 // "open failed" (-L and -D alike).
-func TestForwardCtrlCWhileOpening(t *testing.T) {
+func TestForwardCloseWhileOpening(t *testing.T) {
 	held := make(chan struct{}, 4)
 	conn := testHostConnVia(t, func(mc transport.MessageConn) transport.MessageConn {
 		return &heldOpens{MessageConn: mc, held: held}
 	})
 	log := newWaitLog()
-	done := make(chan struct{})
-	fw := &forwarder{conn: conn, active: map[*net.TCPConn]struct{}{}, stderr: log, done: done, socksTimeout: 10 * time.Second}
+	fw := NewForwarder(conn, ForwarderOptions{Log: log, SOCKSHandshakeTimeout: 10 * time.Second})
 	ll, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -349,14 +335,12 @@ func TestForwardCtrlCWhileOpening(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	closeListeners := func() {
-		_ = ll.Close()
-		_ = dl.Close()
+	if err := fw.ServeLocal(ll, "127.0.0.1", 80); err != nil {
+		t.Fatal(err)
 	}
-	defer closeListeners()
-	fw.wg.Add(2)
-	go fw.acceptLocal(ll, localForward{host: "127.0.0.1", hostPort: 80})
-	go fw.serveSOCKS(dl)
+	if err := fw.ServeSOCKS(dl); err != nil {
+		t.Fatal(err)
+	}
 
 	dial := func(addr string, send []byte) net.Conn {
 		c, err := net.DialTimeout("tcp4", addr, 10*time.Second)
@@ -382,19 +366,27 @@ func TestForwardCtrlCWhileOpening(t *testing.T) {
 		t.Fatalf("SOCKS5 method selection % x, %v; want 05 00", method, err)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel() // Ctrl-C
-	if err := fw.runUntil(ctx, done, closeListeners); err != nil {
-		t.Errorf("runUntil after Ctrl-C: %v, want nil (exit 0)", err)
+	if n := fw.Close(); n != 2 {
+		t.Errorf("Close reset %d connections, want 2", n)
 	}
-	waitWithin(t, &fw.wg, 10*time.Second, "the forwarder")
-	if got, want := log.String(), "sidecar: reset 2 forwarded connection(s) still open\n"; got != want {
-		t.Errorf("stderr %q, want %q", got, want)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := fw.Wait(ctx); err != nil {
+		t.Errorf("Wait after Close: %v", err)
+	}
+	if got := log.String(); got != "" {
+		t.Errorf("log %q, want nothing", got)
+	}
+	if n := fw.Close(); n != 0 {
+		t.Errorf("a second Close reset %d, want 0", n)
+	}
+	if err := fw.ServeLocal(ll, "127.0.0.1", 80); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("ServeLocal after Close: %v, want net.ErrClosed", err)
 	}
 	if b, err := io.ReadAll(lc); len(b) != 0 || !errors.Is(err, syscall.ECONNRESET) {
-		t.Errorf("-L connection opening at Ctrl-C: read %q, %v; want ECONNRESET", b, err)
+		t.Errorf("-L connection opening at Close: read %q, %v; want ECONNRESET", b, err)
 	}
 	if b, err := io.ReadAll(sc); len(b) != 0 || !errors.Is(err, syscall.ECONNRESET) {
-		t.Errorf("-D connection opening at Ctrl-C: read % x, %v; want ECONNRESET", b, err)
+		t.Errorf("-D connection opening at Close: read % x, %v; want ECONNRESET", b, err)
 	}
 }

@@ -1,0 +1,421 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+// DefaultForwardOpenTimeout is ForwarderOptions.OpenTimeout's default: it
+// bounds createTcpConnection plus the subscription for one accepted
+// connection (the host's own dial is bounded by its tcp.dial_timeout).
+const DefaultForwardOpenTimeout = 30 * time.Second
+
+// ForwarderOptions configure a Forwarder. The zero value works.
+type ForwarderOptions struct {
+	// Log gets one line (one Write, ending in "\n") for each thing a
+	// person should hear about: a channel that could not open and why, a
+	// SOCKS client refused or a handshake that failed, an Accept that
+	// failed and is retried. Peer text in a line (the host's messages, a
+	// SOCKS client's destination) has its control characters escaped.
+	// Lines carry no program name: prefix them if you need one. nil:
+	// io.Discard.
+	Log io.Writer
+	// OpenTimeout bounds opening the channel of one accepted connection;
+	// one that fails to open in time is reset, with a line. 0:
+	// DefaultForwardOpenTimeout.
+	OpenTimeout time.Duration
+	// SOCKSHandshakeTimeout bounds a SOCKS client's handshake, from its
+	// first byte to its request; a client that stalls in it is closed,
+	// with a line. 0: DefaultSOCKSHandshakeTimeout.
+	SOCKSHandshakeTimeout time.Duration
+	// AcceptRetryMin and AcceptRetryMax bound the wait after a failed
+	// Accept (out of file descriptors, say): it starts at AcceptRetryMin
+	// and doubles with each failure in a row up to AcceptRetryMax. 0:
+	// DefaultAcceptRetryMin and DefaultAcceptRetryMax.
+	AcceptRetryMin, AcceptRetryMax time.Duration
+}
+
+func (o ForwarderOptions) withDefaults() ForwarderOptions {
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.OpenTimeout <= 0 {
+		o.OpenTimeout = DefaultForwardOpenTimeout
+	}
+	if o.SOCKSHandshakeTimeout <= 0 {
+		o.SOCKSHandshakeTimeout = DefaultSOCKSHandshakeTimeout
+	}
+	if o.AcceptRetryMin <= 0 {
+		o.AcceptRetryMin = DefaultAcceptRetryMin
+	}
+	if o.AcceptRetryMax <= 0 {
+		o.AcceptRetryMax = DefaultAcceptRetryMax
+	}
+	return o
+}
+
+// Forwarder forwards local TCP connections through one Conn, one TCP
+// channel (DialTCP) per connection, as ssh -L and ssh -D do: ServeLocal
+// forwards every connection a listener accepts to one destination,
+// ServeSOCKS runs a SOCKS5 proxy whose CONNECTs name the destination.
+// Destinations are resolved and dialled by the host, under its tcp.allow
+// policy.
+//
+// Each forwarded connection is piped both ways until both directions have
+// ended: an end of file becomes a half-close on the other side, and a
+// reset on either side (or a channel that fails, or the Conn lost) resets
+// the other, so that a transfer cut short never looks complete to a local
+// reader. A connection whose channel cannot open is reset with a line in
+// ForwarderOptions.Log saying why.
+//
+// Close stops accepting and resets every connection still open; Wait
+// waits for their goroutines. Closing the Conn is left to its owner: a
+// Forwarder does not close it, and goes on serving (every open failing)
+// after it has ended, until Close. Its methods are safe for concurrent
+// use.
+type Forwarder struct {
+	conn *Conn
+	opts ForwarderOptions
+
+	wg     sync.WaitGroup  // accept loops and connection handlers
+	done   chan struct{}   // closed by Close: ends accept loops' retry waits
+	ctx    context.Context // ends with Close: opens in flight fail
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	closed    bool
+	listeners []net.Listener
+	active    map[*net.TCPConn]struct{} // local connections not yet released
+	channels  map[*TCPConn]struct{}     // channels open
+}
+
+// NewForwarder returns a Forwarder whose channels go through conn, which
+// must be initialized and offer TCP connections
+// (Initialized().TCPConnections).
+func NewForwarder(conn *Conn, opts ForwarderOptions) *Forwarder {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Forwarder{
+		conn:     conn,
+		opts:     opts.withDefaults(),
+		done:     make(chan struct{}),
+		ctx:      ctx,
+		cancel:   cancel,
+		active:   map[*net.TCPConn]struct{}{},
+		channels: map[*TCPConn]struct{}{},
+	}
+}
+
+// ServeLocal forwards every connection l accepts to host:port as the host
+// sees it (ssh -L): it starts l's accept loop and returns at once. l must
+// yield *net.TCPConn connections (a TCP listener). The Forwarder owns l
+// from now on: Close closes it. After Close, ServeLocal closes l and
+// returns net.ErrClosed.
+func (fw *Forwarder) ServeLocal(l net.Listener, host string, port int) error {
+	if !fw.add(l) {
+		return net.ErrClosed
+	}
+	go fw.acceptLocal(l, host, port)
+	return nil
+}
+
+// add registers l and counts its accept loop in wg, unless fw is closed
+// (then it closes l).
+func (fw *Forwarder) add(l net.Listener) bool {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	if fw.closed {
+		_ = l.Close()
+		return false
+	}
+	fw.listeners = append(fw.listeners, l)
+	fw.wg.Add(1)
+	return true
+}
+
+// Close stops forwarding: it closes the listeners (an accept loop waiting
+// after a failed Accept ends at once), resets every local connection
+// still open (an RST, not a FIN: a local reader cannot take a transfer cut
+// short for a complete one) and their channels (tcp/reset), and makes
+// channels still opening fail. It returns how many local connections it
+// reset, those still opening included. It does not wait: Wait does. Close
+// after the first returns 0.
+func (fw *Forwarder) Close() (reset int) {
+	fw.mu.Lock()
+	if fw.closed {
+		fw.mu.Unlock()
+		return 0
+	}
+	fw.closed = true
+	close(fw.done)
+	ls := fw.listeners
+	fw.listeners = nil
+	fw.mu.Unlock()
+	for _, l := range ls {
+		_ = l.Close()
+	}
+	n := fw.closeActive()
+	// The channels too: a handler may wait on the host, not on the local
+	// socket just closed (an upload into a destination that does not
+	// read, a download from one that sends nothing).
+	fw.cancel()
+	fw.mu.Lock()
+	chans := make([]*TCPConn, 0, len(fw.channels))
+	for c := range fw.channels {
+		chans = append(chans, c)
+	}
+	fw.mu.Unlock()
+	for _, c := range chans {
+		c.Reset()
+	}
+	return n
+}
+
+// Wait waits until every accept loop and connection handler has ended
+// (after Close, or once the listeners fail), or ctx ends (then it returns
+// ctx's error).
+func (fw *Forwarder) Wait(ctx context.Context) error {
+	drained := make(chan struct{})
+	go func() {
+		fw.wg.Wait()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// log writes one line to the Log: format and args, then "\n".
+func (fw *Forwarder) log(format string, args ...any) {
+	_, _ = io.WriteString(fw.opts.Log, fmt.Sprintf(format, args...)+"\n")
+}
+
+// ending reports whether fw is closed or the connection to the host has
+// ended. A channel that fails then failed because of it: that gets no
+// line of its own (Close needs none, and the connection's end is its
+// owner's to say, once).
+func (fw *Forwarder) ending() bool {
+	select {
+	case <-fw.done:
+		return true
+	default:
+	}
+	return fw.conn != nil && fw.conn.Err() != nil
+}
+
+// release stops tracking local connection c, whose handler has ended,
+// unless it was reset while fw is ending: closeActive counts those among
+// the connections reset, whichever of the handler and closeActive got
+// there first.
+func (fw *Forwarder) release(c *net.TCPConn, wasReset bool) {
+	if wasReset && fw.ending() {
+		return
+	}
+	fw.track(c, false)
+}
+
+// resetTCP closes c with an RST instead of a FIN: its reader gets
+// ECONNRESET, never the EOF of a complete answer.
+func resetTCP(c *net.TCPConn) {
+	_ = c.SetLinger(0)
+	_ = c.Close()
+}
+
+func (fw *Forwarder) track(c *net.TCPConn, add bool) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	if add {
+		fw.active[c] = struct{}{}
+	} else {
+		delete(fw.active, c)
+	}
+}
+
+// trackChannel registers an open channel so that Close resets it, or, if
+// fw is closed already, resets it and reports false.
+func (fw *Forwarder) trackChannel(c *TCPConn) bool {
+	fw.mu.Lock()
+	closed := fw.closed
+	if !closed {
+		fw.channels[c] = struct{}{}
+	}
+	fw.mu.Unlock()
+	if closed {
+		c.Reset()
+	}
+	return !closed
+}
+
+func (fw *Forwarder) untrackChannel(c *TCPConn) {
+	fw.mu.Lock()
+	delete(fw.channels, c)
+	fw.mu.Unlock()
+}
+
+// closeActive resets every local connection still open and returns how
+// many there were.
+func (fw *Forwarder) closeActive() int {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	for c := range fw.active {
+		resetTCP(c)
+	}
+	return len(fw.active)
+}
+
+// dialTCP opens the channel of one accepted connection, within
+// OpenTimeout, and registers it (trackChannel).
+func (fw *Forwarder) dialTCP(ctx context.Context, host string, port int) (*TCPConn, error) {
+	ctx, cancel := context.WithTimeout(ctx, fw.opts.OpenTimeout)
+	defer cancel()
+	stop := context.AfterFunc(fw.ctx, cancel)
+	defer stop()
+	remote, err := fw.conn.DialTCP(ctx, host, port)
+	if err != nil {
+		return nil, err
+	}
+	if !fw.trackChannel(remote) {
+		return nil, fmt.Errorf("client: forwarder closed: %w", net.ErrClosed)
+	}
+	return remote, nil
+}
+
+func (fw *Forwarder) acceptLocal(l net.Listener, host string, port int) {
+	defer fw.wg.Done()
+	dest := net.JoinHostPort(host, strconv.Itoa(port))
+	rl := fw.retrying(l)
+	for {
+		c, err := rl.Accept()
+		if err != nil {
+			return // closed: the forwarder is closing
+		}
+		local, ok := c.(*net.TCPConn)
+		if !ok {
+			fw.log("%s: accepted a %T, not a TCP connection: closed", l.Addr(), c)
+			_ = c.Close()
+			continue
+		}
+		fw.track(local, true)
+		fw.wg.Add(1) // acceptLocal's own count is held: never Add from zero during Wait
+		go func() {
+			defer fw.wg.Done()
+			wasReset := true
+			defer func() { fw.release(local, wasReset) }()
+			remote, err := fw.dialTCP(context.Background(), host, port)
+			if err != nil {
+				if !fw.ending() { // else it failed because fw is closing
+					fw.log("%s -> %s: open failed: %s", l.Addr(), printable(dest), fw.openMessage(err))
+				}
+				// A reset: a client that only reads must not take the
+				// end for an empty answer.
+				resetTCP(local)
+				return
+			}
+			defer fw.untrackChannel(remote)
+			wasReset = pipe(local, remote)
+		}()
+	}
+}
+
+// openMessage is what a person reads when a channel cannot open, escaped
+// (printable): the host's message may repeat the destination a SOCKS
+// client named, control characters included.
+func (fw *Forwarder) openMessage(err error) string {
+	var re *rpc.Error
+	if errors.As(err, &re) {
+		return printable(re.Message)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Sprintf("the host did not answer within %s", fw.opts.OpenTimeout)
+	}
+	return printable(err.Error())
+}
+
+// pipe copies both ways until both directions ended. EOF becomes a
+// half-close on the other side; a reset on either side resets the other,
+// as does a channel that fails. It reports whether local was reset.
+func pipe(local *net.TCPConn, remote *TCPConn) (wasReset bool) {
+	if TCPBacklog(local) >= 0 {
+		remote.SetBacklog(func() int { return TCPBacklog(local) })
+	}
+	var once sync.Once
+	abort := func(resetRemote bool) {
+		once.Do(func() {
+			wasReset = true // read after <-done below
+			if resetRemote {
+				remote.Reset()
+			}
+			resetTCP(local)
+		})
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, err := io.Copy(remote, local)
+		switch {
+		case err == nil:
+			_ = remote.CloseWrite()
+		case errors.Is(err, ErrTCPReset):
+			abort(false)
+		default: // the local side reset, or the channel failed
+			abort(true)
+		}
+	}()
+	_, err := remote.WriteTo(local)
+	switch {
+	case err == nil:
+		_ = local.CloseWrite()
+	case errors.Is(err, ErrTCPReset):
+		abort(false)
+	default:
+		abort(true)
+	}
+	<-done
+	_ = remote.Close()
+	_ = local.Close()
+	return wasReset
+}
+
+// printable is s for a line on a person's terminal: control characters
+// (C0, DEL, C1: an escape sequence would clear or retitle the screen of
+// whoever reads it) and invalid UTF-8 are written as Go escapes (\x1b,
+// \u009b).
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b []byte
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			b = fmt.Appendf(b, `\x%02x`, s[i])
+		case unicode.IsControl(r):
+			q := strconv.QuoteRuneToASCII(r) // '\x1b', '\u009b', '\t'
+			b = append(b, q[1:len(q)-1]...)
+		default:
+			b = append(b, s[i:i+n]...)
+		}
+		i += n
+	}
+	return string(b)
+}

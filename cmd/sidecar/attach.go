@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/sidecar-dev/sidecar/client"
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+func attachCmd() *cobra.Command {
+	var cf connFlags
+	var name string
+	cmd := &cobra.Command{
+		Use:   "attach URL [TERMINAL]",
+		Short: "Open an interactive shell, or reattach to a running terminal by id",
+		Long: `Open a new interactive shell on the host, or reattach to TERMINAL (an id
+from "sidecar ls", or a full ahp-terminal:/ URI). Type ~. after a newline to
+detach: the terminal keeps running and can be reattached (not through --via:
+a sidecar stdio host ends with its client, and its terminals with it).
+
+Reattaching takes the terminal over from the client that left: your output is
+then paced by you, and nothing is skipped. While that client is still
+connected you share the terminal instead (said when you attach): you both
+type, its window size and pace rule, and you skip ahead when you fall behind;
+when it leaves, the terminal passes to you (said too).
+
+Exit status: the shell's (128+n when signal n killed it). A terminal
+disposed of while you are attached (sidecar kill) has its process group
+killed with SIGHUP: attach says so ("terminal ahp-terminal:/ID was
+disposed by client ID" when the host names the client) and exits 129.
+255 when the connection fails or is lost; 2 for a usage error.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.RangeArgs(1, 2)(cmd, args); err != nil {
+				return err
+			}
+			if slices.Contains(terminalArgs(&cf, args), "") {
+				return errors.New("empty terminal id: give one that sidecar ls shows, or none for a new shell")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := ""
+			if len(args) == 2 {
+				id = args[1]
+			}
+			return attach(&cf, args[0], id, name)
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().StringVar(&name, "name", "", "title of a new terminal")
+	return cmd
+}
+
+func attach(cf *connFlags, url, id, name string) error {
+	if !term.IsTerminal(int(os.Stdin.Fd())) {
+		return &exitError{code: 2, err: errors.New("attach is interactive and stdin is not a terminal; use sidecar run URL -- CMD for commands fed from a pipe")}
+	}
+	// SIGINT too: Ctrl-C while connecting (once in raw mode, Ctrl-C is a
+	// byte for the shell and the terminal sends no signal).
+	ctx, caught, stop := signalContext(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	conn, err := cf.dial(ctx, url)
+	if err != nil {
+		return dialFailed(err, cf.dialSignal(ctx, err, caught))
+	}
+	defer conn.Close()
+	fd := int(os.Stdin.Fd())
+	cols, rows := 80, 24
+	if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+		cols, rows = w, h
+	}
+	created := false
+	var uri string
+	if id == "" {
+		uri = terminalURI(newTerminalID("t"))
+		if err := conn.Call(ctx, rpc.MethodCreateTerminal, rpc.CreateTerminalParams{Channel: uri, Name: name, Cols: cols, Rows: rows}, nil); err != nil {
+			return &exitError{code: 255, err: fmt.Errorf("cannot start a shell: %w", err)}
+		}
+		created = true
+	} else {
+		uri = terminalURI(id)
+	}
+	t, err := client.OpenTerminal(ctx, conn, uri)
+	if err != nil {
+		var re *rpc.Error
+		if errors.As(err, &re) && re.Code == rpc.CodeNotFound {
+			return &exitError{code: 255, err: noTerminal(uri, cf.lsCommand(url))}
+		}
+		return &exitError{code: 255, err: err}
+	}
+	if term.IsTerminal(fd) {
+		restore, err := makeRaw(os.Stdin)
+		if err != nil {
+			return &exitError{code: 255, err: err}
+		}
+		defer restore()
+	}
+	var holding atomic.Bool
+	if !created {
+		// Reattaching: take the terminal over from a holder that has
+		// gone, so our output is paced and none of it skipped. While
+		// another client holds it we share it, until the host passes
+		// the claim on to us when that one leaves.
+		shared := false
+		t.OnClaim = func(err error) {
+			switch {
+			case err != nil:
+				shared = true
+				holding.Store(false)
+				fmt.Fprintf(os.Stderr, "\r\nsidecar: another connected client holds %s; you share it, and output is skipped when you fall behind\r\n", uri)
+			case !holding.Swap(true):
+				// Ours now: our size wins.
+				if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+					_ = t.Resize(ctx, w, h)
+				}
+				if shared {
+					shared = false
+					fmt.Fprintf(os.Stderr, "\r\nsidecar: the other client left: you hold %s now\r\n", uri)
+				}
+			}
+		}
+		t.Claim()
+	} else {
+		// Our size wins on attach; later on every SIGWINCH, while we
+		// hold the terminal (a client sharing it does not resize it
+		// under its holder).
+		holding.Store(true)
+		_ = t.Resize(ctx, cols, rows)
+	}
+	go watchResize(ctx, t, &holding)
+	detached := make(chan struct{})
+	go forwardInput(ctx, t, os.Stdin, detached, false)
+	copyDone := make(chan struct{})
+	var code *int
+	var copyErr error
+	go func() {
+		defer close(copyDone)
+		code, copyErr = t.Copy(ctx, os.Stdout, true)
+	}()
+	select {
+	case <-detached:
+		if cf.via != "" {
+			// The host is the --via command's sidecar stdio: it ends when
+			// we close its stdin, and kills its terminals as it goes.
+			fmt.Fprintf(os.Stderr, "\r\nsidecar: detached from %s, which ends with this --via session: a sidecar stdio host keeps no terminal once its client has gone\r\n", uri)
+			return nil
+		}
+		fmt.Fprintf(os.Stderr, "\r\nsidecar: detached from %s; reattach with: %s attach %s %s%s\r\n", uri, selfName(), url, strings.TrimPrefix(uri, rpc.TerminalScheme+"/"), cf.explicitFlags())
+		return nil
+	case <-copyDone:
+	}
+	if copyErr != nil {
+		if sig := caught(); sig != 0 {
+			return &exitError{code: 128 + int(sig)} // 143 for SIGTERM, 129 for SIGHUP
+		}
+		fmt.Fprint(os.Stderr, "\r\n") // the output may have stopped mid-line
+		return &exitError{code: 255, err: copyErr}
+	}
+	gone := false // the host no longer has the terminal: someone disposed of it
+	if created || code != nil {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := conn.Call(dctx, rpc.MethodDisposeTerminal, rpc.ChannelParams{Channel: uri}, nil)
+		cancel()
+		var re *rpc.Error
+		gone = errors.As(err, &re) && re.Code == rpc.CodeNotFound
+	}
+	if msg := disposedMessage(uri, t.DisposedBy(), conn.ClientID(), gone); msg != "" {
+		// The exit status stays the program's: a disposed terminal's
+		// process group is killed with SIGHUP, so 129.
+		fmt.Fprintf(os.Stderr, "\r\nsidecar: %s\r\n", msg)
+	}
+	if code == nil {
+		return &exitError{code: 255, err: errors.New("the shell was killed")}
+	}
+	if *code != 0 {
+		return &exitError{code: *code}
+	}
+	return nil
+}
+
+// disposedMessage is the line attach prints when the terminal it showed
+// ended because a client disposed of it (sidecar kill): by is the host's
+// disposedBy (a clientId, "" when it did not say), self our own clientId,
+// gone whether the host no longer had the terminal when we disposed of it
+// in turn. It is "" when nobody else disposed of it.
+func disposedMessage(uri, by, self string, gone bool) string {
+	switch {
+	case by == self && by != "":
+		return "" // our own dispose: nothing to explain
+	case by != "":
+		return fmt.Sprintf("terminal %s was disposed by client %s", uri, printable(by))
+	case gone:
+		return fmt.Sprintf("terminal %s was disposed", uri)
+	}
+	return ""
+}

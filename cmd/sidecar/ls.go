@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sidecar-dev/sidecar/client"
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+func lsCmd() *cobra.Command {
+	var cf connFlags
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls URL",
+		Short: "List the host's terminals and listening TCP ports",
+		Long: `List the host's terminals (id, title, who claims them, the clients attached,
+status) and the TCP ports listening on the host, with the process that owns each where the host
+may see it (the ports to give sidecar forward -L). The host reads its
+listening ports every 3 seconds, so a port opened a moment ago may be
+missing.
+
+A running terminal is "attached" while some client is subscribed to it (the
+ATTACHED column lists their client ids) and "detached" when none is
+(reattach with sidecar attach URL ID); one whose program has ended shows how
+("exited (0)", "killed (SIGKILL)"). --json prints the root state with each
+terminal's "attached" client ids and a "status": "attached", "detached" or
+"exited".`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cf.withConn(args[0], func(ctx context.Context, conn *client.Conn) error {
+				return listHost(ctx, conn, asJSON)
+			})
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the root state as JSON")
+	return cmd
+}
+
+// listHost prints the terminals and listening ports of the host.
+func listHost(ctx context.Context, conn *client.Conn, asJSON bool) error {
+	st, err := conn.RootState(ctx)
+	if err != nil {
+		return &exitError{code: 255, err: err}
+	}
+	return writeHost(os.Stdout, st, asJSON)
+}
+
+// Terminal statuses in ls --json's "status" (and, for running terminals,
+// ls's STATUS column).
+const (
+	statusAttached = "attached" // running, some client subscribed to it
+	statusDetached = "detached" // running, nobody subscribed: reattach with sidecar attach
+	statusExited   = "exited"   // the program has ended (exit code or signal)
+)
+
+// terminalStatus is a terminal's status for ls --json (statusAttached,
+// statusDetached or statusExited) and for the table, where an exit says
+// how: "exited (3)", "killed (SIGKILL)".
+func terminalStatus(t rpc.TerminalInfo) (status, shown string) {
+	switch {
+	case t.ExitCode != nil:
+		return statusExited, fmt.Sprintf("exited (%d)", *t.ExitCode)
+	case t.Signal != "":
+		return statusExited, "killed (" + t.Signal + ")"
+	case len(t.Attached) > 0:
+		return statusAttached, statusAttached
+	}
+	return statusDetached, statusDetached
+}
+
+// lsTerminal is one terminal of ls --json: the host's entry (its
+// "attached" clientIds included) with its status.
+type lsTerminal struct {
+	rpc.TerminalInfo
+	Status string `json:"status"`
+}
+
+// writeHost writes st as ls does: two tables (terminals, then listening
+// ports if any), every peer's text escaped (printable), or with asJSON the
+// root state as JSON with a "status" for every terminal.
+func writeHost(w io.Writer, st rpc.RootState, asJSON bool) error {
+	if asJSON {
+		// The root state as the host sent it, its terminals with a status.
+		var fields map[string]json.RawMessage
+		b, err := json.Marshal(st)
+		if err == nil {
+			err = json.Unmarshal(b, &fields)
+		}
+		if err != nil {
+			return err
+		}
+		terms := make([]lsTerminal, len(st.Terminals))
+		for i, t := range st.Terminals {
+			terms[i].TerminalInfo = t
+			terms[i].Status, _ = terminalStatus(t)
+		}
+		if fields["terminals"], err = json.Marshal(terms); err != nil {
+			return err
+		}
+		b, err = json.MarshalIndent(fields, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(w, string(b))
+		return err
+	}
+	var terms table
+	terms.row("TERMINAL", "TITLE", "CLAIM", "ATTACHED", "STATUS")
+	for _, t := range st.Terminals {
+		_, status := terminalStatus(t)
+		claim := t.Claim.Kind + ":" + t.Claim.ClientID + t.Claim.Session
+		attached := "-"
+		if len(t.Attached) > 0 {
+			attached = strings.Join(t.Attached, ",")
+		}
+		terms.row(printable(strings.TrimPrefix(t.Resource, rpc.TerminalScheme+"/")), printable(t.Title), printable(claim), printable(attached), printable(status))
+	}
+	if err := terms.write(w); err != nil {
+		return err
+	}
+	if len(st.Ports) > 0 {
+		fmt.Fprintln(w)
+		var ports table
+		ports.row("LISTENING", "PROCESS")
+		for _, p := range st.Ports {
+			ports.row(printable(net.JoinHostPort(p.Address, strconv.Itoa(p.Port))), printable(p.Process))
+		}
+		return ports.write(w)
+	}
+	return nil
+}
+
+// printable is s for a table on the user's terminal: control characters
+// (C0, DEL, C1: an escape sequence in a terminal's title would clear or
+// retitle the screen of whoever lists it, a tab or \r would break the
+// columns) and invalid UTF-8 are written as Go escapes (\x1b, \u009b).
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsControl(r):
+			q := strconv.QuoteRuneToASCII(r) // '\x1b', '\u009b', '\t'
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/sidecar-dev/sidecar/client"
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+func runCmd() *cobra.Command {
+	var cf connFlags
+	cmd := &cobra.Command{
+		Use:     "run URL [flags] -- CMD [ARGS...]",
+		Short:   "Run a command in a new terminal, copy its output, exit with its status",
+		Example: `  sidecar run wss://127.0.0.1:4433/ahp --token T --cert-hash H -- sh -c 'echo $((6*7)); exit 3'`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			dash := cmd.ArgsLenAtDash()
+			switch {
+			case cf.via != "" && dash == 0 && len(args) >= 1:
+				// With --via the URL is left out.
+			case dash != 1 || len(args) < 2:
+				return errors.New("usage: sidecar run URL [flags] -- CMD [ARGS...]   (or: sidecar run --via CMD -- CMD [ARGS...])")
+			}
+			if args[dash] == "" {
+				return errors.New("empty program name after --; usage: sidecar run URL [flags] -- CMD [ARGS...]")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cf.via != "" && cmd.ArgsLenAtDash() == 0 {
+				args = append([]string{viaURL}, args...)
+			}
+			return runCommand(cmd.Context(), &cf, args[0], args[1:])
+		},
+	}
+	cf.register(cmd)
+	return cmd
+}
+
+func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) error {
+	// However the client ends (Ctrl-C with piped stdin, a closed stdout
+	// pipe, hang-up, TERM), the deferred dispose below ends the remote
+	// command too; the exit status is then 128+signal.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var caught atomic.Int32
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	// A closed stdout shows as EPIPE from Copy (exit 141 below); a --via
+	// command that exits makes our write to its stdin fail the same way,
+	// which is no reason to stop.
+	pipeErrorsNotSignals()
+	go func() {
+		select {
+		case sig := <-sigs:
+			caught.Store(int32(sig.(syscall.Signal)))
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	signalExit := func() error {
+		if n := caught.Load(); n != 0 {
+			return &exitError{code: 128 + int(n)}
+		}
+		return nil
+	}
+	conn, err := cf.dial(ctx, url)
+	if err != nil {
+		return dialFailed(err, cf.dialSignal(ctx, err, func() syscall.Signal { return syscall.Signal(caught.Load()) }))
+	}
+	defer conn.Close()
+	stdinTTY := term.IsTerminal(int(os.Stdin.Fd()))
+	stdoutTTY := term.IsTerminal(int(os.Stdout.Fd()))
+	cols, rows := 80, 24
+	if stdoutTTY {
+		if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+			cols, rows = w, h
+		}
+	}
+	uri := terminalURI(newTerminalID("run"))
+	params := rpc.CreateTerminalParams{Channel: uri, Command: argv, Cols: cols, Rows: rows}
+	if !stdinTTY {
+		off := false
+		params.Echo = &off // piped input is not typed: do not copy it to the output
+	}
+	if err := conn.Call(ctx, rpc.MethodCreateTerminal, params, nil); err != nil {
+		var re *rpc.Error
+		if errors.As(err, &re) && re.Data != nil {
+			var d rpc.StartErrorData
+			_ = json.Unmarshal(re.Data, &d)
+			switch d.Kind { // as a shell reports them
+			case "commandNotFound":
+				return &exitError{code: 127, err: fmt.Errorf("cannot start %s: command not found on the host", argv[0])}
+			case "permissionDenied":
+				return &exitError{code: 126, err: fmt.Errorf("cannot start %s: permission denied on the host (not executable?)", argv[0])}
+			}
+		}
+		return &exitError{code: 255, err: fmt.Errorf("cannot start %s: %w", argv[0], err)}
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Call(dctx, rpc.MethodDisposeTerminal, rpc.ChannelParams{Channel: uri}, nil)
+	}()
+	t, err := client.OpenTerminal(ctx, conn, uri)
+	if err != nil {
+		return &exitError{code: 255, err: err}
+	}
+	if stdinTTY {
+		restore, err := makeRaw(os.Stdin)
+		if err == nil {
+			defer restore()
+		}
+		var holding atomic.Bool // run created the terminal: it holds it
+		holding.Store(true)
+		go watchResize(ctx, t, &holding)
+	}
+	go forwardInput(ctx, t, os.Stdin, nil, !stdinTTY)
+	var out io.Writer = os.Stdout
+	if !stdoutTTY {
+		out = &crlfWriter{w: os.Stdout}
+	}
+	code, err := t.Copy(ctx, out, true)
+	if err != nil {
+		if e := signalExit(); e != nil {
+			return e // quietly, as a shell would
+		}
+		if errors.Is(err, syscall.EPIPE) {
+			return &exitError{code: 128 + int(syscall.SIGPIPE)}
+		}
+		return &exitError{code: 255, err: err}
+	}
+	if cw, ok := out.(*crlfWriter); ok {
+		cw.Flush()
+	}
+	if code == nil {
+		return &exitError{code: 255, err: errors.New("the command was killed without an exit status")}
+	}
+	if *code != 0 {
+		return &exitError{code: *code}
+	}
+	return nil
+}
