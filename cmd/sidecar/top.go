@@ -189,11 +189,10 @@ func readQuitKeys(r io.Reader) <-chan struct{} {
 
 // topView renders batches; it keeps the previous one for rates.
 type topView struct {
-	w          io.Writer
-	live       bool
-	hint       string // live view: shown on the bottom line, e.g. "q to quit"
-	cur, prev  *snapshotView
-	lastLayout []string
+	w         io.Writer
+	live      bool
+	hint      string // live view: shown on the bottom line, e.g. "q to quit"
+	cur, prev *snapshotView
 }
 
 // snapshotView is one batch, indexed for drawing.
