@@ -103,6 +103,98 @@ type InitializeResult struct {
 	DefaultDirectory string               `json:"defaultDirectory,omitempty"`
 	Telemetry        *TelemetryCapability `json:"telemetry,omitempty"`
 	TCPConnections   *struct{}            `json:"tcpConnections,omitempty"`
+	// Resume is our extension (docs/protocol.md "reconnect"): what a
+	// reconnect of this clientId must present, and for how long.
+	Resume *Resume `json:"resume,omitempty"`
+}
+
+// Resume is our extension to the initialize and reconnect results: the
+// opaque token a reconnect must carry (resumeToken) to resume this
+// client's retained state, and how long the host keeps that state after
+// the transport drops (GraceMs, milliseconds).
+type Resume struct {
+	Token   string `json:"token"`
+	GraceMs int64  `json:"graceMs"`
+}
+
+// ReconnectParams is reconnect (ahp.md §2, seed 000 "Reconnection"),
+// sent instead of initialize on a new connection. ResumeToken is our
+// extension: the token of the initialize result's resume.
+type ReconnectParams struct {
+	Channel           string            `json:"channel"`
+	ClientID          string            `json:"clientId"`
+	LastSeenServerSeq uint64            `json:"lastSeenServerSeq"`
+	Subscriptions     []string          `json:"subscriptions"`
+	Windows           *ReconnectWindows `json:"windows,omitempty"`
+	ResumeToken       string            `json:"resumeToken,omitempty"`
+	ClientInfo        *ClientInfo       `json:"clientInfo,omitempty"`
+}
+
+// ReconnectWindows lists the windowed subscriptions to keep.
+type ReconnectWindows struct {
+	Items []ReconnectWindowItem `json:"items"`
+}
+
+// ReconnectWindowItem is one windowed subscription to keep: the limits
+// offered for the new connection and the serverSeq of the last action the
+// client applied on the channel.
+type ReconnectWindowItem struct {
+	Channel              string            `json:"channel"`
+	FlowControl          *FlowControlOffer `json:"flowControl"`
+	LastAppliedServerSeq uint64            `json:"lastAppliedServerSeq"`
+}
+
+// Reconnect result types and recoveries.
+const (
+	ReconnectReplay   = "replay"
+	ReconnectSnapshot = "snapshot"
+
+	RecoverySnapshot = "snapshot"
+	RecoveryReplay   = "replay"
+	RecoveryLive     = "live"
+)
+
+// ReconnectResult answers reconnect. Type "replay": Actions holds every
+// action envelope of the kept ordinary subscriptions after
+// lastSeenServerSeq, in serverSeq order; "snapshot": Snapshots holds a
+// snapshot of each kept state-bearing ordinary subscription. Missing lists
+// the requested subscriptions that were not kept. Windows (only when the
+// request had windows) lists the kept windowed ones. Resume is our
+// extension, as in InitializeResult.
+type ReconnectResult struct {
+	Type      string                  `json:"type"`
+	Actions   *[]json.RawMessage      `json:"actions,omitempty"`
+	Snapshots *[]Snapshot             `json:"snapshots,omitempty"`
+	Missing   []string                `json:"missing"`
+	Windows   *ReconnectResultWindows `json:"windows,omitempty"`
+	ServerSeq uint64                  `json:"serverSeq"`
+	Resume    *Resume                 `json:"resume,omitempty"`
+}
+
+// ReconnectResultWindows lists the kept windowed subscriptions.
+type ReconnectResultWindows struct {
+	Items []ReconnectResultItem `json:"items"`
+}
+
+// ReconnectResultItem is one kept windowed subscription: the limits
+// accepted on the new connection and how it recovers. HeadSeq is our
+// extension: the serverSeq of the channel's newest action when the result
+// was made (0 if none), so that a client replaying knows when the replay
+// is over and can send again the dispatchActions whose echoes it did not
+// see (write-ahead reconciliation).
+type ReconnectResultItem struct {
+	Channel     string                `json:"channel"`
+	FlowControl NegotiatedFlowControl `json:"flowControl"`
+	Recovery    string                `json:"recovery"`
+	HeadSeq     uint64                `json:"headSeq,omitempty"`
+}
+
+// ResumeErrorData is the data of a refused reconnect: Kind "expired" (no
+// retained state for the clientId: never initialized here, its grace
+// ended, or the host restarted; -32008) or "refused" (another principal,
+// or a wrong resume token; -32009). Neither is worth retrying.
+type ResumeErrorData struct {
+	Kind string `json:"kind"`
 }
 
 // Snapshot is a channel's state at serverSeq FromSeq.
