@@ -1,0 +1,87 @@
+// Package fault injects network faults between a sidecar client and daemon,
+// for end-to-end tests of automatic reconnection ("a dropped connection
+// resumes with no byte lost or duplicated").
+//
+// [TCP] relays the daemon's TCP port (WebSocket over TLS: /ahp and
+// /transport-io); [UDP] relays its UDP port (WebTransport over QUIC). Both
+// listen on 127.0.0.1 with an ephemeral port: give the client Addr() instead
+// of the daemon's address. They pass bytes and datagrams through untouched,
+// so TLS and QUIC run end to end and the relays need no certificates (a
+// client that checks the server name or pins a certificate still sees the
+// daemon's). Faults are switched from the test goroutine while traffic flows:
+// cuts (resets), stalls (a black hole that keeps connections open), refused
+// connections, dropped datagrams.
+//
+// Lifecycle: a constructor starts the relay's goroutines; Close ends every
+// connection, stops every goroutine and waits for them, so call it (e.g. in
+// t.Cleanup) before goleak looks. All methods are safe for concurrent use.
+// A fault switched on applies to what the relay reads after the call returns;
+// bytes or a datagram already on their way out may still be delivered.
+//
+// Counters only grow, except the gauges Conns, Held and Peers. To wait for
+// the relay to reach a state without sleeping, use Await with a condition
+// over the counters, e.g. r.Await(ctx, func() bool { return r.Accepted() >= 2 }).
+package fault
+
+import (
+	"context"
+	"sync"
+)
+
+// Direction is the way bytes or datagrams travel through a relay.
+type Direction int
+
+const (
+	// Up is client → server (target).
+	Up Direction = iota
+	// Down is server (target) → client.
+	Down
+)
+
+// String returns "up" or "down".
+func (d Direction) String() string {
+	if d == Up {
+		return "up"
+	}
+	return "down"
+}
+
+// notifier wakes Await callers after any counter changes.
+type notifier struct {
+	mu sync.Mutex
+	ch chan struct{} // closed at the next change; nil when no one waits
+}
+
+func (n *notifier) changed() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch == nil {
+		n.ch = make(chan struct{})
+	}
+	return n.ch
+}
+
+func (n *notifier) bump() {
+	n.mu.Lock()
+	if n.ch != nil {
+		close(n.ch)
+		n.ch = nil
+	}
+	n.mu.Unlock()
+}
+
+// await returns nil once cond holds, re-checking it after every change, or
+// ctx's error once ctx is done.
+func (n *notifier) await(ctx context.Context, cond func() bool) error {
+	for {
+		ch := n.changed() // before cond: a change after cond is not missed
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
