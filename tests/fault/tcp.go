@@ -145,7 +145,9 @@ func (t *TCP) Accepted() int64 { return t.accepted.Load() }
 func (t *TCP) Refused() int64 { return t.refused.Load() }
 
 // Bytes is the total of bytes relayed in direction dir (written to the
-// receiving side), over all connections.
+// receiving side), over all connections. It is counted once each write
+// returns, so the receiver may read bytes a moment before they are counted:
+// wait for a count with Await.
 func (t *TCP) Bytes(dir Direction) int64 { return t.bytes[dir].Load() }
 
 // Held is the number of bytes read from senders in direction dir and not yet

@@ -174,6 +174,8 @@ func TestTCPStall(t *testing.T) {
 	r := newTCP(t, srv.addr())
 	c1 := dial(t, r.Addr())
 	roundTrip(t, c1, "open")
+	// The counters follow the writes: the echo may come back first.
+	await(t, r, "the round trip counted", func() bool { return r.Bytes(Up) == 4 && r.Bytes(Down) == 4 })
 	up := r.Bytes(Up)
 
 	r.Stall(true)
