@@ -25,6 +25,9 @@ package fault
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"strconv"
 	"sync"
 )
 
@@ -84,4 +87,26 @@ func (n *notifier) await(ctx context.Context, cond func() bool) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// NewPair starts a TCP and a UDP relay to target on one port of 127.0.0.1,
+// as the daemon serves WebSocket and WebTransport on one port: a client with
+// --transport auto tries both at the address it is given. Close both.
+func NewPair(target string) (*TCP, *UDP, error) {
+	var last error
+	for range 10 { // another socket may hold the UDP port of a fresh TCP one
+		t, err := NewTCP(target)
+		if err != nil {
+			return nil, nil, err
+		}
+		_, p, _ := net.SplitHostPort(t.Addr())
+		port, _ := strconv.Atoi(p)
+		u, err := newUDPAt(port, target)
+		if err == nil {
+			return t, u, nil
+		}
+		last = err
+		_ = t.Close()
+	}
+	return nil, nil, fmt.Errorf("fault: no port free for both TCP and UDP: %w", last)
 }

@@ -50,7 +50,11 @@ type pair struct {
 // NewTCP listens on 127.0.0.1 (an ephemeral port) and relays every accepted
 // connection to target (host:port, e.g. the daemon's TCP address).
 func NewTCP(target string) (*TCP, error) {
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	return newTCPAt(0, target)
+}
+
+func newTCPAt(port int, target string) (*TCP, error) {
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
 	if err != nil {
 		return nil, err
 	}

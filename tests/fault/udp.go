@@ -43,11 +43,15 @@ type UDP struct {
 // between the clients that send to it and target (host:port, e.g. the
 // daemon's UDP address, the same port as its TCP one).
 func NewUDP(target string) (*UDP, error) {
+	return newUDPAt(0, target)
+}
+
+func newUDPAt(port int, target string) (*UDP, error) {
 	raddr, err := net.ResolveUDPAddr("udp", target)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
 	if err != nil {
 		return nil, err
 	}

@@ -223,3 +223,34 @@ func TestUDPCut(t *testing.T) {
 	}
 	next(t, c, "to the new port")
 }
+
+func TestPair(t *testing.T) {
+	// A daemon-like target: TCP echo and UDP on one port.
+	var srv *target
+	var usrv *net.UDPConn
+	for range 10 {
+		srv = newTarget(t, echo)
+		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(srv.ln.Addr().(*net.TCPAddr).AddrPort()))
+		if err == nil {
+			usrv = c
+			break
+		}
+	}
+	if usrv == nil {
+		t.Fatal("no port free for both TCP and UDP")
+	}
+	t.Cleanup(func() { _ = usrv.Close() })
+	_ = usrv.SetDeadline(time.Now().Add(bound))
+
+	r, u, err := NewPair(srv.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close(); _ = u.Close() })
+	if r.Addr() != u.Addr() {
+		t.Fatalf("TCP on %s, UDP on %s", r.Addr(), u.Addr())
+	}
+	roundTrip(t, dial(t, r.Addr()), "tcp")
+	send(t, dialUDP(t, u.Addr()), "udp")
+	next(t, usrv, "udp")
+}
