@@ -31,7 +31,8 @@ import (
 	"sync"
 )
 
-// Direction is the way bytes or datagrams travel through a relay.
+// Direction is the way bytes or datagrams travel through a relay: Up or
+// Down (the methods taking one panic on any other value).
 type Direction int
 
 const (
