@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log"
@@ -108,6 +109,9 @@ func serve(configFile, listen, token, stateDir string) error {
 	addr := ln.Addr().(*net.TCPAddr)
 
 	srv := host.New(cfg, logger)
+	// Every connection authenticated with the one bearer token is the same
+	// principal; a reconnect resumes only that principal's clients.
+	principal := tokenPrincipal(tok)
 	// A WebSocket upgrade refused with an HTTP status, on /ahp or
 	// /transport-io (a transport-io token refusal is a session close).
 	upgradeRefused := func(r *http.Request, status int, why string) {
@@ -120,10 +124,10 @@ func serve(configFile, listen, token, stateDir string) error {
 		ReadLimit:      readLimit(cfg),
 		OnReject:       upgradeRefused,
 	}, func(ctx context.Context, mc transport.MessageConn) {
-		_ = srv.ServeConn(context.WithoutCancel(ctx), mc)
+		_ = srv.ServeConnAs(context.WithoutCancel(ctx), mc, principal)
 	}))
 	serveAHP := func(ctx context.Context, mc transport.MessageConn) {
-		_ = srv.ServeConn(context.WithoutCancel(ctx), mc)
+		_ = srv.ServeConnAs(context.WithoutCancel(ctx), mc, principal)
 	}
 	tioOpts := transport.TIOOptions{
 		Token:          tok,
@@ -318,4 +322,11 @@ func parseOrigin(o string) (string, error) {
 		return "", fmt.Errorf("bad origin %q", o)
 	}
 	return u.Host, nil
+}
+
+// tokenPrincipal names the principal of a bearer token for the host
+// ("token:" and the first 16 hex digits of its SHA-256), never the token.
+func tokenPrincipal(tok string) string {
+	d := sha256.Sum256([]byte(tok))
+	return "token:" + hex.EncodeToString(d[:8])
 }
