@@ -27,6 +27,7 @@ import (
 	"github.com/sidecar-dev/sidecar/transport"
 	"github.com/sidecar-dev/sidecar/transport/tlscert"
 	"github.com/sidecar-dev/sidecar/transportio"
+	"github.com/sidecar-dev/sidecar/web"
 )
 
 func serveCmd() *cobra.Command {
@@ -143,6 +144,14 @@ func serve(configFile, listen, token, stateDir string) error {
 	// client's UDP-unreachable probe.
 	mux.Handle(transport.TIOPath, transport.TIOWebSocketHandler(tioOpts, serveAHP))
 	mux.Handle(transportio.ProbePath, transport.ProbeHandler())
+	// The web page (README "The web page"); the development certificate's
+	// pin lets the browser trust it for WebTransport.
+	mux.Handle("/", web.Handler(web.Options{Origins: origins, CertHashes: func() []string {
+		if !certs.dev {
+			return nil
+		}
+		return []string{certs.pin()}
+	}}))
 	// transport-io over WebTransport: UDP, same host and port number.
 	var wts *transport.WebTransportServer
 	if udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: addr.IP, Port: addr.Port}); err != nil {
