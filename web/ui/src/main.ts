@@ -11,7 +11,9 @@ import { WT_UNAUTHORIZED } from "./tio.js";
 const TOKEN_KEY = "sidecar.token"; // sessionStorage: typed once per tab, never in the URL
 const TERMINAL_KEY = "sidecar.terminal";
 const CLIENT_KEY = "sidecar.clientId";
-const TERMINAL_WINDOW: ahp.FlowOffer = { windowBytes: 131072, maximumFrameBytes: 16384 };
+// A small window: what is in flight when Ctrl-C is typed must still be
+// rendered before the prompt shows, so it bounds that delay (and memory).
+const TERMINAL_WINDOW: ahp.FlowOffer = { windowBytes: 65536, maximumFrameBytes: 16384 };
 const WEBTRANSPORT_TIMEOUT_MS = 3000;
 const WEBSOCKET_TIMEOUT_MS = 10000;
 
@@ -314,6 +316,11 @@ function main(): void {
       const lines: string[] = [];
       for (let i = 0; i < b.length; i++) lines.push(b.getLine(i)?.translateToString(true) ?? "");
       return lines.join("\n").replace(/\n+$/, "");
+    },
+    /** cursorLine is the line the cursor is on (cheap enough to poll during a flood). */
+    cursorLine: () => {
+      const b = term.buffer.active;
+      return b.getLine(b.baseY + b.cursorY)?.translateToString(true) ?? "";
     },
     size: () => ({ cols: term.cols, rows: term.rows }),
     transport: () => link?.kind ?? "",
