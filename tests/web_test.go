@@ -338,3 +338,64 @@ func TestWebPageRefusedOrigin(t *testing.T) {
 	b.poll("refused origin message", `/refuses this page's origin/.test(document.getElementById("login-error").textContent)`, waitTimeout)
 	s.p.stderr.waitFor(t, "origin refusal in the log", 0, `"origin":"https://other.test:`+port+`"`)
 }
+
+// echoLatency types one character at a time into the page's terminal and
+// returns the median time until xterm.js shows it at the cursor.
+func (b *browser) echoLatency(n int) time.Duration {
+	b.t.Helper()
+	var d []time.Duration
+	for i := range n {
+		c := string(rune('a' + i%26))
+		d = append(d, func() time.Duration {
+			start := time.Now()
+			b.must("type "+c, input.InsertText(c))
+			b.poll("echo of "+c, fmt.Sprintf(`sidecarPage.cursorLine().endsWith(%q)`, strings.Repeat(c, 1)), waitTimeout)
+			return time.Since(start)
+		}())
+	}
+	for i := range d { // insertion sort: a handful of samples
+		for j := i; j > 0 && d[j] < d[j-1]; j-- {
+			d[j], d[j-1] = d[j-1], d[j]
+		}
+	}
+	return d[len(d)/2]
+}
+
+// TestWebPageEchoLatency measures keystroke echo in the page, idle and
+// while another page's terminal floods (figures in the log; it fails only
+// on an echo slower than 2 s).
+//
+// It runs only with SIDECAR_WEB_BENCH=1: its flood phase is not reliable
+// yet (the echo in the idle page was once not seen at the cursor).
+func TestWebPageEchoLatency(t *testing.T) {
+	chromiumPath(t)
+	if os.Getenv("SIDECAR_WEB_BENCH") == "" {
+		t.Skip("a benchmark: set SIDECAR_WEB_BENCH=1")
+	}
+	s := startServer(t, "")
+	a := newBrowser(t)
+	a.login(pageURL(s, "webtransport"), s.token)
+	a.poll("connected", `/^connected/.test(document.getElementById("status").textContent)`, waitTimeout)
+	a.must("new terminal", chromedp.Click("#new", chromedp.ByID))
+	a.poll("prompt", promptBack, waitTimeout)
+	idle := a.echoLatency(15)
+	t.Logf("keystroke echo (median of 15), idle: %v", idle)
+	a.typeText("\x15") // Ctrl-U: drop the typed line
+
+	// A second browser, its own terminal flooding (a background tab of
+	// the first would be throttled).
+	b := newBrowser(t)
+	b.login(pageURL(s, "webtransport"), s.token)
+	b.poll("second page connected", `/^connected/.test(document.getElementById("status").textContent)`, waitTimeout)
+	b.must("new terminal", chromedp.Click("#new", chromedp.ByID))
+	b.poll("second prompt", promptBack, waitTimeout)
+	b.typeText("yes\r")
+	b.poll("flood", screenHas(`^y\ny\ny$`), waitTimeout)
+	busy := a.echoLatency(15)
+	b.ctrlC()
+	b.poll("second prompt back", promptBack, waitTimeout)
+	t.Logf("keystroke echo (median of 15): idle %v, while another page's terminal floods %v", idle, busy)
+	if idle > 2*time.Second || busy > 2*time.Second {
+		t.Errorf("echo too slow: idle %v, during a flood %v", idle, busy)
+	}
+}

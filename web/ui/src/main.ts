@@ -245,6 +245,7 @@ async function attach(uri: string): Promise<void> {
   $("term-title").textContent = uri;
   $("exit").textContent = "";
   term.reset();
+  term.focus();
   await c.subscribeWindowed(uri, TERMINAL_WINDOW, (m, release) => {
     if (current !== uri) return release();
     if (m.method === "channel/snapshot") {
@@ -268,7 +269,6 @@ async function attach(uri: string): Promise<void> {
     release();
   });
   c.dispatch(uri, { type: "terminal/resized", cols: term.cols, rows: term.rows });
-  term.focus();
 }
 
 async function newTerminal(): Promise<void> {
