@@ -23,10 +23,11 @@ listener {
   # every interface (for example in a Kubernetes pod). Port 0 picks a free port.
   address = "127.0.0.1:4433"
 
-  # Browser origins allowed to open a WebSocket, as "scheme://host[:port]", for example
-  # ["https://app.example.com"]. Checked only when a request carries an Origin header
-  # (browsers always do; the sidecar CLI does not). A page served from this listener's
-  # own host:port is always allowed. Empty: every other origin is refused (HTTP 403).
+  # Browser origins allowed to connect (WebSocket and WebTransport), as
+  # "scheme://host[:port]", for example ["https://app.example.com"]. Checked only when a
+  # request carries an Origin header (browsers always do; the sidecar CLI does not). The
+  # listener's own origin (https://ADDRESS:PORT, localhost too on loopback: the page the
+  # daemon serves at /) is always allowed. Every other origin is refused (HTTP 403, logged).
   origins = []
 }
 
