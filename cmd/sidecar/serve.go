@@ -12,7 +12,6 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"sync"
@@ -317,15 +316,6 @@ func (cs *certSource) pin() string {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	return tlscert.Pin(cs.c)
-}
-
-// parseOrigin returns the host[:port] of an origin URL.
-func parseOrigin(o string) (string, error) {
-	u, err := url.Parse(o)
-	if err != nil || u.Host == "" {
-		return "", fmt.Errorf("bad origin %q", o)
-	}
-	return u.Host, nil
 }
 
 // tokenPrincipal names the principal of a bearer token for the host
