@@ -677,3 +677,45 @@ func TestTCPOpenFailuresRateLimited(t *testing.T) {
 		t.Errorf("%d full lines for 5 failures within a second, want 1:\n%s", n, h.logs.String())
 	}
 }
+
+// TestTCPUnsubscribeAfterEOFDrains: 1 MiB of tcp/data, tcp/eof, then
+// unsubscribe, to a destination that has not read yet: the destination
+// reads all 1 MiB then a clean end of stream (the close drains what was
+// accepted), never a FIN after a truncated stream. It read 192,512 bytes
+// and EOF before: the close dropped the writes not yet on the socket.
+func TestTCPUnsubscribeAfterEOFDrains(t *testing.T) {
+	h := newTCPHarness(t, nil)
+	port, accepted := tcpDest(t)
+	p := h.peer("tcp-drain")
+	uri := "ahp-tcp:/drain"
+	if m := p.call("createTcpConnection", map[string]any{"channel": uri, "host": "127.0.0.1", "port": port}); m.Error != nil {
+		t.Fatalf("createTcpConnection: %s", m.raw)
+	}
+	dest := <-accepted
+	defer dest.Close()
+	fc := map[string]any{"receive": map[string]any{"windowBytes": 4 << 20, "maximumFrameBytes": 512 << 10}}
+	if m := p.call("subscribe", map[string]any{"channel": uri, "flowControl": fc}); m.Error != nil {
+		t.Fatalf("subscribe: %s", m.raw)
+	}
+	const total, chunk = 1 << 20, 64 << 10
+	want := make([]byte, total)
+	for i := range want {
+		want[i] = byte(i * 7 % 251)
+	}
+	for off := 0; off < total; off += chunk {
+		p.notify("tcp/data", map[string]any{"channel": uri, "offset": off, "data": base64.StdEncoding.EncodeToString(want[off : off+chunk])})
+	}
+	p.notify("tcp/eof", map[string]any{"channel": uri, "offset": total})
+	p.notify("unsubscribe", map[string]any{"channel": uri})
+	if m := p.call("ping", map[string]any{"channel": "ahp-root://"}); m.Error != nil { // the host has taken the unsubscribe
+		t.Fatalf("ping: %s", m.raw)
+	}
+	_ = dest.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(dest)
+	if errors.Is(err, syscall.ECONNRESET) {
+		return // a reset is allowed: never a clean end after less
+	}
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("destination read %d bytes (%v), want all %d then a clean end", len(got), err, total)
+	}
+}

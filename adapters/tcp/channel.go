@@ -38,6 +38,13 @@ const (
 	// after one window). 192 KiB is one message at the largest
 	// maximumFrameBytes (512 KiB UTF-16 bytes: 256 KiB of base64 text).
 	ReadAhead = 192 << 10
+	// DrainTimeout bounds a graceful close after the client's tcp/eof:
+	// the bytes it sent (at most its window) are written and the socket
+	// half-closed, then what the destination still sends is read and
+	// dropped until its end of stream; past the timeout the socket is
+	// reset instead, so a destination never takes a cut stream for a
+	// complete one.
+	DrainTimeout = 10 * time.Second
 	// Queued bounds the tcp/data read from the socket but not yet pulled
 	// by the scheduler (UTF-16 bytes): two reads' worth, so the next read
 	// overlaps the sending of the previous one instead of waiting for it.
@@ -69,12 +76,13 @@ type Table struct {
 
 	mu       sync.Mutex
 	conns    map[string]*Channel
+	draining map[*Channel]struct{} // closed by their client, still draining
 	shutdown bool
 }
 
 // NewTable returns an empty Table.
 func NewTable(cfg TableConfig) *Table {
-	return &Table{cfg: cfg, conns: map[string]*Channel{}}
+	return &Table{cfg: cfg, conns: map[string]*Channel{}, draining: map[*Channel]struct{}{}}
 }
 
 // Dialer returns the dialer (tests replace its Resolver).
@@ -111,13 +119,16 @@ func (tb *Table) CloseConn(conn adapters.ConnID, reason string) {
 func (tb *Table) Shutdown() {
 	tb.mu.Lock()
 	tb.shutdown = true
-	all := make([]*Channel, 0, len(tb.conns))
+	all := make([]*Channel, 0, len(tb.conns)+len(tb.draining))
 	for _, tc := range tb.conns {
+		all = append(all, tc)
+	}
+	for tc := range tb.draining {
 		all = append(all, tc)
 	}
 	tb.mu.Unlock()
 	for _, tc := range all {
-		tc.close("server shutting down")
+		tc.shutdown()
 	}
 	tb.wg.Wait()
 }
@@ -176,11 +187,13 @@ func (tb *Table) Open(ctx context.Context, conn adapters.ConnID, clientID string
 	}
 	tc := &Channel{
 		tb: tb, id: p.Channel, owner: conn, clientID: clientID,
-		enc:    NewEncoder(p.Channel),
-		log:    tb.cfg.Log.With("channel", p.Channel, "client", clientID),
-		closed: make(chan struct{}),
-		wake:   make(chan struct{}, 1),
-		wqWake: make(chan struct{}, 1),
+		enc:      NewEncoder(p.Channel),
+		log:      tb.cfg.Log.With("channel", p.Channel, "client", clientID),
+		closed:   make(chan struct{}),
+		halfDone: make(chan struct{}),
+		readDone: make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		wqWake:   make(chan struct{}, 1),
 	}
 	// Reserve the URI while dialing (outside the lock).
 	tb.conns[p.Channel] = tc
@@ -255,6 +268,8 @@ type Channel struct {
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed when the connection is closed or reset
+	halfDone  chan struct{} // closed once the writer has half-closed the socket after tcp/eof
+	readDone  chan struct{} // closed when the reader ends
 	wake      chan struct{} // 1-slot: the reader may proceed (attached, slot taken)
 	wqWake    chan struct{} // 1-slot: the write queue has items
 
@@ -268,6 +283,7 @@ type Channel struct {
 	eofRead   bool                // the socket reached EOF: tcp/eof is due after slots
 	eofSent   bool
 	isClosed  bool
+	draining  bool // closing after tcp/eof: the reader drops, the writer drains
 	// Client to socket.
 	wq      []write
 	recvOff DecodedOffset // bytes accepted from the client
@@ -461,10 +477,20 @@ func (tc *Channel) Queued() delivery.UTF16Bytes {
 // Queued): the bytes read ahead are always within the credit.
 func (tc *Channel) readLoop() {
 	defer tc.tb.wg.Done()
+	defer close(tc.readDone)
 	for {
 		st, room, ok := tc.waitReadable()
 		if !ok {
 			return
+		}
+		if st == nil { // draining: what the destination sends goes nowhere
+			buf := bufs.Get(16 << 10)[:16<<10]
+			_, err := tc.sock.Read(buf)
+			bufs.Put(buf)
+			if err != nil {
+				return
+			}
+			continue
 		}
 		lim := st.Limits()
 		tc.mu.Lock()
@@ -538,10 +564,13 @@ func ReadSize(per int, size, room delivery.UTF16Bytes) int {
 func (tc *Channel) waitReadable() (*delivery.Stream, delivery.UTF16Bytes, bool) {
 	for {
 		tc.mu.Lock()
-		sub, queued, closed := tc.sub, tc.slotBytes, tc.isClosed
+		sub, queued, closed, draining := tc.sub, tc.slotBytes, tc.isClosed, tc.draining
 		tc.mu.Unlock()
 		if closed {
 			return nil, 0, false
+		}
+		if draining {
+			return nil, 0, true
 		}
 		var changed <-chan struct{}
 		if sub != nil {
@@ -592,7 +621,9 @@ func (tc *Channel) writeLoop() {
 				w.release()
 				if err != nil {
 					tc.abort("half-close failed: "+err.Error(), true)
+					return
 				}
+				close(tc.halfDone)
 				return
 			}
 			batch = append(batch[:0], tc.wq[:n]...)
@@ -626,9 +657,64 @@ func (tc *Channel) writeLoop() {
 // for a complete one.
 func (tc *Channel) close(reason string) {
 	tc.mu.Lock()
-	ended := tc.eofRecv
+	ended, already := tc.eofRecv, tc.draining || tc.isClosed
+	if ended && !already && tc.sock != nil {
+		tc.draining = true
+		tc.slots, tc.slotBytes = nil, 0 // nobody will pull them
+	}
 	tc.mu.Unlock()
-	tc.end(reason, !ended, false)
+	switch {
+	case already:
+	case !ended || tc.sock == nil:
+		tc.end(reason, true, false)
+	default:
+		// The URI is free at once; the socket drains behind it.
+		tb := tc.tb
+		tb.mu.Lock()
+		if tb.conns[tc.id] == tc {
+			delete(tb.conns, tc.id)
+		}
+		tb.draining[tc] = struct{}{}
+		tb.mu.Unlock()
+		signal(tc.wake) // the reader turns to dropping
+		tb.wg.Add(1)
+		go tc.drain(reason)
+	}
+}
+
+// shutdown closes the connection at once: with a FIN when the client's
+// bytes are all written and half-closed already, else with an RST (a
+// drain does not hold the host's shutdown up).
+func (tc *Channel) shutdown() {
+	select {
+	case <-tc.halfDone:
+		tc.end("server shutting down", false, false)
+	default:
+		tc.end("server shutting down", true, false)
+	}
+}
+
+// drain finishes a graceful close: once the writer has written what the
+// client sent and half-closed the socket, and the destination has ended
+// its side (read and dropped meanwhile), the socket is closed with a FIN
+// and nothing lost; a destination that is not done within DrainTimeout
+// is reset. Closing with unread bytes would send an RST, which makes the
+// destination's kernel discard what its program has not read yet.
+func (tc *Channel) drain(reason string) {
+	defer tc.tb.wg.Done()
+	timer := time.NewTimer(DrainTimeout)
+	defer timer.Stop()
+	for _, done := range []chan struct{}{tc.halfDone, tc.readDone} {
+		select {
+		case <-done:
+		case <-tc.closed:
+			return // reset meanwhile
+		case <-timer.C:
+			tc.end(reason+": not drained within "+DrainTimeout.String(), true, false)
+			return
+		}
+	}
+	tc.end(reason, false, false)
 }
 
 // abort resets the connection at once: the socket is closed with an RST
@@ -660,6 +746,7 @@ func (tc *Channel) end(reason string, reset, tell bool) {
 	if tb.conns[tc.id] == tc {
 		delete(tb.conns, tc.id)
 	}
+	delete(tb.draining, tc)
 	sock := tc.sock
 	tb.mu.Unlock()
 	if sock != nil {
