@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -336,5 +337,50 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("not %s within %v", what, deadline)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestReconnectTelemetryLive: a windowed metrics subscription resumes
+// live: no channel/snapshot, and the first batch after the result was
+// sampled after the reconnect (nothing old is sent again).
+func TestReconnectTelemetryLive(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const ch = "ahp-otlp://metrics"
+	a := connect(t, srv)
+	init := a.initialize("a")
+	a.mustCall(rpc.MethodSubscribe, windowed(ch, 1<<20, 64<<10))
+	a.until("a first batch", func(m *msg) bool { return m.channel() == ch && m.Method != rpc.MethodChannelSnapshot })
+	a.cut()
+	b := connect(t, srv)
+	resumed := time.Now()
+	m, res := b.reconnect(rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "a", ResumeToken: init.Resume.Token,
+		Subscriptions: []string{ch}, Windows: &rpc.ReconnectWindows{Items: []rpc.ReconnectWindowItem{window(ch, 0)}}})
+	if m.Error != nil || res.Windows == nil || len(res.Windows.Items) != 1 || res.Windows.Items[0].Recovery != rpc.RecoveryLive {
+		t.Fatalf("reconnect: %s", m.Raw)
+	}
+	// The first data message is a batch, whole or its first fragment
+	// (a batch is larger than the host's 16 KiB frames).
+	first, _ := b.until("first data message", func(m *msg) bool { return m.channel() == ch })
+	text := first.Raw
+	if first.Method == rpc.MethodChannelFrame {
+		var f rpc.ChannelFrameParams
+		_ = json.Unmarshal(first.Params, &f)
+		text = f.Data
+	}
+	if !strings.Contains(text, `"method":"otlp/exportMetrics"`) {
+		t.Fatalf("first data message after live recovery: %.200s", first.Raw)
+	}
+	const stamp = `"timeUnixNano":"`
+	i := strings.Index(text, stamp)
+	if i < 0 {
+		t.Fatalf("no timeUnixNano in %.300s", text)
+	}
+	var ns int64
+	if _, err := fmt.Sscanf(text[i+len(stamp):], "%d", &ns); err != nil {
+		t.Fatal(err)
+	}
+	if sampled := time.Unix(0, ns); sampled.Before(resumed.Add(-time.Second)) {
+		t.Errorf("first batch sampled at %v, before the reconnect at %v", sampled, resumed)
 	}
 }
