@@ -530,4 +530,3 @@ func (s *switchConn) Peer() string { return s.get().Peer() }
 // RecycleRead hands b to the current transport (read buffers come from a
 // shared pool).
 func (s *switchConn) RecycleRead(b []byte) { transport.RecycleRead(s.get(), b) }
-
