@@ -378,7 +378,9 @@ func TestReconnectScriptedReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	during := make(chan error, 1)
-	go func() { during <- c.Call(ctx, rpc.MethodDisposeTerminal, rpc.ChannelParams{Channel: "ahp-terminal:/other"}, nil) }()
+	go func() {
+		during <- c.Call(ctx, rpc.MethodDisposeTerminal, rpc.ChannelParams{Channel: "ahp-terminal:/other"}, nil)
+	}()
 	select {
 	case <-c.Done():
 		t.Fatal("Done closed while reconnecting")
@@ -398,7 +400,7 @@ func TestReconnectScriptedReplay(t *testing.T) {
 	}
 	h2.reply(ctx, m.ID, rpc.ReconnectResult{Type: rpc.ReconnectReplay, Missing: []string{}, ServerSeq: 11,
 		Windows: &rpc.ReconnectResultWindows{Items: []rpc.ReconnectResultItem{{Channel: testTerm, FlowControl: testFlow, Recovery: rpc.RecoveryReplay, HeadSeq: 11}}},
-		Resume: &rpc.Resume{Token: "tok2", GraceMs: 60_000}})
+		Resume:  &rpc.Resume{Token: "tok2", GraceMs: 60_000}})
 	h2.echo(ctx, 11, 2, ay) // the replay
 	seq, data, az := dispatched(t, h2.next(ctx))
 	if seq != 3 || data != "z" {
