@@ -12,7 +12,7 @@ LDFLAGS := -X main.version=$(VERSION)
 CONFDIR := $(DESTDIR)/etc/sidecar
 UNITDIR := $(DESTDIR)/etc/systemd/system
 
-.PHONY: all build run test interop-deps bench lint install clean help
+.PHONY: all build run test interop-deps web web-deps web-test bench lint install clean help
 
 all: build
 
@@ -21,6 +21,8 @@ help:
 	@echo "run      build, then ./$(BIN) serve \$$(ARGS)   e.g. make run ARGS='--config config.hcl'"
 	@echo "test     go test -race on every package, end-to-end and interop tests included"
 	@echo "         (first runs npm ci in tests/interop if node_modules is missing or stale)"
+	@echo "web      rebuild the web page (web/ui -> web/dist, committed) from package-lock.json"
+	@echo "web-test type-check the page, run its unit tests, check web/dist is up to date"
 	@echo "bench    run every benchmark"
 	@echo "lint     gofmt, go vet and staticcheck (go tool staticcheck: the version pinned in go.mod)"
 	@echo "install  install binary, systemd unit and (if absent) /etc/sidecar/config.hcl"
@@ -32,8 +34,9 @@ build:
 run: build
 	./$(BIN) serve $(ARGS)
 
-# tests/ starts the real binary; those tests build it themselves.
-test: interop-deps
+# tests/ starts the real binary; those tests build it themselves. The
+# browser tests (tests/web_test.go) need /usr/bin/chromium and skip without.
+test: interop-deps web-test
 	$(GO) test -race -count=1 -timeout 12m ./...
 
 # The Node interop tests (tests/interop) skip themselves without node_modules, so install
@@ -51,6 +54,29 @@ $(INTEROP_STAMP): $(INTEROP)/package-lock.json
 else
 interop-deps:
 	@echo "npm not found: the interop tests in tests/interop will be skipped"
+endif
+
+# The web page: TypeScript in web/ui, built by esbuild into web/dist, which
+# is committed (go build embeds it and needs no npm). npm ci installs exactly
+# what web/ui/package-lock.json pins, so the build is reproducible.
+WEBUI       := web/ui
+WEBUI_STAMP := $(WEBUI)/node_modules/.package-lock.json
+
+ifneq ($(shell command -v $(NPM) 2>/dev/null),)
+web-deps: $(WEBUI_STAMP)
+
+$(WEBUI_STAMP): $(WEBUI)/package-lock.json
+	cd $(WEBUI) && $(NPM) ci --no-audit --no-fund
+	@touch $@
+
+web: web-deps
+	cd $(WEBUI) && node build.mjs
+
+web-test: web-deps
+	cd $(WEBUI) && ./node_modules/.bin/tsc --noEmit -p . && npm test --silent && node build.mjs --check
+else
+web-deps web web-test:
+	@echo "npm not found: the web page's unit tests are skipped (web/dist is used as committed)"
 endif
 
 bench:

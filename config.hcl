@@ -23,10 +23,11 @@ listener {
   # every interface (for example in a Kubernetes pod). Port 0 picks a free port.
   address = "127.0.0.1:4433"
 
-  # Browser origins allowed to open a WebSocket, as "scheme://host[:port]", for example
-  # ["https://app.example.com"]. Checked only when a request carries an Origin header
-  # (browsers always do; the sidecar CLI does not). A page served from this listener's
-  # own host:port is always allowed. Empty: every other origin is refused (HTTP 403).
+  # Browser origins allowed to connect (WebSocket and WebTransport), as
+  # "scheme://host[:port]", for example ["https://app.example.com"]. Checked only when a
+  # request carries an Origin header (browsers always do; the sidecar CLI does not). The
+  # listener's own origin (https://ADDRESS:PORT, localhost too on loopback: the page the
+  # daemon serves at /) is always allowed. Every other origin is refused (HTTP 403, logged).
   origins = []
 }
 
@@ -140,12 +141,15 @@ journal {
   # dropped. Windowed subscribers read the log at their own pace; one that falls behind
   # what is kept gets a snapshot instead.
   max_bytes = 8388608
-  max_age   = "10m"
-  # Reserved for reconnecting clients, which are not implemented yet: the setting is
-  # validated but has no effect. A client that disconnects does not get its session back;
-  # its terminals keep running regardless (for no time limit) until they are disposed
-  # (`sidecar kill URL ID`) or the daemon stops.
-  reconnect_grace = "2m"
+  max_age   = "2h"
+  # How long the host keeps a client's state after its connection was lost (not closed:
+  # a detach ends it at once), for the client to reconnect and resume: its subscriptions,
+  # its terminals' claims, and their pacing (a terminal whose holder is away runs until
+  # 16 KiB of output wait unread, then its program blocks, so nothing is lost). Two hours
+  # survive a laptop closed over lunch; what it costs is a few hundred bytes per client
+  # (at most 256 clients are kept: past that the oldest is dropped), the windows and the
+  # journal's share being bounded anyway. 0 turns resuming off.
+  reconnect_grace = "2h"
 }
 
 log {

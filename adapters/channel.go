@@ -15,11 +15,12 @@
 //   - Release. Inbound data (Message) carries Release, called exactly once
 //     when the channel has released the message's bytes (written to the
 //     PTY or the socket, or dropped); the host sends channel/credit then.
-//   - Recovery. Recover says what a subscription can resume from after a
-//     reconnect: a replay of the journal, a fresh snapshot, or live data.
+//   - Recovery. Resume says what a subscription can resume from after a
+//     reconnect: a replay of the journal, a fresh snapshot, or live data,
+//     and gives the Source that does it.
 //
-// Call order for one subscription: Source (windowed only, before its
-// stream exists), then Subscribe once the subscription is registered and
+// Call order for one subscription: Source or Resume (windowed only,
+// before its stream exists), then Subscribe once the subscription is registered and
 // its subscribe result queued, any number of Receive and Control, then
 // Unsubscribe exactly once (unsubscribe, a new subscribe replacing it,
 // dispose, the connection's end). After Unsubscribe the channel pushes
@@ -60,9 +61,19 @@ type Channel interface {
 	// unsubscribes without a subscription (a TCP connection created but
 	// never subscribed, ahp.md §6b); most channels hold nothing.
 	Release(conn ConnID)
-	// Recover says how a subscription resumes on reconnect after
-	// lastSeq, the client's lastAppliedServerSeq (DESIGN.md §6).
+	// Recover is the recovery hook of reconnect (seed 000
+	// "Reconnection", DESIGN.md §6), asked without side effects: how a
+	// windowed subscription whose client applied the channel's actions up
+	// to lastSeq (its lastAppliedServerSeq) can resume: RecoverReplay,
+	// RecoverSnapshot, RecoverLive, or RecoverNone (not resumable: the
+	// subscription is reported missing).
 	Recover(lastSeq uint64) Recovery
+	// Resume returns the Source of such a subscription kept on a new
+	// connection, called in place of Source once the reconnect result is
+	// queued: after lastSeq for a replay (a journal that no longer reaches
+	// back by then makes it send channel/snapshot first), only new data
+	// for live. Not called when Recover said RecoverNone.
+	Resume(sub Subscriber, lastSeq uint64) delivery.Source
 }
 
 // Traits are a channel's fixed properties.

@@ -37,6 +37,35 @@ func NewLogSource(ch Channel, j *journal.Journal) *LogSource {
 	return ls
 }
 
+// NewLogSourceAt returns the Source of a windowed subscription to ch that
+// resumes after lastSeq (replay recovery): no snapshot first, every
+// action after lastSeq; one the journal no longer holds makes it send a
+// fresh snapshot (resync) instead.
+func NewLogSourceAt(ch Channel, j *journal.Journal, lastSeq uint64) *LogSource {
+	ls := &LogSource{ch: ch, j: j, pulled: make(chan struct{}, 1), stopped: make(chan struct{})}
+	ls.cursor.Store(lastSeq)
+	return ls
+}
+
+// RecoverLog is Channel.Recover for a journaled channel: replay while
+// the journal still holds every action after lastSeq, else a snapshot.
+func RecoverLog(ch Channel, j *journal.Journal, lastSeq uint64) Recovery {
+	if _, _, err := j.Next(ch.URI(), lastSeq); err == nil {
+		return RecoverReplay
+	}
+	return RecoverSnapshot
+}
+
+// ResumeLog is Channel.Resume for a journaled channel: the journal after
+// lastSeq while it reaches back that far (replay), else from a fresh
+// snapshot.
+func ResumeLog(ch Channel, j *journal.Journal, lastSeq uint64) *LogSource {
+	if RecoverLog(ch, j, lastSeq) == RecoverReplay {
+		return NewLogSourceAt(ch, j, lastSeq)
+	}
+	return NewLogSource(ch, j)
+}
+
 // Next implements delivery.Source.
 func (ls *LogSource) Next() []byte {
 	if ls.snap.Load() {

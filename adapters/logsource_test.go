@@ -18,11 +18,14 @@ type fakeChannel struct {
 	j   *journal.Journal
 }
 
-func (f *fakeChannel) URI() string                       { return f.uri }
-func (f *fakeChannel) Traits() Traits                    { return Traits{} }
-func (f *fakeChannel) Subscribe(Subscriber)              {}
-func (f *fakeChannel) Unsubscribe(Subscriber)            {}
-func (f *fakeChannel) Recover(uint64) Recovery           { return RecoverReplay }
+func (f *fakeChannel) URI() string            { return f.uri }
+func (f *fakeChannel) Traits() Traits         { return Traits{} }
+func (f *fakeChannel) Subscribe(Subscriber)   {}
+func (f *fakeChannel) Unsubscribe(Subscriber) {}
+func (f *fakeChannel) Resume(_ Subscriber, lastSeq uint64) delivery.Source {
+	return ResumeLog(f, f.j, lastSeq)
+}
+func (f *fakeChannel) Recover(lastSeq uint64) Recovery   { return RecoverLog(f, f.j, lastSeq) }
 func (f *fakeChannel) Source(Subscriber) delivery.Source { return NewLogSource(f, f.j) }
 func (f *fakeChannel) Snapshot(fn func(rpc.Snapshot)) {
 	fn(rpc.Snapshot{Resource: f.uri, State: json.RawMessage(`{}`), FromSeq: f.j.Seq()})

@@ -145,7 +145,7 @@ type Delivery struct {
 type Journal struct {
 	MaxBytes       int64         // UTF-8 bytes of journal kept in all, shared per channel over terminal.max_total (at least 256 KiB each)
 	MaxAge         time.Duration // journal entries older than this are dropped
-	ReconnectGrace time.Duration // reserved for reconnect (not implemented yet); no effect
+	ReconnectGrace time.Duration // how long a client's state is kept after its transport is lost; 0: no resuming
 }
 
 // Log is block log.

@@ -57,7 +57,7 @@ func TestDefault(t *testing.T) {
 		Delivery: Delivery{WindowBytes: 262144, MaximumFrameBytes: 16384, MaxMessageBytes: 16 << 20,
 			TransportQueueFrames: 32, OrdinaryQueueMessages: 1024, ProtectedQueueMessages: 256,
 			MaxConcurrentRequests: 16, MaxSubscriptions: 256},
-		Journal: Journal{MaxBytes: 8 << 20, MaxAge: 10 * time.Minute, ReconnectGrace: 2 * time.Minute},
+		Journal: Journal{MaxBytes: 8 << 20, MaxAge: 2 * time.Hour, ReconnectGrace: 2 * time.Hour},
 		Log:     Log{Level: "info", Format: "auto"},
 	}
 	if !same(c, want) {

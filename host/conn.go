@@ -40,14 +40,29 @@ type conn struct {
 	// slow bounds requests running beside the reader (dials).
 	slow chan struct{}
 
+	// principal is who authenticated the transport (ServeConnAs), which a
+	// reconnect must match.
+	principal string
+	// handover is set when a reconnect of the same client on another
+	// connection closes this one: its state is retained for it.
+	handover atomic.Bool
+	// ended is closed once the connection's end is processed (its state
+	// retained or dropped).
+	ended chan struct{}
+
 	mu          sync.Mutex
 	initialized bool
 	clientID    string
+	version     string // the negotiated protocol version
+	resumeToken string // what a reconnect of this client must present
+	// resumedFrom is the retained state a reconnect took, until its
+	// subscriptions are resumed (the result queued).
+	resumedFrom *retained
 	subs        map[string]*subscription
 }
 
 func newConn(s *Server, mc transport.MessageConn) *conn {
-	c := &conn{s: s, connID: adapters.ConnID(s.nextConnID.Add(1)), mc: mc, log: s.log.Named("conn").With("peer", mc.Peer()), subs: map[string]*subscription{},
+	c := &conn{s: s, connID: adapters.ConnID(s.nextConnID.Add(1)), ended: make(chan struct{}), mc: mc, log: s.log.Named("conn").With("peer", mc.Peer()), subs: map[string]*subscription{},
 		slow: make(chan struct{}, max(s.cfg.Delivery.MaxConcurrentRequests, 1))}
 	c.sched = delivery.NewScheduler(delivery.SchedulerConfig{
 		ProtectedMessages: s.cfg.Delivery.ProtectedQueueMessages,
@@ -92,7 +107,6 @@ func (c *conn) serve(parent context.Context) error {
 	c.close(transport.CloseNormal, "")
 	_ = rc.Close()
 	werr := <-writerDone
-	c.cleanup()
 	args := []any{"reason", endReason(c.closeErr, c.readErr.Load())}
 	if werr != nil && !errors.Is(werr, delivery.ErrClosed) && !errors.Is(werr, context.Canceled) {
 		args = append(args, "writer", werr)
@@ -169,13 +183,6 @@ func (c *conn) id() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.clientID
-}
-
-// cleanup removes every subscription of the connection and closes the
-// TCP connections it created (not resumable yet).
-func (c *conn) cleanup() {
-	c.unsubscribeAll()
-	c.s.tcp.CloseConn(c.connID, "client connection closed")
 }
 
 // protocolError answers a message that could not be processed. Requests
@@ -432,6 +439,9 @@ func (c *conn) request(method string, params json.RawMessage) (result any, after
 	if method == rpc.MethodInitialize {
 		return c.initialize(params)
 	}
+	if method == rpc.MethodReconnect {
+		return c.reconnect(params)
+	}
 	if !c.isInitialized() {
 		return nil, nil, rpc.Errorf(rpc.CodeNotInitialized, "%s before initialize: send initialize first", method)
 	}
@@ -477,8 +487,11 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 	c.mu.Lock()
 	c.initialized = true
 	c.clientID = p.ClientID
+	c.version = version
+	c.resumeToken = newResumeToken()
 	c.mu.Unlock()
 	c.s.clientArrived(p.ClientID)
+	c.s.startedOver(p.ClientID, c.principal)
 	name := ""
 	if p.ClientInfo != nil {
 		name = strings.TrimSpace(p.ClientInfo.Name + " " + p.ClientInfo.Version)
@@ -493,6 +506,7 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 		DefaultDirectory: c.s.defaultDirectory(),
 		Telemetry:        c.s.telemetry.Capability(),
 		TCPConnections:   c.s.tcpCapability(),
+		Resume:           c.s.resumeInfo(c.resumeToken),
 	}
 	var after []func()
 	for _, uri := range p.InitialSubscriptions {

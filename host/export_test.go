@@ -24,3 +24,10 @@ func (s *Server) LiveClients() int {
 	defer s.liveMu.Unlock()
 	return len(s.live)
 }
+
+// RetainedClients returns how many clients' state is kept for a reconnect.
+func (s *Server) RetainedClients() int {
+	s.ret.mu.Lock()
+	defer s.ret.mu.Unlock()
+	return len(s.ret.clients)
+}

@@ -43,12 +43,14 @@ func (r *root) Subscribe(adapters.Subscriber) {}
 // Unsubscribe implements adapters.Channel.
 func (r *root) Unsubscribe(adapters.Subscriber) {}
 
-// Recover implements adapters.Channel: by the journal, as a terminal.
+// Resume implements adapters.Channel: by the journal, as a terminal.
+func (r *root) Resume(_ adapters.Subscriber, lastSeq uint64) delivery.Source {
+	return adapters.ResumeLog(r, r.s.journal, lastSeq)
+}
+
+// Recover implements adapters.Channel.
 func (r *root) Recover(lastSeq uint64) adapters.Recovery {
-	if _, _, err := r.s.journal.Next(rpc.RootChannel, lastSeq); err == nil {
-		return adapters.RecoverReplay
-	}
-	return adapters.RecoverSnapshot
+	return adapters.RecoverLog(r, r.s.journal, lastSeq)
 }
 
 // Receive implements adapters.Channel: root actions are not

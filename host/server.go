@@ -53,6 +53,7 @@ type Server struct {
 	closedGaps       atomic.Uint64
 	closedCreditWait atomic.Int64
 
+	ret        retainedState // host/resume.go
 	tcp        *tcpadapter.Table
 	tcpFailLog openFailLog
 	stopPorts  context.CancelFunc
@@ -127,6 +128,14 @@ var ErrShuttingDown = errors.New("host: shutting down")
 // ServeConn serves one client connection until it closes, ctx ends, or
 // the server shuts down. It owns mc and closes it before returning.
 func (s *Server) ServeConn(ctx context.Context, mc transport.MessageConn) error {
+	return s.ServeConnAs(ctx, mc, "")
+}
+
+// ServeConnAs is ServeConn for a transport that principal authenticated
+// (for example "token:" and a digest of the bearer token, or "stdio"): a
+// reconnect resumes a client's state only for the principal that
+// initialized it.
+func (s *Server) ServeConnAs(ctx context.Context, mc transport.MessageConn, principal string) error {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -140,15 +149,17 @@ func (s *Server) ServeConn(ctx context.Context, mc transport.MessageConn) error 
 		return ErrTooManyConnections
 	}
 	c := newConn(s, s.countConn(mc))
+	c.principal = principal
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer func() {
+		kept := s.connEnded(c)
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.mu.Unlock()
 		if id := c.id(); id != "" {
-			if s.clientGone(id) {
+			if s.clientGone(id) && !kept {
 				s.passOnClaims(id)
 			}
 		}
@@ -157,6 +168,47 @@ func (s *Server) ServeConn(ctx context.Context, mc transport.MessageConn) error 
 		s.wg.Done()
 	}()
 	return c.serve(ctx)
+}
+
+// connEnded processes the end of c: its state is retained for a
+// reconnect (kept) or its subscriptions end; its TCP connections close
+// (not resumable yet).
+func (s *Server) connEnded(c *conn) (kept bool) {
+	defer close(c.ended)
+	c.mu.Lock()
+	pending := c.resumedFrom
+	c.resumedFrom = nil
+	c.mu.Unlock()
+	if pending != nil { // a reconnect whose result never went out
+		s.endRetained(pending)
+	}
+	kept = s.shouldRetain(c)
+	if kept {
+		s.retain(c)
+	} else {
+		c.unsubscribeAll()
+	}
+	s.tcp.CloseConn(c.connID, "client connection closed")
+	return kept || s.retainedFor(c.id())
+}
+
+// startedOver drops clientID's retained state when the same principal
+// initializes it afresh (the client gave up resuming); another
+// principal's initialize leaves it be.
+func (s *Server) startedOver(clientID, principal string) {
+	s.ret.mu.Lock()
+	r := s.ret.clients[clientID]
+	if r == nil || r.principal != principal {
+		s.ret.mu.Unlock()
+		return
+	}
+	delete(s.ret.clients, clientID)
+	s.ret.mu.Unlock()
+	s.log.Info("client state dropped", "client", clientID, "reason", "the client initialized again")
+	r.timer.Stop()
+	for _, sub := range r.parked {
+		sub.c.endSubscription(sub, false)
+	}
 }
 
 // Shutdown stops accepting connections, closes every connection with
@@ -180,6 +232,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		c.close(transport.CloseGoingAway, "server shutting down")
 	}
 	s.tcpFailLog.stop(s.log.Info)
+	s.dropRetained()
 	s.stopPorts()
 	var wg sync.WaitGroup
 	wg.Add(2)

@@ -208,6 +208,46 @@ func (c *conn) startWindowed(ch adapters.Channel, limits delivery.Limits) {
 	ch.Subscribe(sub)
 }
 
+// startOrdinaryAfter registers an ordinary subscription to a journaled
+// ch that resumes after lastSeq (a reconnect's replay): the journal's
+// actions after it are read and the journal listened to atomically
+// (under the channel's lock), and returned for the reconnect result; the
+// later ones are held until activate. ok is false (nothing registered)
+// when the journal no longer reaches back to lastSeq.
+func (c *conn) startOrdinaryAfter(ch adapters.Channel, lastSeq uint64) (sub *subscription, entries []journal.Entry, ok bool) {
+	sub = &subscription{c: c, ch: ch, channel: ch.URI()}
+	ch.Snapshot(func(s rpc.Snapshot) {
+		var err error
+		if entries, err = c.s.journal.Read(sub.channel, lastSeq, 0); err != nil {
+			return
+		}
+		ok = true
+		sub.gapFrom = s.FromSeq
+		c.s.journal.Listen(sub.channel, sub, sub.onEntry, nil)
+	})
+	if !ok {
+		return nil, nil, false
+	}
+	c.register(sub)
+	ch.Subscribe(sub)
+	return sub, entries, true
+}
+
+// startResumed registers a windowed subscription to ch kept by a
+// reconnect: like startWindowed, with the channel's Resume source after
+// lastSeq. Call it once the reconnect result is queued.
+func (c *conn) startResumed(ch adapters.Channel, limits delivery.Limits, lastSeq uint64) {
+	sub := &subscription{c: c, ch: ch, channel: ch.URI()}
+	sub.src = ch.Resume(sub, lastSeq)
+	sub.in = c.sched.NewInbound(sub.channel, limits, int(c.s.cfg.Delivery.MaxMessageBytes))
+	sub.out = c.sched.AddStream(sub.channel, limits, sub.src)
+	c.register(sub)
+	if ch.Traits().Delivery == adapters.Journaled {
+		c.s.journal.Listen(sub.channel, sub, sub.onEntry, nil)
+	}
+	ch.Subscribe(sub)
+}
+
 // unsubscribe removes sub, if it is still the connection's subscription
 // to its channel, and ends it; keep leaves the ordinary messages it has
 // queued to go out (a disposed terminal's terminal/exited).

@@ -341,11 +341,13 @@ func TestInterruptWhileStalled(t *testing.T) {
 }
 
 // TestStalledHolderDisconnects: the claim holder's stalled window paces
-// the program; when the holder's connection drops, the program is no
-// longer held and a crediting viewer sees it finish.
+// the program; when the holder's connection drops, the program stays held
+// for the reconnect grace (the holder may come back and miss nothing);
+// once the grace ends the claim passes on and a crediting viewer sees the
+// program finish.
 func TestStalledHolderDisconnects(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, "")
+	s := startServer(t, "journal {\n  reconnect_grace = \"300ms\"\n}\n")
 	ra := s.dialRaw(t)
 	ra.initialize("holder-gone")
 	rb := s.dialRaw(t)

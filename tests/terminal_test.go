@@ -405,8 +405,13 @@ func TestAttachSharedTakesOver(t *testing.T) {
 	}
 	a.typeText(t, "stty size\r")
 	apos := a.out.waitFor(t, "holder's size", 0, "stty size\r\n")
-	a.out.waitFor(t, "holder's size", apos, "24 80\r\n")
-	a.typeText(t, "\r~.")
+	apos = a.out.waitFor(t, "holder's size", apos, "24 80\r\n")
+	apos = a.out.waitFor(t, "prompt after stty", apos, "XPROMPT> ")
+	// Enter, and its prompt seen, before the detach: a prompt still to
+	// come would land in the middle of what b types next.
+	a.typeText(t, "\r")
+	a.out.waitFor(t, "prompt after Enter", apos, "XPROMPT> ")
+	a.typeText(t, "~.")
 	if code := a.wait(t); code != 0 {
 		t.Fatalf("detach: exit status %d; screen:\n%s", code, tail(a.out.String(), 2000))
 	}

@@ -144,8 +144,13 @@ type TIOOptions struct {
 	// compared in constant time; a refusal closes as WT_UNAUTHORIZED with
 	// reason "unauthorized" before the server's frame 0.
 	Token string
+	// Origins, when set, is the origin rule of both mappings (checked
+	// before anything else, 403 when refused); OriginPatterns are then
+	// ignored.
+	Origins *Origins
 	// OriginPatterns are Origin host patterns allowed on the WebSocket
-	// mapping (path.Match); the request's own host is always allowed.
+	// mapping (path.Match) when Origins is nil; the request's own host is
+	// always allowed.
 	OriginPatterns []string
 	// OnReject is told about each refusal (for logging).
 	OnReject func(r *http.Request, code transportio.CloseCode, reason string)
@@ -162,6 +167,10 @@ type TIOOptions struct {
 const RefusalReason = "unauthorized"
 
 func (o TIOOptions) listener() *transportio.Listener {
+	patterns := o.OriginPatterns
+	if o.Origins != nil {
+		patterns = []string{"*"} // Origins decided before the listener runs
+	}
 	return &transportio.Listener{
 		Session: transportio.Config{Contract: Contract, HandshakeTimeout: o.HandshakeTimeout, PayloadsChecked: true},
 		Authorize: func(r *http.Request) error {
@@ -170,7 +179,7 @@ func (o TIOOptions) listener() *transportio.Listener {
 			}
 			return nil
 		},
-		OriginPatterns:   o.OriginPatterns,
+		OriginPatterns:   patterns,
 		WebSocket:        o.webSocket(),
 		OnRefuse:         o.OnReject,
 		OnUpgradeRefused: o.OnUpgradeRefused,
@@ -211,6 +220,9 @@ func serveTIO(ctx context.Context, serve func(ctx context.Context, mc MessageCon
 func TIOWebSocketHandler(opts TIOOptions, serve func(ctx context.Context, mc MessageConn)) http.Handler {
 	l := opts.listener()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if opts.Origins != nil && !opts.Origins.Check(w, r) {
+			return
+		}
 		ctx := context.WithoutCancel(r.Context())
 		l.WebSocketHandler(serveTIO(ctx, serve)).ServeHTTP(w, r)
 	})

@@ -192,8 +192,12 @@ type AcceptOptions struct {
 	// Token is required from every client (Authorization: Bearer, or
 	// ?token=). Compared in constant time.
 	Token string
+	// Origins, when set, is the origin rule (checked first, 403 when
+	// refused); OriginPatterns are then ignored.
+	Origins *Origins
 	// OriginPatterns are host patterns (path.Match) allowed in the Origin
-	// header when present; the request's own host is always allowed.
+	// header when present and Origins is nil; the request's own host is
+	// always allowed.
 	OriginPatterns []string
 	// ReadLimit bounds one incoming message, in UTF-8 bytes.
 	ReadLimit int64
@@ -205,7 +209,14 @@ type AcceptOptions struct {
 // missing or wrong token with 401 before the upgrade, checks Origin, and
 // hands each accepted connection to serve (which owns it until it returns).
 func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageConn)) http.Handler {
+	accept := &websocket.AcceptOptions{OriginPatterns: opts.OriginPatterns}
+	if opts.Origins != nil {
+		accept = &websocket.AcceptOptions{InsecureSkipVerify: true} // Origins decided
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if opts.Origins != nil && !opts.Origins.Check(w, r) {
+			return
+		}
 		if !TokenEqual(TokenFromRequest(r), opts.Token) {
 			if opts.OnReject != nil {
 				opts.OnReject(r, http.StatusUnauthorized, "missing or wrong token")
@@ -221,7 +232,7 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 			return
 		}
 		sw := &transportio.StatusRecorder{ResponseWriter: w}
-		c, err := websocket.Accept(sw, r, &websocket.AcceptOptions{OriginPatterns: opts.OriginPatterns})
+		c, err := websocket.Accept(sw, r, accept)
 		if err != nil {
 			// Accept has written the HTTP error: 403 for a foreign origin,
 			// 426 for a request that is no upgrade, 400 for a bad one.

@@ -32,17 +32,26 @@ type WebTransportServer struct {
 }
 
 // NewWebTransportServer returns the HTTP/3 endpoint. tlsConf supplies the
-// certificate (the same as the TCP listener's); checkOrigin nil allows a
-// missing Origin or one equal to Host.
+// certificate (the same as the TCP listener's). With opts.Origins set, it
+// decides every session's Origin (403 when refused, before the token) and
+// checkOrigin is not used; otherwise checkOrigin nil allows a missing
+// Origin or one equal to Host (webtransport-go's default: a refusal is a
+// bare 400).
 func NewWebTransportServer(tlsConf *tls.Config, opts TIOOptions, checkOrigin func(*http.Request) bool, serve func(ctx context.Context, mc MessageConn)) *WebTransportServer {
 	mux := http.NewServeMux()
 	s := &WebTransportServer{}
+	if opts.Origins != nil {
+		checkOrigin = func(*http.Request) bool { return true } // decided before Upgrade
+	}
 	s.wts = transportio.NewWebTransportServer(tlsConf, mux, checkOrigin)
 	l := opts.listener()
 	h := l.WebTransportHandler(s.wts, serveTIO(context.Background(), func(ctx context.Context, mc MessageConn) {
 		s.served.Store(true)
 		serve(ctx, mc)
 	}))
+	if opts.Origins != nil {
+		h = opts.Origins.Wrap(h)
+	}
 	mux.Handle(TIOPath, h)
 	return s
 }

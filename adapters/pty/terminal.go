@@ -201,10 +201,16 @@ func (t *Terminal) Snapshot(fn func(rpc.Snapshot)) {
 // Recover implements adapters.Channel: a replay while the journal still
 // holds every action after lastSeq, else a snapshot.
 func (t *Terminal) Recover(lastSeq uint64) adapters.Recovery {
-	if _, _, err := t.j.Next(t.cfg.URI, lastSeq); err == nil {
-		return adapters.RecoverReplay
-	}
-	return adapters.RecoverSnapshot
+	return adapters.RecoverLog(t, t.j, lastSeq)
+}
+
+// Resume implements adapters.Channel.
+func (t *Terminal) Resume(sub adapters.Subscriber, lastSeq uint64) delivery.Source {
+	src := adapters.ResumeLog(t, t.j, lastSeq)
+	t.mu.Lock()
+	t.subs[sub] = src
+	t.mu.Unlock()
+	return src
 }
 
 func (t *Terminal) infoLocked() rpc.TerminalInfo {

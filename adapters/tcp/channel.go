@@ -312,6 +312,9 @@ func (tc *Channel) Snapshot(fn func(rpc.Snapshot)) {
 // closed with its connection).
 func (tc *Channel) Recover(uint64) adapters.Recovery { return adapters.RecoverNone }
 
+// Resume implements adapters.Channel; never called (RecoverNone).
+func (tc *Channel) Resume(sub adapters.Subscriber, _ uint64) delivery.Source { return tc.Source(sub) }
+
 // Source implements adapters.Channel: channel/snapshot {} first, then the
 // socket's bytes and tcp/eof.
 func (tc *Channel) Source(sub adapters.Subscriber) delivery.Source {

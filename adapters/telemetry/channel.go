@@ -208,7 +208,16 @@ func (ch *Channel) Snapshot(fn func(rpc.Snapshot)) {
 	fn(rpc.Snapshot{Resource: ch.name, State: json.RawMessage(`{}`), FromSeq: ch.ts.cfg.Seq()})
 }
 
-// Recover implements adapters.Channel: live, never a backlog.
+// Resume implements adapters.Channel: live, never a backlog; no
+// channel/snapshot first (every data message after the reconnect result
+// is new data, seed 000).
+func (ch *Channel) Resume(s adapters.Subscriber, _ uint64) delivery.Source {
+	os := ch.ts.subFor(ch, s)
+	os.snapDue.Store(false)
+	return os
+}
+
+// Recover implements adapters.Channel: live.
 func (ch *Channel) Recover(uint64) adapters.Recovery { return adapters.RecoverLive }
 
 // Source implements adapters.Channel (windowed subscriptions).

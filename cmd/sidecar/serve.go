@@ -6,12 +6,12 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"sync"
@@ -28,6 +28,7 @@ import (
 	"github.com/sidecar-dev/sidecar/transport"
 	"github.com/sidecar-dev/sidecar/transport/tlscert"
 	"github.com/sidecar-dev/sidecar/transportio"
+	"github.com/sidecar-dev/sidecar/web"
 )
 
 func serveCmd() *cobra.Command {
@@ -108,26 +109,36 @@ func serve(configFile, listen, token, stateDir string) error {
 	addr := ln.Addr().(*net.TCPAddr)
 
 	srv := host.New(cfg, logger)
+	// Every connection authenticated with the one bearer token is the same
+	// principal; a reconnect resumes only that principal's clients.
+	principal := tokenPrincipal(tok)
 	// A WebSocket upgrade refused with an HTTP status, on /ahp or
 	// /transport-io (a transport-io token refusal is a session close).
 	upgradeRefused := func(r *http.Request, status int, why string) {
 		logger.Warn("WebSocket upgrade refused", "peer", r.RemoteAddr, "path", r.URL.Path, "status", status, "reason", why)
 	}
+	// One origin rule for every endpoint: the listener's own origin and
+	// listener.origins; a refusal is a 403, logged.
+	hostname, _ := os.Hostname()
+	origins := transport.NewOrigins(transport.SelfOrigins(addr, hostname), cfg.Listener.Origins)
+	origins.OnRefuse = func(r *http.Request, origin string) {
+		logger.Warn("browser origin refused", "origin", origin, "peer", r.RemoteAddr, "path", r.URL.Path, "status", http.StatusForbidden, "allowed", "the listener's own origin and listener.origins")
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/ahp", transport.AHPHandler(transport.AcceptOptions{
-		Token:          tok,
-		OriginPatterns: originHosts(cfg.Listener.Origins),
-		ReadLimit:      readLimit(cfg),
-		OnReject:       upgradeRefused,
+		Token:     tok,
+		Origins:   origins,
+		ReadLimit: readLimit(cfg),
+		OnReject:  upgradeRefused,
 	}, func(ctx context.Context, mc transport.MessageConn) {
-		_ = srv.ServeConn(context.WithoutCancel(ctx), mc)
+		_ = srv.ServeConnAs(context.WithoutCancel(ctx), mc, principal)
 	}))
 	serveAHP := func(ctx context.Context, mc transport.MessageConn) {
-		_ = srv.ServeConn(context.WithoutCancel(ctx), mc)
+		_ = srv.ServeConnAs(context.WithoutCancel(ctx), mc, principal)
 	}
 	tioOpts := transport.TIOOptions{
-		Token:          tok,
-		OriginPatterns: originHosts(cfg.Listener.Origins),
+		Token:   tok,
+		Origins: origins,
 		OnReject: func(r *http.Request, code transportio.CloseCode, reason string) {
 			logger.Warn("transport-io session refused", "peer", r.RemoteAddr, "code", code.String(), "reason", reason)
 		},
@@ -137,6 +148,14 @@ func serve(configFile, listen, token, stateDir string) error {
 	// client's UDP-unreachable probe.
 	mux.Handle(transport.TIOPath, transport.TIOWebSocketHandler(tioOpts, serveAHP))
 	mux.Handle(transportio.ProbePath, transport.ProbeHandler())
+	// The web page (README "The web page"); the development certificate's
+	// pin lets the browser trust it for WebTransport.
+	mux.Handle("/", web.Handler(web.Options{Origins: origins, CertHashes: func() []string {
+		if !certs.dev {
+			return nil
+		}
+		return []string{certs.pin()}
+	}}))
 	// transport-io over WebTransport: UDP, same host and port number.
 	var wts *transport.WebTransportServer
 	if udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: addr.IP, Port: addr.Port}); err != nil {
@@ -211,18 +230,6 @@ func serve(configFile, listen, token, stateDir string) error {
 // covers them with room.
 func readLimit(cfg *config.Config) int64 {
 	return max(max(cfg.Delivery.MaximumFrameBytes, cfg.TCP.MaximumFrameBytes)*2, 1<<20)
-}
-
-// originHosts turns configured origins (https://host:port) into the host
-// patterns coder/websocket matches.
-func originHosts(origins []string) []string {
-	var hosts []string
-	for _, o := range origins {
-		if u, err := parseOrigin(o); err == nil {
-			hosts = append(hosts, u)
-		}
-	}
-	return hosts
 }
 
 // certSource serves the configured certificate, or the development one,
@@ -311,11 +318,9 @@ func (cs *certSource) pin() string {
 	return tlscert.Pin(cs.c)
 }
 
-// parseOrigin returns the host[:port] of an origin URL.
-func parseOrigin(o string) (string, error) {
-	u, err := url.Parse(o)
-	if err != nil || u.Host == "" {
-		return "", fmt.Errorf("bad origin %q", o)
-	}
-	return u.Host, nil
+// tokenPrincipal names the principal of a bearer token for the host
+// ("token:" and the first 16 hex digits of its SHA-256), never the token.
+func tokenPrincipal(tok string) string {
+	d := sha256.Sum256([]byte(tok))
+	return "token:" + hex.EncodeToString(d[:8])
 }

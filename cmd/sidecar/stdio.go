@@ -61,7 +61,7 @@ func serveStdio(configFile string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer stop()
 	err = transport.ServeStdio(ctx, os.Stdin, os.Stdout, func(ctx context.Context, mc transport.MessageConn) {
-		_ = srv.ServeConn(ctx, mc)
+		_ = srv.ServeConnAs(ctx, mc, "stdio")
 	})
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -1,0 +1,340 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sidecar-dev/sidecar/config"
+	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/host"
+	"github.com/sidecar-dev/sidecar/rpc"
+	"github.com/sidecar-dev/sidecar/transport"
+)
+
+// connectAs is connect for a transport authenticated as principal.
+func connectAs(t *testing.T, srv *host.Server, principal string) *hostConn {
+	t.Helper()
+	a, b := transport.Pipe(4096)
+	hc := &hostConn{t: t, mc: a, served: make(chan error, 1), nextID: 1}
+	go func() { hc.served <- srv.ServeConnAs(context.Background(), b, principal) }()
+	t.Cleanup(func() {
+		_ = a.Close(transport.CloseNormal, "test done")
+		select {
+		case <-hc.served:
+		case <-time.After(deadline):
+			t.Error("ServeConn did not return after the client closed")
+		}
+	})
+	return hc
+}
+
+// cut ends hc's transport as a network loss does (no close from the
+// client) and waits until the host has processed its end.
+func (hc *hostConn) cut() {
+	hc.t.Helper()
+	_ = hc.mc.Close(transport.CloseInternalError, "cut")
+	select {
+	case err := <-hc.served:
+		hc.served <- err // for the cleanup
+	case <-time.After(deadline):
+		hc.t.Fatal("the host did not end the cut connection")
+	}
+}
+
+// termData returns a terminal/data action's serverSeq and data.
+func termData(m *msg) (uint64, string, bool) {
+	typ, raw, env := m.action()
+	if typ != rpc.ActionTerminalData {
+		return 0, "", false
+	}
+	var a struct {
+		Data string `json:"data"`
+	}
+	_ = json.Unmarshal(raw, &a)
+	return env.ServerSeq, a.Data, true
+}
+
+// readOutput collects terminal output of ch until it contains want.
+func (hc *hostConn) readOutput(ch, want string) (seqs []uint64, datas []string) {
+	hc.t.Helper()
+	var all strings.Builder
+	for !strings.Contains(all.String(), want) {
+		m, _ := hc.until("output "+want, func(m *msg) bool {
+			_, _, ok := termData(m)
+			return ok && m.channel() == ch
+		})
+		seq, d, _ := termData(m)
+		seqs, datas = append(seqs, seq), append(datas, d)
+		all.WriteString(d)
+	}
+	return seqs, datas
+}
+
+func (hc *hostConn) reconnect(p rpc.ReconnectParams) (*msg, rpc.ReconnectResult) {
+	hc.t.Helper()
+	m, _ := hc.call(rpc.MethodReconnect, p)
+	var res rpc.ReconnectResult
+	if m.Error == nil {
+		if err := json.Unmarshal(m.Result, &res); err != nil {
+			hc.t.Fatal(err)
+		}
+	}
+	return m, res
+}
+
+func window(ch string, last uint64) rpc.ReconnectWindowItem {
+	return rpc.ReconnectWindowItem{Channel: ch, LastAppliedServerSeq: last,
+		FlowControl: &rpc.FlowControlOffer{Receive: &delivery.Limits{WindowBytes: 64 << 10, MaximumFrameBytes: 16 << 10}}}
+}
+
+// TestReconnectReplay: a client whose transport is lost reconnects with
+// its resume token; its windowed terminal subscription is replayed from
+// its lastAppliedServerSeq (every later action once, in order), its
+// ordinary root subscription by lastSeenServerSeq, and its terminal is
+// its own again: input typed after the resume reaches the program.
+func TestReconnectReplay(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const ch = "ahp-terminal:/resume-1"
+	a := connectAs(t, srv, "p1")
+	init := a.initialize("a", rpc.RootChannel)
+	if init.Resume == nil || len(init.Resume.Token) < 40 || init.Resume.GraceMs != (2*time.Hour).Milliseconds() {
+		t.Fatalf("initialize resume %+v, want a token and the 2 h grace", init.Resume)
+	}
+	a.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch,
+		"command": []string{"sh", "-c", "echo L1; echo L2; echo L3; read x; echo L4-$x"}})
+	a.watch(ch)
+	seqs, datas := a.readOutput(ch, "L3")
+	a.cut()
+
+	// Applied: the first output action only; the rest must come again
+	// (or, when the output came in one action, none of it).
+	last, want := seqs[0], strings.Join(datas[1:], "")
+	if len(seqs) == 1 {
+		last, want = seqs[0]-1, datas[0]
+	}
+	b := connectAs(t, srv, "p1")
+	m, res := b.reconnect(rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "a", ResumeToken: init.Resume.Token,
+		LastSeenServerSeq: init.ServerSeq, Subscriptions: []string{rpc.RootChannel, ch},
+		Windows: &rpc.ReconnectWindows{Items: []rpc.ReconnectWindowItem{window(ch, last)}}})
+	if m.Error != nil {
+		t.Fatalf("reconnect: %d %s", m.Error.Code, m.Error.Message)
+	}
+	if res.Type != rpc.ReconnectReplay || res.Actions == nil || len(res.Missing) != 0 || res.Windows == nil || len(res.Windows.Items) != 1 {
+		t.Fatalf("reconnect result %s", m.Raw)
+	}
+	it := res.Windows.Items[0]
+	if it.Channel != ch || it.Recovery != rpc.RecoveryReplay || it.HeadSeq < seqs[len(seqs)-1] || res.Resume == nil || res.Resume.Token != init.Resume.Token {
+		t.Fatalf("window item %+v, resume %+v", it, res.Resume)
+	}
+	// The root's actions since initialize (the terminal listed) are in
+	// the result, in serverSeq order.
+	var prev uint64
+	listed := false
+	for _, raw := range *res.Actions {
+		var env rpc.ActionEnvelope
+		if err := json.Unmarshal(raw, &env); err != nil || env.Channel != rpc.RootChannel || env.ServerSeq <= prev {
+			t.Fatalf("replayed action %s out of order or not the root's", raw)
+		}
+		prev = env.ServerSeq
+		listed = listed || strings.Contains(string(raw), ch)
+	}
+	if !listed {
+		t.Errorf("replayed root actions %v do not list %s", *res.Actions, ch)
+	}
+	_, got := b.readOutput(ch, "L3")
+	if strings.Join(got, "") != want {
+		t.Fatalf("replayed %q, want exactly %q", strings.Join(got, ""), want)
+	}
+	b.send(`{"jsonrpc":"2.0","method":"dispatchAction","params":{"channel":"` + ch + `","clientSeq":7,"action":{"type":"terminal/input","data":"ok\n"}}}`)
+	b.readOutput(ch, "L4-ok")
+}
+
+// TestReconnectRefused: nothing of a client's state goes to another
+// principal, to a wrong resume token, or to a clientId with no state
+// (each an error, with the kind); a refused attempt destroys nothing.
+func TestReconnectRefused(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	a := connectAs(t, srv, "p1")
+	init := a.initialize("a")
+	a.cut()
+	params := func(id, token string) rpc.ReconnectParams {
+		return rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: id, ResumeToken: token, Subscriptions: []string{}}
+	}
+	kind := func(e *rpc.Error) string {
+		var d rpc.ResumeErrorData
+		_ = json.Unmarshal(e.Data, &d)
+		return d.Kind
+	}
+	other := connectAs(t, srv, "p2")
+	if e := other.callErr(rpc.MethodReconnect, params("a", init.Resume.Token), rpc.CodePermissionDenied); kind(e) != "refused" {
+		t.Errorf("another principal: %+v, want kind refused", e)
+	}
+	wrong := connectAs(t, srv, "p1")
+	if e := wrong.callErr(rpc.MethodReconnect, params("a", strings.Repeat("x", len(init.Resume.Token))), rpc.CodePermissionDenied); kind(e) != "refused" {
+		t.Errorf("wrong token: %+v, want kind refused", e)
+	}
+	if e := wrong.callErr(rpc.MethodSubscribe, map[string]any{"channel": rpc.RootChannel}, rpc.CodeNotInitialized); e == nil {
+		t.Error("a refused reconnect initialized the connection")
+	}
+	none := connectAs(t, srv, "p1")
+	if e := none.callErr(rpc.MethodReconnect, params("nobody", init.Resume.Token), rpc.CodeNotFound); kind(e) != "expired" {
+		t.Errorf("unknown client: %+v, want kind expired", e)
+	}
+	right := connectAs(t, srv, "p1")
+	if m, _ := right.reconnect(params("a", init.Resume.Token)); m.Error != nil {
+		t.Fatalf("the right reconnect after refused ones: %s", m.Raw)
+	}
+}
+
+// TestDetachEndsState: a client that closes its connection (a detach)
+// keeps nothing: a reconnect finds its state expired, and its claim
+// passes on at once to a client still watching.
+func TestDetachEndsState(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const ch = "ahp-terminal:/detach-1"
+	a := connect(t, srv)
+	init := a.initialize("a")
+	a.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"cat"}})
+	a.watch(ch)
+	c := connect(t, srv)
+	c.initialize("c", rpc.RootChannel)
+	c.watch(ch)
+	a.leave()
+	c.listedHolder("c")
+	b := connect(t, srv)
+	b.callErr(rpc.MethodReconnect, rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "a", ResumeToken: init.Resume.Token, Subscriptions: []string{}}, rpc.CodeNotFound)
+}
+
+// TestGraceKeepsClaim: within the grace a lost holder keeps its claim
+// (another client watching does not get it, and the holder resumes as
+// holder: its new stream paces the PTY); when the grace ends, the claim
+// passes on.
+func TestGraceKeepsClaim(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, func(c *config.Config) { c.Journal.ReconnectGrace = time.Hour })
+	const ch = "ahp-terminal:/grace-1"
+	a := connect(t, srv)
+	init := a.initialize("a")
+	a.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"cat"}})
+	a.watch(ch)
+	c := connect(t, srv)
+	c.initialize("c")
+	c.watch(ch)
+	a.cut()
+	if got := srv.PacerClient(ch); got != "a" {
+		t.Fatalf("pacer within the grace: %q, want a (its parked stream)", got)
+	}
+	// A root snapshot now lists the claim as a's.
+	r := connect(t, srv)
+	r.initialize("r")
+	m, _ := r.mustCall(rpc.MethodSubscribe, map[string]any{"channel": rpc.RootChannel})
+	if !strings.Contains(m.Raw, `"claim":{"kind":"client","clientId":"a"}`) {
+		t.Fatalf("root within the grace: %s, want the claim still a's", m.Raw)
+	}
+	b := connect(t, srv)
+	if m, _ := b.reconnect(rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "a", ResumeToken: init.Resume.Token,
+		Subscriptions: []string{ch}, Windows: &rpc.ReconnectWindows{Items: []rpc.ReconnectWindowItem{window(ch, 0)}}}); m.Error != nil {
+		t.Fatalf("reconnect: %s", m.Raw)
+	}
+	waitUntil(t, "the resumed stream paces the PTY", func() bool { return srv.PacerClient(ch) == "a" && srv.RetainedClients() == 0 })
+	b.send(`{"jsonrpc":"2.0","method":"dispatchAction","params":{"channel":"` + ch + `","clientSeq":1,"action":{"type":"terminal/input","data":"hi\n"}}}`)
+	b.readOutput(ch, "hi")
+}
+
+// TestGraceEnds: past the grace the state is dropped (a reconnect finds
+// it expired) and the lost holder's claim passes on.
+func TestGraceEnds(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, func(c *config.Config) { c.Journal.ReconnectGrace = 50 * time.Millisecond })
+	const ch = "ahp-terminal:/grace-2"
+	a := connect(t, srv)
+	init := a.initialize("a")
+	a.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"cat"}})
+	a.watch(ch)
+	c := connect(t, srv)
+	c.initialize("c", rpc.RootChannel)
+	c.watch(ch)
+	a.cut()
+	c.listedHolder("c")
+	b := connect(t, srv)
+	b.callErr(rpc.MethodReconnect, rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "a", ResumeToken: init.Resume.Token, Subscriptions: []string{}}, rpc.CodeNotFound)
+}
+
+// TestReconnectHandsOver: a reconnect that arrives while the old
+// transport still looks alive (a laptop that slept) closes it first, with
+// 1001, and resumes its state.
+func TestReconnectHandsOver(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const ch = "ahp-terminal:/handover-1"
+	a := connect(t, srv)
+	init := a.initialize("a")
+	a.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"sh", "-c", "echo HELLO; cat"}})
+	a.watch(ch)
+	a.readOutput(ch, "HELLO")
+	b := connect(t, srv)
+	m, res := b.reconnect(rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "a", ResumeToken: init.Resume.Token,
+		Subscriptions: []string{ch}, Windows: &rpc.ReconnectWindows{Items: []rpc.ReconnectWindowItem{window(ch, 0)}}})
+	if m.Error != nil || res.Windows == nil || len(res.Windows.Items) != 1 {
+		t.Fatalf("reconnect beside a live connection: %s", m.Raw)
+	}
+	code, reason, _ := a.closed()
+	if code != transport.CloseGoingAway || reason != "resumed on another connection" {
+		t.Errorf("old connection closed with %d %q", code, reason)
+	}
+	b.readOutput(ch, "HELLO")
+}
+
+// TestReconnectSnapshotWhenJournalGone: a viewer (not the claim holder,
+// so nothing waits for it) away while the terminal's output outgrows the
+// journal resumes with a snapshot: a channel/snapshot is its first data
+// message; a disposed terminal and a TCP-like unknown channel are missing.
+func TestReconnectSnapshotWhenJournalGone(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const ch = "ahp-terminal:/snap-1"
+	h := connect(t, srv)
+	h.initialize("holder")
+	h.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"sh", "-c", "read x; seq 1 150000; echo END; cat"}})
+	a := connect(t, srv)
+	init := a.initialize("a")
+	a.watch(ch)
+	a.cut()
+	h.mustCall(rpc.MethodSubscribe, map[string]any{"channel": ch}) // ordinary: it takes everything
+	h.send(`{"jsonrpc":"2.0","method":"dispatchAction","params":{"channel":"` + ch + `","clientSeq":1,"action":{"type":"terminal/input","data":"go\n"}}}`)
+	h.readOutput(ch, "END")
+	b := connect(t, srv)
+	m, res := b.reconnect(rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "a", ResumeToken: init.Resume.Token,
+		Subscriptions: []string{ch, "ahp-terminal:/gone"}, Windows: &rpc.ReconnectWindows{Items: []rpc.ReconnectWindowItem{window(ch, 1), window("ahp-terminal:/gone", 0)}}})
+	if m.Error != nil || res.Windows == nil || len(res.Windows.Items) != 1 || res.Windows.Items[0].Recovery != rpc.RecoverySnapshot {
+		t.Fatalf("reconnect: %s", m.Raw)
+	}
+	if len(res.Missing) != 1 || res.Missing[0] != "ahp-terminal:/gone" {
+		t.Errorf("missing %v, want the unknown terminal", res.Missing)
+	}
+	first, _ := b.until("first data message", func(m *msg) bool { return m.channel() == ch })
+	// The snapshot (the scrollback: 1 MiB) comes in fragments: the first
+	// one starts it.
+	if (first.Method != rpc.MethodChannelSnapshot && first.Method != rpc.MethodChannelFrame) || !strings.Contains(first.Raw, `channel/snapshot`) {
+		t.Fatalf("first data message after snapshot recovery: %.300s", first.Raw)
+	}
+}
+
+// waitUntil polls cond (state the host changes on its own goroutines)
+// for up to deadline.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	stop := time.Now().Add(deadline)
+	for !cond() {
+		if time.Now().After(stop) {
+			t.Fatalf("not %s within %v", what, deadline)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -1,0 +1,401 @@
+package tests
+
+// The web page (package web) in a real headless Chromium, driven with
+// chromedp, against the real binary: WebTransport and the forced
+// WebSocket fallback, typing, resizing, a flood and Ctrl-C, a wrong token
+// and a refused origin. Without chromium these tests skip, except under
+// CI=true, where they fail. A failing test leaves a screenshot of the
+// page under os.TempDir() and names it in the log.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+)
+
+// chromiumPath returns the browser, or skips (fails under CI=true).
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("CHROMIUM")
+	if p == "" {
+		p = "/usr/bin/chromium"
+	}
+	if _, err := exec.LookPath(p); err != nil {
+		msg := fmt.Sprintf("no chromium at %s (apt-get install chromium; .ci/run does): %v", p, err)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return p
+}
+
+// browser is one headless Chromium with a fresh profile and one tab.
+type browser struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+// newBrowser starts Chromium (extra flags appended) for the rest of the
+// test; at cleanup, a failed test's page is kept as a screenshot.
+func newBrowser(t *testing.T, extra ...chromedp.ExecAllocatorOption) *browser {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("no-default-browser-check", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("ignore-certificate-errors", true), // the page's own TLS: the development certificate
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1000, 700),
+	}
+	opts = append(opts, extra...)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	if err := chromedp.Run(ctx); err != nil {
+		cancel()
+		cancelAlloc()
+		t.Fatalf("start chromium: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+	})
+	b := &browser{t: t, ctx: ctx}
+	t.Cleanup(b.screenshotOnFailure)
+	return b
+}
+
+func (b *browser) screenshotOnFailure() {
+	if !b.t.Failed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	var png []byte
+	if err := chromedp.Run(ctx, chromedp.FullScreenshot(&png, 100)); err != nil {
+		b.t.Logf("no screenshot: %v", err)
+		return
+	}
+	name := filepath.Join(os.TempDir(), fmt.Sprintf("sidecar-web-%s-%d.png", regexp.MustCompile(`[^A-Za-z0-9_-]+`).ReplaceAllString(b.t.Name(), "_"), time.Now().UnixNano()))
+	if err := os.WriteFile(name, png, 0o644); err != nil {
+		b.t.Logf("no screenshot: %v", err)
+		return
+	}
+	b.t.Logf("screenshot of the page: %s", name)
+}
+
+// run runs actions bounded by timeout.
+func (b *browser) run(timeout time.Duration, actions ...chromedp.Action) error {
+	ctx, cancel := context.WithTimeout(b.ctx, timeout)
+	defer cancel()
+	return chromedp.Run(ctx, actions...)
+}
+
+func (b *browser) must(what string, actions ...chromedp.Action) {
+	b.t.Helper()
+	if err := b.run(waitTimeout, actions...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// eval evaluates a JavaScript expression into out.
+func (b *browser) eval(expr string, out any) error {
+	return b.run(5*time.Second, chromedp.Evaluate(expr, out))
+}
+
+// poll evaluates expr every few milliseconds until it yields true, for at
+// most timeout; it returns how long that took.
+func (b *browser) poll(what, expr string, timeout time.Duration) time.Duration {
+	b.t.Helper()
+	start := time.Now()
+	for {
+		var ok bool
+		err := b.eval(expr, &ok)
+		if err == nil && ok {
+			return time.Since(start)
+		}
+		if time.Since(start) > timeout {
+			var screen, status string
+			_ = b.eval(`window.sidecarPage ? sidecarPage.screen() : ""`, &screen)
+			_ = b.eval(`document.getElementById("status").textContent + " | " + document.getElementById("login-error").textContent`, &status)
+			b.t.Fatalf("%s: not within %v (last error %v)\nstatus: %s\nscreen:\n%s", what, timeout, err, status, tail(screen, 2000))
+		}
+		time.Sleep(5 * time.Millisecond) // a bounded poll of the page, not a synchronisation
+	}
+}
+
+// screenHas is a JavaScript test on the xterm.js buffer.
+func screenHas(re string) string {
+	return fmt.Sprintf(`new RegExp(%q, "m").test(sidecarPage.screen())`, re)
+}
+
+// promptBack: the cursor is on a prompt line.
+const promptBack = `/^XPROMPT>\s*$/.test(sidecarPage.cursorLine())`
+
+// login opens the page and types the token into its form.
+func (b *browser) login(url, token string) {
+	b.t.Helper()
+	b.must("open "+url, chromedp.Navigate(url), chromedp.WaitVisible("#token", chromedp.ByID))
+	b.must("type the token", chromedp.SendKeys("#token", token, chromedp.ByID), chromedp.Click("#connect", chromedp.ByID))
+}
+
+// typeText types into the terminal (xterm.js's textarea has the focus).
+// Text goes in as Input.insertText (xterm.js takes it once; key events
+// with text would type each character twice), "\r" as the Enter key.
+func (b *browser) typeText(text string) {
+	b.t.Helper()
+	var actions []chromedp.Action
+	for i, part := range strings.Split(text, "\r") {
+		if i > 0 {
+			actions = append(actions, chromedp.KeyEvent(kb.Enter))
+		}
+		if part != "" {
+			actions = append(actions, input.InsertText(part))
+		}
+	}
+	b.must("type "+strconv.Quote(text), actions...)
+}
+
+func (b *browser) ctrlC() {
+	b.t.Helper()
+	b.must("Ctrl-C", chromedp.KeyEvent("c", chromedp.KeyModifiers(input.ModifierCtrl)))
+}
+
+// heapUsed is the page's JavaScript heap after a garbage collection.
+func (b *browser) heapUsed() float64 {
+	b.t.Helper()
+	var used float64
+	b.must("JS heap", chromedp.ActionFunc(func(ctx context.Context) error {
+		if err := chromedp.FromContext(ctx).Target.Execute(ctx, "HeapProfiler.collectGarbage", nil, nil); err != nil {
+			return err
+		}
+		u, _, _, _, err := runtime.GetHeapUsage().Do(ctx)
+		used = u
+		return err
+	}))
+	return used
+}
+
+// pageURL is the daemon's page, ?transport=websocket forcing the fallback.
+func pageURL(s *server, transport string) string {
+	u := "https://" + s.host + "/"
+	if transport == "websocket" {
+		u += "?transport=websocket"
+	}
+	return u
+}
+
+var wantKind = map[string]string{"webtransport": "WebTransport", "websocket": "WebSocket"}
+
+// TestWebPageTerminal: on WebTransport and on the forced WebSocket
+// fallback, the page opens a new terminal, runs a command, follows a
+// resize, and stops a flood at once on Ctrl-C with its memory bounded.
+func TestWebPageTerminal(t *testing.T) {
+	chromiumPath(t)
+	for _, transport := range []string{"webtransport", "websocket"} {
+		t.Run(transport, func(t *testing.T) {
+			s := startServer(t, "")
+			b := newBrowser(t)
+			b.login(pageURL(s, transport), s.token)
+			b.poll("connected", fmt.Sprintf(`document.getElementById("status").textContent === "connected (%s)"`, wantKind[transport]), waitTimeout)
+
+			// The token is in sessionStorage, not in the URL or history.
+			var leaked bool
+			if err := b.eval(fmt.Sprintf(`location.href.includes(%q) || history.length > 2`, s.token), &leaked); err != nil || leaked {
+				t.Errorf("token in the URL or history (%v)", err)
+			}
+
+			b.must("new terminal", chromedp.Click("#new", chromedp.ByID))
+			b.poll("prompt", screenHas(`^XPROMPT>`), waitTimeout)
+			b.typeText("echo h''i\r")
+			b.poll("echo hi", screenHas(`^hi$`), waitTimeout)
+			var listed bool
+			if err := b.eval(`document.querySelectorAll("#terminals li").length >= 1`, &listed); err != nil || !listed {
+				t.Errorf("the terminal is not listed (%v)", err)
+			}
+
+			// Resize the viewport: stty size follows xterm.js's new size.
+			b.must("resize", emulation.SetDeviceMetricsOverride(700, 450, 1, false))
+			b.poll("smaller terminal", `sidecarPage.size().cols < 80`, waitTimeout)
+			// The layout may still settle after the first fit: stty must
+			// agree with the size xterm.js has when it runs (a few tries).
+			for try := 1; ; try++ {
+				b.typeText("clear; stty size\r")
+				b.poll("stty size", screenHas(`^\d+ \d+$`), waitTimeout)
+				var got struct {
+					Screen     string
+					Cols, Rows int
+				}
+				if err := b.eval(`({screen: sidecarPage.screen(), ...sidecarPage.size()})`, &got); err != nil {
+					t.Fatal(err)
+				}
+				want := fmt.Sprintf("%d %d", got.Rows, got.Cols)
+				if regexp.MustCompile(`(?m)^` + want + `$`).MatchString(got.Screen) {
+					break
+				}
+				if try == 5 {
+					t.Fatalf("stty size printed %q, want %q (the page's terminal size)", got.Screen, want)
+				}
+			}
+
+			// A flood, then Ctrl-C: the prompt is back at once, and the
+			// page's heap stayed bounded meanwhile.
+			flood := floodSeconds()
+			b.typeText("clear; yes\r")
+			b.poll("yes", screenHas(`^y\ny\ny$`), waitTimeout)
+			before := b.heapUsed()
+			deadline := time.Now().Add(flood)
+			peak := before
+			for time.Now().Before(deadline) {
+				if h := b.heapUsed(); h > peak {
+					peak = h
+				}
+				time.Sleep(time.Second) // sample the heap once a second during the flood
+			}
+			after := b.heapUsed()
+			t.Logf("%s: JS heap %.1f MiB at the flood's start, %.1f MiB after %v (peak %.1f MiB)", transport, before/(1<<20), after/(1<<20), flood, peak/(1<<20))
+			if peak > before+32<<20 {
+				t.Errorf("page heap grew from %.1f to %.1f MiB during the flood", before/(1<<20), peak/(1<<20))
+			}
+			b.ctrlC()
+			took := b.poll("prompt after Ctrl-C", promptBack, 10*time.Second)
+			t.Logf("%s: Ctrl-C to prompt during yes: %v", transport, took)
+			if took > 2*time.Second {
+				t.Errorf("Ctrl-C took %v to bring the prompt back", took)
+			}
+
+			// Under 4x CPU throttling.
+			b.must("throttle", emulation.SetCPUThrottlingRate(4))
+			b.typeText("clear; yes\r")
+			b.poll("yes throttled", screenHas(`^y\ny\ny$`), waitTimeout)
+			b.ctrlC()
+			took = b.poll("prompt after Ctrl-C, throttled", promptBack, 10*time.Second)
+			t.Logf("%s: Ctrl-C to prompt during yes, CPU throttled 4x: %v", transport, took)
+			b.must("unthrottle", emulation.SetCPUThrottlingRate(1))
+
+			// Kill: the exit status is shown.
+			b.must("kill", chromedp.Click("#terminals li .kill", chromedp.ByQuery))
+			b.poll("exit status", `/killed by SIG|exited/.test(document.getElementById("exit").textContent)`, waitTimeout)
+		})
+	}
+}
+
+// floodSeconds is how long the flood of TestWebPageTerminal lasts:
+// SIDECAR_WEB_FLOOD (a Go duration) for the benchmark figures, else 3 s.
+func floodSeconds() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("SIDECAR_WEB_FLOOD")); err == nil {
+		return d
+	}
+	return 3 * time.Second
+}
+
+// TestWebPageWrongToken: a wrong token is refused and the page says so,
+// on both transports.
+func TestWebPageWrongToken(t *testing.T) {
+	chromiumPath(t)
+	s := startServer(t, "")
+	for _, transport := range []string{"webtransport", "websocket"} {
+		t.Run(transport, func(t *testing.T) {
+			b := newBrowser(t)
+			b.login(pageURL(s, transport), "wrong-"+s.token)
+			b.poll("wrong token message", `/Wrong token/.test(document.getElementById("login-error").textContent)`, waitTimeout)
+			var stored bool
+			if err := b.eval(`sessionStorage.getItem("sidecar.token") !== null`, &stored); err != nil || stored {
+				t.Errorf("the refused token is still stored (%v)", err)
+			}
+		})
+	}
+}
+
+// TestWebPageRefusedOrigin: the page loaded from an origin the daemon does
+// not allow (another name for its address) says so, and the daemon logs
+// the refusal with the origin.
+func TestWebPageRefusedOrigin(t *testing.T) {
+	chromiumPath(t)
+	s := startServer(t, "")
+	_, port, _ := strings.Cut(s.host, ":")
+	b := newBrowser(t, chromedp.Flag("host-resolver-rules", "MAP other.test 127.0.0.1"))
+	b.login("https://other.test:"+port+"/", s.token)
+	b.poll("refused origin message", `/refuses this page's origin/.test(document.getElementById("login-error").textContent)`, waitTimeout)
+	s.p.stderr.waitFor(t, "origin refusal in the log", 0, `"origin":"https://other.test:`+port+`"`)
+}
+
+// echoLatency types one character at a time into the page's terminal and
+// returns the median time until xterm.js shows it at the cursor.
+func (b *browser) echoLatency(n int) time.Duration {
+	b.t.Helper()
+	var d []time.Duration
+	for i := range n {
+		c := string(rune('a' + i%26))
+		d = append(d, func() time.Duration {
+			start := time.Now()
+			b.must("type "+c, input.InsertText(c))
+			b.poll("echo of "+c, fmt.Sprintf(`sidecarPage.cursorLine().endsWith(%q)`, strings.Repeat(c, 1)), waitTimeout)
+			return time.Since(start)
+		}())
+	}
+	for i := range d { // insertion sort: a handful of samples
+		for j := i; j > 0 && d[j] < d[j-1]; j-- {
+			d[j], d[j-1] = d[j-1], d[j]
+		}
+	}
+	return d[len(d)/2]
+}
+
+// TestWebPageEchoLatency measures keystroke echo in the page, idle and
+// while another page's terminal floods (figures in the log; it fails only
+// on an echo slower than 2 s).
+//
+// It runs only with SIDECAR_WEB_BENCH=1: its flood phase is not reliable
+// yet (the echo in the idle page was once not seen at the cursor).
+func TestWebPageEchoLatency(t *testing.T) {
+	chromiumPath(t)
+	if os.Getenv("SIDECAR_WEB_BENCH") == "" {
+		t.Skip("a benchmark: set SIDECAR_WEB_BENCH=1")
+	}
+	s := startServer(t, "")
+	a := newBrowser(t)
+	a.login(pageURL(s, "webtransport"), s.token)
+	a.poll("connected", `/^connected/.test(document.getElementById("status").textContent)`, waitTimeout)
+	a.must("new terminal", chromedp.Click("#new", chromedp.ByID))
+	a.poll("prompt", promptBack, waitTimeout)
+	idle := a.echoLatency(15)
+	t.Logf("keystroke echo (median of 15), idle: %v", idle)
+	a.typeText("\x15") // Ctrl-U: drop the typed line
+
+	// A second browser, its own terminal flooding (a background tab of
+	// the first would be throttled).
+	b := newBrowser(t)
+	b.login(pageURL(s, "webtransport"), s.token)
+	b.poll("second page connected", `/^connected/.test(document.getElementById("status").textContent)`, waitTimeout)
+	b.must("new terminal", chromedp.Click("#new", chromedp.ByID))
+	b.poll("second prompt", promptBack, waitTimeout)
+	b.typeText("yes\r")
+	b.poll("flood", screenHas(`^y\ny\ny$`), waitTimeout)
+	busy := a.echoLatency(15)
+	b.ctrlC()
+	b.poll("second prompt back", promptBack, waitTimeout)
+	t.Logf("keystroke echo (median of 15): idle %v, while another page's terminal floods %v", idle, busy)
+	if idle > 2*time.Second || busy > 2*time.Second {
+		t.Errorf("echo too slow: idle %v, during a flood %v", idle, busy)
+	}
+}

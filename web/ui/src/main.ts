@@ -1,0 +1,332 @@
+// The page: a token form, the host's terminals (open, new, kill), one
+// xterm.js terminal, the listening ports and a few live metrics.
+
+import { Terminal } from "@xterm/xterm";
+import { FitAddon } from "@xterm/addon-fit";
+import * as ahp from "./ahp.js";
+import { Client, RpcError } from "./client.js";
+import { LinkError, openWebSocket, openWebTransport, type Closed, type Link } from "./link.js";
+import { WT_UNAUTHORIZED } from "./tio.js";
+
+const TOKEN_KEY = "sidecar.token"; // sessionStorage: typed once per tab, never in the URL
+const TERMINAL_KEY = "sidecar.terminal";
+const CLIENT_KEY = "sidecar.clientId";
+// A small window: what is in flight when Ctrl-C is typed must still be
+// rendered before the prompt shows, so it bounds that delay (and memory).
+const TERMINAL_WINDOW: ahp.FlowOffer = { windowBytes: 65536, maximumFrameBytes: 16384 };
+const WEBTRANSPORT_TIMEOUT_MS = 3000;
+const WEBSOCKET_TIMEOUT_MS = 10000;
+
+const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
+
+function status(text: string, state: "idle" | "busy" | "ok" | "error"): void {
+  const el = $("status");
+  el.textContent = text;
+  el.dataset.state = state;
+}
+
+function clientId(): string {
+  let id = sessionStorage.getItem(CLIENT_KEY);
+  if (!id) {
+    id = "web-" + Math.floor(Math.random() * 2 ** 48).toString(36);
+    sessionStorage.setItem(CLIENT_KEY, id);
+  }
+  return id;
+}
+
+/** A refusal that retrying will not fix: it is shown, and the page stops. */
+class Final extends Error {}
+
+const term = new Terminal({ scrollback: 2000, convertEol: false, fontSize: 14 });
+const fit = new FitAddon();
+term.loadAddon(fit);
+
+let client: Client | null = null;
+let link: Link | null = null;
+let current: string | null = null; // the attached terminal
+let terminals: ahp.TerminalInfo[] = [];
+let retry = 0;
+let retryTimer: ReturnType<typeof setTimeout> | undefined;
+
+function showLogin(error: string): void {
+  $("app").hidden = true;
+  $("logout").hidden = true;
+  $("login").hidden = false;
+  $("login-error").textContent = error;
+  $<HTMLInputElement>("token").focus();
+}
+
+function forceWebSocket(): boolean {
+  return new URLSearchParams(location.search).get("transport") === "websocket";
+}
+
+/** info asks the daemon for its certificate pin; a POST carries Origin, so a refused origin is told here. */
+async function info(): Promise<{ certHashes: string[] }> {
+  const res = await fetch("web/info", { method: "POST" });
+  const body = await res.json().catch(() => ({}));
+  if (res.status === 403) throw new Final(body.error ?? `this page's origin (${location.origin}) is not allowed by the daemon`);
+  if (!res.ok) throw new Error(`web/info: HTTP ${res.status}`);
+  return body;
+}
+
+async function open(token: string, onmessage: (t: string) => void, onclose: (c: Closed) => void): Promise<Link> {
+  const { certHashes } = await info();
+  const q = "/transport-io?token=" + encodeURIComponent(token);
+  const h = { onmessage, onclose };
+  if (!forceWebSocket() && "WebTransport" in window) {
+    status("connecting (WebTransport)…", "busy");
+    try {
+      return await openWebTransport("https://" + location.host + q, certHashes, WEBTRANSPORT_TIMEOUT_MS, h);
+    } catch (err) {
+      if (err instanceof LinkError && err.closed?.code === WT_UNAUTHORIZED) throw err;
+      console.warn("WebTransport failed, falling back to WebSocket:", err);
+    }
+  }
+  status("connecting (WebSocket)…", "busy");
+  return openWebSocket("wss://" + location.host + q, WEBSOCKET_TIMEOUT_MS, h);
+}
+
+async function connect(): Promise<void> {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (!token) {
+    showLogin("");
+    return;
+  }
+  clearTimeout(retryTimer);
+  $("login").hidden = true;
+  let c: Client | null = null;
+  try {
+    const l = await open(
+      token,
+      (t) => c?.receive(t),
+      (closed) => lost(closed),
+    );
+    link = l;
+    c = client = new Client(l, clientId());
+    const init = await c.initialize();
+    retry = 0;
+    status(`connected (${l.kind})`, "ok");
+    $("app").hidden = false;
+    $("logout").hidden = false;
+    fit.fit();
+    const root = init.snapshots?.find((s: any) => s.resource === ahp.ROOT)?.state as ahp.RootState | undefined;
+    terminals = root?.terminals ?? [];
+    renderTerminals();
+    renderPorts(root?.ports ?? []);
+    c.on(ahp.ROOT, (m) => rootAction(m));
+    c.on(ahp.METRICS, (m) => {
+      if (m.method === "otlp/exportMetrics") renderMetrics(ahp.readMetrics(m.params.payload));
+    });
+    c.subscribe(ahp.METRICS).catch(() => {});
+    const again = sessionStorage.getItem(TERMINAL_KEY);
+    if (again && terminals.some((t) => t.resource === again)) await attach(again);
+  } catch (err) {
+    if (err instanceof LinkError && err.closed?.code === WT_UNAUTHORIZED) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      status("refused", "error");
+      showLogin("Wrong token: the daemon refused it. Type the token sidecar serve was given (--token or SIDECAR_TOKEN).");
+      return;
+    }
+    if (err instanceof Final) {
+      status("refused", "error");
+      showLogin(err.message);
+      return;
+    }
+    link?.close();
+    scheduleRetry(String((err as Error)?.message ?? err));
+  }
+}
+
+function lost(closed: Closed): void {
+  client?.fail("connection lost");
+  client = null;
+  link = null;
+  if (closed.code === WT_UNAUTHORIZED) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogin("Wrong token: the daemon refused it.");
+    status("refused", "error");
+    return;
+  }
+  scheduleRetry(closed.reason || "connection lost");
+}
+
+function scheduleRetry(why: string): void {
+  const delay = Math.min(500 * 2 ** retry, 5000);
+  retry++;
+  status(`reconnecting in ${(delay / 1000).toFixed(1)} s (${why})`, "busy");
+  retryTimer = setTimeout(() => void connect(), delay);
+}
+
+function rootAction(m: ahp.Message): void {
+  const a = m.params?.action;
+  if (m.method !== "action" || !a) return;
+  if (a.type === "root/terminalsChanged") {
+    terminals = a.terminals ?? [];
+    renderTerminals();
+  } else if (a.type === "root/portsChanged") {
+    renderPorts(a.ports ?? []);
+  }
+}
+
+function renderTerminals(): void {
+  const ul = $("terminals");
+  ul.replaceChildren();
+  for (const t of terminals) {
+    const li = document.createElement("li");
+    li.dataset.resource = t.resource;
+    li.classList.toggle("current", t.resource === current);
+    const name = document.createElement("span");
+    name.className = "name";
+    name.textContent = `${t.resource.replace("ahp-terminal:/", "")} ${t.title ?? ""}`;
+    name.title = "open " + t.resource;
+    name.onclick = () => void attach(t.resource);
+    li.append(name);
+    if (t.exitCode !== undefined || t.signal) {
+      const ex = document.createElement("span");
+      ex.className = "exited";
+      ex.textContent = ahp.exitText(t);
+      li.append(ex);
+    }
+    const kill = document.createElement("button");
+    kill.textContent = "Kill";
+    kill.className = "kill";
+    kill.onclick = () => void client?.request("disposeTerminal", { channel: t.resource }).catch(showError);
+    li.append(kill);
+    ul.append(li);
+  }
+}
+
+function renderPorts(ports: ahp.Port[]): void {
+  const ul = $("ports");
+  ul.replaceChildren(
+    ...ports.map((p) => {
+      const li = document.createElement("li");
+      li.textContent = `${p.address.includes(":") ? `[${p.address}]` : p.address}:${p.port}${p.process ? " " + p.process : ""}`;
+      return li;
+    }),
+  );
+}
+
+function renderMetrics(v: ahp.MetricsView): void {
+  const rows: [string, string][] = [];
+  const gib = (b: number) => (b / 2 ** 30).toFixed(1) + " GiB";
+  if (v.cpu !== undefined) rows.push(["CPU", (100 * v.cpu).toFixed(0) + " %"]);
+  if (v.memUsed !== undefined) rows.push(["Memory", gib(v.memUsed) + (v.memLimit ? " / " + gib(v.memLimit) : "")]);
+  if (v.load1 !== undefined) rows.push(["Load", v.load1.toFixed(2)]);
+  if (v.clients !== undefined) rows.push(["Clients", String(v.clients)]);
+  if (rows.length === 0) return;
+  $("metrics").replaceChildren(
+    ...rows.flatMap(([k, val]) => {
+      const dt = document.createElement("dt");
+      dt.textContent = k;
+      const dd = document.createElement("dd");
+      dd.textContent = val;
+      return [dt, dd];
+    }),
+  );
+}
+
+function showError(err: unknown): void {
+  $("exit").textContent = err instanceof RpcError ? `${err.message} (${err.code})` : String(err);
+}
+
+function showExit(e: { exitCode?: number; signal?: string }): void {
+  $("exit").textContent = `${current?.replace("ahp-terminal:/", "")}: ${ahp.exitText(e)}`;
+}
+
+/** attach shows a terminal: a windowed subscription whose credit returns once xterm.js rendered the data. */
+async function attach(uri: string): Promise<void> {
+  const c = client;
+  if (!c) return;
+  if (current && current !== uri) c.unsubscribe(current);
+  current = uri;
+  sessionStorage.setItem(TERMINAL_KEY, uri);
+  renderTerminals();
+  $("term-title").textContent = uri;
+  $("exit").textContent = "";
+  term.reset();
+  term.focus();
+  await c.subscribeWindowed(uri, TERMINAL_WINDOW, (m, release) => {
+    if (current !== uri) return release();
+    if (m.method === "channel/snapshot") {
+      const st = m.params.snapshot?.state ?? {};
+      term.reset();
+      const text = (st.content ?? []).map((p: { value: string }) => p.value).join("");
+      term.write(text, release);
+      if (st.lifecycle?.status === "exited" || st.exitCode !== undefined || st.signal) showExit(st);
+      if (st.claim?.clientId !== c.clientId) {
+        // Take the terminal over when its holder is gone (rejected while it is connected).
+        c.dispatch(uri, { type: "terminal/claimed", claim: { kind: "client", clientId: c.clientId } });
+      }
+      return;
+    }
+    const a = m.params?.action;
+    if (m.method === "action" && a?.type === "terminal/data") {
+      term.write(a.data, release); // credit once rendered: a flood paces the PTY
+      return;
+    }
+    if (m.method === "action" && a?.type === "terminal/exited") showExit(a);
+    release();
+  });
+  c.dispatch(uri, { type: "terminal/resized", cols: term.cols, rows: term.rows });
+}
+
+async function newTerminal(): Promise<void> {
+  const c = client;
+  if (!c) return;
+  fit.fit();
+  const uri = ahp.newTerminalUri();
+  try {
+    await c.request("createTerminal", { channel: uri, claim: { kind: "client", clientId: c.clientId }, cols: term.cols, rows: term.rows });
+    await attach(uri);
+  } catch (err) {
+    showError(err);
+  }
+}
+
+function main(): void {
+  term.open($("term"));
+  term.onData((data) => {
+    if (client && current) client.dispatch(current, { type: "terminal/input", data });
+  });
+  term.onResize(({ cols, rows }) => {
+    if (client && current) client.dispatch(current, { type: "terminal/resized", cols, rows });
+  });
+  new ResizeObserver(() => {
+    if (!$("app").hidden) fit.fit();
+  }).observe($("term"));
+  $("new").onclick = () => void newTerminal();
+  $("login").onsubmit = (e) => {
+    e.preventDefault();
+    const input = $<HTMLInputElement>("token");
+    if (!input.value) return;
+    sessionStorage.setItem(TOKEN_KEY, input.value);
+    input.value = "";
+    void connect();
+  };
+  $("logout").onclick = () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    link?.close();
+    location.reload();
+  };
+  // For tests and the curious: what the terminal shows, and how the page is connected.
+  (window as any).sidecarPage = {
+    screen: () => {
+      const b = term.buffer.active;
+      const lines: string[] = [];
+      for (let i = 0; i < b.length; i++) lines.push(b.getLine(i)?.translateToString(true) ?? "");
+      return lines.join("\n").replace(/\n+$/, "");
+    },
+    /** cursorLine is the line the cursor is on (cheap enough to poll during a flood). */
+    cursorLine: () => {
+      const b = term.buffer.active;
+      return b.getLine(b.baseY + b.cursorY)?.translateToString(true) ?? "";
+    },
+    size: () => ({ cols: term.cols, rows: term.rows }),
+    transport: () => link?.kind ?? "",
+    terminal: () => current,
+  };
+  void connect();
+}
+
+main();

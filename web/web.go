@@ -1,0 +1,100 @@
+// Package web serves the sidecar's web page at /: the host's terminals in
+// xterm.js, its listening ports and a few live metrics, over WebTransport
+// with a fallback to transport-io's WebSocket mapping. The page is built
+// from ui/ (TypeScript, esbuild; `make web`) into dist/, which is
+// committed and embedded, so `go build` needs no npm.
+package web
+
+import (
+	"embed"
+	"encoding/json"
+	"io/fs"
+	"net/http"
+	"path"
+	"strconv"
+
+	"github.com/sidecar-dev/sidecar/transport"
+)
+
+//go:embed dist
+var dist embed.FS
+
+// InfoPath answers the page's POST with what it needs before connecting.
+const InfoPath = "/web/info"
+
+// Options configure the page's handler.
+type Options struct {
+	// Origins is the listener's origin rule: /web/info answers a refused
+	// origin with 403 and a message the page shows.
+	Origins *transport.Origins
+	// CertHashes returns the SHA-256 pins (hex) of the certificate the
+	// browser may trust for WebTransport (serverCertificateHashes): the
+	// development certificate's, or none for one a CA signed.
+	CertHashes func() []string
+}
+
+// Info is the body of a /web/info answer.
+type Info struct {
+	CertHashes []string `json:"certHashes"`
+	Error      string   `json:"error,omitempty"`
+}
+
+// contentSecurity allows nothing from elsewhere: scripts, styles and
+// connections to this origin only (xterm.js sets inline styles).
+const contentSecurity = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// Handler serves the page (mount it at "/"): / and /assets/ from the
+// embedded build, POST /web/info, 404 for anything else.
+func Handler(opts Options) http.Handler {
+	sub, err := fs.Sub(dist, "dist")
+	if err != nil {
+		panic(err)
+	}
+	files := http.FileServerFS(sub)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", contentSecurity)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		switch {
+		case r.URL.Path == InfoPath:
+			info(w, r, opts)
+		case r.Method != http.MethodGet && r.Method != http.MethodHead:
+			h.Set("Allow", "GET, HEAD")
+			http.Error(w, "405 method not allowed", http.StatusMethodNotAllowed)
+		case r.URL.Path == "/":
+			h.Set("Cache-Control", "no-cache")
+			files.ServeHTTP(w, r)
+		case path.Dir(r.URL.Path) == "/assets":
+			h.Set("Cache-Control", "no-cache")
+			files.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+func info(w http.ResponseWriter, r *http.Request, opts Options) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		http.Error(w, "405 method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	origin := r.Header.Get("Origin")
+	if opts.Origins != nil && !opts.Origins.Allowed(origin) {
+		if opts.Origins.OnRefuse != nil {
+			opts.Origins.OnRefuse(r, origin)
+		}
+		w.WriteHeader(http.StatusForbidden)
+		_ = json.NewEncoder(w).Encode(Info{CertHashes: []string{}, Error: "The daemon refuses this page's origin " + strconv.Quote(origin) +
+			": open the page at the daemon's own address, or add the origin to listener.origins in its configuration."})
+		return
+	}
+	out := Info{CertHashes: []string{}}
+	if opts.CertHashes != nil {
+		out.CertHashes = append(out.CertHashes, opts.CertHashes()...)
+	}
+	_ = json.NewEncoder(w).Encode(out)
+}
