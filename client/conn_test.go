@@ -25,7 +25,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-const testDeadline = 10 * time.Second
+const testDeadline = 30 * time.Second
 
 // pair is a client.Conn talking to a host.Server over an in-memory Pipe.
 type pair struct {
