@@ -255,7 +255,8 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 			case rpc.ActionTerminalExited:
 				m.Release()
 				if a.DisposedBy != "" {
-					t.disposedBy.Store(&a.DisposedBy)
+					by := a.DisposedBy // a copy: &a.DisposedBy would move a, decoded per message, to the heap
+					t.disposedBy.Store(&by)
 				}
 				if a.ExitCode == nil && a.SignalNumber > 0 {
 					code := 128 + a.SignalNumber // as a shell reports it

@@ -345,6 +345,27 @@ func (s *Scheduler) Close(err error) {
 	s.signal()
 }
 
+// Discard closes the scheduler and drops everything queued: the
+// connection is gone and nothing more will be written (a connection whose
+// state is kept for a reconnect must not pin what it had queued). Streams
+// stay registered until removed; their pending frames go with them.
+func (s *Scheduler) Discard() {
+	s.mu.Lock()
+	if s.closed == nil {
+		s.closed = ErrClosed
+	}
+	s.protected = fifo{}
+	s.control = fifo{}
+	s.credits = map[string]UTF16Bytes{}
+	s.creditQ = nil
+	s.ordinary = ordinaryQueue{lastSeq: map[string]uint64{}}
+	s.gapQ = nil
+	s.gapPending = map[string]bool{}
+	s.own = nil
+	s.mu.Unlock()
+	s.signal()
+}
+
 // CloseWhenFlushed closes the scheduler with err once every protected
 // message queued so far has been written (e.g. after -32005).
 func (s *Scheduler) CloseWhenFlushed(err error) {

@@ -57,7 +57,7 @@ func (m *msg) isResponse(id int) bool { return m.Method == "" && string(m.ID) ==
 
 // hostConn is the client end of a Pipe served by a host.Server.
 type hostConn struct {
-	t      *testing.T
+	t      testing.TB
 	mc     transport.MessageConn
 	served chan error
 	nextID int
@@ -68,7 +68,7 @@ type hostConn struct {
 
 // newServer returns a host.Server on config.Default() changed by tweak, shut
 // down when the test ends.
-func newServer(t *testing.T, tweak func(*config.Config)) *host.Server {
+func newServer(t testing.TB, tweak func(*config.Config)) *host.Server {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Terminal.Shell = "/bin/sh"
@@ -88,7 +88,7 @@ func newServer(t *testing.T, tweak func(*config.Config)) *host.Server {
 }
 
 // connect serves one Pipe end with srv and returns the other.
-func connect(t *testing.T, srv *host.Server) *hostConn {
+func connect(t testing.TB, srv *host.Server) *hostConn {
 	t.Helper()
 	a, b := transport.Pipe(4096)
 	hc := &hostConn{t: t, mc: a, served: make(chan error, 1), nextID: 1}
@@ -235,7 +235,7 @@ func (hc *hostConn) closed() (transport.CloseCode, string, []*msg) {
 }
 
 // rootTerminals decodes root/terminalsChanged's list.
-func rootTerminals(t *testing.T, action json.RawMessage) []rpc.TerminalInfo {
+func rootTerminals(t testing.TB, action json.RawMessage) []rpc.TerminalInfo {
 	t.Helper()
 	var a rpc.RootTerminalsAction
 	if err := json.Unmarshal(action, &a); err != nil {

@@ -15,7 +15,7 @@ import (
 )
 
 // connectAs is connect for a transport authenticated as principal.
-func connectAs(t *testing.T, srv *host.Server, principal string) *hostConn {
+func connectAs(t testing.TB, srv *host.Server, principal string) *hostConn {
 	t.Helper()
 	a, b := transport.Pipe(4096)
 	hc := &hostConn{t: t, mc: a, served: make(chan error, 1), nextID: 1}

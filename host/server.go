@@ -189,6 +189,8 @@ func (s *Server) connEnded(c *conn) (kept bool) {
 		c.unsubscribeAll()
 	}
 	s.tcp.CloseConn(c.connID, "client connection closed")
+	// Parked subscriptions keep c, but not what it had queued.
+	c.sched.Discard()
 	return kept || s.retainedFor(c.id())
 }
 
