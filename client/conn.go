@@ -26,6 +26,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -58,6 +59,16 @@ func (o Options) withDefaults() Options {
 	}
 	if o.TCPReceive == (delivery.Limits{}) {
 		o.TCPReceive = DefaultTCPReceive
+	}
+	if o.ReconnectDelay <= 0 {
+		o.ReconnectDelay = 250 * time.Millisecond
+	}
+	if o.ReconnectMaxDelay <= 0 {
+		o.ReconnectMaxDelay = 10 * time.Second
+	}
+	o.ReconnectMaxDelay = max(o.ReconnectMaxDelay, o.ReconnectDelay)
+	if o.ReconnectAttemptTimeout <= 0 {
+		o.ReconnectAttemptTimeout = 15 * time.Second
 	}
 	if o.TCPReceiveMax == (delivery.Limits{}) {
 		o.TCPReceiveMax = DefaultTCPReceiveMax
@@ -103,38 +114,100 @@ type Options struct {
 	// then not dialled.
 	Via string
 
+	// Dialer, when set, makes a new transport to the host: Dial uses it
+	// instead of dialling its URL, and a Conn reconnects with it (Dial
+	// sets one that dials the URL again with the same options; with Via
+	// there is none: a sidecar stdio host ends with its pipe). A refusal
+	// that must stop reconnection wraps ErrUnauthorized; any other error
+	// is retried until the grace ends.
+	Dialer func(ctx context.Context) (transport.MessageConn, error)
+	// NoReconnect turns reconnection off: a lost transport ends the Conn.
+	NoReconnect bool
+	// ReconnectDelay is the wait before the first reconnect attempt,
+	// doubled for each next one up to ReconnectMaxDelay, each with ±20%
+	// jitter; zero means 250 ms and 10 s.
+	ReconnectDelay, ReconnectMaxDelay time.Duration
+	// ReconnectAttemptTimeout bounds one attempt (dial and reconnect);
+	// zero means 15 s. The grace period's end bounds it too.
+	ReconnectAttemptTimeout time.Duration
+	// OnReconnect, when set, is told each step of a reconnection, in
+	// order, from one goroutine at a time: Lost, then Retrying before
+	// each attempt, then Resumed or GaveUp. It must not block for long
+	// (the reconnection waits for it).
+	OnReconnect func(ReconnectStatus)
+
 	// viaEnded, set by Dial with Via, says how the command ended once it
 	// has (nil while it runs): the reason a session that ends gives.
 	viaEnded func() error
 }
 
 // Conn is one client connection. Its methods are safe for concurrent use.
+//
+// A Conn survives the loss of its transport (docs/protocol.md
+// "reconnect"): when the transport is lost (not when we close it, not on a
+// protocol violation, not when the host closes it with a code), and the
+// host offered to resume (the initialize result's resume) and the Conn has
+// a Dialer (Dial sets one, except with Via), it dials again with backoff
+// (Options.ReconnectDelay doubling to ReconnectMaxDelay, ±20% jitter) and
+// sends reconnect instead of initialize, until it resumes, the host's
+// grace period (resume.graceMs, counted from the loss) ends, or the host
+// refuses (ErrUnauthorized, ErrResumeExpired, ErrResumeRefused). The same
+// Conn and Subscriptions carry on afterwards; Options.OnReconnect is told
+// each step. Calls made while reconnecting wait (bounded by their ctx);
+// calls in flight at the loss fail with an error matching
+// ErrConnectionLost. Done closes only once the Conn is closed or gave up;
+// Err is then a *ReconnectError for a Conn that gave up.
 type Conn struct {
-	mc       transport.MessageConn
-	sched    *delivery.Scheduler
+	mc       *switchConn // the current transport; stable across reconnects
 	opts     Options
 	clientID string
 	init     rpc.InitializeResult
 
-	ctx    context.Context
+	ctx    context.Context // ends when the Conn ends
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error
 	errMu  sync.Mutex
+	wg     sync.WaitGroup // every goroutine of every link, and the reconnect loop
 
 	nextID    atomic.Uint64
 	clientSeq atomic.Uint64
 
-	mu      sync.Mutex
-	pending map[uint64]chan response
-	subs    map[string]*Subscription
+	mu       sync.Mutex
+	link     *link         // the link in use; nil while reconnecting
+	ready    chan struct{} // closed while link is set
+	subs     map[string]*Subscription
+	resume   *rpc.Resume // the host's latest resume offer (nil: none)
+	lastSeen uint64      // highest serverSeq applied on ordinary subscriptions
+	ended    bool        // fail has run
 
 	dials chan struct{} // bounds createTcpConnection calls in progress (DialTCP)
+}
+
+// link is one transport connection of a Conn with its scheduler; a
+// reconnect makes a new one.
+type link struct {
+	mc      transport.MessageConn
+	sched   *delivery.Scheduler
+	ctx     context.Context
+	cancel  context.CancelFunc
+	pending map[uint64]*call // guarded by Conn.mu
+	dead    error            // guarded by Conn.mu: why it ended, once it has
+}
+
+// call is a request waiting for its response on a link.
+type call struct {
+	ch     chan response
+	method string
+	// inline, when set, runs on the reader goroutine with the response
+	// before the next message is read (reconnect's result).
+	inline func(response)
 }
 
 type response struct {
 	result json.RawMessage
 	err    *rpc.Error
+	lost   error // the link ended before the response came
 }
 
 // CheckURL parses rawURL and reports, in words a person can act on, what
@@ -179,6 +252,7 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 	}
 	opts = opts.withDefaults()
 	if opts.Via != "" {
+		opts.Dialer = nil // the stdio host dies with its pipe: nothing to redial
 		mc, v, err := dialVia(ctx, opts.Via)
 		if err != nil {
 			return nil, err
@@ -204,6 +278,13 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 		}
 		v.kill()
 		return nil, err
+	}
+	if opts.Dialer != nil {
+		mc, err := opts.Dialer(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return dialed(ctx, mc, opts)
 	}
 	u, err := CheckURL(rawURL, opts.Transport)
 	if err != nil {
@@ -255,20 +336,26 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 	if opts.Token != "" {
 		header.Set("Authorization", "Bearer "+opts.Token)
 	}
-	var mc transport.MessageConn
-	if tio {
-		mc, err = dialTransportIO(ctx, u, opts.Transport, tlsConf, header, hc)
-	} else {
-		mc, err = transport.DialWebSocket(ctx, u.String(), header, hc, utf8Limit(opts.MaxMessageBytes))
-		if err != nil {
-			err = explainDial(u, err)
+	redial := func(ctx context.Context) (transport.MessageConn, error) {
+		var mc transport.MessageConn
+		var err error
+		if tio {
+			mc, err = dialTransportIO(ctx, u, opts.Transport, tlsConf, header, hc)
+		} else {
+			mc, err = transport.DialWebSocket(ctx, u.String(), header, hc, utf8Limit(opts.MaxMessageBytes))
+			if err != nil {
+				err = explainDial(u, err)
+			}
 		}
+		return mc, err
 	}
+	opts.Dialer = redial
+	mc, err := redial(ctx)
 	if err != nil {
 		var he *transport.HTTPError
 		switch {
 		case opts.Token == "" && strings.Contains(err.Error(), "refused the token"):
-			return nil, fmt.Errorf("%s wants a token and none was given: pass --token or set SIDECAR_TOKEN", u.Host)
+			return nil, &refusalError{msg: fmt.Sprintf("%s wants a token and none was given: pass --token or set SIDECAR_TOKEN", u.Host), err: err}
 		case (typed == "ws" || typed == "http") && (errors.As(err, &he) || strings.Contains(err.Error(), "HTTP 400")):
 			return nil, fmt.Errorf("%s answered plain %s:// with HTTP 400: the sidecar always speaks TLS: use %s://", u.Host, typed, map[string]string{"ws": "wss", "http": "https"}[typed])
 		}
@@ -298,7 +385,7 @@ func explainDial(u *url.URL, err error) error {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return fmt.Errorf("nothing is listening at %s (connection refused): is sidecar serve running?", u.Host)
 	case errors.As(err, &he) && he.StatusCode == http.StatusUnauthorized:
-		return fmt.Errorf("%s refused the token (HTTP 401): check --token or SIDECAR_TOKEN", u.Host)
+		return &refusalError{msg: fmt.Sprintf("%s refused the token (HTTP 401): check --token or SIDECAR_TOKEN", u.Host), err: err}
 	case errors.As(err, &he) && he.StatusCode == http.StatusForbidden:
 		return fmt.Errorf("%s refused the connection (HTTP 403): origin not allowed", u.Host)
 	case errors.As(err, &he) && he.StatusCode == http.StatusNotFound:
@@ -360,17 +447,29 @@ func newConn(mc transport.MessageConn, opts Options) *Conn {
 		id = "sidecar-" + hex.EncodeToString(b[:])
 	}
 	c := &Conn{
-		mc: mc, opts: opts, clientID: id,
-		sched:   delivery.NewScheduler(delivery.SchedulerConfig{WriterReleases: transport.WriteReleases(mc)}),
-		done:    make(chan struct{}),
-		pending: map[uint64]chan response{},
-		subs:    map[string]*Subscription{},
-		dials:   make(chan struct{}, maxDials),
+		mc: &switchConn{}, opts: opts, clientID: id,
+		done:  make(chan struct{}),
+		ready: make(chan struct{}),
+		subs:  map[string]*Subscription{},
+		dials: make(chan struct{}, maxDials),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	go c.writeLoop()
-	go c.readLoop()
+	l := c.startLink(mc)
+	c.link = l
+	c.mc.set(mc)
+	close(c.ready)
 	return c
+}
+
+// startLink runs the reader and writer of a new link over mc.
+func (c *Conn) startLink(mc transport.MessageConn) *link {
+	l := &link{mc: mc, pending: map[uint64]*call{},
+		sched: delivery.NewScheduler(delivery.SchedulerConfig{WriterReleases: transport.WriteReleases(mc)})}
+	l.ctx, l.cancel = context.WithCancel(c.ctx)
+	c.wg.Add(2)
+	go c.writeLoop(l)
+	go c.readLoop(l)
+	return l
 }
 
 // ClientID returns the client id sent in initialize.
@@ -381,19 +480,21 @@ func (c *Conn) Initialized() rpc.InitializeResult { return c.init }
 
 // Transport names what carries the connection ("WebTransport",
 // "WebSocket (transport-io)", "WebSocket (/ahp)", ...), for messages.
-func (c *Conn) Transport() string { return transport.Describe(c.mc) }
+func (c *Conn) Transport() string { return transport.Describe(c.mc.get()) }
 
-// Done is closed when the connection has ended; Err says why.
+// Done is closed when the connection has ended: closed by us, closed by
+// the host, or lost and not resumed. It stays open while reconnecting.
+// Err says why.
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
-// Err returns why the connection ended (nil while open).
+// Err returns why the connection ended (nil while open or reconnecting).
 func (c *Conn) Err() error {
 	c.errMu.Lock()
 	defer c.errMu.Unlock()
 	return c.err
 }
 
-// Close closes the connection.
+// Close closes the connection (also while it reconnects: that stops).
 func (c *Conn) Close() error {
 	c.fail(errClosedByUs, transport.CloseNormal, "")
 	<-c.done
@@ -402,6 +503,13 @@ func (c *Conn) Close() error {
 
 var errClosedByUs = errors.New("client: connection closed")
 
+// errLinkDropped closes the scheduler of a link given up on.
+var errLinkDropped = errors.New("client: link dropped")
+
+// fail ends the Conn with err: the current link is closed with code and
+// reason, a reconnection in progress stops, and once every goroutine has
+// returned, calls still waiting and every subscription end with err and
+// Done closes.
 func (c *Conn) fail(err error, code transport.CloseCode, reason string) {
 	c.errMu.Lock()
 	if c.err != nil {
@@ -410,40 +518,55 @@ func (c *Conn) fail(err error, code transport.CloseCode, reason string) {
 	}
 	c.err = err
 	c.errMu.Unlock()
-	c.sched.Close(err)
-	_ = c.mc.Close(code, reason)
-	c.cancel()
-}
-
-func (c *Conn) writeLoop() {
-	// Run returns only once the scheduler is closed, always with the reason.
-	err := c.sched.Run(c.ctx, c.mc)
-	if !errors.Is(err, errClosedByUs) && !errors.Is(err, context.Canceled) {
-		c.fail(fmt.Errorf("connection lost: %w", err), transport.CloseInternalError, "")
+	c.mu.Lock()
+	c.ended = true
+	l := c.link
+	c.mu.Unlock()
+	if l != nil {
+		l.sched.Close(err)
+		_ = l.mc.Close(code, reason)
 	}
+	c.cancel()
+	go c.finish()
 }
 
-func (c *Conn) readLoop() {
-	defer close(c.done)
-	defer func() {
-		c.mu.Lock()
-		for id, ch := range c.pending {
-			ch <- response{err: &rpc.Error{Code: rpc.CodeInternalError, Message: "connection closed"}}
-			delete(c.pending, id)
-		}
-		subs := make([]*Subscription, 0, len(c.subs))
-		for _, s := range c.subs {
-			subs = append(subs, s)
-		}
-		c.mu.Unlock()
-		for _, s := range subs {
-			s.q.close(c.Err())
-		}
-	}()
+// finish waits for every goroutine, then ends what still waits.
+func (c *Conn) finish() {
+	c.wg.Wait()
+	err := c.Err()
+	c.mu.Lock()
+	subs := make([]*Subscription, 0, len(c.subs))
+	for _, s := range c.subs {
+		subs = append(subs, s)
+	}
+	c.mu.Unlock()
+	for _, s := range subs {
+		s.end(err)
+	}
+	close(c.done)
+}
+
+func (c *Conn) writeLoop(l *link) {
+	defer c.wg.Done()
+	// Run returns only once the scheduler is closed, always with the reason.
+	err := l.sched.Run(l.ctx, l.mc)
+	if errors.Is(err, errClosedByUs) || errors.Is(err, errLinkDropped) || errors.Is(err, context.Canceled) {
+		return
+	}
+	c.linkDown(l, &lostError{msg: "connection lost: " + err.Error(), err: err}, true, transport.CloseInternalError)
+}
+
+func (c *Conn) readLoop(l *link) {
+	defer c.wg.Done()
+	defer c.endLink(l, nil)
 	for {
-		raw, err := c.mc.ReadMessage(c.ctx)
+		raw, err := l.mc.ReadMessage(l.ctx)
 		if err != nil {
+			if l.ctx.Err() != nil {
+				return // dropped by us
+			}
 			why := describeClose(err)
+			lost := transport.CloseStatus(err) == -1
 			if c.opts.viaEnded != nil && c.Err() == nil && transport.CloseStatus(err) != transport.CloseGoingAway {
 				// The --via command ending is the story (its stdout
 				// closed: it exited, or was killed), unless it said it
@@ -452,14 +575,83 @@ func (c *Conn) readLoop() {
 					why = v
 				}
 			}
-			c.fail(why, transport.CloseNormal, "")
+			c.linkDown(l, why, lost, transport.CloseNormal)
 			return
 		}
-		if err := c.handle(raw); err != nil {
-			c.fail(err, transport.CloseProtocolError, err.Error())
+		if err := c.handle(l, raw); err != nil {
+			c.mu.Lock()
+			current := c.link == l
+			c.mu.Unlock()
+			if current {
+				c.fail(err, transport.CloseProtocolError, err.Error())
+			} else {
+				c.endLink(l, err)
+			}
 			return
 		}
 	}
+}
+
+// endLink ends l: its scheduler and transport close (unless they are the
+// Conn's, which fail closes), and calls waiting on it fail with why (a
+// lost link when nil).
+func (c *Conn) endLink(l *link, why error) {
+	c.mu.Lock()
+	if l.dead == nil {
+		l.dead = why
+		if why == nil {
+			l.dead = errors.New("the transport ended")
+		}
+	}
+	why = l.dead
+	pend := l.pending
+	l.pending = map[uint64]*call{}
+	current := c.link == l
+	c.mu.Unlock()
+	for _, p := range pend {
+		p.ch <- response{lost: why}
+	}
+	if !current || c.Err() == nil {
+		l.sched.Close(fmt.Errorf("%w: %w", errLinkDropped, why))
+		_ = l.mc.Close(transport.CloseInternalError, "connection lost")
+		l.cancel()
+	}
+}
+
+// linkDown handles the end of l, whose reader or writer failed with why:
+// a transport that was lost (lost) on the link in use starts a
+// reconnection when the Conn can resume; anything else ends the Conn
+// (closing with code), or only l when it was not in use.
+func (c *Conn) linkDown(l *link, why error, lost bool, code transport.CloseCode) {
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return
+	}
+	if c.link != l {
+		c.mu.Unlock()
+		c.endLink(l, why) // a link in its reconnect handshake: the attempt fails
+		return
+	}
+	if !lost || !c.canReconnectLocked() {
+		c.mu.Unlock()
+		c.fail(why, code, "")
+		return
+	}
+	c.link = nil
+	c.ready = make(chan struct{})
+	subs := make([]*Subscription, 0, len(c.subs))
+	for _, s := range c.subs {
+		subs = append(subs, s)
+	}
+	c.mu.Unlock()
+	lostAt := time.Now()
+	c.endLink(l, why)
+	for _, s := range subs {
+		s.detach(why)
+	}
+	c.wg.Add(1)
+	go c.reconnectLoop(lostAt, why)
 }
 
 // describeClose explains why the server ended the connection.
@@ -506,7 +698,7 @@ type lostError struct {
 func (e *lostError) Error() string { return e.msg }
 func (e *lostError) Unwrap() error { return e.err }
 
-func (c *Conn) handle(raw []byte) error {
+func (c *Conn) handle(l *link, raw []byte) error {
 	h, perr := rpc.ParseHeader(raw)
 	if perr != nil {
 		return fmt.Errorf("bad message from server: %s", perr.Message)
@@ -517,10 +709,10 @@ func (c *Conn) handle(raw []byte) error {
 			return nil
 		}
 		c.mu.Lock()
-		ch := c.pending[id]
-		delete(c.pending, id)
+		p := l.pending[id]
+		delete(l.pending, id)
 		c.mu.Unlock()
-		if ch == nil {
+		if p == nil {
 			return nil
 		}
 		r := response{result: h.Result}
@@ -530,7 +722,10 @@ func (c *Conn) handle(raw []byte) error {
 				r.err = &rpc.Error{Code: rpc.CodeInternalError, Message: string(h.Error)}
 			}
 		}
-		ch <- r
+		if p.inline != nil {
+			p.inline(r)
+		}
+		p.ch <- r
 		return nil
 	}
 	if !h.IsNotification() {
@@ -538,42 +733,88 @@ func (c *Conn) handle(raw []byte) error {
 	}
 	c.mu.Lock()
 	sub := c.subs[h.Channel]
+	current := c.link == l
 	c.mu.Unlock()
-	if sub == nil {
-		return nil
+	if sub == nil || !current {
+		return nil // late messages of a link given up on are ignored
 	}
-	return sub.receive(h, raw)
+	return sub.receive(l, h, raw)
+}
+
+// currentLink returns the link in use, waiting while the Conn reconnects
+// (until ctx ends), or the Conn's error once it has ended.
+func (c *Conn) currentLink(ctx context.Context) (*link, error) {
+	for {
+		c.mu.Lock()
+		l, ready := c.link, c.ready
+		c.mu.Unlock()
+		if err := c.Err(); err != nil {
+			return nil, err
+		}
+		if l != nil {
+			return l, nil
+		}
+		select {
+		case <-ready:
+		case <-c.done:
+		case <-c.ctx.Done():
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // Call sends a request and waits for its response. A JSON-RPC error comes
-// back as *rpc.Error.
+// back as *rpc.Error. While the Conn reconnects, Call waits for it to
+// resume (bounded by ctx) before sending; a call in flight when the
+// transport is lost returns an error matching ErrConnectionLost (the
+// request may or may not have been applied: retry what is safe to retry).
 func (c *Conn) Call(ctx context.Context, method string, params, result any) error {
+	l, err := c.currentLink(ctx)
+	if err != nil {
+		return err
+	}
+	return c.callOn(ctx, l, method, params, result, nil)
+}
+
+// callOn is Call on link l; inline, when set, sees the response on the
+// reader goroutine first.
+func (c *Conn) callOn(ctx context.Context, l *link, method string, params, result any, inline func(response)) error {
 	id := c.nextID.Add(1)
 	text, err := rpc.Request(id, method, params)
 	if err != nil {
 		return err
 	}
-	ch := make(chan response, 1)
+	p := &call{ch: make(chan response, 1), method: method, inline: inline}
 	c.mu.Lock()
-	c.pending[id] = ch
+	if dead := l.dead; dead != nil {
+		c.mu.Unlock()
+		return &lostCallError{method: method, cause: dead}
+	}
+	l.pending[id] = p
 	c.mu.Unlock()
-	if err := c.sched.PushProtected(text); err != nil {
+	if err := l.sched.PushProtected(text); err != nil {
 		c.mu.Lock()
-		delete(c.pending, id)
+		delete(l.pending, id)
+		dead := l.dead
 		c.mu.Unlock()
 		if e := c.Err(); e != nil {
 			return e
 		}
+		if dead != nil {
+			return &lostCallError{method: method, cause: dead}
+		}
 		return err
 	}
 	select {
-	case r := <-ch:
-		if r.err != nil {
-			if r.err.Message == "connection closed" {
-				if e := c.Err(); e != nil {
-					return e
-				}
+	case r := <-p.ch:
+		if r.lost != nil {
+			if e := c.Err(); e != nil && !c.reconnecting() {
+				return e
 			}
+			return &lostCallError{method: method, cause: r.lost}
+		}
+		if r.err != nil {
 			return r.err
 		}
 		if result != nil && len(r.result) > 0 {
@@ -582,10 +823,18 @@ func (c *Conn) Call(ctx context.Context, method string, params, result any) erro
 		return nil
 	case <-ctx.Done():
 		c.mu.Lock()
-		delete(c.pending, id)
+		delete(l.pending, id)
 		c.mu.Unlock()
 		return ctx.Err()
 	}
+}
+
+// reconnecting reports whether the Conn is between a loss and its end or
+// resumption.
+func (c *Conn) reconnecting() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.link == nil && !c.ended
 }
 
 func (c *Conn) initialize(ctx context.Context) error {
@@ -606,6 +855,10 @@ func (c *Conn) initialize(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("initialize: %w", err)
 	}
+	c.mu.Lock()
+	c.resume = c.init.Resume
+	c.lastSeen = c.init.ServerSeq
+	c.mu.Unlock()
 	return nil
 }
 
@@ -630,11 +883,22 @@ func (c *Conn) RootState(ctx context.Context) (rpc.RootState, error) {
 	return st, err
 }
 
-// notify sends a control notification.
+// notify sends a control notification on the link in use; while the
+// Conn reconnects it is dropped (ErrConnectionLost): what it said is
+// carried by the reconnect (an unsubscribed channel is not asked for).
 func (c *Conn) notify(method string, params any) error {
 	text, err := rpc.Notification(method, params)
 	if err != nil {
 		return err
 	}
-	return c.sched.PushControl(text)
+	c.mu.Lock()
+	l := c.link
+	c.mu.Unlock()
+	if l == nil {
+		if e := c.Err(); e != nil {
+			return e
+		}
+		return ErrConnectionLost
+	}
+	return l.sched.PushControl(text)
 }

@@ -1,6 +1,11 @@
 package client
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/sidecar-dev/sidecar/delivery"
+)
 
 // SetTuneRTT sets the round trip t's window tuning compares with, so
 // tests can make every window count as consumed fast (a long one) or
@@ -24,3 +29,22 @@ func Unreleased(t *TCPConn) int64 {
 
 // LastLines is lastLines, for tests.
 var LastLines = lastLines
+
+// Write-ahead bounds, for tests.
+const (
+	MaxRememberedBytes   = maxRememberedBytes
+	MaxRememberedActions = maxRememberedActions
+)
+
+// Remember pushes n dispatchActions of textBytes each through an
+// outQueue, each handed to the writer and none echoed, and returns how
+// many stay remembered, their bytes, and how many the bound forgot.
+func Remember(n, textBytes int) (remembered, bytes, forgotten int) {
+	q := newOutQueue()
+	text := make([]byte, textBytes)
+	for i := 1; i <= n; i++ {
+		_ = q.push(context.Background(), text, delivery.UTF16Bytes(2*textBytes), false, nil, uint64(i))
+		q.NextSized()
+	}
+	return len(q.wal), q.walBytes, q.forgotten
+}

@@ -17,7 +17,7 @@ func TestOutQueueBound(t *testing.T) {
 	defer cancel()
 	msg := make([]byte, 16<<10)
 	for range maxOutQueueBytes / len(msg) {
-		if err := q.push(ctx, msg, delivery.Measure(msg), false, nil); err != nil {
+		if err := q.push(ctx, msg, delivery.Measure(msg), false, nil, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -25,7 +25,7 @@ func TestOutQueueBound(t *testing.T) {
 		t.Fatalf("queued %d bytes, want exactly %d", q.bytes, maxOutQueueBytes)
 	}
 	pushed := make(chan error, 1)
-	go func() { pushed <- q.push(ctx, msg, delivery.Measure(msg), false, nil) }()
+	go func() { pushed <- q.push(ctx, msg, delivery.Measure(msg), false, nil, 0) }()
 	// The push cannot complete while the queue is full: it is still
 	// pending after the queue reports full, and completes after one Next.
 	select {
@@ -45,7 +45,7 @@ func TestOutQueueBound(t *testing.T) {
 	// A push that cannot get room ends with its context.
 	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancelShort()
-	if err := q.push(short, msg, delivery.Measure(msg), false, nil); err != context.DeadlineExceeded {
+	if err := q.push(short, msg, delivery.Measure(msg), false, nil, 0); err != context.DeadlineExceeded {
 		t.Fatalf("push on a full queue with an expiring context: %v", err)
 	}
 }

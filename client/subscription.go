@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -53,12 +54,23 @@ type Subscription struct {
 	// the snapshot then arrives as the first data message).
 	Snapshot *rpc.Snapshot
 
-	q   msgQueue
-	src *outQueue
+	q     msgQueue
+	src   *outQueue
+	offer delivery.Limits // the windowed offer, made again on reconnect
 
-	mu  sync.Mutex
-	in  *delivery.Inbound
-	out *delivery.Stream
+	mu   sync.Mutex
+	link *link // the link in and out belong to; nil while reconnecting
+	in   *delivery.Inbound
+	out  *delivery.Stream
+	live bool // subscribed: a reconnect asks to keep it
+	// lastApplied is the serverSeq of the last action (or snapshot) this
+	// subscription received and kept: a reconnect's lastAppliedServerSeq.
+	lastApplied uint64
+	// awaitHead, while awaiting, is the reconnect result's headSeq: once
+	// an action this far has arrived, the dispatchActions whose echoes
+	// did not are sent again (write-ahead reconciliation).
+	awaitHead uint64
+	awaiting  bool
 }
 
 func (s *Subscription) parts() (*delivery.Inbound, *delivery.Stream) {
@@ -66,6 +78,10 @@ func (s *Subscription) parts() (*delivery.Inbound, *delivery.Stream) {
 	defer s.mu.Unlock()
 	return s.in, s.out
 }
+
+// isTCP reports whether s is a TCP channel's, which a reconnect does not
+// keep (TCP resume is not implemented: the stream fails on a loss).
+func (s *Subscription) isTCP() bool { return strings.HasPrefix(s.Channel, "ahp-tcp:") }
 
 // maxOrdinaryQueue bounds messages queued for the consumer on an ordinary
 // subscription (a windowed one is bounded by its window). Past it the host
@@ -85,7 +101,11 @@ func (c *Conn) Subscribe(ctx context.Context, channel string) (*Subscription, er
 
 // subscribe is Subscribe offering receive (when windowed).
 func (c *Conn) subscribe(ctx context.Context, channel string, receive delivery.Limits) (*Subscription, error) {
-	sub := &Subscription{c: c, Channel: channel}
+	l, err := c.currentLink(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sub := &Subscription{c: c, Channel: channel, offer: receive}
 	sub.q.init()
 	sub.src = newOutQueue()
 	params := rpc.SubscribeParams{Channel: channel}
@@ -95,8 +115,9 @@ func (c *Conn) subscribe(ctx context.Context, channel string, receive delivery.L
 	}
 	// Register before the request, counting with the offered limits, so
 	// data that follows the result is counted even before Call returns.
+	sub.link = l
 	if !c.opts.Ordinary {
-		sub.in = c.sched.NewInbound(channel, receive, c.opts.MaxMessageBytes)
+		sub.in = l.sched.NewInbound(channel, receive, c.opts.MaxMessageBytes)
 	}
 	c.mu.Lock()
 	if _, dup := c.subs[channel]; dup {
@@ -106,7 +127,7 @@ func (c *Conn) subscribe(ctx context.Context, channel string, receive delivery.L
 	c.subs[channel] = sub
 	c.mu.Unlock()
 	var res rpc.SubscribeResult
-	if err := c.Call(ctx, rpc.MethodSubscribe, params, &res); err != nil {
+	if err := c.callOn(ctx, l, rpc.MethodSubscribe, params, &res, nil); err != nil {
 		c.mu.Lock()
 		delete(c.subs, channel)
 		c.mu.Unlock()
@@ -114,26 +135,45 @@ func (c *Conn) subscribe(ctx context.Context, channel string, receive delivery.L
 	}
 	sub.Snapshot = res.Snapshot
 	unbounded := delivery.Limits{WindowBytes: 1 << 60, MaximumFrameBytes: 1 << 60}
+	c.mu.Lock()
+	if c.link != l {
+		// Lost between the result and now, before a reconnect could
+		// ask for it: the host may hold it, we cannot resume it.
+		delete(c.subs, channel)
+		c.mu.Unlock()
+		return nil, &lostCallError{method: rpc.MethodSubscribe, cause: errors.New("the transport ended")}
+	}
 	sub.mu.Lock()
 	if res.FlowControl != nil {
 		sub.Windowed = true
 		sub.ClientReceive = res.FlowControl.ClientReceive
 		sub.HostReceive = res.FlowControl.HostReceive
 		sub.in.SetLimits(sub.ClientReceive)
-		sub.out = c.sched.AddStream(channel, sub.HostReceive, sub.src)
+		sub.out = l.sched.AddStream(channel, sub.HostReceive, sub.src)
 	} else {
 		// Ordinary: nothing is counted; the stream only orders our sends.
 		sub.in = nil
-		sub.out = c.sched.AddStream(channel, unbounded, sub.src)
+		sub.out = l.sched.AddStream(channel, unbounded, sub.src)
+		if res.Snapshot != nil {
+			sub.lastApplied = res.Snapshot.FromSeq
+		}
 	}
+	sub.live = true
+	out := sub.out
 	sub.mu.Unlock()
-	sub.src.setStream(sub.out)
+	c.mu.Unlock()
+	sub.src.setStream(out)
 	return sub, nil
 }
 
 // receive handles a notification for this subscription (reader goroutine).
-func (s *Subscription) receive(h *rpc.Header, raw []byte) error {
-	in, out := s.parts()
+func (s *Subscription) receive(l *link, h *rpc.Header, raw []byte) error {
+	s.mu.Lock()
+	cur, in, out := s.link, s.in, s.out
+	s.mu.Unlock()
+	if cur != l {
+		return nil // not (yet) resumed on this link
+	}
 	switch h.Method {
 	case rpc.MethodChannelCredit:
 		var p rpc.ChannelCreditParams
@@ -146,6 +186,7 @@ func (s *Subscription) receive(h *rpc.Header, raw []byte) error {
 		return s.q.push(&Message{Method: h.Method, Params: h.Params, Raw: raw}, 0)
 	}
 	if in == nil {
+		s.note(h.Method, h.Params, true)
 		return s.q.push(&Message{Method: h.Method, Params: h.Params, Raw: raw}, maxOrdinaryQueue)
 	}
 	size := delivery.UTF16Bytes(2 * len(raw))
@@ -175,7 +216,15 @@ func (s *Subscription) receive(h *rpc.Header, raw []byte) error {
 		}
 		h, raw, whole = inner, msg, false
 	}
-	return s.q.push(&Message{Method: h.Method, Params: h.Params, Raw: raw, whole: whole, release: func() { in.Release(size) }}, 0)
+	s.note(h.Method, h.Params, false)
+	release := func() {
+		// Only data of the link in use returns credit: what the old
+		// connection delivered is kept, never credited on the new one.
+		if cur, _ := s.parts(); cur == in {
+			in.Release(size)
+		}
+	}
+	return s.q.push(&Message{Method: h.Method, Params: h.Params, Raw: raw, whole: whole, release: release}, 0)
 }
 
 // Next returns the next data message; the consumer must Release it.
@@ -187,14 +236,14 @@ func (s *Subscription) Next(ctx context.Context) (*Message, error) {
 // subscription; the delivery engine sends it within hostReceive. It
 // blocks while maxOutQueueBytes are already waiting.
 func (s *Subscription) Send(ctx context.Context, text []byte) error {
-	return s.src.push(ctx, text, delivery.Measure(text), false, s.c.done)
+	return s.src.push(ctx, text, delivery.Measure(text), false, s.c.done, 0)
 }
 
 // sendSized is Send for a message whose exact size in UTF-16 bytes the
 // caller knows (tcp/data from its Encoder), built in a buffer from
 // adapters/tcp.Buffer that may be recycled once written.
 func (s *Subscription) sendSized(ctx context.Context, text []byte, size delivery.UTF16Bytes) error {
-	return s.src.push(ctx, text, size, true, s.c.done)
+	return s.src.push(ctx, text, size, true, s.c.done, 0)
 }
 
 // Dispatch sends dispatchAction with the next clientSeq and returns it.
@@ -217,19 +266,40 @@ func (s *Subscription) dispatch(ctx context.Context, action any, onSeq func(uint
 	if err != nil {
 		return 0, err
 	}
-	return seq, s.Send(ctx, text)
+	// Remembered until its echo arrives (write-ahead reconciliation).
+	return seq, s.src.push(ctx, text, delivery.Measure(text), false, s.c.done, seq)
 }
 
-// Unsubscribe ends the subscription.
+// Unsubscribe ends the subscription. While the Conn reconnects, the
+// channel is simply not asked for again.
 func (s *Subscription) Unsubscribe() error {
 	s.c.mu.Lock()
-	delete(s.c.subs, s.Channel)
+	if s.c.subs[s.Channel] == s {
+		delete(s.c.subs, s.Channel)
+	}
 	s.c.mu.Unlock()
-	if _, out := s.parts(); out != nil {
+	s.end(errUnsubscribed)
+	err := s.c.notify(rpc.MethodUnsubscribe, rpc.ChannelParams{Channel: s.Channel})
+	if errors.Is(err, ErrConnectionLost) {
+		return nil
+	}
+	return err
+}
+
+// end ends the subscription with err: Next and Send return it.
+func (s *Subscription) end(err error) {
+	if err == nil {
+		err = errors.New("client: connection closed")
+	}
+	s.mu.Lock()
+	out := s.out
+	s.live = false
+	s.mu.Unlock()
+	if out != nil {
 		out.Remove()
 	}
-	s.q.close(errUnsubscribed)
-	return s.c.notify(rpc.MethodUnsubscribe, rpc.ChannelParams{Channel: s.Channel})
+	s.q.close(err)
+	s.src.close(err)
 }
 
 var errUnsubscribed = errors.New("client: unsubscribed")
@@ -314,7 +384,11 @@ func (q *msgQueue) close(err error) {
 	}
 }
 
-// outQueue is the Source of our outbound data on one subscription.
+// outQueue is the Source of our outbound data on one subscription. It
+// also remembers each dispatchAction (seq > 0) from its push until its
+// echo arrives (the write-ahead log, wal): after a reconnect those that
+// were handed to the writer and saw no echo are sent again (replay) or
+// counted as of unknown fate (snapshot recovery).
 type outQueue struct {
 	mu         sync.Mutex
 	recyclable []byte // the message NextSized returned last, if its buffer may be reused
@@ -322,7 +396,31 @@ type outQueue struct {
 	bytes      int           // UTF-8 bytes queued
 	space      chan struct{} // 1-slot: room freed
 	stream     *delivery.Stream
+	held       bool  // reconnecting: NextSized hands out nothing
+	closed     error // the subscription ended: push fails with it
+
+	wal       []walEntry // seq order
+	walBytes  int        // UTF-8 bytes in wal
+	forgotten int        // sent entries dropped by the bound, echo unseen
 }
+
+// walEntry is a dispatchAction waiting for its echo.
+type walEntry struct {
+	seq  uint64
+	text []byte
+	size delivery.UTF16Bytes
+	sent bool // handed to the writer (its fate is unknown until the echo)
+}
+
+// Bounds of the write-ahead log of one subscription. A windowed
+// terminal's unechoed input is at most its window plus maxOutQueueBytes
+// (the host echoes input before it credits it); these bound an ordinary
+// subscription, which no window bounds. Past them the oldest sent entries
+// are forgotten: after a reconnect they count as of unknown fate.
+const (
+	maxRememberedBytes   = 1 << 20
+	maxRememberedActions = 4096
+)
 
 func newOutQueue() *outQueue { return &outQueue{space: make(chan struct{}, 1)} }
 
@@ -330,15 +428,24 @@ func newOutQueue() *outQueue { return &outQueue{space: make(chan struct{}, 1)} }
 type sizedText struct {
 	text    []byte
 	size    delivery.UTF16Bytes
-	recycle bool // text's buffer may be reused once written
+	recycle bool   // text's buffer may be reused once written
+	seq     uint64 // the clientSeq of a dispatchAction, else 0
 }
 
-func (q *outQueue) push(ctx context.Context, text []byte, size delivery.UTF16Bytes, recycle bool, done <-chan struct{}) error {
+func (q *outQueue) push(ctx context.Context, text []byte, size delivery.UTF16Bytes, recycle bool, done <-chan struct{}, seq uint64) error {
 	for {
 		q.mu.Lock()
+		if q.closed != nil {
+			err := q.closed
+			q.mu.Unlock()
+			return err
+		}
 		if q.bytes == 0 || q.bytes+len(text) <= maxOutQueueBytes {
-			q.items = append(q.items, sizedText{text, size, recycle})
+			q.items = append(q.items, sizedText{text, size, recycle, seq})
 			q.bytes += len(text)
+			if seq > 0 {
+				q.remember(walEntry{seq: seq, text: text, size: size})
+			}
 			st := q.stream
 			q.mu.Unlock()
 			// Before Subscribe returns, stream is nil; setStream wakes it.
@@ -355,6 +462,100 @@ func (q *outQueue) push(ctx context.Context, text []byte, size delivery.UTF16Byt
 		case <-done:
 			return errors.New("client: connection closed")
 		}
+	}
+}
+
+// remember appends e to the wal within its bounds. Call with mu held.
+func (q *outQueue) remember(e walEntry) {
+	q.wal = append(q.wal, e)
+	q.walBytes += len(e.text)
+	for len(q.wal) > 1 && q.wal[0].sent && (len(q.wal) > maxRememberedActions || q.walBytes > maxRememberedBytes) {
+		q.walBytes -= len(q.wal[0].text)
+		q.wal[0] = walEntry{}
+		q.wal = q.wal[1:]
+		q.forgotten++
+	}
+}
+
+// echo forgets the dispatchActions up to seq: the host has seen them (it
+// echoes in order; one it dropped as malformed has no echo to wait for).
+func (q *outQueue) echo(seq uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.wal) > 0 && q.wal[0].seq <= seq && q.wal[0].sent {
+		q.walBytes -= len(q.wal[0].text)
+		q.wal[0] = walEntry{}
+		q.wal = q.wal[1:]
+	}
+}
+
+// hold stops handing out messages (the link is gone) and drops the stream.
+func (q *outQueue) hold() {
+	q.mu.Lock()
+	q.held = true
+	q.stream = nil
+	q.mu.Unlock()
+}
+
+// takeForgotten returns and resets the forgotten count.
+func (q *outQueue) takeForgotten() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := q.forgotten
+	q.forgotten = 0
+	return n
+}
+
+// reconcile ends a hold after a reconnect. With resend, the remembered
+// dispatchActions that were sent and saw no echo go out again first, in
+// order, and 0 is returned; without (snapshot recovery), they are
+// forgotten and their number returned (of unknown fate), with those the
+// bound forgot.
+func (q *outQueue) reconcile(resend bool) (unknown int) {
+	q.mu.Lock()
+	var again []sizedText
+	keep := q.wal[:0]
+	for _, e := range q.wal {
+		switch {
+		case !e.sent:
+			keep = append(keep, e)
+		case resend:
+			again = append(again, sizedText{text: e.text, size: e.size, seq: e.seq})
+			q.bytes += len(e.text)
+			e.sent = false
+			keep = append(keep, e)
+		default:
+			unknown++
+			q.walBytes -= len(e.text)
+		}
+	}
+	clear(q.wal[len(keep):])
+	q.wal = keep
+	if !resend {
+		unknown += q.forgotten
+		q.forgotten = 0
+	}
+	q.items = append(again, q.items...)
+	q.held = false
+	st := q.stream
+	q.mu.Unlock()
+	if st != nil {
+		st.Wake()
+	}
+	return unknown
+}
+
+// close makes push fail with err and drops what waits.
+func (q *outQueue) close(err error) {
+	q.mu.Lock()
+	if q.closed == nil {
+		q.closed = err
+	}
+	q.items, q.bytes, q.wal, q.walBytes = nil, 0, nil, 0
+	q.mu.Unlock()
+	select {
+	case q.space <- struct{}{}:
+	default:
 	}
 }
 
@@ -389,13 +590,22 @@ func (q *outQueue) Recycle(text []byte) {
 func (q *outQueue) NextSized() ([]byte, delivery.UTF16Bytes) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.items) == 0 {
+	if len(q.items) == 0 || q.held {
 		return nil, 0
 	}
 	t := q.items[0]
 	q.items[0] = sizedText{}
 	q.items = q.items[1:]
 	q.bytes -= len(t.text)
+	if t.seq > 0 {
+		// Handed to the writer: its fate is unknown until its echo.
+		for i := range q.wal {
+			if q.wal[i].seq == t.seq {
+				q.wal[i].sent = true
+				break
+			}
+		}
+	}
 	q.recyclable = nil
 	if t.recycle {
 		q.recyclable = t.text

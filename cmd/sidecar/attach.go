@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -70,6 +69,14 @@ func attach(cf *connFlags, url, id, name string) error {
 	// byte for the shell and the terminal sends no signal).
 	ctx, caught, stop := signalContext(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	// The terminal's output and our reconnection status share the
+	// screen: a status line goes between output writes, on its own line.
+	screen := newStatusOutput(os.Stdout, os.Stderr)
+	cf.onReconnect = func(st client.ReconnectStatus) {
+		if l := reconnectLine(st); l != "" {
+			screen.Status(l)
+		}
+	}
 	conn, err := cf.dial(ctx, url)
 	if err != nil {
 		return dialFailed(err, cf.dialSignal(ctx, err, caught))
@@ -146,7 +153,7 @@ func attach(cf *connFlags, url, id, name string) error {
 	var copyErr error
 	go func() {
 		defer close(copyDone)
-		code, copyErr = t.Copy(ctx, os.Stdout, true)
+		code, copyErr = t.Copy(ctx, screen, true)
 	}()
 	select {
 	case <-detached:
@@ -156,7 +163,7 @@ func attach(cf *connFlags, url, id, name string) error {
 			fmt.Fprintf(os.Stderr, "\r\nsidecar: detached from %s, which ends with this --via session: a sidecar stdio host keeps no terminal once its client has gone\r\n", uri)
 			return nil
 		}
-		fmt.Fprintf(os.Stderr, "\r\nsidecar: detached from %s; reattach with: %s attach %s %s%s\r\n", uri, selfName(), url, strings.TrimPrefix(uri, rpc.TerminalScheme+"/"), cf.explicitFlags())
+		fmt.Fprintf(os.Stderr, "\r\nsidecar: detached from %s; reattach with: %s\r\n", uri, cf.reattachCommand(url, uri))
 		return nil
 	case <-copyDone:
 	}
@@ -165,6 +172,11 @@ func attach(cf *connFlags, url, id, name string) error {
 			return &exitError{code: 128 + int(sig)} // 143 for SIGTERM, 129 for SIGHUP
 		}
 		fmt.Fprint(os.Stderr, "\r\n") // the output may have stopped mid-line
+		if errors.Is(copyErr, client.ErrConnectionLost) && cf.via == "" {
+			// Gave up reconnecting: the terminal lives on the host
+			// unless the host itself went.
+			return &exitError{code: 255, err: fmt.Errorf("%w\nsidecar: %s may still be running on the host; reattach with: %s", copyErr, uri, cf.reattachCommand(url, uri))}
+		}
 		return &exitError{code: 255, err: copyErr}
 	}
 	gone := false // the host no longer has the terminal: someone disposed of it

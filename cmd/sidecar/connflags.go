@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sidecar-dev/sidecar/client"
+	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport/tlscert"
 )
 
@@ -25,6 +26,10 @@ type connFlags struct {
 	timeout   time.Duration
 	transport string
 	via       string
+
+	// onReconnect, when set before dial, is told each step of a
+	// reconnection (client.Options.OnReconnect).
+	onReconnect func(client.ReconnectStatus)
 }
 
 func (f *connFlags) register(cmd *cobra.Command) {
@@ -156,7 +161,7 @@ func (f *connFlags) options() client.Options {
 		pin = os.Getenv("SIDECAR_CERT_HASH")
 	}
 	return client.Options{Token: token, CertHash: pin, Ordinary: f.ordinary, ClientName: "sidecar-cli/" + version,
-		Transport: f.transport, Via: f.via}
+		Transport: f.transport, Via: f.via, OnReconnect: f.onReconnect}
 }
 
 // dial connects and initializes within --connect-timeout.
@@ -291,6 +296,12 @@ func (f *connFlags) lsCommand(url string) string {
 		return fmt.Sprintf("sidecar ls --via %q", f.via)
 	}
 	return "sidecar ls " + url
+}
+
+// reattachCommand is the command line that attaches again to the
+// terminal uri of the host at url.
+func (f *connFlags) reattachCommand(url, uri string) string {
+	return fmt.Sprintf("%s attach %s %s%s", selfName(), url, strings.TrimPrefix(uri, rpc.TerminalScheme+"/"), f.explicitFlags())
 }
 
 // explicitFlags repeats the connection flags given on the command line

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -51,6 +52,11 @@ terminal's "attached" client ids and a "status": "attached", "detached" or
 // listHost prints the terminals and listening ports of the host.
 func listHost(ctx context.Context, conn *client.Conn, asJSON bool) error {
 	st, err := conn.RootState(ctx)
+	for try := 1; try < 3 && errors.Is(err, client.ErrConnectionLost) && conn.Err() == nil; try++ {
+		// Lost while in flight: the Conn reconnects by itself and a
+		// read is safe to ask again.
+		st, err = conn.RootState(ctx)
+	}
 	if err != nil {
 		return &exitError{code: 255, err: err}
 	}

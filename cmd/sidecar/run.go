@@ -77,13 +77,31 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 		}
 		return nil
 	}
+	stdinTTY := term.IsTerminal(int(os.Stdin.Fd()))
+	stdoutTTY := term.IsTerminal(int(os.Stdout.Fd()))
+	// The command carries on across a lost connection; say so on stderr,
+	// between output writes when both go to the terminal.
+	var screen *statusOutput
+	if stdoutTTY {
+		screen = newStatusOutput(os.Stdout, os.Stderr)
+	}
+	cf.onReconnect = func(st client.ReconnectStatus) {
+		l := reconnectLine(st)
+		switch {
+		case l == "":
+		case screen != nil:
+			screen.Status(l)
+		case stdinTTY: // raw mode: the terminal does not return the carriage
+			fmt.Fprintf(os.Stderr, "sidecar: %s\r\n", l)
+		default:
+			fmt.Fprintf(os.Stderr, "sidecar: %s\n", l)
+		}
+	}
 	conn, err := cf.dial(ctx, url)
 	if err != nil {
 		return dialFailed(err, cf.dialSignal(ctx, err, func() syscall.Signal { return syscall.Signal(caught.Load()) }))
 	}
 	defer conn.Close()
-	stdinTTY := term.IsTerminal(int(os.Stdin.Fd()))
-	stdoutTTY := term.IsTerminal(int(os.Stdout.Fd()))
 	cols, rows := 80, 24
 	if stdoutTTY {
 		if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
@@ -132,6 +150,8 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 	var out io.Writer = os.Stdout
 	if !stdoutTTY {
 		out = &crlfWriter{w: os.Stdout}
+	} else {
+		out = screen
 	}
 	code, err := t.Copy(ctx, out, true)
 	if err != nil {

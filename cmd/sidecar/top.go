@@ -19,6 +19,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/sidecar-dev/sidecar/adapters/telemetry"
+	"github.com/sidecar-dev/sidecar/client"
 )
 
 func topCmd() *cobra.Command {
@@ -58,6 +59,16 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 	}
 	ctx, caught, stop := signalContext(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	// Reconnection steps reach the view's loop (the live view shows them
+	// on its bottom line, other output on stderr); a full channel drops
+	// a step, the next one says where it stands.
+	recon := make(chan client.ReconnectStatus, 16)
+	cf.onReconnect = func(st client.ReconnectStatus) {
+		select {
+		case recon <- st:
+		default:
+		}
+	}
 	conn, err := cf.dial(ctx, url)
 	if err != nil {
 		return dialFailed(err, cf.dialSignal(ctx, err, caught))
@@ -91,6 +102,7 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 					v.hint = "q to quit"
 				}
 			}
+			v.baseHint = v.hint
 			v.start()
 			defer v.end()
 		}
@@ -137,6 +149,19 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 			return nil
 		case <-winch:
 			v.draw()
+		case st := <-recon:
+			l := reconnectLine(st)
+			switch {
+			case l == "":
+			case v != nil && live:
+				if st.State == client.Resumed {
+					l = v.baseHint
+				}
+				v.hint = l
+				v.draw()
+			default:
+				fmt.Fprintf(os.Stderr, "sidecar: %s\n", l)
+			}
 		case b, ok := <-batches:
 			if !ok {
 				return nil
@@ -192,6 +217,7 @@ type topView struct {
 	w         io.Writer
 	live      bool
 	hint      string // live view: shown on the bottom line, e.g. "q to quit"
+	baseHint  string // the hint a reconnection status gives way to again
 	cur, prev *snapshotView
 }
 

@@ -1,0 +1,80 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors of the client's reconnection (docs/protocol.md
+// "reconnect"); match them with errors.Is.
+var (
+	// ErrConnectionLost: the transport was lost. A call in flight when it
+	// happened fails with an error matching it (retryable: the request
+	// may or may not have reached the host); so does every error of a
+	// connection that gave up reconnecting (*ReconnectError).
+	ErrConnectionLost = errors.New("client: connection lost")
+	// ErrUnauthorized: the host refused our credentials when dialling
+	// (HTTP 401, WT_UNAUTHORIZED). Never retried. A Dialer of one's own
+	// wraps it to make reconnection stop.
+	ErrUnauthorized = errors.New("client: the host refused the token")
+	// ErrResumeExpired: the host holds nothing to resume for our
+	// clientId (-32008, kind "expired": its grace ended, or it
+	// restarted). Never retried.
+	ErrResumeExpired = errors.New("client: nothing to resume on the host")
+	// ErrResumeRefused: the host refused to resume our state (-32009,
+	// kind "refused": another principal, or a wrong resume token).
+	// Never retried.
+	ErrResumeRefused = errors.New("client: the host refused to resume the session")
+	// ErrGraceEnded: the host's grace period (resume.graceMs, counted
+	// from the loss) ended before a reconnect succeeded.
+	ErrGraceEnded = errors.New("client: the host's grace period ended")
+	// ErrNotKept: a subscription the host did not keep across a
+	// reconnect (listed in missing, or absent from windows.items: a
+	// disposed terminal, a TCP channel). Only that subscription ends.
+	ErrNotKept = errors.New("client: subscription not kept across the reconnect")
+)
+
+// ReconnectError is why a connection gave up reconnecting: Reason is one
+// of ErrUnauthorized, ErrResumeExpired, ErrResumeRefused, ErrGraceEnded
+// (or the host's error to reconnect, for one that does not support it),
+// Cause what the last attempt (or the loss itself) failed with. It
+// matches ErrConnectionLost, Reason and Cause with errors.Is.
+type ReconnectError struct {
+	Reason   error
+	Cause    error
+	Attempts int // reconnect attempts made
+}
+
+func (e *ReconnectError) Error() string {
+	msg := fmt.Sprintf("connection lost and not resumed after %d attempt(s): %v", e.Attempts, e.Reason)
+	if e.Cause != nil && e.Cause != e.Reason {
+		msg += " (" + e.Cause.Error() + ")"
+	}
+	return msg
+}
+
+func (e *ReconnectError) Unwrap() []error {
+	return []error{ErrConnectionLost, e.Reason, e.Cause}
+}
+
+// refusalError is a dial refusal worded for a person that still matches
+// ErrUnauthorized and the transport's error.
+type refusalError struct {
+	msg string
+	err error
+}
+
+func (e *refusalError) Error() string   { return e.msg }
+func (e *refusalError) Unwrap() []error { return []error{ErrUnauthorized, e.err} }
+
+// lostCallError is a call that was in flight when the transport was lost.
+type lostCallError struct {
+	method string
+	cause  error
+}
+
+func (e *lostCallError) Error() string {
+	return fmt.Sprintf("%s: connection lost while in flight (it may or may not have reached the host): %v", e.method, e.cause)
+}
+
+func (e *lostCallError) Unwrap() []error { return []error{ErrConnectionLost, e.cause} }
