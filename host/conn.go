@@ -46,6 +46,10 @@ type conn struct {
 	// handover is set when a reconnect of the same client on another
 	// connection closes this one: its state is retained for it.
 	handover atomic.Bool
+	// writeLost is set when a write to the transport failed: the link
+	// died under the host (a loss, as a read error is), not a close for
+	// cause.
+	writeLost atomic.Bool
 	// ended is closed once the connection's end is processed (its state
 	// retained or dropped).
 	ended chan struct{}
@@ -94,6 +98,7 @@ func (c *conn) serve(parent context.Context) error {
 		case errors.Is(err, errVersionMismatch):
 			c.close(transport.CloseVersionMismatch, "no common protocol version")
 		case !errors.Is(err, delivery.ErrClosed) && !errors.Is(err, context.Canceled):
+			c.writeLost.Store(true) // the transport failed under us: a loss, not a close for cause
 			c.close(transport.CloseInternalError, "write failed")
 		}
 		writerDone <- err

@@ -79,8 +79,9 @@ func (s *Server) resumeInfo(token string) *rpc.Resume {
 
 // shouldRetain reports whether c's state is kept for a reconnect: it was
 // initialized, resuming is on, the host is not shutting down, and its
-// transport was lost (no close from the client, no close by the host for
-// cause) or handed over to a reconnect.
+// transport was lost (a read or write failed, with no close from the
+// client and no close by the host for cause) or handed over to a
+// reconnect.
 func (s *Server) shouldRetain(c *conn) bool {
 	if !c.isInitialized() || s.cfg.Journal.ReconnectGrace <= 0 {
 		return false
@@ -91,7 +92,7 @@ func (s *Server) shouldRetain(c *conn) bool {
 	if closing {
 		return false
 	}
-	if c.handover.Load() {
+	if c.handover.Load() || c.writeLost.Load() {
 		return true
 	}
 	if c.closeErr != nil {

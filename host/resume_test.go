@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -382,5 +383,46 @@ func TestReconnectTelemetryLive(t *testing.T) {
 	}
 	if sampled := time.Unix(0, ns); sampled.Before(resumed.Add(-time.Second)) {
 		t.Errorf("first batch sampled at %v, before the reconnect at %v", sampled, resumed)
+	}
+}
+
+// failingWrites is a transport whose writes fail once armed, as a socket
+// whose peer vanished does, while reads wait for the close.
+type failingWrites struct {
+	transport.MessageConn
+	fail chan struct{}
+}
+
+func (f *failingWrites) WriteMessage(ctx context.Context, text []byte) error {
+	select {
+	case <-f.fail:
+		return errors.New("write: broken pipe")
+	default:
+		return f.MessageConn.WriteMessage(ctx, text)
+	}
+}
+
+// TestReconnectAfterWriteFailure: a link that dies under the host's
+// writer first (the write fails before any read does) is a loss: the
+// client's state is kept and a reconnect resumes it.
+func TestReconnectAfterWriteFailure(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	a, z := transport.Pipe(64)
+	hc := &hostConn{t: t, mc: a, served: make(chan error, 1), nextID: 1}
+	fw := &failingWrites{MessageConn: z, fail: make(chan struct{})}
+	go func() { hc.served <- srv.ServeConn(context.Background(), fw) }()
+	t.Cleanup(func() { _ = a.Close(transport.CloseNormal, "") })
+	init := hc.initialize("w")
+	close(fw.fail)
+	hc.send(`{"jsonrpc":"2.0","id":9,"method":"ping","params":{"channel":"ahp-root://"}}`) // its answer fails to write
+	select {
+	case <-hc.served:
+	case <-time.After(deadline):
+		t.Fatal("the host did not end the connection whose write failed")
+	}
+	b := connect(t, srv)
+	if m, _ := b.reconnect(rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "w", ResumeToken: init.Resume.Token, Subscriptions: []string{}}); m.Error != nil {
+		t.Fatalf("reconnect after a write failure: %s", m.Raw)
 	}
 }
