@@ -29,28 +29,25 @@ func relayed(t *testing.T, s *server) (*fault.TCP, string) {
 	return r, strings.Replace(s.url, s.host, r.Addr(), 1)
 }
 
-// TestAttachSurvivesCuts: `sidecar attach` through a link cut 20 times at
-// random points (mid-frame, mid-message, between a message and its
-// credit) while its terminal prints numbered lines: it reconnects by
-// itself every time, and its output holds every line exactly once, in
-// order.
-func TestAttachSurvivesCuts(t *testing.T) {
-	t.Parallel()
-	s := startServer(t, "")
-	relay, url := relayed(t, s)
-	a := startInPTY(t, append([]string{"attach", url}, s.connArgs()...)...)
+// floodThroughCuts starts `sidecar attach` with args, prints 300,000
+// numbered lines in its new shell (slow: 60,000, one echo a line), calls cut(i) for i in [0, cuts) while
+// they flow (cut returns once the client has got past the fault), and
+// checks that the output holds every line exactly once, in order.
+func floodThroughCuts(t *testing.T, args []string, slow bool, cuts int, cut func(i int, a *ptyProc, start int) error) {
+	t.Helper()
+	a := startInPTY(t, append([]string{"attach"}, args...)...)
 	pos := a.out.waitFor(t, "prompt", 0, "XPROMPT> ")
-	const n = 300000
-	a.typeText(t, "seq 1 300000; echo DONE-$((6*7))\r")
+	n := 300000
+	cmd := "seq 1 300000"
+	if slow { // a line at a time: the output lasts seconds, not milliseconds
+		n = 60000
+		cmd = "seq 1 60000 | while read l; do echo $l; done"
+	}
+	a.typeText(t, cmd+"; echo DONE-$((6*7))\r")
 	start := a.out.waitFor(t, "command echo", pos, "echo DONE-$((6*7))\r\n")
-	rng := rand.New(rand.NewPCG(14, 20))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for i := range 20 {
-		accepted := relay.Accepted()
-		relay.CutAfter(int64(1000+rng.IntN(40000)), fault.Down)
-		if err := relay.Await(ctx, func() bool { return relay.Accepted() > accepted && relay.Conns() > 0 }); err != nil {
-			t.Fatalf("cut %d: the client did not reconnect: %v; screen:\n%s", i+1, err, tail(a.out.String(), 1500))
+	for i := range cuts {
+		if err := cut(i, a, start); err != nil {
+			t.Fatalf("cut %d: %v; screen:\n%s", i+1, err, tail(a.out.String(), 1500))
 		}
 	}
 	end := a.out.waitFor(t, "end of the output", start, "\r\nDONE-42\r\n")
@@ -66,11 +63,79 @@ func TestAttachSurvivesCuts(t *testing.T) {
 			t.Fatalf("line %d is %q, want %d (around it: %q)", i+1, l, i+1, strings.Join(lines[max(0, i-3):min(len(lines), i+3)], "|"))
 		}
 	}
-	if !strings.Contains(screen, "sidecar: resumed") {
-		t.Errorf("no \"resumed\" status line on the screen")
-	}
 	a.typeText(t, "exit\r")
 	if code := a.wait(t); code != 0 {
 		t.Fatalf("exit: status %d; screen:\n%s", code, tail(a.out.String(), 1500))
 	}
+}
+
+// TestAttachSurvivesCuts: `sidecar attach` through a link cut at random
+// points (mid-frame, mid-message, between a message and its credit)
+// while its terminal prints numbered lines, over /ahp and over the
+// transport-io WebSocket mapping: it reconnects by itself every time
+// (and says so), and its output holds every line exactly once, in order.
+func TestAttachSurvivesCuts(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cuts int
+		url  func(s *server, relay string) []string
+	}{
+		{"ahp", 20, func(s *server, relay string) []string { return []string{strings.Replace(s.url, s.host, relay, 1)} }},
+		{"transport-io WebSocket", 10, func(s *server, relay string) []string {
+			return []string{"https://" + relay + "/transport-io", "--transport", "websocket"}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t, "")
+			relay, _ := relayed(t, s)
+			rng := rand.New(rand.NewPCG(14, uint64(tc.cuts)))
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			resumedBefore := 0
+			floodThroughCuts(t, append(tc.url(s, relay.Addr()), s.connArgs()...), false, tc.cuts, func(i int, a *ptyProc, _ int) error {
+				accepted := relay.Accepted()
+				relay.CutAfter(int64(1000+rng.IntN(40000)), fault.Down)
+				if err := relay.Await(ctx, func() bool { return relay.Accepted() > accepted && relay.Conns() > 0 }); err != nil {
+					return err
+				}
+				resumedBefore = strings.Count(a.out.String(), "sidecar: resumed")
+				return nil
+			})
+			if resumedBefore == 0 {
+				t.Errorf("no \"resumed\" status line on the screen")
+			}
+		})
+	}
+}
+
+// TestAttachSurvivesUDPCuts: over WebTransport, a relay that drops every
+// datagram for a while and then comes back on a new port (the path
+// changes, as when a laptop changes networks) five times during the
+// output: every line arrives exactly once, in order, whether QUIC
+// migrated the path or the client reconnected.
+func TestAttachSurvivesUDPCuts(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	tcp, udp, err := fault.NewPair(s.host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tcp.Close(); _ = udp.Close() })
+	args := append([]string{"https://" + tcp.Addr() + "/transport-io", "--transport", "webtransport"}, s.connArgs()...)
+	floodThroughCuts(t, args, true, 5, func(i int, a *ptyProc, start int) error {
+		udp.Drop(true)
+		dropped := udp.Dropped(fault.Down) + udp.Dropped(fault.Up)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := udp.Await(ctx, func() bool { return udp.Dropped(fault.Down)+udp.Dropped(fault.Up) >= dropped+20 }); err != nil {
+			return err
+		}
+		udp.Cut()
+		udp.Drop(false)
+		// The output moves on past where it was.
+		a.out.waitFor(t, "output after the cut", len(a.out.String()), "0\r\n")
+		return nil
+	})
 }
