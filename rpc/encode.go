@@ -182,6 +182,11 @@ func ParseHeader(raw []byte) (*Header, *Error) {
 	if h, ok := parseCredit(raw); ok {
 		return h, nil
 	}
+	// Both paths below parse recursively (gjson, encoding/json): bound
+	// the nesting first, in one linear scan.
+	if !depthWithin(raw, MaxDepth) {
+		return &Header{ID: topLevelID(raw)}, Errorf(CodeInvalidRequest, "invalid request: nested deeper than %d levels", MaxDepth)
+	}
 	if h, ok := parseHeaderFast(raw); ok {
 		return h, nil
 	}
@@ -381,11 +386,7 @@ func parseHeaderFast(raw []byte) (*Header, bool) {
 			switch r.Type {
 			case gjson.Null, gjson.String:
 			case gjson.Number:
-				for _, c := range []byte(r.Raw) {
-					if c < '0' || c > '9' {
-						ok = false
-					}
-				}
+				ok = validID([]byte(r.Raw))
 			default:
 				ok = false
 			}
@@ -425,27 +426,36 @@ func parseHeaderSlow(raw []byte) (*Header, *Error) {
 	if len(trimmed) > 0 && trimmed[0] == '[' {
 		return &Header{}, &Error{Code: CodeInvalidRequest, Message: ErrBatch.Error()}
 	}
-	var h Header
-	if err := json.Unmarshal(raw, &h); err != nil {
+	// Members by their exact names: JSON-RPC's are case-sensitive
+	// ("Method" is not "method"), unlike encoding/json's struct fields.
+	// Of a repeated member the last counts, as in encoding/json.
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &members); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
-			return &h, Errorf(CodeInvalidRequest, "invalid request: field %q has the wrong type", typeErr.Field)
+			return &Header{}, Errorf(CodeInvalidRequest, "invalid request: a message of the wrong type (%s): it must be a JSON object", typeErr.Value)
 		}
 		return &Header{}, Errorf(CodeParseError, "parse error: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
-	if h.JSONRPC != "2.0" {
+	if members == nil {
+		return &Header{}, Errorf(CodeInvalidRequest, "invalid request: a message of the wrong type (null): it must be a JSON object")
+	}
+	var h Header
+	// The id first, so that every error below can name it.
+	if id, ok := members["id"]; ok {
+		if string(id) != "null" && !validID(id) {
+			return &Header{}, Errorf(CodeInvalidRequest, "invalid request: id must be a string or an integer from 0 to %d", MaxID)
+		}
+		h.ID = id
+	}
+	if v, ok := members["jsonrpc"]; !ok || json.Unmarshal(v, &h.JSONRPC) != nil || h.JSONRPC != "2.0" {
+		h.JSONRPC = ""
 		return &h, Errorf(CodeInvalidRequest, `invalid request: "jsonrpc" must be "2.0"`)
 	}
-	if len(h.ID) > 0 && string(h.ID) != "null" {
-		switch h.ID[0] {
-		case '"':
-		default:
-			var n uint64
-			if err := json.Unmarshal(h.ID, &n); err != nil {
-				return &Header{}, Errorf(CodeInvalidRequest, "invalid request: id must be a non-negative integer or a string")
-			}
-		}
+	if v, ok := members["method"]; ok && json.Unmarshal(v, &h.Method) != nil {
+		return &h, Errorf(CodeInvalidRequest, `invalid request: field "method" has the wrong type`)
 	}
+	h.Params, h.Result, h.Error = members["params"], members["result"], members["error"]
 	if h.Method == "" && h.Result == nil && h.Error == nil {
 		return &h, Errorf(CodeInvalidRequest, "invalid request: no method")
 	}
