@@ -43,7 +43,7 @@ func TestMalformedInput(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":1,`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error: unexpected end of JSON input"}}`},
 		{`[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"rpc: batch requests are not supported"}}`},
 		{`{"jsonrpc":"1.0","id":2,"method":"ping"}`, `{"jsonrpc":"2.0","id":2,"error":{"code":-32600,"message":"invalid request: \"jsonrpc\" must be \"2.0\""}}`},
-		{`{"jsonrpc":"2.0","id":1.5,"method":"ping"}`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: id must be a non-negative integer or a string"}}`},
+		{`{"jsonrpc":"2.0","id":1.5,"method":"ping"}`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: id must be a string or an integer from 0 to 18446744073709551615"}}`},
 		{`{"jsonrpc":"2.0","id":3}`, `{"jsonrpc":"2.0","id":3,"error":{"code":-32600,"message":"invalid request: no method"}}`},
 	}
 	for _, tc := range tests {
@@ -451,4 +451,29 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestHostileHeadersAnswered: input that closed the connection with 1000
+// and no answer (a message of 1,048,000 '[', 100,000 levels inside
+// params, an id beyond uint64, a "Method" key) gets an error response
+// (with the id when one can be read) and the connection stays open.
+func TestHostileHeadersAnswered(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	hc := connect(t, srv)
+	hc.initialize("hostile")
+	deep := strings.Repeat("[", 100000) + strings.Repeat("]", 100000)
+	for _, c := range []struct{ in, id, code string }{
+		{strings.Repeat("[", 1048000), `null`, "-32600"},
+		{`{"jsonrpc":"2.0","id":2,"method":"ping","params":` + deep + `}`, `2`, "-32600"},
+		{`{"jsonrpc":"2.0","id":99999999999999999999,"method":"ping"}`, `null`, "-32600"},
+		{`{"jsonrpc":"2.0","id":4,"Method":"ping"}`, `4`, "-32600"},
+	} {
+		hc.send(c.in)
+		m, _ := hc.until("the answer to "+c.in[:min(len(c.in), 40)], func(m *msg) bool { return m.Error != nil })
+		if string(m.ID) != c.id || !strings.Contains(m.Raw, `"code":`+c.code) {
+			t.Errorf("answer to %.40s…: %s, want id %s and code %s", c.in, m.Raw, c.id, c.code)
+		}
+	}
+	hc.mustCall(rpc.MethodPing, map[string]any{"channel": rpc.RootChannel}) // still open
 }

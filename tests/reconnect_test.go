@@ -139,3 +139,28 @@ func TestAttachSurvivesUDPCuts(t *testing.T) {
 		return nil
 	})
 }
+
+// TestAttachGivesUpAfterGrace: a cut longer than the host's grace (2 s
+// here): attach stops trying once the grace is over, says so, names the
+// terminal and the exact command to reattach, and exits non-zero.
+func TestAttachGivesUpAfterGrace(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "journal {\n  reconnect_grace = \"2s\"\n}\n")
+	relay, url := relayed(t, s)
+	a := startInPTY(t, append([]string{"attach", url}, s.connArgs()...)...)
+	a.out.waitFor(t, "prompt", 0, "XPROMPT> ")
+	relay.Refuse(true)
+	relay.Cut()
+	code := a.wait(t)
+	screen := a.out.String()
+	if code == 0 {
+		t.Fatalf("attach after the grace: exit 0; screen:\n%s", tail(screen, 1500))
+	}
+	m := regexp.MustCompile(`ahp-terminal:/(\S+) may still be running on the host; reattach with: (\S*sidecar) attach (\S+) (\S+)`).FindStringSubmatch(screen)
+	if m == nil || m[3] != url || !strings.HasPrefix(m[4], m[1]) {
+		t.Fatalf("no message naming the terminal and the reattach command; screen:\n%s", tail(screen, 1500))
+	}
+	if !strings.Contains(screen, "reconnecting (attempt") {
+		t.Errorf("no reconnecting status before giving up; screen:\n%s", tail(screen, 1500))
+	}
+}
