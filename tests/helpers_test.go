@@ -85,7 +85,7 @@ func (s *streamBuf) waitMatch(timeout time.Duration, match func(string) bool) (s
 
 // waitFor fails the test unless sub appears (counting only from offset
 // from) within waitTimeout; it returns the index just past the match.
-func (s *streamBuf) waitFor(t *testing.T, what string, from int, sub string) int {
+func (s *streamBuf) waitFor(t testing.TB, what string, from int, sub string) int {
 	t.Helper()
 	idx := -1
 	text, ok := s.waitMatch(waitTimeout, func(text string) bool {
@@ -122,14 +122,14 @@ type proc struct {
 
 // start runs the sidecar binary with args, stdout and stderr collected.
 // The process is killed (if still running) at cleanup.
-func start(t *testing.T, args ...string) *proc {
+func start(t testing.TB, args ...string) *proc {
 	t.Helper()
 	return startWith(t, nil, args...)
 }
 
 // startWith is start with stderr going to stderr instead (nil: collected
 // in proc.stderr).
-func startWith(t *testing.T, stderr *os.File, args ...string) *proc {
+func startWith(t testing.TB, stderr *os.File, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(sidecarBin, args...)
 	cmd.Env = cleanEnv()
@@ -138,7 +138,7 @@ func startWith(t *testing.T, stderr *os.File, args ...string) *proc {
 
 // startCmd is startWith for a command made by the caller (its path,
 // directory and environment chosen): stdout and stderr are set here.
-func startCmd(t *testing.T, cmd *exec.Cmd, stderr *os.File) *proc {
+func startCmd(t testing.TB, cmd *exec.Cmd, stderr *os.File) *proc {
 	t.Helper()
 	args := cmd.Args[1:]
 	p := &proc{cmd: cmd, stdout: newStreamBuf(), stderr: newStreamBuf(), done: make(chan struct{})}
@@ -171,7 +171,7 @@ func cleanEnv() []string {
 
 // kill ends the process: SIGTERM first (so sidecar serve can end its
 // terminals), SIGKILL if it has not exited 10 s later.
-func (p *proc) kill(t *testing.T) {
+func (p *proc) kill(t testing.TB) {
 	select {
 	case <-p.done:
 		return
@@ -242,7 +242,7 @@ var attachLine = regexp.MustCompile(`sidecar attach (wss://(127\.0\.0\.1:\d+)/ah
 // startServer starts `sidecar serve` on 127.0.0.1:0 with its own config
 // file (the terminal block above plus extra) and state directory, and
 // parses the attach line it prints.
-func startServer(t *testing.T, extra string) *server {
+func startServer(t testing.TB, extra string) *server {
 	t.Helper()
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "sidecar.hcl")

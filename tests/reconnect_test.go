@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,7 +21,7 @@ var statusLine = regexp.MustCompile("(\r\n|\x1b\\[1A\r\x1b\\[2K)sidecar: [^\r\n]
 
 // relayed starts a fault relay in front of s and returns it with s's URL
 // pointed at it.
-func relayed(t *testing.T, s *server) (*fault.TCP, string) {
+func relayed(t testing.TB, s *server) (*fault.TCP, string) {
 	t.Helper()
 	r, err := fault.NewTCP(s.host)
 	if err != nil {
@@ -158,4 +159,71 @@ func TestAttachGivesUpAfterGrace(t *testing.T) {
 	if !strings.Contains(screen, "reconnecting (attempt") {
 		t.Errorf("no reconnecting status before giving up; screen:\n%s", tail(screen, 1500))
 	}
+}
+
+// TestAttachSurvivesBlackHole: the link goes silent for 60 s (a laptop
+// lid closed: nothing gets through, nothing is reset), then comes back:
+// the attach resumes by itself, and a line typed before the hole and one
+// typed after it are both there, once.
+func TestAttachSurvivesBlackHole(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	relay, url := relayed(t, s)
+	a := startInPTY(t, append([]string{"attach", url}, s.connArgs()...)...)
+	pos := a.out.waitFor(t, "prompt", 0, "XPROMPT> ")
+	a.typeText(t, "echo BEFORE-$((1+1))\r")
+	pos = a.out.waitFor(t, "output before the hole", pos, "BEFORE-2\r\n")
+	relay.Stall(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	hole := time.Now()
+	// Output the shell writes meanwhile waits on the host (the holder's
+	// window), not lost.
+	a.typeText(t, "seq 1 5000; echo AFTER-$((2+2))\r")
+	<-time.After(60*time.Second - time.Since(hole)) // the hole's length is what is tested, not a synchronization
+	if err := ctx.Err(); err != nil {
+		t.Fatal(err)
+	}
+	relay.Stall(false)
+	end := a.out.waitFor(t, "output after the hole", pos, "\r\nAFTER-4\r\n")
+	out := statusLine.ReplaceAllString(a.out.String()[pos:end], "")
+	i := strings.Index(out, "\r\n1\r\n")
+	if i < 0 || !strings.Contains(out[i:], "\r\n5000\r\n") || strings.Count(out, "\r\n2500\r\n") != 1 {
+		t.Fatalf("after the hole: the seq output is not there once; got: %q", tail(out, 600))
+	}
+	if strings.Count(a.out.String(), "BEFORE-2\r\n") != 1 {
+		t.Errorf("the output before the hole is there %d times", strings.Count(a.out.String(), "BEFORE-2\r\n"))
+	}
+}
+
+// BenchmarkResume measures attach's resume time: from the link coming
+// back (the relay, which refused the client's first attempt, accepts
+// again) to the "resumed" line on the screen, the first byte written
+// after the resume. It includes the client's backoff wait (250 ms, ±20%,
+// doubling) and the reconnect itself. Run with -benchtime=Nx.
+func BenchmarkResume(b *testing.B) {
+	s := startServer(b, "")
+	relay, url := relayed(b, s)
+	a := startInPTY(b, append([]string{"attach", url}, s.connArgs()...)...)
+	pos := a.out.waitFor(b, "prompt", 0, "XPROMPT> ")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var took []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		refused := relay.Refused()
+		relay.Refuse(true)
+		relay.Cut()
+		if err := relay.Await(ctx, func() bool { return relay.Refused() > refused }); err != nil {
+			b.Fatal(err)
+		}
+		back := time.Now()
+		relay.Refuse(false)
+		pos = a.out.waitFor(b, "resumed", pos, "sidecar: resumed")
+		took = append(took, time.Since(back))
+	}
+	b.StopTimer()
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "ms-p50")
+	b.ReportMetric(float64(took[len(took)-1].Microseconds())/1000, "ms-max")
 }

@@ -74,7 +74,7 @@ type ptyProc struct {
 	read chan struct{}
 }
 
-func startInPTY(t *testing.T, args ...string) *ptyProc {
+func startInPTY(t testing.TB, args ...string) *ptyProc {
 	t.Helper()
 	cmd := exec.Command(sidecarBin, args...)
 	cmd.Env = cleanEnv()
@@ -109,14 +109,14 @@ func startInPTY(t *testing.T, args ...string) *ptyProc {
 	return p
 }
 
-func (p *ptyProc) typeText(t *testing.T, s string) {
+func (p *ptyProc) typeText(t testing.TB, s string) {
 	t.Helper()
 	if _, err := p.ptmx.Write([]byte(s)); err != nil {
 		t.Fatalf("typing %q: %v", s, err)
 	}
 }
 
-func (p *ptyProc) wait(t *testing.T) int {
+func (p *ptyProc) wait(t testing.TB) int {
 	t.Helper()
 	select {
 	case <-p.done:
