@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	textsafe "github.com/sidecar-dev/sidecar/internal/printable"
 	"io"
 	"net"
 	"strconv"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -388,34 +387,5 @@ func pipe(local *net.TCPConn, remote *TCPConn) (wasReset bool) {
 	return wasReset
 }
 
-// printable is s for a line on a person's terminal: control characters
-// (C0, DEL, C1: an escape sequence would clear or retitle the screen of
-// whoever reads it) and invalid UTF-8 are written as Go escapes (\x1b,
-// \u009b).
-func printable(s string) string {
-	clean := true
-	for _, r := range s {
-		if r == utf8.RuneError || unicode.IsControl(r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b []byte
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && n <= 1:
-			b = fmt.Appendf(b, `\x%02x`, s[i])
-		case unicode.IsControl(r):
-			q := strconv.QuoteRuneToASCII(r) // '\x1b', '\u009b', '\t'
-			b = append(b, q[1:len(q)-1]...)
-		default:
-			b = append(b, s[i:i+n]...)
-		}
-		i += n
-	}
-	return string(b)
-}
+// printable is printable.String: peer text made safe for the terminal.
+func printable(s string) string { return textsafe.String(s) }

@@ -90,18 +90,7 @@ func newServer(t testing.TB, tweak func(*config.Config)) *host.Server {
 // connect serves one Pipe end with srv and returns the other.
 func connect(t testing.TB, srv *host.Server) *hostConn {
 	t.Helper()
-	a, b := transport.Pipe(4096)
-	hc := &hostConn{t: t, mc: a, served: make(chan error, 1), nextID: 1}
-	go func() { hc.served <- srv.ServeConn(context.Background(), b) }()
-	t.Cleanup(func() {
-		_ = a.Close(transport.CloseNormal, "test done")
-		select {
-		case <-hc.served:
-		case <-time.After(deadline):
-			t.Error("ServeConn did not return after the client closed")
-		}
-	})
-	return hc
+	return connectAs(t, srv, "")
 }
 
 func (hc *hostConn) send(raw string) {

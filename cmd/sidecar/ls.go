@@ -5,13 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	textsafe "github.com/sidecar-dev/sidecar/internal/printable"
 	"io"
 	"net"
 	"os"
 	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -148,34 +147,5 @@ func writeHost(w io.Writer, st rpc.RootState, asJSON bool) error {
 	return nil
 }
 
-// printable is s for a table on the user's terminal: control characters
-// (C0, DEL, C1: an escape sequence in a terminal's title would clear or
-// retitle the screen of whoever lists it, a tab or \r would break the
-// columns) and invalid UTF-8 are written as Go escapes (\x1b, \u009b).
-func printable(s string) string {
-	clean := true
-	for _, r := range s {
-		if r == utf8.RuneError || unicode.IsControl(r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && n <= 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case unicode.IsControl(r):
-			q := strconv.QuoteRuneToASCII(r) // '\x1b', '\u009b', '\t'
-			b.WriteString(q[1 : len(q)-1])
-		default:
-			b.WriteString(s[i : i+n])
-		}
-		i += n
-	}
-	return b.String()
-}
+// printable is printable.String: peer text made safe for the terminal.
+func printable(s string) string { return textsafe.String(s) }

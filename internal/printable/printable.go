@@ -1,0 +1,44 @@
+// Package printable makes peer-supplied text safe to show on a person's
+// terminal.
+package printable
+
+import (
+	"fmt"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+)
+
+// String is s for a line or a table on a person's terminal: control
+// characters (C0, DEL, C1: an escape sequence in a terminal's title or a
+// SOCKS destination would clear or retitle the screen of whoever reads
+// it, a tab or \r would break a table's columns) and invalid UTF-8 are
+// written as Go escapes (\x1b, \u009b, \t, \xff). Clean text is returned
+// as it is, without allocating.
+func String(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b []byte
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			b = fmt.Appendf(b, `\x%02x`, s[i])
+		case unicode.IsControl(r):
+			q := strconv.QuoteRuneToASCII(r) // '\x1b', '\u009b', '\t'
+			b = append(b, q[1:len(q)-1]...)
+		default:
+			b = append(b, s[i:i+n]...)
+		}
+		i += n
+	}
+	return string(b)
+}
