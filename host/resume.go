@@ -406,6 +406,7 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 		res.Snapshots = &snapshots
 	}
 	// Windowed subscriptions: each recovers through its own data.
+	var recovered []string
 	if p.Windows != nil {
 		res.Windows = &rpc.ReconnectResultWindows{Items: []rpc.ReconnectResultItem{}}
 		for _, it := range p.Windows.Items {
@@ -429,6 +430,7 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 				missing(uri, "not resumable")
 				continue
 			}
+			recovered = append(recovered, uri+" "+rec.String())
 			res.Windows.Items = append(res.Windows.Items, rpc.ReconnectResultItem{
 				Channel:     uri,
 				FlowControl: rpc.NegotiatedFlowControl{ClientReceive: limits, HostReceive: limits},
@@ -440,7 +442,7 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 		}
 	}
 	res.ServerSeq = s.journal.Seq()
-	c.log.Info("client reconnected", "client", p.ClientID, "type", res.Type, "missing", len(res.Missing), "lost_for", time.Since(r.lostAt).Round(time.Millisecond).String())
+	c.log.Info("client reconnected", "client", p.ClientID, "type", res.Type, "windows", recovered, "missing", len(res.Missing), "lost_for", time.Since(r.lostAt).Round(time.Millisecond).String())
 	return res, func() {
 		for _, f := range after {
 			f()

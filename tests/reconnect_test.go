@@ -227,3 +227,36 @@ func BenchmarkResume(b *testing.B) {
 	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "ms-p50")
 	b.ReportMetric(float64(took[len(took)-1].Microseconds())/1000, "ms-max")
 }
+
+// TestSharerResumesFromSnapshot: a client sharing a terminal (not its
+// holder, so nothing waits for it) is cut off while the holder's flood
+// outgrows the journal: it resumes from a snapshot, says so, and its
+// screen ends where the terminal is (the flood's last lines, then the
+// prompt), not at the point of the cut.
+func TestSharerResumesFromSnapshot(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	a, id := attachNewShell(t, s)
+	relay, url := relayed(t, s)
+	b := startInPTY(t, append([]string{"attach", url, id}, s.connArgs()...)...)
+	bpos := b.out.waitFor(t, "shared notice", 0, "you share it")
+	relay.Refuse(true)
+	relay.Cut()
+	a.typeText(t, "seq 1 200000; echo FLOOD-$((3*3))\r")
+	a.out.waitFor(t, "the holder's flood", 0, "\r\nFLOOD-9\r\n")
+	relay.Refuse(false)
+	end := b.out.waitFor(t, "the end of the flood on the sharer", bpos, "\r\nFLOOD-9\r\n")
+	screen := b.out.String()
+	if !strings.Contains(screen[bpos:], "sidecar: resumed") {
+		t.Errorf("no resumed line; screen:\n%s", tail(screen, 800))
+	}
+	if !strings.Contains(screen[max(bpos, end-200):end], "\r\n199999\r\n200000\r\n") {
+		t.Errorf("the sharer's screen does not end with the flood's last lines:\n%q", tail(screen[:end], 300))
+	}
+	if n := strings.Count(screen[bpos:], "\r\n100000\r\n"); n > 1 {
+		t.Errorf("line 100000 shown %d times", n)
+	}
+	if !strings.Contains(s.p.stderr.String(), "ahp-terminal:/"+id+" snapshot") {
+		t.Errorf("the host did not resume the sharer from a snapshot")
+	}
+}
