@@ -144,11 +144,12 @@ journal {
   max_age   = "2h"
   # How long the host keeps a client's state after its connection was lost (not closed:
   # a detach ends it at once), for the client to reconnect and resume: its subscriptions,
-  # its terminals' claims, and their pacing (a terminal whose holder is away runs until
-  # 16 KiB of output wait unread, then its program blocks, so nothing is lost). Two hours
-  # survive a laptop closed over lunch; what it costs is a few hundred bytes per client
-  # (at most 256 clients are kept: past that the oldest is dropped), the windows and the
-  # journal's share being bounded anyway. 0 turns resuming off.
+  # its terminals' claims, and for the first minute their pacing (a terminal whose holder is
+  # away runs until 16 KiB of output wait unread, then its program blocks, so a blip loses
+  # nothing; after a minute it runs on, and a resume replays what the journal kept or shows a
+  # snapshot). Two hours survive a laptop closed over lunch; what it costs is about 15 KB per
+  # client (at most 256 clients are kept: past that the oldest is dropped), the windows and
+  # the journal's share being bounded anyway. 0 turns resuming off.
   reconnect_grace = "2h"
 }
 

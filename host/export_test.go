@@ -1,5 +1,7 @@
 package host
 
+import "time"
+
 // PacerClient returns the clientId whose subscription paces terminal uri's
 // PTY, "" when none does (or there is no such terminal).
 func (s *Server) PacerClient(uri string) string {
@@ -31,3 +33,7 @@ func (s *Server) RetainedClients() int {
 	defer s.ret.mu.Unlock()
 	return len(s.ret.clients)
 }
+
+// SetParkedPacing sets how long a lost holder's parked stream paces its
+// terminal; call it before any connection.
+func (s *Server) SetParkedPacing(d time.Duration) { s.parkedPacing = d }

@@ -35,6 +35,13 @@ const (
 	handoverWait = 5 * time.Second
 	// resumeTokenBytes is the entropy of a resume token.
 	resumeTokenBytes = 32
+	// defaultParkedPacing bounds how long a lost claim holder's parked stream
+	// keeps pacing its terminal: a blip (a cut, a Wi-Fi change) loses
+	// nothing, the program blocking meanwhile; past it the program runs
+	// on (a build does not wait for a laptop closed over lunch) and its
+	// output goes to the journal and the scrollback, so a later resume is
+	// a replay while the journal holds it, else a snapshot.
+	defaultParkedPacing = time.Minute
 )
 
 // retained is one client's state between the loss of its transport and a
@@ -52,6 +59,7 @@ type retained struct {
 	// or the read-ahead is full), and its cursor says what the client had.
 	parked map[string]*subscription
 	timer  *time.Timer
+	unpace *time.Timer // ends the parked streams' pacing (parkedPacing)
 }
 
 // retainedState is the server's retained clients.
@@ -92,20 +100,24 @@ func (s *Server) shouldRetain(c *conn) bool {
 	if closing {
 		return false
 	}
-	if c.handover.Load() || c.writeLost.Load() {
+	if c.handover.Load() {
 		return true
-	}
-	if c.closeErr != nil {
-		return false // closed by the host: a violation, too slow, a timeout
 	}
 	if p := c.readErr.Load(); p != nil && *p != nil {
 		switch transport.CloseStatus(*p) {
 		case transport.CloseNormal, transport.CloseGoingAway:
-			return false // the client left (a detach, the end of a run)
+			// The client left (a detach, the end of a run), whatever
+			// our writes met after its close.
+			return false
 		}
-		return true
+		if c.closeErr == nil {
+			return true // lost under the reader
+		}
 	}
-	return false
+	if c.writeLost.Load() {
+		return true // lost under the writer
+	}
+	return false // closed by the host for cause: a violation, too slow, a timeout
 }
 
 // retain parks c's subscriptions for a reconnect: windowed ones to
@@ -151,6 +163,17 @@ func (s *Server) retain(c *conn) {
 		s.log.Warn("retained client state dropped: too many clients reconnecting", "client", oldest.clientID, "limit", maxRetained)
 	}
 	r.timer = time.AfterFunc(grace, func() { s.expire(r, "its grace period ended") })
+	parked := make([]*subscription, 0, len(r.parked))
+	for _, sub := range r.parked {
+		parked = append(parked, sub)
+	}
+	r.unpace = time.AfterFunc(min(s.parkedPacing, grace), func() {
+		// The parked streams stop pacing: a removed stream holds no
+		// reader back; the subscriptions, their cursors and claims stay.
+		for _, sub := range parked {
+			sub.out.Remove()
+		}
+	})
 	s.ret.clients[r.clientID] = r
 	s.ret.mu.Unlock()
 	for _, x := range dropped {
@@ -178,6 +201,7 @@ func (s *Server) expire(r *retained, why string) {
 // connection, passes on the claims it held, as when a holder leaves.
 func (s *Server) endRetained(r *retained) {
 	r.timer.Stop()
+	r.unpace.Stop()
 	for _, sub := range r.parked {
 		sub.c.endSubscription(sub, false)
 	}
@@ -204,6 +228,7 @@ func (s *Server) dropRetained() {
 	s.ret.mu.Unlock()
 	for _, r := range all {
 		r.timer.Stop()
+		r.unpace.Stop()
 		for _, sub := range r.parked {
 			sub.c.endSubscription(sub, false)
 		}
@@ -243,6 +268,7 @@ func (s *Server) claimRetained(clientID, principal, token string) (*retained, *r
 	}
 	delete(s.ret.clients, clientID)
 	r.timer.Stop()
+	r.unpace.Stop()
 	return r, nil
 }
 

@@ -426,3 +426,33 @@ func TestReconnectAfterWriteFailure(t *testing.T) {
 		t.Fatalf("reconnect after a write failure: %s", m.Raw)
 	}
 }
+
+// TestParkedPacingEnds: a lost holder's parked stream paces its terminal
+// for a while only (parkedPacing): then the program runs on, its output
+// kept for a replay or a snapshot, and the claim stays the lost
+// holder's, never passed to another lost client.
+func TestParkedPacingEnds(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	srv.SetParkedPacing(100 * time.Millisecond)
+	const ch = "ahp-terminal:/unpace-1"
+	a := connect(t, srv)
+	init := a.initialize("a")
+	a.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"sh", "-c", "read x; seq 1 100000; echo DONE; cat"}})
+	a.watch(ch)
+	a.cut()
+	// Someone watching sees the program finish though nobody credits
+	// the holder's window: its pacing ended.
+	w := connect(t, srv)
+	w.initialize("w")
+	w.mustCall(rpc.MethodSubscribe, map[string]any{"channel": ch})
+	w.send(`{"jsonrpc":"2.0","method":"dispatchAction","params":{"channel":"` + ch + `","clientSeq":1,"action":{"type":"terminal/input","data":"go\n"}}}`)
+	w.readOutput(ch, "DONE")
+	b := connect(t, srv)
+	m, res := b.reconnect(rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "a", ResumeToken: init.Resume.Token,
+		Subscriptions: []string{ch}, Windows: &rpc.ReconnectWindows{Items: []rpc.ReconnectWindowItem{window(ch, 0)}}})
+	if m.Error != nil || res.Windows == nil || len(res.Windows.Items) != 1 {
+		t.Fatalf("reconnect after the pacing ended: %s", m.Raw)
+	}
+	waitUntil(t, "a paces its terminal again", func() bool { return srv.PacerClient(ch) == "a" })
+}

@@ -18,6 +18,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -53,13 +54,16 @@ type Server struct {
 	closedGaps       atomic.Uint64
 	closedCreditWait atomic.Int64
 
-	ret        retainedState // host/resume.go
-	tcp        *tcpadapter.Table
-	tcpFailLog openFailLog
-	stopPorts  context.CancelFunc
-	telemetry  *telemetry.Channels
-	bytes      byteCounts
-	nextConnID atomic.Uint64
+	ret retainedState // host/resume.go
+	// parkedPacing is how long a lost holder's parked stream paces its
+	// terminal (defaultParkedPacing; tests shorten it).
+	parkedPacing time.Duration
+	tcp          *tcpadapter.Table
+	tcpFailLog   openFailLog
+	stopPorts    context.CancelFunc
+	telemetry    *telemetry.Channels
+	bytes        byteCounts
+	nextConnID   atomic.Uint64
 
 	mu        sync.Mutex
 	terminals map[string]*termEntry
@@ -97,6 +101,7 @@ func New(cfg *config.Config, log hclog.Logger) *Server {
 		},
 	}
 	s.root = newRoot(s)
+	s.parkedPacing = defaultParkedPacing
 	s.telemetry = s.newTelemetry()
 	s.tcp = s.newTCPTable()
 	s.startPorts()
@@ -208,6 +213,7 @@ func (s *Server) startedOver(clientID, principal string) {
 	s.ret.mu.Unlock()
 	s.log.Info("client state dropped", "client", clientID, "reason", "the client initialized again")
 	r.timer.Stop()
+	r.unpace.Stop()
 	for _, sub := range r.parked {
 		sub.c.endSubscription(sub, false)
 	}

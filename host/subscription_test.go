@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -60,5 +61,53 @@ func TestHeldOverflowGaps(t *testing.T) {
 	sub.onEntry(ch, journal.Entry{Seq: 5001, Text: []byte(`{"n":5001}`)})
 	if got, err = a.ReadMessage(ctx); err != nil || !strings.Contains(string(got), "5001") {
 		t.Errorf("after the gap: %s, %v; want the action queued after activation", got, err)
+	}
+}
+
+// TestShouldRetain: what keeps a client's state for a reconnect. A close
+// from the client (a detach) keeps nothing whatever the host's writes met
+// after it (a detach racing output was kept, and its terminal stayed
+// held); a read or write that failed is a loss; a close by the host for
+// cause is not.
+func TestShouldRetain(t *testing.T) {
+	s := New(config.Default(), hclog.NewNullLogger())
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	}()
+	pipeErr := func(code transport.CloseCode) *error {
+		var err error = &transport.PipeCloseError{Code: code}
+		return &err
+	}
+	for _, c := range []struct {
+		name      string
+		readErr   *error
+		closeErr  error
+		writeLost bool
+		handover  bool
+		want      bool
+	}{
+		{"detach", pipeErr(transport.CloseNormal), nil, false, false, false},
+		{"detach, then a write failed", pipeErr(transport.CloseNormal), errors.New("write failed"), true, false, false},
+		{"going away", pipeErr(transport.CloseGoingAway), nil, false, false, false},
+		{"lost under the reader", pipeErr(transport.CloseInternalError), nil, false, false, true},
+		{"lost under the writer", nil, errors.New("write failed"), true, false, true},
+		{"closed by the host for cause", pipeErr(transport.CloseInternalError), errors.New("window exceeded"), false, false, false},
+		{"handed over", nil, errors.New("resumed on another connection"), false, true, true},
+	} {
+		_, b := transport.Pipe(1)
+		conn := newConn(s, b)
+		conn.initialized = true
+		if c.readErr != nil {
+			conn.readErr.Store(c.readErr)
+		}
+		conn.closeErr = c.closeErr
+		conn.writeLost.Store(c.writeLost)
+		conn.handover.Store(c.handover)
+		if got := s.shouldRetain(conn); got != c.want {
+			t.Errorf("%s: retained %v, want %v", c.name, got, c.want)
+		}
+		conn.sched.Close(nil)
 	}
 }

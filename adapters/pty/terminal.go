@@ -376,7 +376,9 @@ func (t *Terminal) HolderGone(clientID string) {
 	}
 	var next string
 	for s := range t.subs {
-		if id := s.ClientID(); s.Stream() != nil && id != "" && id != clientID && (next == "" || id < next) {
+		// A parked subscription (its client lost, within its grace) is
+		// not a place to pass the claim to: its connection is gone.
+		if id := s.ClientID(); s.Stream() != nil && !s.Closing() && id != "" && id != clientID && (next == "" || id < next) {
 			next = id // the least id: the same choice whatever the map's order
 		}
 	}
