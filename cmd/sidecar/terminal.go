@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -52,12 +53,44 @@ func noTerminal(uri, ls string) error {
 	return fmt.Errorf("no terminal %s on this host (%s lists them)", uri, ls)
 }
 
+// makeRaw puts the terminal f in raw mode and returns what restores it.
+// Until then raw mode is put back on every SIGCONT: a shell that stopped
+// us (job control) gave the terminal back cooked, and after fg every
+// line would be echoed twice and Ctrl-C would kill the client instead of
+// reaching the remote program (ssh does the same).
 func makeRaw(f *os.File) (func(), error) {
-	state, err := term.MakeRaw(int(f.Fd()))
+	fd := int(f.Fd())
+	state, err := term.MakeRaw(fd)
 	if err != nil {
 		return nil, err
 	}
-	return func() { _ = term.Restore(int(f.Fd()), state) }, nil
+	var mu sync.Mutex
+	restored := false
+	cont := make(chan os.Signal, 1)
+	signal.Notify(cont, syscall.SIGCONT)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-cont:
+				mu.Lock()
+				if !restored {
+					_, _ = term.MakeRaw(fd)
+				}
+				mu.Unlock()
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(cont)
+		mu.Lock()
+		restored = true
+		_ = term.Restore(fd, state)
+		mu.Unlock()
+		close(done)
+	}, nil
 }
 
 // watchResize sends terminal/resized on every SIGWINCH.
