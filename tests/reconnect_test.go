@@ -260,3 +260,32 @@ func TestSharerResumesFromSnapshot(t *testing.T) {
 		t.Errorf("the host did not resume the sharer from a snapshot")
 	}
 }
+
+// TestAttachTerminalGoneDuringCut: a terminal disposed while its attach
+// was cut off: the attach resumes, then says the terminal ended while the
+// connection was down (not a bare "subscription not kept").
+func TestAttachTerminalGoneDuringCut(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	relay, url := relayed(t, s)
+	a := startInPTY(t, append([]string{"attach", url}, s.connArgs()...)...)
+	a.out.waitFor(t, "prompt", 0, "XPROMPT> ")
+	out, errOut, code := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
+	lines := strings.Split(out, "\n")
+	if code != 0 || len(lines) < 2 || len(strings.Fields(lines[1])) == 0 {
+		t.Fatalf("ls: exit %d, %q %q", code, out, errOut)
+	}
+	id := strings.Fields(lines[1])[0]
+	relay.Refuse(true)
+	relay.Cut()
+	if _, errOut, code := s.run(t, append([]string{"kill", s.url, id}, s.connArgs()...)...); code != 0 {
+		t.Fatalf("kill: exit %d, %q", code, errOut)
+	}
+	relay.Refuse(false)
+	if code := a.wait(t); code == 0 {
+		t.Fatalf("attach of a terminal gone during the cut: exit 0")
+	}
+	if screen := a.out.String(); !strings.Contains(screen, "ahp-terminal:/"+id+" ended on the host while the connection was down") {
+		t.Fatalf("no word of the terminal's end; screen:\n%s", tail(screen, 800))
+	}
+}

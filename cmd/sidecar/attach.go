@@ -172,6 +172,16 @@ func attach(cf *connFlags, url, id, name string) error {
 			return &exitError{code: 128 + int(sig)} // 143 for SIGTERM, 129 for SIGHUP
 		}
 		fmt.Fprint(os.Stderr, "\r\n") // the output may have stopped mid-line
+		if errors.Is(copyErr, client.ErrNotKept) {
+			// Resumed, but not the terminal: it ended (disposed, or its
+			// program exited and it was disposed) while we were away.
+			return &exitError{code: 255, err: fmt.Errorf("%s ended on the host while the connection was down (disposed by another client, or its program exited and it was disposed)", uri)}
+		}
+		if errors.Is(copyErr, client.ErrResumeExpired) {
+			// The host has no state for us: it restarted (its terminals
+			// with it) or dropped ours; the terminal may be gone.
+			return &exitError{code: 255, err: fmt.Errorf("%w\nsidecar: the host no longer knows this client (it restarted, or the grace ended); %s is gone if the host restarted; list what it has with: %s", copyErr, uri, cf.lsCommand(url))}
+		}
 		if errors.Is(copyErr, client.ErrConnectionLost) && cf.via == "" {
 			// Gave up reconnecting: the terminal lives on the host
 			// unless the host itself went.
