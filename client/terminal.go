@@ -159,7 +159,10 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 		}
 		if scrollback && first {
 			for _, p := range st.Content {
-				if _, err := io.WriteString(w, p.Value); err != nil {
+				// History, not a program asking now: no queries
+				// (withoutQueries), or the terminal's answers would be
+				// typed into the remote program.
+				if _, err := io.WriteString(w, withoutQueries(p.Value)); err != nil {
 					return false, nil, err
 				}
 			}
@@ -180,7 +183,7 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 			if rows <= 0 {
 				rows = 24
 			}
-			if _, err := io.WriteString(w, skippedNotice+lastLines(content.String(), rows, maxResumeBytes)); err != nil {
+			if _, err := io.WriteString(w, skippedNotice+withoutQueries(lastLines(content.String(), rows, maxResumeBytes))); err != nil {
 				return false, nil, err
 			}
 			// The claim may have passed to us in what was skipped.
