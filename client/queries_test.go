@@ -22,3 +22,29 @@ func TestWithoutQueries(t *testing.T) {
 		}
 	}
 }
+
+func TestTrailingServerSeq(t *testing.T) {
+	for in, want := range map[string]uint64{
+		`{"channel":"ahp-terminal:/t","action":{"type":"terminal/data","data":"x"},"serverSeq":42}`: 42,
+		`{"channel":"c","action":{},"serverSeq":18446744073709551615}`:                              18446744073709551615,
+	} {
+		if got, ok := trailingServerSeq([]byte(in)); !ok || got != want {
+			t.Errorf("trailingServerSeq(%s) = %d, %v; want %d", in, got, ok, want)
+		}
+	}
+	for _, in := range []string{
+		`{"channel":"c","action":{},"serverSeq":7,"origin":{"clientId":"a","clientSeq":1}}`,
+		`{"channel":"c","action":{},"serverSeq":}`,
+		`{"channel":"c","action":{"x":"\",\"serverSeq\":5"}}`,
+		`{"channel":"c","action":{},"serverSeq":18446744073709551616}`,
+		`{"serverSeq":1}`,
+	} {
+		if got, ok := trailingServerSeq([]byte(in)); ok {
+			t.Errorf("trailingServerSeq(%s) = %d, true; want not ok", in, got)
+		}
+	}
+	params := []byte(`{"channel":"ahp-terminal:/t","action":{"type":"terminal/data","data":"xxxx"},"serverSeq":123456}`)
+	if n := testing.AllocsPerRun(100, func() { _, _ = trailingServerSeq(params) }); n != 0 {
+		t.Errorf("%v allocations, want 0", n)
+	}
+}

@@ -452,6 +452,22 @@ type seqOf struct {
 	} `json:"snapshot"`
 }
 
+// decodeSeq decodes an action envelope's serverSeq and origin, or a
+// snapshot's fromSeq.
+func decodeSeq(method string, params json.RawMessage) (seq uint64, origin *rpc.Origin, ok bool) {
+	var p seqOf
+	if json.Unmarshal(params, &p) != nil {
+		return 0, nil, false
+	}
+	if method == rpc.MethodChannelSnapshot {
+		if p.Snapshot == nil {
+			return 0, nil, false
+		}
+		return p.Snapshot.FromSeq, nil, true
+	}
+	return p.ServerSeq, p.Origin, true
+}
+
 // note records a message s received and keeps: an action's serverSeq (and
 // for an ordinary subscription the Conn's lastSeen), a snapshot's fromSeq,
 // the echo of one of our dispatchActions; once a replay has reached the
@@ -461,18 +477,17 @@ func (s *Subscription) note(method string, params json.RawMessage, ordinary bool
 	if method != rpc.MethodAction && method != rpc.MethodChannelSnapshot {
 		return
 	}
-	var p seqOf
-	if json.Unmarshal(params, &p) != nil {
-		return
-	}
-	seq := p.ServerSeq
-	if method == rpc.MethodChannelSnapshot {
-		if p.Snapshot == nil {
+	seq, ok := trailingServerSeq(params)
+	var origin *rpc.Origin
+	if !ok || method != rpc.MethodAction {
+		// Anything but the host's usual envelope (serverSeq last, no
+		// origin: terminal/data, read in place above, as it is for
+		// every message): decoded, off the hot path.
+		if seq, origin, ok = decodeSeq(method, params); !ok {
 			return
 		}
-		seq = p.Snapshot.FromSeq
 	}
-	if o := p.Origin; o != nil && o.ClientID == s.c.clientID && o.ClientSeq > 0 {
+	if o := origin; o != nil && o.ClientID == s.c.clientID && o.ClientSeq > 0 {
 		s.src.echo(o.ClientSeq)
 	}
 	s.mu.Lock()
@@ -530,3 +545,31 @@ func (s *switchConn) Peer() string { return s.get().Peer() }
 // RecycleRead hands b to the current transport (read buffers come from a
 // shared pool).
 func (s *switchConn) RecycleRead(b []byte) { transport.RecycleRead(s.get(), b) }
+
+// trailingServerSeq reads an action envelope's serverSeq when it is the
+// last member, `…,"serverSeq":N}` (how the host encodes a host-originated
+// action such as terminal/data; an echo's origin comes after it), without
+// decoding the rest. ok is false for any other form.
+func trailingServerSeq(params []byte) (seq uint64, ok bool) {
+	const member = `,"serverSeq":`
+	n := len(params)
+	if n < len(member)+2 || params[n-1] != '}' {
+		return 0, false
+	}
+	i := n - 2
+	for i >= 0 && params[i] >= '0' && params[i] <= '9' {
+		i--
+	}
+	digits := params[i+1 : n-1]
+	if len(digits) == 0 || len(digits) > 20 || i+1 < len(member) || string(params[i+1-len(member):i+1]) != member {
+		return 0, false
+	}
+	for _, d := range digits {
+		next := seq*10 + uint64(d-'0')
+		if next/10 != seq {
+			return 0, false // beyond uint64
+		}
+		seq = next
+	}
+	return seq, true
+}
