@@ -53,6 +53,19 @@ type browser struct {
 // test; at cleanup, a failed test's page is kept as a screenshot.
 func newBrowser(t *testing.T, extra ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
+	// The profile is removed by us, not t.TempDir: Chromium's helper
+	// processes can still be writing to it for a moment after the
+	// browser is gone, and TempDir's removal then failed the test.
+	profile, err := os.MkdirTemp("", "sidecar-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if os.RemoveAll(profile) != nil {
+			<-time.After(500 * time.Millisecond) // the helpers' last writes; best effort after that
+			_ = os.RemoveAll(profile)
+		}
+	})
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromiumPath(t)),
 		chromedp.Flag("headless", true),
@@ -64,7 +77,7 @@ func newBrowser(t *testing.T, extra ...chromedp.ExecAllocatorOption) *browser {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("ignore-certificate-errors", true), // the page's own TLS: the development certificate
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(1000, 700),
 	}
 	opts = append(opts, extra...)
