@@ -113,10 +113,9 @@ func (c *Conn) reconnectLoop(lostAt time.Time, cause error) {
 			t.Stop()
 			return
 		}
-		if !time.Now().Before(deadline) {
-			c.giveUp(ErrGraceEnded, last, attempt-1)
-			return
-		}
+		// The attempt announced is made, the last one at the grace's
+		// end too (the host counts its grace from when it noticed the
+		// loss, which is no earlier than we did).
 		delay = min(2*delay, c.opts.ReconnectMaxDelay)
 		res, err, fatal := c.attempt(deadline)
 		if c.ctx.Err() != nil {
@@ -130,6 +129,10 @@ func (c *Conn) reconnectLoop(lostAt time.Time, cause error) {
 		last = err
 		if fatal != nil {
 			c.giveUp(fatal, err, attempt)
+			return
+		}
+		if !time.Now().Before(deadline) {
+			c.giveUp(ErrGraceEnded, last, attempt)
 			return
 		}
 	}
@@ -160,9 +163,15 @@ type resumed struct {
 // the grace. It returns what was resumed, or the error, and for an error
 // never worth retrying, the reason to give up.
 func (c *Conn) attempt(deadline time.Time) (res resumed, err, fatal error) {
-	dl := time.Now().Add(c.opts.ReconnectAttemptTimeout)
+	now := time.Now()
+	dl := now.Add(c.opts.ReconnectAttemptTimeout)
 	if deadline.Before(dl) {
+		// Within the grace, but the last one gets a moment still: the
+		// host, which noticed the loss later, may keep the state longer.
 		dl = deadline
+		if least := now.Add(min(2*time.Second, c.opts.ReconnectAttemptTimeout)); dl.Before(least) {
+			dl = least
+		}
 	}
 	ctx, cancel := context.WithDeadline(c.ctx, dl)
 	defer cancel()

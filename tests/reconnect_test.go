@@ -3,7 +3,9 @@ package tests
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"regexp"
 	"slices"
 	"strconv"
@@ -287,5 +289,27 @@ func TestAttachTerminalGoneDuringCut(t *testing.T) {
 	}
 	if screen := a.out.String(); !strings.Contains(screen, "ahp-terminal:/"+id+" ended on the host while the connection was down") {
 		t.Fatalf("no word of the terminal's end; screen:\n%s", tail(screen, 800))
+	}
+}
+
+// TestForwardSaysReconnecting: forward over a cut link says it lost the
+// connection and is reconnecting, then that it resumed, and carries new
+// connections afterwards (it said nothing while new connections hung).
+func TestForwardSaysReconnecting(t *testing.T) {
+	t.Parallel()
+	echo := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c) })
+	s := startServer(t, "")
+	relay, url := relayed(t, s)
+	fw := tcpStartForward(t, &server{p: s.p, url: url, host: relay.Addr(), token: s.token, hash: s.hash}, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", echo))
+	relay.Cut()
+	pos := fw.p.stderr.waitFor(t, "the reconnecting line", 0, "sidecar: connection lost, reconnecting (attempt 1")
+	fw.p.stderr.waitFor(t, "the resumed line", pos, "sidecar: resumed\n")
+	c := tcpDial(t, fw.addrs[0])
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	var b [4]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil || string(b[:]) != "ping" {
+		t.Fatalf("through -L after the resume: %q, %v", b, err)
 	}
 }

@@ -151,6 +151,13 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 			bound = append(bound, boundListener{l: l, local: local, given: given[i]})
 		}
 	}
+	cf.onReconnect = func(st client.ReconnectStatus) {
+		if l := reconnectLine(st); l != "" {
+			// Forwarded connections open at the cut are reset (not
+			// resumed yet); new ones wait and open once resumed.
+			fmt.Fprintf(os.Stderr, "sidecar: %s\n", l)
+		}
+	}
 	conn, err := cf.dial(ctx, url)
 	if err != nil {
 		return dialFailed(err, cf.dialSignal(ctx, err, caught))

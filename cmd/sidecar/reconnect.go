@@ -27,7 +27,7 @@ func reconnectLine(st client.ReconnectStatus) string {
 // roughly writes d for a person: "0.3 s" under a second, else whole
 // seconds ("4 s").
 func roughly(d time.Duration) string {
-	if d < time.Second {
+	if d < 950*time.Millisecond { // "1.0 s" would read as another unit than "1 s"
 		return fmt.Sprintf("%.1f s", d.Seconds())
 	}
 	return fmt.Sprintf("%d s", int(d.Round(time.Second).Seconds()))
