@@ -141,6 +141,11 @@ func (s *Server) retain(c *conn) {
 		}
 		c.endSubscription(sub, false)
 	}
+	for uri := range r.parked {
+		if t := s.terminal(uri); t != nil {
+			t.Refresh() // its subscriber is away now
+		}
+	}
 	grace := s.cfg.Journal.ReconnectGrace
 	var dropped []*retained
 	s.ret.mu.Lock()

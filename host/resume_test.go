@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -455,4 +456,39 @@ func TestParkedPacingEnds(t *testing.T) {
 		t.Fatalf("reconnect after the pacing ended: %s", m.Raw)
 	}
 	waitUntil(t, "a paces its terminal again", func() bool { return srv.PacerClient(ch) == "a" })
+}
+
+// TestAwayListed: a subscriber whose connection was lost is listed as
+// away (our extension), not attached, for its grace; once it reconnects
+// it is attached again.
+func TestAwayListed(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const ch = "ahp-terminal:/away-1"
+	r := connect(t, srv)
+	r.initialize("r", rpc.RootChannel)
+	listed := func(attached, away []string) {
+		t.Helper()
+		r.until(fmt.Sprintf("root/terminalsChanged with attached %v, away %v", attached, away), func(m *msg) bool {
+			typ, raw, _ := m.action()
+			if typ != rpc.ActionRootTerminals {
+				return false
+			}
+			ts := rootTerminals(t, raw)
+			return len(ts) == 1 && slices.Equal(ts[0].Attached, attached) && slices.Equal(ts[0].Away, away)
+		})
+	}
+	a := connect(t, srv)
+	init := a.initialize("a")
+	a.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"cat"}})
+	a.watch(ch)
+	listed([]string{"a"}, nil)
+	a.cut()
+	listed(nil, []string{"a"})
+	b := connect(t, srv)
+	if m, _ := b.reconnect(rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "a", ResumeToken: init.Resume.Token,
+		Subscriptions: []string{ch}, Windows: &rpc.ReconnectWindows{Items: []rpc.ReconnectWindowItem{window(ch, 0)}}}); m.Error != nil {
+		t.Fatalf("reconnect: %s", m.Raw)
+	}
+	listed([]string{"a"}, nil)
 }

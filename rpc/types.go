@@ -314,6 +314,11 @@ type TerminalInfo struct {
 	// clientIds that have a subscription to the terminal now, sorted;
 	// absent when none has.
 	Attached []string `json:"attached,omitempty"`
+	// Away is our extension (docs/protocol.md "Who is attached"): the
+	// clientIds subscribed to the terminal whose connection was lost and
+	// whose state the host keeps for a reconnect, sorted; absent when
+	// none.
+	Away []string `json:"away,omitempty"`
 }
 
 // RootState is the state of ahp-root://. Agents and Terminals are never nil.

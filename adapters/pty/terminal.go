@@ -114,7 +114,8 @@ type Terminal struct {
 	scroll       *Scrollback
 	// subs holds every subscription, with its LogSource when windowed.
 	subs     map[adapters.Subscriber]*adapters.LogSource
-	attached []string // the sorted clientIds of subs, for the catalogue
+	attached []string // the sorted clientIds of live subs, for the catalogue
+	away     []string // those of subs whose connection was lost (parked)
 	pacer    adapters.Subscriber
 	input    [][]byte
 	releases []func()
@@ -214,7 +215,7 @@ func (t *Terminal) Resume(sub adapters.Subscriber, lastSeq uint64) delivery.Sour
 }
 
 func (t *Terminal) infoLocked() rpc.TerminalInfo {
-	return rpc.TerminalInfo{Resource: t.cfg.URI, Title: t.title, Claim: t.claim, ExitCode: t.exitCode, Signal: t.signal, Attached: t.attached}
+	return rpc.TerminalInfo{Resource: t.cfg.URI, Title: t.title, Claim: t.claim, ExitCode: t.exitCode, Signal: t.signal, Attached: t.attached, Away: t.away}
 }
 
 func (t *Terminal) listLocked() {
@@ -321,22 +322,38 @@ func (t *Terminal) Unsubscribe(sub adapters.Subscriber) {
 	}
 }
 
-// attachedChangedLocked recomputes the attached clientIds and lists the
-// terminal again when they changed.
+// attachedChangedLocked recomputes the attached clientIds (and the away
+// ones: subscriptions whose connection was lost) and lists the terminal
+// again when they changed.
 func (t *Terminal) attachedChangedLocked() {
-	var ids []string
+	var ids, away []string
 	for s := range t.subs {
-		if id := s.ClientID(); id != "" {
+		switch id := s.ClientID(); {
+		case id == "":
+		case s.Closing():
+			away = append(away, id)
+		default:
 			ids = append(ids, id)
 		}
 	}
 	sort.Strings(ids)
 	ids = compactStrings(ids)
-	if equalStrings(ids, t.attached) {
+	sort.Strings(away)
+	away = compactStrings(away)
+	if equalStrings(ids, t.attached) && equalStrings(away, t.away) {
 		return
 	}
-	t.attached = ids
+	t.attached, t.away = ids, away
 	t.listLocked()
+}
+
+// Refresh lists the terminal again if who is attached changed without a
+// subscribe or an unsubscribe: a subscription whose connection was lost
+// and is kept for a reconnect is away now.
+func (t *Terminal) Refresh() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.attachedChangedLocked()
 }
 
 func compactStrings(s []string) []string {

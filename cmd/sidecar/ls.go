@@ -130,6 +130,14 @@ func writeHost(w io.Writer, st rpc.RootState, asJSON bool) error {
 		if len(t.Attached) > 0 {
 			attached = strings.Join(t.Attached, ",")
 		}
+		if len(t.Away) > 0 { // lost their connection; the host keeps them for a reconnect
+			away := strings.Join(t.Away, ",") + " (away)"
+			if attached == "-" {
+				attached = away
+			} else {
+				attached += "," + away
+			}
+		}
 		terms.row(printable(strings.TrimPrefix(t.Resource, rpc.TerminalScheme+"/")), printable(t.Title), printable(claim), printable(attached), printable(status))
 	}
 	if err := terms.write(w); err != nil {

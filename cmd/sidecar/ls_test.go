@@ -15,7 +15,7 @@ func lsState() rpc.RootState {
 		Agents: []json.RawMessage{},
 		Terminals: []rpc.TerminalInfo{
 			{Resource: "ahp-terminal:/t-att", Title: "sh", Claim: rpc.Claim{Kind: "client", ClientID: "c1"}, Attached: []string{"c1", "c2\x1b[2J"}},
-			{Resource: "ahp-terminal:/t-det", Title: "top", Claim: rpc.Claim{Kind: "client", ClientID: "c3"}},
+			{Resource: "ahp-terminal:/t-det", Title: "top", Claim: rpc.Claim{Kind: "client", ClientID: "c3"}, Away: []string{"c3"}},
 			{Resource: "ahp-terminal:/t-ok", Title: "make", Claim: rpc.Claim{Kind: "client", ClientID: "c1"}, ExitCode: &zero},
 			{Resource: "ahp-terminal:/t-3", Title: "false", Claim: rpc.Claim{Kind: "client", ClientID: "c1"}, ExitCode: &three},
 			{Resource: "ahp-terminal:/t-k", Title: "sleep", Claim: rpc.Claim{Kind: "client", ClientID: "c1"}, Signal: "SIGKILL"},
@@ -32,7 +32,7 @@ func TestLsTable(t *testing.T) {
 	}
 	want := `TERMINAL  TITLE  CLAIM      ATTACHED      STATUS
 t-att     sh     client:c1  c1,c2\x1b[2J  attached
-t-det     top    client:c3  -             detached
+t-det     top    client:c3  c3 (away)     detached
 t-ok      make   client:c1  -             exited (0)
 t-3       false  client:c1  -             exited (3)
 t-k       sleep  client:c1  -             killed (SIGKILL)
