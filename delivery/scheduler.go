@@ -103,6 +103,9 @@ var (
 type Scheduler struct {
 	cfg  SchedulerConfig
 	wake chan struct{}
+	// taken is signalled (1 slot, never blocking) each time the writer
+	// takes a protected message: room was made (ProtectedTaken).
+	taken chan struct{}
 
 	mu        sync.Mutex
 	closed    error
@@ -156,6 +159,7 @@ func NewScheduler(cfg SchedulerConfig) *Scheduler {
 	return &Scheduler{
 		cfg:        cfg,
 		wake:       make(chan struct{}, 1),
+		taken:      make(chan struct{}, 1),
 		credits:    map[string]UTF16Bytes{},
 		gapPending: map[string]bool{},
 		fresh:      true,
@@ -185,6 +189,22 @@ func (s *Scheduler) PushProtected(text []byte) error {
 	s.signal()
 	return nil
 }
+
+// ProtectedRoom returns how many more messages PushProtected would take
+// now: SchedulerConfig.ProtectedMessages minus those queued. A producer
+// that must never see ErrProtectedFull (the host's request handling, which
+// counts the responses it still owes against it) waits on ProtectedTaken
+// while it is too small.
+func (s *Scheduler) ProtectedRoom() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.ProtectedMessages - s.protected.len()
+}
+
+// ProtectedTaken is signalled each time the writer takes a protected
+// message from the queue. Signals merge (one slot), so check
+// ProtectedRoom again after each.
+func (s *Scheduler) ProtectedTaken() <-chan struct{} { return s.taken }
 
 // PushControl queues a control message other than credit.
 func (s *Scheduler) PushControl(text []byte) error {
@@ -437,6 +457,10 @@ func (s *Scheduler) next(ctx context.Context) ([]byte, error) {
 		}
 		if t, ok := s.protected.pop(); ok {
 			s.mu.Unlock()
+			select {
+			case s.taken <- struct{}{}:
+			default:
+			}
 			return t, nil
 		}
 		if len(s.gapQ) > 0 {

@@ -279,6 +279,44 @@ func TestProtectedBound(t *testing.T) {
 	}
 }
 
+// TestProtectedRoom: ProtectedRoom counts down to 0 with each push, and
+// the writer taking a message signals ProtectedTaken with one more room.
+func TestProtectedRoom(t *testing.T) {
+	s := delivery.NewScheduler(delivery.SchedulerConfig{ProtectedMessages: 3})
+	for i := range 3 {
+		if got := s.ProtectedRoom(); got != 3-i {
+			t.Fatalf("room %d after %d pushes, want %d", got, i, 3-i)
+		}
+		if err := s.PushProtected([]byte(fmt.Sprintf(`{"p":%d}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.ProtectedRoom(); got != 0 {
+		t.Fatalf("room %d when full, want 0", got)
+	}
+	select {
+	case <-s.ProtectedTaken():
+		t.Fatal("ProtectedTaken signalled before anything was taken")
+	default:
+	}
+	w := newStepWriter()
+	run(t, s, w)
+	if got := w.hold(t); got != `{"p":0}` {
+		t.Fatalf("first = %s", got)
+	}
+	select {
+	case <-s.ProtectedTaken():
+	case <-time.After(waitLimit):
+		t.Fatal("no ProtectedTaken signal after the writer took a message")
+	}
+	if got := s.ProtectedRoom(); got != 1 {
+		t.Fatalf("room %d after one taken, want 1", got)
+	}
+	w.resume(t)
+	w.take(t)
+	w.take(t)
+}
+
 func TestControlBound(t *testing.T) {
 	s := delivery.NewScheduler(delivery.SchedulerConfig{ControlMessages: 3})
 	for i := 0; i < 3; i++ {
