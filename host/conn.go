@@ -46,6 +46,9 @@ type conn struct {
 	// handover is set when a reconnect of the same client on another
 	// connection closes this one: its state is retained for it.
 	handover atomic.Bool
+	// patient is set on stdio: a full protected queue blocks the reader
+	// and never closes the connection (seed 003: stdio never closes).
+	patient bool
 	// writeLost is set when a write to the transport failed: the link
 	// died under the host (a loss, as a read error is), not a close for
 	// cause.
@@ -199,6 +202,41 @@ func (c *conn) reply(id json.RawMessage, e *rpc.Error) {
 	}
 }
 
+// responseWait bounds how long the protected queue may stay too full for
+// one more response (seed 003 egress): a client that reads, however it
+// pipelines, drains it well within this; one that stopped reading for
+// this long is closed with 4008.
+const responseWait = 30 * time.Second
+
+// awaitResponseRoom waits, before a request is handled or a bad message
+// answered, until the protected queue has room for its response beyond
+// those the dials in progress still owe, so that a response never finds
+// it full (a client that kept reading but pipelined pings was closed with
+// 4008). The reader waiting is the backpressure: the transport stops the
+// client's writes. False (the connection closed) when it stays full past
+// responseWait or the connection ends.
+func (c *conn) awaitResponseRoom() bool {
+	var timer *time.Timer
+	var expired <-chan time.Time
+	for c.sched.ProtectedRoom() <= len(c.slow) {
+		if timer == nil && !c.patient {
+			timer = time.NewTimer(responseWait)
+			defer timer.Stop()
+			expired = timer.C
+		}
+		select {
+		case <-c.sched.ProtectedTaken():
+		case <-expired:
+			c.log.Warn("closing connection: responses not read", "client", c.id(), "waited", responseWait.String())
+			c.close(transport.ClosePeerTooSlow, "responses not read within "+responseWait.String())
+			return false
+		case <-c.ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
 // objectStream is the jsonrpc2.ObjectStream of a connection (golibs.md §3):
 // ReadObject reads raw messages from the transport, measures and classifies
 // them, handles notifications (data, credit, unsubscribe) inline in arrival
@@ -240,6 +278,9 @@ func (o *objectStream) ReadObject(v any) error {
 		h, perr := rpc.ParseHeader(raw)
 		if perr != nil {
 			c.log.Warn("bad message", "client", c.id(), "code", perr.Code, "error", perr.Message)
+			if !c.awaitResponseRoom() {
+				return io.EOF
+			}
 			c.reply(h.ID, perr)
 			continue
 		}
@@ -388,6 +429,9 @@ func (c *conn) isInitialized() bool {
 // Handle implements jsonrpc2.Handler: requests, one at a time in arrival
 // order, never blocking for long (process starts are the slowest part).
 func (c *conn) Handle(ctx context.Context, rc *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	if !c.awaitResponseRoom() {
+		return
+	}
 	id, _ := json.Marshal(req.ID)
 	var params json.RawMessage
 	if req.Params != nil {

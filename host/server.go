@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,6 +156,7 @@ func (s *Server) ServeConnAs(ctx context.Context, mc transport.MessageConn, prin
 	}
 	c := newConn(s, s.countConn(mc))
 	c.principal = principal
+	c.patient = strings.HasPrefix(transport.Describe(mc), "stdio")
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()

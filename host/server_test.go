@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -474,6 +475,66 @@ func TestHostileHeadersAnswered(t *testing.T) {
 		if string(m.ID) != c.id || !strings.Contains(m.Raw, `"code":`+c.code) {
 			t.Errorf("answer to %.40s…: %s, want id %s and code %s", c.in, m.Raw, c.id, c.code)
 		}
+	}
+	hc.mustCall(rpc.MethodPing, map[string]any{"channel": rpc.RootChannel}) // still open
+}
+
+// TestPipelinedPings: 1000 pings pipelined by a client that reads only
+// once 268 are sent, then everything: each is answered exactly once and
+// the connection stays open. The host stops reading while the protected
+// queue (256) has no room for a response, instead of closing with 4008
+// at the 257th unread answer (it did, 4 runs of 4).
+func TestPipelinedPings(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	a, z := transport.Pipe(8) // a socket's worth of unread answers, not thousands
+	hc := &hostConn{t: t, mc: a, served: make(chan error, 1), nextID: 1}
+	go func() { hc.served <- srv.ServeConn(context.Background(), z) }()
+	t.Cleanup(func() { _ = a.Close(transport.CloseNormal, ""); <-hc.served })
+	hc.initialize("pipeliner")
+	const n, readAfter = 1000, 268 // past 256 responses queued + 8 in the pipe + 1 being written; short of where the host stops reading (274 sent)
+	sent := make(chan error, 1)
+	enough := make(chan struct{})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		for i := range n {
+			if i == readAfter {
+				close(enough)
+			}
+			if err := hc.mc.WriteMessage(ctx, []byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping","params":{"channel":"ahp-root://"}}`, 1000+i))); err != nil {
+				if i < readAfter {
+					close(enough)
+				}
+				sent <- err
+				return
+			}
+		}
+		sent <- nil
+	}()
+	select {
+	case <-enough:
+	case err := <-sent: // a sender that stopped before
+		t.Fatalf("sending: %v", err)
+	}
+	seen := map[string]int{}
+	for len(seen) < n {
+		m, err := hc.read()
+		if err != nil {
+			t.Fatalf("after %d answers: %v", len(seen), err)
+		}
+		if m.Method != "" {
+			continue
+		}
+		if m.Error != nil {
+			t.Fatalf("ping answered with an error: %s", m.Raw)
+		}
+		if seen[string(m.ID)]++; seen[string(m.ID)] > 1 {
+			t.Fatalf("ping %s answered twice", m.ID)
+		}
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
 	}
 	hc.mustCall(rpc.MethodPing, map[string]any{"channel": rpc.RootChannel}) // still open
 }
