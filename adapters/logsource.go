@@ -32,7 +32,7 @@ type LogSource struct {
 // NewLogSource returns the Source of one windowed subscription to ch,
 // whose actions are in j.
 func NewLogSource(ch Channel, j *journal.Journal) *LogSource {
-	ls := &LogSource{ch: ch, j: j, pulled: make(chan struct{}, 1), stopped: make(chan struct{})}
+	ls := NewLogSourceAt(ch, j, 0)
 	ls.snap.Store(true)
 	return ls
 }

@@ -1,9 +1,8 @@
 package host
 
 import (
+	"cmp"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -202,14 +201,24 @@ func (s *Server) expire(r *retained, why string) {
 	s.endRetained(r)
 }
 
-// endRetained ends r's parked subscriptions and, when the client has no
-// connection, passes on the claims it held, as when a holder leaves.
-func (s *Server) endRetained(r *retained) {
+// stopTimers stops r's grace and pacing timers.
+func (r *retained) stopTimers() {
 	r.timer.Stop()
 	r.unpace.Stop()
+}
+
+// end stops r's timers and ends its parked subscriptions.
+func (r *retained) end() {
+	r.stopTimers()
 	for _, sub := range r.parked {
 		sub.c.endSubscription(sub, false)
 	}
+}
+
+// endRetained ends r and, when the client has no connection, passes on
+// the claims it held, as when a holder leaves.
+func (s *Server) endRetained(r *retained) {
+	r.end()
 	if !s.clientConnected(r.clientID) {
 		s.passOnClaims(r.clientID)
 	}
@@ -232,19 +241,8 @@ func (s *Server) dropRetained() {
 	s.ret.clients = nil
 	s.ret.mu.Unlock()
 	for _, r := range all {
-		r.timer.Stop()
-		r.unpace.Stop()
-		for _, sub := range r.parked {
-			sub.c.endSubscription(sub, false)
-		}
+		r.end()
 	}
-}
-
-// tokenMatches compares resume tokens in constant time, over SHA-256
-// digests so that neither the length nor the content leaks.
-func tokenMatches(want, got string) bool {
-	w, g := sha256.Sum256([]byte(want)), sha256.Sum256([]byte(got))
-	return subtle.ConstantTimeCompare(w[:], g[:]) == 1 && want != ""
 }
 
 // Errors of reconnect.
@@ -268,12 +266,11 @@ func (s *Server) claimRetained(clientID, principal, token string) (*retained, *r
 	if r == nil {
 		return nil, resumeExpired(clientID)
 	}
-	if r.principal != principal || !tokenMatches(r.token, token) {
+	if r.principal != principal || !transport.TokenEqual(token, r.token) {
 		return nil, resumeRefused(clientID)
 	}
 	delete(s.ret.clients, clientID)
-	r.timer.Stop()
-	r.unpace.Stop()
+	r.stopTimers()
 	return r, nil
 }
 
@@ -292,7 +289,7 @@ func (s *Server) handOver(clientID, principal, token string, self *conn) *rpc.Er
 	}
 	s.mu.Unlock()
 	for _, c := range old {
-		if c.principal != principal || !tokenMatches(c.resumeToken, token) {
+		if c.principal != principal || !transport.TokenEqual(token, c.resumeToken) {
 			return resumeRefused(clientID)
 		}
 	}
@@ -427,7 +424,7 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 		after = append(after, sub.activate)
 	}
 	if replay {
-		slices.SortFunc(replayed, func(a, b seqAction) int { return int64Cmp(a.seq, b.seq) })
+		slices.SortFunc(replayed, func(a, b seqAction) int { return cmp.Compare(a.seq, b.seq) })
 		actions := make([]json.RawMessage, 0, len(replayed))
 		for _, a := range replayed {
 			actions = append(actions, a.action)
@@ -487,14 +484,4 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 			sub.c.endSubscription(sub, false)
 		}
 	}, nil
-}
-
-func int64Cmp(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -88,6 +88,20 @@ func (hc *hostConn) reconnect(p rpc.ReconnectParams) (*msg, rpc.ReconnectResult)
 	return m, res
 }
 
+// resumeParams is a reconnect of clientID with token, keeping the
+// ordinary subscriptions and the windowed ones of items (each also in
+// subscriptions, as seed 000 asks).
+func resumeParams(clientID, token string, ordinary []string, items ...rpc.ReconnectWindowItem) rpc.ReconnectParams {
+	p := rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: clientID, ResumeToken: token, Subscriptions: append([]string{}, ordinary...)}
+	if len(items) > 0 {
+		p.Windows = &rpc.ReconnectWindows{Items: items}
+		for _, it := range items {
+			p.Subscriptions = append(p.Subscriptions, it.Channel)
+		}
+	}
+	return p
+}
+
 func window(ch string, last uint64) rpc.ReconnectWindowItem {
 	return rpc.ReconnectWindowItem{Channel: ch, LastAppliedServerSeq: last,
 		FlowControl: &rpc.FlowControlOffer{Receive: &delivery.Limits{WindowBytes: 64 << 10, MaximumFrameBytes: 16 << 10}}}
@@ -166,7 +180,7 @@ func TestReconnectRefused(t *testing.T) {
 	init := a.initialize("a")
 	a.cut()
 	params := func(id, token string) rpc.ReconnectParams {
-		return rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: id, ResumeToken: token, Subscriptions: []string{}}
+		return resumeParams(id, token, nil)
 	}
 	kind := func(e *rpc.Error) string {
 		var d rpc.ResumeErrorData
@@ -211,7 +225,7 @@ func TestDetachEndsState(t *testing.T) {
 	a.leave()
 	c.listedHolder("c")
 	b := connect(t, srv)
-	b.callErr(rpc.MethodReconnect, rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "a", ResumeToken: init.Resume.Token, Subscriptions: []string{}}, rpc.CodeNotFound)
+	b.callErr(rpc.MethodReconnect, resumeParams("a", init.Resume.Token, nil), rpc.CodeNotFound)
 }
 
 // TestGraceKeepsClaim: within the grace a lost holder keeps its claim
@@ -241,8 +255,7 @@ func TestGraceKeepsClaim(t *testing.T) {
 		t.Fatalf("root within the grace: %s, want the claim still a's", m.Raw)
 	}
 	b := connect(t, srv)
-	if m, _ := b.reconnect(rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "a", ResumeToken: init.Resume.Token,
-		Subscriptions: []string{ch}, Windows: &rpc.ReconnectWindows{Items: []rpc.ReconnectWindowItem{window(ch, 0)}}}); m.Error != nil {
+	if m, _ := b.reconnect(resumeParams("a", init.Resume.Token, nil, window(ch, 0))); m.Error != nil {
 		t.Fatalf("reconnect: %s", m.Raw)
 	}
 	waitUntil(t, "the resumed stream paces the PTY", func() bool { return srv.PacerClient(ch) == "a" && srv.RetainedClients() == 0 })
@@ -266,7 +279,7 @@ func TestGraceEnds(t *testing.T) {
 	a.cut()
 	c.listedHolder("c")
 	b := connect(t, srv)
-	b.callErr(rpc.MethodReconnect, rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "a", ResumeToken: init.Resume.Token, Subscriptions: []string{}}, rpc.CodeNotFound)
+	b.callErr(rpc.MethodReconnect, resumeParams("a", init.Resume.Token, nil), rpc.CodeNotFound)
 }
 
 // TestReconnectHandsOver: a reconnect that arrives while the old
@@ -282,8 +295,7 @@ func TestReconnectHandsOver(t *testing.T) {
 	a.watch(ch)
 	a.readOutput(ch, "HELLO")
 	b := connect(t, srv)
-	m, res := b.reconnect(rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "a", ResumeToken: init.Resume.Token,
-		Subscriptions: []string{ch}, Windows: &rpc.ReconnectWindows{Items: []rpc.ReconnectWindowItem{window(ch, 0)}}})
+	m, res := b.reconnect(resumeParams("a", init.Resume.Token, nil, window(ch, 0)))
 	if m.Error != nil || res.Windows == nil || len(res.Windows.Items) != 1 {
 		t.Fatalf("reconnect beside a live connection: %s", m.Raw)
 	}
@@ -356,8 +368,7 @@ func TestReconnectTelemetryLive(t *testing.T) {
 	a.cut()
 	b := connect(t, srv)
 	resumed := time.Now()
-	m, res := b.reconnect(rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "a", ResumeToken: init.Resume.Token,
-		Subscriptions: []string{ch}, Windows: &rpc.ReconnectWindows{Items: []rpc.ReconnectWindowItem{window(ch, 0)}}})
+	m, res := b.reconnect(resumeParams("a", init.Resume.Token, nil, window(ch, 0)))
 	if m.Error != nil || res.Windows == nil || len(res.Windows.Items) != 1 || res.Windows.Items[0].Recovery != rpc.RecoveryLive {
 		t.Fatalf("reconnect: %s", m.Raw)
 	}
@@ -423,7 +434,7 @@ func TestReconnectAfterWriteFailure(t *testing.T) {
 		t.Fatal("the host did not end the connection whose write failed")
 	}
 	b := connect(t, srv)
-	if m, _ := b.reconnect(rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "w", ResumeToken: init.Resume.Token, Subscriptions: []string{}}); m.Error != nil {
+	if m, _ := b.reconnect(resumeParams("w", init.Resume.Token, nil)); m.Error != nil {
 		t.Fatalf("reconnect after a write failure: %s", m.Raw)
 	}
 }
@@ -450,8 +461,7 @@ func TestParkedPacingEnds(t *testing.T) {
 	w.send(`{"jsonrpc":"2.0","method":"dispatchAction","params":{"channel":"` + ch + `","clientSeq":1,"action":{"type":"terminal/input","data":"go\n"}}}`)
 	w.readOutput(ch, "DONE")
 	b := connect(t, srv)
-	m, res := b.reconnect(rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "a", ResumeToken: init.Resume.Token,
-		Subscriptions: []string{ch}, Windows: &rpc.ReconnectWindows{Items: []rpc.ReconnectWindowItem{window(ch, 0)}}})
+	m, res := b.reconnect(resumeParams("a", init.Resume.Token, nil, window(ch, 0)))
 	if m.Error != nil || res.Windows == nil || len(res.Windows.Items) != 1 {
 		t.Fatalf("reconnect after the pacing ended: %s", m.Raw)
 	}
@@ -486,8 +496,7 @@ func TestAwayListed(t *testing.T) {
 	a.cut()
 	listed(nil, []string{"a"})
 	b := connect(t, srv)
-	if m, _ := b.reconnect(rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "a", ResumeToken: init.Resume.Token,
-		Subscriptions: []string{ch}, Windows: &rpc.ReconnectWindows{Items: []rpc.ReconnectWindowItem{window(ch, 0)}}}); m.Error != nil {
+	if m, _ := b.reconnect(resumeParams("a", init.Resume.Token, nil, window(ch, 0))); m.Error != nil {
 		t.Fatalf("reconnect: %s", m.Raw)
 	}
 	listed([]string{"a"}, nil)

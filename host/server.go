@@ -214,11 +214,7 @@ func (s *Server) startedOver(clientID, principal string) {
 	delete(s.ret.clients, clientID)
 	s.ret.mu.Unlock()
 	s.log.Info("client state dropped", "client", clientID, "reason", "the client initialized again")
-	r.timer.Stop()
-	r.unpace.Stop()
-	for _, sub := range r.parked {
-		sub.c.endSubscription(sub, false)
-	}
+	r.end()
 }
 
 // Shutdown stops accepting connections, closes every connection with

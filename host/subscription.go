@@ -197,8 +197,21 @@ func (c *conn) startOrdinary(ch adapters.Channel) (sub *subscription, snap *rpc.
 // it once the subscribe result is queued: the result is protected and so
 // precedes the stream's first data (channel/snapshot).
 func (c *conn) startWindowed(ch adapters.Channel, limits delivery.Limits) {
+	c.startStream(ch, limits, ch.Source)
+}
+
+// startResumed registers a windowed subscription to ch kept by a
+// reconnect: like startWindowed, with the channel's Resume source after
+// lastSeq. Call it once the reconnect result is queued.
+func (c *conn) startResumed(ch adapters.Channel, limits delivery.Limits, lastSeq uint64) {
+	c.startStream(ch, limits, func(sub adapters.Subscriber) delivery.Source { return ch.Resume(sub, lastSeq) })
+}
+
+// startStream registers a windowed subscription to ch whose Source
+// source gives, with its stream and inbound side.
+func (c *conn) startStream(ch adapters.Channel, limits delivery.Limits, source func(adapters.Subscriber) delivery.Source) {
 	sub := &subscription{c: c, ch: ch, channel: ch.URI()}
-	sub.src = ch.Source(sub)
+	sub.src = source(sub)
 	sub.in = c.sched.NewInbound(sub.channel, limits, int(c.s.cfg.Delivery.MaxMessageBytes))
 	sub.out = c.sched.AddStream(sub.channel, limits, sub.src)
 	c.register(sub)
@@ -231,21 +244,6 @@ func (c *conn) startOrdinaryAfter(ch adapters.Channel, lastSeq uint64) (sub *sub
 	c.register(sub)
 	ch.Subscribe(sub)
 	return sub, entries, true
-}
-
-// startResumed registers a windowed subscription to ch kept by a
-// reconnect: like startWindowed, with the channel's Resume source after
-// lastSeq. Call it once the reconnect result is queued.
-func (c *conn) startResumed(ch adapters.Channel, limits delivery.Limits, lastSeq uint64) {
-	sub := &subscription{c: c, ch: ch, channel: ch.URI()}
-	sub.src = ch.Resume(sub, lastSeq)
-	sub.in = c.sched.NewInbound(sub.channel, limits, int(c.s.cfg.Delivery.MaxMessageBytes))
-	sub.out = c.sched.AddStream(sub.channel, limits, sub.src)
-	c.register(sub)
-	if ch.Traits().Delivery == adapters.Journaled {
-		c.s.journal.Listen(sub.channel, sub, sub.onEntry, nil)
-	}
-	ch.Subscribe(sub)
 }
 
 // unsubscribe removes sub, if it is still the connection's subscription

@@ -3,7 +3,7 @@ package pty
 import (
 	"encoding/json"
 	"net/url"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -336,11 +336,11 @@ func (t *Terminal) attachedChangedLocked() {
 			ids = append(ids, id)
 		}
 	}
-	sort.Strings(ids)
-	ids = compactStrings(ids)
-	sort.Strings(away)
-	away = compactStrings(away)
-	if equalStrings(ids, t.attached) && equalStrings(away, t.away) {
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	slices.Sort(away)
+	away = slices.Compact(away)
+	if slices.Equal(ids, t.attached) && slices.Equal(away, t.away) {
 		return
 	}
 	t.attached, t.away = ids, away
@@ -354,31 +354,6 @@ func (t *Terminal) Refresh() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.attachedChangedLocked()
-}
-
-func compactStrings(s []string) []string {
-	out := s[:0]
-	for i, v := range s {
-		if i == 0 || v != s[i-1] {
-			out = append(out, v)
-		}
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // HolderGone passes the claim of the terminal, if clientID held it, to
