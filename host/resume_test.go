@@ -501,3 +501,28 @@ func TestAwayListed(t *testing.T) {
 	}
 	listed([]string{"a"}, nil)
 }
+
+// TestRetainedBound: at most maxRetained (256) lost clients are kept;
+// past that the one lost longest ago is dropped (its reconnect finds
+// nothing), the newest kept.
+func TestRetainedBound(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const n = 260
+	tokens := make([]string, n)
+	for i := range n {
+		a, z := transport.Pipe(64)
+		c := &hostConn{t: t, mc: a, served: make(chan error, 1), nextID: 1}
+		go func() { c.served <- srv.ServeConn(context.Background(), z) }()
+		tokens[i] = c.initialize(fmt.Sprintf("lost-%d", i)).Resume.Token
+		c.cut()
+	}
+	if got := srv.RetainedClients(); got != 256 {
+		t.Fatalf("%d clients kept, want 256", got)
+	}
+	b := connect(t, srv)
+	b.callErr(rpc.MethodReconnect, resumeParams("lost-0", tokens[0], nil), rpc.CodeNotFound)
+	if m, _ := b.reconnect(resumeParams(fmt.Sprintf("lost-%d", n-1), tokens[n-1], nil)); m.Error != nil {
+		t.Fatalf("the newest lost client: %s", m.Raw)
+	}
+}

@@ -26,6 +26,9 @@ func TestTerminalOutputBuffersNotAliased(t *testing.T) {
 	srv := newServer(t, func(c *config.Config) {
 		c.Delivery.OrdinaryQueueMessages = 1 << 16
 		c.Delivery.WindowBytes = window
+		// Frames large enough for a late snapshot (the whole output)
+		// to come whole: this test reads messages, not fragments.
+		c.Delivery.MaximumFrameBytes = 1 << 20
 	})
 	holder, viewer := connect(t, srv), connect(t, srv)
 	holder.initialize("holder")
@@ -41,7 +44,7 @@ func TestTerminalOutputBuffersNotAliased(t *testing.T) {
 	// The reader waits for the claim holder: the viewer's windowed
 	// subscription starts before any output, then the holder's ordinary
 	// one lets it read.
-	viewer.mustCall(rpc.MethodSubscribe, windowed(uri, window, 16384))
+	viewer.mustCall(rpc.MethodSubscribe, windowed(uri, window, 1<<20))
 	holder.mustCall(rpc.MethodSubscribe, rpc.SubscribeParams{Channel: uri})
 
 	for _, c := range []struct {
