@@ -177,9 +177,10 @@ type Conn struct {
 	link     *link         // the link in use; nil while reconnecting
 	ready    chan struct{} // closed while link is set
 	subs     map[string]*Subscription
-	resume   *rpc.Resume // the host's latest resume offer (nil: none)
-	lastSeen uint64      // highest serverSeq applied on ordinary subscriptions
-	ended    bool        // fail has run
+	resume   *rpc.Resume     // the host's latest resume offer (nil: none)
+	resuming resumingAttempt // the reconnection attempt under way
+	lastSeen uint64          // highest serverSeq applied on ordinary subscriptions
+	ended    bool            // fail has run
 
 	dials chan struct{} // bounds createTcpConnection calls in progress (DialTCP)
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors of the client's reconnection (docs/protocol.md
@@ -46,9 +47,11 @@ type ReconnectError struct {
 }
 
 func (e *ReconnectError) Error() string {
-	msg := fmt.Sprintf("connection lost and not resumed after %d attempt(s): %v", e.Attempts, e.Reason)
+	// Worded for a person: the package prefix of our sentinels is left
+	// out, and the cause is the last attempt's.
+	msg := fmt.Sprintf("connection lost and not resumed after %d attempt(s): %s", e.Attempts, strings.TrimPrefix(e.Reason.Error(), "client: "))
 	if e.Cause != nil && e.Cause != e.Reason {
-		msg += " (" + e.Cause.Error() + ")"
+		msg += " (last attempt: " + strings.TrimPrefix(e.Cause.Error(), "client: ") + ")"
 	}
 	return msg
 }

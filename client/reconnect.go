@@ -20,12 +20,14 @@ import (
 type ReconnectState int
 
 // The steps of a reconnection, in the order OnReconnect is told them:
-// Lost once, Retrying before each attempt, then Resumed or GaveUp once.
+// Lost once; for each attempt Retrying (the wait before it), then
+// Connecting (it dials and sends reconnect); then Resumed or GaveUp once.
 const (
-	Lost     ReconnectState = iota + 1 // the transport was lost; Err says how
-	Retrying                           // attempt Attempt starts after Next; Err is the previous attempt's error
-	Resumed                            // resumed after Took; the same Conn carries on
-	GaveUp                             // not resumed: Err is a *ReconnectError; Done closes
+	Lost       ReconnectState = iota + 1 // the transport was lost; Err says how
+	Retrying                             // attempt Attempt starts after Next; Err is the previous attempt's error
+	Resumed                              // resumed after Took; the same Conn carries on
+	GaveUp                               // not resumed: Err is a *ReconnectError; Done closes
+	Connecting                           // attempt Attempt is under way (a dial may take up to Options.ReconnectAttemptTimeout)
 )
 
 func (s ReconnectState) String() string {
@@ -38,6 +40,8 @@ func (s ReconnectState) String() string {
 		return "resumed"
 	case GaveUp:
 		return "gave up"
+	case Connecting:
+		return "connecting"
 	}
 	return fmt.Sprintf("ReconnectState(%d)", int(s))
 }
@@ -51,8 +55,9 @@ type ReconnectStatus struct {
 	// with (the loss itself before the first); for GaveUp, the
 	// *ReconnectError that Conn.Err returns.
 	Err error
-	// Attempt is, for Retrying, the attempt about to be made (from 1);
-	// for Resumed and GaveUp, the attempts made.
+	// Attempt is, for Retrying and Connecting, the attempt about to be
+	// made or under way (from 1); for Resumed and GaveUp, the attempts
+	// made.
 	Attempt int
 	// Next is, for Retrying, the wait before the attempt (backoff with
 	// jitter).
@@ -92,19 +97,30 @@ func jitter(d time.Duration) time.Duration {
 
 // reconnectLoop redials until the Conn resumes, the grace (counted from
 // lostAt) ends, or the host refuses; cause is why the transport was lost.
+//
+// Backoff doubles from Options.ReconnectDelay to ReconnectMaxDelay (±20%
+// jitter), but one attempt always falls graceMargin before the grace's
+// end, where the host surely still holds our state (it counts its grace
+// from when it noticed the loss: no earlier than we did, unless we were
+// frozen), and a last one at the end itself.
 func (c *Conn) reconnectLoop(lostAt time.Time, cause error) {
 	defer c.wg.Done()
 	c.status(ReconnectStatus{State: Lost, Err: &lostCallError{method: "connection", cause: cause}})
 	c.mu.Lock()
-	deadline := lostAt.Add(time.Duration(c.resume.GraceMs) * time.Millisecond)
+	grace := time.Duration(c.resume.GraceMs) * time.Millisecond
 	c.mu.Unlock()
+	deadline := lostAt.Add(grace)
+	beforeEnd := deadline.Add(-graceMargin(grace))
 	delay := c.opts.ReconnectDelay
 	last := cause
 	for attempt := 1; ; attempt++ {
-		wait := min(jitter(delay), time.Until(deadline))
-		if wait < 0 {
-			wait = 0
+		wait := jitter(delay)
+		if now := time.Now(); now.Before(beforeEnd) {
+			wait = min(wait, beforeEnd.Sub(now))
+		} else {
+			wait = min(wait, deadline.Sub(now))
 		}
+		wait = max(wait, 0)
 		c.status(ReconnectStatus{State: Retrying, Attempt: attempt, Next: wait, Err: last})
 		t := time.NewTimer(wait)
 		select {
@@ -114,17 +130,18 @@ func (c *Conn) reconnectLoop(lostAt time.Time, cause error) {
 			return
 		}
 		// The attempt announced is made, the last one at the grace's
-		// end too (the host counts its grace from when it noticed the
-		// loss, which is no earlier than we did).
+		// end too.
 		delay = min(2*delay, c.opts.ReconnectMaxDelay)
-		res, err, fatal := c.attempt(deadline)
+		c.mu.Lock()
+		c.resuming = resumingAttempt{attempt: attempt, lostAt: lostAt}
+		c.mu.Unlock()
+		c.status(ReconnectStatus{State: Connecting, Attempt: attempt, Err: last})
+		_, err, fatal := c.attempt(deadline)
 		if c.ctx.Err() != nil {
 			return // closed meanwhile
 		}
 		if err == nil {
-			c.status(ReconnectStatus{State: Resumed, Attempt: attempt, Took: time.Since(lostAt),
-				UnknownFate: res.unknown, Missing: res.missing})
-			return
+			return // applyReconnect told OnReconnect
 		}
 		last = err
 		if fatal != nil {
@@ -136,6 +153,19 @@ func (c *Conn) reconnectLoop(lostAt time.Time, cause error) {
 			return
 		}
 	}
+}
+
+// graceMargin is how long before the grace's end the attempt that must
+// not miss it is made: a tenth of the grace, at most 5 s.
+func graceMargin(grace time.Duration) time.Duration {
+	return min(grace/10, 5*time.Second)
+}
+
+// resumingAttempt is the reconnection attempt under way, for the Resumed
+// status applyReconnect gives.
+type resumingAttempt struct {
+	attempt int
+	lostAt  time.Time
 }
 
 // giveUp ends the Conn with a *ReconnectError.
@@ -376,6 +406,16 @@ func (c *Conn) applyReconnect(l *link, subs []*Subscription, prepared map[string
 	for _, s := range ordinary {
 		out.unknown += s.src.reconcile(replay)
 	}
+	// Resumed is told here, on l's reader before the next message is
+	// read, so that it comes before whatever the resumed subscriptions
+	// deliver (a replay, a fresh snapshot), and before l is installed
+	// (nothing on l can be lost, so no new reconnection starts, until
+	// then).
+	c.mu.Lock()
+	ra := c.resuming
+	c.mu.Unlock()
+	c.status(ReconnectStatus{State: Resumed, Attempt: ra.attempt, Took: time.Since(ra.lostAt),
+		UnknownFate: out.unknown, Missing: out.missing})
 	c.mu.Lock()
 	if res.ServerSeq > c.lastSeen {
 		c.lastSeen = res.ServerSeq

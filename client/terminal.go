@@ -97,8 +97,8 @@ func (t *Terminal) sendClaim(ctx context.Context, st *rpc.TerminalState) error {
 
 // skippedNotice is what Copy writes where output was lost: a gap in
 // ordinary delivery, or a snapshot mid-stream (this client fell behind the
-// terminal's journal).
-const skippedNotice = "\r\n[sidecar: output skipped: this client fell behind]\r\n"
+// terminal's journal, or was away longer than it reaches back).
+const skippedNotice = "\r\n[sidecar: output skipped: the terminal's journal no longer held it]\r\n"
 
 // ourClaim is the claim that names this client.
 func (t *Terminal) ourClaim() rpc.Claim { return rpc.Claim{Kind: "client", ClientID: t.c.ClientID()} }

@@ -56,7 +56,7 @@ func TestCopySnapshotMidStream(t *testing.T) {
 	if err != nil || code == nil || *code != 4 {
 		t.Fatalf("Copy = %v, %v; want exit code 4", code, err)
 	}
-	notice := "\r\n[sidecar: output skipped: this client fell behind]\r\n"
+	notice := "\r\n[sidecar: output skipped: the terminal's journal no longer held it]\r\n"
 	if want := "old\r\none\r\n" + notice + "l4\r\nl5\r\nprompt$ " + "eight\r\n" + notice; out.String() != want {
 		t.Errorf("output %q, want %q", out.String(), want)
 	}

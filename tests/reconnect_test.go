@@ -16,10 +16,14 @@ import (
 	"github.com/sidecar-dev/sidecar/tests/fault"
 )
 
-// statusLine matches a status line attach writes while it reconnects
-// (cmd/sidecar statusOutput): on a line of its own, or over the previous
-// one. Removing them gives back the program's own output.
-var statusLine = regexp.MustCompile("(\r\n|\x1b\\[1A\r\x1b\\[2K)sidecar: [^\r\n]*\r\n")
+// statusLine matches what attach writes on the screen about a
+// reconnection (cmd/sidecar statusOutput): a status line drawn on the row
+// below the cursor, its erasure, or one drawn over the last row of the
+// alternate screen. Removing them gives back the program's own output,
+// byte for byte.
+var statusLine = regexp.MustCompile("\x1bD\x1b\\[1A\x1b7\x1b\\[1B\r\x1b\\[2Ksidecar: [^\x1b]*\x1b8|" +
+	"\x1b7\x1b\\[1B\x1b\\[2K\x1b8|" +
+	"\x1b7\x1b\\[999;1H\x1b\\[2K\x1b\\[7msidecar: [^\x1b]*\x1b\\[0m\x1b8")
 
 // relayed starts a fault relay in front of s and returns it with s's URL
 // pointed at it.

@@ -71,7 +71,7 @@ func attach(cf *connFlags, url, id, name string) error {
 	defer stop()
 	// The terminal's output and our reconnection status share the
 	// screen: a status line goes between output writes, on its own line.
-	screen := newStatusOutput(os.Stdout, os.Stderr)
+	screen := newStatusOutput(os.Stdout, os.Stderr, termWidth(os.Stdout))
 	cf.onReconnect = func(st client.ReconnectStatus) {
 		if l := reconnectLine(st); l != "" {
 			screen.Status(l)
@@ -180,7 +180,7 @@ func attach(cf *connFlags, url, id, name string) error {
 		if errors.Is(copyErr, client.ErrResumeExpired) {
 			// The host has no state for us: it restarted (its terminals
 			// with it) or dropped ours; the terminal may be gone.
-			return &exitError{code: 255, err: fmt.Errorf("%w\nsidecar: the host no longer knows this client (it restarted, or the grace ended); %s is gone if the host restarted; list what it has with: %s", copyErr, uri, cf.lsCommand(url))}
+			return &exitError{code: 255, err: fmt.Errorf("%w\nsidecar: the host no longer knows this client (it restarted, or the grace ended); %s is gone if the host restarted; list what it has with: %s", copyErr, uri, cf.lsCommandFull(url))}
 		}
 		if errors.Is(copyErr, client.ErrConnectionLost) && cf.via == "" {
 			// Gave up reconnecting: the terminal lives on the host

@@ -298,10 +298,25 @@ func (f *connFlags) lsCommand(url string) string {
 	return "sidecar ls " + url
 }
 
+// lsCommandFull is lsCommand as a command line to paste: the installed
+// name and the connection flags given.
+func (f *connFlags) lsCommandFull(url string) string {
+	if f.via != "" {
+		return fmt.Sprintf("%s ls --via %q", selfName(), f.via)
+	}
+	return fmt.Sprintf("%s ls %s%s", selfName(), url, f.explicitFlags())
+}
+
 // reattachCommand is the command line that attaches again to the
 // terminal uri of the host at url.
 func (f *connFlags) reattachCommand(url, uri string) string {
-	return fmt.Sprintf("%s attach %s %s%s", selfName(), url, strings.TrimPrefix(uri, rpc.TerminalScheme+"/"), f.explicitFlags())
+	return f.terminalCommand("attach", url, uri)
+}
+
+// terminalCommand is the command line of sidecar verb (attach, kill) for
+// the terminal uri of the host at url, to paste as is.
+func (f *connFlags) terminalCommand(verb, url, uri string) string {
+	return fmt.Sprintf("%s %s %s %s%s", selfName(), verb, url, strings.TrimPrefix(uri, rpc.TerminalScheme+"/"), f.explicitFlags())
 }
 
 // explicitFlags repeats the connection flags given on the command line
@@ -317,6 +332,9 @@ func (f *connFlags) explicitFlags() string {
 	}
 	if f.via != "" {
 		fmt.Fprintf(&b, " --via %q", f.via)
+	}
+	if f.transport != "" && f.transport != client.TransportAuto {
+		fmt.Fprintf(&b, " --transport %s", f.transport)
 	}
 	return b.String()
 }

@@ -152,6 +152,9 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 		}
 	}
 	cf.onReconnect = func(st client.ReconnectStatus) {
+		if st.State == client.Connecting {
+			return // a log, not a status line: the attempt is announced once
+		}
 		if l := reconnectLine(st); l != "" {
 			// Forwarded connections open at the cut are reset (not
 			// resumed yet); new ones wait and open once resumed.

@@ -3,8 +3,13 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/mattn/go-runewidth"
+	"golang.org/x/term"
 
 	"github.com/sidecar-dev/sidecar/client"
 )
@@ -15,6 +20,8 @@ func reconnectLine(st client.ReconnectStatus) string {
 	switch st.State {
 	case client.Retrying:
 		return fmt.Sprintf("connection lost, reconnecting (attempt %d, next in %s)", st.Attempt, roughly(st.Next))
+	case client.Connecting:
+		return fmt.Sprintf("connection lost, reconnecting (attempt %d, connecting…)", st.Attempt)
 	case client.Resumed:
 		if st.UnknownFate > 0 {
 			return fmt.Sprintf("resumed from a snapshot; %d keystrokes typed during the cut may be lost", st.UnknownFate)
@@ -33,81 +40,167 @@ func roughly(d time.Duration) string {
 	return fmt.Sprintf("%d s", int(d.Round(time.Second).Seconds()))
 }
 
-// statusOutput is the terminal's output and our status lines on one
-// screen: output goes through Write; Status prints a line of ours on a
-// line of its own, never inside an escape sequence or a UTF-8 character
-// of the output (it waits for the output to leave one), and while no
-// output came between, over our previous status line (one status line
-// while reconnecting). Raw mode: lines end with "\r\n".
+// statusOutput is the terminal's output and our status line on one
+// screen: output goes through Write, Status shows a line of ours. The
+// status line never goes inside an escape sequence or a UTF-8 character
+// of the output (Write holds back an unfinished one), and never moves
+// what the output drew:
+//
+//   - On the primary screen it is drawn on the row below the cursor
+//     (scrolling up one row first if the cursor is on the last), and the
+//     cursor is put back where it was, so the line being written (a
+//     half-printed line, a shell's prompt with what was typed) stays whole
+//     and the program's next bytes land where it expects. A new status
+//     replaces the previous one; the first output after it erases it.
+//   - On the alternate screen (a full-screen program) it is drawn over the
+//     last row, in reverse video, the cursor put back; the program redraws
+//     that row when it next draws it.
+//
+// Cursor movement is relative (IND, CUU, CUD) and saved with DECSC/DECRC,
+// so it holds in raw mode and with the terminal's output processing on
+// (run with a piped stdin). width gives the terminal's width in cells, to
+// keep the status on one row (nil: 80).
 type statusOutput struct {
 	mu      sync.Mutex
 	out     io.Writer // the program's output
-	status  io.Writer // where status lines go (the same terminal)
+	status  io.Writer // where the status line goes (the same terminal)
+	width   func() int
 	esc     escState
-	pending []string // status lines waiting for the output to leave a sequence
-	last    bool     // the last thing written was a status line of ours
+	csi     []byte // the parameter bytes of the CSI sequence being read (bounded)
+	alt     bool   // the output is on the alternate screen
+	held    []byte // the output's unfinished sequence or character, not written yet
+	pending string // a status line waiting for the output to leave a long string
+	shown   bool   // a status line is on the row below the cursor (primary screen)
 }
 
-func newStatusOutput(out, status io.Writer) *statusOutput {
-	return &statusOutput{out: out, status: status}
+// Status line sequences (ECMA-48, VT100).
+const (
+	// statusBelow draws the status on the row below the cursor: IND
+	// (down one row, scrolling if on the last), CUU (back up), DECSC,
+	// CUD, CR, erase the row, the text, DECRC.
+	statusBelow = "\x1bD\x1b[1A\x1b7\x1b[1B\r\x1b[2K"
+	// statusErase erases the row below the cursor, which holds our
+	// status: DECSC, CUD, erase the row, DECRC.
+	statusErase = "\x1b7\x1b[1B\x1b[2K\x1b8"
+	// statusLastRow draws the status over the last row in reverse video:
+	// DECSC, CUP to the last row (999 is clamped), erase it, SGR 7.
+	statusLastRow = "\x1b7\x1b[999;1H\x1b[2K\x1b[7m"
+	// maxCSIParams bounds what is kept of one CSI sequence's parameters.
+	maxCSIParams = 32
+	// maxHeld bounds the unfinished tail of the output Write holds back.
+	maxHeld = 4096
+)
+
+func newStatusOutput(out, status io.Writer, width func() int) *statusOutput {
+	return &statusOutput{out: out, status: status, width: width}
 }
 
+// termWidth is the width of the terminal on f in cells, 0 if unknown.
+func termWidth(f *os.File) func() int {
+	return func() int {
+		w, _, err := term.GetSize(int(f.Fd()))
+		if err != nil {
+			return 0
+		}
+		return w
+	}
+}
+
+// Write writes p to the terminal, but for an escape sequence or a UTF-8
+// character p ends inside: that tail (at most maxHeld bytes) is held and
+// written with the next Write, so that between two Writes the terminal
+// is never inside one and a status line can be drawn at once.
 func (s *statusOutput) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	done := 0
-	for done < len(p) {
-		// Up to where the output leaves a sequence, when a status line
-		// waits for that; else all of it.
-		end := len(p)
-		st := s.esc
-		for i := done; i < len(p); i++ {
-			st = st.next(p[i])
-			if len(s.pending) > 0 && st == escGround {
-				end = i + 1
-				break
-			}
-		}
-		n, err := s.out.Write(p[done:end])
-		for _, b := range p[done : done+n] {
-			s.esc = s.esc.next(b)
-		}
-		if n > 0 {
-			s.last = false
-		}
-		done += n
-		if err != nil {
-			return done, err
-		}
-		if s.esc == escGround && len(s.pending) > 0 {
-			for _, l := range s.pending {
-				s.print(l)
-			}
-			s.pending = nil
+	data := p
+	if len(s.held) > 0 {
+		data = append(s.held, p...)
+		s.held = nil
+	}
+	st, cut := s.esc, 0
+	for i, b := range data {
+		if st = st.next(b); st == escGround {
+			cut = i + 1
 		}
 	}
-	return done, nil
+	if len(data)-cut > maxHeld { // a long string (OSC, DCS): written through
+		cut = len(data)
+	}
+	if cut > 0 {
+		if s.shown {
+			_, _ = io.WriteString(s.status, statusErase)
+			s.shown = false
+		}
+		if _, err := s.out.Write(data[:cut]); err != nil {
+			return 0, err
+		}
+		for _, b := range data[:cut] {
+			s.track(b)
+		}
+	}
+	s.held = append([]byte(nil), data[cut:]...)
+	if s.esc == escGround && s.pending != "" {
+		s.print(s.pending)
+		s.pending = ""
+	}
+	return len(p), nil
 }
 
-// Status prints line (held while the output is inside a sequence).
+// track follows the output's escape sequences one byte b at a time, and
+// notes the switches to and from the alternate screen (DECSET/DECRST
+// 1049, 1047 and 47) and a full reset (RIS).
+func (s *statusOutput) track(b byte) {
+	prev := s.esc
+	s.esc = s.esc.next(b)
+	switch {
+	case prev == escEsc && s.esc == escCSI:
+		s.csi = s.csi[:0]
+	case prev == escCSI && s.esc == escCSI:
+		if len(s.csi) < maxCSIParams {
+			s.csi = append(s.csi, b)
+		}
+	case prev == escCSI && s.esc == escGround && (b == 'h' || b == 'l'):
+		if p := string(s.csi); len(p) > 1 && p[0] == '?' {
+			for _, mode := range strings.Split(p[1:], ";") {
+				if mode == "1049" || mode == "1047" || mode == "47" {
+					s.alt = b == 'h'
+				}
+			}
+		}
+	case prev == escEsc && b == 'c':
+		s.alt = false
+	}
+}
+
+// Status shows line, at once unless the output is inside a string longer
+// than maxHeld (then once the string ends).
 func (s *statusOutput) Status(line string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.esc != escGround {
-		s.pending = append(s.pending, line)
+		s.pending = line
 		return
 	}
 	s.print(line)
 }
 
 func (s *statusOutput) print(line string) {
-	if s.last {
-		// Over our previous status line: up one, clear it.
-		fmt.Fprintf(s.status, "\x1b[1A\r\x1b[2Ksidecar: %s\r\n", line)
-	} else {
-		fmt.Fprintf(s.status, "\r\nsidecar: %s\r\n", line)
+	w := 80
+	if s.width != nil {
+		if n := s.width(); n > 0 {
+			w = n
+		}
 	}
-	s.last = true
+	text := "sidecar: " + line
+	// One row, never the last column (no pending wrap).
+	text = runewidth.Truncate(text, max(w-1, 0), "")
+	if s.alt {
+		fmt.Fprintf(s.status, "%s%s\x1b[0m\x1b8", statusLastRow, text)
+		return
+	}
+	fmt.Fprintf(s.status, "%s%s\x1b8", statusBelow, text)
+	s.shown = true
 }
 
 // escState tracks where a byte stream is in terms of escape sequences

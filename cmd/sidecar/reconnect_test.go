@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ func TestReconnectLine(t *testing.T) {
 	}{
 		{client.ReconnectStatus{State: client.Retrying, Attempt: 3, Next: 4 * time.Second}, "connection lost, reconnecting (attempt 3, next in 4 s)"},
 		{client.ReconnectStatus{State: client.Retrying, Attempt: 1, Next: 250 * time.Millisecond}, "connection lost, reconnecting (attempt 1, next in 0.2 s)"},
+		{client.ReconnectStatus{State: client.Connecting, Attempt: 2}, "connection lost, reconnecting (attempt 2, connecting…)"},
 		{client.ReconnectStatus{State: client.Resumed}, "resumed"},
 		{client.ReconnectStatus{State: client.Resumed, UnknownFate: 2}, "resumed from a snapshot; 2 keystrokes typed during the cut may be lost"},
 		{client.ReconnectStatus{State: client.Lost}, ""},
@@ -25,27 +27,72 @@ func TestReconnectLine(t *testing.T) {
 	}
 }
 
-// TestStatusOutput: a status line waits for the output to leave an
-// escape sequence or a UTF-8 character, goes on a line of its own, and
-// the next one replaces it while no output came between.
+// TestStatusOutput: the output's unfinished escape sequence or UTF-8
+// character is held back, so a status line shows at once, never inside
+// one; on the primary screen it goes on the row below the cursor and
+// puts the cursor back (the half-written line stays whole and the output
+// goes on after it), a new one replaces it, and the first output after
+// it erases it.
 func TestStatusOutput(t *testing.T) {
 	var screen bytes.Buffer
-	s := newStatusOutput(&screen, &screen)
+	s := newStatusOutput(&screen, &screen, func() int { return 40 })
+	below := "\x1bD\x1b[1A\x1b7\x1b[1B\r\x1b[2K"
+	erase := "\x1b7\x1b[1B\x1b[2K\x1b8"
 	_, _ = s.Write([]byte("ab\x1b[3"))
 	s.Status("one")
-	if got := screen.String(); got != "ab\x1b[3" {
-		t.Fatalf("status inside a CSI: %q", got)
+	if got, want := screen.String(), "ab"+below+"sidecar: one\x1b8"; got != want {
+		t.Fatalf("status after output ending inside a CSI:\ngot  %q\nwant %q", got, want)
 	}
+	screen.Reset()
 	_, _ = s.Write([]byte("1mc\xe2\x82"))
-	if got := screen.String(); got != "ab\x1b[31m\r\nsidecar: one\r\nc\xe2\x82" {
-		t.Fatalf("after the CSI ended: %q", got)
-	}
 	s.Status("two")
 	_, _ = s.Write([]byte("\xac\x1b]0;title\x07"))
 	s.Status("three")
-	s.Status("four")
-	want := "ab\x1b[31m\r\nsidecar: one\r\nc\xe2\x82\xac\r\nsidecar: two\r\n\x1b]0;title\x07\r\nsidecar: three\r\n\x1b[1A\r\x1b[2Ksidecar: four\r\n"
+	s.Status("a status line longer than the forty cells of this terminal")
+	want := erase + "\x1b[31mc" + below + "sidecar: two\x1b8" + erase + "\xe2\x82\xac\x1b]0;title\x07" +
+		below + "sidecar: three\x1b8" +
+		below + "sidecar: a status line longer than the \x1b8"
 	if got := screen.String(); got != want {
 		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+	screen.Reset()
+	_, _ = s.Write([]byte("d\r\n"))
+	if got, want := screen.String(), erase+"d\r\n"; got != want {
+		t.Fatalf("output after a status: %q, want %q", got, want)
+	}
+	// A string longer than maxHeld is written through; a status waits
+	// for its end (and shows after the Write that ends it).
+	screen.Reset()
+	long := "\x1b]2;" + strings.Repeat("t", maxHeld+10)
+	_, _ = s.Write([]byte(long))
+	s.Status("four")
+	_, _ = s.Write([]byte("\x07e"))
+	if got, want := screen.String(), long+"\x07e"+below+"sidecar: four\x1b8"; got != want {
+		t.Fatalf("after a long string: %.80q…, want %.80q…", got[len(long):], want[len(long):])
+	}
+}
+
+// TestStatusOutputAltScreen: while a full-screen program has the
+// alternate screen, the status goes over the last row in reverse video
+// and nothing erases it; back on the primary screen (or after a reset),
+// below the cursor again.
+func TestStatusOutputAltScreen(t *testing.T) {
+	var screen bytes.Buffer
+	s := newStatusOutput(&screen, &screen, nil)
+	_, _ = s.Write([]byte("\x1b[?1049h\x1b[H~"))
+	screen.Reset()
+	s.Status("one")
+	_, _ = s.Write([]byte("x"))
+	if got, want := screen.String(), "\x1b7\x1b[999;1H\x1b[2K\x1b[7msidecar: one\x1b[0m\x1b8x"; got != want {
+		t.Fatalf("on the alternate screen: %q, want %q", got, want)
+	}
+	for _, leave := range []string{"\x1b[?1049l", "\x1b[?1;1047l", "\x1bc"} {
+		_, _ = s.Write([]byte("\x1b[?47h" + leave))
+		screen.Reset()
+		s.Status("two")
+		if got, want := screen.String(), "\x1bD\x1b[1A\x1b7\x1b[1B\r\x1b[2Ksidecar: two\x1b8"; got != want {
+			t.Fatalf("after %q: %q, want %q", leave, got, want)
+		}
+		_, _ = s.Write([]byte("y"))
 	}
 }

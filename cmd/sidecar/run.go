@@ -83,7 +83,7 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 	// between output writes when both go to the terminal.
 	var screen *statusOutput
 	if stdoutTTY {
-		screen = newStatusOutput(os.Stdout, os.Stderr)
+		screen = newStatusOutput(os.Stdout, os.Stderr, termWidth(os.Stdout))
 	}
 	cf.onReconnect = func(st client.ReconnectStatus) {
 		l := reconnectLine(st)
@@ -160,6 +160,15 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 		}
 		if errors.Is(err, syscall.EPIPE) {
 			return &exitError{code: 128 + int(syscall.SIGPIPE)}
+		}
+		if stdoutTTY {
+			fmt.Fprint(os.Stderr, "\r\n") // the output may have stopped mid-line
+		}
+		if errors.Is(err, client.ErrConnectionLost) && !errors.Is(err, client.ErrNotKept) && cf.via == "" {
+			// Gave up reconnecting: the command runs on unless the host
+			// itself went (the dispose on the way out cannot reach it).
+			return &exitError{code: 255, err: fmt.Errorf("%w\nsidecar: %s may still be running on the host as %s; see it with: %s; end it with: %s",
+				err, argv[0], uri, cf.terminalCommand("attach", url, uri), cf.terminalCommand("kill", url, uri))}
 		}
 		return &exitError{code: 255, err: err}
 	}
