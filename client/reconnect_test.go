@@ -613,3 +613,35 @@ func TestRememberBound(t *testing.T) {
 		})
 	}
 }
+
+// TestReconnectBeforeGraceEnds: however long the backoff has grown, one
+// attempt falls a tenth of the grace before its end (where the host
+// surely still holds the state), and a last one at the end itself; an
+// attempt under way is announced as Connecting.
+func TestReconnectBeforeGraceEnds(t *testing.T) {
+	ctx := testCtx(t)
+	st := newStatuses()
+	const grace = 2000 * time.Millisecond
+	c, _, _, _, d := scriptedSetup(t, ctx, grace.Milliseconds(), client.Options{OnReconnect: st.on,
+		ReconnectDelay: time.Minute, ReconnectMaxDelay: time.Minute})
+	d.Refuse(errors.New("connection refused"))
+	d.CutLast()
+	first := st.await(t, client.Retrying)
+	// From the loss to the attempt before the end: 1.8 s, less the time
+	// it took to notice the loss and announce the attempt.
+	if first.Attempt != 1 || first.Next > grace-grace/10 || first.Next < grace-grace/10-500*time.Millisecond {
+		t.Fatalf("first attempt %d after %v, want 1 after at most %v and close to it", first.Attempt, first.Next, grace-grace/10)
+	}
+	if conn := st.await(t, client.Connecting); conn.Attempt != 1 {
+		t.Fatalf("Connecting for attempt %d, want 1", conn.Attempt)
+	}
+	second := st.await(t, client.Retrying)
+	if second.Attempt != 2 || second.Next > grace/10 {
+		t.Fatalf("second attempt %d after %v, want 2 after at most %v (at the grace's end)", second.Attempt, second.Next, grace/10)
+	}
+	gave := st.await(t, client.GaveUp)
+	if !errors.Is(gave.Err, client.ErrGraceEnded) || gave.Attempt != 2 {
+		t.Fatalf("gave up after %d attempts with %v, want 2 and ErrGraceEnded", gave.Attempt, gave.Err)
+	}
+	<-c.Done()
+}
