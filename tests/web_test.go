@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,6 +25,8 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"github.com/sidecar-dev/sidecar/tests/fault"
 )
 
 // chromiumPath returns the browser, or skips (fails under CI=true).
@@ -350,6 +353,73 @@ func TestWebPageRefusedOrigin(t *testing.T) {
 	b.login("https://other.test:"+port+"/", s.token)
 	b.poll("refused origin message", `/refuses this page's origin/.test(document.getElementById("login-error").textContent)`, waitTimeout)
 	s.p.stderr.waitFor(t, "origin refusal in the log", 0, `"origin":"https://other.test:`+port+`"`)
+}
+
+// TestWebPageResumes: the page on the WebSocket fallback through a TCP
+// relay (the page's origin, allowed by listener.origins) that cuts the
+// link in the middle of its terminal's numbered lines: the page says it is
+// reconnecting, resumes (the host logs a reconnect, not a new client), and
+// its terminal holds every line once, in order; typing still works.
+func TestWebPageResumes(t *testing.T) {
+	chromiumPath(t)
+	relay, err := fault.NewTCP("127.0.0.1:1") // pointed at the daemon once it listens
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = relay.Close() })
+	origin := "https://" + relay.Addr()
+	s := startServerListener(t, fmt.Sprintf("  origins = [%q]\n", origin), "")
+	relay.SetTarget(s.host)
+
+	b := newBrowser(t)
+	b.login(origin+"/?transport=websocket", s.token)
+	b.poll("connected", `document.getElementById("status").textContent === "connected (WebSocket)"`, waitTimeout)
+	b.must("new terminal", chromedp.Click("#new", chromedp.ByID))
+	b.poll("prompt", promptBack, waitTimeout)
+
+	// Numbered lines, in bursts of a hundred (the output lasts a few
+	// seconds); the link is cut a few kilobytes after the 300th shows,
+	// mid-message as likely as not.
+	const n = 1500
+	b.typeText(fmt.Sprintf("clear; seq 1 %d | while read l; do echo $l; case $l in *00) sleep 0.1;; esac; done; echo DONE-$((6*7))\r", n))
+	b.poll("output under way", screenHas(`^300$`), waitTimeout)
+	relay.CutAfter(3000, fault.Down)
+	b.poll("the whole output", screenHas(`^DONE-42$`), waitTimeout)
+	b.poll("connected again", `document.getElementById("status").textContent === "connected (WebSocket)"`, waitTimeout)
+
+	var statuses []string
+	if err := b.eval(`sidecarPage.statuses()`, &statuses); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(statuses, "reconnecting (attempt 1)…") {
+		t.Errorf("the page never said it was reconnecting: %q", statuses)
+	}
+	if relay.Accepted() < 2 {
+		t.Errorf("%d connections through the relay: the cut did not happen", relay.Accepted())
+	}
+	var screen string
+	if err := b.eval(`sidecarPage.screen()`, &screen); err != nil {
+		t.Fatal(err)
+	}
+	var numbers []string
+	for _, l := range strings.Split(screen, "\n") {
+		if regexp.MustCompile(`^\d+$`).MatchString(l) {
+			numbers = append(numbers, l)
+		}
+	}
+	for i := range max(n, len(numbers)) {
+		if i >= len(numbers) || i >= n || numbers[i] != strconv.Itoa(i+1) {
+			t.Fatalf("line %d of the output: %q, want 1 to %d once each, in order; around it: %q", i+1, numbers[min(i, len(numbers)-1)], n, numbers[max(0, i-3):min(len(numbers), i+3)])
+		}
+	}
+
+	s.p.stderr.waitFor(t, "the host's reconnect", 0, `"@message":"client reconnected"`)
+	if got := strings.Count(s.p.stderr.String(), `"@message":"client initialized"`); got != 1 {
+		t.Errorf("the host saw %d initializes, want 1 (the page should resume, not start again)", got)
+	}
+
+	b.typeText("echo af''ter\r")
+	b.poll("typing after the resume", screenHas(`^after$`), waitTimeout)
 }
 
 // echoLatency types one character at a time into the page's terminal and
