@@ -362,20 +362,7 @@ func TestWebPageRefusedOrigin(t *testing.T) {
 // its terminal holds every line once, in order; typing still works.
 func TestWebPageResumes(t *testing.T) {
 	chromiumPath(t)
-	relay, err := fault.NewTCP("127.0.0.1:1") // pointed at the daemon once it listens
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = relay.Close() })
-	origin := "https://" + relay.Addr()
-	s := startServerListener(t, fmt.Sprintf("  origins = [%q]\n", origin), "")
-	relay.SetTarget(s.host)
-
-	b := newBrowser(t)
-	b.login(origin+"/?transport=websocket", s.token)
-	b.poll("connected", `document.getElementById("status").textContent === "connected (WebSocket)"`, waitTimeout)
-	b.must("new terminal", chromedp.Click("#new", chromedp.ByID))
-	b.poll("prompt", promptBack, waitTimeout)
+	s, relay, b := relayedPage(t, "")
 
 	// Numbered lines, in bursts of a hundred (the output lasts a few
 	// seconds); the link is cut a few kilobytes after the 300th shows,
@@ -387,13 +374,7 @@ func TestWebPageResumes(t *testing.T) {
 	b.poll("the whole output", screenHas(`^DONE-42$`), waitTimeout)
 	b.poll("connected again", `document.getElementById("status").textContent === "connected (WebSocket)"`, waitTimeout)
 
-	var statuses []string
-	if err := b.eval(`sidecarPage.statuses()`, &statuses); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(statuses, "reconnecting (attempt 1)…") {
-		t.Errorf("the page never said it was reconnecting: %q", statuses)
-	}
+	b.saidReconnecting()
 	if relay.Accepted() < 2 {
 		t.Errorf("%d connections through the relay: the cut did not happen", relay.Accepted())
 	}
@@ -420,6 +401,68 @@ func TestWebPageResumes(t *testing.T) {
 
 	b.typeText("echo af''ter\r")
 	b.poll("typing after the resume", screenHas(`^after$`), waitTimeout)
+}
+
+// relayedPage starts a daemon (extra config) and a TCP relay in front of
+// it, whose origin the daemon allows, and opens the page through the
+// relay on the forced WebSocket fallback (the relay carries no UDP), in a
+// new terminal at its prompt.
+func relayedPage(t *testing.T, extra string) (*server, *fault.TCP, *browser) {
+	t.Helper()
+	relay, err := fault.NewTCP("127.0.0.1:1") // pointed at the daemon once it listens
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = relay.Close() })
+	origin := "https://" + relay.Addr()
+	s := startServerListener(t, fmt.Sprintf("  origins = [%q]\n", origin), extra)
+	relay.SetTarget(s.host)
+
+	b := newBrowser(t)
+	b.login(origin+"/?transport=websocket", s.token)
+	b.poll("connected", `document.getElementById("status").textContent === "connected (WebSocket)"`, waitTimeout)
+	b.must("new terminal", chromedp.Click("#new", chromedp.ByID))
+	b.poll("prompt", promptBack, waitTimeout)
+	return s, relay, b
+}
+
+// saidReconnecting checks that the page showed it was reconnecting.
+func (b *browser) saidReconnecting() {
+	b.t.Helper()
+	var statuses []string
+	if err := b.eval(`sidecarPage.statuses()`, &statuses); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("the page said: %q", statuses)
+	if !slices.Contains(statuses, "reconnecting (attempt 1)…") {
+		b.t.Errorf("the page never said it was reconnecting: %q", statuses)
+	}
+}
+
+// TestWebPageNewSessionAfterGrace: a page whose daemon stays out of reach
+// past the reconnect grace tries to resume meanwhile, then starts a new
+// session (a second initialize) and shows its terminal again.
+func TestWebPageNewSessionAfterGrace(t *testing.T) {
+	chromiumPath(t)
+	s, relay, b := relayedPage(t, "journal {\n  reconnect_grace = \"2s\"\n}\n")
+	b.typeText("echo be''fore\r")
+	b.poll("output", screenHas(`^before$`), waitTimeout)
+
+	relay.Refuse(true)
+	relay.Cut()
+	b.poll("reconnecting", `/^reconnecting \(attempt [2-9]/.test(document.getElementById("status").textContent)`, waitTimeout)
+	s.p.stderr.waitFor(t, "the grace's end", 0, `"@message":"client state dropped"`)
+	relay.Refuse(false)
+	b.poll("connected again", `document.getElementById("status").textContent === "connected (WebSocket)"`, waitTimeout)
+	b.saidReconnecting()
+	if _, ok := s.p.stderr.waitMatch(waitTimeout, func(text string) bool {
+		return strings.Count(text, `"@message":"client initialized"`) == 2
+	}); !ok {
+		t.Errorf("the host saw %d initializes, want 2 (a new session after the grace)", strings.Count(s.p.stderr.String(), `"@message":"client initialized"`))
+	}
+	b.poll("the terminal shown again", screenHas(`^before$`), waitTimeout)
+	b.typeText("echo af''ter\r")
+	b.poll("typing in the new session", screenHas(`^after$`), waitTimeout)
 }
 
 // echoLatency types one character at a time into the page's terminal and
