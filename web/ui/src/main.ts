@@ -428,6 +428,11 @@ function main(): void {
       const b = term.buffer.active;
       return b.getLine(b.baseY + b.cursorY)?.translateToString(true) ?? "";
     },
+    /** beforeCursor is the cursor line up to the cursor: a character just echoed ends it. */
+    beforeCursor: () => {
+      const b = term.buffer.active;
+      return b.getLine(b.baseY + b.cursorY)?.translateToString(false, 0, b.cursorX) ?? "";
+    },
     size: () => ({ cols: term.cols, rows: term.rows }),
     transport: () => link?.kind ?? "",
     statuses: () => statuses.slice(),
