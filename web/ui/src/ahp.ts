@@ -81,7 +81,9 @@ export function reconnectParams(clientId: string, lastSeen: number, resumeToken:
     resumeToken,
     clientInfo: CLIENT_INFO,
     subscriptions: [...ordinary, ...windows.map((w) => w.channel)],
-    windows: { items: windows.map((w) => ({ channel: w.channel, flowControl: { receive: w.offer }, lastAppliedServerSeq: w.lastApplied })) },
+    ...(windows.length > 0 && {
+      windows: { items: windows.map((w) => ({ channel: w.channel, flowControl: { receive: w.offer }, lastAppliedServerSeq: w.lastApplied })) },
+    }),
   };
 }
 

@@ -180,7 +180,8 @@ export class Client {
       w.awaitHead = 0;
       this.frames.drop(channel);
     }
-    const params = ahp.reconnectParams(this.clientId, this.lastSeen, this.resume.token, [...this.ordinary.keys()], [...this.windowed].map(([channel, w]) => ({ channel, offer: w.offer, lastApplied: w.lastApplied })));
+    const windows = [...this.windowed].map(([channel, w]) => ({ channel, offer: w.offer, lastApplied: w.lastApplied }));
+    const params = ahp.reconnectParams(this.clientId, this.lastSeen, this.resume.token, [...this.ordinary.keys()], windows);
     let out: Resumed = { type: "replay", missing: [], unknownFate: 0 };
     return this.call<ahp.ReconnectResult>("reconnect", params, (r) => {
       out = this.applyReconnect(r);
