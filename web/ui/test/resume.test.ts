@@ -192,3 +192,18 @@ test("unechoed input is kept in order, bounded", () => {
   assert.deepEqual(u.take(), [[3, "c"]]);
   assert.equal(u.size, 0);
 });
+
+test("a message cut in its fragments by the loss is discarded", async () => {
+  const { c, data } = await session();
+  const whole = action(T, 4, { type: "terminal/data", data: "cut" });
+  c.receive(msg({ method: "channel/frame", params: { channel: T, data: whole.slice(0, 20) } }));
+  c.lost("connection lost");
+  const l2 = fakeLink();
+  c.use(l2);
+  const done = c.reconnect();
+  answer(c, l2, { type: "replay", actions: [], missing: [], windows: { items: [{ channel: T, flowControl: FC, recovery: "replay", headSeq: 4 }] }, serverSeq: 4 });
+  await done;
+  c.receive(msg({ method: "channel/frame", params: { channel: T, data: whole.slice(0, 30) } }));
+  c.receive(msg({ method: "channel/frame", params: { channel: T, data: whole.slice(30), final: true } }));
+  assert.deepEqual(data.map((m) => m.params.action?.data ?? "snapshot"), ["snapshot", "a", "cut"]);
+});
