@@ -152,7 +152,7 @@ func (b *browser) poll(what, expr string, timeout time.Duration) time.Duration {
 		if time.Since(start) > timeout {
 			var screen, status string
 			_ = b.eval(`window.sidecarPage ? sidecarPage.screen() : ""`, &screen)
-			_ = b.eval(`document.getElementById("status").textContent + " | " + document.getElementById("login-error").textContent`, &status)
+			_ = b.eval(`document.getElementById("status").textContent + " | " + document.getElementById("login-error").textContent + " | earlier: " + (window.sidecarPage ? sidecarPage.statuses().join(", ") : "")`, &status)
 			b.t.Fatalf("%s: not within %v (last error %v)\nstatus: %s\nscreen:\n%s", what, timeout, err, status, tail(screen, 2000))
 		}
 		time.Sleep(5 * time.Millisecond) // a bounded poll of the page, not a synchronisation
