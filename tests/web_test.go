@@ -382,17 +382,7 @@ func TestWebPageResumes(t *testing.T) {
 	if err := b.eval(`sidecarPage.screen()`, &screen); err != nil {
 		t.Fatal(err)
 	}
-	var numbers []string
-	for _, l := range strings.Split(screen, "\n") {
-		if regexp.MustCompile(`^\d+$`).MatchString(l) {
-			numbers = append(numbers, l)
-		}
-	}
-	for i := range max(n, len(numbers)) {
-		if i >= len(numbers) || i >= n || numbers[i] != strconv.Itoa(i+1) {
-			t.Fatalf("line %d of the output: %q, want 1 to %d once each, in order; around it: %q", i+1, numbers[min(i, len(numbers)-1)], n, numbers[max(0, i-3):min(len(numbers), i+3)])
-		}
-	}
+	checkNumbered(t, screen, n)
 
 	s.p.stderr.waitFor(t, "the host's reconnect", 0, `"@message":"client reconnected"`)
 	if got := strings.Count(s.p.stderr.String(), `"@message":"client initialized"`); got != 1 {
@@ -401,6 +391,70 @@ func TestWebPageResumes(t *testing.T) {
 
 	b.typeText("echo af''ter\r")
 	b.poll("typing after the resume", screenHas(`^after$`), waitTimeout)
+}
+
+// TestWebPageResumesWebTransport: the page on WebTransport through a UDP
+// relay that drops every datagram until the session dies of its idle
+// timeout (a path gone for good): it reconnects on a new session and
+// resumes, the output whole and typing working.
+func TestWebPageResumesWebTransport(t *testing.T) {
+	chromiumPath(t)
+	tcp, udp, err := fault.NewPair("127.0.0.1:1") // pointed at the daemon once it listens
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tcp.Close(); _ = udp.Close() })
+	origin := "https://" + tcp.Addr()
+	s := startServerListener(t, fmt.Sprintf("  origins = [%q]\n", origin), "")
+	tcp.SetTarget(s.host)
+	if err := udp.SetTarget(s.host); err != nil {
+		t.Fatal(err)
+	}
+	b := newBrowser(t)
+	b.login(origin+"/", s.token)
+	b.poll("connected", `document.getElementById("status").textContent === "connected (WebTransport)"`, waitTimeout)
+	b.must("new terminal", chromedp.Click("#new", chromedp.ByID))
+	b.poll("prompt", promptBack, waitTimeout)
+
+	const n = 1500
+	b.typeText(fmt.Sprintf("clear; seq 1 %d | while read l; do echo $l; case $l in *00) sleep 0.2;; esac; done; echo DONE-$((6*7))\r", n))
+	b.poll("output under way", screenHas(`^300$`), waitTimeout)
+	udp.Drop(true)
+	start := time.Now()
+	b.poll("reconnecting", `/^reconnecting/.test(document.getElementById("status").textContent)`, time.Minute)
+	t.Logf("the page noticed the loss after %v", time.Since(start).Round(time.Millisecond))
+	udp.Cut()
+	udp.Drop(false)
+	b.poll("the whole output", screenHas(`^DONE-42$`), waitTimeout)
+	b.poll("connected again", `document.getElementById("status").textContent === "connected (WebTransport)"`, waitTimeout)
+	var screen string
+	if err := b.eval(`sidecarPage.screen()`, &screen); err != nil {
+		t.Fatal(err)
+	}
+	checkNumbered(t, screen, n)
+	s.p.stderr.waitFor(t, "the host's reconnect", 0, `"@message":"client reconnected"`)
+	b.typeText("echo af''ter\r")
+	b.poll("typing after the resume", screenHas(`^after$`), waitTimeout)
+}
+
+// checkNumbered checks that the numbered lines of screen are 1 to n, once
+// each, in order.
+func checkNumbered(t *testing.T, screen string, n int) {
+	t.Helper()
+	var numbers []string
+	for _, l := range strings.Split(screen, "\n") {
+		if regexp.MustCompile(`^\d+$`).MatchString(l) {
+			numbers = append(numbers, l)
+		}
+	}
+	if len(numbers) == 0 {
+		t.Fatalf("no numbered lines on the screen:\n%s", tail(screen, 1500))
+	}
+	for i := range max(n, len(numbers)) {
+		if i >= len(numbers) || i >= n || numbers[i] != strconv.Itoa(i+1) {
+			t.Fatalf("line %d of the output: %q, want 1 to %d once each, in order; around it: %q", i+1, numbers[min(i, len(numbers)-1)], n, numbers[max(0, i-3):min(len(numbers), i+3)])
+		}
+	}
 }
 
 // relayedPage starts a daemon (extra config) and a TCP relay in front of
