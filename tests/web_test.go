@@ -375,9 +375,6 @@ func TestWebPageResumes(t *testing.T) {
 	b.poll("connected again", `document.getElementById("status").textContent === "connected (WebSocket)"`, waitTimeout)
 
 	b.saidReconnecting()
-	if relay.Accepted() < 2 {
-		t.Errorf("%d connections through the relay: the cut did not happen", relay.Accepted())
-	}
 	var screen string
 	if err := b.eval(`sidecarPage.screen()`, &screen); err != nil {
 		t.Fatal(err)
