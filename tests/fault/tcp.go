@@ -21,7 +21,6 @@ const tcpBuf = 32 << 10
 // Each connection uses two goroutines, from accept until both directions end
 // or the connection is cut; Close waits for all of them.
 type TCP struct {
-	target string
 	ln     *net.TCPListener
 	ctx    context.Context // cancelled by Close: ends dials to the target
 	cancel context.CancelFunc
@@ -29,6 +28,7 @@ type TCP struct {
 	notifier
 
 	mu     sync.Mutex
+	target string
 	closed bool
 	refuse bool
 	resume chan struct{} // non-nil while stalled; closed when the stall ends
@@ -64,6 +64,15 @@ func newTCPAt(port int, target string) (*TCP, error) {
 	t.wg.Add(1)
 	go t.serve()
 	return t, nil
+}
+
+// SetTarget relays the connections accepted from now on to target: a
+// relay started before its target (whose address is only known then) is
+// pointed at it once it listens.
+func (t *TCP) SetTarget(target string) {
+	t.mu.Lock()
+	t.target = target
+	t.mu.Unlock()
 }
 
 // Addr is the relay's host:port, to give the client instead of the target's.
@@ -233,7 +242,10 @@ func (t *TCP) handle(p *pair) {
 		return
 	}
 	var d net.Dialer
-	c, err := d.DialContext(t.ctx, "tcp", t.target)
+	t.mu.Lock()
+	target := t.target
+	t.mu.Unlock()
+	c, err := d.DialContext(t.ctx, "tcp", target)
 	if err != nil {
 		t.abort(p)
 		return

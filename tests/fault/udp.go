@@ -23,12 +23,12 @@ const maxDatagram = 64 << 10
 // The relay uses one goroutine, plus one per client mapping until Cut or
 // Close; Close waits for all of them.
 type UDP struct {
-	target *net.UDPAddr
-	conn   *net.UDPConn // the clients' side
-	wg     sync.WaitGroup
+	conn *net.UDPConn // the clients' side
+	wg   sync.WaitGroup
 	notifier
 
 	mu     sync.Mutex
+	target *net.UDPAddr
 	closed bool
 	drop   bool
 	rate   float64
@@ -60,6 +60,19 @@ func newUDPAt(port int, target string) (*UDP, error) {
 	u.wg.Add(1)
 	go u.serve()
 	return u, nil
+}
+
+// SetTarget relays to target the clients that get an upstream socket from
+// now on (as TCP.SetTarget).
+func (u *UDP) SetTarget(target string) error {
+	raddr, err := net.ResolveUDPAddr("udp", target)
+	if err != nil {
+		return err
+	}
+	u.mu.Lock()
+	u.target = raddr
+	u.mu.Unlock()
+	return nil
 }
 
 // Addr is the relay's host:port, to give the client instead of the target's.

@@ -55,14 +55,52 @@ export function notification(method: string, params: object): string {
   return JSON.stringify({ jsonrpc: "2.0", method, params });
 }
 
+const CLIENT_INFO = { name: "sidecar-web" };
+
+export function initializeParams(clientId: string): object {
+  return { channel: ROOT, protocolVersions: [PROTOCOL_VERSION], clientId, clientInfo: CLIENT_INFO, initialSubscriptions: [ROOT] };
+}
+
 export function initialize(id: number, clientId: string): string {
-  return request(id, "initialize", {
+  return request(id, "initialize", initializeParams(clientId));
+}
+
+/** A windowed subscription to keep across a reconnect. */
+export interface KeptWindow {
+  channel: string;
+  offer: FlowOffer;
+  lastApplied: number;
+}
+
+/** reconnectParams: every subscription to keep, the windowed ones with new limits and their last applied serverSeq. */
+export function reconnectParams(clientId: string, lastSeen: number, resumeToken: string, ordinary: string[], windows: KeptWindow[]): object {
+  return {
     channel: ROOT,
-    protocolVersions: [PROTOCOL_VERSION],
     clientId,
-    clientInfo: { name: "sidecar-web" },
-    initialSubscriptions: [ROOT],
-  });
+    lastSeenServerSeq: lastSeen,
+    resumeToken,
+    clientInfo: CLIENT_INFO,
+    subscriptions: [...ordinary, ...windows.map((w) => w.channel)],
+    ...(windows.length > 0 && {
+      windows: { items: windows.map((w) => ({ channel: w.channel, flowControl: { receive: w.offer }, lastAppliedServerSeq: w.lastApplied })) },
+    }),
+  };
+}
+
+interface Negotiated {
+  clientReceive: FlowOffer;
+  hostReceive: FlowOffer;
+}
+
+/** The reconnect result (docs/protocol.md "reconnect"). */
+export interface ReconnectResult {
+  type: "replay" | "snapshot";
+  actions?: { channel: string; action: any; serverSeq: number; origin?: { clientId: string; clientSeq: number } }[]; // eslint-disable-line @typescript-eslint/no-explicit-any
+  snapshots?: { resource: string; state: unknown; fromSeq: number }[];
+  missing?: string[];
+  windows?: { items: { channel: string; flowControl: Negotiated; recovery: "replay" | "snapshot" | "live"; headSeq?: number }[] };
+  serverSeq: number;
+  resume?: { token: string; graceMs: number };
 }
 
 export interface FlowOffer {

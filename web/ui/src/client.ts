@@ -1,10 +1,12 @@
-// An AHP client over one Link: requests and their responses, subscriptions
-// (windowed ones with credit the page returns when it is done with the
-// data), and dispatchAction paced by the host's window.
+// An AHP client over one Link at a time: requests and their responses,
+// subscriptions (windowed ones with credit the page returns when it is
+// done with the data), dispatchAction paced by the host's window, and
+// reconnect on a new Link after the last one was lost.
 
 import * as ahp from "./ahp.js";
 import { Receiver, Sender, utf16Bytes } from "./flow.js";
 import type { Link } from "./link.js";
+import { Unechoed, type Resume } from "./resume.js";
 
 /** A data message of a windowed subscription; release() returns its credit. */
 export type DataHandler = (m: ahp.Message, release: () => void) => void;
@@ -13,31 +15,61 @@ export class RpcError extends Error {
   constructor(
     public code: number,
     message: string,
+    public data?: unknown,
   ) {
     super(message);
   }
 }
 
 interface Windowed {
-  recv: Receiver;
-  send: Sender | null; // once the subscribe result told the host's limits
-  queue: string[]; // dispatchAction texts waiting for the host's window
+  offer: ahp.FlowOffer;
+  recv: Receiver; // replaced on each connection: counters start at zero
+  send: Sender | null; // null until the host's limits are known on this connection
+  queue: [number, string][]; // dispatchActions (clientSeq, text) waiting for the host's window
+  unechoed: Unechoed; // sent, no echo yet: sent again after a replay
+  lastApplied: number; // serverSeq of the newest action (or snapshot) received
+  awaitHead: number; // after a replay: sends wait until lastApplied reaches it, the unechoed go first
   fragments: number; // bytes of the message being reassembled
   handler: DataHandler;
+}
+
+interface Pending {
+  resolve: (r: any) => void;
+  reject: (e: Error) => void;
+  apply?: (r: any) => void; // run as the result is read, before any later message
+}
+
+/** What a reconnect kept: the channels the host no longer has, and our input of unknown fate. */
+export interface Resumed {
+  type: "replay" | "snapshot";
+  missing: string[];
+  unknownFate: number;
 }
 
 export class Client {
   private nextId = 1;
   private clientSeq = 0;
-  private pending = new Map<number, { resolve: (r: any) => void; reject: (e: Error) => void }>();
+  private pending = new Map<number, Pending>();
   private windowed = new Map<string, Windowed>();
   private ordinary = new Map<string, (m: ahp.Message) => void>();
   private frames = new ahp.Reassembler();
+  private link: Link | null = null;
+  /** lastSeen is the serverSeq of the newest action of the ordinary subscriptions. */
+  lastSeen = 0;
+  /** resume is what a reconnect needs, once the host offered it. */
+  resume: Resume | null = null;
 
-  constructor(
-    private link: Link,
-    public readonly clientId: string,
-  ) {}
+  constructor(public readonly clientId: string) {}
+
+  /** use makes l the link for what follows (initialize or reconnect first). */
+  use(l: Link): void {
+    this.link = l;
+  }
+
+  /** carries reports whether messages of l are for us. */
+  carries(l: Link): boolean {
+    return this.link === l;
+  }
 
   /** receive takes one message text from the link. */
   receive(text: string): void {
@@ -46,8 +78,13 @@ export class Client {
       const p = this.pending.get(m.id);
       if (!p) return;
       this.pending.delete(m.id);
-      if (m.error) p.reject(new RpcError(m.error.code, m.error.message));
-      else p.resolve(m.result);
+      if (m.error) return p.reject(new RpcError(m.error.code, m.error.message, m.error.data));
+      try {
+        p.apply?.(m.result);
+      } catch (err) {
+        return p.reject(err as Error);
+      }
+      p.resolve(m.result);
       return;
     }
     const channel: unknown = m.params?.channel;
@@ -57,51 +94,135 @@ export class Client {
       if (w.send?.credit(m.params.consumedBytes)) this.flush(channel, w);
       return;
     }
-    if (w && ahp.countsAgainstWindow(m)) {
-      const size = utf16Bytes(text);
-      w.recv.receive(size);
-      let msg = m;
-      let total = size;
-      if (m.method === "channel/frame") {
-        w.fragments += size;
-        const joined = this.frames.push(channel, String(m.params.data), m.params.final === true);
-        if (joined === null) return; // released with the whole message
-        msg = JSON.parse(joined) as ahp.Message;
-        total = w.fragments;
-        w.fragments = 0;
-      }
-      let done = false;
-      w.handler(msg, () => {
-        if (done) return;
-        done = true;
-        const consumed = w.recv.release(total);
-        if (consumed !== null && this.windowed.get(channel) === w) this.link.send(ahp.credit(channel, consumed));
-      });
-      return;
-    }
+    if (w && ahp.countsAgainstWindow(m)) return this.data(channel, w, m, text);
+    if (m.method === "action" && typeof m.params.serverSeq === "number") this.lastSeen = Math.max(this.lastSeen, m.params.serverSeq);
     this.ordinary.get(channel)?.(m);
   }
 
-  /** fail rejects every pending request: the link is gone. */
-  fail(why: string): void {
+  private data(channel: string, w: Windowed, m: ahp.Message, text: string): void {
+    const recv = w.recv;
+    const size = utf16Bytes(text);
+    recv.receive(size);
+    let msg = m;
+    let total = size;
+    if (m.method === "channel/frame") {
+      w.fragments += size;
+      const joined = this.frames.push(channel, String(m.params.data), m.params.final === true);
+      if (joined === null) return; // released with the whole message
+      msg = JSON.parse(joined) as ahp.Message;
+      total = w.fragments;
+      w.fragments = 0;
+    }
+    this.applied(channel, w, msg);
+    let done = false;
+    w.handler(msg, () => {
+      if (done) return;
+      done = true;
+      if (this.windowed.get(channel) !== w || w.recv !== recv) return; // credit of a connection gone
+      const consumed = recv.release(total);
+      if (consumed !== null) this.link?.send(ahp.credit(channel, consumed));
+    });
+  }
+
+  /** applied notes a windowed data message's serverSeq and the echo of our own dispatch. */
+  private applied(channel: string, w: Windowed, m: ahp.Message): void {
+    const p = m.params ?? {};
+    if (m.method === "channel/snapshot" && typeof p.snapshot?.fromSeq === "number") w.lastApplied = p.snapshot.fromSeq;
+    else if (m.method === "action" && typeof p.serverSeq === "number") w.lastApplied = Math.max(w.lastApplied, p.serverSeq);
+    if (p.origin?.clientId === this.clientId) w.unechoed.echoed(p.origin.clientSeq);
+    if (w.awaitHead > 0 && w.lastApplied >= w.awaitHead) {
+      w.awaitHead = 0; // the replay is over: what saw no echo never arrived
+      this.resend(channel, w);
+    }
+  }
+
+  /** lost ends the link: requests fail, sends wait for the next link, credit of what is in flight is forgotten. */
+  lost(why: string): void {
+    this.link = null;
     for (const p of this.pending.values()) p.reject(new Error(why));
     this.pending.clear();
+    for (const w of this.windowed.values()) w.send = null;
+  }
+
+  private call<T = any>(method: string, params: object, apply?: (r: T) => void): Promise<T> {
+    const l = this.link;
+    if (!l) return Promise.reject(new Error("not connected"));
+    const id = this.nextId++;
+    return new Promise<T>((resolve, reject) => {
+      this.pending.set(id, { resolve, reject, apply });
+      l.send(ahp.request(id, method, params));
+    });
   }
 
   request<T = any>(method: string, params: object): Promise<T> {
-    const id = this.nextId++;
-    return new Promise<T>((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-      this.link.send(ahp.request(id, method, params));
-    });
+    return this.call<T>(method, params);
   }
 
   initialize(): Promise<any> {
-    const id = this.nextId++;
-    return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-      this.link.send(ahp.initialize(id, this.clientId));
+    return this.call("initialize", ahp.initializeParams(this.clientId), (r) => {
+      this.lastSeen = r?.serverSeq ?? 0;
+      this.resume = r?.resume?.token ? r.resume : null;
     });
+  }
+
+  /**
+   * reconnect resumes on the link in use everything this client kept: the
+   * ordinary subscriptions from lastSeen, each windowed one with fresh
+   * counters from its last applied action (replay), a new snapshot, or live.
+   */
+  reconnect(): Promise<Resumed> {
+    if (!this.resume) return Promise.reject(new Error("the host offered no resume"));
+    for (const [channel, w] of this.windowed) {
+      // Counters at zero, partial fragments discarded; nothing is sent before the result.
+      w.recv = new Receiver(w.offer.windowBytes);
+      w.send = null;
+      w.fragments = 0;
+      w.awaitHead = 0;
+      this.frames.drop(channel);
+    }
+    const windows = [...this.windowed].map(([channel, w]) => ({ channel, offer: w.offer, lastApplied: w.lastApplied }));
+    const params = ahp.reconnectParams(this.clientId, this.lastSeen, this.resume.token, [...this.ordinary.keys()], windows);
+    let out: Resumed = { type: "replay", missing: [], unknownFate: 0 };
+    return this.call<ahp.ReconnectResult>("reconnect", params, (r) => {
+      out = this.applyReconnect(r);
+    }).then(() => out);
+  }
+
+  /** applyReconnect runs as the result is read: the data and actions after it follow what it kept. */
+  private applyReconnect(r: ahp.ReconnectResult): Resumed {
+    const out: Resumed = { type: r.type, missing: r.missing ?? [], unknownFate: 0 };
+    if (r.resume?.token) this.resume = r.resume;
+    const kept = new Map((r.windows?.items ?? []).map((it) => [it.channel, it]));
+    for (const [channel, w] of this.windowed) {
+      const it = kept.get(channel);
+      if (!it) {
+        if (!out.missing.includes(channel)) out.missing.push(channel);
+        this.windowed.delete(channel);
+        continue;
+      }
+      w.recv.windowBytes = it.flowControl.clientReceive.windowBytes;
+      w.send = new Sender(it.flowControl.hostReceive.windowBytes);
+      if (it.recovery !== "replay") out.unknownFate += w.unechoed.take().length; // a snapshot: their fate is unknown
+      else if ((it.headSeq ?? 0) > w.lastApplied) w.awaitHead = it.headSeq!; // the echoes come with the replay
+      else this.resend(channel, w);
+      this.flush(channel, w);
+    }
+    for (const channel of out.missing) this.ordinary.delete(channel);
+    for (const a of r.type === "replay" ? (r.actions ?? []) : []) {
+      this.lastSeen = Math.max(this.lastSeen, a.serverSeq);
+      this.ordinary.get(a.channel)?.({ jsonrpc: "2.0", method: "action", params: a });
+    }
+    for (const s of r.type === "snapshot" ? (r.snapshots ?? []) : []) {
+      this.ordinary.get(s.resource)?.({ jsonrpc: "2.0", method: "channel/snapshot", params: { channel: s.resource, snapshot: s } });
+    }
+    this.lastSeen = Math.max(this.lastSeen, r.serverSeq);
+    return out;
+  }
+
+  /** resend puts our unechoed dispatchActions back at the head of the queue, in their order. */
+  private resend(channel: string, w: Windowed): void {
+    w.queue.unshift(...w.unechoed.take());
+    this.flush(channel, w);
   }
 
   /** on handles the notifications of an ordinary subscription (the root channel's, say). */
@@ -115,9 +236,13 @@ export class Client {
 
   /** subscribeWindowed subscribes with a receive window; handler gets each data message. */
   async subscribeWindowed(channel: string, offer: ahp.FlowOffer, handler: DataHandler): Promise<void> {
-    const w: Windowed = { recv: new Receiver(offer.windowBytes), send: null, queue: [], fragments: 0, handler };
+    const w: Windowed = { offer, recv: new Receiver(offer.windowBytes), send: null, queue: [], unechoed: new Unechoed(), lastApplied: 0, awaitHead: 0, fragments: 0, handler };
     this.windowed.set(channel, w); // data may follow the result at once
-    const result = await this.request("subscribe", { channel, flowControl: { receive: offer } });
+    const result = await this.request("subscribe", { channel, flowControl: { receive: offer } }).catch((err) => {
+      // Refused: forget it. Lost: the host may have it, a reconnect asks.
+      if (err instanceof RpcError && this.windowed.get(channel) === w) this.windowed.delete(channel);
+      throw err;
+    });
     const fc = result?.flowControl;
     if (!fc) throw new Error(`${channel}: the host declined windowed delivery`);
     w.recv.windowBytes = fc.clientReceive.windowBytes;
@@ -129,25 +254,27 @@ export class Client {
     this.windowed.delete(channel);
     this.ordinary.delete(channel);
     this.frames.drop(channel);
-    this.link.send(ahp.notification("unsubscribe", { channel }));
+    this.link?.send(ahp.notification("unsubscribe", { channel }));
   }
 
-  /** dispatch sends an action; on a windowed subscription it waits for the host's window. */
+  /** dispatch sends an action; on a windowed subscription it waits for the host's window (and for a link). */
   dispatch(channel: string, action: object): void {
-    const text = ahp.dispatch(channel, ++this.clientSeq, action);
+    const seq = ++this.clientSeq;
+    const text = ahp.dispatch(channel, seq, action);
     const w = this.windowed.get(channel);
     if (!w) {
-      this.link.send(text);
+      this.link?.send(text);
       return;
     }
-    w.queue.push(text);
+    w.queue.push([seq, text]);
     this.flush(channel, w);
   }
 
   private flush(channel: string, w: Windowed): void {
-    while (w.send && w.queue.length > 0 && w.send.canSend() && this.windowed.get(channel) === w) {
-      const text = w.queue.shift()!;
+    while (this.link && w.send && w.awaitHead === 0 && w.queue.length > 0 && w.send.canSend() && this.windowed.get(channel) === w) {
+      const [seq, text] = w.queue.shift()!;
       w.send.send(utf16Bytes(text));
+      w.unechoed.sentAs(seq, text);
       this.link.send(text);
     }
   }

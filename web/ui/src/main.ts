@@ -7,6 +7,7 @@ import * as ahp from "./ahp.js";
 import { Client, RpcError } from "./client.js";
 import { LinkError, openWebSocket, openWebTransport, type Closed, type Link } from "./link.js";
 import { WT_UNAUTHORIZED } from "./tio.js";
+import { backoff, graceLeft, refusal } from "./resume.js";
 
 const TOKEN_KEY = "sidecar.token"; // sessionStorage: typed once per tab, never in the URL
 const TERMINAL_KEY = "sidecar.terminal";
@@ -19,10 +20,14 @@ const WEBSOCKET_TIMEOUT_MS = 10000;
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 
+const statuses: string[] = []; // the last few, for tests
+
 function status(text: string, state: "idle" | "busy" | "ok" | "error"): void {
   const el = $("status");
   el.textContent = text;
   el.dataset.state = state;
+  statuses.push(text);
+  if (statuses.length > 50) statuses.shift();
 }
 
 function clientId(): string {
@@ -45,7 +50,10 @@ let client: Client | null = null;
 let link: Link | null = null;
 let current: string | null = null; // the attached terminal
 let terminals: ahp.TerminalInfo[] = [];
-let retry = 0;
+let busy = false; // an initialize or a reconnect is under way: its own failure decides what follows
+let retry = 0; // fresh connections tried since the last success
+let attempt = 0; // reconnect attempts since the link was lost
+let lostAt = 0; // when the link was lost (0: not lost)
 let retryTimer: ReturnType<typeof setTimeout> | undefined;
 
 function showLogin(error: string): void {
@@ -69,23 +77,76 @@ async function info(): Promise<{ certHashes: string[] }> {
   return body;
 }
 
-async function open(token: string, onmessage: (t: string) => void, onclose: (c: Closed) => void): Promise<Link> {
+/** open opens a link; its messages go to the client using it, and its loss to lost(). */
+async function open(token: string, say: (kind: string) => void): Promise<Link> {
   const { certHashes } = await info();
   const q = "/transport-io?token=" + encodeURIComponent(token);
-  const h = { onmessage, onclose };
+  let l: Link | null = null;
+  const h = {
+    onmessage: (t: string) => {
+      if (l && client?.carries(l)) client.receive(t);
+    },
+    onclose: (closed: Closed) => {
+      if (l && l === link) lost(closed);
+    },
+  };
   if (!forceWebSocket() && "WebTransport" in window) {
-    status("connecting (WebTransport)…", "busy");
+    say("WebTransport");
     try {
-      return await openWebTransport("https://" + location.host + q, certHashes, WEBTRANSPORT_TIMEOUT_MS, h);
+      return (l = await openWebTransport("https://" + location.host + q, certHashes, WEBTRANSPORT_TIMEOUT_MS, h));
     } catch (err) {
       if (err instanceof LinkError && err.closed?.code === WT_UNAUTHORIZED) throw err;
       console.warn("WebTransport failed, falling back to WebSocket:", err);
     }
   }
-  status("connecting (WebSocket)…", "busy");
-  return openWebSocket("wss://" + location.host + q, WEBSOCKET_TIMEOUT_MS, h);
+  say("WebSocket");
+  return (l = await openWebSocket("wss://" + location.host + q, WEBSOCKET_TIMEOUT_MS, h));
 }
 
+/** use makes l the link of c. */
+function use(c: Client, l: Link): void {
+  link = l;
+  c.use(l);
+}
+
+/** drop closes the link in use (a failed attempt's), without calling that a loss. */
+function drop(why: string): void {
+  const l = link;
+  link = null;
+  client?.lost(why);
+  try {
+    l?.close();
+  } catch {
+    // already closed
+  }
+}
+
+function connected(l: Link): void {
+  retry = 0;
+  attempt = 0;
+  lostAt = 0;
+  status(`connected (${l.kind})`, "ok");
+  $("app").hidden = false;
+  $("logout").hidden = false;
+}
+
+/** refused handles an error that retrying will not fix; it returns false for any other. */
+function refused(err: unknown): boolean {
+  if (err instanceof LinkError && err.closed?.code === WT_UNAUTHORIZED) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    status("refused", "error");
+    showLogin("Wrong token: the daemon refused it. Type the token sidecar serve was given (--token or SIDECAR_TOKEN).");
+    return true;
+  }
+  if (err instanceof Final) {
+    status("refused", "error");
+    showLogin(err.message);
+    return true;
+  }
+  return false;
+}
+
+/** connect starts a new session: initialize, the root and metrics, and the terminal shown before. */
 async function connect(): Promise<void> {
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (!token) {
@@ -94,59 +155,51 @@ async function connect(): Promise<void> {
   }
   clearTimeout(retryTimer);
   $("login").hidden = true;
-  let c: Client | null = null;
+  busy = true;
+  let c: Client;
+  let init: any;
   try {
-    const l = await open(
-      token,
-      (t) => c?.receive(t),
-      (closed) => lost(closed),
-    );
-    link = l;
-    c = client = new Client(l, clientId());
-    const init = await c.initialize();
-    retry = 0;
-    status(`connected (${l.kind})`, "ok");
-    $("app").hidden = false;
-    $("logout").hidden = false;
-    fit.fit();
-    const root = init.snapshots?.find((s: any) => s.resource === ahp.ROOT)?.state as ahp.RootState | undefined;
-    terminals = root?.terminals ?? [];
-    renderTerminals();
-    renderPorts(root?.ports ?? []);
-    c.on(ahp.ROOT, (m) => rootAction(m));
+    const l = await open(token, (kind) => status(`connecting (${kind})…`, "busy"));
+    c = client = new Client(clientId());
+    use(c, l);
+    c.on(ahp.ROOT, (m) => rootMessage(m));
     c.on(ahp.METRICS, (m) => {
       if (m.method === "otlp/exportMetrics") renderMetrics(ahp.readMetrics(m.params.payload));
     });
-    c.subscribe(ahp.METRICS).catch(() => {});
-    const again = sessionStorage.getItem(TERMINAL_KEY);
-    if (again && terminals.some((t) => t.resource === again)) await attach(again);
+    init = await c.initialize();
+    busy = false;
+    connected(l);
   } catch (err) {
-    if (err instanceof LinkError && err.closed?.code === WT_UNAUTHORIZED) {
-      sessionStorage.removeItem(TOKEN_KEY);
-      status("refused", "error");
-      showLogin("Wrong token: the daemon refused it. Type the token sidecar serve was given (--token or SIDECAR_TOKEN).");
-      return;
-    }
-    if (err instanceof Final) {
-      status("refused", "error");
-      showLogin(err.message);
-      return;
-    }
-    link?.close();
+    busy = false;
+    if (refused(err)) return;
+    drop("connect failed");
+    client = null;
     scheduleRetry(String((err as Error)?.message ?? err));
+    return;
   }
+  // Connected: a loss from here on is lost()'s to handle.
+  fit.fit();
+  showRoot(init.snapshots?.find((s: any) => s.resource === ahp.ROOT)?.state as ahp.RootState | undefined);
+  c.subscribe(ahp.METRICS).catch(() => {});
+  const again = sessionStorage.getItem(TERMINAL_KEY);
+  if (again && terminals.some((t) => t.resource === again)) await attach(again).catch(showError);
 }
 
 function lost(closed: Closed): void {
-  client?.fail("connection lost");
-  client = null;
-  link = null;
+  drop("connection lost");
   if (closed.code === WT_UNAUTHORIZED) {
     sessionStorage.removeItem(TOKEN_KEY);
     showLogin("Wrong token: the daemon refused it.");
     status("refused", "error");
     return;
   }
+  if (busy) return; // the attempt under way fails and decides
+  if (client?.resume) {
+    lostAt = Date.now();
+    scheduleResume();
+    return;
+  }
+  client = null;
   scheduleRetry(closed.reason || "connection lost");
 }
 
@@ -157,7 +210,60 @@ function scheduleRetry(why: string): void {
   retryTimer = setTimeout(() => void connect(), delay);
 }
 
-function rootAction(m: ahp.Message): void {
+/** scheduleResume waits before the next reconnect attempt (backoff with jitter, within the grace). */
+function scheduleResume(): void {
+  attempt++;
+  status(`reconnecting (attempt ${attempt})…`, "busy");
+  const left = client?.resume ? graceLeft(client.resume, lostAt, Date.now()) : 0;
+  retryTimer = setTimeout(() => void resume(), Math.min(backoff(attempt), left));
+}
+
+/**
+ * resume makes one reconnect attempt on a new link: the host sends again
+ * what the page missed (or a snapshot). A host that will not resume
+ * (expired, refused) or the grace's end start a new session instead.
+ */
+async function resume(): Promise<void> {
+  const c = client;
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (!c?.resume || !token) return showLogin("");
+  busy = true;
+  try {
+    const l = await open(token, () => {});
+    use(c, l);
+    const r = await c.reconnect();
+    busy = false;
+    connected(l);
+    if (current && r.missing.includes(current)) {
+      $("exit").textContent = `${current.replace("ahp-terminal:/", "")}: no longer on the host`;
+      current = null;
+      renderTerminals();
+    }
+    if (r.unknownFate > 0) console.warn(`${r.unknownFate} input(s) typed before the loss may not have reached the terminal`);
+  } catch (err) {
+    busy = false;
+    if (refused(err)) return;
+    drop("reconnect failed");
+    const why = err instanceof RpcError ? refusal(err.code, err.data) : null;
+    if (why || graceLeft(c.resume, lostAt, Date.now()) === 0) {
+      console.warn(`not resumed (${why ?? "the grace ended"}): starting a new session`);
+      client = null;
+      void connect();
+      return;
+    }
+    scheduleResume();
+  }
+}
+
+function showRoot(root: ahp.RootState | undefined): void {
+  terminals = root?.terminals ?? [];
+  renderTerminals();
+  renderPorts(root?.ports ?? []);
+}
+
+/** rootMessage follows the root channel: its actions, or a snapshot after a reconnect. */
+function rootMessage(m: ahp.Message): void {
+  if (m.method === "channel/snapshot") return showRoot(m.params.snapshot?.state);
   const a = m.params?.action;
   if (m.method !== "action" || !a) return;
   if (a.type === "root/terminalsChanged") {
@@ -322,8 +428,14 @@ function main(): void {
       const b = term.buffer.active;
       return b.getLine(b.baseY + b.cursorY)?.translateToString(true) ?? "";
     },
+    /** beforeCursor is the cursor line up to the cursor: a character just echoed ends it. */
+    beforeCursor: () => {
+      const b = term.buffer.active;
+      return b.getLine(b.baseY + b.cursorY)?.translateToString(false, 0, b.cursorX) ?? "";
+    },
     size: () => ({ cols: term.cols, rows: term.rows }),
     transport: () => link?.kind ?? "",
+    statuses: () => statuses.slice(),
     terminal: () => current,
   };
   void connect();

@@ -101,6 +101,14 @@ test("AHP messages", () => {
     clientSeq: 3,
     action: { type: "terminal/input", data: "ls\r" },
   });
+  assert.deepEqual(JSON.parse(JSON.stringify(ahp.reconnectParams("c1", 7, "tok", ["ahp-root://"], []))), {
+    channel: "ahp-root://",
+    clientId: "c1",
+    lastSeenServerSeq: 7,
+    resumeToken: "tok",
+    clientInfo: { name: "sidecar-web" },
+    subscriptions: ["ahp-root://"],
+  });
   assert.match(ahp.newTerminalUri(() => 0.5), /^ahp-terminal:\/web-[0-9a-z]+$/);
   assert.equal(ahp.exitText({ exitCode: 0 }), "exited with status 0");
   assert.equal(ahp.exitText({ signal: "SIGKILL" }), "killed by SIGKILL");
