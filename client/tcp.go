@@ -170,9 +170,13 @@ func (t *TCPConn) maybeGrow(e *tuneEpoch, consumed delivery.UTF16Bytes) {
 		tu.mu.Lock()
 		defer tu.mu.Unlock()
 		tu.growing = false
-		if err != nil {
+		var re *rpc.Error
+		if errors.As(err, &re) {
 			tu.max = tu.cur // the host would not: stop trying
 			return
+		}
+		if err != nil {
+			return // lost meanwhile: a later window may try again
 		}
 		in, out := t.sub.Limits()
 		tu.cur = in
@@ -348,6 +352,7 @@ func (t *TCPConn) take(m *Message, dst []byte) []byte {
 			return dst
 		}
 		t.recvOff += tcpadapter.DecodedOffset(len(out) - len(dst))
+		t.sub.tcpRecv.Store(uint64(t.recvOff))
 		if m.whole {
 			// Decoded: the text is not needed any more, only its credit.
 			raw := m.Raw
@@ -357,6 +362,9 @@ func (t *TCPConn) take(m *Message, dst []byte) []byte {
 		t.held = append(t.held, m)
 		return out
 	case rpc.MethodTCPEOF:
+		if t.rerr == nil {
+			t.sub.tcpEOF.Store(true)
+		}
 		t.rerr = io.EOF
 	case rpc.MethodTCPReset:
 		t.markReset()
@@ -464,7 +472,8 @@ func (t *TCPConn) Write(p []byte) (int, error) {
 		}
 		n = min(n, len(p))
 		text := t.enc.AppendData(tcpadapter.Buffer(t.enc.DataLen(t.sendOff, n)), t.sendOff, p[:n])
-		if err := t.sub.sendSized(t.ctx, text, t.enc.DataSize(len(text))); err != nil {
+		end := t.sendOff + tcpadapter.DecodedOffset(n)
+		if err := t.sub.sendTCP(t.ctx, text, t.enc.DataSize(len(text)), end, false, true); err != nil {
 			if t.isReset() {
 				return written, ErrTCPReset
 			}
@@ -546,7 +555,8 @@ func (t *TCPConn) CloseWrite() error {
 	if t.isReset() {
 		return ErrTCPReset
 	}
-	return t.sub.Send(t.ctx, t.enc.EOF(t.sendOff))
+	eof := t.enc.EOF(t.sendOff)
+	return t.sub.sendTCP(t.ctx, eof, delivery.Measure(eof), t.sendOff, true, false)
 }
 
 // Close ends the connection gracefully: tcp/eof if not sent yet, then,

@@ -153,8 +153,9 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	}
 	cf.onReconnect = func(st client.ReconnectStatus) {
 		if l := reconnectLine(st); l != "" {
-			// Forwarded connections open at the cut are reset (not
-			// resumed yet); new ones wait and open once resumed.
+			// Forwarded connections open at the cut resume (or are
+			// reset if the host could not keep them); new ones wait
+			// and open once resumed.
 			fmt.Fprintf(os.Stderr, "sidecar: %s\n", l)
 		}
 	}
