@@ -602,23 +602,26 @@ func (t *TCPConn) isReset() bool {
 }
 
 // waitFlushed waits until the send queue is empty and the host has
-// credited everything sent, at most d.
+// credited everything sent, at most d; across a reconnect too (what the
+// host lacks is sent again once resumed).
 func (t *TCPConn) waitFlushed(d time.Duration) {
-	_, out := t.sub.parts()
-	if out == nil {
-		return
-	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
-		t.sub.src.mu.Lock()
-		queued := len(t.sub.src.items)
-		t.sub.src.mu.Unlock()
-		if queued == 0 && out.Idle() {
-			return
+		var changed <-chan struct{}
+		if _, out := t.sub.parts(); out != nil {
+			t.sub.src.mu.Lock()
+			queued := len(t.sub.src.items)
+			t.sub.src.mu.Unlock()
+			if queued == 0 && out.Idle() {
+				return
+			}
+			changed = out.Changed()
+		} else {
+			changed = t.c.resumedCh() // reconnecting
 		}
 		select {
-		case <-out.Changed():
+		case <-changed:
 		case <-timer.C:
 			return
 		case <-t.c.done:
@@ -627,6 +630,14 @@ func (t *TCPConn) waitFlushed(d time.Duration) {
 			return
 		}
 	}
+}
+
+// resumedCh returns a channel closed once the Conn has a link (at once
+// unless it is reconnecting).
+func (c *Conn) resumedCh() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ready
 }
 
 // LocalAddr returns 0.0.0.0:0 as a *net.TCPAddr (what SOCKS servers

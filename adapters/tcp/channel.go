@@ -453,6 +453,9 @@ func (tc *Channel) Subscribe(sub adapters.Subscriber) {
 		lease.Stop()
 	}
 	signal(tc.wake)
+	// A resumed stream may hold messages to send again already; its
+	// first pulls came before it was tc's.
+	sub.Stream().Wake()
 }
 
 // Release implements adapters.Channel: unsubscribe before any subscribe
@@ -624,7 +627,7 @@ func (tc *Channel) readLoop() {
 			tc.slotBytes += total
 			tc.readOff += DecodedOffset(nr)
 			tc.mu.Unlock()
-			st.Wake()
+			tc.wakeStream()
 		}
 		if nr <= 0 {
 			bufs.Put(buf)
@@ -633,13 +636,25 @@ func (tc *Channel) readLoop() {
 			tc.mu.Lock()
 			tc.eofRead = true
 			tc.mu.Unlock()
-			st.Wake()
+			tc.wakeStream()
 			return
 		}
 		if err != nil {
 			tc.abort("socket read failed: "+err.Error(), true)
 			return
 		}
+	}
+}
+
+// wakeStream wakes the current subscription's stream, if any: a read
+// that began before a reconnect ends after it, under a new stream (a
+// parked channel has none: its resumed stream pulls when it starts).
+func (tc *Channel) wakeStream() {
+	tc.mu.Lock()
+	sub := tc.sub
+	tc.mu.Unlock()
+	if sub != nil {
+		sub.Stream().Wake()
 	}
 }
 
