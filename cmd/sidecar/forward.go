@@ -158,6 +158,9 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 			// and open once resumed.
 			fmt.Fprintf(os.Stderr, "sidecar: %s\n", l)
 		}
+		if st.State == client.Resumed && len(st.Missing) > 0 {
+			fmt.Fprintf(os.Stderr, "sidecar: %d forwarded connection(s) could not be resumed: reset\n", len(st.Missing))
+		}
 	}
 	conn, err := cf.dial(ctx, url)
 	if err != nil {
