@@ -135,44 +135,135 @@ func cutsUntil(t *testing.T, fw *tcpForward, relay *fault.TCP, rng *rand.Rand, c
 }
 
 // TestForwardSurvivesCuts: 64 MiB each way at once through one connection
-// forwarded with -L, over /ahp, while the link to the host is cut 20
-// times at random points (mid-frame, mid-message, between a message and
-// its credit): every byte arrives once, in order, both ways (SHA-256).
+// forwarded with -L while the link to the host fails: over /ahp and the
+// transport-io WebSocket mapping, cut 20 times at random points
+// (mid-frame, mid-message, between a message and its credit); over
+// WebTransport, once a black hole until the client notices and
+// reconnects, then four times every datagram dropped for a while and the
+// path changed (QUIC migrates). Every byte
+// arrives once, in order, both ways (SHA-256).
 func TestForwardSurvivesCuts(t *testing.T) {
 	t.Parallel()
 	const size = 64 << 20
-	const up, down = 1501, 1502
-	port, got := bulkDestination(t, size, down)
-	s := startServer(t, "")
-	relay, url := relayed(t, s)
-	fw := tcpStartForward(t, &server{p: s.p, url: url, host: relay.Addr(), token: s.token, hash: s.hash}, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", port))
-	c := tcpDial(t, fw.addrs[0])
-	_ = c.SetDeadline(time.Now().Add(5 * waitTimeout))
-	local := make(chan exchange, 1)
-	done := make(chan struct{})
+	for i, tc := range []struct {
+		name string
+		// start returns forward's URL and flags, and the fault loop.
+		start func(t *testing.T, s *server) (fwServer *server, flags []string, faults func(fw *tcpForward, done <-chan struct{}) int)
+	}{
+		{"ahp", func(t *testing.T, s *server) (*server, []string, func(*tcpForward, <-chan struct{}) int) {
+			relay, url := relayed(t, s)
+			return &server{p: s.p, url: url, host: relay.Addr(), token: s.token, hash: s.hash}, nil,
+				func(fw *tcpForward, done <-chan struct{}) int {
+					return cutsUntil(t, fw, relay, rand.New(rand.NewPCG(15, 64)), 20, done)
+				}
+		}},
+		{"transport-io WebSocket", func(t *testing.T, s *server) (*server, []string, func(*tcpForward, <-chan struct{}) int) {
+			relay, _ := relayed(t, s)
+			return &server{p: s.p, url: "https://" + relay.Addr() + "/transport-io", host: relay.Addr(), token: s.token, hash: s.hash}, []string{"--transport websocket"},
+				func(fw *tcpForward, done <-chan struct{}) int {
+					return cutsUntil(t, fw, relay, rand.New(rand.NewPCG(15, 65)), 20, done)
+				}
+		}},
+		{"WebTransport", func(t *testing.T, s *server) (*server, []string, func(*tcpForward, <-chan struct{}) int) {
+			tcp, udp, err := fault.NewPair(s.host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = tcp.Close(); _ = udp.Close() })
+			return &server{p: s.p, url: "https://" + tcp.Addr() + "/transport-io", host: tcp.Addr(), token: s.token, hash: s.hash}, []string{"--transport webtransport"},
+				func(fw *tcpForward, done <-chan struct{}) int {
+					return udpBlackHole(t, fw, udp) + udpFaultsUntil(t, udp, 4, done)
+				}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			up, down := uint64(1500+2*i), uint64(1501+2*i)
+			port, got := bulkDestination(t, size, down)
+			s := startServer(t, "")
+			fs, flags, faults := tc.start(t, s)
+			fw := tcpStartForward(t, fs, append(flags, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", port))...)
+			c := tcpDial(t, fw.addrs[0])
+			_ = c.SetDeadline(time.Now().Add(5 * waitTimeout))
+			local := make(chan exchange, 1)
+			done := make(chan struct{})
+			go func() {
+				local <- duplex(c, size, up)
+				close(done)
+			}()
+			start := time.Now()
+			n := faults(fw, done)
+			l := <-local
+			var d exchange
+			select {
+			case d = <-got:
+			case <-time.After(waitTimeout):
+				t.Fatal("the destination did not finish")
+			}
+			t.Logf("64 MiB each way through %d faults (%d reconnects) in %v", n, strings.Count(fw.p.stderr.String(), "sidecar: resumed\n"), time.Since(start).Round(time.Millisecond))
+			if l.err != nil || l.n != size || l.sum != wantSum(size, down) {
+				t.Errorf("local end: %d bytes, error %v, sum match %v", l.n, l.err, l.sum == wantSum(size, down))
+			}
+			if d.err != nil || d.n != size || d.sum != wantSum(size, up) {
+				t.Errorf("destination: %d bytes, error %v, sum match %v", d.n, d.err, d.sum == wantSum(size, up))
+			}
+			if n < 3 {
+				t.Errorf("only %d faults fell in the transfer", n)
+			}
+		})
+	}
+}
+
+// udpBlackHole drops every datagram, once 2,000 went down, until forward
+// says it lost the connection (QUIC's idle timeout, 15-20 s), then lets
+// them through and waits for the resume: one reconnect over WebTransport.
+func udpBlackHole(t *testing.T, fw *tcpForward, udp *fault.UDP) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := udp.Await(ctx, func() bool { return udp.Datagrams(fault.Down) >= 2000 }); err != nil {
+		t.Fatalf("no data through the relay: %v", err)
+	}
+	from := len(fw.p.stderr.String())
+	udp.Drop(true)
+	pos := fw.p.stderr.waitFor(t, "the reconnecting line", from, "sidecar: connection lost, reconnecting")
+	udp.Drop(false)
+	fw.p.stderr.waitFor(t, "the resumed line", pos, "sidecar: resumed\n")
+	return 1
+}
+
+// udpFaultsUntil drops every datagram until at least 20 more were
+// dropped, then moves the relay to a new port (the path changes), up to
+// faults times, each once another 2,000 datagrams went down, or until
+// done is closed. It returns the faults made.
+func udpFaultsUntil(t *testing.T, udp *fault.UDP, faults int, done <-chan struct{}) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
+	defer cancel()
 	go func() {
-		local <- duplex(c, size, up)
-		close(done)
+		select {
+		case <-done:
+			cancel()
+		case <-ctx.Done():
+		}
 	}()
-	start := time.Now()
-	cuts := cutsUntil(t, fw, relay, rand.New(rand.NewPCG(15, 64)), 20, done)
-	l := <-local
-	var d exchange
-	select {
-	case d = <-got:
-	case <-time.After(waitTimeout):
-		t.Fatal("the destination did not finish")
+	made := 0
+	for made < faults {
+		from := udp.Datagrams(fault.Down)
+		if udp.Await(ctx, func() bool { return udp.Datagrams(fault.Down) >= from+2000 }) != nil {
+			return made
+		}
+		udp.Drop(true)
+		dropped := udp.Dropped(fault.Down) + udp.Dropped(fault.Up)
+		err := udp.Await(ctx, func() bool { return udp.Dropped(fault.Down)+udp.Dropped(fault.Up) >= dropped+20 })
+		udp.Cut()
+		udp.Drop(false)
+		if err != nil {
+			return made
+		}
+		made++
 	}
-	t.Logf("64 MiB each way through %d cuts in %v", cuts, time.Since(start).Round(time.Millisecond))
-	if l.err != nil || l.n != size || l.sum != wantSum(size, down) {
-		t.Errorf("local end: %d bytes, error %v, sum match %v", l.n, l.err, l.sum == wantSum(size, down))
-	}
-	if d.err != nil || d.n != size || d.sum != wantSum(size, up) {
-		t.Errorf("destination: %d bytes, error %v, sum match %v", d.n, d.err, d.sum == wantSum(size, up))
-	}
-	if cuts < 10 {
-		t.Errorf("only %d cuts fell in the transfer", cuts)
-	}
+	return made
 }
 
 // TestForwardManySurviveCut: 16 connections through one forward, each
