@@ -162,3 +162,63 @@ loop:
 	}
 
 }
+
+// TestTCPCloseNeverTruncates: Write 1 MiB, then Close, to a destination
+// that reads slowly (16 KiB every 5 ms): it gets every byte, then its end
+// of stream; Close waits for the host to have written them before it
+// unsubscribes (a host that had not got tcp/eof would reset instead,
+// never a FIN after truncated data).
+func TestTCPCloseNeverTruncates(t *testing.T) {
+	ctx := testCtx(t)
+	const n = 1 << 20
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan sumOf, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			got <- sumOf{err: err}
+			return
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(testDeadline))
+		h := sha256.New()
+		var total int64
+		buf := make([]byte, 16<<10)
+		tick := time.NewTicker(5 * time.Millisecond) // a slow reader, not a synchronization
+		defer tick.Stop()
+		for {
+			<-tick.C
+			k, err := c.Read(buf)
+			h.Write(buf[:k])
+			total += int64(k)
+			if err != nil {
+				if err == io.EOF {
+					err = nil
+				}
+				got <- sumOf{n: total, sum: [32]byte(h.Sum(nil)), err: err}
+				return
+			}
+		}
+	}()
+	h := newRealHost(t, nil)
+	c := h.connect(ctx, newStatuses())
+	tc, err := c.DialTCP(ctx, "127.0.0.1", l.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := pseudoRandom(tc, n, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_ = tc.Close()
+	t.Logf("Close returned after %v", time.Since(start).Round(time.Millisecond))
+	d := <-got
+	if d.err != nil || d.n != n || d.sum != want {
+		t.Fatalf("the destination got %d bytes (%v), sum match %v; want all %d then EOF", d.n, d.err, d.sum == want, n)
+	}
+}
