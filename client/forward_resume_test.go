@@ -23,8 +23,9 @@ func (l *lineLog) Write(p []byte) (int, error) {
 
 // TestForwardOpensOnceResumed: connections accepted by -L while the
 // connection to the host is down wait and open once it resumed, at most
-// MaxOpening of them (2 here): one more is reset at once, with a line;
-// and a connection open at the cut carries on after it.
+// MaxOpening of them (2 here): one more is reset at once, with a line; a
+// SOCKS5 CONNECT (-D) made meanwhile is answered once resumed; and a
+// connection open at the cut carries on after it.
 func TestForwardOpensOnceResumed(t *testing.T) {
 	ctx := testCtx(t)
 	echo, err := net.Listen("tcp4", "127.0.0.1:0")
@@ -71,6 +72,9 @@ func TestForwardOpensOnceResumed(t *testing.T) {
 	dial := func() *net.TCPConn {
 		t.Helper()
 		lc, err := net.DialTimeout("tcp4", l.Addr().String(), testDeadline)
+		if errors.Is(err, syscall.ECONNRESET) {
+			return nil // reset before connect returned: refused
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,9 +99,33 @@ func TestForwardOpensOnceResumed(t *testing.T) {
 	if err := roundTrip(before, "before\n"); err != nil {
 		t.Fatal(err)
 	}
+	// -D: a second forwarder on the same Conn, a SOCKS5 proxy.
+	socks := client.NewForwarder(c, client.ForwarderOptions{Log: io.Discard})
+	sl, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := socks.ServeSOCKS(sl); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		socks.Close()
+		_ = socks.Wait(ctx)
+	}()
 	h.d.Refuse(errors.New("connection refused"))
 	h.d.CutLast()
 	st.await(t, client.Lost)
+	// A SOCKS5 CONNECT while the connection is down: answered once resumed.
+	sc, err := net.DialTimeout("tcp4", sl.Addr().String(), testDeadline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	_ = sc.SetDeadline(time.Now().Add(testDeadline))
+	port := echo.Addr().(*net.TCPAddr).Port
+	if _, err := sc.Write([]byte{5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1, byte(port >> 8), byte(port)}); err != nil {
+		t.Fatal(err)
+	}
 	waiting := []*net.TCPConn{dial(), dial(), dial()}
 	var line string
 	select {
@@ -112,6 +140,10 @@ func TestForwardOpensOnceResumed(t *testing.T) {
 	st.await(t, client.Resumed)
 	ok, reset := 0, 0
 	for i, lc := range waiting {
+		if lc == nil {
+			reset++
+			continue
+		}
 		switch err := roundTrip(lc, "after\n"); {
 		case err == nil:
 			ok++
@@ -126,5 +158,16 @@ func TestForwardOpensOnceResumed(t *testing.T) {
 	}
 	if err := roundTrip(before, "still\n"); err != nil {
 		t.Errorf("the connection open at the cut: %v", err)
+	}
+	var reply [2 + 8]byte // method choice, then the CONNECT reply (IPv4)
+	if _, err := io.ReadFull(sc, reply[:]); err != nil || reply[3] != 0 {
+		t.Fatalf("SOCKS5 CONNECT made while reconnecting: reply % x, %v", reply, err)
+	}
+	var rest [2]byte
+	if _, err := io.ReadFull(sc, rest[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := roundTrip(sc.(*net.TCPConn), "socks\n"); err != nil {
+		t.Errorf("through -D after the resume: %v", err)
 	}
 }
