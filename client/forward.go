@@ -88,10 +88,13 @@ func (o ForwarderOptions) withDefaults() ForwarderOptions {
 //
 // Each forwarded connection is piped both ways until both directions have
 // ended: an end of file becomes a half-close on the other side, and a
-// reset on either side (or a channel that fails, or the Conn lost) resets
-// the other, so that a transfer cut short never looks complete to a local
-// reader. A connection whose channel cannot open is reset with a line in
-// ForwarderOptions.Log saying why.
+// reset on either side (or a channel that fails, or the Conn lost for
+// good) resets the other, so that a transfer cut short never looks
+// complete to a local reader. While the Conn reconnects, connections
+// carry on once it resumed (their channels resume with it: TCPConn), and
+// connections accepted meanwhile wait to open (ForwarderOptions.MaxOpening,
+// OpenTimeout). A connection whose channel cannot open is reset with a
+// line in ForwarderOptions.Log saying why.
 //
 // Close stops accepting and resets every connection still open; Wait
 // waits for their goroutines. Closing the Conn is left to its owner: a

@@ -47,6 +47,16 @@ const TCPCloseLinger = 5 * time.Second
 // from reading the remote socket after one window. Write blocks while the
 // host's window and the subscription's bounded send queue are full.
 //
+// When the Conn loses its transport and reconnects, the connection resumes
+// with it, no byte lost or duplicated either way: what was sent and not
+// yet credited by the host is kept (at most the window plus one message)
+// and sent again from where the host's reconnect result says it stopped,
+// and the host does the same (docs/protocol.md "reconnect"); Read and
+// Write wait meanwhile. A connection the host did not keep (offsets that
+// do not match) fails with an error matching ErrNotKept, and one whose
+// Conn gave up (past the host's grace) with the Conn's error
+// (ErrConnectionLost); either way its socket on the host is reset.
+//
 // One goroutine may read and another write at the same time; Close may be
 // called from any goroutine. Deadlines: only the read deadline is honoured.
 type TCPConn struct {
