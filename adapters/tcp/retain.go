@@ -65,7 +65,8 @@ func (r *Retained) Sent(text []byte, size, start delivery.UTF16Bytes, end Decode
 }
 
 // Credit drops the messages the peer released: those that started below
-// consumed, the stream's consumed count.
+// consumed, the stream's consumed count. Their buffers go back to the pool
+// (when from Buffer): the peer has them, so the writer is done with them.
 func (r *Retained) Credit(consumed delivery.UTF16Bytes) {
 	n := 0
 	for n < len(r.msgs) && r.msgs[n].start < consumed {
@@ -122,9 +123,9 @@ func (r *Retained) Resend(received DecodedOffset, eof bool) ([]Resend, error) {
 		}
 		if again {
 			out = append(out, Resend{Text: m.text, Size: m.size, End: m.end, EOF: m.eof, Recycle: m.recycle})
-		} else if m.recycle {
-			Recycle(m.text)
 		}
+		// The others are left to the collector, not recycled: the lost
+		// connection's writer may still hold them.
 		r.msgs[i] = retainedMsg{}
 	}
 	r.msgs, r.size = r.msgs[:0], 0
@@ -132,13 +133,10 @@ func (r *Retained) Resend(received DecodedOffset, eof bool) ([]Resend, error) {
 	return out, nil
 }
 
-// Drop releases everything retained (the channel ended).
+// Drop releases everything retained (the channel ended), to the
+// collector: the last message may still be on its way out, so its buffer
+// must not be reused.
 func (r *Retained) Drop() {
-	for i, m := range r.msgs {
-		if m.recycle {
-			Recycle(m.text)
-		}
-		r.msgs[i] = retainedMsg{}
-	}
+	clear(r.msgs)
 	r.msgs, r.size = nil, 0
 }
