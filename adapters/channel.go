@@ -76,6 +76,27 @@ type Channel interface {
 	Resume(sub Subscriber, lastSeq uint64) delivery.Source
 }
 
+// Resumable is implemented by a channel whose windowed subscription, and
+// the resource behind it, outlive a lost connection until a reconnect or
+// the end of the grace (a TCP channel and its socket: DESIGN.md §6,
+// "TCP = replay by byte offsets"). The host calls Park when the
+// connection is lost and its client's state is kept, then exactly one of
+// Reclaim (a reconnect asks for the channel; then Resume gives its source
+// once the result is queued) or Abandon.
+type Resumable interface {
+	// Park detaches sub, whose connection was lost, and keeps the
+	// channel for a reconnect; false when it cannot (the caller ends sub
+	// as usual).
+	Park(sub Subscriber) bool
+	// Reclaim gives a parked channel to conn, with the client's offsets
+	// of the reconnect's window item; it returns the host's for the
+	// result item. An error means the channel could not be resumed and
+	// was reset: the caller reports it missing.
+	Reclaim(conn ConnID, peer rpc.TCPResume) (rpc.TCPResume, error)
+	// Abandon resets a parked channel that was not resumed.
+	Abandon(reason string)
+}
+
 // Traits are a channel's fixed properties.
 type Traits struct {
 	Delivery Delivery

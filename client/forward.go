@@ -19,6 +19,13 @@ import (
 // connection (the host's own dial is bounded by its tcp.dial_timeout).
 const DefaultForwardOpenTimeout = 30 * time.Second
 
+// DefaultForwardMaxOpening is ForwarderOptions.MaxOpening's default: the
+// local connections whose channel is opening at once. Opens take a round
+// trip or two, so the bound is reached only while the connection to the
+// host is down and new connections wait for it to resume; each holds a
+// socket and a goroutine meanwhile.
+const DefaultForwardMaxOpening = 64
+
 // ForwarderOptions configure a Forwarder. The zero value works.
 type ForwarderOptions struct {
 	// Log gets one line (one Write, ending in "\n") for each thing a
@@ -29,10 +36,16 @@ type ForwarderOptions struct {
 	// Lines carry no program name: prefix them if you need one. nil:
 	// io.Discard.
 	Log io.Writer
-	// OpenTimeout bounds opening the channel of one accepted connection;
-	// one that fails to open in time is reset, with a line. 0:
+	// OpenTimeout bounds opening the channel of one accepted connection,
+	// waiting for the connection to the host to resume included; one that
+	// fails to open in time is reset, with a line. 0:
 	// DefaultForwardOpenTimeout.
 	OpenTimeout time.Duration
+	// MaxOpening bounds the accepted connections whose channels are
+	// opening at once (while the connection to the host is down they all
+	// wait for it to resume); one more is reset at once, with a line
+	// saying so. 0: DefaultForwardMaxOpening.
+	MaxOpening int
 	// SOCKSHandshakeTimeout bounds a SOCKS client's handshake, from its
 	// first byte to its request; a client that stalls in it is closed,
 	// with a line. 0: DefaultSOCKSHandshakeTimeout.
@@ -50,6 +63,9 @@ func (o ForwarderOptions) withDefaults() ForwarderOptions {
 	}
 	if o.OpenTimeout <= 0 {
 		o.OpenTimeout = DefaultForwardOpenTimeout
+	}
+	if o.MaxOpening <= 0 {
+		o.MaxOpening = DefaultForwardMaxOpening
 	}
 	if o.SOCKSHandshakeTimeout <= 0 {
 		o.SOCKSHandshakeTimeout = DefaultSOCKSHandshakeTimeout
@@ -72,10 +88,13 @@ func (o ForwarderOptions) withDefaults() ForwarderOptions {
 //
 // Each forwarded connection is piped both ways until both directions have
 // ended: an end of file becomes a half-close on the other side, and a
-// reset on either side (or a channel that fails, or the Conn lost) resets
-// the other, so that a transfer cut short never looks complete to a local
-// reader. A connection whose channel cannot open is reset with a line in
-// ForwarderOptions.Log saying why.
+// reset on either side (or a channel that fails, or the Conn lost for
+// good) resets the other, so that a transfer cut short never looks
+// complete to a local reader. While the Conn reconnects, connections
+// carry on once it resumed (their channels resume with it: TCPConn), and
+// connections accepted meanwhile wait to open (ForwarderOptions.MaxOpening,
+// OpenTimeout). A connection whose channel cannot open is reset with a
+// line in ForwarderOptions.Log saying why.
 //
 // Close stops accepting and resets every connection still open; Wait
 // waits for their goroutines. Closing the Conn is left to its owner: a
@@ -86,10 +105,11 @@ type Forwarder struct {
 	conn *Conn
 	opts ForwarderOptions
 
-	wg     sync.WaitGroup  // accept loops and connection handlers
-	done   chan struct{}   // closed by Close: ends accept loops' retry waits
-	ctx    context.Context // ends with Close: opens in flight fail
-	cancel context.CancelFunc
+	wg      sync.WaitGroup  // accept loops and connection handlers
+	done    chan struct{}   // closed by Close: ends accept loops' retry waits
+	opening chan struct{}   // a slot per channel opening (MaxOpening)
+	ctx     context.Context // ends with Close: opens in flight fail
+	cancel  context.CancelFunc
 
 	mu        sync.Mutex
 	closed    bool
@@ -103,10 +123,12 @@ type Forwarder struct {
 // (Initialized().TCPConnections).
 func NewForwarder(conn *Conn, opts ForwarderOptions) *Forwarder {
 	ctx, cancel := context.WithCancel(context.Background())
+	opts = opts.withDefaults()
 	return &Forwarder{
 		conn:     conn,
-		opts:     opts.withDefaults(),
+		opts:     opts,
 		done:     make(chan struct{}),
+		opening:  make(chan struct{}, opts.MaxOpening),
 		ctx:      ctx,
 		cancel:   cancel,
 		active:   map[*net.TCPConn]struct{}{},
@@ -274,15 +296,40 @@ func (fw *Forwarder) closeActive() int {
 	return len(fw.active)
 }
 
+// errTooManyOpening: MaxOpening channels are opening already.
+type errTooManyOpening struct{ n int }
+
+func (e *errTooManyOpening) Error() string {
+	return fmt.Sprintf("refused: %d connections already wait for their channel to open (is the connection to the host down?)", e.n)
+}
+
 // dialTCP opens the channel of one accepted connection, within
-// OpenTimeout, and registers it (trackChannel).
+// OpenTimeout, and registers it (trackChannel). While the connection to
+// the host is down it waits for the resume; an open lost in flight (the
+// connection dropped under it) is made again once resumed, with a new
+// channel (the host drops the one it may have made). At most MaxOpening
+// at once: past it, an *errTooManyOpening at once.
 func (fw *Forwarder) dialTCP(ctx context.Context, host string, port int) (*TCPConn, error) {
+	select {
+	case fw.opening <- struct{}{}:
+	default:
+		return nil, &errTooManyOpening{n: cap(fw.opening)}
+	}
+	defer func() { <-fw.opening }()
 	ctx, cancel := context.WithTimeout(ctx, fw.opts.OpenTimeout)
 	defer cancel()
 	stop := context.AfterFunc(fw.ctx, cancel)
 	defer stop()
-	remote, err := fw.conn.DialTCP(ctx, host, port)
-	if err != nil {
+	var remote *TCPConn
+	for {
+		var err error
+		remote, err = fw.conn.DialTCP(ctx, host, port)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil && fw.conn.Err() == nil {
+			continue // the Conn reconnects: DialTCP waits for it
+		}
 		return nil, err
 	}
 	if !fw.trackChannel(remote) {
@@ -337,6 +384,9 @@ func (fw *Forwarder) openMessage(err error) string {
 		return printable(re.Message)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
+		if fw.conn != nil && fw.conn.reconnecting() {
+			return fmt.Sprintf("the connection to the host did not resume within %s", fw.opts.OpenTimeout)
+		}
 		return fmt.Sprintf("the host did not answer within %s", fw.opts.OpenTimeout)
 	}
 	return printable(err.Error())

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
@@ -273,18 +274,25 @@ func (c *Conn) sendReconnect(ctx context.Context, l *link) (resumed, error) {
 		s.mu.Lock()
 		live, last := s.live, s.lastApplied
 		s.mu.Unlock()
-		if !live || s.isTCP() {
+		if !live {
 			continue
 		}
 		kept = append(kept, s)
 		params.Subscriptions = append(params.Subscriptions, s.Channel)
 		if s.Windowed {
 			offer := s.offer
+			var tcp *rpc.TCPResume
+			if s.isTCP() {
+				// The limits it grew to (a smaller frame would split the
+				// messages retained), and what it has of the host's bytes.
+				offer, _ = s.Limits()
+				tcp = &rpc.TCPResume{Received: s.tcpRecv.Load(), EOF: s.tcpEOF.Load()}
+			}
 			// Registered before the request, as subscribe does: the
 			// host may send data right after the result.
 			prepared[s.Channel] = l.sched.NewInbound(s.Channel, offer, c.opts.MaxMessageBytes)
 			items = append(items, rpc.ReconnectWindowItem{Channel: s.Channel,
-				FlowControl: &rpc.FlowControlOffer{Receive: &offer}, LastAppliedServerSeq: last})
+				FlowControl: &rpc.FlowControlOffer{Receive: &offer}, LastAppliedServerSeq: last, TCP: tcp})
 		}
 	}
 	if len(items) > 0 {
@@ -342,6 +350,10 @@ func (c *Conn) applyReconnect(l *link, subs []*Subscription, prepared map[string
 			it, ok := windows[s.Channel]
 			if !ok {
 				ended = append(ended, s)
+				continue
+			}
+			if s.isTCP() && (it.TCP == nil || s.src.resendTCP(*it.TCP) != nil) {
+				ended = append(ended, s) // the host reset its side
 				continue
 			}
 			out.unknown += s.resumeWindowed(l, prepared[s.Channel], it)
@@ -428,18 +440,9 @@ func (c *Conn) applyReconnect(l *link, subs []*Subscription, prepared map[string
 }
 
 // detach parts s from the link that was lost: its stream goes, its queue
-// of received messages stays, its sends wait (held). A TCP channel is not
-// resumable and ends.
+// of received messages stays, its sends wait (held); a TCP channel's
+// sent messages not yet credited stay retained.
 func (s *Subscription) detach(why error) {
-	if s.isTCP() {
-		s.c.mu.Lock()
-		if s.c.subs[s.Channel] == s {
-			delete(s.c.subs, s.Channel)
-		}
-		s.c.mu.Unlock()
-		s.end(&lostCallError{method: s.Channel, cause: why})
-		return
-	}
 	s.src.hold()
 	s.mu.Lock()
 	out := s.out
@@ -472,6 +475,32 @@ func (s *Subscription) resumeWindowed(l *link, in *delivery.Inbound, it rpc.Reco
 		return s.src.takeForgotten() + s.src.reconcile(true)
 	}
 	return s.src.reconcile(false)
+}
+
+// resendTCP puts back, at the head of the queue, the retained tcp/data
+// and tcp/eof messages the host lacks (it has received every byte below
+// host.Received), for a TCP channel kept by a reconnect. An error (the
+// offsets do not match what was sent) ends the channel.
+func (q *outQueue) resendTCP(host rpc.TCPResume) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ret == nil {
+		return errors.New("client: not a TCP channel")
+	}
+	again, err := q.ret.Resend(tcpadapter.DecodedOffset(host.Received), host.EOF)
+	if err != nil {
+		return err
+	}
+	if len(again) == 0 {
+		return nil
+	}
+	items := make([]sizedText, 0, len(again)+len(q.items))
+	for _, m := range again {
+		items = append(items, sizedText{text: m.Text, size: m.Size, recycle: m.Recycle, tcp: true, eof: m.EOF, end: m.End})
+		q.bytes += len(m.Text)
+	}
+	q.items = append(items, q.items...)
+	return nil
 }
 
 // resumeOrdinary installs s on l. Call with c.mu held.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
@@ -71,6 +72,12 @@ type Subscription struct {
 	// did not are sent again (write-ahead reconciliation).
 	awaitHead uint64
 	awaiting  bool
+
+	// A TCP channel's position in the host's direction, what a reconnect
+	// tells the host (rpc.TCPResume): the bytes the TCPConn has taken
+	// and whether it took tcp/eof.
+	tcpRecv atomic.Uint64
+	tcpEOF  atomic.Bool
 }
 
 func (s *Subscription) parts() (*delivery.Inbound, *delivery.Stream) {
@@ -79,8 +86,9 @@ func (s *Subscription) parts() (*delivery.Inbound, *delivery.Stream) {
 	return s.in, s.out
 }
 
-// isTCP reports whether s is a TCP channel's, which a reconnect does not
-// keep (TCP resume is not implemented: the stream fails on a loss).
+// isTCP reports whether s is a TCP channel's: a reconnect resumes it by
+// byte offsets (rpc.TCPResume), its sent messages retained until
+// credited (outQueue.ret).
 func (s *Subscription) isTCP() bool { return strings.HasPrefix(s.Channel, "ahp-tcp:") }
 
 // maxOrdinaryQueue bounds messages queued for the consumer on an ordinary
@@ -108,6 +116,9 @@ func (c *Conn) subscribe(ctx context.Context, channel string, receive delivery.L
 	sub := &Subscription{c: c, Channel: channel, offer: receive}
 	sub.q.init()
 	sub.src = newOutQueue()
+	if sub.isTCP() && !c.opts.Ordinary {
+		sub.src.ret = &tcpadapter.Retained{}
+	}
 	params := rpc.SubscribeParams{Channel: channel}
 	if !c.opts.Ordinary {
 		offer := receive
@@ -239,11 +250,12 @@ func (s *Subscription) Send(ctx context.Context, text []byte) error {
 	return s.src.push(ctx, text, delivery.Measure(text), false, s.c.done, 0)
 }
 
-// sendSized is Send for a message whose exact size in UTF-16 bytes the
-// caller knows (tcp/data from its Encoder), built in a buffer from
-// adapters/tcp.Buffer that may be recycled once written.
-func (s *Subscription) sendSized(ctx context.Context, text []byte, size delivery.UTF16Bytes) error {
-	return s.src.push(ctx, text, size, true, s.c.done, 0)
+// sendTCP queues a tcp/data message (or with eof, tcp/eof) whose bytes
+// end at end and whose exact size in UTF-16 bytes the caller knows (from
+// its Encoder); recycle: built in a buffer from adapters/tcp.Buffer that
+// may go back once released.
+func (s *Subscription) sendTCP(ctx context.Context, text []byte, size delivery.UTF16Bytes, end tcpadapter.DecodedOffset, eof, recycle bool) error {
+	return s.src.pushItem(ctx, sizedText{text: text, size: size, recycle: recycle, end: end, eof: eof, tcp: true}, s.c.done)
 }
 
 // Dispatch sends dispatchAction with the next clientSeq and returns it.
@@ -398,6 +410,10 @@ type outQueue struct {
 	stream     *delivery.Stream
 	held       bool  // reconnecting: NextSized hands out nothing
 	closed     error // the subscription ended: push fails with it
+	// ret, on a TCP channel's queue, keeps the tcp/data and tcp/eof
+	// messages sent and not yet credited, to send again after a
+	// reconnect (at most the window plus one message).
+	ret *tcpadapter.Retained
 
 	wal       []walEntry // seq order
 	walBytes  int        // UTF-8 bytes in wal
@@ -430,9 +446,18 @@ type sizedText struct {
 	size    delivery.UTF16Bytes
 	recycle bool   // text's buffer may be reused once written
 	seq     uint64 // the clientSeq of a dispatchAction, else 0
+	// tcp: a tcp/data (or, eof, tcp/eof) message whose bytes end at end.
+	tcp bool
+	eof bool
+	end tcpadapter.DecodedOffset
 }
 
 func (q *outQueue) push(ctx context.Context, text []byte, size delivery.UTF16Bytes, recycle bool, done <-chan struct{}, seq uint64) error {
+	return q.pushItem(ctx, sizedText{text: text, size: size, recycle: recycle, seq: seq}, done)
+}
+
+func (q *outQueue) pushItem(ctx context.Context, it sizedText, done <-chan struct{}) error {
+	text, size, seq := it.text, it.size, it.seq
 	for {
 		q.mu.Lock()
 		if q.closed != nil {
@@ -441,7 +466,7 @@ func (q *outQueue) push(ctx context.Context, text []byte, size delivery.UTF16Byt
 			return err
 		}
 		if q.bytes == 0 || q.bytes+len(text) <= maxOutQueueBytes {
-			q.items = append(q.items, sizedText{text, size, recycle, seq})
+			q.items = append(q.items, it)
 			q.bytes += len(text)
 			if seq > 0 {
 				q.remember(walEntry{seq: seq, text: text, size: size})
@@ -552,6 +577,9 @@ func (q *outQueue) close(err error) {
 		q.closed = err
 	}
 	q.items, q.bytes, q.wal, q.walBytes = nil, 0, nil, 0
+	if q.ret != nil {
+		q.ret.Drop()
+	}
 	q.mu.Unlock()
 	select {
 	case q.space <- struct{}{}:
@@ -607,7 +635,15 @@ func (q *outQueue) NextSized() ([]byte, delivery.UTF16Bytes) {
 		}
 	}
 	q.recyclable = nil
-	if t.recycle {
+	switch {
+	case q.ret != nil && t.tcp:
+		// Retained until credited (its buffer goes back then).
+		if q.stream != nil {
+			sent, consumed, _ := q.stream.Window()
+			q.ret.Credit(consumed)
+			q.ret.Sent(t.text, t.size, sent, t.end, t.eof, t.recycle)
+		}
+	case t.recycle:
 		q.recyclable = t.text
 	}
 	select {
@@ -624,11 +660,15 @@ func (q *outQueue) NextSized() ([]byte, delivery.UTF16Bytes) {
 // before the request, so data the host sends under the new limits is
 // never taken for a violation. Errors: not windowed, offer smaller than
 // the limits in use, or the subscribe call's error.
+//
+// The re-subscribe goes on the link in use when Grow is called and fails
+// if that link is lost: a reconnect negotiates the limits afresh (counting
+// with offer on a new link's receive side would be too late).
 func (s *Subscription) Grow(ctx context.Context, offer delivery.Limits) error {
 	s.mu.Lock()
-	in, out, cur := s.in, s.out, s.ClientReceive
+	l, in, out, cur := s.link, s.in, s.out, s.ClientReceive
 	s.mu.Unlock()
-	if !s.Windowed || in == nil || out == nil {
+	if !s.Windowed || l == nil || in == nil || out == nil {
 		return errors.New("client: only a windowed subscription can grow its limits")
 	}
 	if offer.WindowBytes < cur.WindowBytes || offer.MaximumFrameBytes < cur.MaximumFrameBytes {
@@ -636,8 +676,8 @@ func (s *Subscription) Grow(ctx context.Context, offer delivery.Limits) error {
 	}
 	in.SetLimits(offer)
 	var res rpc.SubscribeResult
-	err := s.c.Call(ctx, rpc.MethodSubscribe, rpc.SubscribeParams{Channel: s.Channel,
-		FlowControl: &rpc.FlowControlOffer{Receive: &offer}}, &res)
+	err := s.c.callOn(ctx, l, rpc.MethodSubscribe, rpc.SubscribeParams{Channel: s.Channel,
+		FlowControl: &rpc.FlowControlOffer{Receive: &offer}}, &res, nil)
 	if err == nil && res.FlowControl == nil {
 		err = errors.New("client: the host answered a re-subscribe without flowControl")
 	}
@@ -646,6 +686,10 @@ func (s *Subscription) Grow(ctx context.Context, offer delivery.Limits) error {
 		return err
 	}
 	s.mu.Lock()
+	if s.link != l {
+		s.mu.Unlock()
+		return &lostCallError{method: rpc.MethodSubscribe, cause: errors.New("the transport ended")}
+	}
 	s.ClientReceive = res.FlowControl.ClientReceive
 	s.HostReceive = res.FlowControl.HostReceive
 	s.mu.Unlock()

@@ -47,6 +47,16 @@ const TCPCloseLinger = 5 * time.Second
 // from reading the remote socket after one window. Write blocks while the
 // host's window and the subscription's bounded send queue are full.
 //
+// When the Conn loses its transport and reconnects, the connection resumes
+// with it, no byte lost or duplicated either way: what was sent and not
+// yet credited by the host is kept (at most the window plus one message)
+// and sent again from where the host's reconnect result says it stopped,
+// and the host does the same (docs/protocol.md "reconnect"); Read and
+// Write wait meanwhile. A connection the host did not keep (offsets that
+// do not match) fails with an error matching ErrNotKept, and one whose
+// Conn gave up (past the host's grace) with the Conn's error
+// (ErrConnectionLost); either way its socket on the host is reset.
+//
 // One goroutine may read and another write at the same time; Close may be
 // called from any goroutine. Deadlines: only the read deadline is honoured.
 type TCPConn struct {
@@ -170,9 +180,13 @@ func (t *TCPConn) maybeGrow(e *tuneEpoch, consumed delivery.UTF16Bytes) {
 		tu.mu.Lock()
 		defer tu.mu.Unlock()
 		tu.growing = false
-		if err != nil {
+		var re *rpc.Error
+		if errors.As(err, &re) {
 			tu.max = tu.cur // the host would not: stop trying
 			return
+		}
+		if err != nil {
+			return // lost meanwhile: a later window may try again
 		}
 		in, out := t.sub.Limits()
 		tu.cur = in
@@ -348,6 +362,7 @@ func (t *TCPConn) take(m *Message, dst []byte) []byte {
 			return dst
 		}
 		t.recvOff += tcpadapter.DecodedOffset(len(out) - len(dst))
+		t.sub.tcpRecv.Store(uint64(t.recvOff))
 		if m.whole {
 			// Decoded: the text is not needed any more, only its credit.
 			raw := m.Raw
@@ -357,6 +372,9 @@ func (t *TCPConn) take(m *Message, dst []byte) []byte {
 		t.held = append(t.held, m)
 		return out
 	case rpc.MethodTCPEOF:
+		if t.rerr == nil {
+			t.sub.tcpEOF.Store(true)
+		}
 		t.rerr = io.EOF
 	case rpc.MethodTCPReset:
 		t.markReset()
@@ -464,7 +482,8 @@ func (t *TCPConn) Write(p []byte) (int, error) {
 		}
 		n = min(n, len(p))
 		text := t.enc.AppendData(tcpadapter.Buffer(t.enc.DataLen(t.sendOff, n)), t.sendOff, p[:n])
-		if err := t.sub.sendSized(t.ctx, text, t.enc.DataSize(len(text))); err != nil {
+		end := t.sendOff + tcpadapter.DecodedOffset(n)
+		if err := t.sub.sendTCP(t.ctx, text, t.enc.DataSize(len(text)), end, false, true); err != nil {
 			if t.isReset() {
 				return written, ErrTCPReset
 			}
@@ -546,7 +565,8 @@ func (t *TCPConn) CloseWrite() error {
 	if t.isReset() {
 		return ErrTCPReset
 	}
-	return t.sub.Send(t.ctx, t.enc.EOF(t.sendOff))
+	eof := t.enc.EOF(t.sendOff)
+	return t.sub.sendTCP(t.ctx, eof, delivery.Measure(eof), t.sendOff, true, false)
 }
 
 // Close ends the connection gracefully: tcp/eof if not sent yet, then,
@@ -592,23 +612,26 @@ func (t *TCPConn) isReset() bool {
 }
 
 // waitFlushed waits until the send queue is empty and the host has
-// credited everything sent, at most d.
+// credited everything sent, at most d; across a reconnect too (what the
+// host lacks is sent again once resumed).
 func (t *TCPConn) waitFlushed(d time.Duration) {
-	_, out := t.sub.parts()
-	if out == nil {
-		return
-	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
-		t.sub.src.mu.Lock()
-		queued := len(t.sub.src.items)
-		t.sub.src.mu.Unlock()
-		if queued == 0 && out.Idle() {
-			return
+		var changed <-chan struct{}
+		if _, out := t.sub.parts(); out != nil {
+			t.sub.src.mu.Lock()
+			queued := len(t.sub.src.items)
+			t.sub.src.mu.Unlock()
+			if queued == 0 && out.Idle() {
+				return
+			}
+			changed = out.Changed()
+		} else {
+			changed = t.c.resumedCh() // reconnecting
 		}
 		select {
-		case <-out.Changed():
+		case <-changed:
 		case <-timer.C:
 			return
 		case <-t.c.done:
@@ -617,6 +640,14 @@ func (t *TCPConn) waitFlushed(d time.Duration) {
 			return
 		}
 	}
+}
+
+// resumedCh returns a channel closed once the Conn has a link (at once
+// unless it is reconnecting).
+func (c *Conn) resumedCh() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ready
 }
 
 // LocalAddr returns 0.0.0.0:0 as a *net.TCPAddr (what SOCKS servers

@@ -57,8 +57,12 @@ type retained struct {
 	// (its window is not credited, so the program blocks once the window
 	// or the read-ahead is full), and its cursor says what the client had.
 	parked map[string]*subscription
-	timer  *time.Timer
-	unpace *time.Timer // ends the parked streams' pacing (parkedPacing)
+	// streams are its parked byte-stream channels (TCP: the socket stays
+	// open, nothing is read beyond the window): each is reclaimed by a
+	// reconnect that asks for it with its offsets, or abandoned (reset).
+	streams map[string]adapters.Resumable
+	timer   *time.Timer
+	unpace  *time.Timer // ends the parked streams' pacing (parkedPacing)
 }
 
 // retainedState is the server's retained clients.
@@ -122,11 +126,12 @@ func (s *Server) shouldRetain(c *conn) bool {
 // retain parks c's subscriptions for a reconnect: windowed ones to
 // journaled channels stay registered (their cursors are what the client
 // had), the others end now (ordinary ones recover by lastSeenServerSeq,
-// telemetry live, TCP not at all).
+// telemetry live); TCP channels are parked (adapters.Resumable) and
+// resume by byte offsets.
 func (s *Server) retain(c *conn) {
 	r := &retained{
 		clientID: c.id(), principal: c.principal, token: c.resumeToken, version: c.version,
-		lostAt: time.Now(), parked: map[string]*subscription{},
+		lostAt: time.Now(), parked: map[string]*subscription{}, streams: map[string]adapters.Resumable{},
 	}
 	c.mu.Lock()
 	subs := c.subs
@@ -137,6 +142,9 @@ func (s *Server) retain(c *conn) {
 			s.journal.Unlisten(sub.channel, sub) // nothing wakes a parked stream
 			r.parked[sub.channel] = sub
 			continue
+		}
+		if rs, ok := sub.ch.(adapters.Resumable); ok && sub.windowed() && rs.Park(sub) {
+			r.streams[sub.channel] = rs // its subscription ends; the channel waits
 		}
 		c.endSubscription(sub, false)
 	}
@@ -183,7 +191,7 @@ func (s *Server) retain(c *conn) {
 	for _, x := range dropped {
 		s.endRetained(x)
 	}
-	s.log.Info("client state kept for reconnect", "client", r.clientID, "grace", grace.String(), "subscriptions", len(subs), "parked", len(r.parked))
+	s.log.Info("client state kept for reconnect", "client", r.clientID, "grace", grace.String(), "subscriptions", len(subs), "parked", len(r.parked), "streams", len(r.streams))
 }
 
 // expire drops r, if it is still kept, once its grace has ended.
@@ -207,11 +215,21 @@ func (r *retained) stopTimers() {
 	r.unpace.Stop()
 }
 
-// end stops r's timers and ends its parked subscriptions.
+// end stops r's timers, ends its parked subscriptions and resets its
+// parked streams.
 func (r *retained) end() {
 	r.stopTimers()
 	for _, sub := range r.parked {
 		sub.c.endSubscription(sub, false)
+	}
+	r.abandonStreams("not resumed within the reconnect grace")
+}
+
+// abandonStreams resets the parked streams not reclaimed.
+func (r *retained) abandonStreams(why string) {
+	for uri, rs := range r.streams {
+		rs.Abandon(why)
+		delete(r.streams, uri)
 	}
 }
 
@@ -439,6 +457,19 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 		res.Windows = &rpc.ReconnectResultWindows{Items: []rpc.ReconnectResultItem{}}
 		for _, it := range p.Windows.Items {
 			uri := it.Channel
+			if rs := r.streams[uri]; rs != nil {
+				delete(r.streams, uri)
+				ch := rs.(adapters.Channel)
+				item, ok := c.reclaimStream(ch, rs, it, missing)
+				if !ok {
+					continue
+				}
+				recovered = append(recovered, uri+" "+item.Recovery)
+				res.Windows.Items = append(res.Windows.Items, item)
+				limits := item.FlowControl.ClientReceive
+				after = append(after, func() { c.startResumed(ch, limits, 0) })
+				continue
+			}
 			ch := s.channel(uri)
 			if ch == nil || !c.mayUse(ch) {
 				missing(uri, "no such channel")
@@ -483,5 +514,41 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 		for _, sub := range r.parked {
 			sub.c.endSubscription(sub, false)
 		}
+		r.abandonStreams("not asked for by the reconnect")
 	}, nil
+}
+
+// reclaimStream resumes a parked byte stream (TCP) for window item it:
+// limits negotiated again, the client's offsets given to the channel and
+// the host's returned in the result item (recovery "replay"). A client
+// that gives no offsets (it does not know the extension) or offsets that
+// do not match gets the channel reset and reported missing.
+func (c *conn) reclaimStream(ch adapters.Channel, rs adapters.Resumable, it rpc.ReconnectWindowItem, missing func(uri, why string)) (rpc.ReconnectResultItem, bool) {
+	uri := it.Channel
+	maxLimits := c.s.hostMax
+	if l := ch.Traits().Limits; l != nil {
+		maxLimits = *l
+	}
+	limits, err := delivery.Negotiate(uri, *it.FlowControl.Receive, maxLimits)
+	if err != nil {
+		rs.Abandon("reconnect: limits: " + err.Error())
+		missing(uri, "limits: "+err.Error())
+		return rpc.ReconnectResultItem{}, false
+	}
+	if it.TCP == nil {
+		rs.Abandon("reconnect without its offsets")
+		missing(uri, "no offsets (windows.items tcp) to resume the stream from")
+		return rpc.ReconnectResultItem{}, false
+	}
+	ours, err := rs.Reclaim(c.connID, *it.TCP)
+	if err != nil {
+		missing(uri, "cannot resume the stream: "+err.Error())
+		return rpc.ReconnectResultItem{}, false
+	}
+	return rpc.ReconnectResultItem{
+		Channel:     uri,
+		FlowControl: rpc.NegotiatedFlowControl{ClientReceive: limits, HostReceive: limits},
+		Recovery:    adapters.RecoverReplay.String(),
+		TCP:         &ours,
+	}, true
 }

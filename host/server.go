@@ -178,8 +178,8 @@ func (s *Server) ServeConnAs(ctx context.Context, mc transport.MessageConn, prin
 }
 
 // connEnded processes the end of c: its state is retained for a
-// reconnect (kept) or its subscriptions end; its TCP connections close
-// (not resumable yet).
+// reconnect (kept) or its subscriptions end; its TCP connections close,
+// except those parked for the reconnect (retain).
 func (s *Server) connEnded(c *conn) (kept bool) {
 	defer close(c.ended)
 	c.mu.Lock()

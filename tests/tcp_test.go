@@ -53,7 +53,9 @@ func tcpStartForward(t *testing.T, s *server, specs ...string) *tcpForward {
 	n := 0
 	for _, sp := range specs {
 		args = append(args, strings.Fields(sp)...)
-		n++
+		if strings.HasPrefix(sp, "-L") || strings.HasPrefix(sp, "-D") {
+			n++ // else another flag (--transport websocket)
+		}
 	}
 	p := start(t, args...)
 	var addrs []string

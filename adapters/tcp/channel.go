@@ -98,13 +98,13 @@ func (tb *Table) Channel(uri string) *Channel {
 	return nil
 }
 
-// CloseConn closes every TCP connection created on conn (it has ended:
-// TCP channels are not resumable yet).
+// CloseConn closes every TCP connection created on conn (it has ended),
+// except those parked for a reconnect (Park).
 func (tb *Table) CloseConn(conn adapters.ConnID, reason string) {
 	tb.mu.Lock()
 	var mine []*Channel
 	for _, tc := range tb.conns {
-		if tc.owner == conn {
+		if tc.ownedBy(conn) {
 			mine = append(mine, tc)
 		}
 	}
@@ -260,7 +260,6 @@ func (tb *Table) Open(ctx context.Context, conn adapters.ConnID, clientID string
 type Channel struct {
 	tb       *Table
 	id       string // the channel URI
-	owner    adapters.ConnID
 	clientID string
 	enc      *Encoder
 	log      hclog.Logger
@@ -274,8 +273,16 @@ type Channel struct {
 	wqWake    chan struct{} // 1-slot: the write queue has items
 
 	mu    sync.Mutex
+	owner adapters.ConnID     // the creating connection, or the one that resumed it
 	lease *time.Timer         // closes the connection if nobody subscribes
 	sub   adapters.Subscriber // the creator's windowed subscription
+	// parked: its connection was lost and the channel waits for a
+	// reconnect (Park, Reclaim, Abandon): the socket stays open, nothing
+	// is read from it, what was accepted is still written.
+	parked bool
+	// ret is what was sent to the client and not yet credited, for a
+	// resume (bounded by the window: Retained).
+	ret Retained
 	// Socket to client.
 	slots     []slot              // the next tcp/data messages, read but not yet pulled
 	slotBytes delivery.UTF16Bytes // their total size
@@ -299,10 +306,12 @@ type write struct {
 	release func()
 }
 
-// slot is one tcp/data message read ahead and its size.
+// slot is one tcp/data message read ahead (or sent before a reconnect,
+// to send again), its size and the offset past its bytes.
 type slot struct {
 	text []byte
 	size delivery.UTF16Bytes
+	end  DecodedOffset
 }
 
 // bufs recycles the buffers readLoop reads the socket into and those
@@ -316,7 +325,17 @@ func (tc *Channel) URI() string { return tc.id }
 // Traits implements adapters.Channel: windowed only, owned by the
 // creating connection, with the tcp block's limits.
 func (tc *Channel) Traits() adapters.Traits {
-	return adapters.Traits{Delivery: adapters.WindowedOnly, Owner: tc.owner, Limits: &tc.tb.cfg.Limits}
+	tc.mu.Lock()
+	owner := tc.owner
+	tc.mu.Unlock()
+	return adapters.Traits{Delivery: adapters.WindowedOnly, Owner: owner, Limits: &tc.tb.cfg.Limits}
+}
+
+// ownedBy reports whether conn owns tc and tc is not parked.
+func (tc *Channel) ownedBy(conn adapters.ConnID) bool {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	return tc.owner == conn && !tc.parked
 }
 
 // Snapshot implements adapters.Channel: a TCP channel's state is empty.
@@ -324,12 +343,89 @@ func (tc *Channel) Snapshot(fn func(rpc.Snapshot)) {
 	fn(rpc.Snapshot{Resource: tc.id, State: json.RawMessage(`{}`), FromSeq: tc.tb.cfg.Seq()})
 }
 
-// Recover implements adapters.Channel: not resumable yet (the socket is
-// closed with its connection).
+// Recover implements adapters.Channel: a TCP channel resumes only
+// through Park and Reclaim (by byte offsets), never by serverSeq.
 func (tc *Channel) Recover(uint64) adapters.Recovery { return adapters.RecoverNone }
 
-// Resume implements adapters.Channel; never called (RecoverNone).
-func (tc *Channel) Resume(sub adapters.Subscriber, _ uint64) delivery.Source { return tc.Source(sub) }
+// Resume implements adapters.Channel: the source of a channel Reclaim
+// took over: the messages to send again, then the socket's bytes; no
+// snapshot.
+func (tc *Channel) Resume(sub adapters.Subscriber, _ uint64) delivery.Source {
+	return &source{tc: tc, sub: sub}
+}
+
+// Park implements adapters.Resumable: sub's connection was lost and its
+// client may reconnect. The socket stays open; nothing more is read from
+// it (its reader waits for a subscription), what the client sent and the
+// host accepted is still written, and what was sent to the client and
+// not credited stays retained. false when tc cannot be kept (sub is not
+// its subscription, or it is closing): the caller ends sub as usual.
+func (tc *Channel) Park(sub adapters.Subscriber) bool {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if tc.sub != sub || sub == nil || tc.isClosed || tc.draining || tc.sock == nil {
+		return false
+	}
+	if st := sub.Stream(); st != nil {
+		_, consumed, _ := st.Window()
+		tc.ret.Credit(consumed)
+	}
+	tc.sub = nil
+	tc.parked = true
+	tc.log.Debug("TCP connection parked for a reconnect", "retained", tc.ret.Size(), "read", tc.readOff, "received", tc.recvOff)
+	return true
+}
+
+// Reclaim implements adapters.Resumable: conn takes a parked tc over for
+// a reconnect whose client has received peer of the host's direction.
+// It returns what the host has received of the client's (every byte of
+// which is, or will be, written to the socket). The retained messages
+// from peer.Received on go out again first, before what was read and not
+// yet sent; Resume's source sends them once subscribed. An error (not
+// parked, or offsets that do not match what was sent) resets the socket.
+func (tc *Channel) Reclaim(conn adapters.ConnID, peer rpc.TCPResume) (rpc.TCPResume, error) {
+	tc.mu.Lock()
+	if !tc.parked || tc.isClosed {
+		tc.mu.Unlock()
+		return rpc.TCPResume{}, errors.New("not kept")
+	}
+	again, err := tc.ret.Resend(DecodedOffset(peer.Received), peer.EOF)
+	if err != nil {
+		tc.mu.Unlock()
+		tc.abort("resume: "+err.Error(), false)
+		return rpc.TCPResume{}, err
+	}
+	slots := make([]slot, 0, len(again)+len(tc.slots))
+	var total delivery.UTF16Bytes
+	for _, m := range again {
+		if m.EOF {
+			tc.eofSent = false // NextSized sends it again after the data
+			continue
+		}
+		slots = append(slots, slot{text: m.Text, size: m.Size, end: m.End})
+		total += m.Size
+	}
+	tc.slots = append(slots, tc.slots...)
+	tc.slotBytes += total
+	tc.owner = conn
+	tc.parked = false
+	ours := rpc.TCPResume{Received: uint64(tc.recvOff), EOF: tc.eofRecv}
+	tc.mu.Unlock()
+	tc.log.Debug("TCP connection resumed", "resend", len(again), "resend_bytes", total, "from", peer.Received)
+	return ours, nil
+}
+
+// Abandon implements adapters.Resumable: a parked tc that was not
+// resumed (the grace ended, the client did not ask for it) is reset: its
+// destination must not take a cut stream for a complete one.
+func (tc *Channel) Abandon(reason string) {
+	tc.mu.Lock()
+	parked := tc.parked
+	tc.mu.Unlock()
+	if parked {
+		tc.abort(reason, false)
+	}
+}
 
 // Source implements adapters.Channel: channel/snapshot {} first, then the
 // socket's bytes and tcp/eof.
@@ -342,7 +438,7 @@ func (tc *Channel) Source(sub adapters.Subscriber) delivery.Source {
 // starts the socket; anybody else's is answered with tcp/reset (only the
 // creating client and transport may use a TCP channel).
 func (tc *Channel) Subscribe(sub adapters.Subscriber) {
-	if sub.Conn() != tc.owner || sub.Stream() == nil {
+	if !tc.ownedBy(sub.Conn()) || sub.Stream() == nil {
 		tc.log.Warn("subscription from another connection refused", "client", sub.ClientID())
 		sub.PushControl(tc.enc.Reset())
 		return
@@ -357,12 +453,15 @@ func (tc *Channel) Subscribe(sub adapters.Subscriber) {
 		lease.Stop()
 	}
 	signal(tc.wake)
+	// A resumed stream may hold messages to send again already; its
+	// first pulls came before it was tc's.
+	sub.Stream().Wake()
 }
 
 // Release implements adapters.Channel: unsubscribe before any subscribe
 // releases the socket at once (ahp.md §6b).
 func (tc *Channel) Release(conn adapters.ConnID) {
-	if tc.owner == conn {
+	if tc.ownedBy(conn) {
 		tc.close("unsubscribed")
 	}
 }
@@ -513,7 +612,7 @@ func (tc *Channel) readLoop() {
 				k := min(len(p), tc.enc.MaxPayload(o, lim.MaximumFrameBytes))
 				text := tc.enc.AppendData(Buffer(tc.enc.DataLen(o, k)), o, p[:k])
 				size := tc.enc.DataSize(len(text))
-				msgs = append(msgs, slot{text: text, size: size})
+				msgs = append(msgs, slot{text: text, size: size, end: o + DecodedOffset(k)})
 				total += size
 				o += DecodedOffset(k)
 				p = p[k:]
@@ -528,7 +627,7 @@ func (tc *Channel) readLoop() {
 			tc.slotBytes += total
 			tc.readOff += DecodedOffset(nr)
 			tc.mu.Unlock()
-			st.Wake()
+			tc.wakeStream()
 		}
 		if nr <= 0 {
 			bufs.Put(buf)
@@ -537,13 +636,25 @@ func (tc *Channel) readLoop() {
 			tc.mu.Lock()
 			tc.eofRead = true
 			tc.mu.Unlock()
-			st.Wake()
+			tc.wakeStream()
 			return
 		}
 		if err != nil {
 			tc.abort("socket read failed: "+err.Error(), true)
 			return
 		}
+	}
+}
+
+// wakeStream wakes the current subscription's stream, if any: a read
+// that began before a reconnect ends after it, under a new stream (a
+// parked channel has none: its resumed stream pulls when it starts).
+func (tc *Channel) wakeStream() {
+	tc.mu.Lock()
+	sub := tc.sub
+	tc.mu.Unlock()
+	if sub != nil {
+		sub.Stream().Wake()
 	}
 }
 
@@ -733,6 +844,7 @@ func (tc *Channel) end(reason string, reset, tell bool) {
 	wq := tc.wq
 	lease := tc.lease
 	tc.wq, tc.slots = nil, nil
+	tc.ret.Drop()
 	tc.mu.Unlock()
 	tc.closeOnce.Do(func() { close(tc.closed) })
 	if lease != nil {
@@ -789,25 +901,28 @@ func (src *source) NextSized() ([]byte, delivery.UTF16Bytes) {
 	if tc.sub != src.sub || tc.isClosed {
 		return nil, 0
 	}
-	if len(tc.slots) > 0 {
-		t := tc.slots[0]
-		tc.slots[0] = slot{}
-		tc.slots = tc.slots[1:]
-		tc.slotBytes -= t.size
-		signal(tc.wake)
-		return t.text, t.size
-	}
-	if tc.eofRead && !tc.eofSent {
+	if len(tc.slots) > 0 || tc.eofRead && !tc.eofSent {
+		// What was sent and not yet credited is retained for a resume;
+		// the credit seen so far releases the rest.
+		sent, consumed, _ := src.sub.Stream().Window()
+		tc.ret.Credit(consumed)
+		if len(tc.slots) > 0 {
+			t := tc.slots[0]
+			tc.slots[0] = slot{}
+			tc.slots = tc.slots[1:]
+			tc.slotBytes -= t.size
+			signal(tc.wake)
+			tc.ret.Sent(t.text, t.size, sent, t.end, false, true)
+			return t.text, t.size
+		}
 		tc.eofSent = true
 		eof := tc.enc.EOF(tc.readOff)
-		return eof, delivery.Measure(eof)
+		size := delivery.Measure(eof)
+		tc.ret.Sent(eof, size, sent, tc.readOff, true, false)
+		return eof, size
 	}
 	return nil, 0
 }
-
-// Recycle implements delivery.Recycler: tcp/data buffers go back to the
-// pool once written (the snapshot and tcp/eof are too small to keep).
-func (src *source) Recycle(text []byte) { Recycle(text) }
 
 // Next implements delivery.Source.
 func (src *source) Next() []byte {

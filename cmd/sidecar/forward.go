@@ -156,9 +156,13 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 			return // a log, not a status line: the attempt is announced once
 		}
 		if l := reconnectLine(st); l != "" {
-			// Forwarded connections open at the cut are reset (not
-			// resumed yet); new ones wait and open once resumed.
+			// Forwarded connections open at the cut resume (or are
+			// reset if the host could not keep them); new ones wait
+			// and open once resumed.
 			fmt.Fprintf(os.Stderr, "sidecar: %s\n", l)
+		}
+		if st.State == client.Resumed && len(st.Missing) > 0 {
+			fmt.Fprintf(os.Stderr, "sidecar: %d forwarded connection(s) could not be resumed: reset\n", len(st.Missing))
 		}
 	}
 	conn, err := cf.dial(ctx, url)

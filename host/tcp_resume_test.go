@@ -1,0 +1,127 @@
+package host_test
+
+import (
+	"errors"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sidecar-dev/sidecar/host"
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+// tcpParked opens a TCP channel for client c1, subscribes, lets the
+// destination send "hello" (read as tcp/data, never credited), cuts the
+// connection and returns the server, the resume token, the channel and
+// the destination's socket.
+func tcpParked(t *testing.T) (*host.Server, string, string, *net.TCPConn) {
+	t.Helper()
+	srv := newServer(t, nil)
+	hc := connect(t, srv)
+	init := hc.initialize("c1")
+	if init.Resume == nil {
+		t.Fatal("no resume token")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	uri := "ahp-tcp:/r"
+	hc.mustCall(rpc.MethodCreateTCPConnection, map[string]any{"channel": uri, "host": "127.0.0.1", "port": l.Addr().(*net.TCPAddr).Port})
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest := c.(*net.TCPConn)
+	t.Cleanup(func() { _ = dest.Close() })
+	_ = dest.SetDeadline(time.Now().Add(deadline))
+	hc.mustCall(rpc.MethodSubscribe, windowed(uri, 64<<10, 16<<10))
+	if _, err := io.WriteString(dest, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	hc.until("tcp/data", func(m *msg) bool { return m.Method == rpc.MethodTCPData })
+	hc.cut()
+	return srv, init.Resume.Token, uri, dest
+}
+
+// TestTCPResumeByOffsets: a TCP channel kept across a cut resumes by
+// byte offsets: the host says what it received of the client (0 here),
+// and sends again, first, its message from before the cut that holds
+// bytes the client lacks (it said it has 2 of the 5: the whole message
+// goes, from offset 0; the client drops its head); then new data.
+func TestTCPResumeByOffsets(t *testing.T) {
+	srv, token, uri, dest := tcpParked(t)
+	hc := connect(t, srv)
+	it := window(uri, 0)
+	it.TCP = &rpc.TCPResume{Received: 2}
+	m, res := hc.reconnect(resumeParams("c1", token, nil, it))
+	if m.Error != nil || len(res.Missing) != 0 || res.Windows == nil || len(res.Windows.Items) != 1 {
+		t.Fatalf("reconnect: %s", m.Raw)
+	}
+	got := res.Windows.Items[0]
+	if got.Recovery != rpc.RecoveryReplay || got.TCP == nil || got.TCP.Received != 0 || got.TCP.EOF {
+		t.Fatalf("result item %+v, want replay with tcp {received 0}", got)
+	}
+	again, _ := hc.until("tcp/data again", func(m *msg) bool { return m.Method == rpc.MethodTCPData || m.Method == rpc.MethodChannelSnapshot })
+	if !strings.Contains(again.Raw, `"offset":0,"data":"aGVsbG8="`) {
+		t.Fatalf("first data message after the resume: %s", again.Raw)
+	}
+	if _, err := io.WriteString(dest, "world"); err != nil {
+		t.Fatal(err)
+	}
+	next, _ := hc.until("new tcp/data", func(m *msg) bool { return m.Method == rpc.MethodTCPData })
+	if !strings.Contains(next.Raw, `"offset":5,"data":"d29ybGQ="`) {
+		t.Fatalf("new data after the resume: %s", next.Raw)
+	}
+	// The client's direction goes on too.
+	hc.send(`{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":"` + uri + `","offset":0,"data":"aGk="}}`)
+	b := make([]byte, 2)
+	if _, err := io.ReadFull(dest, b); err != nil || string(b) != "hi" {
+		t.Fatalf("destination read %q, %v", b, err)
+	}
+}
+
+// TestTCPResumeRefused: a TCP channel asked for without offsets, or with
+// offsets that cannot be true, is listed in missing and its socket reset
+// (the destination sees ECONNRESET, never an end of stream); one not
+// asked for at all is reset too.
+func TestTCPResumeRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tcp  *rpc.TCPResume
+		ask  bool
+	}{
+		{"no offsets", nil, true},
+		{"bytes never sent", &rpc.TCPResume{Received: 6}, true},
+		{"an eof never sent", &rpc.TCPResume{Received: 5, EOF: true}, true},
+		{"not asked for", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, token, uri, dest := tcpParked(t)
+			hc := connect(t, srv)
+			p := resumeParams("c1", token, nil)
+			if tc.ask {
+				it := window(uri, 0)
+				it.TCP = tc.tcp
+				p = resumeParams("c1", token, nil, it)
+			}
+			m, res := hc.reconnect(p)
+			if m.Error != nil {
+				t.Fatalf("reconnect: %s", m.Raw)
+			}
+			if tc.ask && !slices.Contains(res.Missing, uri) {
+				t.Fatalf("missing %v, want %s", res.Missing, uri)
+			}
+			b := make([]byte, 16)
+			n, err := dest.Read(b)
+			if !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("the destination read %q, %v; want a reset", b[:n], err)
+			}
+		})
+	}
+}
