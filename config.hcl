@@ -115,6 +115,12 @@ delivery {
   # Largest logical message, once its fragments are put together (16 MiB). Bigger
   # inbound messages are refused.
   max_message_bytes = 16777216
+  # Partial messages (channel/frame fragments of messages not finished yet) one client
+  # connection may hold in all, across its subscriptions (16 MiB: one message of the
+  # largest size at a time, or several smaller ones). A fragment beyond it closes the
+  # connection (1002, logged). At least max_message_bytes. Memory: the UTF-8 held is at
+  # most 3/2 of it.
+  max_partial_bytes = 16777216
 
   # Emit frames the sidecar keeps in flight on the transport per client. Below 256,
   # where a transport-io peer closes the session as WT_PEER_TOO_SLOW; small keeps

@@ -133,6 +133,7 @@ type Delivery struct {
 	WindowBytes       int64 // windowBytes the host offers: outstanding data before waiting for credit
 	MaximumFrameBytes int64 // maximumFrameBytes: largest data message or channel/frame fragment (>= 1024)
 	MaxMessageBytes   int64 // largest logical message (a reassembled fragmented one) the host accepts, measured as UTF-16 like every size here (its UTF-8 may be 3/2 as many bytes)
+	MaxPartialBytes   int64 // partial (unfinished) fragmented messages one connection may hold across its subscriptions; beyond it the connection is closed (1002). At least MaxMessageBytes
 
 	TransportQueueFrames   int // emit frames in flight on the transport (< 256, the peer's WT_PEER_TOO_SLOW limit)
 	OrdinaryQueueMessages  int // queued messages of a client's ordinary subscriptions (one FIFO) before its backlog collapses to channel/gap
@@ -299,6 +300,7 @@ func (c *Config) schema() []section {
 			{"window_bytes", &c.Delivery.WindowBytes},
 			{"maximum_frame_bytes", &c.Delivery.MaximumFrameBytes},
 			{"max_message_bytes", &c.Delivery.MaxMessageBytes},
+			{"max_partial_bytes", &c.Delivery.MaxPartialBytes},
 			{"transport_queue_frames", &c.Delivery.TransportQueueFrames},
 			{"ordinary_queue_messages", &c.Delivery.OrdinaryQueueMessages},
 			{"protected_queue_messages", &c.Delivery.ProtectedQueueMessages},
@@ -540,7 +542,8 @@ func validPort(port string) bool {
 
 // Validate checks the values: durations and sizes greater than zero,
 // delivery.maximum_frame_bytes in [MinMaximumFrameBytes, MaxMaximumFrameBytes],
-// delivery.transport_queue_frames at most MaxTransportQueueFrames, listener.address a
+// delivery.transport_queue_frames at most MaxTransportQueueFrames,
+// delivery.max_partial_bytes at least delivery.max_message_bytes, listener.address a
 // host:port, listener.origins "scheme://host[:port]", tcp.allow entries CIDRs or IPs,
 // log.level one of trace/debug/info/warn/error, log.format auto/text/json, tls.cert_file
 // and tls.key_file both set or both empty, auth.token and auth.token_file not both set,
@@ -637,6 +640,10 @@ func (c *Config) Validate() error {
 	v.positive("delivery.window_bytes", d.WindowBytes, "UTF-16 bytes")
 	v.frameBytes("delivery.maximum_frame_bytes", d.MaximumFrameBytes)
 	v.positive("delivery.max_message_bytes", d.MaxMessageBytes, "UTF-16 bytes")
+	if d.MaxPartialBytes < d.MaxMessageBytes {
+		v.bad("delivery.max_partial_bytes", "must be at least max_message_bytes (%d UTF-16 bytes), or the largest message allowed could never be received, got %d",
+			d.MaxMessageBytes, d.MaxPartialBytes)
+	}
 	if d.TransportQueueFrames > MaxTransportQueueFrames {
 		v.bad("delivery.transport_queue_frames", "must be at most %d (a transport-io peer closes the session at 256 pending frames), got %d",
 			MaxTransportQueueFrames, d.TransportQueueFrames)

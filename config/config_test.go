@@ -54,7 +54,7 @@ func TestDefault(t *testing.T) {
 		TCP: TCP{Allow: []string{"127.0.0.0/8", "::1/128"}, MaxPerClient: 256, MaxTotal: 1024,
 			DialTimeout: 10 * time.Second, WindowBytes: 4 << 20, MaximumFrameBytes: 512 << 10},
 		Telemetry: Telemetry{Interval: time.Second},
-		Delivery: Delivery{WindowBytes: 262144, MaximumFrameBytes: 16384, MaxMessageBytes: 16 << 20,
+		Delivery: Delivery{WindowBytes: 262144, MaximumFrameBytes: 16384, MaxMessageBytes: 16 << 20, MaxPartialBytes: 16 << 20,
 			TransportQueueFrames: 32, OrdinaryQueueMessages: 1024, ProtectedQueueMessages: 256,
 			MaxConcurrentRequests: 16, MaxSubscriptions: 256},
 		Journal: Journal{MaxBytes: 8 << 20, MaxAge: 2 * time.Hour, ReconnectGrace: 2 * time.Hour},
@@ -151,6 +151,7 @@ delivery {
   window_bytes = 512
   maximum_frame_bytes = 1024
   max_message_bytes = 4096
+  max_partial_bytes = 8192
   transport_queue_frames = 8
   ordinary_queue_messages = 9
   protected_queue_messages = 10
@@ -184,7 +185,7 @@ func TestLoadOverridesEverything(t *testing.T) {
 		TCP: TCP{Allow: []string{"10.0.0.0/8", "192.168.1.7"}, MaxPerClient: 4, MaxTotal: 5,
 			DialTimeout: 1500 * time.Millisecond, WindowBytes: 2048, MaximumFrameBytes: 1025},
 		Telemetry: Telemetry{Interval: 250 * time.Millisecond},
-		Delivery: Delivery{WindowBytes: 512, MaximumFrameBytes: 1024, MaxMessageBytes: 4096,
+		Delivery: Delivery{WindowBytes: 512, MaximumFrameBytes: 1024, MaxMessageBytes: 4096, MaxPartialBytes: 8192,
 			TransportQueueFrames: 8, OrdinaryQueueMessages: 9, ProtectedQueueMessages: 10,
 			MaxConcurrentRequests: 11, MaxSubscriptions: 12},
 		Journal: Journal{MaxBytes: 1000, MaxAge: time.Hour, ReconnectGrace: 30 * time.Second},
@@ -253,6 +254,8 @@ func TestLoadErrors(t *testing.T) {
 			[]string{`var\.hcl:1:13: Variables not allowed`}},
 		{"semantic", "frame.hcl", "delivery {\n\n  maximum_frame_bytes = 100\n}\n",
 			[]string{`frame\.hcl:3:25: Invalid delivery\.maximum_frame_bytes: must be from 1024 to 524288 UTF-16 bytes .*got 100`}},
+		{"partial under message", "partial.hcl", "delivery {\n  max_partial_bytes = 1000\n}\n",
+			[]string{`partial\.hcl:2:23: Invalid delivery\.max_partial_bytes: must be at least max_message_bytes \(16777216 UTF-16 bytes\).*got 1000`}},
 		{"zero duration", "zero.hcl", "journal {\n  max_age = \"0s\"\n}\n",
 			[]string{`zero\.hcl:2:13: Invalid journal\.max_age: must be a duration greater than 0`}},
 		{"tls half", "tls.hcl", "tls {\n  key_file = \"k.pem\"\n}\n",

@@ -76,6 +76,7 @@ func newConn(s *Server, mc transport.MessageConn) *conn {
 		OrdinaryMessages:  s.cfg.Delivery.OrdinaryQueueMessages,
 		Quantum:           delivery.UTF16Bytes(s.cfg.Delivery.MaximumFrameBytes),
 		WriterReleases:    transport.WriteReleases(mc),
+		PartialBytes:      delivery.UTF16Bytes(s.cfg.Delivery.MaxPartialBytes),
 	})
 	return c
 }
