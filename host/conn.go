@@ -17,6 +17,7 @@ import (
 	"github.com/sidecar-dev/sidecar/adapters"
 	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/internal/lograte"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
 )
@@ -39,6 +40,8 @@ type conn struct {
 
 	// slow bounds requests running beside the reader (dials).
 	slow chan struct{}
+	// bad rate-limits the log lines of refused input (logBad).
+	bad lograte.Limiter[badKind]
 
 	// principal is who authenticated the transport (ServeConnAs), which a
 	// reconnect must match.
@@ -116,6 +119,7 @@ func (c *conn) serve(parent context.Context) error {
 	c.close(transport.CloseNormal, "")
 	_ = rc.Close()
 	werr := <-writerDone
+	c.flushBadLog()
 	args := []any{"reason", endReason(c.closeErr, c.readErr.Load())}
 	if werr != nil && !errors.Is(werr, delivery.ErrClosed) && !errors.Is(werr, context.Canceled) {
 		args = append(args, "writer", werr)
@@ -267,7 +271,7 @@ func (o *objectStream) ReadObject(v any) error {
 		// its usual form: read in place, no header, no allocation.
 		if ch, consumed, ok := rpc.ParseCredit(raw); ok {
 			if !c.isInitialized() {
-				c.log.Warn("notification before initialize ignored", "method", rpc.MethodChannelCredit)
+				c.logBad(hclog.Warn, "notification before initialize ignored", "method", rpc.MethodChannelCredit)
 				continue
 			}
 			if err := credit(c, c.subscriptionOf(ch), consumed, ch); err != nil {
@@ -278,7 +282,7 @@ func (o *objectStream) ReadObject(v any) error {
 		}
 		h, perr := rpc.ParseHeader(raw)
 		if perr != nil {
-			c.log.Warn("bad message", "client", c.id(), "code", perr.Code, "error", perr.Message)
+			c.logBad(hclog.Warn, "bad message", "code", perr.Code, "error", peerText(perr.Message))
 			if !c.awaitResponseRoom() {
 				return io.EOF
 			}
@@ -326,7 +330,7 @@ func (o *objectStream) Close() error {
 // violation that closes the connection.
 func (c *conn) notification(h *rpc.Header, raw []byte) error {
 	if !c.isInitialized() {
-		c.log.Warn("notification before initialize ignored", "method", h.Method)
+		c.logBad(hclog.Warn, "notification before initialize ignored", "method", peerText(h.Method))
 		return nil
 	}
 	sub := c.subscription(h.Channel)
@@ -334,7 +338,7 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 	case rpc.MethodChannelCredit: // in a form other than ReadObject's fast path's
 		var p rpc.ChannelCreditParams
 		if e := rpc.DecodeParams(h.Params, &p); e != nil {
-			c.log.Warn("bad channel/credit", "client", c.id(), "error", e.Message)
+			c.logBad(hclog.Warn, "bad channel/credit", "error", peerText(e.Message))
 			return nil
 		}
 		return credit(c, sub, p.ConsumedBytes, h.Channel)
@@ -351,7 +355,7 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 			sub.ch.Control(sub, h)
 			return nil
 		}
-		c.log.Debug("control message without a subscription", "method", h.Method, "channel", h.Channel)
+		c.log.Debug("control message without a subscription", "method", peerText(h.Method), "channel", peerText(h.Channel))
 		return nil
 	}
 	// A data message. On a windowed subscription it counts (seed 000).
@@ -401,7 +405,7 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 	}
 	if ch == nil {
 		// Usually input racing a disposeTerminal: harmless.
-		c.log.Debug("data message for a channel without a subscription ignored", "method", h.Method, "channel", h.Channel)
+		c.log.Debug("data message for a channel without a subscription ignored", "method", peerText(h.Method), "channel", peerText(h.Channel))
 		release()
 		return nil
 	}
@@ -415,7 +419,7 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 // returned error is a violation that closes the connection.
 func credit[T ~string | ~[]byte](c *conn, sub *subscription, consumed delivery.UTF16Bytes, channel T) error {
 	if sub == nil || !sub.windowed() {
-		c.log.Debug("credit for a channel without a windowed subscription", "channel", string(channel))
+		c.log.Debug("credit for a channel without a windowed subscription", "channel", peerText(string(channel)))
 		return nil
 	}
 	return sub.out.Credit(consumed)
@@ -468,7 +472,7 @@ func (c *conn) Handle(ctx context.Context, rc *jsonrpc2.Conn, req *jsonrpc2.Requ
 	result, after, e := c.request(req.Method, params)
 	if e != nil {
 		if e.Code != rpc.CodeMethodNotFound && e.Code != rpc.CodeUnsupportedProtocolVersion && req.Method != rpc.MethodCreateTCPConnection {
-			c.log.Info("request failed", "client", c.id(), "method", req.Method, "code", e.Code, "error", e.Message)
+			c.logBad(hclog.Info, "request failed", "method", peerText(req.Method), "code", e.Code, "error", peerText(e.Message))
 		}
 		c.reply(id, e)
 	} else if err := rc.Reply(ctx, req.ID, result); err != nil {
@@ -519,8 +523,8 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 	if len(p.ProtocolVersions) == 0 {
 		return nil, nil, rpc.Missing("protocolVersions")
 	}
-	if p.ClientID == "" {
-		return nil, nil, rpc.Missing("clientId")
+	if e := rpc.CheckClientID("clientId", p.ClientID); e != nil {
+		return nil, nil, e
 	}
 	if c.isInitialized() {
 		return nil, nil, rpc.Errorf(rpc.CodeInvalidRequest, "already initialized")
@@ -528,10 +532,11 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 	version := pickVersion(p.ProtocolVersions)
 	if version == "" {
 		data, _ := json.Marshal(rpc.UnsupportedVersionData{SupportedVersions: SupportedVersions})
+		offered := strings.Join(p.ProtocolVersions, ", ")
 		e := &rpc.Error{Code: rpc.CodeUnsupportedProtocolVersion,
-			Message: fmt.Sprintf("unsupported protocol version: offered %s, host supports %s", strings.Join(p.ProtocolVersions, ", "), strings.Join(SupportedVersions, ", ")),
+			Message: fmt.Sprintf("unsupported protocol version: offered %s, host supports %s", peerText(offered), strings.Join(SupportedVersions, ", ")),
 			Data:    data}
-		c.log.Warn("no common protocol version, closing", "offered", p.ProtocolVersions)
+		c.log.Warn("no common protocol version, closing", "offered", peerText(offered))
 		return nil, func() { c.sched.CloseWhenFlushed(errVersionMismatch) }, e
 	}
 	c.mu.Lock()
@@ -546,7 +551,7 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 	if p.ClientInfo != nil {
 		name = strings.TrimSpace(p.ClientInfo.Name + " " + p.ClientInfo.Version)
 	}
-	c.log.Info("client initialized", "client", p.ClientID, "version", version, "client_name", name)
+	c.log.Info("client initialized", "client", p.ClientID, "version", version, "client_name", peerText(name))
 
 	res := rpc.InitializeResult{
 		ProtocolVersion:  version,
@@ -646,7 +651,7 @@ func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
 			// positive values): a client error, not a decline.
 			return nil, nil, rpc.Errorf(rpc.CodeInvalidParams, "invalid params: flowControl.receive: %v", p.FlowControl.Receive.Validate())
 		case errors.Is(err, delivery.ErrDecline):
-			c.log.Info("windowed delivery declined, using ordinary delivery", "channel", p.Channel, "reason", err)
+			c.log.Info("windowed delivery declined, using ordinary delivery", "channel", peerText(p.Channel), "reason", peerText(err.Error()))
 		default:
 			return nil, nil, rpc.Errorf(rpc.CodeInvalidParams, "invalid params: flowControl.receive: %v", err)
 		}

@@ -83,3 +83,101 @@ func TestPartialMessagesBounded(t *testing.T) {
 		t.Errorf("no log line for the violation:\n%s", logs.String())
 	}
 }
+
+// TestClientIDBounded (issue 16 case 3): a 1,000,000-character clientId
+// is refused with -32602 (it was accepted and repeated in every log
+// line: with 200 one-byte bad messages, 202 MB of log in 0.26 s), on
+// initialize and on reconnect; 256 bytes are accepted. 200 bad messages
+// from one connection are each answered, and logged at a bounded rate:
+// each kind once in full, the rest counted ("more like it", count), in
+// a bounded amount of log.
+func TestClientIDBounded(t *testing.T) {
+	t.Parallel()
+	srv, logs := newLoggingServer(t, hclog.Info, nil)
+	hc := connect(t, srv)
+	huge := strings.Repeat("c", 1000000)
+	e := hc.callErr(rpc.MethodInitialize, rpc.InitializeParams{Channel: rpc.RootChannel, ProtocolVersions: []string{"0.5.0"}, ClientID: huge}, rpc.CodeInvalidParams)
+	if want := `invalid params: "clientId" must be 1-256 bytes without control characters (got 1000000 bytes)`; e.Message != want {
+		t.Errorf("initialize: %q, want %q", e.Message, want)
+	}
+	e = hc.callErr(rpc.MethodReconnect, rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: huge, ResumeToken: "x"}, rpc.CodeInvalidParams)
+	if want := `invalid params: "clientId" must be 1-256 bytes without control characters (got 1000000 bytes)`; e.Message != want {
+		t.Errorf("reconnect: %q, want %q", e.Message, want)
+	}
+	const bad = 200
+	for range bad {
+		hc.send("x")
+	}
+	for i := range bad {
+		m, err := hc.read()
+		if err != nil {
+			t.Fatalf("answer %d: %v", i+1, err)
+		}
+		if m.Error == nil || m.Error.Code != rpc.CodeParseError || string(m.ID) != "null" {
+			t.Fatalf("answer %d: %s, want -32700 with id null", i+1, m.Raw)
+		}
+	}
+	hc.leave() // the counts not logged yet are logged at the end
+	ok := connect(t, srv)
+	ok.initialize(strings.Repeat("a", rpc.MaxClientIDBytes))
+
+	full, counted := 0, 0
+	for line := range strings.Lines(logs.String()) {
+		if len(line) > 600 {
+			t.Errorf("a log line of %d bytes: %.200s…", len(line), line)
+		}
+		switch {
+		case strings.Contains(line, "bad message: more like it:"):
+			var n int
+			if _, err := fmt.Sscanf(line[strings.Index(line, "count=")+len("count="):], "%d", &n); err != nil {
+				t.Fatalf("no count in %q", line)
+			}
+			counted += n
+		case strings.Contains(line, "bad message:"):
+			full++
+		}
+	}
+	if full+counted != bad || full > 3 {
+		t.Errorf("bad messages logged: %d in full, %d counted; want %d in all, at most 3 in full (one a second)", full, counted, bad)
+	}
+	if n := logs.Len(); n > 2048 {
+		t.Errorf("%d bytes of log, want at most 2048:\n%s", n, logs.String())
+	}
+}
+
+// TestNamesBounded (issue 16 case 3): terminal ids, names, claim
+// clientIds and titles a client sets are bounded: -32602 with the limit,
+// or the action rejected.
+func TestNamesBounded(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	hc := connect(t, srv)
+	hc.initialize("names")
+	long := func(n int) string { return strings.Repeat("n", n) }
+	for _, c := range []struct {
+		params rpc.CreateTerminalParams
+		want   string
+	}{
+		{rpc.CreateTerminalParams{Channel: "ahp-terminal:/" + long(257)}, `invalid params: "channel" must be ahp-terminal:/<id> (id of 1-256 characters without spaces)`},
+		{rpc.CreateTerminalParams{Channel: "ahp-terminal:/n1", Name: long(1025)}, `invalid params: "name" must be at most 1024 bytes (got 1025)`},
+		{rpc.CreateTerminalParams{Channel: "ahp-terminal:/n2", Claim: &rpc.Claim{Kind: "client", ClientID: long(257)}}, `invalid params: "claim.clientId" must be 1-256 bytes without control characters (got 257 bytes)`},
+	} {
+		if e := hc.callErr(rpc.MethodCreateTerminal, c.params, rpc.CodeInvalidParams); e.Message != c.want {
+			t.Errorf("createTerminal: %q, want %q", e.Message, c.want)
+		}
+	}
+	ch := "ahp-terminal:/n3"
+	hc.mustCall(rpc.MethodCreateTerminal, rpc.CreateTerminalParams{Channel: ch, Name: long(1024), Command: []string{"sleep", "300"}})
+	hc.watch(ch)
+	hc.send(`{"jsonrpc":"2.0","method":"dispatchAction","params":{"channel":"` + ch + `","clientSeq":1,"action":{"type":"terminal/titleChanged","title":"` + long(1025) + `"}}}`)
+	m, _ := hc.until("echo of titleChanged", func(m *msg) bool {
+		typ, _, env := m.action()
+		return typ == rpc.ActionTerminalTitle && env.Origin != nil && env.Origin.ClientSeq == 1
+	})
+	if _, _, env := m.action(); env.RejectionReason != "terminal/titleChanged title must be at most 1024 bytes (got 1025)" {
+		t.Errorf("title of 1025 bytes: rejectionReason %q", env.RejectionReason)
+	}
+	if r := hc.claim(ch, long(257), 2); r != `terminal/claimed: "claim.clientId" must be 1-256 bytes without control characters (got 257 bytes)` {
+		t.Errorf("claim for a clientId of 257 bytes: rejectionReason %q", r)
+	}
+}

@@ -3,6 +3,7 @@ package host
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/url"
 	"os"
@@ -34,6 +35,9 @@ func (c *conn) createTerminal(params json.RawMessage) (any, *rpc.Error) {
 	if !ok || id == "" || len(id) > pty.MaxTerminalID || strings.ContainsAny(id, " \t\r\n") {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "channel" must be ahp-terminal:/<id> (id of 1-%d characters without spaces)`, pty.MaxTerminalID)
 	}
+	if len(p.Name) > rpc.MaxNameBytes {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "name" must be at most %d bytes (got %d)`, rpc.MaxNameBytes, len(p.Name))
+	}
 	cols, rows := p.Cols, p.Rows
 	if cols == 0 {
 		cols = 80
@@ -59,6 +63,11 @@ func (c *conn) createTerminal(params json.RawMessage) (any, *rpc.Error) {
 	if p.Claim != nil {
 		if p.Claim.Kind != "client" && p.Claim.Kind != "session" {
 			return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "claim.kind" must be "client" or "session"`)
+		}
+		if p.Claim.Kind == "client" {
+			if e := rpc.CheckClientID("claim.clientId", p.Claim.ClientID); e != nil {
+				return nil, e
+			}
 		}
 		claim = *p.Claim
 	}
@@ -154,7 +163,7 @@ func (c *conn) createTerminal(params json.RawMessage) (any, *rpc.Error) {
 		_ = proc.Kill(pty.KillGrace)
 		return nil, rpc.Errorf(rpc.CodeInternalError, "server is shutting down")
 	}
-	log.Info("terminal created", "client", c.id(), "pid", proc.Pid(), "command", p.Command)
+	log.Info("terminal created", "client", c.id(), "pid", proc.Pid(), "command", peerText(fmt.Sprintf("%q", p.Command)))
 	t.Start()
 	return nil, nil
 }
