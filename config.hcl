@@ -135,7 +135,11 @@ delivery {
   # closed. Credit and gap notices, also never dropped, are queued apart (at most one
   # waiting per channel) and do not count.
   protected_queue_messages = 256
-  # JSON-RPC requests one client may have in progress; more get error -32050 Overloaded.
+  # JSON-RPC requests one connection may have in progress: run one at a time in arrival
+  # order, plus createTcpConnection dials running beside them. One more is answered at once
+  # with error -32050 Overloaded, data {kind: "overloaded", retryable: true, capacity: 16},
+  # never queued; clients retry with backoff. channel/credit and tcp/reset never wait for
+  # requests. Less than protected_queue_messages (each keeps room there for its answer).
   max_concurrent_requests = 16
   # Subscriptions one client may hold.
   max_subscriptions = 256

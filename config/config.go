@@ -138,7 +138,7 @@ type Delivery struct {
 	TransportQueueFrames   int // emit frames in flight on the transport (< 256, the peer's WT_PEER_TOO_SLOW limit)
 	OrdinaryQueueMessages  int // queued messages of a client's ordinary subscriptions (one FIFO) before its backlog collapses to channel/gap
 	ProtectedQueueMessages int // queued responses per client before the client is closed as too slow (credit and gaps are queued apart)
-	MaxConcurrentRequests  int // JSON-RPC requests one client may have in progress (more get -32050 Overloaded)
+	MaxConcurrentRequests  int // JSON-RPC requests one connection may have in progress, queued or running (more get -32050 Overloaded at once); less than ProtectedQueueMessages
 	MaxSubscriptions       int // subscriptions per client
 }
 
@@ -653,6 +653,10 @@ func (c *Config) Validate() error {
 	v.positive("delivery.ordinary_queue_messages", int64(d.OrdinaryQueueMessages), "messages")
 	v.positive("delivery.protected_queue_messages", int64(d.ProtectedQueueMessages), "messages")
 	v.positive("delivery.max_concurrent_requests", int64(d.MaxConcurrentRequests), "requests")
+	if d.MaxConcurrentRequests >= d.ProtectedQueueMessages && d.ProtectedQueueMessages > 0 {
+		v.bad("delivery.max_concurrent_requests", "must be less than protected_queue_messages (%d): each request in progress keeps room there for its answer, got %d",
+			d.ProtectedQueueMessages, d.MaxConcurrentRequests)
+	}
 	v.positive("delivery.max_subscriptions", int64(d.MaxSubscriptions), "subscriptions")
 
 	// journal

@@ -155,7 +155,7 @@ delivery {
   transport_queue_frames = 8
   ordinary_queue_messages = 9
   protected_queue_messages = 10
-  max_concurrent_requests = 11
+  max_concurrent_requests = 9
   max_subscriptions = 12
 }
 journal {
@@ -187,7 +187,7 @@ func TestLoadOverridesEverything(t *testing.T) {
 		Telemetry: Telemetry{Interval: 250 * time.Millisecond},
 		Delivery: Delivery{WindowBytes: 512, MaximumFrameBytes: 1024, MaxMessageBytes: 4096, MaxPartialBytes: 8192,
 			TransportQueueFrames: 8, OrdinaryQueueMessages: 9, ProtectedQueueMessages: 10,
-			MaxConcurrentRequests: 11, MaxSubscriptions: 12},
+			MaxConcurrentRequests: 9, MaxSubscriptions: 12},
 		Journal: Journal{MaxBytes: 1000, MaxAge: time.Hour, ReconnectGrace: 30 * time.Second},
 		Log:     Log{Level: "debug", Format: "json"},
 	}
@@ -256,6 +256,8 @@ func TestLoadErrors(t *testing.T) {
 			[]string{`frame\.hcl:3:25: Invalid delivery\.maximum_frame_bytes: must be from 1024 to 524288 UTF-16 bytes .*got 100`}},
 		{"partial under message", "partial.hcl", "delivery {\n  max_partial_bytes = 1000\n}\n",
 			[]string{`partial\.hcl:2:23: Invalid delivery\.max_partial_bytes: must be at least max_message_bytes \(16777216 UTF-16 bytes\).*got 1000`}},
+		{"requests over the protected queue", "requests.hcl", "delivery {\n  max_concurrent_requests = 256\n}\n",
+			[]string{`requests\.hcl:2:29: Invalid delivery\.max_concurrent_requests: must be less than protected_queue_messages \(256\).*got 256`}},
 		{"zero duration", "zero.hcl", "journal {\n  max_age = \"0s\"\n}\n",
 			[]string{`zero\.hcl:2:13: Invalid journal\.max_age: must be a duration greater than 0`}},
 		{"tls half", "tls.hcl", "tls {\n  key_file = \"k.pem\"\n}\n",

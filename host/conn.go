@@ -38,8 +38,25 @@ type conn struct {
 	closeErr  error
 	readErr   atomic.Pointer[error] // the first ReadMessage error: how the client's side ended
 
-	// slow bounds requests running beside the reader (dials).
-	slow chan struct{}
+	// lane runs the connection's requests one at a time in arrival order,
+	// and the data notifications that arrive while requests are queued
+	// or running (after them, in order); credit and tcp/reset never wait
+	// for it (host/lane.go).
+	lane chan laneItem
+	// laneLen counts items sent to lane and not yet done; only the reader
+	// adds to it, so once it reads 0 the lane stays idle until it sends.
+	laneLen atomic.Int64
+	// inProgress counts requests admitted and not yet done: queued or
+	// running in the lane, or dialling beside it. At most maxInProgress;
+	// beyond it a request is answered Overloaded at once. A request
+	// leaves it just before its answer is queued, so a client that waits
+	// for each answer before its next request never meets the bound.
+	inProgress    atomic.Int64
+	maxInProgress int64
+	// owed counts the answers admitted requests still owe: they leave it
+	// once queued. awaitResponseRoom keeps room for them.
+	owed     atomic.Int64
+	laneDone chan struct{}
 	// bad rate-limits the log lines of refused input (logBad).
 	bad lograte.Limiter[badKind]
 
@@ -72,8 +89,9 @@ type conn struct {
 }
 
 func newConn(s *Server, mc transport.MessageConn) *conn {
+	n := max(s.cfg.Delivery.MaxConcurrentRequests, 1)
 	c := &conn{s: s, connID: adapters.ConnID(s.nextConnID.Add(1)), ended: make(chan struct{}), mc: mc, log: s.log.Named("conn").With("peer", mc.Peer()), subs: map[string]*subscription{},
-		slow: make(chan struct{}, max(s.cfg.Delivery.MaxConcurrentRequests, 1))}
+		lane: make(chan laneItem, n+laneNotifications), maxInProgress: int64(n), laneDone: make(chan struct{})}
 	c.sched = delivery.NewScheduler(delivery.SchedulerConfig{
 		ProtectedMessages: s.cfg.Delivery.ProtectedQueueMessages,
 		OrdinaryMessages:  s.cfg.Delivery.OrdinaryQueueMessages,
@@ -111,6 +129,7 @@ func (c *conn) serve(parent context.Context) error {
 		writerDone <- err
 	}()
 
+	go c.runLane()
 	rc := jsonrpc2.NewConn(c.ctx, &objectStream{c: c}, c, jsonrpc2.SetLogger(c.log.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})))
 	select {
 	case <-rc.DisconnectNotify():
@@ -118,6 +137,7 @@ func (c *conn) serve(parent context.Context) error {
 	}
 	c.close(transport.CloseNormal, "")
 	_ = rc.Close()
+	<-c.laneDone // its request in progress, if any, done before the connection's end is processed
 	werr := <-writerDone
 	c.flushBadLog()
 	args := []any{"reason", endReason(c.closeErr, c.readErr.Load())}
@@ -213,17 +233,17 @@ func (c *conn) reply(id json.RawMessage, e *rpc.Error) {
 // this long is closed with 4008.
 const responseWait = 30 * time.Second
 
-// awaitResponseRoom waits, before a request is handled or a bad message
-// answered, until the protected queue has room for its response beyond
-// those the dials in progress still owe, so that a response never finds
-// it full (a client that kept reading but pipelined pings was closed with
-// 4008). The reader waiting is the backpressure: the transport stops the
+// awaitResponseRoom waits, before a request is admitted or a bad message
+// or Overloaded answered, until the protected queue has room for its
+// response beyond those the requests in progress still owe, so that a
+// response never finds it full (a client that kept reading but pipelined
+// pings was closed with 4008). The reader waiting is the backpressure: the transport stops the
 // client's writes. False (the connection closed) when it stays full past
 // responseWait or the connection ends.
 func (c *conn) awaitResponseRoom() bool {
 	var timer *time.Timer
 	var expired <-chan time.Time
-	for c.sched.ProtectedRoom() <= len(c.slow) {
+	for int64(c.sched.ProtectedRoom()) <= c.owed.Load() {
 		if timer == nil && !c.patient {
 			timer = time.NewTimer(responseWait)
 			defer timer.Stop()
@@ -294,14 +314,14 @@ func (o *objectStream) ReadObject(v any) error {
 			c.log.Debug("ignoring unexpected response", "client", c.id())
 			continue
 		case h.IsNotification():
-			if err := c.notification(h, raw); err != nil {
-				c.fail(err)
-				return err
+			if c.laneLen.Load() > 0 && h.Method != rpc.MethodChannelCredit && h.Method != rpc.MethodTCPReset {
+				// After the requests before it (a dispatchAction after the
+				// createTerminal it needs), without holding up the reader.
+				c.enqueue(laneItem{h: h, raw: raw})
+				continue
 			}
-			if h.Method == rpc.MethodTCPData {
-				// Decoded into the TCP writer's own buffer (or dropped):
-				// nothing refers to the text any more.
-				transport.RecycleRead(c.mc, raw)
+			if err := c.handleNotification(h, raw); err != nil {
+				return err
 			}
 			continue
 		}
@@ -323,6 +343,21 @@ func (o *objectStream) WriteObject(obj any) error {
 
 func (o *objectStream) Close() error {
 	o.c.close(transport.CloseNormal, "")
+	return nil
+}
+
+// handleNotification handles a client notification and recycles its
+// text; a returned error (a violation) has closed the connection.
+func (c *conn) handleNotification(h *rpc.Header, raw []byte) error {
+	if err := c.notification(h, raw); err != nil {
+		c.fail(err)
+		return err
+	}
+	if h.Method == rpc.MethodTCPData {
+		// Decoded into the TCP writer's own buffer (or dropped):
+		// nothing refers to the text any more.
+		transport.RecycleRead(c.mc, raw)
+	}
 	return nil
 }
 
@@ -431,35 +466,44 @@ func (c *conn) isInitialized() bool {
 	return c.initialized
 }
 
-// Handle implements jsonrpc2.Handler: requests, one at a time in arrival
-// order, never blocking for long (process starts are the slowest part).
+// Handle implements jsonrpc2.Handler, on the reader: a request is
+// admitted to the lane when fewer than maxInProgress are in progress, else
+// answered at once with -32050 Overloaded (seed 003 ingress: reject,
+// don't buffer), so the reader never waits for a request to run.
 func (c *conn) Handle(ctx context.Context, rc *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	if !c.awaitResponseRoom() {
 		return
 	}
+	if n := c.inProgress.Load(); n >= c.maxInProgress {
+		id, _ := json.Marshal(req.ID)
+		c.logBad(hclog.Debug, "request refused: overloaded", "code", rpc.CodeOverloaded, "method", peerText(req.Method), "bound", c.maxInProgress)
+		c.reply(id, rpc.OverloadedError(c.maxInProgress))
+		return
+	}
+	c.inProgress.Add(1)
+	c.owed.Add(1)
+	c.enqueue(laneItem{req: req, rc: rc, ctx: ctx})
+}
+
+// handleRequest runs one request in the lane and answers it; a dial runs
+// beside the lane and answers when done. Each admitted request is
+// answered exactly once: it leaves inProgress just before its answer is
+// queued, and owed just after (the room awaitResponseRoom kept for it is
+// taken first).
+func (c *conn) handleRequest(ctx context.Context, rc *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	id, _ := json.Marshal(req.ID)
 	var params json.RawMessage
 	if req.Params != nil {
 		params = *req.Params
 	}
 	if req.Method == rpc.MethodCreateTCPConnection && c.isInitialized() {
-		// A dial can take up to tcp.dial_timeout: run it beside the reader
-		// so the connection's data and credit keep flowing, a bounded
-		// number at once (seed 003 ingress: beyond it, Overloaded at once).
-		select {
-		case c.slow <- struct{}{}:
-		default:
-			c.log.Debug("createTcpConnection refused: requests in progress at the bound", "client", c.id(), "bound", cap(c.slow))
-			data, _ := json.Marshal(map[string]any{"kind": "overloaded", "retryable": true})
-			c.reply(id, &rpc.Error{Code: rpc.CodeOverloaded, Message: fmt.Sprintf("overloaded: %d requests already in progress on this connection; retry with backoff", cap(c.slow)), Data: data})
-			return
-		}
+		// A dial can take up to tcp.dial_timeout: run it beside the lane
+		// so the requests after it do not wait for it.
 		go func() {
+			defer c.owed.Add(-1)
 			result, e := c.createTCPConnection(params)
-			// Free the slot before answering: a client that waits for each
-			// answer before its next request must never see Overloaded.
-			<-c.slow
-			if e != nil { // logged by createTCPConnection
+			c.inProgress.Add(-1)
+			if e != nil { // logged by createTcpConnection
 				c.reply(id, e)
 				return
 			}
@@ -469,7 +513,12 @@ func (c *conn) Handle(ctx context.Context, rc *jsonrpc2.Conn, req *jsonrpc2.Requ
 		}()
 		return
 	}
+	defer c.owed.Add(-1)
+	if c.s.requestHook != nil {
+		c.s.requestHook(req.Method)
+	}
 	result, after, e := c.request(req.Method, params)
+	c.inProgress.Add(-1)
 	if e != nil {
 		if e.Code != rpc.CodeMethodNotFound && e.Code != rpc.CodeUnsupportedProtocolVersion && req.Method != rpc.MethodCreateTCPConnection {
 			c.logBad(hclog.Info, "request failed", "method", peerText(req.Method), "code", e.Code, "error", peerText(e.Message))

@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -180,4 +181,143 @@ func TestNamesBounded(t *testing.T) {
 	if r := hc.claim(ch, long(257), 2); r != `terminal/claimed: "claim.clientId" must be 1-256 bytes without control characters (got 257 bytes)` {
 		t.Errorf("claim for a clientId of 257 bytes: rejectionReason %q", r)
 	}
+}
+
+// TestRequestsOverloaded (issue 16 case 4, seed 003 ingress): with
+// delivery.max_concurrent_requests (4) requests in progress (one slow,
+// three queued behind it) the next is answered at once with -32050 and
+// {kind: overloaded, retryable: true, capacity: 4}, and a channel/credit
+// still reaches its subscription (more data flows) while the slow
+// request runs; then each admitted request is answered once. Before, only
+// createTcpConnection was ever Overloaded, and requests ran on the reader:
+// the credit waited behind the slow one.
+func TestRequestsOverloaded(t *testing.T) {
+	t.Parallel()
+	entered, gate := make(chan struct{}, 1), make(chan struct{})
+	srv := newServer(t, func(c *config.Config) { c.Delivery.MaxConcurrentRequests = 4 })
+	srv.SetRequestHook(func(method string) {
+		if method == rpc.MethodPing {
+			select {
+			case entered <- struct{}{}:
+				<-gate
+			default:
+			}
+		}
+	})
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(gate)
+		}
+	}
+	t.Cleanup(release)
+	hc := connect(t, srv)
+	hc.initialize("overloaded")
+	ch := "ahp-terminal:/flood"
+	hc.mustCall(rpc.MethodCreateTerminal, rpc.CreateTerminalParams{Channel: ch, Command: []string{"yes"}})
+	const window, frame = 4096, 1024
+	hc.mustCall(rpc.MethodSubscribe, windowed(ch, window, frame))
+	var received int64 // UTF-16 bytes of ch's data messages read
+	isData := func(m *msg) bool {
+		if m.Method != "" && m.Method != rpc.MethodChannelCredit && m.channel() == ch {
+			received += 2 * int64(len(m.Raw)) // ASCII
+			return true
+		}
+		return false
+	}
+	for received < window {
+		hc.until("data on "+ch, isData)
+	}
+	// The host may have sent window + one frame at most without credit.
+
+	// The lane: ping 1 runs (held), pings 2-4 wait behind it.
+	for id := 100; id < 104; id++ {
+		hc.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping","params":{"channel":"ahp-root://"}}`, id))
+	}
+	<-entered
+	hc.send(`{"jsonrpc":"2.0","id":104,"method":"ping","params":{"channel":"ahp-root://"}}`)
+	m, _ := hc.until("the answer to ping 104", func(m *msg) bool { return m.isResponse(104) })
+	if m.Error == nil || m.Error.Code != rpc.CodeOverloaded || string(m.Error.Data) != `{"kind":"overloaded","retryable":true,"capacity":4}` ||
+		m.Error.Message != "overloaded: 4 requests already in progress on this connection; retry with backoff" {
+		t.Fatalf("ping beyond the bound: %s, want -32050 with capacity 4", m.Raw)
+	}
+	// A credit for everything read lets the host send past what it could
+	// without it, while ping 1 is still held.
+	hc.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"channel/credit","params":{"channel":"%s","consumedBytes":%d}}`, ch, received))
+	for received <= window+frame+512 {
+		hc.until("data after the credit", isData)
+	}
+	for _, p := range hc.pending {
+		var id int
+		if p.Method == "" && json.Unmarshal(p.ID, &id) == nil && id >= 100 && id < 104 {
+			t.Fatalf("a held request answered before its release: %s", p.Raw)
+		}
+	}
+	release()
+	for id := 100; id < 104; id++ {
+		if m, _ := hc.until(fmt.Sprintf("the answer to ping %d", id), func(m *msg) bool { return m.isResponse(id) }); m.Error != nil {
+			t.Errorf("ping %d: %s", id, m.Raw)
+		}
+	}
+	hc.send(`{"jsonrpc":"2.0","method":"unsubscribe","params":{"channel":"` + ch + `"}}`)
+}
+
+// TestThousandConcurrentRequests (issue 16): 1000 requests sent at once
+// on one connection while it reads: every one is answered exactly once,
+// with its result or error, or Overloaded with the bound (16).
+func TestThousandConcurrentRequests(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	hc := connect(t, srv)
+	hc.initialize("thousand")
+	const n = 1000
+	sent := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		for i := range n {
+			method := "ping"
+			if i%2 == 1 {
+				method = "no/such/method"
+			}
+			if err := hc.mc.WriteMessage(ctx, []byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"%s","params":{"channel":"ahp-root://"}}`, 1000+i, method))); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- nil
+	}()
+	seen := map[int]int{}
+	overloaded := 0
+	for len(seen) < n {
+		m, err := hc.read()
+		if err != nil {
+			t.Fatalf("after %d answers: %v", len(seen), err)
+		}
+		if m.Method != "" {
+			continue
+		}
+		var id int
+		if err := json.Unmarshal(m.ID, &id); err != nil || id < 1000 || id >= 1000+n {
+			t.Fatalf("answer with id %s", m.ID)
+		}
+		switch {
+		case m.Error != nil && m.Error.Code == rpc.CodeOverloaded:
+			if string(m.Error.Data) != `{"kind":"overloaded","retryable":true,"capacity":16}` {
+				t.Fatalf("Overloaded data: %s", m.Raw)
+			}
+			overloaded++
+		case id%2 == 0 && m.Error != nil, id%2 == 1 && (m.Error == nil || m.Error.Code != rpc.CodeMethodNotFound):
+			t.Fatalf("request %d: %s", id, m.Raw)
+		}
+		if seen[id]++; seen[id] > 1 {
+			t.Fatalf("request %d answered twice", id)
+		}
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d of %d Overloaded", overloaded, n)
+	hc.mustCall(rpc.MethodPing, map[string]any{"channel": rpc.RootChannel}) // still open
 }
