@@ -64,9 +64,16 @@ terminal {
   # Output each terminal keeps (UTF-8 bytes, 1 MiB) to send as a snapshot when a client
   # reconnects after the journal no longer holds everything it missed.
   scrollback_bytes = 1048576
-  # Open terminals one client may have, and in total on this sidecar.
+  # Open terminals one client (clientId) may have created, and in total on this sidecar.
   max_per_client = 16
   max_total      = 64
+  # Open terminals created by the clients of one principal (one token, or `sidecar stdio`),
+  # whatever clientIds they choose (a clientId costs nothing, and terminals outlive their
+  # connection), and on one connection. The smallest limit that applies is the one met
+  # (-32009 naming it). With a single token every network client is one principal: this
+  # keeps room for stdio clients and bounds what a token holder can leave running.
+  max_per_principal  = 32
+  max_per_connection = 16
   # Environment added on top of the clean base (HOME, USER, LOGNAME, SHELL, PATH, TERM).
   # Nothing is inherited from the daemon's own environment. Setting env replaces this
   # whole map.
@@ -81,9 +88,13 @@ tcp {
   # link-local or metadata address. Everything else is refused. Loopback only by default;
   # add for example "10.0.0.0/8" to reach other hosts.
   allow = ["127.0.0.0/8", "::1/128"]
-  # Open forwarded TCP connections one client may have, and in total.
+  # Open forwarded TCP connections one client (clientId) may have, and in total.
   max_per_client = 256
   max_total      = 1024
+  # ... of the clients of one principal (one token, or stdio) whatever clientIds they
+  # choose, and of one client connection. The smallest limit that applies is the one met.
+  max_per_principal  = 512
+  max_per_connection = 256
   # Longest time one dial (name resolution included) may take.
   dial_timeout = "10s"
   # Windowed delivery limits for forwarded connections (UTF-16 bytes, like the delivery

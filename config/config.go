@@ -99,8 +99,14 @@ type Terminal struct {
 	// ScrollbackBytes is how many UTF-8 bytes of output each terminal keeps for
 	// snapshots after a reconnect.
 	ScrollbackBytes int
-	MaxPerClient    int // open terminals one client may create
+	MaxPerClient    int // open terminals one clientId may have created
 	MaxTotal        int // open terminals in total
+	// MaxPerPrincipal bounds the open terminals created by the clients of
+	// one principal (one token, or stdio), whatever clientIds they chose:
+	// terminals outlive their connection, and a clientId costs nothing.
+	MaxPerPrincipal int
+	// MaxPerConnection bounds the open terminals created on one connection.
+	MaxPerConnection int
 
 	// Env is the environment of the PTY on top of the clean base (HOME, USER, SHELL,
 	// PATH, TERM). Setting it in a file replaces the default map entirely.
@@ -111,10 +117,12 @@ type Terminal struct {
 type TCP struct {
 	// Allow lists destination CIDRs or single IPs. Checked against the resolved IP at
 	// dial time; everything else is refused.
-	Allow        []string
-	MaxPerClient int           // open TCP connections per client
-	MaxTotal     int           // open TCP connections in total
-	DialTimeout  time.Duration // limit for one dial, including DNS
+	Allow            []string
+	MaxPerClient     int           // open TCP connections per clientId
+	MaxTotal         int           // open TCP connections in total
+	MaxPerPrincipal  int           // open TCP connections of the clients of one principal (one token, or stdio)
+	MaxPerConnection int           // open TCP connections of one client connection
+	DialTimeout      time.Duration // limit for one dial, including DNS
 	// WindowBytes and MaximumFrameBytes are the host's maxima for the windowed
 	// delivery of ahp-tcp: channels (UTF-16 bytes), in place of the delivery
 	// block's: a client's offer is lowered to them (seed 000 Negotiation).
@@ -283,12 +291,16 @@ func (c *Config) schema() []section {
 			{"scrollback_bytes", &c.Terminal.ScrollbackBytes},
 			{"max_per_client", &c.Terminal.MaxPerClient},
 			{"max_total", &c.Terminal.MaxTotal},
+			{"max_per_principal", &c.Terminal.MaxPerPrincipal},
+			{"max_per_connection", &c.Terminal.MaxPerConnection},
 			{"env", &c.Terminal.Env},
 		}},
 		{"tcp", []field{
 			{"allow", &c.TCP.Allow},
 			{"max_per_client", &c.TCP.MaxPerClient},
 			{"max_total", &c.TCP.MaxTotal},
+			{"max_per_principal", &c.TCP.MaxPerPrincipal},
+			{"max_per_connection", &c.TCP.MaxPerConnection},
 			{"dial_timeout", &c.TCP.DialTimeout},
 			{"window_bytes", &c.TCP.WindowBytes},
 			{"maximum_frame_bytes", &c.TCP.MaximumFrameBytes},
@@ -595,6 +607,8 @@ func (c *Config) Validate() error {
 	v.positive("terminal.scrollback_bytes", int64(c.Terminal.ScrollbackBytes), "UTF-8 bytes")
 	v.positive("terminal.max_per_client", int64(c.Terminal.MaxPerClient), "terminals")
 	v.positive("terminal.max_total", int64(c.Terminal.MaxTotal), "terminals")
+	v.positive("terminal.max_per_principal", int64(c.Terminal.MaxPerPrincipal), "terminals")
+	v.positive("terminal.max_per_connection", int64(c.Terminal.MaxPerConnection), "terminals")
 	v.atMost("terminal", c.Terminal.MaxPerClient, c.Terminal.MaxTotal, "terminals")
 	if sh := c.Terminal.Shell; sh != "" {
 		if msg := checkExecutable(sh); msg != "" {
@@ -627,6 +641,8 @@ func (c *Config) Validate() error {
 	}
 	v.positive("tcp.max_per_client", int64(c.TCP.MaxPerClient), "connections")
 	v.positive("tcp.max_total", int64(c.TCP.MaxTotal), "connections")
+	v.positive("tcp.max_per_principal", int64(c.TCP.MaxPerPrincipal), "connections")
+	v.positive("tcp.max_per_connection", int64(c.TCP.MaxPerConnection), "connections")
 	v.atMost("tcp", c.TCP.MaxPerClient, c.TCP.MaxTotal, "connections")
 	v.duration("tcp.dial_timeout", c.TCP.DialTimeout)
 	v.positive("tcp.window_bytes", c.TCP.WindowBytes, "UTF-16 bytes")

@@ -50,8 +50,8 @@ func TestDefault(t *testing.T) {
 	want := &Config{
 		Listener: Listener{Address: "127.0.0.1:4433", Origins: []string{}},
 		Terminal: Terminal{Login: true, Term: "xterm-256color", ScrollbackBytes: 1 << 20,
-			MaxPerClient: 16, MaxTotal: 64, Env: map[string]string{"LANG": "C.UTF-8"}},
-		TCP: TCP{Allow: []string{"127.0.0.0/8", "::1/128"}, MaxPerClient: 256, MaxTotal: 1024,
+			MaxPerClient: 16, MaxTotal: 64, MaxPerPrincipal: 32, MaxPerConnection: 16, Env: map[string]string{"LANG": "C.UTF-8"}},
+		TCP: TCP{Allow: []string{"127.0.0.0/8", "::1/128"}, MaxPerClient: 256, MaxTotal: 1024, MaxPerPrincipal: 512, MaxPerConnection: 256,
 			DialTimeout: 10 * time.Second, WindowBytes: 4 << 20, MaximumFrameBytes: 512 << 10},
 		Telemetry: Telemetry{Interval: time.Second},
 		Delivery: Delivery{WindowBytes: 262144, MaximumFrameBytes: 16384, MaxMessageBytes: 16 << 20, MaxPartialBytes: 16 << 20,
@@ -136,12 +136,16 @@ terminal {
   scrollback_bytes = 65536
   max_per_client = 2
   max_total = 3
+  max_per_principal = 6
+  max_per_connection = 7
   env = { FOO = "bar" }
 }
 tcp {
   allow = ["10.0.0.0/8", "192.168.1.7"]
   max_per_client = 4
   max_total = 5
+  max_per_principal = 8
+  max_per_connection = 9
   dial_timeout = "1500ms"
   window_bytes = 2048
   maximum_frame_bytes = 1025
@@ -181,8 +185,8 @@ func TestLoadOverridesEverything(t *testing.T) {
 		TLS:      TLS{CertFile: "/etc/sidecar/cert.pem", KeyFile: "/etc/sidecar/key.pem"},
 		Auth:     Auth{TokenFile: "/run/secrets/token"},
 		Terminal: Terminal{Shell: "/bin/sh", User: "root", Login: false, Term: "screen", ScrollbackBytes: 65536,
-			MaxPerClient: 2, MaxTotal: 3, Env: map[string]string{"FOO": "bar"}},
-		TCP: TCP{Allow: []string{"10.0.0.0/8", "192.168.1.7"}, MaxPerClient: 4, MaxTotal: 5,
+			MaxPerClient: 2, MaxTotal: 3, MaxPerPrincipal: 6, MaxPerConnection: 7, Env: map[string]string{"FOO": "bar"}},
+		TCP: TCP{Allow: []string{"10.0.0.0/8", "192.168.1.7"}, MaxPerClient: 4, MaxTotal: 5, MaxPerPrincipal: 8, MaxPerConnection: 9,
 			DialTimeout: 1500 * time.Millisecond, WindowBytes: 2048, MaximumFrameBytes: 1025},
 		Telemetry: Telemetry{Interval: 250 * time.Millisecond},
 		Delivery: Delivery{WindowBytes: 512, MaximumFrameBytes: 1024, MaxMessageBytes: 4096, MaxPartialBytes: 8192,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 
@@ -320,4 +321,82 @@ func TestThousandConcurrentRequests(t *testing.T) {
 	}
 	t.Logf("%d of %d Overloaded", overloaded, n)
 	hc.mustCall(rpc.MethodPing, map[string]any{"channel": rpc.RootChannel}) // still open
+}
+
+// TestLimitsClientIDsCannotDodge (issue 16 case 7): terminals and TCP
+// connections are limited per principal (token) and per connection as
+// well as per clientId and in total, so new clientIds (62 terminals from
+// one token, before) or connections make no room; another principal is
+// not affected. Each refusal is -32009 naming the limit met.
+func TestLimitsClientIDsCannotDodge(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, func(c *config.Config) {
+		c.Terminal.MaxTotal, c.Terminal.MaxPerPrincipal, c.Terminal.MaxPerClient, c.Terminal.MaxPerConnection = 10, 4, 3, 2
+		c.TCP.MaxTotal, c.TCP.MaxPerPrincipal, c.TCP.MaxPerClient, c.TCP.MaxPerConnection = 10, 2, 2, 1
+	})
+	n := 0
+	create := func(hc *hostConn) *msg {
+		n++
+		m, _ := hc.call(rpc.MethodCreateTerminal, rpc.CreateTerminalParams{Channel: fmt.Sprintf("ahp-terminal:/lim%d", n), Command: []string{"sleep", "300"}})
+		return m
+	}
+	refused := func(m *msg, want string) {
+		t.Helper()
+		if m.Error == nil || m.Error.Code != rpc.CodePermissionDenied || m.Error.Message != want {
+			t.Fatalf("%s, want -32009 %q", m.Raw, want)
+		}
+	}
+	ok := func(m *msg) {
+		t.Helper()
+		if m.Error != nil {
+			t.Fatalf("%s, want a result", m.Raw)
+		}
+	}
+	a1 := connectAs(t, srv, "token:a")
+	a1.initialize("a1")
+	ok(create(a1))
+	ok(create(a1))
+	refused(create(a1), "terminal limit reached: 2 terminals on this connection (terminal.max_per_connection); dispose one first")
+	a1b := connectAs(t, srv, "token:a") // the same clientId on a second connection
+	a1b.initialize("a1")
+	ok(create(a1b))
+	refused(create(a1b), "terminal limit reached: 3 terminals for this client (terminal.max_per_client); dispose one first")
+	a1.leave() // terminals outlive their connection: a new clientId makes no room
+	a2 := connectAs(t, srv, "token:a")
+	a2.initialize("a2")
+	ok(create(a2))
+	a3 := connectAs(t, srv, "token:a")
+	a3.initialize("a3")
+	refused(create(a3), "terminal limit reached: 4 terminals for this token (terminal.max_per_principal); dispose one first")
+	b := connectAs(t, srv, "token:b")
+	b.initialize("b1")
+	ok(create(b))
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+		}
+	}()
+	port := l.Addr().(*net.TCPAddr).Port
+	dial := func(hc *hostConn) *msg {
+		n++
+		m, _ := hc.call(rpc.MethodCreateTCPConnection, map[string]any{"channel": fmt.Sprintf("ahp-tcp:/lim%d", n), "host": "127.0.0.1", "port": port})
+		return m
+	}
+	ok(dial(a2))
+	refused(dial(a2), "TCP connection limit reached: 1 open on this connection (tcp.max_per_connection); close one first")
+	ok(dial(a3))
+	a4 := connectAs(t, srv, "token:a")
+	a4.initialize("a4")
+	refused(dial(a4), "TCP connection limit reached: 2 open for this token (tcp.max_per_principal); close one first")
+	ok(dial(b))
 }
