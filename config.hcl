@@ -146,6 +146,11 @@ delivery {
   # closed. Credit and gap notices, also never dropped, are queued apart (at most one
   # waiting per channel) and do not count.
   protected_queue_messages = 256
+  # How long the protected queue may stay too full for one more answer before a client that
+  # does not read is closed (4008) on WebSocket and WebTransport. Meanwhile the host stops
+  # reading from it (backpressure). Never on stdio: there the write blocks and nothing
+  # closes (seed 003). Ordinary slowness (data, gaps) never closes a connection.
+  write_timeout = "30s"
   # JSON-RPC requests one connection may have in progress: run one at a time in arrival
   # order, plus createTcpConnection dials running beside them. One more is answered at once
   # with error -32050 Overloaded, data {kind: "overloaded", retryable: true, capacity: 16},

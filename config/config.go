@@ -143,11 +143,12 @@ type Delivery struct {
 	MaxMessageBytes   int64 // largest logical message (a reassembled fragmented one) the host accepts, measured as UTF-16 like every size here (its UTF-8 may be 3/2 as many bytes)
 	MaxPartialBytes   int64 // partial (unfinished) fragmented messages one connection may hold across its subscriptions; beyond it the connection is closed (1002). At least MaxMessageBytes
 
-	TransportQueueFrames   int // emit frames in flight on the transport (< 256, the peer's WT_PEER_TOO_SLOW limit)
-	OrdinaryQueueMessages  int // queued messages of a client's ordinary subscriptions (one FIFO) before its backlog collapses to channel/gap
-	ProtectedQueueMessages int // queued responses per client before the client is closed as too slow (credit and gaps are queued apart)
-	MaxConcurrentRequests  int // JSON-RPC requests one connection may have in progress, queued or running (more get -32050 Overloaded at once); less than ProtectedQueueMessages
-	MaxSubscriptions       int // subscriptions per client
+	TransportQueueFrames   int           // emit frames in flight on the transport (< 256, the peer's WT_PEER_TOO_SLOW limit)
+	OrdinaryQueueMessages  int           // queued messages of a client's ordinary subscriptions (one FIFO) before its backlog collapses to channel/gap
+	ProtectedQueueMessages int           // queued responses per client before the client is closed as too slow (credit and gaps are queued apart)
+	WriteTimeout           time.Duration // how long the protected queue may stay too full for an answer before a network connection is closed (4008); never on stdio
+	MaxConcurrentRequests  int           // JSON-RPC requests one connection may have in progress, queued or running (more get -32050 Overloaded at once); less than ProtectedQueueMessages
+	MaxSubscriptions       int           // subscriptions per client
 }
 
 // Journal is block journal: what is kept so that a client can reconnect.
@@ -316,6 +317,7 @@ func (c *Config) schema() []section {
 			{"transport_queue_frames", &c.Delivery.TransportQueueFrames},
 			{"ordinary_queue_messages", &c.Delivery.OrdinaryQueueMessages},
 			{"protected_queue_messages", &c.Delivery.ProtectedQueueMessages},
+			{"write_timeout", &c.Delivery.WriteTimeout},
 			{"max_concurrent_requests", &c.Delivery.MaxConcurrentRequests},
 			{"max_subscriptions", &c.Delivery.MaxSubscriptions},
 		}},
@@ -668,6 +670,7 @@ func (c *Config) Validate() error {
 	}
 	v.positive("delivery.ordinary_queue_messages", int64(d.OrdinaryQueueMessages), "messages")
 	v.positive("delivery.protected_queue_messages", int64(d.ProtectedQueueMessages), "messages")
+	v.duration("delivery.write_timeout", d.WriteTimeout)
 	v.positive("delivery.max_concurrent_requests", int64(d.MaxConcurrentRequests), "requests")
 	if d.MaxConcurrentRequests >= d.ProtectedQueueMessages && d.ProtectedQueueMessages > 0 {
 		v.bad("delivery.max_concurrent_requests", "must be less than protected_queue_messages (%d): each request in progress keeps room there for its answer, got %d",

@@ -55,7 +55,7 @@ func TestDefault(t *testing.T) {
 			DialTimeout: 10 * time.Second, WindowBytes: 4 << 20, MaximumFrameBytes: 512 << 10},
 		Telemetry: Telemetry{Interval: time.Second},
 		Delivery: Delivery{WindowBytes: 262144, MaximumFrameBytes: 16384, MaxMessageBytes: 16 << 20, MaxPartialBytes: 16 << 20,
-			TransportQueueFrames: 32, OrdinaryQueueMessages: 1024, ProtectedQueueMessages: 256,
+			TransportQueueFrames: 32, OrdinaryQueueMessages: 1024, ProtectedQueueMessages: 256, WriteTimeout: 30 * time.Second,
 			MaxConcurrentRequests: 16, MaxSubscriptions: 256},
 		Journal: Journal{MaxBytes: 8 << 20, MaxAge: 2 * time.Hour, ReconnectGrace: 2 * time.Hour},
 		Log:     Log{Level: "info", Format: "auto"},
@@ -159,6 +159,7 @@ delivery {
   transport_queue_frames = 8
   ordinary_queue_messages = 9
   protected_queue_messages = 10
+  write_timeout = "5s"
   max_concurrent_requests = 9
   max_subscriptions = 12
 }
@@ -190,7 +191,7 @@ func TestLoadOverridesEverything(t *testing.T) {
 			DialTimeout: 1500 * time.Millisecond, WindowBytes: 2048, MaximumFrameBytes: 1025},
 		Telemetry: Telemetry{Interval: 250 * time.Millisecond},
 		Delivery: Delivery{WindowBytes: 512, MaximumFrameBytes: 1024, MaxMessageBytes: 4096, MaxPartialBytes: 8192,
-			TransportQueueFrames: 8, OrdinaryQueueMessages: 9, ProtectedQueueMessages: 10,
+			TransportQueueFrames: 8, OrdinaryQueueMessages: 9, ProtectedQueueMessages: 10, WriteTimeout: 5 * time.Second,
 			MaxConcurrentRequests: 9, MaxSubscriptions: 12},
 		Journal: Journal{MaxBytes: 1000, MaxAge: time.Hour, ReconnectGrace: 30 * time.Second},
 		Log:     Log{Level: "debug", Format: "json"},

@@ -227,11 +227,10 @@ func (c *conn) reply(id json.RawMessage, e *rpc.Error) {
 	}
 }
 
-// responseWait bounds how long the protected queue may stay too full for
-// one more response (seed 003 egress): a client that reads, however it
-// pipelines, drains it well within this; one that stopped reading for
-// this long is closed with 4008.
-const responseWait = 30 * time.Second
+// The write timeout (delivery.write_timeout, 30 s) bounds how long the
+// protected queue may stay too full for one more response (seed 003
+// egress): a client that reads, however it pipelines, drains it well
+// within it; one that stopped reading for this long is closed with 4008.
 
 // awaitResponseRoom waits, before a request is admitted or a bad message
 // or Overloaded answered, until the protected queue has room for its
@@ -239,21 +238,22 @@ const responseWait = 30 * time.Second
 // response never finds it full (a client that kept reading but pipelined
 // pings was closed with 4008). The reader waiting is the backpressure: the transport stops the
 // client's writes. False (the connection closed) when it stays full past
-// responseWait or the connection ends.
+// the write timeout or the connection ends.
 func (c *conn) awaitResponseRoom() bool {
 	var timer *time.Timer
 	var expired <-chan time.Time
 	for int64(c.sched.ProtectedRoom()) <= c.owed.Load() {
 		if timer == nil && !c.patient {
-			timer = time.NewTimer(responseWait)
+			timer = time.NewTimer(c.s.cfg.Delivery.WriteTimeout)
 			defer timer.Stop()
 			expired = timer.C
 		}
 		select {
 		case <-c.sched.ProtectedTaken():
 		case <-expired:
-			c.log.Warn("closing connection: responses not read", "client", c.id(), "waited", responseWait.String())
-			c.close(transport.ClosePeerTooSlow, "responses not read within "+responseWait.String())
+			wait := c.s.cfg.Delivery.WriteTimeout.String()
+			c.log.Warn("closing connection: responses not read", "client", c.id(), "waited", wait)
+			c.close(transport.ClosePeerTooSlow, "responses not read within "+wait)
 			return false
 		case <-c.ctx.Done():
 			return false

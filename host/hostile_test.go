@@ -3,10 +3,13 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -399,4 +402,138 @@ func TestLimitsClientIDsCannotDodge(t *testing.T) {
 	a4.initialize("a4")
 	refused(dial(a4), "TCP connection limit reached: 2 open for this token (tcp.max_per_principal); close one first")
 	ok(dial(b))
+}
+
+// TestNotReadingClosedAfterWriteTimeout (issue 16, seed 003 egress): a
+// network client that stops reading while it sends requests is closed
+// with 4008 only once the protected queue has stayed too full for its
+// answers for delivery.write_timeout (here 300 ms, configurable: it was a
+// fixed 30 s), every answer before then queued, none lost.
+func TestNotReadingClosedAfterWriteTimeout(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	srv := newServer(t, func(c *config.Config) {
+		c.Delivery.WriteTimeout = timeout
+		c.Delivery.ProtectedQueueMessages = 32
+		c.Delivery.MaxConcurrentRequests = 4
+	})
+	a, z := transport.Pipe(8)
+	hc := &hostConn{t: t, mc: a, served: make(chan error, 1), nextID: 1}
+	go func() { hc.served <- srv.ServeConn(context.Background(), z) }()
+	t.Cleanup(func() { _ = a.Close(transport.CloseNormal, "") })
+	hc.initialize("deaf")
+	start := time.Now()
+	sent := make(chan int, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		n := 0
+		for ; n < 1000; n++ {
+			if hc.mc.WriteMessage(ctx, []byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping","params":{"channel":"ahp-root://"}}`, 100+n))) != nil {
+				break
+			}
+		}
+		sent <- n
+	}()
+	select {
+	case <-hc.served:
+	case <-time.After(deadline):
+		t.Fatalf("not closed within %v", deadline)
+	}
+	if waited := time.Since(start); waited < timeout {
+		t.Fatalf("closed after %v, before the write timeout (%v)", waited, timeout)
+	}
+	answers := 0
+	for {
+		m, err := hc.read()
+		if err != nil {
+			var pe *transport.PipeCloseError
+			if !errors.As(err, &pe) || pe.Code != transport.ClosePeerTooSlow || pe.Reason != "responses not read within 300ms" {
+				t.Fatalf("closed with %v, want 4008 \"responses not read within 300ms\"", err)
+			}
+			break
+		}
+		if m.Method == "" {
+			answers++
+		}
+	}
+	if n := <-sent; n >= 1000 || answers == 0 || answers > n {
+		t.Fatalf("%d requests sent, %d answered before the close", n, answers)
+	}
+}
+
+// TestStdioNeverClosesNotReading (issue 16 case 5, seed 003): over stdio
+// a client that stops reading while it sends requests is never closed,
+// however long past the write timeout: the host's writes and then its
+// reader block; once the client reads again, every request is answered
+// exactly once and the session goes on.
+func TestStdioNeverClosesNotReading(t *testing.T) {
+	t.Parallel()
+	const timeout = 100 * time.Millisecond
+	srv := newServer(t, func(c *config.Config) {
+		c.Delivery.WriteTimeout = timeout
+		c.Delivery.ProtectedQueueMessages = 32
+		c.Delivery.MaxConcurrentRequests = 4
+	})
+	hostIn, clientOut := io.Pipe()
+	clientIn, hostOut := io.Pipe()
+	served := make(chan error, 1)
+	go func() {
+		served <- transport.ServeStdio(context.Background(), hostIn, hostOut, func(ctx context.Context, mc transport.MessageConn) {
+			_ = srv.ServeConnAs(ctx, mc, "stdio")
+		})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	mc, err := transport.DialStdio(ctx, clientIn, clientOut, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &hostConn{t: t, mc: mc, nextID: 1}
+	t.Cleanup(func() {
+		_ = mc.Close(transport.CloseNormal, "")
+		_ = clientOut.Close()
+		_ = clientIn.Close()
+		<-served
+	})
+	hc.initialize("stdio-deaf")
+	const n = 2000
+	sent := make(chan error, 1)
+	go func() {
+		for i := range n {
+			if err := mc.WriteMessage(ctx, []byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping","params":{"channel":"ahp-root://"}}`, 100+i))); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- nil
+	}()
+	// Not reading for ten write timeouts: a network connection would have
+	// been closed after one (TestNotReadingClosedAfterWriteTimeout).
+	time.Sleep(10 * timeout)
+	select {
+	case err := <-sent:
+		t.Fatalf("all %d requests sent while the client did not read (%v): nothing blocked", n, err)
+	default:
+	}
+	seen := map[string]int{}
+	for len(seen) < n {
+		m, err := hc.read()
+		if err != nil {
+			t.Fatalf("after %d answers: %v", len(seen), err)
+		}
+		if m.Method != "" {
+			continue
+		}
+		if m.Error != nil && m.Error.Code != rpc.CodeOverloaded {
+			t.Fatalf("ping answered %s", m.Raw)
+		}
+		if seen[string(m.ID)]++; seen[string(m.ID)] > 1 {
+			t.Fatalf("ping %s answered twice", m.ID)
+		}
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	hc.mustCall(rpc.MethodPing, map[string]any{"channel": rpc.RootChannel}) // still open
 }
