@@ -23,8 +23,10 @@ import (
 )
 
 // conn is one client connection: a reader that classifies every message
-// (data and credit inline, requests to jsonrpc2's synchronous handler) and
-// the delivery Scheduler as its only writer.
+// (credit inline; requests, admitted or answered Overloaded by jsonrpc2's
+// handler on the reader, run in the lane; data inline, or in the lane
+// after the requests before it), the lane (host/lane.go), and the
+// delivery Scheduler as its only writer.
 type conn struct {
 	s      *Server
 	connID adapters.ConnID
@@ -264,9 +266,11 @@ func (c *conn) awaitResponseRoom() bool {
 
 // objectStream is the jsonrpc2.ObjectStream of a connection (golibs.md §3):
 // ReadObject reads raw messages from the transport, measures and classifies
-// them, handles notifications (data, credit, unsubscribe) inline in arrival
-// order, answers malformed input itself, and returns only requests to
-// jsonrpc2. WriteObject queues responses on the protected queue.
+// them, handles notifications (data, credit, unsubscribe) in arrival order
+// (inline, or in the lane behind requests still in progress; credit and
+// tcp/reset always inline), answers malformed input itself, and returns
+// only requests to jsonrpc2. WriteObject queues responses on the
+// protected queue.
 type objectStream struct{ c *conn }
 
 func (o *objectStream) ReadObject(v any) error {
