@@ -45,6 +45,8 @@ type conn struct {
 	// or running (after them, in order); credit and tcp/reset never wait
 	// for it (host/lane.go).
 	lane chan laneItem
+	// laneNotes holds a place for each notification in the lane.
+	laneNotes chan struct{}
 	// laneLen counts items sent to lane and not yet done; only the reader
 	// adds to it, so once it reads 0 the lane stays idle until it sends.
 	laneLen atomic.Int64
@@ -93,7 +95,7 @@ type conn struct {
 func newConn(s *Server, mc transport.MessageConn) *conn {
 	n := max(s.cfg.Delivery.MaxConcurrentRequests, 1)
 	c := &conn{s: s, connID: adapters.ConnID(s.nextConnID.Add(1)), ended: make(chan struct{}), mc: mc, log: s.log.Named("conn").With("peer", mc.Peer()), subs: map[string]*subscription{},
-		lane: make(chan laneItem, n+laneNotifications), maxInProgress: int64(n), laneDone: make(chan struct{})}
+		lane: make(chan laneItem, n+laneNotifications), laneNotes: make(chan struct{}, laneNotifications), maxInProgress: int64(n), laneDone: make(chan struct{})}
 	c.sched = delivery.NewScheduler(delivery.SchedulerConfig{
 		ProtectedMessages: s.cfg.Delivery.ProtectedQueueMessages,
 		OrdinaryMessages:  s.cfg.Delivery.OrdinaryQueueMessages,

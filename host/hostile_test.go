@@ -537,3 +537,52 @@ func TestStdioNeverClosesNotReading(t *testing.T) {
 	}
 	hc.mustCall(rpc.MethodPing, map[string]any{"channel": rpc.RootChannel}) // still open
 }
+
+// TestLaneNotificationsBound: notifications that arrive while a request
+// is in progress wait behind it in the lane, at most 256
+// (laneNotifications); the next one holds the reader, so the client's
+// writes stop once the transport's buffer is full too. Released, each is
+// handled and the connection goes on.
+func TestLaneNotificationsBound(t *testing.T) {
+	t.Parallel()
+	entered, gate := make(chan struct{}, 1), make(chan struct{})
+	srv := newServer(t, nil)
+	srv.SetRequestHook(func(method string) {
+		if method == rpc.MethodPing {
+			select {
+			case entered <- struct{}{}:
+				<-gate
+			default:
+			}
+		}
+	})
+	const buffer = 4
+	a, z := transport.Pipe(buffer)
+	hc := &hostConn{t: t, mc: a, served: make(chan error, 1), nextID: 1}
+	go func() { hc.served <- srv.ServeConn(context.Background(), z) }()
+	t.Cleanup(func() { _ = a.Close(transport.CloseNormal, ""); <-hc.served })
+	hc.initialize("lane")
+	hc.send(`{"jsonrpc":"2.0","id":50,"method":"ping","params":{"channel":"ahp-root://"}}`)
+	<-entered
+	note := []byte(`{"jsonrpc":"2.0","method":"x/unknown","params":{"channel":"ahp-root://"}}`)
+	// 256 in the lane, one held by the reader, buffer in the pipe.
+	for i := range 256 + 1 + buffer {
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		err := a.WriteMessage(ctx, note)
+		cancel()
+		if err != nil {
+			t.Fatalf("notification %d: %v", i+1, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err := a.WriteMessage(ctx, note)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("notification %d: %v, want it held (the lane full, the reader waiting)", 256+2+buffer, err)
+	}
+	close(gate)
+	if m, _ := hc.until("the answer to ping 50", func(m *msg) bool { return m.isResponse(50) }); m.Error != nil {
+		t.Fatalf("ping 50: %s", m.Raw)
+	}
+	hc.mustCall(rpc.MethodPing, map[string]any{"channel": rpc.RootChannel})
+}

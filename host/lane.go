@@ -26,9 +26,17 @@ type laneItem struct {
 	raw []byte
 }
 
-// enqueue sends it to the lane, waiting while the lane is full (only
-// notifications can fill it: requests are bounded by maxInProgress).
+// enqueue sends it to the lane. A notification first waits for one of
+// the laneNotifications places (laneNotes); a request has its place
+// already (maxInProgress), so the send itself never waits.
 func (c *conn) enqueue(it laneItem) {
+	if it.req == nil {
+		select {
+		case c.laneNotes <- struct{}{}:
+		case <-c.ctx.Done():
+			return
+		}
+	}
 	c.laneLen.Add(1)
 	select {
 	case c.lane <- it:
@@ -53,6 +61,9 @@ func (c *conn) runLane() {
 				} else {
 					_ = c.handleNotification(it.h, it.raw) // an error has closed the connection
 				}
+			}
+			if it.req == nil {
+				<-c.laneNotes
 			}
 			c.laneLen.Add(-1)
 		case <-c.ctx.Done():
