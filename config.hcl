@@ -64,9 +64,16 @@ terminal {
   # Output each terminal keeps (UTF-8 bytes, 1 MiB) to send as a snapshot when a client
   # reconnects after the journal no longer holds everything it missed.
   scrollback_bytes = 1048576
-  # Open terminals one client may have, and in total on this sidecar.
+  # Open terminals one client (clientId) may have created, and in total on this sidecar.
   max_per_client = 16
   max_total      = 64
+  # Open terminals created by the clients of one principal (one token, or `sidecar stdio`),
+  # whatever clientIds they choose (a clientId costs nothing, and terminals outlive their
+  # connection), and on one connection. The smallest limit that applies is the one met
+  # (-32009 naming it). With a single token every network client is one principal: this
+  # keeps room for stdio clients and bounds what a token holder can leave running.
+  max_per_principal  = 32
+  max_per_connection = 16
   # Environment added on top of the clean base (HOME, USER, LOGNAME, SHELL, PATH, TERM).
   # Nothing is inherited from the daemon's own environment. Setting env replaces this
   # whole map.
@@ -81,9 +88,13 @@ tcp {
   # link-local or metadata address. Everything else is refused. Loopback only by default;
   # add for example "10.0.0.0/8" to reach other hosts.
   allow = ["127.0.0.0/8", "::1/128"]
-  # Open forwarded TCP connections one client may have, and in total.
+  # Open forwarded TCP connections one client (clientId) may have, and in total.
   max_per_client = 256
   max_total      = 1024
+  # ... of the clients of one principal (one token, or stdio) whatever clientIds they
+  # choose, and of one client connection. The smallest limit that applies is the one met.
+  max_per_principal  = 512
+  max_per_connection = 256
   # Longest time one dial (name resolution included) may take.
   dial_timeout = "10s"
   # Windowed delivery limits for forwarded connections (UTF-16 bytes, like the delivery
@@ -115,6 +126,12 @@ delivery {
   # Largest logical message, once its fragments are put together (16 MiB). Bigger
   # inbound messages are refused.
   max_message_bytes = 16777216
+  # Partial messages (channel/frame fragments of messages not finished yet) one client
+  # connection may hold in all, across its subscriptions (16 MiB: one message of the
+  # largest size at a time, or several smaller ones). A fragment beyond it closes the
+  # connection (1002, logged). At least max_message_bytes. Memory: the UTF-8 held is at
+  # most 3/2 of it.
+  max_partial_bytes = 16777216
 
   # Emit frames the sidecar keeps in flight on the transport per client. Below 256,
   # where a transport-io peer closes the session as WT_PEER_TOO_SLOW; small keeps
@@ -129,7 +146,16 @@ delivery {
   # closed. Credit and gap notices, also never dropped, are queued apart (at most one
   # waiting per channel) and do not count.
   protected_queue_messages = 256
-  # JSON-RPC requests one client may have in progress; more get error -32050 Overloaded.
+  # How long the protected queue may stay too full for one more answer before a client that
+  # does not read is closed (4008) on WebSocket and WebTransport. Meanwhile the host stops
+  # reading from it (backpressure). Never on stdio: there the write blocks and nothing
+  # closes (seed 003). Ordinary slowness (data, gaps) never closes a connection.
+  write_timeout = "30s"
+  # JSON-RPC requests one connection may have in progress: run one at a time in arrival
+  # order, plus createTcpConnection dials running beside them. One more is answered at once
+  # with error -32050 Overloaded, data {kind: "overloaded", retryable: true, capacity: 16},
+  # never queued; clients retry with backoff. channel/credit and tcp/reset never wait for
+  # requests. Less than protected_queue_messages (each keeps room there for its answer).
   max_concurrent_requests = 16
   # Subscriptions one client may hold.
   max_subscriptions = 256

@@ -765,7 +765,9 @@ func (c *Conn) currentLink(ctx context.Context) (*link, error) {
 	}
 }
 
-// Call sends a request and waits for its response. A JSON-RPC error comes
+// Call sends a request and waits for its response; an Overloaded answer
+// (-32050) is retried with exponential backoff and jitter until ctx ends.
+// A JSON-RPC error comes
 // back as *rpc.Error. While the Conn reconnects, Call waits for it to
 // resume (bounded by ctx) before sending; a call in flight when the
 // transport is lost returns an error matching ErrConnectionLost (the
@@ -778,9 +780,55 @@ func (c *Conn) Call(ctx context.Context, method string, params, result any) erro
 	return c.callOn(ctx, l, method, params, result, nil)
 }
 
+// Overloaded answers (-32050: the host has as many requests in progress
+// on the connection as it takes; seed 003 ingress: retryable) are sent
+// again after a backoff from overloadedRetryMin doubling to
+// overloadedRetryMax, each wait ±20% (jitter, so that the requests one
+// burst got refused do not come back together), until the context ends.
+const (
+	overloadedRetryMin = 10 * time.Millisecond
+	overloadedRetryMax = time.Second
+)
+
 // callOn is Call on link l; inline, when set, sees the response on the
-// reader goroutine first.
+// reader goroutine first. Every request path goes through it: an
+// Overloaded answer is retried (overloadedRetryMin), and returned only
+// once ctx or the Conn ends.
 func (c *Conn) callOn(ctx context.Context, l *link, method string, params, result any, inline func(response)) error {
+	for attempt := 1; ; attempt++ {
+		err := c.callOnce(ctx, l, method, params, result, inline)
+		var re *rpc.Error
+		if !errors.As(err, &re) || re.Code != rpc.CodeOverloaded {
+			return err
+		}
+		t := time.NewTimer(jitter(overloadedWait(attempt)))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-c.done:
+			t.Stop()
+			return err
+		}
+	}
+}
+
+// overloadedWait is the wait, before jitter, after the attempt-th
+// Overloaded answer (from 1).
+func overloadedWait(attempt int) time.Duration {
+	d := overloadedRetryMin
+	for range attempt - 1 {
+		if d >= overloadedRetryMax {
+			break
+		}
+		d *= 2
+	}
+	return min(d, overloadedRetryMax)
+}
+
+// callOnce sends one request on l and waits for its response.
+func (c *Conn) callOnce(ctx context.Context, l *link, method string, params, result any, inline func(response)) error {
 	id := c.nextID.Add(1)
 	text, err := rpc.Request(id, method, params)
 	if err != nil {

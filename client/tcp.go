@@ -261,10 +261,9 @@ func (t *TCPConn) Limits() (clientReceive, hostReceive delivery.Limits) { return
 // through -L) queues here instead of being refused.
 const maxDials = 8
 
-// createTCP calls createTcpConnection, at most maxDials at once, and
-// retries an Overloaded answer (seed 003: retryable; the host's bound may
-// be lower than ours, or other requests fill it) with backoff from 10 ms
-// to 500 ms until ctx ends.
+// createTCP calls createTcpConnection, at most maxDials at once; an
+// Overloaded answer (the host's bound may be lower than ours, or other
+// requests fill it) is retried by Call, with backoff.
 func (c *Conn) createTCP(ctx context.Context, p tcpadapter.CreateParams) error {
 	select {
 	case c.dials <- struct{}{}:
@@ -274,25 +273,7 @@ func (c *Conn) createTCP(ctx context.Context, p tcpadapter.CreateParams) error {
 		return c.Err()
 	}
 	defer func() { <-c.dials }()
-	backoff := 10 * time.Millisecond
-	for {
-		err := c.Call(ctx, rpc.MethodCreateTCPConnection, p, nil)
-		var re *rpc.Error
-		if !errors.As(err, &re) || re.Code != rpc.CodeOverloaded {
-			return err
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-c.done:
-			t.Stop()
-			return err
-		}
-		backoff = min(2*backoff, 500*time.Millisecond)
-	}
+	return c.Call(ctx, rpc.MethodCreateTCPConnection, p, nil)
 }
 
 // Channel returns the ahp-tcp: URI.

@@ -99,8 +99,14 @@ type Terminal struct {
 	// ScrollbackBytes is how many UTF-8 bytes of output each terminal keeps for
 	// snapshots after a reconnect.
 	ScrollbackBytes int
-	MaxPerClient    int // open terminals one client may create
+	MaxPerClient    int // open terminals one clientId may have created
 	MaxTotal        int // open terminals in total
+	// MaxPerPrincipal bounds the open terminals created by the clients of
+	// one principal (one token, or stdio), whatever clientIds they chose:
+	// terminals outlive their connection, and a clientId costs nothing.
+	MaxPerPrincipal int
+	// MaxPerConnection bounds the open terminals created on one connection.
+	MaxPerConnection int
 
 	// Env is the environment of the PTY on top of the clean base (HOME, USER, SHELL,
 	// PATH, TERM). Setting it in a file replaces the default map entirely.
@@ -111,10 +117,12 @@ type Terminal struct {
 type TCP struct {
 	// Allow lists destination CIDRs or single IPs. Checked against the resolved IP at
 	// dial time; everything else is refused.
-	Allow        []string
-	MaxPerClient int           // open TCP connections per client
-	MaxTotal     int           // open TCP connections in total
-	DialTimeout  time.Duration // limit for one dial, including DNS
+	Allow            []string
+	MaxPerClient     int           // open TCP connections per clientId
+	MaxTotal         int           // open TCP connections in total
+	MaxPerPrincipal  int           // open TCP connections of the clients of one principal (one token, or stdio)
+	MaxPerConnection int           // open TCP connections of one client connection
+	DialTimeout      time.Duration // limit for one dial, including DNS
 	// WindowBytes and MaximumFrameBytes are the host's maxima for the windowed
 	// delivery of ahp-tcp: channels (UTF-16 bytes), in place of the delivery
 	// block's: a client's offer is lowered to them (seed 000 Negotiation).
@@ -133,12 +141,14 @@ type Delivery struct {
 	WindowBytes       int64 // windowBytes the host offers: outstanding data before waiting for credit
 	MaximumFrameBytes int64 // maximumFrameBytes: largest data message or channel/frame fragment (>= 1024)
 	MaxMessageBytes   int64 // largest logical message (a reassembled fragmented one) the host accepts, measured as UTF-16 like every size here (its UTF-8 may be 3/2 as many bytes)
+	MaxPartialBytes   int64 // partial (unfinished) fragmented messages one connection may hold across its subscriptions; beyond it the connection is closed (1002). At least MaxMessageBytes
 
-	TransportQueueFrames   int // emit frames in flight on the transport (< 256, the peer's WT_PEER_TOO_SLOW limit)
-	OrdinaryQueueMessages  int // queued messages of a client's ordinary subscriptions (one FIFO) before its backlog collapses to channel/gap
-	ProtectedQueueMessages int // queued responses per client before the client is closed as too slow (credit and gaps are queued apart)
-	MaxConcurrentRequests  int // JSON-RPC requests one client may have in progress (more get -32050 Overloaded)
-	MaxSubscriptions       int // subscriptions per client
+	TransportQueueFrames   int           // emit frames in flight on the transport (< 256, the peer's WT_PEER_TOO_SLOW limit)
+	OrdinaryQueueMessages  int           // queued messages of a client's ordinary subscriptions (one FIFO) before its backlog collapses to channel/gap
+	ProtectedQueueMessages int           // queued responses per client before the client is closed as too slow (credit and gaps are queued apart)
+	WriteTimeout           time.Duration // how long the protected queue may stay too full for an answer before a network connection is closed (4008); never on stdio
+	MaxConcurrentRequests  int           // JSON-RPC requests one connection may have in progress, queued or running (more get -32050 Overloaded at once); less than ProtectedQueueMessages
+	MaxSubscriptions       int           // subscriptions per client
 }
 
 // Journal is block journal: what is kept so that a client can reconnect.
@@ -282,12 +292,16 @@ func (c *Config) schema() []section {
 			{"scrollback_bytes", &c.Terminal.ScrollbackBytes},
 			{"max_per_client", &c.Terminal.MaxPerClient},
 			{"max_total", &c.Terminal.MaxTotal},
+			{"max_per_principal", &c.Terminal.MaxPerPrincipal},
+			{"max_per_connection", &c.Terminal.MaxPerConnection},
 			{"env", &c.Terminal.Env},
 		}},
 		{"tcp", []field{
 			{"allow", &c.TCP.Allow},
 			{"max_per_client", &c.TCP.MaxPerClient},
 			{"max_total", &c.TCP.MaxTotal},
+			{"max_per_principal", &c.TCP.MaxPerPrincipal},
+			{"max_per_connection", &c.TCP.MaxPerConnection},
 			{"dial_timeout", &c.TCP.DialTimeout},
 			{"window_bytes", &c.TCP.WindowBytes},
 			{"maximum_frame_bytes", &c.TCP.MaximumFrameBytes},
@@ -299,9 +313,11 @@ func (c *Config) schema() []section {
 			{"window_bytes", &c.Delivery.WindowBytes},
 			{"maximum_frame_bytes", &c.Delivery.MaximumFrameBytes},
 			{"max_message_bytes", &c.Delivery.MaxMessageBytes},
+			{"max_partial_bytes", &c.Delivery.MaxPartialBytes},
 			{"transport_queue_frames", &c.Delivery.TransportQueueFrames},
 			{"ordinary_queue_messages", &c.Delivery.OrdinaryQueueMessages},
 			{"protected_queue_messages", &c.Delivery.ProtectedQueueMessages},
+			{"write_timeout", &c.Delivery.WriteTimeout},
 			{"max_concurrent_requests", &c.Delivery.MaxConcurrentRequests},
 			{"max_subscriptions", &c.Delivery.MaxSubscriptions},
 		}},
@@ -540,7 +556,8 @@ func validPort(port string) bool {
 
 // Validate checks the values: durations and sizes greater than zero,
 // delivery.maximum_frame_bytes in [MinMaximumFrameBytes, MaxMaximumFrameBytes],
-// delivery.transport_queue_frames at most MaxTransportQueueFrames, listener.address a
+// delivery.transport_queue_frames at most MaxTransportQueueFrames,
+// delivery.max_partial_bytes at least delivery.max_message_bytes, listener.address a
 // host:port, listener.origins "scheme://host[:port]", tcp.allow entries CIDRs or IPs,
 // log.level one of trace/debug/info/warn/error, log.format auto/text/json, tls.cert_file
 // and tls.key_file both set or both empty, auth.token and auth.token_file not both set,
@@ -592,6 +609,8 @@ func (c *Config) Validate() error {
 	v.positive("terminal.scrollback_bytes", int64(c.Terminal.ScrollbackBytes), "UTF-8 bytes")
 	v.positive("terminal.max_per_client", int64(c.Terminal.MaxPerClient), "terminals")
 	v.positive("terminal.max_total", int64(c.Terminal.MaxTotal), "terminals")
+	v.positive("terminal.max_per_principal", int64(c.Terminal.MaxPerPrincipal), "terminals")
+	v.positive("terminal.max_per_connection", int64(c.Terminal.MaxPerConnection), "terminals")
 	v.atMost("terminal", c.Terminal.MaxPerClient, c.Terminal.MaxTotal, "terminals")
 	if sh := c.Terminal.Shell; sh != "" {
 		if msg := checkExecutable(sh); msg != "" {
@@ -624,6 +643,8 @@ func (c *Config) Validate() error {
 	}
 	v.positive("tcp.max_per_client", int64(c.TCP.MaxPerClient), "connections")
 	v.positive("tcp.max_total", int64(c.TCP.MaxTotal), "connections")
+	v.positive("tcp.max_per_principal", int64(c.TCP.MaxPerPrincipal), "connections")
+	v.positive("tcp.max_per_connection", int64(c.TCP.MaxPerConnection), "connections")
 	v.atMost("tcp", c.TCP.MaxPerClient, c.TCP.MaxTotal, "connections")
 	v.duration("tcp.dial_timeout", c.TCP.DialTimeout)
 	v.positive("tcp.window_bytes", c.TCP.WindowBytes, "UTF-16 bytes")
@@ -637,6 +658,10 @@ func (c *Config) Validate() error {
 	v.positive("delivery.window_bytes", d.WindowBytes, "UTF-16 bytes")
 	v.frameBytes("delivery.maximum_frame_bytes", d.MaximumFrameBytes)
 	v.positive("delivery.max_message_bytes", d.MaxMessageBytes, "UTF-16 bytes")
+	if d.MaxPartialBytes < d.MaxMessageBytes {
+		v.bad("delivery.max_partial_bytes", "must be at least max_message_bytes (%d UTF-16 bytes), or the largest message allowed could never be received, got %d",
+			d.MaxMessageBytes, d.MaxPartialBytes)
+	}
 	if d.TransportQueueFrames > MaxTransportQueueFrames {
 		v.bad("delivery.transport_queue_frames", "must be at most %d (a transport-io peer closes the session at 256 pending frames), got %d",
 			MaxTransportQueueFrames, d.TransportQueueFrames)
@@ -645,7 +670,12 @@ func (c *Config) Validate() error {
 	}
 	v.positive("delivery.ordinary_queue_messages", int64(d.OrdinaryQueueMessages), "messages")
 	v.positive("delivery.protected_queue_messages", int64(d.ProtectedQueueMessages), "messages")
+	v.duration("delivery.write_timeout", d.WriteTimeout)
 	v.positive("delivery.max_concurrent_requests", int64(d.MaxConcurrentRequests), "requests")
+	if d.MaxConcurrentRequests >= d.ProtectedQueueMessages && d.ProtectedQueueMessages > 0 {
+		v.bad("delivery.max_concurrent_requests", "must be less than protected_queue_messages (%d): each request in progress keeps room there for its answer, got %d",
+			d.ProtectedQueueMessages, d.MaxConcurrentRequests)
+	}
 	v.positive("delivery.max_subscriptions", int64(d.MaxSubscriptions), "subscriptions")
 
 	// journal

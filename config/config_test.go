@@ -50,12 +50,12 @@ func TestDefault(t *testing.T) {
 	want := &Config{
 		Listener: Listener{Address: "127.0.0.1:4433", Origins: []string{}},
 		Terminal: Terminal{Login: true, Term: "xterm-256color", ScrollbackBytes: 1 << 20,
-			MaxPerClient: 16, MaxTotal: 64, Env: map[string]string{"LANG": "C.UTF-8"}},
-		TCP: TCP{Allow: []string{"127.0.0.0/8", "::1/128"}, MaxPerClient: 256, MaxTotal: 1024,
+			MaxPerClient: 16, MaxTotal: 64, MaxPerPrincipal: 32, MaxPerConnection: 16, Env: map[string]string{"LANG": "C.UTF-8"}},
+		TCP: TCP{Allow: []string{"127.0.0.0/8", "::1/128"}, MaxPerClient: 256, MaxTotal: 1024, MaxPerPrincipal: 512, MaxPerConnection: 256,
 			DialTimeout: 10 * time.Second, WindowBytes: 4 << 20, MaximumFrameBytes: 512 << 10},
 		Telemetry: Telemetry{Interval: time.Second},
-		Delivery: Delivery{WindowBytes: 262144, MaximumFrameBytes: 16384, MaxMessageBytes: 16 << 20,
-			TransportQueueFrames: 32, OrdinaryQueueMessages: 1024, ProtectedQueueMessages: 256,
+		Delivery: Delivery{WindowBytes: 262144, MaximumFrameBytes: 16384, MaxMessageBytes: 16 << 20, MaxPartialBytes: 16 << 20,
+			TransportQueueFrames: 32, OrdinaryQueueMessages: 1024, ProtectedQueueMessages: 256, WriteTimeout: 30 * time.Second,
 			MaxConcurrentRequests: 16, MaxSubscriptions: 256},
 		Journal: Journal{MaxBytes: 8 << 20, MaxAge: 2 * time.Hour, ReconnectGrace: 2 * time.Hour},
 		Log:     Log{Level: "info", Format: "auto"},
@@ -136,12 +136,16 @@ terminal {
   scrollback_bytes = 65536
   max_per_client = 2
   max_total = 3
+  max_per_principal = 6
+  max_per_connection = 7
   env = { FOO = "bar" }
 }
 tcp {
   allow = ["10.0.0.0/8", "192.168.1.7"]
   max_per_client = 4
   max_total = 5
+  max_per_principal = 8
+  max_per_connection = 9
   dial_timeout = "1500ms"
   window_bytes = 2048
   maximum_frame_bytes = 1025
@@ -151,10 +155,12 @@ delivery {
   window_bytes = 512
   maximum_frame_bytes = 1024
   max_message_bytes = 4096
+  max_partial_bytes = 8192
   transport_queue_frames = 8
   ordinary_queue_messages = 9
   protected_queue_messages = 10
-  max_concurrent_requests = 11
+  write_timeout = "5s"
+  max_concurrent_requests = 9
   max_subscriptions = 12
 }
 journal {
@@ -180,13 +186,13 @@ func TestLoadOverridesEverything(t *testing.T) {
 		TLS:      TLS{CertFile: "/etc/sidecar/cert.pem", KeyFile: "/etc/sidecar/key.pem"},
 		Auth:     Auth{TokenFile: "/run/secrets/token"},
 		Terminal: Terminal{Shell: "/bin/sh", User: "root", Login: false, Term: "screen", ScrollbackBytes: 65536,
-			MaxPerClient: 2, MaxTotal: 3, Env: map[string]string{"FOO": "bar"}},
-		TCP: TCP{Allow: []string{"10.0.0.0/8", "192.168.1.7"}, MaxPerClient: 4, MaxTotal: 5,
+			MaxPerClient: 2, MaxTotal: 3, MaxPerPrincipal: 6, MaxPerConnection: 7, Env: map[string]string{"FOO": "bar"}},
+		TCP: TCP{Allow: []string{"10.0.0.0/8", "192.168.1.7"}, MaxPerClient: 4, MaxTotal: 5, MaxPerPrincipal: 8, MaxPerConnection: 9,
 			DialTimeout: 1500 * time.Millisecond, WindowBytes: 2048, MaximumFrameBytes: 1025},
 		Telemetry: Telemetry{Interval: 250 * time.Millisecond},
-		Delivery: Delivery{WindowBytes: 512, MaximumFrameBytes: 1024, MaxMessageBytes: 4096,
-			TransportQueueFrames: 8, OrdinaryQueueMessages: 9, ProtectedQueueMessages: 10,
-			MaxConcurrentRequests: 11, MaxSubscriptions: 12},
+		Delivery: Delivery{WindowBytes: 512, MaximumFrameBytes: 1024, MaxMessageBytes: 4096, MaxPartialBytes: 8192,
+			TransportQueueFrames: 8, OrdinaryQueueMessages: 9, ProtectedQueueMessages: 10, WriteTimeout: 5 * time.Second,
+			MaxConcurrentRequests: 9, MaxSubscriptions: 12},
 		Journal: Journal{MaxBytes: 1000, MaxAge: time.Hour, ReconnectGrace: 30 * time.Second},
 		Log:     Log{Level: "debug", Format: "json"},
 	}
@@ -253,6 +259,10 @@ func TestLoadErrors(t *testing.T) {
 			[]string{`var\.hcl:1:13: Variables not allowed`}},
 		{"semantic", "frame.hcl", "delivery {\n\n  maximum_frame_bytes = 100\n}\n",
 			[]string{`frame\.hcl:3:25: Invalid delivery\.maximum_frame_bytes: must be from 1024 to 524288 UTF-16 bytes .*got 100`}},
+		{"partial under message", "partial.hcl", "delivery {\n  max_partial_bytes = 1000\n}\n",
+			[]string{`partial\.hcl:2:23: Invalid delivery\.max_partial_bytes: must be at least max_message_bytes \(16777216 UTF-16 bytes\).*got 1000`}},
+		{"requests over the protected queue", "requests.hcl", "delivery {\n  max_concurrent_requests = 256\n}\n",
+			[]string{`requests\.hcl:2:29: Invalid delivery\.max_concurrent_requests: must be less than protected_queue_messages \(256\).*got 256`}},
 		{"zero duration", "zero.hcl", "journal {\n  max_age = \"0s\"\n}\n",
 			[]string{`zero\.hcl:2:13: Invalid journal\.max_age: must be a duration greater than 0`}},
 		{"tls half", "tls.hcl", "tls {\n  key_file = \"k.pem\"\n}\n",

@@ -254,3 +254,80 @@ func FuzzReassembler(f *testing.F) {
 		}
 	})
 }
+
+// TestPartialBudgetAcrossInbounds: the partial messages of one
+// connection's Inbounds share SchedulerConfig.PartialBytes: they fill it
+// to exactly the bound, the next unfinished fragment is a
+// PartialBytesExceeded violation that is neither kept nor released (no
+// credit for it), and a finished, failed or discarded message gives its
+// bytes back.
+func TestPartialBudgetAcrossInbounds(t *testing.T) {
+	limits := Limits{WindowBytes: 1 << 20, MaximumFrameBytes: 4096}
+	s := NewScheduler(SchedulerConfig{PartialBytes: 10000})
+	a := s.NewInbound("ahp-terminal:/a", limits, 8000)
+	b := s.NewInbound("ahp-terminal:/b", limits, 8000)
+	c := s.NewInbound("ahp-terminal:/c", limits, 8000)
+	frag := strings.Repeat("x", 1000) // 2000 UTF-16 bytes
+	add := func(in *Inbound, data string, final bool) ([]byte, bool, error) {
+		t.Helper()
+		size := MeasureString(data)
+		if err := in.Receive(size); err != nil {
+			t.Fatal(err)
+		}
+		return in.Frame(data, final, size)
+	}
+	used := func(want UTF16Bytes) {
+		t.Helper()
+		if got := s.PartialBytes(); got != want {
+			t.Fatalf("PartialBytes = %d, want %d", got, want)
+		}
+	}
+	for _, in := range []*Inbound{a, a, b, b, c} {
+		if _, _, err := add(in, frag, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	used(10000)
+	_, releasedBefore := c.Counters()
+	_, _, err := add(c, "y", false)
+	wantViolation(t, err, PartialBytesExceeded, 10002, 10000)
+	if _, released := c.Counters(); released != releasedBefore {
+		t.Fatalf("the fragment beyond the bound was released (%d -> %d): credit for it", releasedBefore, released)
+	}
+	used(8000) // c's partial message was discarded with it
+	msg, complete, err := add(a, "z", true)
+	if err != nil || !complete || string(msg) != frag+frag+"z" {
+		t.Fatalf("finishing a: %d bytes, complete %v, %v", len(msg), complete, err)
+	}
+	used(4000)
+	b.Discard()
+	used(0)
+	if _, complete, err := add(b, frag, false); err != nil || complete {
+		t.Fatalf("a fragment after Discard: complete %v, %v", complete, err)
+	}
+	used(0)
+	if received, released := b.Counters(); received != released {
+		t.Fatalf("a fragment after Discard: received %d, released %d", received, released)
+	}
+	if _, _, err := add(a, frag, false); err != nil {
+		t.Fatal(err)
+	}
+	used(2000)
+	_, _, err = a.Frame("", false, 0) // any other violation gives back too
+	wantViolation(t, err, EmptyFragment, 0, 0)
+	used(0)
+}
+
+// A Scheduler without PartialBytes bounds each message only.
+func TestPartialBudgetOff(t *testing.T) {
+	s := NewScheduler(SchedulerConfig{})
+	in := s.NewInbound("ahp-terminal:/a", Limits{WindowBytes: 1 << 20, MaximumFrameBytes: 4096}, 1<<20)
+	for range 100 {
+		if _, _, err := in.Frame(strings.Repeat("x", 1000), false, 2000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.PartialBytes(); got != 0 {
+		t.Fatalf("PartialBytes = %d, want 0", got)
+	}
+}

@@ -78,6 +78,11 @@ type SchedulerConfig struct {
 	// message once WriteMessage returns (it wrote or copied it), so
 	// Recycler sources may reuse their buffers.
 	WriterReleases bool
+	// PartialBytes bounds the partial (unfinished) fragmented messages
+	// the connection's Inbounds hold together, in UTF-16 bytes (see
+	// PartialBudget); beyond it a fragment is a PartialBytesExceeded
+	// violation. 0: no bound but each message's maximum.
+	PartialBytes UTF16Bytes
 }
 
 // DefaultSchedulerConfig returns the bounds used when a field is zero.
@@ -106,6 +111,8 @@ type Scheduler struct {
 	// taken is signalled (1 slot, never blocking) each time the writer
 	// takes a protected message: room was made (ProtectedTaken).
 	taken chan struct{}
+	// partial is the Inbounds' shared bound on partial messages (nil: none).
+	partial *PartialBudget
 
 	mu        sync.Mutex
 	closed    error
@@ -156,7 +163,12 @@ func NewScheduler(cfg SchedulerConfig) *Scheduler {
 	if cfg.Quantum <= 0 {
 		cfg.Quantum = d.Quantum
 	}
+	var partial *PartialBudget
+	if cfg.PartialBytes > 0 {
+		partial = NewPartialBudget(cfg.PartialBytes)
+	}
 	return &Scheduler{
+		partial:    partial,
 		cfg:        cfg,
 		wake:       make(chan struct{}, 1),
 		taken:      make(chan struct{}, 1),
@@ -165,6 +177,15 @@ func NewScheduler(cfg SchedulerConfig) *Scheduler {
 		fresh:      true,
 		ordinary:   ordinaryQueue{lastSeq: map[string]uint64{}},
 	}
+}
+
+// PartialBytes returns the UTF-16 bytes of partial fragmented messages
+// the connection's Inbounds hold now (0 without SchedulerConfig.PartialBytes).
+func (s *Scheduler) PartialBytes() UTF16Bytes {
+	if s.partial == nil {
+		return 0
+	}
+	return s.partial.Used()
 }
 
 func (s *Scheduler) signal() {

@@ -316,18 +316,30 @@ type Inbound struct {
 	sched   *Scheduler
 	channel string
 
-	mu  sync.Mutex
-	win *RecvWindow
-	re  *Reassembler
+	mu        sync.Mutex
+	win       *RecvWindow
+	re        *Reassembler
+	discarded bool
 }
 
 // NewInbound returns the receiver for channel with the limits this side
 // announced (hostReceive on the host, clientReceive on the client);
 // maxMessage bounds a reassembled message in UTF-16 bytes, the unit of every
 // delivery size (config delivery.max_message_bytes as it is), not the UTF-8
-// bytes it takes in memory (see Reassembler).
+// bytes it takes in memory (see Reassembler). Its partial message counts
+// against the scheduler's SchedulerConfig.PartialBytes, if set.
 func (s *Scheduler) NewInbound(channel string, limits Limits, maxMessage int) *Inbound {
-	return &Inbound{sched: s, channel: channel, win: NewRecvWindow(limits), re: NewReassembler(UTF16Bytes(maxMessage))}
+	return &Inbound{sched: s, channel: channel, win: NewRecvWindow(limits), re: NewReassemblerIn(UTF16Bytes(maxMessage), s.partial)}
+}
+
+// Discard drops the partial message, if any, giving its bytes back to the
+// connection's budget: the subscription has ended. Fragments that still
+// arrive for it are released and not kept.
+func (in *Inbound) Discard() {
+	in.mu.Lock()
+	in.discarded = true
+	in.re.Reset()
+	in.mu.Unlock()
 }
 
 // SetLimits changes the limits, keeping the counters.
@@ -357,6 +369,11 @@ func (in *Inbound) Receive(size UTF16Bytes) error {
 // caller processes message and then releases the final fragment's size.
 func (in *Inbound) Frame(data string, final bool, size UTF16Bytes) (message []byte, complete bool, err error) {
 	in.mu.Lock()
+	if in.discarded {
+		in.mu.Unlock()
+		in.Release(size)
+		return nil, false, nil
+	}
 	message, complete, err = in.re.Add(data, final)
 	in.mu.Unlock()
 	if err != nil {

@@ -37,19 +37,25 @@ const (
 	// InvalidSize: a size of zero or less given to a window (a bug in the
 	// caller: every JSON-RPC message has a positive size). Got is the size.
 	InvalidSize
+	// PartialBytesExceeded: a fragment that would take the partial
+	// (unfinished) fragmented messages of one connection, across its
+	// subscriptions, above their bound (PartialBudget). Got is what they
+	// would hold with it, Limit the bound; both UTF-16 bytes.
+	PartialBytesExceeded
 )
 
 var violationNames = [...]string{
-	CreditBeyondSent:    "credit beyond sent",
-	FrameTooLarge:       "frame too large",
-	WindowExceeded:      "window exceeded",
-	SendOnFullWindow:    "send on full window",
-	FragmentInterleaved: "fragment interleaved",
-	MessageTooLarge:     "message too large",
-	ChannelMismatch:     "channel mismatch",
-	EmptyFragment:       "empty fragment",
-	BadFragment:         "bad fragment",
-	InvalidSize:         "invalid size",
+	CreditBeyondSent:     "credit beyond sent",
+	FrameTooLarge:        "frame too large",
+	WindowExceeded:       "window exceeded",
+	SendOnFullWindow:     "send on full window",
+	FragmentInterleaved:  "fragment interleaved",
+	MessageTooLarge:      "message too large",
+	ChannelMismatch:      "channel mismatch",
+	EmptyFragment:        "empty fragment",
+	BadFragment:          "bad fragment",
+	InvalidSize:          "invalid size",
+	PartialBytesExceeded: "partial messages over the connection's bound",
 }
 
 func (k ViolationKind) String() string {
@@ -87,6 +93,8 @@ func (e *ViolationError) Error() string {
 		detail = fmt.Sprintf("joined %d > maximum %d", e.Got, e.Limit)
 	case InvalidSize:
 		detail = fmt.Sprintf("size %d <= 0", e.Got)
+	case PartialBytesExceeded:
+		detail = fmt.Sprintf("partial messages would hold %d > maximum %d", e.Got, e.Limit)
 	default:
 		if e.Got == 0 && e.Limit == 0 {
 			return "delivery: " + e.Kind.String() + on

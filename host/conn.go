@@ -17,13 +17,16 @@ import (
 	"github.com/sidecar-dev/sidecar/adapters"
 	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/internal/lograte"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
 )
 
 // conn is one client connection: a reader that classifies every message
-// (data and credit inline, requests to jsonrpc2's synchronous handler) and
-// the delivery Scheduler as its only writer.
+// (credit inline; requests, admitted or answered Overloaded by jsonrpc2's
+// handler on the reader, run in the lane; data inline, or in the lane
+// after the requests before it), the lane (host/lane.go), and the
+// delivery Scheduler as its only writer.
 type conn struct {
 	s      *Server
 	connID adapters.ConnID
@@ -37,8 +40,29 @@ type conn struct {
 	closeErr  error
 	readErr   atomic.Pointer[error] // the first ReadMessage error: how the client's side ended
 
-	// slow bounds requests running beside the reader (dials).
-	slow chan struct{}
+	// lane runs the connection's requests one at a time in arrival order,
+	// and the data notifications that arrive while requests are queued
+	// or running (after them, in order); credit and tcp/reset never wait
+	// for it (host/lane.go).
+	lane chan laneItem
+	// laneNotes holds a place for each notification in the lane.
+	laneNotes chan struct{}
+	// laneLen counts items sent to lane and not yet done; only the reader
+	// adds to it, so once it reads 0 the lane stays idle until it sends.
+	laneLen atomic.Int64
+	// inProgress counts requests admitted and not yet done: queued or
+	// running in the lane, or dialling beside it. At most maxInProgress;
+	// beyond it a request is answered Overloaded at once. A request
+	// leaves it just before its answer is queued, so a client that waits
+	// for each answer before its next request never meets the bound.
+	inProgress    atomic.Int64
+	maxInProgress int64
+	// owed counts the answers admitted requests still owe: they leave it
+	// once queued. awaitResponseRoom keeps room for them.
+	owed     atomic.Int64
+	laneDone chan struct{}
+	// bad rate-limits the log lines of refused input (logBad).
+	bad lograte.Limiter[badKind]
 
 	// principal is who authenticated the transport (ServeConnAs), which a
 	// reconnect must match.
@@ -69,13 +93,15 @@ type conn struct {
 }
 
 func newConn(s *Server, mc transport.MessageConn) *conn {
+	n := max(s.cfg.Delivery.MaxConcurrentRequests, 1)
 	c := &conn{s: s, connID: adapters.ConnID(s.nextConnID.Add(1)), ended: make(chan struct{}), mc: mc, log: s.log.Named("conn").With("peer", mc.Peer()), subs: map[string]*subscription{},
-		slow: make(chan struct{}, max(s.cfg.Delivery.MaxConcurrentRequests, 1))}
+		lane: make(chan laneItem, n+laneNotifications), laneNotes: make(chan struct{}, laneNotifications), maxInProgress: int64(n), laneDone: make(chan struct{})}
 	c.sched = delivery.NewScheduler(delivery.SchedulerConfig{
 		ProtectedMessages: s.cfg.Delivery.ProtectedQueueMessages,
 		OrdinaryMessages:  s.cfg.Delivery.OrdinaryQueueMessages,
 		Quantum:           delivery.UTF16Bytes(s.cfg.Delivery.MaximumFrameBytes),
 		WriterReleases:    transport.WriteReleases(mc),
+		PartialBytes:      delivery.UTF16Bytes(s.cfg.Delivery.MaxPartialBytes),
 	})
 	return c
 }
@@ -107,6 +133,7 @@ func (c *conn) serve(parent context.Context) error {
 		writerDone <- err
 	}()
 
+	go c.runLane()
 	rc := jsonrpc2.NewConn(c.ctx, &objectStream{c: c}, c, jsonrpc2.SetLogger(c.log.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})))
 	select {
 	case <-rc.DisconnectNotify():
@@ -114,7 +141,9 @@ func (c *conn) serve(parent context.Context) error {
 	}
 	c.close(transport.CloseNormal, "")
 	_ = rc.Close()
+	<-c.laneDone // its request in progress, if any, done before the connection's end is processed
 	werr := <-writerDone
+	c.flushBadLog()
 	args := []any{"reason", endReason(c.closeErr, c.readErr.Load())}
 	if werr != nil && !errors.Is(werr, delivery.ErrClosed) && !errors.Is(werr, context.Canceled) {
 		args = append(args, "writer", werr)
@@ -202,33 +231,33 @@ func (c *conn) reply(id json.RawMessage, e *rpc.Error) {
 	}
 }
 
-// responseWait bounds how long the protected queue may stay too full for
-// one more response (seed 003 egress): a client that reads, however it
-// pipelines, drains it well within this; one that stopped reading for
-// this long is closed with 4008.
-const responseWait = 30 * time.Second
+// The write timeout (delivery.write_timeout, 30 s) bounds how long the
+// protected queue may stay too full for one more response (seed 003
+// egress): a client that reads, however it pipelines, drains it well
+// within it; one that stopped reading for this long is closed with 4008.
 
-// awaitResponseRoom waits, before a request is handled or a bad message
-// answered, until the protected queue has room for its response beyond
-// those the dials in progress still owe, so that a response never finds
-// it full (a client that kept reading but pipelined pings was closed with
-// 4008). The reader waiting is the backpressure: the transport stops the
+// awaitResponseRoom waits, before a request is admitted or a bad message
+// or Overloaded answered, until the protected queue has room for its
+// response beyond those the requests in progress still owe, so that a
+// response never finds it full (a client that kept reading but pipelined
+// pings was closed with 4008). The reader waiting is the backpressure: the transport stops the
 // client's writes. False (the connection closed) when it stays full past
-// responseWait or the connection ends.
+// the write timeout or the connection ends.
 func (c *conn) awaitResponseRoom() bool {
 	var timer *time.Timer
 	var expired <-chan time.Time
-	for c.sched.ProtectedRoom() <= len(c.slow) {
+	for int64(c.sched.ProtectedRoom()) <= c.owed.Load() {
 		if timer == nil && !c.patient {
-			timer = time.NewTimer(responseWait)
+			timer = time.NewTimer(c.s.cfg.Delivery.WriteTimeout)
 			defer timer.Stop()
 			expired = timer.C
 		}
 		select {
 		case <-c.sched.ProtectedTaken():
 		case <-expired:
-			c.log.Warn("closing connection: responses not read", "client", c.id(), "waited", responseWait.String())
-			c.close(transport.ClosePeerTooSlow, "responses not read within "+responseWait.String())
+			wait := c.s.cfg.Delivery.WriteTimeout.String()
+			c.log.Warn("closing connection: responses not read", "client", c.id(), "waited", wait)
+			c.close(transport.ClosePeerTooSlow, "responses not read within "+wait)
 			return false
 		case <-c.ctx.Done():
 			return false
@@ -239,9 +268,11 @@ func (c *conn) awaitResponseRoom() bool {
 
 // objectStream is the jsonrpc2.ObjectStream of a connection (golibs.md §3):
 // ReadObject reads raw messages from the transport, measures and classifies
-// them, handles notifications (data, credit, unsubscribe) inline in arrival
-// order, answers malformed input itself, and returns only requests to
-// jsonrpc2. WriteObject queues responses on the protected queue.
+// them, handles notifications (data, credit, unsubscribe) in arrival order
+// (inline, or in the lane behind requests still in progress; credit and
+// tcp/reset always inline), answers malformed input itself, and returns
+// only requests to jsonrpc2. WriteObject queues responses on the
+// protected queue.
 type objectStream struct{ c *conn }
 
 func (o *objectStream) ReadObject(v any) error {
@@ -266,7 +297,7 @@ func (o *objectStream) ReadObject(v any) error {
 		// its usual form: read in place, no header, no allocation.
 		if ch, consumed, ok := rpc.ParseCredit(raw); ok {
 			if !c.isInitialized() {
-				c.log.Warn("notification before initialize ignored", "method", rpc.MethodChannelCredit)
+				c.logBad(hclog.Warn, "notification before initialize ignored", "method", rpc.MethodChannelCredit)
 				continue
 			}
 			if err := credit(c, c.subscriptionOf(ch), consumed, ch); err != nil {
@@ -277,7 +308,7 @@ func (o *objectStream) ReadObject(v any) error {
 		}
 		h, perr := rpc.ParseHeader(raw)
 		if perr != nil {
-			c.log.Warn("bad message", "client", c.id(), "code", perr.Code, "error", perr.Message)
+			c.logBad(hclog.Warn, "bad message", "code", perr.Code, "error", peerText(perr.Message))
 			if !c.awaitResponseRoom() {
 				return io.EOF
 			}
@@ -289,14 +320,14 @@ func (o *objectStream) ReadObject(v any) error {
 			c.log.Debug("ignoring unexpected response", "client", c.id())
 			continue
 		case h.IsNotification():
-			if err := c.notification(h, raw); err != nil {
-				c.fail(err)
-				return err
+			if c.laneLen.Load() > 0 && h.Method != rpc.MethodChannelCredit && h.Method != rpc.MethodTCPReset {
+				// After the requests before it (a dispatchAction after the
+				// createTerminal it needs), without holding up the reader.
+				c.enqueue(laneItem{h: h, raw: raw})
+				continue
 			}
-			if h.Method == rpc.MethodTCPData {
-				// Decoded into the TCP writer's own buffer (or dropped):
-				// nothing refers to the text any more.
-				transport.RecycleRead(c.mc, raw)
+			if err := c.handleNotification(h, raw); err != nil {
+				return err
 			}
 			continue
 		}
@@ -321,11 +352,26 @@ func (o *objectStream) Close() error {
 	return nil
 }
 
+// handleNotification handles a client notification and recycles its
+// text; a returned error (a violation) has closed the connection.
+func (c *conn) handleNotification(h *rpc.Header, raw []byte) error {
+	if err := c.notification(h, raw); err != nil {
+		c.fail(err)
+		return err
+	}
+	if h.Method == rpc.MethodTCPData {
+		// Decoded into the TCP writer's own buffer (or dropped):
+		// nothing refers to the text any more.
+		transport.RecycleRead(c.mc, raw)
+	}
+	return nil
+}
+
 // notification handles a client notification. A returned error is a
 // violation that closes the connection.
 func (c *conn) notification(h *rpc.Header, raw []byte) error {
 	if !c.isInitialized() {
-		c.log.Warn("notification before initialize ignored", "method", h.Method)
+		c.logBad(hclog.Warn, "notification before initialize ignored", "method", peerText(h.Method))
 		return nil
 	}
 	sub := c.subscription(h.Channel)
@@ -333,7 +379,7 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 	case rpc.MethodChannelCredit: // in a form other than ReadObject's fast path's
 		var p rpc.ChannelCreditParams
 		if e := rpc.DecodeParams(h.Params, &p); e != nil {
-			c.log.Warn("bad channel/credit", "client", c.id(), "error", e.Message)
+			c.logBad(hclog.Warn, "bad channel/credit", "error", peerText(e.Message))
 			return nil
 		}
 		return credit(c, sub, p.ConsumedBytes, h.Channel)
@@ -350,7 +396,7 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 			sub.ch.Control(sub, h)
 			return nil
 		}
-		c.log.Debug("control message without a subscription", "method", h.Method, "channel", h.Channel)
+		c.log.Debug("control message without a subscription", "method", peerText(h.Method), "channel", peerText(h.Channel))
 		return nil
 	}
 	// A data message. On a windowed subscription it counts (seed 000).
@@ -400,7 +446,7 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 	}
 	if ch == nil {
 		// Usually input racing a disposeTerminal: harmless.
-		c.log.Debug("data message for a channel without a subscription ignored", "method", h.Method, "channel", h.Channel)
+		c.log.Debug("data message for a channel without a subscription ignored", "method", peerText(h.Method), "channel", peerText(h.Channel))
 		release()
 		return nil
 	}
@@ -414,7 +460,7 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 // returned error is a violation that closes the connection.
 func credit[T ~string | ~[]byte](c *conn, sub *subscription, consumed delivery.UTF16Bytes, channel T) error {
 	if sub == nil || !sub.windowed() {
-		c.log.Debug("credit for a channel without a windowed subscription", "channel", string(channel))
+		c.log.Debug("credit for a channel without a windowed subscription", "channel", peerText(string(channel)))
 		return nil
 	}
 	return sub.out.Credit(consumed)
@@ -426,35 +472,44 @@ func (c *conn) isInitialized() bool {
 	return c.initialized
 }
 
-// Handle implements jsonrpc2.Handler: requests, one at a time in arrival
-// order, never blocking for long (process starts are the slowest part).
+// Handle implements jsonrpc2.Handler, on the reader: a request is
+// admitted to the lane when fewer than maxInProgress are in progress, else
+// answered at once with -32050 Overloaded (seed 003 ingress: reject,
+// don't buffer), so the reader never waits for a request to run.
 func (c *conn) Handle(ctx context.Context, rc *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	if !c.awaitResponseRoom() {
 		return
 	}
+	if n := c.inProgress.Load(); n >= c.maxInProgress {
+		id, _ := json.Marshal(req.ID)
+		c.logBad(hclog.Debug, "request refused: overloaded", "code", rpc.CodeOverloaded, "method", peerText(req.Method), "bound", c.maxInProgress)
+		c.reply(id, rpc.OverloadedError(c.maxInProgress))
+		return
+	}
+	c.inProgress.Add(1)
+	c.owed.Add(1)
+	c.enqueue(laneItem{req: req, rc: rc, ctx: ctx})
+}
+
+// handleRequest runs one request in the lane and answers it; a dial runs
+// beside the lane and answers when done. Each admitted request is
+// answered exactly once: it leaves inProgress just before its answer is
+// queued, and owed just after (the room awaitResponseRoom kept for it is
+// taken first).
+func (c *conn) handleRequest(ctx context.Context, rc *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	id, _ := json.Marshal(req.ID)
 	var params json.RawMessage
 	if req.Params != nil {
 		params = *req.Params
 	}
 	if req.Method == rpc.MethodCreateTCPConnection && c.isInitialized() {
-		// A dial can take up to tcp.dial_timeout: run it beside the reader
-		// so the connection's data and credit keep flowing, a bounded
-		// number at once (seed 003 ingress: beyond it, Overloaded at once).
-		select {
-		case c.slow <- struct{}{}:
-		default:
-			c.log.Debug("createTcpConnection refused: requests in progress at the bound", "client", c.id(), "bound", cap(c.slow))
-			data, _ := json.Marshal(map[string]any{"kind": "overloaded", "retryable": true})
-			c.reply(id, &rpc.Error{Code: rpc.CodeOverloaded, Message: fmt.Sprintf("overloaded: %d requests already in progress on this connection; retry with backoff", cap(c.slow)), Data: data})
-			return
-		}
+		// A dial can take up to tcp.dial_timeout: run it beside the lane
+		// so the requests after it do not wait for it.
 		go func() {
+			defer c.owed.Add(-1)
 			result, e := c.createTCPConnection(params)
-			// Free the slot before answering: a client that waits for each
-			// answer before its next request must never see Overloaded.
-			<-c.slow
-			if e != nil { // logged by createTCPConnection
+			c.inProgress.Add(-1)
+			if e != nil { // logged by createTcpConnection
 				c.reply(id, e)
 				return
 			}
@@ -464,10 +519,15 @@ func (c *conn) Handle(ctx context.Context, rc *jsonrpc2.Conn, req *jsonrpc2.Requ
 		}()
 		return
 	}
+	defer c.owed.Add(-1)
+	if c.s.requestHook != nil {
+		c.s.requestHook(req.Method)
+	}
 	result, after, e := c.request(req.Method, params)
+	c.inProgress.Add(-1)
 	if e != nil {
 		if e.Code != rpc.CodeMethodNotFound && e.Code != rpc.CodeUnsupportedProtocolVersion && req.Method != rpc.MethodCreateTCPConnection {
-			c.log.Info("request failed", "client", c.id(), "method", req.Method, "code", e.Code, "error", e.Message)
+			c.logBad(hclog.Info, "request failed", "method", peerText(req.Method), "code", e.Code, "error", peerText(e.Message))
 		}
 		c.reply(id, e)
 	} else if err := rc.Reply(ctx, req.ID, result); err != nil {
@@ -518,8 +578,8 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 	if len(p.ProtocolVersions) == 0 {
 		return nil, nil, rpc.Missing("protocolVersions")
 	}
-	if p.ClientID == "" {
-		return nil, nil, rpc.Missing("clientId")
+	if e := rpc.CheckClientID("clientId", p.ClientID); e != nil {
+		return nil, nil, e
 	}
 	if c.isInitialized() {
 		return nil, nil, rpc.Errorf(rpc.CodeInvalidRequest, "already initialized")
@@ -527,10 +587,11 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 	version := pickVersion(p.ProtocolVersions)
 	if version == "" {
 		data, _ := json.Marshal(rpc.UnsupportedVersionData{SupportedVersions: SupportedVersions})
+		offered := strings.Join(p.ProtocolVersions, ", ")
 		e := &rpc.Error{Code: rpc.CodeUnsupportedProtocolVersion,
-			Message: fmt.Sprintf("unsupported protocol version: offered %s, host supports %s", strings.Join(p.ProtocolVersions, ", "), strings.Join(SupportedVersions, ", ")),
+			Message: fmt.Sprintf("unsupported protocol version: offered %s, host supports %s", peerText(offered), strings.Join(SupportedVersions, ", ")),
 			Data:    data}
-		c.log.Warn("no common protocol version, closing", "offered", p.ProtocolVersions)
+		c.log.Warn("no common protocol version, closing", "offered", peerText(offered))
 		return nil, func() { c.sched.CloseWhenFlushed(errVersionMismatch) }, e
 	}
 	c.mu.Lock()
@@ -545,7 +606,7 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 	if p.ClientInfo != nil {
 		name = strings.TrimSpace(p.ClientInfo.Name + " " + p.ClientInfo.Version)
 	}
-	c.log.Info("client initialized", "client", p.ClientID, "version", version, "client_name", name)
+	c.log.Info("client initialized", "client", p.ClientID, "version", version, "client_name", peerText(name))
 
 	res := rpc.InitializeResult{
 		ProtocolVersion:  version,
@@ -645,7 +706,7 @@ func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
 			// positive values): a client error, not a decline.
 			return nil, nil, rpc.Errorf(rpc.CodeInvalidParams, "invalid params: flowControl.receive: %v", p.FlowControl.Receive.Validate())
 		case errors.Is(err, delivery.ErrDecline):
-			c.log.Info("windowed delivery declined, using ordinary delivery", "channel", p.Channel, "reason", err)
+			c.log.Info("windowed delivery declined, using ordinary delivery", "channel", peerText(p.Channel), "reason", peerText(err.Error()))
 		default:
 			return nil, nil, rpc.Errorf(rpc.CodeInvalidParams, "invalid params: flowControl.receive: %v", err)
 		}

@@ -37,3 +37,8 @@ func (s *Server) RetainedClients() int {
 // SetParkedPacing sets how long a lost holder's parked stream paces its
 // terminal; call it before any connection.
 func (s *Server) SetParkedPacing(d time.Duration) { s.parkedPacing = d }
+
+// SetRequestHook makes hook run in each connection's lane before every
+// request other than a dial (a slow request, for tests); call it before
+// any connection.
+func (s *Server) SetRequestHook(hook func(method string)) { s.requestHook = hook }

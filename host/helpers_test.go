@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,6 +86,51 @@ func newServer(t testing.TB, tweak func(*config.Config)) *host.Server {
 		}
 	})
 	return srv
+}
+
+// logBuffer collects a server's log lines (safe for concurrent writes).
+type logBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *logBuffer) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Len()
+}
+
+// newLoggingServer is newServer logging at level into the returned buffer.
+func newLoggingServer(t testing.TB, level hclog.Level, tweak func(*config.Config)) (*host.Server, *logBuffer) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Terminal.Shell = "/bin/sh"
+	cfg.Terminal.Login = false
+	if tweak != nil {
+		tweak(cfg)
+	}
+	logs := &logBuffer{}
+	srv := host.New(cfg, hclog.New(&hclog.LoggerOptions{Output: logs, Level: level}))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return srv, logs
 }
 
 // connect serves one Pipe end with srv and returns the other.

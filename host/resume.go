@@ -331,8 +331,8 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 	if e := rpc.DecodeParams(params, &p); e != nil {
 		return nil, nil, e
 	}
-	if p.ClientID == "" {
-		return nil, nil, rpc.Missing("clientId")
+	if e := rpc.CheckClientID("clientId", p.ClientID); e != nil {
+		return nil, nil, e
 	}
 	if c.isInitialized() {
 		return nil, nil, rpc.Errorf(rpc.CodeInvalidRequest, "already initialized")
@@ -385,7 +385,7 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 	res := rpc.ReconnectResult{Missing: []string{}, Resume: s.resumeInfo(r.token)}
 	missing := func(uri, why string) {
 		res.Missing = append(res.Missing, uri)
-		c.log.Info("subscription not kept on reconnect", "client", p.ClientID, "channel", uri, "reason", why)
+		c.log.Info("subscription not kept on reconnect", "client", p.ClientID, "channel", peerText(uri), "reason", why)
 	}
 	// Ordinary subscriptions: one lastSeenServerSeq for all (AHP). A
 	// replay when the journal holds everything after it on every one.

@@ -65,6 +65,9 @@ type Server struct {
 	telemetry    *telemetry.Channels
 	bytes        byteCounts
 	nextConnID   atomic.Uint64
+	// requestHook, when set (tests), runs in the lane before each request
+	// other than a dial.
+	requestHook func(method string)
 
 	mu        sync.Mutex
 	terminals map[string]*termEntry

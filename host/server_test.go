@@ -482,10 +482,11 @@ func TestHostileHeadersAnswered(t *testing.T) {
 }
 
 // TestPipelinedPings: 1000 pings pipelined by a client that reads only
-// once 268 are sent, then everything: each is answered exactly once and
-// the connection stays open. The host stops reading while the protected
-// queue (256) has no room for a response, instead of closing with 4008
-// at the 257th unread answer (it did, 4 runs of 4).
+// once 268 are sent, then everything: each is answered exactly once (a
+// result, or Overloaded when 16 were in progress) and the connection
+// stays open. The host stops reading while the protected queue (256) has
+// no room for a response, instead of closing with 4008 at the 257th
+// unread answer (it did, 4 runs of 4).
 func TestPipelinedPings(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t, nil)
@@ -528,7 +529,7 @@ func TestPipelinedPings(t *testing.T) {
 		if m.Method != "" {
 			continue
 		}
-		if m.Error != nil {
+		if m.Error != nil && (m.Error.Code != rpc.CodeOverloaded || string(m.Error.Data) != `{"kind":"overloaded","retryable":true,"capacity":16}`) {
 			t.Fatalf("ping answered with an error: %s", m.Raw)
 		}
 		if seen[string(m.ID)]++; seen[string(m.ID)] > 1 {

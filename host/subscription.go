@@ -274,6 +274,9 @@ func (c *conn) endSubscription(sub *subscription, keep bool) {
 	if sub.out != nil {
 		sub.out.Remove()
 	}
+	if sub.in != nil {
+		sub.in.Discard() // its partial message no longer counts against the connection
+	}
 	sub.ch.Unsubscribe(sub) // no more pushes after this
 	if !keep {
 		c.sched.DropOrdinary(sub.channel)

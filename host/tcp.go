@@ -20,12 +20,14 @@ func (s *Server) newTCPTable() *tcpadapter.Table {
 		pol, _ = tcpadapter.NewPolicy(nil)
 	}
 	return tcpadapter.NewTable(tcpadapter.TableConfig{
-		Dialer:       &tcpadapter.Dialer{Policy: pol, Timeout: s.cfg.TCP.DialTimeout},
-		MaxTotal:     s.cfg.TCP.MaxTotal,
-		MaxPerClient: s.cfg.TCP.MaxPerClient,
-		Limits:       s.tcpMax,
-		Seq:          s.journal.Seq,
-		Log:          s.log.Named("tcp"),
+		Dialer:          &tcpadapter.Dialer{Policy: pol, Timeout: s.cfg.TCP.DialTimeout},
+		MaxTotal:        s.cfg.TCP.MaxTotal,
+		MaxPerClient:    s.cfg.TCP.MaxPerClient,
+		MaxPerPrincipal: s.cfg.TCP.MaxPerPrincipal,
+		MaxPerConn:      s.cfg.TCP.MaxPerConnection,
+		Limits:          s.tcpMax,
+		Seq:             s.journal.Seq,
+		Log:             s.log.Named("tcp"),
 	})
 }
 
@@ -52,7 +54,7 @@ func (s *Server) tcpCapability() *struct{} { return &struct{}{} }
 // (someone tried to reach what they may not: a metadata address, another
 // host), any other at info, with the system's own error as "cause".
 func (c *conn) createTCPConnection(params json.RawMessage) (any, *rpc.Error) {
-	e, dialErr := c.s.tcp.Open(c.ctx, c.connID, c.id(), params)
+	e, dialErr := c.s.tcp.Open(c.ctx, c.connID, c.id(), c.principal, params)
 	if e != nil {
 		log := c.log.Info
 		if dialErr != nil && e.Code == rpc.CodePermissionDenied {

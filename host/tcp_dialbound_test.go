@@ -138,9 +138,11 @@ func TestTCPDialBound(t *testing.T) {
 	if h.s.tcp.Channel("ahp-tcp:/extra") != nil {
 		t.Error("the Overloaded request left a channel behind")
 	}
-	// The reader is not blocked by the dials: other requests are answered.
-	if m := await(send("ping", map[string]any{})); m.Error != nil {
-		t.Errorf("ping while the dials hang: %s", m.raw)
+	// The reader is not blocked by the dials: another request is answered
+	// at once, Overloaded too (the dials are the requests in progress).
+	if m := await(send("ping", map[string]any{})); m.Error == nil || m.Error.Code != rpc.CodeOverloaded ||
+		string(m.Error.Data) != fmt.Sprintf(`{"kind":"overloaded","retryable":true,"capacity":%d}`, bound) {
+		t.Errorf("ping while the dials hang: %s, want Overloaded with capacity %d", m.raw, bound)
 	}
 	// The bound is per connection: another client dials meanwhile.
 	q := h.peer("bound-b")

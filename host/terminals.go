@@ -3,6 +3,7 @@ package host
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/url"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sidecar-dev/sidecar/adapters"
 	"github.com/sidecar-dev/sidecar/adapters/pty"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -21,6 +23,10 @@ import (
 type termEntry struct {
 	t       *pty.Terminal
 	creator string
+	// principal and conn are who created it: the limits count them too,
+	// so that a new clientId (or connection) does not make room.
+	principal string
+	conn      adapters.ConnID
 }
 
 // createTerminal is createTerminal (ahp.md §5): check the params and the
@@ -33,6 +39,9 @@ func (c *conn) createTerminal(params json.RawMessage) (any, *rpc.Error) {
 	id, ok := strings.CutPrefix(p.Channel, rpc.TerminalScheme+"/")
 	if !ok || id == "" || len(id) > pty.MaxTerminalID || strings.ContainsAny(id, " \t\r\n") {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "channel" must be ahp-terminal:/<id> (id of 1-%d characters without spaces)`, pty.MaxTerminalID)
+	}
+	if len(p.Name) > rpc.MaxNameBytes {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "name" must be at most %d bytes (got %d)`, rpc.MaxNameBytes, len(p.Name))
 	}
 	cols, rows := p.Cols, p.Rows
 	if cols == 0 {
@@ -60,6 +69,11 @@ func (c *conn) createTerminal(params json.RawMessage) (any, *rpc.Error) {
 		if p.Claim.Kind != "client" && p.Claim.Kind != "session" {
 			return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "claim.kind" must be "client" or "session"`)
 		}
+		if p.Claim.Kind == "client" {
+			if e := rpc.CheckClientID("claim.clientId", p.Claim.ClientID); e != nil {
+				return nil, e
+			}
+		}
 		claim = *p.Claim
 	}
 	s := c.s
@@ -73,23 +87,35 @@ func (c *conn) createTerminal(params json.RawMessage) (any, *rpc.Error) {
 		s.mu.Unlock()
 		return nil, rpc.Errorf(rpc.CodeAlreadyExists, "terminal already exists: %s", p.Channel)
 	}
-	total, mine := 0, 0
+	total, mine, principal, conn := 0, 0, 0, 0
 	for _, e := range s.terminals {
 		total++
 		if e.creator == c.id() {
 			mine++
 		}
+		if e.principal == c.principal {
+			principal++
+		}
+		if e.conn == c.connID {
+			conn++
+		}
 	}
-	if total >= cfg.MaxTotal {
-		s.mu.Unlock()
-		return nil, rpc.Errorf(rpc.CodePermissionDenied, "terminal limit reached: %d terminals on this host (terminal.max_total); dispose one first", cfg.MaxTotal)
-	}
-	if mine >= cfg.MaxPerClient {
-		s.mu.Unlock()
-		return nil, rpc.Errorf(rpc.CodePermissionDenied, "terminal limit reached: %d terminals for this client (terminal.max_per_client); dispose one first", cfg.MaxPerClient)
+	for _, l := range []struct {
+		n, max int
+		what   string
+	}{
+		{total, cfg.MaxTotal, "on this host (terminal.max_total)"},
+		{principal, cfg.MaxPerPrincipal, "for this token (terminal.max_per_principal)"},
+		{mine, cfg.MaxPerClient, "for this client (terminal.max_per_client)"},
+		{conn, cfg.MaxPerConnection, "on this connection (terminal.max_per_connection)"},
+	} {
+		if l.n >= l.max {
+			s.mu.Unlock()
+			return nil, rpc.Errorf(rpc.CodePermissionDenied, "terminal limit reached: %d terminals %s; dispose one first", l.max, l.what)
+		}
 	}
 	// Reserve the URI while the process starts (outside the lock).
-	entry := &termEntry{creator: c.id()}
+	entry := &termEntry{creator: c.id(), principal: c.principal, conn: c.connID}
 	s.terminals[p.Channel] = entry
 	s.mu.Unlock()
 
@@ -154,7 +180,7 @@ func (c *conn) createTerminal(params json.RawMessage) (any, *rpc.Error) {
 		_ = proc.Kill(pty.KillGrace)
 		return nil, rpc.Errorf(rpc.CodeInternalError, "server is shutting down")
 	}
-	log.Info("terminal created", "client", c.id(), "pid", proc.Pid(), "command", p.Command)
+	log.Info("terminal created", "client", c.id(), "pid", proc.Pid(), "command", peerText(fmt.Sprintf("%q", p.Command)))
 	t.Start()
 	return nil, nil
 }

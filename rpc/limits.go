@@ -159,3 +159,32 @@ func validID(raw []byte) bool {
 	_, err := strconv.ParseUint(string(raw), 10, 64)
 	return err == nil
 }
+
+// MaxClientIDBytes bounds a clientId (initialize, reconnect, a claim's):
+// the host keeps it with every terminal a client creates or claims,
+// lists it in the catalogue and names the client by it in its log lines,
+// so it must not grow with what a peer sends (a 500 kB one was accepted
+// and repeated in every line). Longer is -32602 (CheckClientID).
+const MaxClientIDBytes = 256
+
+// MaxNameBytes bounds a terminal's name (createTerminal) and a title a
+// client sets (terminal/titleChanged): both are kept, listed in the root
+// catalogue sent to every client and shown in tables.
+const MaxNameBytes = 1024
+
+// CheckClientID returns -32602 naming field when id is empty, longer
+// than MaxClientIDBytes or holds a control character (C0 or DEL: it
+// would break log lines and the tables that show it), else nil.
+func CheckClientID(field, id string) *Error {
+	if id == "" {
+		return Missing(field)
+	}
+	bad := len(id) > MaxClientIDBytes
+	for i := 0; i < len(id) && !bad; i++ {
+		bad = id[i] < ' ' || id[i] == 0x7f
+	}
+	if bad {
+		return Errorf(CodeInvalidParams, "invalid params: %q must be 1-%d bytes without control characters (got %d bytes)", field, MaxClientIDBytes, len(id))
+	}
+	return nil
+}

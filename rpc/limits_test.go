@@ -117,3 +117,26 @@ func TestParseHeaderDeepMemory(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckClientID(t *testing.T) {
+	for _, c := range []struct {
+		id   string
+		want string // "" for accepted
+	}{
+		{"c1", ""},
+		{strings.Repeat("a", MaxClientIDBytes), ""},
+		{"", `invalid params: "clientId" is required`},
+		{strings.Repeat("a", MaxClientIDBytes+1), `invalid params: "clientId" must be 1-256 bytes without control characters (got 257 bytes)`},
+		{strings.Repeat("a", 1000000), `invalid params: "clientId" must be 1-256 bytes without control characters (got 1000000 bytes)`},
+		{"a\nb", `invalid params: "clientId" must be 1-256 bytes without control characters (got 3 bytes)`},
+		{"a\x7f", `invalid params: "clientId" must be 1-256 bytes without control characters (got 2 bytes)`},
+	} {
+		e := CheckClientID("clientId", c.id)
+		switch {
+		case c.want == "" && e != nil:
+			t.Errorf("%.20q: %v, want accepted", c.id, e)
+		case c.want != "" && (e == nil || e.Code != CodeInvalidParams || e.Message != c.want):
+			t.Errorf("%.20q: %v, want -32602 %q", c.id, e, c.want)
+		}
+	}
+}

@@ -9,6 +9,7 @@ package rpc
 
 import (
 	"encoding/json"
+	"fmt"
 
 	"github.com/sidecar-dev/sidecar/delivery"
 )
@@ -227,6 +228,24 @@ type Snapshot struct {
 // UnsupportedVersionData is the data of a -32005 error.
 type UnsupportedVersionData struct {
 	SupportedVersions []string `json:"supportedVersions"`
+}
+
+// OverloadedData is the data of -32050 Overloaded (seed 003 ingress):
+// always kind "overloaded" and retryable; Capacity is the bound on
+// requests in progress per connection that was reached.
+type OverloadedData struct {
+	Kind      string `json:"kind"`
+	Retryable bool   `json:"retryable"`
+	Capacity  int64  `json:"capacity"`
+}
+
+// OverloadedError is -32050 Overloaded for a connection whose capacity
+// requests in progress are all taken.
+func OverloadedError(capacity int64) *Error {
+	data, _ := json.Marshal(OverloadedData{Kind: "overloaded", Retryable: true, Capacity: capacity})
+	return &Error{Code: CodeOverloaded,
+		Message: fmt.Sprintf("overloaded: %d requests already in progress on this connection; retry with backoff", capacity),
+		Data:    data}
 }
 
 // ChannelParams is the params of any message that only names its channel

@@ -244,16 +244,29 @@ var attachLine = regexp.MustCompile(`sidecar attach (wss://(127\.0\.0\.1:\d+)/ah
 // parses the attach line it prints.
 func startServer(t testing.TB, extra string) *server {
 	t.Helper()
-	return startServerListener(t, "", extra)
+	return startServerWith(t, "", terminalConfig, extra)
 }
 
 // startServerListener is startServer with more settings (lines) in the
 // listener block.
 func startServerListener(t testing.TB, listener, extra string) *server {
 	t.Helper()
+	return startServerWith(t, listener, terminalConfig, extra)
+}
+
+// startServerTerminal is startServer with its own terminal block.
+func startServerTerminal(t testing.TB, terminal, extra string) *server {
+	t.Helper()
+	return startServerWith(t, "", terminal, extra)
+}
+
+// startServerWith is startServer with more settings (lines) in the
+// listener block and its own terminal block.
+func startServerWith(t testing.TB, listener, terminal, extra string) *server {
+	t.Helper()
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "sidecar.hcl")
-	cfg := "listener {\n  address = \"127.0.0.1:0\"\n" + listener + "}\n" + terminalConfig + "log {\n  level = \"debug\"\n  format = \"json\"\n}\n" + extra
+	cfg := "listener {\n  address = \"127.0.0.1:0\"\n" + listener + "}\n" + terminal + "log {\n  level = \"debug\"\n  format = \"json\"\n}\n" + extra
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

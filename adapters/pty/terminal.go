@@ -2,8 +2,10 @@ package pty
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -653,6 +655,10 @@ func (t *Terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 			reject(`terminal/titleChanged needs a string "title"`)
 			return
 		}
+		if len(a.Title) > rpc.MaxNameBytes {
+			reject(fmt.Sprintf("terminal/titleChanged title must be at most %d bytes (got %d)", rpc.MaxNameBytes, len(a.Title)))
+			return
+		}
 		t.title = a.Title
 		t.echoLocked(raw, origin, "")
 		t.listLocked()
@@ -666,6 +672,12 @@ func (t *Terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 		if json.Unmarshal(raw, &a) != nil || (a.Claim.Kind != "client" && a.Claim.Kind != "session") {
 			reject(`terminal/claimed needs a claim of kind "client" or "session"`)
 			return
+		}
+		if a.Claim.Kind == "client" {
+			if e := rpc.CheckClientID("claim.clientId", a.Claim.ClientID); e != nil {
+				reject("terminal/claimed: " + strings.TrimPrefix(e.Message, "invalid params: "))
+				return
+			}
 		}
 		// AHP: the host SHOULD reject a claim from a client that does
 		// not hold it. Ours takes one exception: a holder with no open

@@ -58,8 +58,11 @@ const Scheme = "ahp-tcp:"
 type TableConfig struct {
 	Dialer *Dialer
 	// MaxTotal and MaxPerClient bound the open connections on the host
-	// and per clientId (tcp.max_total, tcp.max_per_client).
-	MaxTotal, MaxPerClient int
+	// and per clientId (tcp.max_total, tcp.max_per_client);
+	// MaxPerPrincipal those of the clients of one principal whatever
+	// their clientIds, MaxPerConn those of one client connection
+	// (tcp.max_per_principal, tcp.max_per_connection). 0: no bound.
+	MaxTotal, MaxPerClient, MaxPerPrincipal, MaxPerConn int
 	// Limits is the most the host accepts of a windowed offer on a TCP
 	// channel (the tcp block; UTF-16 bytes).
 	Limits delivery.Limits
@@ -139,7 +142,7 @@ func (tb *Table) Shutdown() {
 // subscription. ctx is the creating connection's: a dial outlives
 // neither it nor shutdown. dialErr is the dial's own error (nil for a
 // failure before dialing), for the caller's log.
-func (tb *Table) Open(ctx context.Context, conn adapters.ConnID, clientID string, params json.RawMessage) (_ *rpc.Error, dialErr error) {
+func (tb *Table) Open(ctx context.Context, conn adapters.ConnID, clientID, principal string, params json.RawMessage) (_ *rpc.Error, dialErr error) {
 	var p CreateParams
 	if e := rpc.DecodeParams(params, &p); e != nil {
 		return e, nil
@@ -170,23 +173,35 @@ func (tb *Table) Open(ctx context.Context, conn adapters.ConnID, clientID string
 		tb.mu.Unlock()
 		return rpc.Errorf(rpc.CodeAlreadyExists, "TCP connection already exists: %s", p.Channel), nil
 	}
-	total, mine := 0, 0
+	total, mine, ofPrincipal, ofConn := 0, 0, 0, 0
 	for _, tc := range tb.conns {
 		total++
 		if tc.clientID == clientID {
 			mine++
 		}
+		if tc.principal == principal {
+			ofPrincipal++
+		}
+		if tc.owner == conn {
+			ofConn++
+		}
 	}
-	if total >= tb.cfg.MaxTotal {
-		tb.mu.Unlock()
-		return rpc.Errorf(rpc.CodePermissionDenied, "TCP connection limit reached: %d open on this host (tcp.max_total); close one first", tb.cfg.MaxTotal), nil
-	}
-	if mine >= tb.cfg.MaxPerClient {
-		tb.mu.Unlock()
-		return rpc.Errorf(rpc.CodePermissionDenied, "TCP connection limit reached: %d open for this client (tcp.max_per_client); close one first", tb.cfg.MaxPerClient), nil
+	for _, l := range []struct {
+		n, max int
+		what   string
+	}{
+		{total, tb.cfg.MaxTotal, "on this host (tcp.max_total)"},
+		{ofPrincipal, tb.cfg.MaxPerPrincipal, "for this token (tcp.max_per_principal)"},
+		{mine, tb.cfg.MaxPerClient, "for this client (tcp.max_per_client)"},
+		{ofConn, tb.cfg.MaxPerConn, "on this connection (tcp.max_per_connection)"},
+	} {
+		if l.max > 0 && l.n >= l.max {
+			tb.mu.Unlock()
+			return rpc.Errorf(rpc.CodePermissionDenied, "TCP connection limit reached: %d open %s; close one first", l.max, l.what), nil
+		}
 	}
 	tc := &Channel{
-		tb: tb, id: p.Channel, owner: conn, clientID: clientID,
+		tb: tb, id: p.Channel, owner: conn, clientID: clientID, principal: principal,
 		enc:      NewEncoder(p.Channel),
 		log:      tb.cfg.Log.With("channel", p.Channel, "client", clientID),
 		closed:   make(chan struct{}),
@@ -261,9 +276,11 @@ type Channel struct {
 	tb       *Table
 	id       string // the channel URI
 	clientID string
-	enc      *Encoder
-	log      hclog.Logger
-	sock     *net.TCPConn // nil while dialing; set under tb.mu and tc.mu
+	// principal is who authenticated the creating connection (the limits).
+	principal string
+	enc       *Encoder
+	log       hclog.Logger
+	sock      *net.TCPConn // nil while dialing; set under tb.mu and tc.mu
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed when the connection is closed or reset

@@ -114,15 +114,17 @@ func serve(configFile, listen, token, stateDir string) error {
 	principal := tokenPrincipal(tok)
 	// A WebSocket upgrade refused with an HTTP status, on /ahp or
 	// /transport-io (a transport-io token refusal is a session close).
+	refusals := &refusalLog{log: logger}
+	defer refusals.stop()
 	upgradeRefused := func(r *http.Request, status int, why string) {
-		logger.Warn("WebSocket upgrade refused", "peer", r.RemoteAddr, "path", r.URL.Path, "status", status, "reason", why)
+		refusals.warn(r, "WebSocket upgrade refused", "status", status, "reason", why)
 	}
 	// One origin rule for every endpoint: the listener's own origin and
 	// listener.origins; a refusal is a 403, logged.
 	hostname, _ := os.Hostname()
 	origins := transport.NewOrigins(transport.SelfOrigins(addr, hostname), cfg.Listener.Origins)
 	origins.OnRefuse = func(r *http.Request, origin string) {
-		logger.Warn("browser origin refused", "origin", origin, "peer", r.RemoteAddr, "path", r.URL.Path, "status", http.StatusForbidden, "allowed", "the listener's own origin and listener.origins")
+		refusals.warn(r, "browser origin refused", "origin", headerText(origin), "status", http.StatusForbidden, "allowed", "the listener's own origin and listener.origins")
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/ahp", transport.AHPHandler(transport.AcceptOptions{
@@ -140,7 +142,7 @@ func serve(configFile, listen, token, stateDir string) error {
 		Token:   tok,
 		Origins: origins,
 		OnReject: func(r *http.Request, code transportio.CloseCode, reason string) {
-			logger.Warn("transport-io session refused", "peer", r.RemoteAddr, "code", code.String(), "reason", reason)
+			refusals.warn(r, "transport-io session refused", "code", code.String(), "reason", reason)
 		},
 		OnUpgradeRefused: upgradeRefused,
 	}

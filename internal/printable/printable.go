@@ -42,3 +42,18 @@ func String(s string) string {
 	}
 	return string(b)
 }
+
+// Truncated is String of at most max bytes of s, cut at a character
+// boundary, followed by "…(N bytes)" giving s's length when it was cut:
+// peer-supplied text in a log line, which must not grow with the
+// peer's input (a 1,000,000-character clientId repeated in every line).
+func Truncated(s string, max int) string {
+	if len(s) <= max {
+		return String(s)
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return String(s[:cut]) + "…(" + strconv.Itoa(len(s)) + " bytes)"
+}
