@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -315,4 +316,73 @@ func TestServerShutdownEndsConn(t *testing.T) {
 	if err := p.c.Ping(ctx); err == nil {
 		t.Fatal("Ping after shutdown succeeded")
 	}
+}
+
+// TestYesInterruptSmallWindow: `yes` through a 16 KiB window with 8 KiB
+// frames, then Ctrl-C as input. A 4 KiB PTY read of "y\r\n" is a message
+// whose channel/frame fragments add up to more than the window (the
+// escapes double once more in a fragment's data): the host must not stall
+// on it, and the interrupt must end the program within a bound.
+func TestYesInterruptSmallWindow(t *testing.T) {
+	small := delivery.Limits{WindowBytes: 16384, MaximumFrameBytes: 8192}
+	p := newPair(t, client.Options{ClientID: "c1", Receive: small}, nil)
+	ctx := testCtx(t)
+	if err := p.c.Initialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const ch = "ahp-terminal:/yes"
+	createTerminal(t, p.c, ch, "yes")
+	term, err := client.OpenTerminal(ctx, p.c, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub := term.Subscription(); sub.ClientReceive != small {
+		t.Fatalf("clientReceive %+v, want %+v", sub.ClientReceive, small)
+	}
+	w := &signalWriter{after: 256 << 10, reached: make(chan struct{})}
+	type result struct {
+		code *int
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, err := term.Copy(ctx, w, true)
+		done <- result{code, err}
+	}()
+	select {
+	case <-w.reached:
+	case r := <-done:
+		t.Fatalf("Copy ended early: %v %v", r.code, r.err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("only %d bytes of yes in 10s", w.n.Load())
+	}
+	if err := term.Input(ctx, []byte{3}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.code == nil || *r.code != 128+2 {
+			t.Fatalf("exit %v, want 130 (SIGINT)", r.code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("yes not ended within 10s of Ctrl-C (%d bytes copied)", w.n.Load())
+	}
+}
+
+// signalWriter counts bytes and closes reached once after bytes were written.
+type signalWriter struct {
+	n       atomic.Int64
+	after   int64
+	reached chan struct{}
+	once    sync.Once
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	if w.n.Add(int64(len(p))) >= w.after {
+		w.once.Do(func() { close(w.reached) })
+	}
+	return len(p), nil
 }

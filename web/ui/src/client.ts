@@ -29,7 +29,6 @@ interface Windowed {
   unechoed: Unechoed; // sent, no echo yet: sent again after a replay
   lastApplied: number; // serverSeq of the newest action (or snapshot) received
   awaitHead: number; // after a replay: sends wait until lastApplied reaches it, the unechoed go first
-  fragments: number; // bytes of the message being reassembled
   handler: DataHandler;
 }
 
@@ -104,14 +103,22 @@ export class Client {
     const size = utf16Bytes(text);
     recv.receive(size);
     let msg = m;
-    let total = size;
     if (m.method === "channel/frame") {
-      w.fragments += size;
       const joined = this.frames.push(channel, String(m.params.data), m.params.final === true);
-      if (joined === null) return; // released with the whole message
+      if (joined === null) {
+        // Seed 000 "Window and Credit": a receiver MUST NOT wait for the
+        // final fragment before releasing the others. A message whose
+        // fragments add up to more than the window (a 4 KiB PTY read of
+        // `yes` is a ~12.5 KB action but ~16.8 KB as channel/frame
+        // fragments, over a 16 KiB window) would otherwise never
+        // complete: the host waits for credit, we for the last fragment.
+        // A fragment is released as it arrives; the final one with the
+        // whole message.
+        const consumed = recv.release(size);
+        if (consumed !== null) this.link?.send(ahp.credit(channel, consumed));
+        return;
+      }
       msg = JSON.parse(joined) as ahp.Message;
-      total = w.fragments;
-      w.fragments = 0;
     }
     this.applied(channel, w, msg);
     let done = false;
@@ -119,7 +126,7 @@ export class Client {
       if (done) return;
       done = true;
       if (this.windowed.get(channel) !== w || w.recv !== recv) return; // credit of a connection gone
-      const consumed = recv.release(total);
+      const consumed = recv.release(size);
       if (consumed !== null) this.link?.send(ahp.credit(channel, consumed));
     });
   }
@@ -176,7 +183,6 @@ export class Client {
       // Counters at zero, partial fragments discarded; nothing is sent before the result.
       w.recv = new Receiver(w.offer.windowBytes);
       w.send = null;
-      w.fragments = 0;
       w.awaitHead = 0;
       this.frames.drop(channel);
     }
@@ -236,7 +242,7 @@ export class Client {
 
   /** subscribeWindowed subscribes with a receive window; handler gets each data message. */
   async subscribeWindowed(channel: string, offer: ahp.FlowOffer, handler: DataHandler): Promise<void> {
-    const w: Windowed = { offer, recv: new Receiver(offer.windowBytes), send: null, queue: [], unechoed: new Unechoed(), lastApplied: 0, awaitHead: 0, fragments: 0, handler };
+    const w: Windowed = { offer, recv: new Receiver(offer.windowBytes), send: null, queue: [], unechoed: new Unechoed(), lastApplied: 0, awaitHead: 0, handler };
     this.windowed.set(channel, w); // data may follow the result at once
     const result = await this.request("subscribe", { channel, flowControl: { receive: offer } }).catch((err) => {
       // Refused: forget it. Lost: the host may have it, a reconnect asks.

@@ -207,3 +207,49 @@ test("a message cut in its fragments by the loss is discarded", async () => {
   c.receive(msg({ method: "channel/frame", params: { channel: T, data: whole.slice(30), final: true } }));
   assert.deepEqual(data.map((m) => m.params.action?.data ?? "snapshot"), ["snapshot", "a", "cut"]);
 });
+
+test("fragments are credited as they arrive: a message larger than the window completes", async () => {
+  // Seed 000: a receiver MUST NOT wait for the final fragment before
+  // releasing the others. A 16 KiB window with 8 KiB frames: the host
+  // stops once 16 KiB of fragments are outstanding, so a message whose
+  // fragments add up to more than that needs their credit to complete.
+  const small = { windowBytes: 16384, maximumFrameBytes: 8192 };
+  const c = new Client("web-1");
+  const l = fakeLink();
+  c.use(l);
+  const data: ahp.Message[] = [];
+  const held: (() => void)[] = [];
+  const sub = c.subscribeWindowed(T, small, (m, release) => {
+    data.push(m);
+    held.push(release);
+  });
+  answer(c, l, { flowControl: { clientReceive: small, hostReceive: small } });
+  await sub;
+  const snap = msg({ method: "channel/snapshot", params: { channel: T, snapshot: { resource: T, state: {}, fromSeq: 2 } } });
+  c.receive(snap);
+  held.shift()!();
+  let consumed = 2 * snap.length;
+  const credits = () => l.sent.filter((m) => m.method === "channel/credit").map((m) => m.params.consumedBytes);
+  assert.deepEqual(credits(), [consumed]);
+
+  const whole = action(T, 3, { type: "terminal/data", data: "y\r\n".repeat(2048) });
+  const frame = (data: string, final: boolean) => msg({ method: "channel/frame", params: { channel: T, data, ...(final ? { final } : {}) } });
+  const pieces: string[] = [];
+  for (let i = 0; i < whole.length; i += 3000) pieces.push(whole.slice(i, i + 3000));
+  let sent = 0;
+  for (const [i, p] of pieces.entries()) {
+    const f = frame(p, i === pieces.length - 1);
+    sent += 2 * f.length;
+    c.receive(f);
+    if (i < pieces.length - 1) {
+      consumed += 2 * f.length;
+      assert.equal(credits().at(-1), consumed, `fragment ${i} credited on arrival`);
+      assert.equal(data.length, 1, "no message before its final fragment");
+    }
+  }
+  assert.ok(sent > small.windowBytes, `the fragments (${sent}) go past the window`);
+  assert.equal(data.length, 2);
+  assert.equal(data[1]!.params.action.data, "y\r\n".repeat(2048));
+  held.shift()!();
+  assert.equal(credits().at(-1), 2 * snap.length + sent, "the final fragment is credited with the whole message");
+});
