@@ -300,7 +300,7 @@ func (fw *Forwarder) closeActive() int {
 type errTooManyOpening struct{ n int }
 
 func (e *errTooManyOpening) Error() string {
-	return fmt.Sprintf("refused: %d connections already wait for their channel to open (is the connection to the host down?)", e.n)
+	return fmt.Sprintf("refused: %d connections already wait for their channel to open (the host is slow to open them, or the connection to it is down)", e.n)
 }
 
 // dialTCP opens the channel of one accepted connection, within
