@@ -49,13 +49,14 @@ Both may be given several times; everything shares one connection to the
 host. Ctrl-C resets every forwarded connection still open (a download cut
 short never looks complete) and exits 0; before it has connected, 130.
 
+A lost connection to the host is resumed by itself: forwarded connections
+carry on, every byte once each way; new ones wait (64 at most, 30 s each)
+and open once resumed; those the host could not keep are reset.
+
 Exit status: 0 after Ctrl-C, SIGTERM or SIGHUP once connected (130, 143
 or 129 while still connecting); 1 when a local port cannot be bound (in
 use, say: nothing is dialled then); 255 when the connection cannot be
-made, or is lost and cannot be resumed (the host's grace ended, it
-restarted); 2 for a usage error. A lost connection is resumed by itself:
-forwarded connections carry on, every byte once each way; new ones wait
-(64 at most, 30 s each) and open once resumed.`,
+made, or is lost and cannot be resumed; 2 for a usage error.`,
 		Example: `  sidecar forward wss://127.0.0.1:4433/ahp -L 8080:127.0.0.1:3000 -L 127.0.0.1:5433:db:5432
   sidecar forward wss://127.0.0.1:4433/ahp -D 1080`,
 		Args: forwardArgs,

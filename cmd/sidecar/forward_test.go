@@ -605,13 +605,13 @@ func TestForwardArgs(t *testing.T) {
 // TestForwardHelpExitStatus: forward --help gives every exit status, as
 // the code has them: 0 after a signal once connected, 128+n while
 // connecting (dialFailed), 1 when a local port cannot be bound
-// (listenFailed), 255 when the connection is lost (runUntil) or cannot be
-// made, 2 for usage errors.
+// (listenFailed), 255 when the connection is lost and not resumed
+// (runUntil) or cannot be made, 2 for usage errors.
 func TestForwardHelpExitStatus(t *testing.T) {
 	const want = `Exit status: 0 after Ctrl-C, SIGTERM or SIGHUP once connected (130, 143
 or 129 while still connecting); 1 when a local port cannot be bound (in
 use, say: nothing is dialled then); 255 when the connection cannot be
-made or is lost; 2 for a usage error.`
+made, or is lost and cannot be resumed; 2 for a usage error.`
 	if long := forwardCmd().Long; !strings.HasSuffix(long, "\n\n"+want) {
 		t.Errorf("forward --help ends\n%s\nwant it to end with the paragraph\n%s", long[max(0, len(long)-400):], want)
 	}
