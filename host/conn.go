@@ -141,6 +141,15 @@ func (c *conn) serve(parent context.Context) error {
 	}
 	c.close(transport.CloseNormal, "")
 	_ = rc.Close()
+	// The reader's end says how the client's side ended (readErr), which
+	// decides whether its state is kept: wait for it, briefly. A write
+	// that failed first may be a close the reader was about to return (a
+	// detach whose close frame the transport answered and shut the socket
+	// under our writer), not a loss.
+	select {
+	case <-rc.DisconnectNotify():
+	case <-time.After(readerEndWait):
+	}
 	<-c.laneDone // its request in progress, if any, done before the connection's end is processed
 	werr := <-writerDone
 	c.flushBadLog()
@@ -185,6 +194,11 @@ var errVersionMismatch = errors.New("host: no common protocol version")
 // initializeTimeout is how long a connection may stay open without
 // initialize (ping alone does not count).
 const initializeTimeout = 30 * time.Second
+
+// readerEndWait bounds the wait for the reader to return once the
+// connection is closed (its transport is closed by then: it returns at
+// once unless blocked elsewhere).
+const readerEndWait = time.Second
 
 // close ends the connection once, with a close code and reason for the peer.
 func (c *conn) close(code transport.CloseCode, reason string) {

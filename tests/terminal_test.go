@@ -218,7 +218,8 @@ func TestAttachDetachReattach(t *testing.T) {
 			t.Fatalf("ls: exit %d, stderr %q", code, errOut)
 		}
 		for _, line := range strings.Split(out, "\n") {
-			f := strings.Fields(line)
+			// A lost client is listed as "ID (away)" under ATTACHED.
+			f := strings.Fields(strings.ReplaceAll(line, " (away)", ""))
 			if len(f) < 3 || f[0] != id {
 				continue
 			}
