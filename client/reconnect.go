@@ -137,7 +137,7 @@ func (c *Conn) reconnectLoop(lostAt time.Time, cause error) {
 		c.resuming = resumingAttempt{attempt: attempt, lostAt: lostAt}
 		c.mu.Unlock()
 		c.status(ReconnectStatus{State: Connecting, Attempt: attempt, Err: last})
-		_, err, fatal := c.attempt(deadline)
+		err, fatal := c.attempt(deadline)
 		if c.ctx.Err() != nil {
 			return // closed meanwhile
 		}
@@ -184,16 +184,11 @@ func isRefusal(err error) bool {
 		errors.As(err, &he) && he.StatusCode == http.StatusUnauthorized
 }
 
-// resumed is what applying a reconnect result found.
-type resumed struct {
-	unknown int
-	missing []string
-}
-
 // attempt dials once and sends reconnect, within the attempt timeout and
-// the grace. It returns what was resumed, or the error, and for an error
-// never worth retrying, the reason to give up.
-func (c *Conn) attempt(deadline time.Time) (res resumed, err, fatal error) {
+// the grace. It returns the error (nil: resumed, and applyReconnect told
+// OnReconnect), and for an error never worth retrying, the reason to give
+// up.
+func (c *Conn) attempt(deadline time.Time) (err, fatal error) {
 	now := time.Now()
 	dl := now.Add(c.opts.ReconnectAttemptTimeout)
 	if deadline.Before(dl) {
@@ -209,23 +204,23 @@ func (c *Conn) attempt(deadline time.Time) (res resumed, err, fatal error) {
 	mc, err := c.opts.Dialer(ctx)
 	if err != nil {
 		if isRefusal(err) {
-			return res, err, ErrUnauthorized
+			return err, ErrUnauthorized
 		}
-		return res, err, nil
+		return err, nil
 	}
 	if c.ctx.Err() != nil {
 		_ = mc.Close(transport.CloseNormal, "")
-		return res, c.ctx.Err(), nil
+		return c.ctx.Err(), nil
 	}
 	l := c.startLink(mc)
-	res, err = c.sendReconnect(ctx, l)
+	err = c.sendReconnect(ctx, l)
 	if err == nil {
-		return res, nil, nil
+		return nil, nil
 	}
 	c.mu.Lock()
 	if c.link == l {
 		c.mu.Unlock()
-		return res, nil, nil // applied even so (the caller's ctx ended at the same time)
+		return nil, nil // applied even so (the caller's ctx ended at the same time)
 	}
 	if l.dead == nil {
 		l.dead = err // applyReconnect must not install it now
@@ -238,22 +233,22 @@ func (c *Conn) attempt(deadline time.Time) (res resumed, err, fatal error) {
 		_ = json.Unmarshal(re.Data, &d)
 		switch {
 		case re.Code == rpc.CodeNotFound || d.Kind == "expired":
-			return res, err, ErrResumeExpired
+			return err, ErrResumeExpired
 		case re.Code == rpc.CodePermissionDenied || d.Kind == "refused":
-			return res, err, ErrResumeRefused
+			return err, ErrResumeRefused
 		case re.Code == rpc.CodeMethodNotFound:
-			return res, err, errors.New("the host does not support reconnect")
+			return err, errors.New("the host does not support reconnect")
 		case re.Code == rpc.CodeOverloaded:
-			return res, err, nil
+			return err, nil
 		}
-		return res, err, fmt.Errorf("the host refused the reconnect: %w", re)
+		return err, fmt.Errorf("the host refused the reconnect: %w", re)
 	}
-	return res, err, nil
+	return err, nil
 }
 
 // sendReconnect sends reconnect on l for every subscription to keep; the
 // result is applied on l's reader before anything after it is read.
-func (c *Conn) sendReconnect(ctx context.Context, l *link) (resumed, error) {
+func (c *Conn) sendReconnect(ctx context.Context, l *link) error {
 	name := c.opts.ClientName
 	if name == "" {
 		name = "sidecar"
@@ -298,7 +293,6 @@ func (c *Conn) sendReconnect(ctx context.Context, l *link) (resumed, error) {
 	if len(items) > 0 {
 		params.Windows = &rpc.ReconnectWindows{Items: items}
 	}
-	var out resumed
 	var bad error
 	err := c.callOn(ctx, l, rpc.MethodReconnect, params, nil, func(r response) {
 		if r.err != nil || r.lost != nil {
@@ -309,18 +303,20 @@ func (c *Conn) sendReconnect(ctx context.Context, l *link) (resumed, error) {
 			bad = fmt.Errorf("bad reconnect result: %w", err)
 			return
 		}
-		out, bad = c.applyReconnect(l, kept, prepared, &res)
+		bad = c.applyReconnect(l, kept, prepared, &res)
 	})
 	if err == nil {
 		err = bad
 	}
-	return out, err
+	return err
 }
 
 // applyReconnect installs l as the link in use with what res kept (on l's
-// reader goroutine, before the next message is read).
-func (c *Conn) applyReconnect(l *link, subs []*Subscription, prepared map[string]*delivery.Inbound, res *rpc.ReconnectResult) (resumed, error) {
-	var out resumed
+// reader goroutine, before the next message is read), and tells
+// OnReconnect Resumed.
+func (c *Conn) applyReconnect(l *link, subs []*Subscription, prepared map[string]*delivery.Inbound, res *rpc.ReconnectResult) error {
+	var unknown int      // our sends of unknown fate now
+	var notKept []string // the channels the host did not keep
 	missing := map[string]bool{}
 	for _, ch := range res.Missing {
 		missing[ch] = true
@@ -334,7 +330,7 @@ func (c *Conn) applyReconnect(l *link, subs []*Subscription, prepared map[string
 	c.mu.Lock()
 	if l.dead != nil || c.ended {
 		c.mu.Unlock()
-		return out, errors.New("the attempt ended before its result")
+		return errors.New("the attempt ended before its result")
 	}
 	var ended []*Subscription
 	var ordinary []*Subscription
@@ -356,7 +352,7 @@ func (c *Conn) applyReconnect(l *link, subs []*Subscription, prepared map[string
 				ended = append(ended, s) // the host reset its side
 				continue
 			}
-			out.unknown += s.resumeWindowed(l, prepared[s.Channel], it)
+			unknown += s.resumeWindowed(l, prepared[s.Channel], it)
 			continue
 		}
 		s.resumeOrdinary(l)
@@ -364,7 +360,7 @@ func (c *Conn) applyReconnect(l *link, subs []*Subscription, prepared map[string
 	}
 	for _, s := range ended {
 		delete(c.subs, s.Channel)
-		out.missing = append(out.missing, s.Channel)
+		notKept = append(notKept, s.Channel)
 	}
 	if res.Resume != nil && res.Resume.Token != "" {
 		c.resume = res.Resume
@@ -392,7 +388,7 @@ func (c *Conn) applyReconnect(l *link, subs []*Subscription, prepared map[string
 			s.note(rpc.MethodAction, a, true)
 			raw := append(append([]byte(`{"jsonrpc":"2.0","method":"action","params":`), a...), '}')
 			if err := s.q.push(&Message{Method: rpc.MethodAction, Params: a, Raw: raw}, maxOrdinaryQueue); err != nil {
-				return out, err
+				return err
 			}
 		}
 	}
@@ -411,12 +407,12 @@ func (c *Conn) applyReconnect(l *link, subs []*Subscription, prepared map[string
 			s.note(rpc.MethodChannelSnapshot, p, true)
 			raw := append(append([]byte(`{"jsonrpc":"2.0","method":"channel/snapshot","params":`), p...), '}')
 			if err := s.q.push(&Message{Method: rpc.MethodChannelSnapshot, Params: p, Raw: raw}, maxOrdinaryQueue); err != nil {
-				return out, err
+				return err
 			}
 		}
 	}
 	for _, s := range ordinary {
-		out.unknown += s.src.reconcile(replay)
+		unknown += s.src.reconcile(replay)
 	}
 	// Resumed is told here, on l's reader before the next message is
 	// read, so that it comes before whatever the resumed subscriptions
@@ -427,7 +423,7 @@ func (c *Conn) applyReconnect(l *link, subs []*Subscription, prepared map[string
 	ra := c.resuming
 	c.mu.Unlock()
 	c.status(ReconnectStatus{State: Resumed, Attempt: ra.attempt, Took: time.Since(ra.lostAt),
-		UnknownFate: out.unknown, Missing: out.missing})
+		UnknownFate: unknown, Missing: notKept})
 	c.mu.Lock()
 	if res.ServerSeq > c.lastSeen {
 		c.lastSeen = res.ServerSeq
@@ -436,7 +432,7 @@ func (c *Conn) applyReconnect(l *link, subs []*Subscription, prepared map[string
 	c.mc.set(l.mc)
 	close(c.ready)
 	c.mu.Unlock()
-	return out, nil
+	return nil
 }
 
 // detach parts s from the link that was lost: its stream goes, its queue
