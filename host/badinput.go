@@ -8,14 +8,9 @@ import (
 	"github.com/sidecar-dev/sidecar/internal/printable"
 )
 
-// maxLoggedPeerText bounds each piece of peer-supplied text (a method
-// name, a channel URI, an error message quoting the input) in a log
-// line: the log must not grow with what a client sends.
-const maxLoggedPeerText = 200
-
 // peerText is s, supplied by a peer, for a log line: control characters
-// escaped and cut to maxLoggedPeerText bytes, with its length when cut.
-func peerText(s string) string { return printable.Truncated(s, maxLoggedPeerText) }
+// escaped and cut to printable.MaxLogBytes, with its length when cut.
+func peerText(s string) string { return printable.Log(s) }
 
 // badKind is what logBad counts under: a message, its level and the
 // error code (never peer text, so the kinds are few).

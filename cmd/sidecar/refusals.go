@@ -11,10 +11,6 @@ import (
 	textsafe "github.com/sidecar-dev/sidecar/internal/printable"
 )
 
-// maxLoggedHeaderText bounds peer-supplied text (an Origin header, a
-// path) in a refusal's log line: an HTTP header may be a megabyte.
-const maxLoggedHeaderText = 200
-
 // refusalKey is what refusals are counted under: the message and the
 // peer's IP (its port changes with every connection).
 type refusalKey struct{ msg, ip string }
@@ -49,5 +45,6 @@ func (l *refusalLog) stop() {
 	})
 }
 
-// headerText is peer-supplied text for a log line, cut and escaped.
-func headerText(s string) string { return textsafe.Truncated(s, maxLoggedHeaderText) }
+// headerText is peer-supplied text (an Origin header, a path: an HTTP
+// header may be a megabyte) for a log line, cut and escaped.
+func headerText(s string) string { return textsafe.Log(s) }

@@ -57,3 +57,11 @@ func Truncated(s string, max int) string {
 	}
 	return String(s[:cut]) + "…(" + strconv.Itoa(len(s)) + " bytes)"
 }
+
+// MaxLogBytes bounds each piece of peer-supplied text in a log line (a
+// method name, a channel URI, an Origin header, an error quoting the
+// input): the log must not grow with what a peer sends.
+const MaxLogBytes = 200
+
+// Log is peer-supplied text s for a log line: Truncated to MaxLogBytes.
+func Log(s string) string { return Truncated(s, MaxLogBytes) }
