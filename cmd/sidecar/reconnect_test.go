@@ -96,3 +96,19 @@ func TestStatusOutputAltScreen(t *testing.T) {
 		_, _ = s.Write([]byte("y"))
 	}
 }
+
+// TestStatusOutputBounds: what statusOutput keeps of the output is
+// bounded: a CSI sequence's parameters (maxCSIParams) and an unfinished
+// tail (maxHeld, past which it is written through).
+func TestStatusOutputBounds(t *testing.T) {
+	var screen bytes.Buffer
+	s := newStatusOutput(&screen, &screen, nil)
+	_, _ = s.Write([]byte("\x1b[?" + strings.Repeat("1;", maxHeld))) // past maxHeld: written through, tracked
+	if len(s.csi) != maxCSIParams || len(s.held) != 0 {
+		t.Fatalf("%d CSI parameter bytes kept (bound %d), %d held", len(s.csi), maxCSIParams, len(s.held))
+	}
+	_, _ = s.Write([]byte("h\x1b]0;" + strings.Repeat("t", 3*maxHeld)))
+	if len(s.held) > maxHeld {
+		t.Fatalf("%d bytes held, bound %d", len(s.held), maxHeld)
+	}
+}
