@@ -301,11 +301,15 @@ func TestWebPageTerminal(t *testing.T) {
 
 			// Under 4x CPU throttling.
 			b.must("throttle", emulation.SetCPUThrottlingRate(4))
-			b.typeText("clear; yes\r")
-			b.poll("yes throttled", screenHas(`^y\ny\ny$`), waitTimeout)
+			// Its own text, so the poll sees this flood, not the last one's
+			// lines still on the screen.
+			b.typeText("clear; yes slow\r")
+			b.poll("yes throttled", screenHas(`^slow\nslow\nslow$`), waitTimeout)
+			var recv string
+			_ = b.eval(`JSON.stringify(sidecarPage.receiving())`, &recv)
 			b.ctrlC()
 			took = b.poll("prompt after Ctrl-C, throttled", promptBack, 10*time.Second)
-			t.Logf("%s: Ctrl-C to prompt during yes, CPU throttled 4x: %v", transport, took)
+			t.Logf("%s: Ctrl-C to prompt during yes, CPU throttled 4x: %v (the page's window at Ctrl-C, UTF-16 bytes and bytes/ms: %s)", transport, took, recv)
 			b.must("unthrottle", emulation.SetCPUThrottlingRate(1))
 
 			// Kill: the exit status is shown.

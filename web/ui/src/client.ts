@@ -101,7 +101,7 @@ export class Client {
   private data(channel: string, w: Windowed, m: ahp.Message, text: string): void {
     const recv = w.recv;
     const size = utf16Bytes(text);
-    recv.receive(size);
+    recv.receive(size, performance.now());
     let msg = m;
     if (m.method === "channel/frame") {
       const joined = this.frames.push(channel, String(m.params.data), m.params.final === true);
@@ -126,7 +126,7 @@ export class Client {
       if (done) return;
       done = true;
       if (this.windowed.get(channel) !== w || w.recv !== recv) return; // credit of a connection gone
-      const consumed = recv.release(size);
+      const consumed = recv.release(size, performance.now());
       if (consumed !== null) this.link?.send(ahp.credit(channel, consumed));
     });
   }
@@ -261,6 +261,12 @@ export class Client {
     this.ordinary.delete(channel);
     this.frames.drop(channel);
     this.link?.send(ahp.notification("unsubscribe", { channel }));
+  }
+
+  /** receiving describes our window on a windowed subscription (for tests and the curious): UTF-16 bytes and bytes per millisecond. */
+  receiving(channel: string): { outstanding: number; effectiveWindow: number; rate: number } | null {
+    const r = this.windowed.get(channel)?.recv;
+    return r ? { outstanding: r.outstanding, effectiveWindow: r.effectiveWindow, rate: r.rate } : null;
   }
 
   /** dispatch sends an action; on a windowed subscription it waits for the host's window (and for a link). */
