@@ -6,7 +6,7 @@
 import * as ahp from "./ahp.js";
 import { Receiver, Sender, utf16Bytes } from "./flow.js";
 import type { Link } from "./link.js";
-import { Unechoed, type Resume } from "./resume.js";
+import { OVERLOADED, Unechoed, overloadedWait, type Resume } from "./resume.js";
 
 /** A data message of a windowed subscription; release() returns its credit. */
 export type DataHandler = (m: ahp.Message, release: () => void) => void;
@@ -151,7 +151,25 @@ export class Client {
     for (const w of this.windowed.values()) w.send = null;
   }
 
-  private call<T = any>(method: string, params: object, apply?: (r: T) => void): Promise<T> {
+  /**
+   * call sends a request and resolves with its result. An Overloaded answer
+   * (-32050: the host did not start it) is sent again after overloadedWait,
+   * for as long as the link it went on is in use; other errors reject.
+   */
+  private async call<T = any>(method: string, params: object, apply?: (r: T) => void): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      const l = this.link;
+      try {
+        return await this.callOnce<T>(method, params, apply);
+      } catch (err) {
+        if (!(err instanceof RpcError) || err.code !== OVERLOADED || this.link !== l) throw err;
+        await new Promise((r) => setTimeout(r, overloadedWait(attempt)));
+        if (this.link !== l) throw err;
+      }
+    }
+  }
+
+  private callOnce<T>(method: string, params: object, apply?: (r: T) => void): Promise<T> {
     const l = this.link;
     if (!l) return Promise.reject(new Error("not connected"));
     const id = this.nextId++;
