@@ -22,8 +22,8 @@ import (
 func runCmd() *cobra.Command {
 	var cf connFlags
 	cmd := &cobra.Command{
-		Use:     "run URL [flags] -- CMD [ARGS...]",
-		Short:   "Run a command in a new terminal, copy its output, exit with its status",
+		Use:   "run URL [flags] -- CMD [ARGS...]",
+		Short: "Run a command in a new terminal, copy its output, exit with its status",
 		Long: `Run CMD in a new terminal on the host, copy its output here and exit with its
 status. With a terminal on stdin, input is typed raw (Ctrl-C goes to CMD); type ~.
 after Enter to end run at once (exit 255, CMD is ended too), even while it
