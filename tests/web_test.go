@@ -581,3 +581,29 @@ func TestWebPageEchoLatency(t *testing.T) {
 		t.Errorf("echo too slow: idle %v, during a flood %v", idle, busy)
 	}
 }
+
+// TestWebPageTypesDuringCut: keystrokes typed while the page reconnects
+// are kept and sent once it has resumed: the command runs, once.
+func TestWebPageTypesDuringCut(t *testing.T) {
+	chromiumPath(t)
+	_, relay, b := relayedPage(t, "")
+	relay.Refuse(true)
+	relay.Cut()
+	b.poll("reconnecting", `/^reconnecting/.test(document.getElementById("status").textContent)`, waitTimeout)
+	b.typeText("echo typed-dur''ing-cut\r")
+	relay.Refuse(false)
+	b.poll("connected again", `document.getElementById("status").textContent === "connected (WebSocket)"`, waitTimeout)
+	b.poll("the command typed during the cut ran", screenHas(`^typed-during-cut$`), waitTimeout)
+	b.typeText("echo af''ter\r")
+	b.poll("typing after the resume", screenHas(`^after$`), waitTimeout)
+	var screen string
+	if err := b.eval(`sidecarPage.screen()`, &screen); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(regexp.MustCompile(`(?m)^typed-during-cut$`).FindAllString(screen, -1)); n != 1 {
+		t.Errorf("the command typed during the cut ran %d times, want once; screen:\n%s", n, tail(screen, 1500))
+	}
+	if n := strings.Count(screen, "echo typed-dur''ing-cut"); n != 1 {
+		t.Errorf("the typed line was echoed %d times, want once; screen:\n%s", n, tail(screen, 1500))
+	}
+}
