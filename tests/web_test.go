@@ -299,17 +299,25 @@ func TestWebPageTerminal(t *testing.T) {
 				t.Errorf("Ctrl-C took %v to bring the prompt back", took)
 			}
 
-			// Under 4x CPU throttling.
+			// Under 4x CPU throttling: Ctrl-C as soon as the flood shows (the
+			// page still measures the render rate it had unthrottled), and
+			// after a second of it (the page has measured the slower one).
 			b.must("throttle", emulation.SetCPUThrottlingRate(4))
-			// Its own text, so the poll sees this flood, not the last one's
-			// lines still on the screen.
-			b.typeText("clear; yes slow\r")
-			b.poll("yes throttled", screenHas(`^slow\nslow\nslow$`), waitTimeout)
-			var recv string
-			_ = b.eval(`JSON.stringify(sidecarPage.receiving())`, &recv)
-			b.ctrlC()
-			took = b.poll("prompt after Ctrl-C, throttled", promptBack, 10*time.Second)
-			t.Logf("%s: Ctrl-C to prompt during yes, CPU throttled 4x: %v (the page's window at Ctrl-C, UTF-16 bytes and bytes/ms: %s)", transport, took, recv)
+			for _, f := range []struct {
+				word string
+				runs time.Duration
+			}{{"slow", 0}, {"slower", time.Second}} {
+				// Each flood its own text, so the poll sees this flood, not
+				// the last one's lines still on the screen.
+				b.typeText("clear; yes " + f.word + "\r")
+				b.poll("yes throttled", screenHas(fmt.Sprintf(`^%[1]s\n%[1]s\n%[1]s$`, f.word)), waitTimeout)
+				time.Sleep(f.runs) // the flood runs this long: the scenario, not a synchronisation
+				var recv string
+				_ = b.eval(`JSON.stringify(sidecarPage.receiving())`, &recv)
+				b.ctrlC()
+				took = b.poll("prompt after Ctrl-C, throttled", promptBack, 10*time.Second)
+				t.Logf("%s: Ctrl-C to prompt during yes, CPU throttled 4x, after %v of flood: %v (the page's window at Ctrl-C, UTF-16 bytes and bytes/ms: %s)", transport, f.runs, took, recv)
+			}
 			b.must("unthrottle", emulation.SetCPUThrottlingRate(1))
 
 			// Kill: the exit status is shown.
