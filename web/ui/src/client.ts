@@ -49,6 +49,7 @@ export class Client {
   private nextId = 1;
   private clientSeq = 0;
   private pending = new Map<number, Pending>();
+  private resyncing = new Set<string>(); // ordinary channels subscribing again after a gap
   private windowed = new Map<string, Windowed>();
   private ordinary = new Map<string, (m: ahp.Message) => void>();
   private frames = new ahp.Reassembler();
@@ -95,6 +96,7 @@ export class Client {
     }
     if (w && ahp.countsAgainstWindow(m)) return this.data(channel, w, m, text);
     if (m.method === "action" && typeof m.params.serverSeq === "number") this.lastSeen = Math.max(this.lastSeen, m.params.serverSeq);
+    if (m.method === "channel/gap" && !w && this.ordinary.has(channel)) return void this.resync(channel, m);
     this.ordinary.get(channel)?.(m);
   }
 
@@ -247,6 +249,28 @@ export class Client {
   private resend(channel: string, w: Windowed): void {
     w.queue.unshift(...w.unechoed.take());
     this.flush(channel, w);
+  }
+
+  /**
+   * resync answers a channel/gap on an ordinary subscription (docs/protocol.md
+   * "channel/gap": actions after afterSeq were not pushed): it subscribes
+   * again and hands the fresh snapshot to the handler as a channel/snapshot,
+   * which replaces the stale state (the root channel's are small). A channel
+   * without snapshots (telemetry, live only) gets the gap itself.
+   */
+  private async resync(channel: string, gap: ahp.Message): Promise<void> {
+    if (this.resyncing.has(channel)) return; // the snapshot under way covers this gap too
+    this.resyncing.add(channel);
+    try {
+      const r = await this.subscribe(channel);
+      const handler = this.ordinary.get(channel);
+      if (r?.snapshot) handler?.({ jsonrpc: "2.0", method: "channel/snapshot", params: { channel, snapshot: r.snapshot } });
+      else handler?.(gap);
+    } catch {
+      // lost or refused: a reconnect resumes the subscription anyway
+    } finally {
+      this.resyncing.delete(channel);
+    }
   }
 
   /** on handles the notifications of an ordinary subscription (the root channel's, say). */

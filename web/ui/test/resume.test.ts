@@ -298,3 +298,20 @@ test("an Overloaded answer is sent again after a backoff with jitter; other erro
     mock.timers.reset();
   }
 });
+
+test("a gap on an ordinary subscription subscribes again and hands over the fresh snapshot", async () => {
+  const c = new Client("web-1");
+  const l = fakeLink();
+  c.use(l);
+  const root: ahp.Message[] = [];
+  c.on("ahp-root://", (m) => root.push(m));
+  c.receive(msg({ method: "channel/gap", params: { channel: "ahp-root://", afterSeq: 7 } }));
+  c.receive(msg({ method: "channel/gap", params: { channel: "ahp-root://", afterSeq: 9 } })); // while subscribing: covered
+  const subs = l.sent.filter((m) => m.method === "subscribe");
+  assert.equal(subs.length, 1);
+  assert.deepEqual(subs[0].params, { channel: "ahp-root://" });
+  const snapshot = { resource: "ahp-root://", state: { terminals: [] }, fromSeq: 12 };
+  c.receive(msg({ id: subs[0].id, result: { snapshot } }));
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(root, [{ jsonrpc: "2.0", method: "channel/snapshot", params: { channel: "ahp-root://", snapshot } }]);
+});
