@@ -70,11 +70,12 @@ type Server struct {
 	mu        sync.Mutex
 	terminals map[string]*termEntry
 	conns     map[*conn]struct{}
-	// closed totals the counters of the connections no longer in conns
-	// (host/stats.go).
-	closed connTotals
 	closing   bool
 	wg        sync.WaitGroup // connections and terminal goroutines
+
+	// closed totals the counters of the connections no longer in conns
+	// (host/stats.go); guarded by mu.
+	closed connTotals
 
 	// live counts the open, initialized connections of each clientId, so
 	// a terminal's claim whose holder has gone can be taken over

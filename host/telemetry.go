@@ -20,4 +20,3 @@ func (s *Server) newTelemetry() *telemetry.Channels {
 
 // TelemetryStats returns the sampler's counters (for tests and the benchmark).
 func (s *Server) TelemetryStats() telemetry.HubStats { return s.telemetry.Stats() }
-
