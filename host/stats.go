@@ -48,8 +48,8 @@ func transportIndex(mc transport.MessageConn) int {
 type disconnectReason int
 
 const (
-	discClientClose      disconnectReason = iota // the client closed it (any close code of its own)
-	discLost                                     // the transport failed under a read or write, with no close
+	discClientClose      disconnectReason = iota // the client closed it (1000 or 1001)
+	discLost                                     // the transport failed under a read or write (no close, or a close with another code): its state is kept for a reconnect
 	discWriteTimeout                             // closed by the host 4008: answers not read within delivery.write_timeout
 	discProtocolError                            // closed by the host 1002/1009: a protocol violation, a message too big
 	discInitTimeout                              // closed by the host: no initialize within 30 s
@@ -335,11 +335,14 @@ func endReasonOf(c *conn) disconnectReason {
 		return discInternalError
 	}
 	if p := c.readErr.Load(); p != nil && *p != nil {
-		switch code := transport.CloseStatus(*p); {
-		case code == transport.CloseMessageTooBig:
-			return discProtocolError
-		case code >= 0:
+		// As shouldRetain has it: a close from the client with 1000 or
+		// 1001 is the client leaving; anything else under the reader
+		// (no close, or another code) is a loss, whose state is kept.
+		switch transport.CloseStatus(*p) {
+		case transport.CloseNormal, transport.CloseGoingAway:
 			return discClientClose
+		case transport.CloseMessageTooBig:
+			return discProtocolError
 		}
 		return discLost
 	}
