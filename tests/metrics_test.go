@@ -56,8 +56,11 @@ func scrapeMetrics(t *testing.T, addr string) map[string]float64 {
 func TestMetricsEndpoint(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, "metrics {\n  listen = \"127.0.0.1:0\"\n}\n")
-	m := metricsLine.FindStringSubmatch(s.p.stderr.String()) // logged before the attach line
-	if m == nil {
+	var m []string
+	if _, ok := s.p.stderr.waitMatch(waitTimeout, func(text string) bool {
+		m = metricsLine.FindStringSubmatch(text)
+		return m != nil
+	}); !ok {
 		t.Fatalf("no metrics listening line in the log:\n%s", tail(s.p.stderr.String(), 3000))
 	}
 	addr := m[1]
@@ -151,6 +154,8 @@ func TestMetricsEndpoint(t *testing.T) {
 
 	// Off unless configured.
 	plain := startServer(t, "")
+	// "metrics listening" would come before "listening".
+	plain.p.stderr.waitFor(t, "the listening line", 0, `"@message":"listening"`)
 	if strings.Contains(plain.p.stderr.String(), "metrics listening") {
 		t.Errorf("a server without a metrics block opened a metrics listener:\n%s", tail(plain.p.stderr.String(), 2000))
 	}
