@@ -117,6 +117,11 @@ func (ts *Channels) Hub() *Hub { return ts.hub }
 // Stats returns the sampler's counters.
 func (ts *Channels) Stats() HubStats { return ts.hub.Stats() }
 
+// LogRecordsMissed returns how many log records the logs channels'
+// subscribers missed because they fell more than the ring behind (each
+// subscriber's miss counted).
+func (ts *Channels) LogRecordsMissed() uint64 { return ts.ring.Dropped() }
+
 // Close stops sampling and the logs pump.
 func (ts *Channels) Close() {
 	ts.hub.Close()
