@@ -156,4 +156,3 @@ func firstDiff(a, b string) int {
 	}
 	return min(len(a), len(b))
 }
-
