@@ -292,11 +292,12 @@ type sub struct {
 	latest  atomic.Pointer[Batch] // metrics: newest batch offered
 	need    atomic.Int64          // metrics: credit a batch needs (UTF-16 bytes)
 	sent    uint64                // metrics: seq of the last batch sent (writer goroutine)
+	cursor  atomic.Uint64         // logs: ring seq read up to
+
 	// tick is the Batch.Tick of the last batch this subscription got
 	// (queued on its FIFO, or sent on its stream): the next one reports
 	// the ticks between as skipped.
 	tick atomic.Uint64
-	cursor  atomic.Uint64         // logs: ring seq read up to
 }
 
 // Ready implements Subscriber. A windowed subscription is ready when its

@@ -39,11 +39,12 @@ type HubStats struct {
 	Samples    uint64        // samples taken
 	Skipped    uint64        // ticks without a sample: no subscriber could take one
 	Missed     uint64        // batches not offered to a subscriber that was not ready
+	LastSample time.Duration // time the last sample took (read and encode)
+
 	// SkipsReported is the sum of the skipped counts sent to subscribers
 	// (otlp/exportMetrics "skipped"): samples they did not get, for
 	// whatever reason (not ready, no room, superseded before sent).
 	SkipsReported uint64
-	LastSample time.Duration // time the last sample took (read and encode)
 }
 
 // Hub is the machine's one sampler loop. Its goroutine runs only while some
