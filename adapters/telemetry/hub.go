@@ -69,8 +69,9 @@ type Hub struct {
 	running bool
 	closed  bool
 
-	samples, skipped, missed, skips atomic.Uint64
+	samples, skipped, missed atomic.Uint64
 	lastSample               atomic.Int64
+	skips                    atomic.Uint64 // sum of the skipped counts reported (SkipsReported)
 
 	tickDone chan<- bool // tests: receives whether each tick sampled
 }
