@@ -93,9 +93,8 @@ func TestStalledClientPagesToSameOutput(t *testing.T) {
 	defer cancel()
 	const ch = "ahp-terminal:/stall"
 	steady, _ := dialGated(t, srv, "steady", nil)
-	var mu sync.Mutex
-	var told []client.SyncStatus
-	stalled, g := dialGated(t, srv, "stalled", func(s client.SyncStatus) { mu.Lock(); told = append(told, s); mu.Unlock() })
+	statuses := make(chan client.SyncStatus, 16)
+	stalled, g := dialGated(t, srv, "stalled", func(s client.SyncStatus) { statuses <- s })
 	if err := steady.Call(ctx, rpc.MethodCreateTerminal, rpc.CreateTerminalParams{Channel: ch,
 		Command: []string{"sh", "-c", "read x; seq 1 20000; exit 3"}}, nil); err != nil {
 		t.Fatal(err)
@@ -139,8 +138,17 @@ func TestStalledClientPagesToSameOutput(t *testing.T) {
 	if got.out != want.out {
 		t.Fatalf("stalled client's output (%d bytes) differs from the steady one's (%d bytes); first difference at %d", len(got.out), len(want.out), firstDiff(got.out, want.out))
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	// Current is told once the held actions are delivered: Copy may have
+	// returned (at terminal/exited) just before.
+	var told []client.SyncStatus
+	for len(told) == 0 || told[len(told)-1].State != client.Current {
+		select {
+		case st := <-statuses:
+			told = append(told, st)
+		case <-ctx.Done():
+			t.Fatalf("OnSync told %+v, then nothing", told)
+		}
+	}
 	if len(told) != 3 || told[0].State != client.Stale || told[1].State != client.Paging || told[2].State != client.Current ||
 		told[2].Paged == 0 || told[2].Resubscribed || told[2].Err != nil {
 		t.Fatalf("OnSync told %+v, want stale, paging, current with paged actions", told)
