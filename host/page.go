@@ -60,5 +60,6 @@ func (c *conn) channelPage(params json.RawMessage) (any, *rpc.Error) {
 		res.Actions = append(res.Actions, json.RawMessage(gjson.GetBytes(e.Text, "params").Raw))
 		res.ToSeq = e.Seq
 	}
+	c.log.Debug("channel page", "channel", peerText(p.Channel), "after", after, "actions", len(res.Actions), "to", res.ToSeq, "head", head)
 	return res, nil
 }
