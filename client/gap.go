@@ -213,6 +213,9 @@ func (s *Subscription) recover() {
 				if retryable(s, err) {
 					continue
 				}
+				if s.c.Err() != nil {
+					err = nil // the Conn ended: Next says why
+				}
 				stop(err)
 				return
 			}
@@ -230,6 +233,9 @@ func (s *Subscription) recover() {
 				continue
 			case retryable(s, err):
 				continue
+			case s.c.Err() != nil:
+				stop(nil) // the Conn ended: Next says why
+				return
 			default:
 				stop(err)
 				return
