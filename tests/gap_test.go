@@ -74,3 +74,72 @@ func TestRunStoppedPagesGap(t *testing.T) {
 		t.Logf("%d channel/page requests served", strings.Count(logs, `"@message":"channel page"`))
 	}
 }
+
+// TestRunStoppedPastJournal: when the journal no longer reaches back to
+// where a stopped `sidecar run --ordinary` was (-32051), it subscribes
+// again and writes, after what it had, the notice and the terminal's last
+// screenful from the fresh snapshot: it ends with the program's last
+// lines, never with a hole it does not mark.
+func TestRunStoppedPastJournal(t *testing.T) {
+	t.Parallel()
+	// The journal's smallest share (256 KiB per terminal) and a small
+	// FIFO: 2,000,000 lines overrun both.
+	s := startServer(t, "delivery {\n  ordinary_queue_messages = 16\n}\n")
+	dir := t.TempDir()
+	goFile, doneFile := filepath.Join(dir, "go"), filepath.Join(dir, "done")
+	const lines = 2000000
+	script := fmt.Sprintf("echo ready; while [ ! -e %s ]; do sleep 0.05; done; seq 1 %d; touch %s", goFile, lines, doneFile)
+	p := start(t, append(append([]string{"run", s.url, "--ordinary"}, s.connArgs()...), "--", "sh", "-c", script)...)
+	p.stdout.waitFor(t, "run's first line", 0, "ready")
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	if err := os.WriteFile(goFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for stop := time.Now().Add(waitTimeout); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(doneFile); err == nil {
+			break
+		}
+		if time.Now().After(stop) {
+			t.Fatalf("the program did not finish within %v", waitTimeout)
+		}
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	if code := p.wait(t, waitTimeout); code != 0 {
+		t.Fatalf("run exited %d; stderr:\n%s", code, tail(p.stderr.String(), 2000))
+	}
+	got := strings.ReplaceAll(p.stdout.String(), "\r\n", "\n")
+	const notice = "\n[sidecar: output skipped: the terminal's journal no longer held it]\n"
+	before, after, ok := strings.Cut(got, notice)
+	if !ok || strings.Count(got, notice) != 1 {
+		t.Fatalf("run's output (%d bytes) has %d notices, want 1; its end:\n%s", len(got), strings.Count(got, notice), tail(got, 400))
+	}
+	// Before the notice: the lines from the start, in order, none missing.
+	var want strings.Builder
+	want.WriteString("ready\n")
+	for i := 1; want.Len() < len(before); i++ {
+		fmt.Fprintf(&want, "%d\n", i)
+	}
+	if !strings.HasPrefix(want.String(), before) {
+		t.Fatalf("before the notice: %q is not the start of the output", tail(before, 200))
+	}
+	// After it: the last screenful, ending with the last line.
+	var last strings.Builder
+	for i := lines - 9; i <= lines; i++ {
+		fmt.Fprintf(&last, "%d\n", i)
+	}
+	if !strings.HasSuffix(after, last.String()) || len(after) > 16<<10 {
+		t.Fatalf("after the notice (%d bytes): %q, want the last screenful ending with %q", len(after), tail(after, 300), last.String())
+	}
+	t.Logf("%d bytes before the notice, %d after", len(before), len(after))
+}
