@@ -328,6 +328,18 @@ func (s *Scheduler) PushGap(channel string, afterSeq uint64) error {
 	return nil
 }
 
+// StartOrdinary sets where channel's ordinary actions start: fromSeq is
+// the serverSeq the subscriber's state is at (its snapshot's, or the last
+// action a reconnect replayed), so that a gap before the first action
+// written says afterSeq fromSeq, not 0.
+func (s *Scheduler) StartOrdinary(channel string, fromSeq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fromSeq > s.ordinary.lastSeq[channel] {
+		s.ordinary.lastSeq[channel] = fromSeq
+	}
+}
+
 // TryPushOrdinary queues text like PushOrdinary, but only while fewer than
 // maxQueued ordinary messages wait; otherwise it returns false and queues
 // nothing (a live channel's subscriber simply misses this batch, and never

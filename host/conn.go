@@ -591,6 +591,9 @@ func (c *conn) request(method string, params json.RawMessage) (result any, after
 	case rpc.MethodCreateTCPConnection:
 		r, e := c.createTCPConnection(params)
 		return r, nil, e
+	case rpc.MethodChannelPage:
+		r, e := c.channelPage(params)
+		return r, nil, e
 	}
 	return nil, nil, rpc.Errorf(rpc.CodeMethodNotFound, "method not found: %s", method)
 }
