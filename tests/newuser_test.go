@@ -162,7 +162,7 @@ func TestRunInterruptedDisposes(t *testing.T) {
 
 // TestRunEscapeWhileReconnecting: `sidecar run` in a terminal ends at once
 // on ~. typed after Enter, even while the connection is cut and it
-// reconnects (exit 255, "closed by ~."); on a live connection the command
+// reconnects (exit 255, "closed by the ~. escape"); on a live connection the command
 // is ended on the host too.
 func TestRunEscapeWhileReconnecting(t *testing.T) {
 	t.Parallel()
@@ -177,7 +177,7 @@ func TestRunEscapeWhileReconnecting(t *testing.T) {
 	if code := a.wait(t); code != 255 {
 		t.Fatalf("run after ~.: exit %d, want 255; screen:\n%s", code, tail(a.out.String(), 1500))
 	}
-	if screen := a.out.String(); !strings.Contains(screen, "closed by ~.") || !strings.Contains(screen, "end it with: ") {
+	if screen := a.out.String(); !strings.Contains(screen, "closed by the ~. escape") || !strings.Contains(screen, "end it with: ") {
 		t.Errorf("no message saying run was closed and how to end the command; screen:\n%s", tail(screen, 1500))
 	}
 

@@ -186,7 +186,7 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 			if stdoutTTY {
 				fmt.Fprint(os.Stderr, "\r\n") // the output may have stopped mid-line
 			}
-			return &exitError{code: 255, err: errors.New("closed by ~.")}
+			return &exitError{code: 255, err: errors.New("closed by the ~. escape")}
 		}
 		if e := signalExit(); e != nil {
 			return e // quietly, as a shell would
