@@ -548,11 +548,15 @@ func (v *validator) duration(key string, d time.Duration) {
 // CheckListenAddress reports what is wrong with addr as a listen address
 // (listener.address, serve --listen): HOST:PORT, port 0-65535 (0: any
 // free port), IPv6 in brackets.
-func CheckListenAddress(addr string) error {
+func CheckListenAddress(addr string) error { return checkListenAddress(addr, "4433") }
+
+// checkListenAddress is CheckListenAddress whose error suggests port
+// example.
+func checkListenAddress(addr, example string) error {
 	host, port, err := net.SplitHostPort(addr)
 	switch {
 	case err != nil:
-		return fmt.Errorf("%q is not host:port (%v); write for example \"127.0.0.1:4433\" or \"[::]:4433\"", addr, err)
+		return fmt.Errorf("%q is not host:port (%v); write for example \"127.0.0.1:%s\" or \"[::]:%s\"", addr, err, example, example)
 	case !validPort(port):
 		return fmt.Errorf("port %q of %q is not a number from 0 to 65535", port, addr)
 	case strings.ContainsAny(host, " /"):
@@ -711,7 +715,7 @@ func (c *Config) Validate() error {
 
 	// metrics
 	if m := c.Metrics.Listen; m != "" {
-		if err := CheckListenAddress(m); err != nil {
+		if err := checkListenAddress(m, "9464"); err != nil {
 			v.bad("metrics.listen", "%v", err)
 		} else if sameListenAddress(m, c.Listener.Address) {
 			v.bad("metrics.listen", "%q is listener.address too; give the metrics another port (for example \"127.0.0.1:9464\")", m)

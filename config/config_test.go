@@ -288,7 +288,7 @@ func TestLoadErrors(t *testing.T) {
 		{"uid unknown", "uid.hcl", "terminal {\n  user = \"3999999999\"\n}\n",
 			[]string{`uid\.hcl:2:10: Invalid terminal\.user: no user "3999999999" on this machine`}},
 		{"metrics not host:port", "metrics.hcl", "metrics {\n  listen = \"9464\"\n}\n",
-			[]string{`metrics\.hcl:2:12: Invalid metrics\.listen: "9464" is not host:port`}},
+			[]string{`metrics\.hcl:2:12: Invalid metrics\.listen: "9464" is not host:port .*; write for example "127\.0\.0\.1:9464"`}},
 		{"metrics port out of range", "mport.hcl", "metrics {\n  listen = \"127.0.0.1:70000\"\n}\n",
 			[]string{`mport\.hcl:2:12: Invalid metrics\.listen: port "70000" of "127\.0\.0\.1:70000" is not a number from 0 to 65535`}},
 		{"metrics on the listener's port", "msame.hcl", "metrics {\n  listen = \"127.0.0.1:4433\"\n}\n",

@@ -107,6 +107,9 @@ func (s *Server) shouldRetain(c *conn) bool {
 		return true
 	}
 	if p := c.readErr.Load(); p != nil && *p != nil {
+		if _, violation := transport.Violation(*p); violation {
+			return false // a message too big, not UTF-8, a protocol error: not a loss
+		}
 		switch transport.CloseStatus(*p) {
 		case transport.CloseNormal, transport.CloseGoingAway:
 			// The client left (a detach, the end of a run), whatever

@@ -85,10 +85,41 @@ func (w *wsConn) readErr(err error) error {
 	if lost := w.lost.Load(); lost != nil {
 		return *lost
 	}
+	if errors.Is(err, websocket.ErrMessageTooBig) {
+		// The library has closed the connection with 1009.
+		return &ViolationError{Code: CloseMessageTooBig, Err: err}
+	}
 	if reason, ok := transportio.LostReason(err); ok {
 		return &lostError{reason, err}
 	}
 	return err
+}
+
+// ViolationError is a read error after which the transport itself closed
+// the connection with Code, for what the peer sent: a message over the
+// read limit (1009) or a text message that is not UTF-8 (1007). It is not
+// a lost connection: the host keeps nothing for a reconnect.
+type ViolationError struct {
+	Code CloseCode
+	Err  error
+}
+
+func (e *ViolationError) Error() string { return e.Err.Error() }
+func (e *ViolationError) Unwrap() error { return e.Err }
+
+// Violation returns the code the transport closed with when err is a
+// ViolationError, or the peer's own 1002, 1007 or 1009 close (a PipeConn's
+// message too big reads as one); ok is false for any other error.
+func Violation(err error) (code CloseCode, ok bool) {
+	var ve *ViolationError
+	if errors.As(err, &ve) {
+		return ve.Code, true
+	}
+	switch c := CloseStatus(err); c {
+	case CloseProtocolError, CloseInvalidPayload, CloseMessageTooBig:
+		return c, true
+	}
+	return 0, false
 }
 
 // lostError says what happened to the connection in words; err is the
@@ -121,7 +152,7 @@ func (w *wsConn) ReadMessage(ctx context.Context) ([]byte, error) {
 		if typ == websocket.MessageText || typ == websocket.MessageBinary {
 			if !utf8.Valid(data) {
 				_ = w.c.Close(websocket.StatusInvalidFramePayloadData, "message is not valid UTF-8")
-				return nil, errors.New("transport: message is not valid UTF-8")
+				return nil, &ViolationError{Code: CloseInvalidPayload, Err: errors.New("transport: message is not valid UTF-8")}
 			}
 			return data, nil
 		}

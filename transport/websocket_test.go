@@ -221,3 +221,54 @@ func TestPeerVanished(t *testing.T) {
 		t.Errorf("transport-io: dial error %v, want one ending %q (or: was reset)", err, want)
 	}
 }
+
+// TestViolationErrors: a message over the read limit and a text message
+// that is not UTF-8 each end the connection with their close code (1009,
+// 1007), and ReadMessage returns a ViolationError with it: a violation,
+// not a lost connection.
+func TestViolationErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+		code CloseCode
+	}{
+		{"too big", []byte(strings.Repeat("x", 2048)), CloseMessageTooBig},
+		{"not UTF-8", []byte{'"', 0xff, '"'}, CloseInvalidPayload},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := make(chan error, 1)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				c, err := websocket.Accept(w, r, nil)
+				if err != nil {
+					got <- err
+					return
+				}
+				mc := NewWebSocketConn(c, r.RemoteAddr, 1024)
+				_, err = mc.ReadMessage(r.Context())
+				got <- err
+			}))
+			defer srv.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.CloseNow()
+			if err := c.Write(ctx, websocket.MessageText, tc.msg); err != nil {
+				t.Fatal(err)
+			}
+			_, _, rerr := c.Read(ctx) // the server's close
+			if code := websocket.CloseStatus(rerr); code != websocket.StatusCode(tc.code) {
+				t.Errorf("the client read %v (close %d), want close %d", rerr, code, tc.code)
+			}
+			serr := <-got
+			if code, ok := Violation(serr); !ok || code != tc.code {
+				t.Errorf("ReadMessage: %v; Violation = %d, %v, want %d, true", serr, code, ok, tc.code)
+			}
+		})
+	}
+	if _, ok := Violation(io.EOF); ok {
+		t.Error("io.EOF reads as a violation")
+	}
+}
