@@ -45,11 +45,13 @@ var DefaultReceive = delivery.Limits{WindowBytes: 256 << 10, MaximumFrameBytes: 
 // 128 KiB, 16 KiB frames (UTF-16 bytes; about 48 KiB of stream bytes in
 // flight). DefaultTCPReceiveMax is how far it may grow while the window is
 // what limits a transfer (the host lowers it to its tcp block's maxima):
-// 16 MiB, 512 KiB frames (the largest a host allows; 192 KiB of stream
-// bytes a message, so a bulk transfer costs few messages).
+// 32 MiB, 512 KiB frames (the host's defaults, tcp.window_bytes and the
+// largest frame a host allows: 192 KiB of stream bytes a message, so a
+// bulk transfer costs few messages). 32 MiB is about 12 MiB of stream
+// bytes, twice what 1 Gbit/s with a 50 ms round trip holds in flight.
 var (
 	DefaultTCPReceive    = delivery.Limits{WindowBytes: 128 << 10, MaximumFrameBytes: 16 << 10}
-	DefaultTCPReceiveMax = delivery.Limits{WindowBytes: 16 << 20, MaximumFrameBytes: 512 << 10}
+	DefaultTCPReceiveMax = delivery.Limits{WindowBytes: 32 << 20, MaximumFrameBytes: 512 << 10}
 )
 
 // withDefaults fills the zero limits of o.
