@@ -99,14 +99,21 @@ tcp {
   dial_timeout = "10s"
   # Windowed delivery limits for forwarded connections (UTF-16 bytes, like the delivery
   # block's, which they replace for TCP channels): the most the host accepts of a
-  # client's offer. Bulk transfers need a window of a bandwidth-delay product (4 MiB
-  # here: about 1.5 MiB of stream bytes once base64 and UTF-16 are counted) and large
-  # messages (512 KiB, the most allowed: 192 KiB of stream bytes each, a fifth of the
-  # CPU a byte costs with 128 KiB ones); the sender still cuts messages smaller on slow paths, and a client offers
-  # less and grows its window only while its reader keeps up, so a stalled forwarded
-  # connection holds little.
-  window_bytes        = 4194304
+  # client's offer. A client starts each connection at a small window (128 KiB) and grows
+  # it toward twice the bandwidth-delay product it measures, only while its reader keeps
+  # up, so a stalled forwarded connection holds little. window_bytes is the most one
+  # connection may grow to: 32 MiB is about 12 MiB of stream bytes once base64 and
+  # UTF-16 are counted, twice what 1 Gbit/s with a 50 ms round trip holds in flight.
+  # Large messages (512 KiB, the most allowed: 192 KiB of stream bytes each) cost a fifth
+  # of the CPU a byte costs with 128 KiB ones; the sender still cuts them smaller on slow
+  # paths.
+  window_bytes        = 33554432
   maximum_frame_bytes = 524288
+  # The windows of one client's forwarded connections together: a window grows only
+  # within what is left (a connection always keeps its first window). The host holds at
+  # most about half a window of text per direction of a connection, so this bounds what a
+  # client's forwarded connections hold on the host to about this many bytes.
+  window_bytes_per_client = 67108864
 }
 
 telemetry {

@@ -129,6 +129,14 @@ type TCP struct {
 	// block's: a client's offer is lowered to them (seed 000 Negotiation).
 	WindowBytes       int64
 	MaximumFrameBytes int64
+	// WindowBytesPerClient bounds the windowBytes of one client's TCP
+	// channels together (UTF-16 bytes): a subscribe or re-subscribe that
+	// would take the sum above it gets what is left, but never less than
+	// its first window (adapters/tcp.FirstWindowBytes at most) nor less
+	// than it has. With WindowBytes it bounds the memory a client's
+	// forwarded connections hold on the host (about half a window of text
+	// per direction: UTF-8 of UTF-16 counted bytes).
+	WindowBytesPerClient int64
 }
 
 // Telemetry is block telemetry.
@@ -314,6 +322,7 @@ func (c *Config) schema() []section {
 			{"dial_timeout", &c.TCP.DialTimeout},
 			{"window_bytes", &c.TCP.WindowBytes},
 			{"maximum_frame_bytes", &c.TCP.MaximumFrameBytes},
+			{"window_bytes_per_client", &c.TCP.WindowBytesPerClient},
 		}},
 		{"telemetry", []field{
 			{"interval", &c.Telemetry.Interval},
@@ -679,6 +688,7 @@ func (c *Config) Validate() error {
 	v.duration("tcp.dial_timeout", c.TCP.DialTimeout)
 	v.positive("tcp.window_bytes", c.TCP.WindowBytes, "UTF-16 bytes")
 	v.frameBytes("tcp.maximum_frame_bytes", c.TCP.MaximumFrameBytes)
+	v.positive("tcp.window_bytes_per_client", c.TCP.WindowBytesPerClient, "UTF-16 bytes")
 
 	// telemetry
 	v.duration("telemetry.interval", c.Telemetry.Interval)

@@ -734,6 +734,9 @@ func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
 		switch {
 		case err == nil:
 			limits, windowed = l, true
+			if traits.Limits != nil { // a TCP channel: within the client's budget
+				limits = c.budgetWindow(p.Channel, limits, 0)
+			}
 		case errors.As(err, &lerr) && p.FlowControl.Receive.Validate() != nil:
 			// The offer itself breaks seed 000 (maximumFrameBytes >= 1024,
 			// positive values): a client error, not a decline.

@@ -244,6 +244,7 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 	if opts.Origins != nil {
 		accept = &websocket.AcceptOptions{InsecureSkipVerify: true} // Origins decided
 	}
+	accept.CompressionMode, accept.CompressionThreshold = Compression, CompressionThreshold
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if opts.Origins != nil && !opts.Origins.Check(w, r) {
 			return
@@ -280,12 +281,37 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 	})
 }
 
+// Compression is how both WebSocket endpoints (/ahp and the transport-io
+// mapping) answer a client's offer of permessage-deflate (RFC 7692): they
+// accept it, without context takeover (nothing kept per connection
+// between messages: a compressor is taken from a pool for each message),
+// and compress the messages of at least CompressionThreshold bytes. A
+// client that does not offer it (the sidecar client unless asked:
+// Options.Compress) gets uncompressed messages, as before.
+const Compression = websocket.CompressionNoContextTakeover
+
+// CompressionThreshold is the smallest message (UTF-8 bytes) a compressed
+// connection compresses: smaller ones (credit, a keystroke, a ping's
+// bytes) go as they are, without the compressor's latency and CPU.
+const CompressionThreshold = 1024
+
+// dialCompression is a DialOptions.CompressionMode: permessage-deflate
+// offered (Compression) when compress is set, else not offered.
+func dialCompression(compress bool) websocket.CompressionMode {
+	if compress {
+		return Compression
+	}
+	return websocket.CompressionDisabled
+}
+
 // DialWebSocket dials a plain-AHP WebSocket endpoint with header (which
-// carries the Authorization) and client (which carries TLS settings).
-// A refusal before the upgrade returns *HTTPError.
-func DialWebSocket(ctx context.Context, url string, header http.Header, client *http.Client, readLimit int64) (MessageConn, error) {
+// carries the Authorization) and client (which carries TLS settings);
+// compress offers permessage-deflate (see Compression). A refusal before
+// the upgrade returns *HTTPError.
+func DialWebSocket(ctx context.Context, url string, header http.Header, client *http.Client, readLimit int64, compress bool) (MessageConn, error) {
 	client, dialed := corkClient(client)
-	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: header, HTTPClient: client})
+	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: header, HTTPClient: client,
+		CompressionMode: dialCompression(compress), CompressionThreshold: CompressionThreshold})
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
 			return nil, &HTTPError{StatusCode: resp.StatusCode, Err: err}
