@@ -146,8 +146,8 @@ delivery {
   transport_queue_frames = 32
   # Messages queued per client for its ordinary (non-windowed) subscriptions, all in one
   # FIFO; past it the whole backlog collapses into one channel/gap per channel it held.
-  # Those actions are not sent: a client that wants them subscribes again for a fresh
-  # snapshot.
+  # Those actions are not sent: the client reads them back with channel/page while the
+  # journal still holds them, else subscribes again for a fresh snapshot.
   ordinary_queue_messages = 1024
   # Responses queued per client; past it the client is too slow and its connection is
   # closed. Credit and gap notices, also never dropped, are queued apart (at most one
@@ -169,8 +169,8 @@ delivery {
 }
 
 journal {
-  # Actions the host keeps (UTF-8 bytes, 8 MiB in all: each channel's log gets an equal
-  # share over terminal.max_total, at least 256 KiB) and the age past which entries are
+  # Actions the host keeps (UTF-8 bytes: each channel's log gets max_bytes /
+  # terminal.max_total, at least 256 KiB, so 256 KiB each by default) and the age past which entries are
   # dropped. Windowed subscribers read the log at their own pace; one that falls behind
   # what is kept gets a snapshot instead.
   max_bytes = 8388608
