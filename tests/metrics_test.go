@@ -70,10 +70,10 @@ func TestMetricsEndpoint(t *testing.T) {
 
 	got := scrapeMetrics(t, addr)
 	for series, want := range map[string]float64{
-		`sidecar_connections_open{transport="websocket"}`:       0,
+		`sidecar_connections_open{transport="websocket"}`:  0,
 		`sidecar_connections_total{transport="websocket"}`: 0,
-		"sidecar_terminals":                                0,
-		"sidecar_received_messages_total":                  0,
+		"sidecar_terminals":               0,
+		"sidecar_received_messages_total": 0,
 	} {
 		if v, ok := got[series]; !ok || v != want {
 			t.Errorf("at start: %s = %v (present %v), want %v", series, v, ok, want)
@@ -109,10 +109,10 @@ func TestMetricsEndpoint(t *testing.T) {
 
 	got = scrapeMetrics(t, addr)
 	for series, want := range map[string]float64{
-		`sidecar_connections_open{transport="websocket"}`:                 1,
-		`sidecar_connections_total{transport="websocket"}`:           1,
-		`sidecar_connections_open{transport="webtransport"}`:              0,
-		"sidecar_terminals":                                          1,
+		`sidecar_connections_open{transport="websocket"}`:    1,
+		`sidecar_connections_total{transport="websocket"}`:   1,
+		`sidecar_connections_open{transport="webtransport"}`: 0,
+		"sidecar_terminals": 1,
 		`sidecar_subscriptions{delivery="ordinary",kind="terminal"}`: 1,
 		`sidecar_subscriptions{delivery="windowed",kind="terminal"}`: 0,
 		"sidecar_received_messages_total":                            5,

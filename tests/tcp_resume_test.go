@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -377,5 +378,73 @@ func TestForwardCutPastGraceResets(t *testing.T) {
 		}
 	case <-time.After(waitTimeout):
 		t.Fatal("the destination's connection was not reset")
+	}
+}
+
+// startTwin starts a second `sidecar serve` with s's config file, state
+// directory (so the same certificate) and token, on another port: what a
+// restarted host is to its clients, which know nothing of the restart.
+func startTwin(t *testing.T, s *server) *server {
+	t.Helper()
+	state := filepath.Join(filepath.Dir(s.config), "state")
+	p := start(t, "serve", "--config", s.config, "--listen", "127.0.0.1:0", "--token", s.token, "--state-dir", state)
+	var m []string
+	text, ok := p.stdout.waitMatch(waitTimeout, func(text string) bool {
+		m = attachLine.FindStringSubmatch(text)
+		return m != nil
+	})
+	if !ok {
+		t.Fatalf("the twin printed no attach line within %v\nstdout:\n%s\nstderr:\n%s", waitTimeout, text, tail(p.stderr.String(), 3000))
+	}
+	if m[4] != s.hash {
+		t.Fatalf("the twin's certificate pin %s differs from %s", m[4], s.hash)
+	}
+	return &server{p: p, url: m[1], host: m[2], token: s.token, hash: s.hash, config: s.config}
+}
+
+// TestForwardNewSessionAfterHostRestart: the host forward talks to
+// restarts (here: the relay now leads to a twin that never knew this
+// client): forward's resume is answered "expired", so it starts a new
+// session and the same local port forwards again, without a restart of
+// forward; the connection open at the cut is reset.
+func TestForwardNewSessionAfterHostRestart(t *testing.T) {
+	t.Parallel()
+	echo := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c) })
+	s := startServer(t, "")
+	relay, url := relayed(t, s)
+	fw := tcpStartForward(t, &server{p: s.p, url: url, host: relay.Addr(), token: s.token, hash: s.hash}, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", echo))
+	roundTrip := func(c net.Conn, msg string) error {
+		if _, err := c.Write([]byte(msg)); err != nil {
+			return err
+		}
+		b := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, b); err != nil {
+			return err
+		}
+		if string(b) != msg {
+			return fmt.Errorf("echoed %q, want %q", b, msg)
+		}
+		return nil
+	}
+	open := tcpDial(t, fw.addrs[0])
+	if err := roundTrip(open, "before"); err != nil {
+		t.Fatal(err)
+	}
+
+	twin := startTwin(t, s)
+	relay.SetTarget(twin.host)
+	relay.Cut()
+	pos := fw.p.stderr.waitFor(t, "the new session", 0, "sidecar: new session with "+url+"\n")
+	if _, err := io.Copy(io.Discard, open); !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("the connection open at the restart ended with %v, want a reset", err)
+	}
+	c := tcpDial(t, fw.addrs[0])
+	if err := roundTrip(c, "after the restart"); err != nil {
+		t.Fatalf("through the same -L port after the new session: %v\nforward's stderr:\n%s", err, fw.p.stderr.String()[pos:])
+	}
+	select {
+	case <-fw.p.done:
+		t.Fatalf("forward exited:\n%s", fw.p.stderr.String())
+	default:
 	}
 }

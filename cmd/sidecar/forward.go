@@ -173,8 +173,8 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	if err != nil {
 		return dialFailed(err, cf.dialSignal(ctx, err, caught))
 	}
-	defer conn.Close()
 	if conn.Initialized().TCPConnections == nil {
+		_ = conn.Close()
 		return &exitError{code: 255, err: fmt.Errorf("%s does not offer TCP forwarding (no tcpConnections in its capabilities)", url)}
 	}
 	if cf.via != "" {
@@ -182,35 +182,69 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	} else if tr := conn.Transport(); tr != "" {
 		fmt.Fprintf(os.Stderr, "sidecar: connected to %s over %s\n", url, tr)
 	}
-	fw := client.NewForwarder(conn, client.ForwarderOptions{Log: prefixWriter{w: os.Stderr, prefix: "sidecar: "}})
-	for _, b := range bound {
-		// The forwarder owns each listener from now on (closeListeners
-		// closing it again is harmless); it cannot be closed yet.
+	// The listeners outlive a session: when the host no longer knows ours
+	// (it restarted, or our state's grace ended), forward starts a new one
+	// and the same ports go on (handoff).
+	handoffs := make([]*handoff, len(bound))
+	for i, b := range bound {
+		handoffs[i] = newHandoff(b.l)
 		if f := b.local; f != nil {
 			fmt.Fprintf(os.Stderr, "sidecar: forwarding %s -> %s\n", b.l.Addr(), net.JoinHostPort(f.host, strconv.Itoa(f.hostPort)))
-			_ = fw.ServeLocal(b.l, f.host, f.hostPort)
 		} else {
 			fmt.Fprintf(os.Stderr, "sidecar: SOCKS5 proxy on %s\n", b.l.Addr())
-			_ = fw.ServeSOCKS(b.l)
 		}
 	}
-	return runUntil(ctx, conn, fw)
+	defer func() {
+		for _, h := range handoffs {
+			_ = h.Close()
+		}
+	}()
+	for {
+		fw := client.NewForwarder(conn, client.ForwarderOptions{Log: prefixWriter{w: os.Stderr, prefix: "sidecar: "}})
+		for i, b := range bound {
+			// The forwarder owns the session's listener; closing it
+			// leaves the port open for the next session.
+			if f := b.local; f != nil {
+				_ = fw.ServeLocal(handoffs[i].Listen(), f.host, f.hostPort)
+			} else {
+				_ = fw.ServeSOCKS(handoffs[i].Listen())
+			}
+		}
+		result, ended := runUntil(ctx, conn, fw)
+		if !newSessionAfter(ended) || cf.via != "" {
+			return result
+		}
+		fmt.Fprintf(os.Stderr, "sidecar: starting a new session with %s; the ports stay open\n", url)
+		conn, err = cf.dial(ctx, url)
+		if err != nil {
+			return dialFailed(err, cf.dialSignal(ctx, err, caught))
+		}
+		fmt.Fprintf(os.Stderr, "sidecar: new session with %s\n", url)
+	}
+}
+
+// newSessionAfter reports whether a connection that ended with err is
+// worth a new session: the host answered, but keeps nothing of ours (it
+// restarted, our state's grace ended, or it refused to resume it).
+func newSessionAfter(err error) bool {
+	return errors.Is(err, client.ErrResumeExpired) || errors.Is(err, client.ErrResumeRefused) || errors.Is(err, client.ErrGraceEnded)
 }
 
 // runUntil forwards until ctx ends (a signal: exit 0) or the connection
-// to the host does (exit 255, its reason printed first), then shuts down:
-// the forwarder is closed (its listeners, every local connection still
-// open reset and counted on a line after the reason), the connection
-// closed, and the handlers given forwardDrain to end.
-func runUntil(ctx context.Context, conn *client.Conn, fw *client.Forwarder) error {
-	var result error
+// to the host does (exit 255, its reason printed first; ended is
+// conn.Err()), then shuts down: the forwarder is closed (its listeners,
+// every local connection still open reset and counted on a line after the
+// reason), the connection closed, and the handlers given forwardDrain to
+// end.
+func runUntil(ctx context.Context, conn *client.Conn, fw *client.Forwarder) (result, ended error) {
 	select {
 	case <-ctx.Done():
 	case <-conn.Done():
 		// Here, not through main: before the count of connections reset.
 		// The host's words (a close reason) are escaped as every peer's
 		// text is (printable).
-		fmt.Fprintf(os.Stderr, "sidecar: %s\n", printable(fmt.Sprint(conn.Err())))
+		ended = conn.Err()
+		fmt.Fprintf(os.Stderr, "sidecar: %s\n", printable(fmt.Sprint(ended)))
 		result = &exitError{code: 255}
 	}
 	if n := fw.Close(); n > 0 {
@@ -222,7 +256,7 @@ func runUntil(ctx context.Context, conn *client.Conn, fw *client.Forwarder) erro
 	dctx, cancel := context.WithTimeout(context.Background(), forwardDrain)
 	defer cancel()
 	_ = fw.Wait(dctx)
-	return result
+	return result, ended
 }
 
 // prefixWriter writes each Write (a line of the forwarder's Log) after
