@@ -114,6 +114,7 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 	}
 	type batch struct {
 		payload json.RawMessage
+		skipped uint64
 		err     error
 	}
 	batches := make(chan batch)
@@ -131,11 +132,12 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 			}
 			var p struct {
 				Payload json.RawMessage `json:"payload"`
+				Skipped uint64          `json:"skipped"`
 			}
 			err = json.Unmarshal(m.Params, &p)
 			m.Release()
 			select {
-			case batches <- batch{payload: p.Payload, err: err}:
+			case batches <- batch{payload: p.Payload, skipped: p.Skipped, err: err}:
 			case <-ctx.Done():
 				return
 			}
@@ -181,6 +183,7 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 				return &exitError{code: 1, err: fmt.Errorf("bad metrics batch: %w", err)}
 			}
 			v.update(md)
+			v.skipped += b.skipped
 			v.draw()
 			if once {
 				return nil
@@ -219,6 +222,7 @@ type topView struct {
 	hint      string // live view: shown on the bottom line, e.g. "q to quit"
 	baseHint  string // the hint a reconnection status gives way to again
 	cur, prev *snapshotView
+	skipped   uint64 // samples the host could not send us (the batches' "skipped"), in all
 }
 
 // snapshotView is one batch, indexed for drawing.
@@ -344,7 +348,13 @@ func (v *topView) layout(width int) []string {
 	l1, _ := s.find("system.cpu.load_average.1m")
 	l5, _ := s.find("system.cpu.load_average.5m")
 	l15, _ := s.find("system.cpu.load_average.15m")
-	add("%s  up %s  load %.2f %.2f %.2f  %s", s.res["host.name"], duration(up), l1, l5, l15, s.at.Format("15:04:05"))
+	head := fmt.Sprintf("%s  up %s  load %.2f %.2f %.2f  %s", s.res["host.name"], duration(up), l1, l5, l15, s.at.Format("15:04:05"))
+	if v.skipped > 0 {
+		// Telemetry is live only: what we missed while not reading is
+		// not sent later, but the host says how much (docs/protocol.md).
+		head += fmt.Sprintf("  (%d samples skipped)", v.skipped)
+	}
+	add("%s", head)
 	var procs []string
 	for _, st := range []string{"running", "sleeping", "stopped", "defunct"} {
 		if n, ok := s.find("system.process.count", "process.state", st); ok && n > 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,5 +44,19 @@ func TestRateTable(t *testing.T) {
 	want[2] = "sda                      2.0K         512B"
 	if !slices.Equal(got, want) {
 		t.Fatalf("two samples:\n%q\nwant\n%q", got, want)
+	}
+}
+
+// TestTopShowsSkipped: the first line says how many samples the host
+// skipped for us (the batches' "skipped", summed), and nothing when none.
+func TestTopShowsSkipped(t *testing.T) {
+	s := &snapshotView{at: time.Unix(1000, 0).UTC(), res: map[string]string{"host.name": "h1"}, metrics: map[string][]*metricspb.NumberDataPoint{}}
+	v := &topView{cur: s}
+	if got := v.layout(100)[0]; got != "h1  up 0h 00m  load 0.00 0.00 0.00  "+s.at.Format("15:04:05") {
+		t.Fatalf("first line %q", got)
+	}
+	v.skipped = 6
+	if got := v.layout(100)[0]; !strings.HasSuffix(got, "  (6 samples skipped)") {
+		t.Fatalf("first line %q, want it to end with the samples skipped", got)
 	}
 }
