@@ -63,8 +63,9 @@ type TerminalConfig struct {
 	Title, Cwd string
 	Cols, Rows int
 	Claim      rpc.Claim
-	// ScrollbackBytes bounds the scrollback the snapshot holds (UTF-8
-	// bytes of decoded output).
+	// ScrollbackBytes bounds the scrollback the snapshot holds: the
+	// lines scrolled off the screen, in bytes of the VT text that draws
+	// them (History).
 	ScrollbackBytes int
 	// Journal holds the terminal's actions.
 	Journal *journal.Journal
@@ -113,7 +114,9 @@ type Terminal struct {
 	// signal and signalNumber name the signal that killed the program.
 	signal       string
 	signalNumber int
-	scroll       *Scrollback
+	// screen is the VT emulator every output goes through, for
+	// snapshots.
+	screen *Screen
 	// subs holds every subscription, with its LogSource when windowed.
 	subs     map[adapters.Subscriber]*adapters.LogSource
 	attached []string // the sorted clientIds of live subs, for the catalogue
@@ -140,7 +143,7 @@ func NewTerminal(cfg TerminalConfig, proc *Process) *Terminal {
 		inputWake:  make(chan struct{}, 1),
 		title:      cfg.Title, cwd: cfg.Cwd,
 		cols: cfg.Cols, rows: cfg.Rows, claim: cfg.Claim,
-		scroll: NewScrollback(cfg.ScrollbackBytes),
+		screen: NewScreen(cfg.Cols, cfg.Rows, cfg.ScrollbackBytes),
 		subs:   map[adapters.Subscriber]*adapters.LogSource{},
 	}
 }
@@ -187,10 +190,26 @@ func (t *Terminal) stateLocked() rpc.TerminalState {
 	if t.exited {
 		st.Lifecycle.Status = "exited"
 	}
-	if t.scroll.Len() > 0 {
-		st.Content = append(st.Content, rpc.ContentPart{Type: "unclassified", Value: t.scroll.String()})
-	}
+	st.Content = t.contentLocked()
 	return st
+}
+
+// contentLocked is the snapshot's content (docs/protocol.md): raw VT
+// text that redraws the terminal on a fresh terminal of its size. Its
+// last part redraws the screen (Screen.Redraw without the history); the
+// scrollback's lines, when there are any, come in a part before it, so
+// that a client that only wants the screen (one that fell behind) can
+// leave them out, and one that writes every part gets both. A terminal
+// that shows nothing yet has no content.
+func (t *Terminal) contentLocked() []rpc.ContentPart {
+	if t.screen.Pristine() {
+		return []rpc.ContentPart{}
+	}
+	parts := make([]rpc.ContentPart, 0, 2)
+	if h := t.screen.History(); h.Len() > 0 {
+		parts = append(parts, rpc.ContentPart{Type: "unclassified", Value: string(h.AppendTo(make([]byte, 0, h.Len())))})
+	}
+	return append(parts, rpc.ContentPart{Type: "unclassified", Value: string(t.screen.Redraw(nil, false))})
 }
 
 // Snapshot implements adapters.Channel.
@@ -458,6 +477,9 @@ func (t *Terminal) readLoop() {
 		}
 	}
 	t.output(dec.FlushView())
+	t.mu.Lock()
+	t.screen.Close() // no more output: the emulator's answers reader ends
+	t.mu.Unlock()
 	select {
 	case <-t.proc.Done():
 	case <-t.killed:
@@ -530,7 +552,9 @@ func (t *Terminal) output(out View) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(out.Text) > 0 {
-		t.scroll.AppendBytes(out.Text)
+		if err := t.screen.Write(out.Text); err != nil {
+			t.emulatorFaultLocked(err)
+		}
 		// The envelope is encoded into encodeBuf, which AppendSeq copies
 		// into the entry's own text: the buffer is free again on return.
 		t.encodeBuf = AppendDataHead(t.encodeBuf[:0], t.cfg.URI, out.Text)
@@ -557,6 +581,14 @@ func (t *Terminal) output(out View) {
 	}
 	if changed {
 		t.listLocked()
+	}
+}
+
+// emulatorFaultLocked logs a panic of the VT emulator (Screen.Write):
+// the first few, then one in a thousand.
+func (t *Terminal) emulatorFaultLocked(err error) {
+	if n := t.screen.Faults(); n <= 3 || n%1000 == 0 {
+		t.log.Warn("terminal emulator fault", "error", err, "faults", n)
 	}
 }
 
@@ -647,6 +679,9 @@ func (t *Terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 			}
 		}
 		t.cols, t.rows = a.Cols, a.Rows
+		if err := t.screen.Resize(a.Cols, a.Rows); err != nil {
+			t.emulatorFaultLocked(err)
+		}
 		t.echoLocked(raw, origin, "")
 		release()
 	case rpc.ActionTerminalTitle:
@@ -664,7 +699,7 @@ func (t *Terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 		t.listLocked()
 		release()
 	case rpc.ActionTerminalCleared:
-		t.scroll.Clear()
+		t.screen.ClearHistory()
 		t.echoLocked(raw, origin, "")
 		release()
 	case rpc.ActionTerminalClaimed:
