@@ -129,3 +129,55 @@ func TestReattachShowsFullScreen(t *testing.T) {
 	b.typeText(t, "\r~.")
 	b.wait(t)
 }
+
+// settled returns the emulated screen of p's output once it stops
+// changing.
+func settled(t *testing.T, p *ptyProc) *vt.Emulator {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for prev := ""; ; {
+		time.Sleep(200 * time.Millisecond)
+		cur := p.out.String()
+		if cur == prev {
+			return emulated(cur)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("output never settled")
+		}
+		prev = cur
+	}
+}
+
+// TestSharerBehindShowsFullScreen: a client sharing a terminal is cut
+// off while the holder's full-screen program writes past the journal:
+// it resumes from a snapshot, and its screen (written into a fresh
+// terminal) is the holder's, cell for cell.
+func TestSharerBehindShowsFullScreen(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	script := filepath.Join(t.TempDir(), "fullscreen.sh")
+	if err := os.WriteFile(script, []byte(fullScreenScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, id := attachNewShell(t, s)
+	relay, url := relayed(t, s)
+	b := startInPTY(t, append([]string{"attach", url, id}, s.connArgs()...)...)
+	bpos := b.out.waitFor(t, "shared notice", 0, "you share it")
+	relay.Refuse(true)
+	relay.Cut()
+	a.typeText(t, "sh "+script+"\r")
+	a.out.waitFor(t, "the counter's end", 0, "counter done")
+	holder := settled(t, a)
+	relay.Refuse(false)
+	b.out.waitFor(t, "the resume", bpos, "sidecar: resumed")
+	var diff string
+	if _, ok := b.out.waitMatch(waitTimeout, func(out string) bool {
+		diff = screenDiff(holder, emulated(out))
+		return diff == ""
+	}); !ok {
+		t.Fatalf("the sharer's screen after its resume is not the holder's:\n%s", diff)
+	}
+	if !strings.Contains(s.p.stderr.String(), "ahp-terminal:/"+id+" snapshot") {
+		t.Errorf("the host did not resume the sharer from a snapshot")
+	}
+}
