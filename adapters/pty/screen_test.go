@@ -283,7 +283,9 @@ func TestVTLayout(t *testing.T) {
 // (OutputDecoder, then Screen, with a resize when the first byte says
 // so) and writes its redraw into a second emulator: nothing panics, the
 // history stays within its bound and the emulator keeps no lines
-// between writes.
+// between writes. The same output also goes through a Feed whose bound
+// is small, so that it falls behind and is rebuilt from arbitrary
+// tails: nothing panics and its ring stays within the bound.
 func FuzzScreen(f *testing.F) {
 	for _, steps := range syntheticStreams() {
 		for _, st := range steps {
@@ -303,11 +305,23 @@ func FuzzScreen(f *testing.F) {
 		const hist = 2048
 		s := NewScreen(20, 6, hist)
 		defer s.Close()
+		feed := NewFeed(NewScreen(20, 6, hist), 20, 6, nil)
+		feed.maxWork = 300
+		defer feed.Close()
 		var dec OutputDecoder
 		for i := 0; i < len(data); i += 97 {
-			s.Write(dec.FeedView(data[i:min(i+97, len(data))]).Text)
+			text := dec.FeedView(data[i:min(i+97, len(data))]).Text
+			s.Write(text)
+			feed.Write(text)
 			if i == 97 && len(data) > 0 && data[0]%5 == 0 {
 				s.Resize(int(data[0]%40)+1, int(data[len(data)-1]%30)+1)
+				feed.Resize(int(data[0]%40)+1, int(data[len(data)-1]%30)+1)
+			}
+			if i%(97*3) == 0 {
+				feed.Screen(func(*Screen) {})
+			}
+			if len(feed.ring) > feed.maxWork || len(feed.ops) > maxFeedOps {
+				t.Fatalf("feed ring %d bytes, %d ops: over the bounds", len(feed.ring), len(feed.ops))
 			}
 			if n := s.Emulator().ScrollbackLen(); n != 0 {
 				t.Fatalf("the emulator keeps %d scrolled-off lines after a write", n)

@@ -114,9 +114,9 @@ type Terminal struct {
 	// signal and signalNumber name the signal that killed the program.
 	signal       string
 	signalNumber int
-	// screen is the VT emulator every output goes through, for
-	// snapshots.
-	screen *Screen
+	// feed runs the VT emulator every output goes through, for
+	// snapshots, off the reader's path (its own lock and goroutine).
+	feed *Feed
 	// subs holds every subscription, with its LogSource when windowed.
 	subs     map[adapters.Subscriber]*adapters.LogSource
 	attached []string // the sorted clientIds of live subs, for the catalogue
@@ -133,7 +133,7 @@ type Terminal struct {
 // NewTerminal returns the channel of proc, a program just started. Call
 // Start once the host can find it by URI.
 func NewTerminal(cfg TerminalConfig, proc *Process) *Terminal {
-	return &Terminal{
+	t := &Terminal{
 		cfg: cfg, proc: proc, j: cfg.Journal,
 		log:        cfg.Log,
 		killed:     make(chan struct{}),
@@ -143,9 +143,10 @@ func NewTerminal(cfg TerminalConfig, proc *Process) *Terminal {
 		inputWake:  make(chan struct{}, 1),
 		title:      cfg.Title, cwd: cfg.Cwd,
 		cols: cfg.Cols, rows: cfg.Rows, claim: cfg.Claim,
-		screen: NewScreen(cfg.Cols, cfg.Rows, cfg.ScrollbackBytes),
-		subs:   map[adapters.Subscriber]*adapters.LogSource{},
+		subs: map[adapters.Subscriber]*adapters.LogSource{},
 	}
+	t.feed = NewFeed(NewScreen(cfg.Cols, cfg.Rows, cfg.ScrollbackBytes), cfg.Cols, cfg.Rows, t.emulatorFault)
+	return t
 }
 
 // Start lists the terminal in the catalogue (unless disposed already)
@@ -156,6 +157,7 @@ func (t *Terminal) Start() {
 		t.cfg.Catalogue(t.infoLocked(), false)
 	}
 	t.mu.Unlock()
+	t.feed.Start()
 	t.wg.Add(2)
 	go t.readLoop()
 	go t.writeLoop()
@@ -201,19 +203,29 @@ func (t *Terminal) stateLocked() rpc.TerminalState {
 // that a client that only wants the screen (one that fell behind) can
 // leave them out, and one that writes every part gets both. A terminal
 // that shows nothing yet has no content.
+//
+// The emulator is brought to the output so far (Feed.Screen): under the
+// terminal's lock no output comes in, so the content is that of the
+// journal up to the snapshot's fromSeq.
 func (t *Terminal) contentLocked() []rpc.ContentPart {
-	if t.screen.Pristine() {
-		return []rpc.ContentPart{}
-	}
-	parts := make([]rpc.ContentPart, 0, 2)
-	if h := t.screen.History(); h.Len() > 0 {
-		parts = append(parts, rpc.ContentPart{Type: "unclassified", Value: string(h.AppendTo(make([]byte, 0, h.Len())))})
-	}
-	return append(parts, rpc.ContentPart{Type: "unclassified", Value: string(t.screen.Redraw(nil, false))})
+	parts := []rpc.ContentPart{}
+	t.feed.Screen(func(s *Screen) {
+		if s.Pristine() {
+			return
+		}
+		if h := s.History(); h.Len() > 0 {
+			parts = append(parts, rpc.ContentPart{Type: "unclassified", Value: string(h.AppendTo(make([]byte, 0, h.Len())))})
+		}
+		parts = append(parts, rpc.ContentPart{Type: "unclassified", Value: string(s.Redraw(nil, false))})
+	})
+	return parts
 }
 
-// Snapshot implements adapters.Channel.
+// Snapshot implements adapters.Channel. The emulator first catches up
+// without the terminal's lock (a rebuild, if it fell behind, does not
+// hold up input or output), then takes what came since under it.
 func (t *Terminal) Snapshot(fn func(rpc.Snapshot)) {
+	t.feed.CatchUp()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	state, _ := rpc.Marshal(t.stateLocked())
@@ -477,9 +489,14 @@ func (t *Terminal) readLoop() {
 		}
 	}
 	t.output(dec.FlushView())
-	t.mu.Lock()
-	t.screen.Close() // no more output: the emulator's answers reader ends
-	t.mu.Unlock()
+	// No more output: the emulator takes the last of it and its
+	// goroutines end; terminal/exited does not wait for it (a snapshot
+	// does: Feed.Screen).
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		t.feed.Close()
+	}()
 	select {
 	case <-t.proc.Done():
 	case <-t.killed:
@@ -552,9 +569,7 @@ func (t *Terminal) output(out View) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(out.Text) > 0 {
-		if err := t.screen.Write(out.Text); err != nil {
-			t.emulatorFaultLocked(err)
-		}
+		t.feed.Write(out.Text) // a copy: the emulator is not waited for
 		// The envelope is encoded into encodeBuf, which AppendSeq copies
 		// into the entry's own text: the buffer is free again on return.
 		t.encodeBuf = AppendDataHead(t.encodeBuf[:0], t.cfg.URI, out.Text)
@@ -584,10 +599,10 @@ func (t *Terminal) output(out View) {
 	}
 }
 
-// emulatorFaultLocked logs a panic of the VT emulator (Screen.Write):
-// the first few, then one in a thousand.
-func (t *Terminal) emulatorFaultLocked(err error) {
-	if n := t.screen.Faults(); n <= 3 || n%1000 == 0 {
+// emulatorFault logs a panic of the VT emulator (Screen.Write), the n-th:
+// the first few, then one in a thousand. It runs on the Feed's goroutine.
+func (t *Terminal) emulatorFault(err error, n int) {
+	if n <= 3 || n%1000 == 0 {
 		t.log.Warn("terminal emulator fault", "error", err, "faults", n)
 	}
 }
@@ -679,9 +694,7 @@ func (t *Terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 			}
 		}
 		t.cols, t.rows = a.Cols, a.Rows
-		if err := t.screen.Resize(a.Cols, a.Rows); err != nil {
-			t.emulatorFaultLocked(err)
-		}
+		t.feed.Resize(a.Cols, a.Rows)
 		t.echoLocked(raw, origin, "")
 		release()
 	case rpc.ActionTerminalTitle:
@@ -699,7 +712,7 @@ func (t *Terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 		t.listLocked()
 		release()
 	case rpc.ActionTerminalCleared:
-		t.screen.ClearHistory()
+		t.feed.ClearHistory()
 		t.echoLocked(raw, origin, "")
 		release()
 	case rpc.ActionTerminalClaimed:
