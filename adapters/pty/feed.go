@@ -17,16 +17,27 @@ const (
 	// taken while it is behind waits at most (FeedWork is also the
 	// Feed's ring of raw output, 256 KiB).
 	FeedWork = 256 << 10
-	// feedCalm is how often an emulator behind the bound looks at the
-	// output again; once less than FeedWork/8 of work came in one
-	// feedCalm (the flood ended or slowed to what the emulator keeps
-	// up with), it is rebuilt from the newest output. An emulator that
-	// falls behind again within maxFeedCalm of a rebuild (a flood that
-	// paused, or a process that was not scheduled) waits twice as long
-	// next time, up to maxFeedCalm: a long flood costs a rebuild a
-	// second at most.
-	feedCalm    = 20 * time.Millisecond
-	maxFeedCalm = time.Second
+	// FeedRate bounds the work the emulator is given in one feedWindow:
+	// output faster than that (some 250 KB/s of text wrapping at 80
+	// columns, 5000 lines a second scrolling an 80×24 screen, 640 KB/s
+	// of a full-screen program's redraws) is a flood, and the emulator
+	// falls behind at once instead of taking a core from the rest of
+	// the terminal's path (on a loaded machine it would keep up with
+	// part of a flood at the expense of the flood itself).
+	FeedRate   = FeedWork / 4
+	feedWindow = 100 * time.Millisecond
+	// feedCalm is how often an emulator behind looks at the output
+	// again; once less than a quarter of FeedRate's pace came in one
+	// feedCalm (the flood ended or slowed to well within what the
+	// emulator keeps up with), it is rebuilt from the newest output.
+	// Waiting costs nothing that shows: the output meanwhile is in the
+	// ring, and a snapshot rebuilds at once. An emulator that falls
+	// behind again within maxFeedCalm of a rebuild (a flood that paused,
+	// or a process that was not scheduled for a while) waits twice as
+	// long next time, up to maxFeedCalm: a long flood costs a rebuild
+	// every 4 s at most.
+	feedCalm    = 250 * time.Millisecond
+	maxFeedCalm = 4 * time.Second
 	// maxFeedOps bounds the resizes and clears waiting for the emulator
 	// between outputs; past it the emulator is behind (rebuilt).
 	maxFeedOps = 64
@@ -37,10 +48,11 @@ const (
 // never waits for the emulator; a goroutine (Start) feeds the Screen from
 // the ring, in order with the resizes and clears (Resize, ClearHistory).
 // While the emulator keeps up, its screen is exact. When the work not
-// yet done would pass FeedWork (a flood: vt emulates 0.3 to 13 MB/s
-// where a PTY floods at 20 MB/s), the backlog is dropped and the Feed is
-// behind: the goroutine waits until the output calms down (feedCalm),
-// then rebuilds the Screen from the newest output:
+// yet done would pass FeedWork, or the output comes faster than FeedRate
+// (a flood: vt emulates 0.3 to 13 MB/s where a PTY floods at 20 MB/s),
+// the backlog is dropped and the Feed is behind: the goroutine waits
+// until the output calms down (feedCalm), then rebuilds the Screen from
+// the newest output:
 //
 //   - the screen keeps what it had when it fell behind: its cells, the
 //     alternate screen, modes (cursor keys, keypad, mouse, bracketed
@@ -48,14 +60,15 @@ const (
 //   - the resizes and clears that came since are applied (the newest
 //     size);
 //   - a CAN (which ends any sequence the parser was in) and then the
-//     newest output within FeedWork of work, from the start of a line,
-//     are fed to it: the lines that output scrolls off go to the
-//     history after the older ones; the output dropped between is lost,
-//     and so are modes it alone changed.
+//     newest output within FeedWork of work, from the start of a line
+//     (else from a cursor position, else a sequence), are fed to it:
+//     the lines that output scrolls off go to the history after the
+//     older ones; the output dropped between is lost, and so are modes
+//     it alone changed.
 //
 // Lines a flood scrolls off are thus kept only from its last stretch
-// (some 2000 lines of an 80×24 terminal); a program redrawing a full
-// screen ends with its screen exact.
+// (800 to 2000 lines of an 80×24 terminal, by their length); a program
+// redrawing its screen ends with its screen exact.
 //
 // Screen (a snapshot) first brings the emulator to the newest output,
 // rebuilding it when behind: that costs at most FeedWork of work. The
@@ -63,9 +76,9 @@ const (
 // concurrent use; Write, Resize and ClearHistory never wait for the
 // emulator.
 type Feed struct {
-	// maxWork is FeedWork (smaller in tests).
-	maxWork int
-	onFault func(error, int)
+	// maxWork and maxRate are FeedWork and FeedRate (others in tests).
+	maxWork, maxRate int
+	onFault          func(error, int)
 
 	// mu guards what follows, up to emu; it is held only to copy.
 	mu   sync.Mutex
@@ -74,10 +87,13 @@ type Feed struct {
 	// emulator: [fed, written) is the backlog, pending its work.
 	written, fed int64
 	pending      int
-	// workIn counts the work ever written, for the calm test.
-	workIn int64
-	// behind: the backlog passed maxWork and was dropped; the emulator
-	// is rebuilt from the newest output.
+	// workIn counts the work ever written, for the calm test; window
+	// is the work written since windowStart, for FeedRate.
+	workIn      int64
+	window      int
+	windowStart time.Time
+	// behind: the backlog passed maxWork or the output maxRate, and was
+	// dropped; the emulator is rebuilt from the newest output.
 	behind bool
 	ops    []feedOp
 	// cols, rows is the size of the newest resize, for feedWork.
@@ -113,11 +129,11 @@ type feedOp struct {
 
 // NewFeed returns the Feed of screen, a cols×rows terminal's emulator.
 // onFault, if not nil, is told of each emulator panic (Screen.Write's
-// error) with the count so far; it runs on the feeding goroutine and
-// must not call into the Feed.
+// error) with the count so far; it runs on the feeding goroutine, or a
+// Screen or Close caller's, and must not call into the Feed.
 func NewFeed(screen *Screen, cols, rows int, onFault func(err error, faults int)) *Feed {
 	return &Feed{
-		maxWork: FeedWork, onFault: onFault, screen: screen,
+		maxWork: FeedWork, maxRate: FeedRate, onFault: onFault, screen: screen,
 		cols: cols, rows: rows, calm: feedCalm,
 		wake: make(chan struct{}, 1), caught: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}),
@@ -145,7 +161,11 @@ func (f *Feed) Write(p []byte) {
 	f.put(p)
 	f.workIn += int64(w)
 	f.pending += w
-	if !f.behind && f.pending > f.maxWork {
+	if now := time.Now(); now.Sub(f.windowStart) >= feedWindow {
+		f.windowStart, f.window = now, 0
+	}
+	f.window += w
+	if !f.behind && (f.pending > f.maxWork || f.window > f.maxRate) {
 		f.fallBehindLocked()
 	}
 	f.mu.Unlock()
@@ -305,7 +325,7 @@ func (f *Feed) run() {
 					return
 				}
 				f.mu.Lock()
-				quiet := f.workIn-w0 < int64(f.maxWork/8)*int64(wait/feedCalm)
+				quiet := f.workIn-w0 < int64(f.maxRate/4)*int64(wait)/int64(feedWindow)
 				f.mu.Unlock()
 				if quiet {
 					break

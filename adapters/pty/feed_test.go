@@ -57,8 +57,9 @@ func waitCaughtUp(t *testing.T, f *Feed) {
 // TestFeedExact: every stream of the golden test fed through a Feed
 // (its goroutine running, the resizes in order with the output) gives
 // the same screens and history as the emulator fed directly: while the
-// emulator keeps up (these streams are within FeedWork), the snapshot
-// is exact.
+// emulator keeps up (these streams are within FeedWork; each is written
+// at once, as one burst, so the rate bound is lifted here), the
+// snapshot is exact.
 func TestFeedExact(t *testing.T) {
 	streams := syntheticStreams()
 	for name, st := range recordedStreams(t) {
@@ -70,6 +71,7 @@ func TestFeedExact(t *testing.T) {
 			defer want.Close()
 			play(want, steps)
 			f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+			f.maxRate = f.maxWork
 			f.Start()
 			defer f.Close()
 			playFeed(f, steps)
@@ -91,7 +93,7 @@ func TestFeedKeepsUp(t *testing.T) {
 	want := NewScreen(80, 24, 1<<20)
 	defer want.Close()
 	f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
-	f.maxWork = 4096
+	f.maxWork, f.maxRate = 4096, 1<<30
 	f.Start()
 	defer f.Close()
 	for i := range 2000 {
@@ -266,6 +268,28 @@ func TestFeedOpsBound(t *testing.T) {
 		}
 		if got := rowText(vtScreen(s.Emulator(), 0), 0); !strings.HasPrefix(got, "hello") {
 			t.Errorf("row 0 %q, want hello", got)
+		}
+	})
+}
+
+// TestFeedRateFallsBehind: output faster than FeedRate is a flood: the
+// emulator falls behind at once, its backlog well within FeedWork.
+func TestFeedRateFallsBehind(t *testing.T) {
+	f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+	f.maxRate = 5000
+	defer f.Close()
+	f.Write([]byte(strings.Repeat("a", 900))) // 900 bytes, 11 wraps: 2220 of work
+	if f.Behind() {
+		t.Fatal("behind within the rate")
+	}
+	f.Write([]byte(strings.Repeat("b", 2000)))
+	if !f.Behind() {
+		t.Fatal("not behind past the rate")
+	}
+	f.Screen(func(s *Screen) {
+		e := s.Emulator()
+		if got := rowText(vtScreen(e, 0), e.CursorPosition().Y); got != strings.Repeat("b", 20)+strings.Repeat(" ", 60) {
+			t.Errorf("cursor's row %q after the rebuild, want the newest output", got)
 		}
 	})
 }

@@ -59,8 +59,10 @@ func BenchmarkScreenWrite(b *testing.B) {
 	}
 }
 
-// BenchmarkScreenMemory reports the heap one terminal's emulator holds,
-// empty and with its screens and a 1 MiB history full.
+// BenchmarkScreenMemory reports the heap one terminal's emulator holds
+// (its Feed: the Screen, and the ring of output not yet emulated, full
+// once 256 KiB went through), empty and with its screens and a 1 MiB
+// history full.
 func BenchmarkScreenMemory(b *testing.B) {
 	for _, sz := range [][2]int{{80, 24}, {200, 60}} {
 		for _, full := range []bool{false, true} {
@@ -74,11 +76,12 @@ func BenchmarkScreenMemory(b *testing.B) {
 				for b.Loop() {
 					runtime.GC()
 					runtime.ReadMemStats(&ms0)
-					screens := make([]*Screen, n)
+					screens := make([]*Feed, n)
 					for i := range screens {
-						screens[i] = NewScreen(sz[0], sz[1], 1<<20)
+						screens[i] = NewFeed(NewScreen(sz[0], sz[1], 1<<20), sz[0], sz[1], nil)
 						for j := 0; j < len(out); j += ReadChunk {
 							screens[i].Write(out[j:min(j+ReadChunk, len(out))])
+							screens[i].CatchUp()
 						}
 					}
 					runtime.GC()
@@ -90,5 +93,20 @@ func BenchmarkScreenMemory(b *testing.B) {
 				b.ReportMetric(float64(ms1.HeapAlloc-ms0.HeapAlloc)/n, "heap-B/terminal")
 			})
 		}
+	}
+}
+
+// BenchmarkFeedWrite is the emulator's cost on the PTY reader's path:
+// Feed.Write of ReadChunk-sized output while the emulator is behind (a
+// flood), a copy into the ring and a count of line feeds; it reports
+// MB/s and allocations (none).
+func BenchmarkFeedWrite(b *testing.B) {
+	f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+	defer f.Close()
+	out := fullScreen(80, 24, 200)[:ReadChunk]
+	b.SetBytes(int64(len(out)))
+	b.ReportAllocs()
+	for b.Loop() {
+		f.Write(out)
 	}
 }
