@@ -538,9 +538,10 @@ func (f *Feed) Rebuilds() int {
 	return f.rebuilds
 }
 
-// Close ends the feeding goroutine (if started), brings the emulator to
-// the last output and closes the Screen. The Screen can still be
-// redrawn; later output is ignored. Close is idempotent.
+// Close ends the feeding goroutine (if started) and closes the Screen:
+// output not emulated yet is left out (a terminal disposed of). The
+// Screen can still be redrawn; later output is ignored. Close is
+// idempotent.
 func (f *Feed) Close() {
 	f.stopOnce.Do(func() {
 		close(f.stop)
@@ -550,6 +551,8 @@ func (f *Feed) Close() {
 		if started {
 			<-f.done
 		}
-		f.Screen(func(s *Screen) { s.Close() })
+		f.emu.Lock()
+		f.screen.Close()
+		f.emu.Unlock()
 	})
 }

@@ -282,12 +282,17 @@ func (t *Terminal) Dispose(by string) {
 }
 
 // Kill ends the process group and waits for the reader (which logs
-// terminal/exited) and the writer.
+// terminal/exited) and the writer, then ends the emulator's goroutines.
+// The emulator runs until then, not only until the program exits: an
+// interrupted flood's last output is emulated (a rebuild) once it is
+// calm, not on the way to terminal/exited, and an exited terminal's
+// snapshot shows its last screen.
 func (t *Terminal) Kill() {
 	t.killOnce.Do(func() { close(t.killed) })
 	_ = t.proc.Kill(KillGrace)
 	<-t.readerDone
 	t.wg.Wait()
+	t.feed.Close()
 }
 
 // WaitFlushed waits until every windowed subscription has pulled all of
@@ -489,14 +494,6 @@ func (t *Terminal) readLoop() {
 		}
 	}
 	t.output(dec.FlushView())
-	// No more output: the emulator takes the last of it and its
-	// goroutines end; terminal/exited does not wait for it (a snapshot
-	// does: Feed.Screen).
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
-		t.feed.Close()
-	}()
 	select {
 	case <-t.proc.Done():
 	case <-t.killed:
