@@ -13,9 +13,10 @@ const (
 	// the work it stands for, estimated by feedWork in bytes of plain
 	// text. vt v0.1.0 takes about 80 ns a byte of text and about 9 µs a
 	// line scrolled on an 80×24 screen (it moves every cell), so the
-	// bound is some 20 to 40 ms of the emulator's time: what a snapshot
-	// taken while it is behind waits at most (FeedWork is also the
-	// Feed's ring of raw output, 256 KiB).
+	// bound is some 30 to 60 ms of the emulator's time
+	// (BenchmarkFeedRebuild): what a snapshot taken while it is behind
+	// waits at most (FeedWork is also the Feed's ring of raw output,
+	// 256 KiB).
 	FeedWork = 256 << 10
 	// FeedRate bounds the work the emulator is given in one feedWindow:
 	// output faster than that (some 250 KB/s of text wrapping at 80
@@ -39,7 +40,7 @@ const (
 	feedCalm    = 250 * time.Millisecond
 	maxFeedCalm = 4 * time.Second
 	// maxFeedOps bounds the resizes and clears waiting for the emulator
-	// between outputs; past it the emulator is behind (rebuilt).
+	// between outputs; past it the backlog is lost (a rebuild).
 	maxFeedOps = 64
 )
 
@@ -47,14 +48,14 @@ const (
 // The reader hands each output to Write, which copies it into a ring and
 // never waits for the emulator; a goroutine (Start) feeds the Screen from
 // the ring, in order with the resizes and clears (Resize, ClearHistory).
-// While the emulator keeps up, its screen is exact. When the work not
-// yet done would pass FeedWork, or the output comes faster than FeedRate
-// (a flood: vt emulates 0.3 to 13 MB/s where a PTY floods at 20 MB/s),
-// the backlog is dropped and the Feed is behind: the goroutine waits
-// until the output calms down (feedCalm), then rebuilds the Screen from
-// the newest output:
+// While the emulator keeps up, its screen is exact. When the output
+// comes faster than FeedRate (a flood: vt emulates 0.3 to 13 MB/s where
+// a PTY floods at 20 MB/s), the Feed is behind: the goroutine leaves the
+// backlog until the output calms down (feedCalm), then feeds it, exact
+// still. When the backlog passes FeedWork of work, it is dropped (lost)
+// and the Screen is rebuilt from the newest output:
 //
-//   - the screen keeps what it had when it fell behind: its cells, the
+//   - the screen keeps what it had when the backlog began: its cells, the
 //     alternate screen, modes (cursor keys, keypad, mouse, bracketed
 //     paste), scroll region, cursor and attributes, and its history;
 //   - the resizes and clears that came since are applied (the newest
@@ -71,7 +72,7 @@ const (
 // redrawing its screen ends with its screen exact.
 //
 // Screen (a snapshot) first brings the emulator to the newest output,
-// rebuilding it when behind: that costs at most FeedWork of work. The
+// behind or not: the backlog or a rebuild, at most FeedWork of work. The
 // reader path is one copy and a count of line feeds. Feed is safe for
 // concurrent use; Write, Resize and ClearHistory never wait for the
 // emulator.
@@ -92,16 +93,19 @@ type Feed struct {
 	workIn      int64
 	window      int
 	windowStart time.Time
-	// behind: the backlog passed maxWork or the output maxRate, and was
-	// dropped; the emulator is rebuilt from the newest output.
-	behind bool
-	ops    []feedOp
+	// behind: the output passed maxRate or the backlog maxWork; the
+	// goroutine leaves the backlog until the output calms. lost: the
+	// backlog passed maxWork and was dropped; the emulator is rebuilt
+	// from the newest output.
+	behind, lost bool
+	ops          []feedOp
 	// cols, rows is the size of the newest resize, for feedWork.
 	cols, rows int
-	// rebuilds counts the rebuilds (for tests and the log), the last at
-	// rebuilt; calm is the wait for calm output before the next.
+	// rebuilds counts the rebuilds (for tests); resumed is when the
+	// emulator last caught up after being behind; calm is the wait for
+	// calm output before the next.
 	rebuilds int
-	rebuilt  time.Time
+	resumed  time.Time
 	calm     time.Duration
 	wake     chan struct{} // 1-slot
 	// caught (1-slot) is signalled whenever the emulator has all the
@@ -165,23 +169,34 @@ func (f *Feed) Write(p []byte) {
 		f.windowStart, f.window = now, 0
 	}
 	f.window += w
-	if !f.behind && (f.pending > f.maxWork || f.window > f.maxRate) {
+	if f.pending > f.maxWork && !f.lost {
+		f.loseLocked()
+	}
+	if !f.behind && f.window > f.maxRate {
 		f.fallBehindLocked()
 	}
 	f.mu.Unlock()
 	f.signal()
 }
 
-// fallBehindLocked drops the backlog: the emulator will be rebuilt from
-// the newest output (its ops stay, applied first).
+// loseLocked drops the backlog: the emulator will be rebuilt from the
+// newest output (its ops stay, applied first). It is behind too.
+func (f *Feed) loseLocked() {
+	f.lost = true
+	f.fed, f.pending = f.written, 0
+	if !f.behind {
+		f.fallBehindLocked()
+	}
+}
+
+// fallBehindLocked stops the goroutine's feeding until the output calms.
 func (f *Feed) fallBehindLocked() {
-	if f.rebuilds > 0 && time.Since(f.rebuilt) < maxFeedCalm {
+	if !f.resumed.IsZero() && time.Since(f.resumed) < maxFeedCalm {
 		f.calm = min(2*f.calm, maxFeedCalm)
 	} else {
 		f.calm = feedCalm
 	}
 	f.behind = true
-	f.fed, f.pending = f.written, 0
 }
 
 // put appends p to the ring: linear while it fits, then wrapping at
@@ -191,8 +206,8 @@ func (f *Feed) put(p []byte) {
 		// Only the newest maxWork bytes can be kept (not with
 		// ReadChunk-sized output).
 		f.written += int64(len(p) - f.maxWork)
-		if !f.behind {
-			f.fallBehindLocked()
+		if !f.lost {
+			f.loseLocked()
 		}
 		p = p[len(p)-f.maxWork:]
 	}
@@ -252,8 +267,8 @@ func (f *Feed) addOp(op feedOp) {
 		f.cols, f.rows = op.cols, op.rows
 	}
 	op.at = f.written
-	if len(f.ops) >= maxFeedOps && !f.behind {
-		f.fallBehindLocked()
+	if len(f.ops) >= maxFeedOps && !f.lost {
+		f.loseLocked()
 	}
 	if len(f.ops) >= maxFeedOps {
 		// Behind: the ops are applied together before the rebuild's
@@ -361,6 +376,9 @@ func (f *Feed) stepLocked(rebuild bool) (ok, more bool) {
 			f.mu.Unlock()
 			return false, false
 		}
+		f.behind, f.resumed = false, time.Now()
+	}
+	if f.lost {
 		ops := append([]feedOp(nil), squashOps(f.ops)...) // f.ops's array is reused
 		f.ops = f.ops[:0]
 		from := f.tailLocked()
@@ -371,9 +389,8 @@ func (f *Feed) stepLocked(rebuild bool) (ok, more bool) {
 			f.piece = append(f.piece, '\r')
 		}
 		f.piece = f.copyOut(f.piece, from, f.written)
-		f.fed, f.pending, f.behind = f.written, 0, false
+		f.fed, f.pending, f.lost = f.written, 0, false
 		f.rebuilds++
-		f.rebuilt = time.Now()
 		f.mu.Unlock()
 		for _, op := range ops {
 			f.applyLocked(op)
@@ -523,15 +540,16 @@ func (f *Feed) Screen(fn func(*Screen)) {
 // behind; it holds the emulator's lock one ReadChunk at a time.
 func (f *Feed) CatchUp() { f.catchUp(true) }
 
-// Behind reports whether the backlog was dropped and the emulator waits
-// to be rebuilt.
+// Behind reports whether the emulator is behind: the goroutine leaves
+// the output (a flood) until it calms, or a snapshot asks.
 func (f *Feed) Behind() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.behind
 }
 
-// Rebuilds returns how many times the emulator was rebuilt.
+// Rebuilds returns how many times the emulator was rebuilt from the
+// newest output (its backlog lost).
 func (f *Feed) Rebuilds() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -273,7 +273,8 @@ func TestFeedOpsBound(t *testing.T) {
 }
 
 // TestFeedRateFallsBehind: output faster than FeedRate is a flood: the
-// emulator falls behind at once, its backlog well within FeedWork.
+// emulator falls behind at once, its backlog kept while within
+// FeedWork, and a snapshot feeds that backlog: exact, no rebuild.
 func TestFeedRateFallsBehind(t *testing.T) {
 	f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
 	f.maxRate = 5000
@@ -286,10 +287,42 @@ func TestFeedRateFallsBehind(t *testing.T) {
 	if !f.Behind() {
 		t.Fatal("not behind past the rate")
 	}
-	f.Screen(func(s *Screen) {
-		e := s.Emulator()
-		if got := rowText(vtScreen(e, 0), e.CursorPosition().Y); got != strings.Repeat("b", 20)+strings.Repeat(" ", 60) {
-			t.Errorf("cursor's row %q after the rebuild, want the newest output", got)
-		}
+	// The backlog is within FeedWork: a snapshot feeds it, exact.
+	want := NewScreen(80, 24, 1<<20)
+	defer want.Close()
+	want.Write([]byte(strings.Repeat("a", 900) + strings.Repeat("b", 2000)))
+	f.Screen(func(got *Screen) {
+		sameScreens(t, want, got)
+		sameHistory(t, want, got)
 	})
+	if f.Behind() || f.Rebuilds() != 0 {
+		t.Errorf("behind %v, %d rebuilds after the snapshot: want caught up, exactly", f.Behind(), f.Rebuilds())
+	}
+}
+
+// TestFeedBurstExact: a burst faster than FeedRate but within FeedWork
+// (a `cat` of a small file) has the emulator leave it while it comes;
+// once the output is calm the goroutine feeds it on its own (no
+// snapshot asked), and the screen and history are exact.
+func TestFeedBurstExact(t *testing.T) {
+	steps := syntheticStreams()["history then a prompt"]
+	want := NewScreen(80, 24, 1<<20)
+	defer want.Close()
+	play(want, steps)
+	f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+	f.maxRate = 1000
+	f.Start()
+	defer f.Close()
+	playFeed(f, steps)
+	if !f.Behind() {
+		t.Fatal("not behind after a burst past the rate")
+	}
+	waitCaughtUp(t, f)
+	f.Screen(func(got *Screen) {
+		sameScreens(t, want, got)
+		sameHistory(t, want, got)
+	})
+	if n := f.Rebuilds(); n != 0 {
+		t.Errorf("%d rebuilds, want 0", n)
+	}
 }

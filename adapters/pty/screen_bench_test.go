@@ -110,3 +110,35 @@ func BenchmarkFeedWrite(b *testing.B) {
 		f.Write(out)
 	}
 }
+
+// BenchmarkFeedRebuild is what a snapshot taken during a flood waits
+// for (and what the emulator spends once after a flood): a rebuild from
+// the newest output, FeedWork of work, of `yes` lines (a scroll every 2
+// bytes) and of text without line feeds (wrapping), at 80×24 and
+// 200×60.
+func BenchmarkFeedRebuild(b *testing.B) {
+	for _, sz := range [][2]int{{80, 24}, {200, 60}} {
+		for _, kind := range []string{"yes", "wrap"} {
+			b.Run(fmt.Sprintf("%dx%d/%s", sz[0], sz[1], kind), func(b *testing.B) {
+				out := []byte(strings.Repeat("y\r\n", 2*FeedWork/3))
+				if kind == "wrap" {
+					out = []byte(strings.Repeat("y", 2*FeedWork))
+				}
+				f := NewFeed(NewScreen(sz[0], sz[1], 1<<20), sz[0], sz[1], nil)
+				defer f.Close()
+				b.ReportAllocs()
+				for b.Loop() {
+					b.StopTimer()
+					for i := 0; i < len(out); i += ReadChunk {
+						f.Write(out[i:min(i+ReadChunk, len(out))])
+					}
+					if !f.Behind() {
+						b.Fatal("not behind")
+					}
+					b.StartTimer()
+					f.CatchUp()
+				}
+			})
+		}
+	}
+}
