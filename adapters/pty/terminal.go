@@ -597,7 +597,8 @@ func (t *Terminal) output(out View) {
 }
 
 // emulatorFault logs a panic of the VT emulator (Screen.Write), the n-th:
-// the first few, then one in a thousand. It runs on the Feed's goroutine.
+// the first few, then one in a thousand. It runs on the Feed's goroutine
+// or a snapshot's, not under the terminal's lock necessarily.
 func (t *Terminal) emulatorFault(err error, n int) {
 	if n <= 3 || n%1000 == 0 {
 		t.log.Warn("terminal emulator fault", "error", err, "faults", n)
