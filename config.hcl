@@ -186,3 +186,14 @@ log {
   # or text, or json.
   format = "auto"
 }
+
+metrics {
+  # Prometheus metrics of `sidecar serve` at http://LISTEN/metrics: connections,
+  # subscriptions, traffic, credit waits, gaps, Overloaded answers, disconnects, drops,
+  # terminals, TCP connections, resumes, and the Go runtime's and the process's
+  # (docs/operations.md lists them). Plain HTTP without authentication: it shows counts
+  # and no content, but keep it on loopback, or on a network only the scraper reaches.
+  # "" (the default): no metrics listener. For example "127.0.0.1:9464"; port 0 picks a
+  # free one (logged as "metrics listening"). Must not be listener.address's port.
+  listen = ""
+}

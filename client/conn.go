@@ -135,6 +135,11 @@ type Options struct {
 	// each attempt, then Resumed or GaveUp. It must not block for long
 	// (the reconnection waits for it).
 	OnReconnect func(ReconnectStatus)
+	// OnSync, when set, is told each change of an ordinary
+	// subscription's SyncState after a channel/gap (gap.go): Stale,
+	// Paging, then Current (with what recovered it), one call at a time
+	// per subscription, from the Conn's goroutines. It must not block.
+	OnSync func(SyncStatus)
 
 	// viaEnded, set by Dial with Via, says how the command ended once it
 	// has (nil while it runs): the reason a session that ends gives.

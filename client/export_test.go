@@ -45,3 +45,6 @@ func Remember(n, textBytes int) (remembered, bytes, forgotten int) {
 	}
 	return len(q.wal), q.walBytes, q.forgotten
 }
+
+// MaxHeldActions is maxHeldActions, for tests.
+const MaxHeldActions = maxHeldActions

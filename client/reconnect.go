@@ -385,9 +385,13 @@ func (c *Conn) applyReconnect(l *link, subs []*Subscription, prepared map[string
 			if s == nil || s.Windowed {
 				continue
 			}
-			s.note(rpc.MethodAction, a, true)
 			raw := append(append([]byte(`{"jsonrpc":"2.0","method":"action","params":`), a...), '}')
-			if err := s.q.push(&Message{Method: rpc.MethodAction, Params: a, Raw: raw}, maxOrdinaryQueue); err != nil {
+			m := &Message{Method: rpc.MethodAction, Params: a, Raw: raw}
+			if s.hold(m) {
+				continue // recovering from a gap: delivered in order after it
+			}
+			s.note(rpc.MethodAction, a, true)
+			if err := s.q.push(m, maxOrdinaryQueue); err != nil {
 				return err
 			}
 		}
@@ -399,6 +403,9 @@ func (c *Conn) applyReconnect(l *link, subs []*Subscription, prepared map[string
 			c.mu.Unlock()
 			if s == nil || s.Windowed {
 				continue
+			}
+			if s.restaleOnSnapshot() {
+				continue // recovering from a gap: it subscribes again for its own snapshot
 			}
 			p, err := json.Marshal(rpc.ChannelSnapshotParams{Channel: snap.Resource, Snapshot: snap})
 			if err != nil {

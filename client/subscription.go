@@ -73,6 +73,22 @@ type Subscription struct {
 	awaitHead uint64
 	awaiting  bool
 
+	// Gap recovery of an ordinary subscription (gap.go), under mu:
+	// sync is its state; started once the subscribe result is applied;
+	// gapEpoch counts the gaps; paging while a pager runs; held keeps
+	// the live actions that arrive while not Current (heldBytes of their
+	// text), overflow when they went past the bounds (subscribe again).
+	// syncMu orders the state changes told to Options.OnSync (taken
+	// before mu).
+	syncMu    sync.Mutex
+	sync      SyncState
+	started   bool
+	gapEpoch  uint64
+	paging    bool
+	overflow  bool
+	held      []*Message
+	heldBytes int
+
 	// A TCP channel's position in the host's direction, what a reconnect
 	// tells the host (rpc.TCPResume): the bytes the TCPConn has taken
 	// and whether it took tcp/eof.
@@ -144,7 +160,6 @@ func (c *Conn) subscribe(ctx context.Context, channel string, receive delivery.L
 		c.mu.Unlock()
 		return nil, err
 	}
-	sub.Snapshot = res.Snapshot
 	unbounded := delivery.Limits{WindowBytes: 1 << 60, MaximumFrameBytes: 1 << 60}
 	c.mu.Lock()
 	if c.link != l {
@@ -155,6 +170,7 @@ func (c *Conn) subscribe(ctx context.Context, channel string, receive delivery.L
 		return nil, &lostCallError{method: rpc.MethodSubscribe, cause: errors.New("the transport ended")}
 	}
 	sub.mu.Lock()
+	sub.Snapshot = res.Snapshot
 	if res.FlowControl != nil {
 		sub.Windowed = true
 		sub.ClientReceive = res.FlowControl.ClientReceive
@@ -165,15 +181,17 @@ func (c *Conn) subscribe(ctx context.Context, channel string, receive delivery.L
 		// Ordinary: nothing is counted; the stream only orders our sends.
 		sub.in = nil
 		sub.out = l.sched.AddStream(channel, unbounded, sub.src)
-		if res.Snapshot != nil {
+		if res.Snapshot != nil && res.Snapshot.FromSeq > sub.lastApplied {
 			sub.lastApplied = res.Snapshot.FromSeq
 		}
 	}
 	sub.live = true
+	sub.started = true
 	out := sub.out
 	sub.mu.Unlock()
 	c.mu.Unlock()
 	sub.src.setStream(out)
+	sub.startRecovery() // a gap that came with the result
 	return sub, nil
 }
 
@@ -197,8 +215,15 @@ func (s *Subscription) receive(l *link, h *rpc.Header, raw []byte) error {
 		return s.q.push(&Message{Method: h.Method, Params: h.Params, Raw: raw}, 0)
 	}
 	if in == nil {
+		if h.Method == rpc.MethodChannelGap {
+			return s.onGap(h.Params, raw)
+		}
+		m := &Message{Method: h.Method, Params: h.Params, Raw: raw}
+		if h.Method == rpc.MethodAction && s.hold(m) {
+			return nil // stale: delivered once the gap is filled
+		}
 		s.note(h.Method, h.Params, true)
-		return s.q.push(&Message{Method: h.Method, Params: h.Params, Raw: raw}, maxOrdinaryQueue)
+		return s.q.push(m, maxOrdinaryQueue)
 	}
 	size := delivery.UTF16Bytes(2 * len(raw))
 	if !h.ASCII {
@@ -323,10 +348,19 @@ type msgQueue struct {
 	mu     sync.Mutex
 	items  []*Message
 	wake   chan struct{}
+	room   chan struct{} // 1-slot: a message was taken (pushWait)
 	closed error
 }
 
-func (q *msgQueue) init() { q.wake = make(chan struct{}, 1) }
+func (q *msgQueue) init() { q.wake, q.room = make(chan struct{}, 1), make(chan struct{}, 1) }
+
+// taken tells pushWait that room was made.
+func (q *msgQueue) taken() {
+	select {
+	case q.room <- struct{}{}:
+	default:
+	}
+}
 
 func (q *msgQueue) push(m *Message, limit int) error {
 	q.mu.Lock()
@@ -351,6 +385,7 @@ func (q *msgQueue) pop(ctx context.Context) (*Message, error) {
 			q.items[0] = nil
 			q.items = q.items[1:]
 			q.mu.Unlock()
+			q.taken()
 			return m, nil
 		}
 		if q.closed != nil {
@@ -378,6 +413,7 @@ func (q *msgQueue) popIf(ok func(*Message) bool) *Message {
 	m := q.items[0]
 	q.items[0] = nil
 	q.items = q.items[1:]
+	q.taken()
 	return m
 }
 
@@ -394,6 +430,7 @@ func (q *msgQueue) close(err error) {
 	case q.wake <- struct{}{}:
 	default:
 	}
+	q.taken()
 }
 
 // outQueue is the Source of our outbound data on one subscription. It

@@ -93,9 +93,11 @@ func (t *Terminal) sendClaim(ctx context.Context, st *rpc.TerminalState) error {
 	return err
 }
 
-// skippedNotice is what Copy writes where output was lost: a gap in
-// ordinary delivery, or a snapshot mid-stream (this client fell behind the
-// terminal's journal, or was away longer than it reaches back).
+// skippedNotice is what Copy writes where output was lost: a snapshot
+// mid-stream (this client fell behind the terminal's journal, or was away
+// longer than it reaches back; on ordinary delivery, a gap the journal no
+// longer covered). A gap the journal covers loses nothing: the
+// subscription pages the missing output (gap.go) and Copy writes it.
 const skippedNotice = "\r\n[sidecar: output skipped: the terminal's journal no longer held it]\r\n"
 
 // ourClaim is the claim that names this client.
@@ -239,10 +241,6 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 				}
 				return a.ExitCode, nil
 			}
-			m.Release()
-		case rpc.MethodChannelGap:
-			// Ordinary delivery overflowed: output was lost. Say so.
-			_, _ = io.WriteString(w, skippedNotice)
 			m.Release()
 		default:
 			m.Release()

@@ -58,6 +58,7 @@ type Config struct {
 	Delivery  Delivery
 	Journal   Journal
 	Log       Log
+	Metrics   Metrics
 	// Source is the file the configuration came from, DefaultSource for the default.
 	Source string
 
@@ -162,6 +163,14 @@ type Journal struct {
 type Log struct {
 	Level  string // trace, debug, info, warn or error
 	Format string // auto (text on a terminal, JSON otherwise), text or json
+}
+
+// Metrics is block metrics: the Prometheus endpoint of sidecar serve.
+type Metrics struct {
+	// Listen is host:port of a plain-HTTP listener serving the Prometheus
+	// exposition at /metrics. "" (the default): no listener. Port 0 picks
+	// a free port (logged as "metrics listening").
+	Listen string
 }
 
 // Diagnostic is one problem in a configuration. Line and Column are 1-based; they are 0
@@ -329,6 +338,9 @@ func (c *Config) schema() []section {
 		{"log", []field{
 			{"level", &c.Log.Level},
 			{"format", &c.Log.Format},
+		}},
+		{"metrics", []field{
+			{"listen", &c.Metrics.Listen},
 		}},
 	}
 }
@@ -549,6 +561,19 @@ func CheckListenAddress(addr string) error {
 	return nil
 }
 
+// sameListenAddress reports whether listen addresses a and b (both valid)
+// would bind the same TCP port: the same port other than 0, and the same
+// host or either one every interface.
+func sameListenAddress(a, b string) bool {
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	if pa != pb || pa == "0" {
+		return false
+	}
+	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return ha == hb || wildcard(ha) || wildcard(hb)
+}
+
 func validPort(port string) bool {
 	n, err := strconv.ParseUint(port, 10, 16)
 	return err == nil && (port == "0" || n != 0)
@@ -563,7 +588,8 @@ func validPort(port string) bool {
 // and tls.key_file both set or both empty, auth.token and auth.token_file not both set,
 // terminal.env names non-empty without "=" or NUL, max_per_client at most max_total
 // (terminal and tcp), terminal.shell (if set) an absolute path to an executable file,
-// terminal.user (if set) an existing user name or numeric user ID. It returns an *Error
+// terminal.user (if set) an existing user name or numeric user ID,
+// metrics.listen empty or a host:port other than listener.address's. It returns an *Error
 // listing every problem, sorted by file and line, with file:line:col when the value came
 // from a loaded file, or nil.
 func (c *Config) Validate() error {
@@ -682,6 +708,15 @@ func (c *Config) Validate() error {
 	v.positive("journal.max_bytes", c.Journal.MaxBytes, "bytes")
 	v.duration("journal.max_age", c.Journal.MaxAge)
 	v.duration("journal.reconnect_grace", c.Journal.ReconnectGrace)
+
+	// metrics
+	if m := c.Metrics.Listen; m != "" {
+		if err := CheckListenAddress(m); err != nil {
+			v.bad("metrics.listen", "%v", err)
+		} else if sameListenAddress(m, c.Listener.Address) {
+			v.bad("metrics.listen", "%q is listener.address too; give the metrics another port (for example \"127.0.0.1:9464\")", m)
+		}
+	}
 
 	// log
 	switch c.Log.Level {

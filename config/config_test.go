@@ -172,6 +172,7 @@ log {
   level = "debug"
   format = "json"
 }
+metrics { listen = "127.0.0.1:9464" }
 `
 
 func TestLoadOverridesEverything(t *testing.T) {
@@ -195,6 +196,7 @@ func TestLoadOverridesEverything(t *testing.T) {
 			MaxConcurrentRequests: 9, MaxSubscriptions: 12},
 		Journal: Journal{MaxBytes: 1000, MaxAge: time.Hour, ReconnectGrace: 30 * time.Second},
 		Log:     Log{Level: "debug", Format: "json"},
+		Metrics: Metrics{Listen: "127.0.0.1:9464"},
 	}
 	if !same(c, want) {
 		t.Errorf("got\n%+v\nwant\n%+v", *c, *want)
@@ -285,6 +287,12 @@ func TestLoadErrors(t *testing.T) {
 			[]string{`user\.hcl:2:10: Invalid terminal\.user: no user "no-such-user-sidecar" on this machine`}},
 		{"uid unknown", "uid.hcl", "terminal {\n  user = \"3999999999\"\n}\n",
 			[]string{`uid\.hcl:2:10: Invalid terminal\.user: no user "3999999999" on this machine`}},
+		{"metrics not host:port", "metrics.hcl", "metrics {\n  listen = \"9464\"\n}\n",
+			[]string{`metrics\.hcl:2:12: Invalid metrics\.listen: "9464" is not host:port`}},
+		{"metrics port out of range", "mport.hcl", "metrics {\n  listen = \"127.0.0.1:70000\"\n}\n",
+			[]string{`mport\.hcl:2:12: Invalid metrics\.listen: port "70000" of "127\.0\.0\.1:70000" is not a number from 0 to 65535`}},
+		{"metrics on the listener's port", "msame.hcl", "metrics {\n  listen = \"127.0.0.1:4433\"\n}\n",
+			[]string{`msame\.hcl:2:12: Invalid metrics\.listen: "127\.0\.0\.1:4433" is listener\.address too; give the metrics another port`}},
 		{"sorted by line", "order.hcl", `log {
   level = "verbose"
 }
@@ -424,6 +432,39 @@ func TestValidateAccepts(t *testing.T) {
 		c.Listener.Address = addr
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s accepted", addr)
+		}
+	}
+}
+
+// TestValidateMetrics checks metrics.listen on a Config changed in code:
+// "" (off) and a host:port are accepted; one that would bind the
+// listener's own port is not, whichever host each names.
+func TestValidateMetrics(t *testing.T) {
+	for _, tt := range []struct {
+		listener, metrics string
+		ok                bool
+	}{
+		{"127.0.0.1:4433", "", true},
+		{"127.0.0.1:4433", "127.0.0.1:9464", true},
+		{"127.0.0.1:4433", "[::1]:9464", true},
+		{"127.0.0.1:4433", "0.0.0.0:0", true},
+		{"127.0.0.1:0", "127.0.0.1:0", true}, // port 0: two different free ports
+		{"127.0.0.1:4433", "10.1.2.3:4433", true},
+		{"127.0.0.1:4433", "127.0.0.1:4433", false},
+		{"0.0.0.0:4433", "127.0.0.1:4433", false},
+		{"127.0.0.1:4433", ":4433", false},
+		{"[::]:4433", "10.1.2.3:4433", false},
+		{"127.0.0.1:4433", "localhost", false},
+		{"127.0.0.1:4433", "127.0.0.1:-1", false},
+	} {
+		c := Default()
+		c.Listener.Address, c.Metrics.Listen = tt.listener, tt.metrics
+		err := c.Validate()
+		if (err == nil) != tt.ok {
+			t.Errorf("listener %q metrics %q: err = %v, want ok %v", tt.listener, tt.metrics, err, tt.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "Invalid metrics.listen: ") {
+			t.Errorf("listener %q metrics %q: err = %v, want it about metrics.listen", tt.listener, tt.metrics, err)
 		}
 	}
 }

@@ -123,12 +123,17 @@ type Scheduler struct {
 	ordinary  ordinaryQueue
 	streams   []*Stream
 	gaps      uint64 // number of gap collapses, for metrics and tests
+	// gapsSent counts channel/gap notices written, collapsed the
+	// ordinary messages discarded by collapses (Counters).
+	gapsSent, collapsed uint64
 	// gapQ holds the channels owed a channel/gap, sent with the protected
 	// messages; gapPending marks them (one gap per channel at a time).
 	gapQ       []string
 	gapPending map[string]bool
-	// creditWait accumulates nanoseconds streams spent with a full window.
-	creditWait atomic.Int64
+	// creditWait accumulates nanoseconds streams spent with a full window;
+	// creditWaits counts the times a stream's window filled (Stream.debit).
+	creditWait  atomic.Int64
+	creditWaits atomic.Uint64
 	// flushErr, when set, closes the scheduler with it once the protected
 	// queue is empty (an error response that ends the connection).
 	flushErr error
@@ -289,6 +294,7 @@ func (s *Scheduler) PushOrdinary(channel string, seq uint64, text []byte) error 
 // read when the gap is written), so gaps are bounded by the number of
 // channels and never crowd out responses.
 func (s *Scheduler) collapseLocked() error {
+	s.collapsed += uint64(s.ordinary.len())
 	for _, ch := range s.ordinary.collapse() {
 		if !s.gapPending[ch] {
 			s.gapPending[ch] = true
@@ -322,6 +328,18 @@ func (s *Scheduler) PushGap(channel string, afterSeq uint64) error {
 	return nil
 }
 
+// StartOrdinary sets where channel's ordinary actions start: fromSeq is
+// the serverSeq the subscriber's state is at (its snapshot's, or the last
+// action a reconnect replayed), so that a gap before the first action
+// written says afterSeq fromSeq, not 0.
+func (s *Scheduler) StartOrdinary(channel string, fromSeq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fromSeq > s.ordinary.lastSeq[channel] {
+		s.ordinary.lastSeq[channel] = fromSeq
+	}
+}
+
 // TryPushOrdinary queues text like PushOrdinary, but only while fewer than
 // maxQueued ordinary messages wait; otherwise it returns false and queues
 // nothing (a live channel's subscriber simply misses this batch, and never
@@ -345,6 +363,32 @@ func (s *Scheduler) TryPushOrdinary(channel string, seq uint64, text []byte, max
 // have spent unable to start a message for lack of credit.
 func (s *Scheduler) CreditWait() time.Duration {
 	return time.Duration(s.creditWait.Load())
+}
+
+// Counters are a Scheduler's cumulative counts, for metrics.
+type Counters struct {
+	// GapsSent counts channel/gap notices handed to the writer (one per
+	// channel and collapse at most: a gap waiting covers later ones).
+	GapsSent uint64
+	// Collapsed counts ordinary messages discarded when the FIFO was full
+	// and collapsed into gaps (SchedulerConfig.OrdinaryMessages).
+	Collapsed uint64
+	// CreditWaits counts the times a windowed stream's window filled, so
+	// that it had to wait for channel/credit before its next message;
+	// CreditWait is the time they waited, counted when credit ends a wait
+	// (CreditWait).
+	CreditWaits uint64
+	CreditWait  time.Duration
+}
+
+// Counters returns the Scheduler's counters.
+func (s *Scheduler) Counters() Counters {
+	s.mu.Lock()
+	c := Counters{GapsSent: s.gapsSent, Collapsed: s.collapsed}
+	s.mu.Unlock()
+	c.CreditWaits = s.creditWaits.Load()
+	c.CreditWait = time.Duration(s.creditWait.Load())
+	return c
 }
 
 // DropOrdinary removes queued ordinary messages of channel (unsubscribe).
@@ -489,6 +533,7 @@ func (s *Scheduler) next(ctx context.Context) ([]byte, error) {
 			s.gapQ[0] = ""
 			s.gapQ = s.gapQ[1:]
 			delete(s.gapPending, ch)
+			s.gapsSent++
 			t := appendGap(s.ownBuf(), ch, s.ordinary.lastSeq[ch])
 			s.mu.Unlock()
 			return t, nil

@@ -385,6 +385,9 @@ func TestOrdinaryOverflowCollapsesToGaps(t *testing.T) {
 	if p, _, o := s.QueueLens(); p != 2 || o != 1 || s.Gaps() != 1 {
 		t.Fatalf("after overflow: protected %d ordinary %d gaps %d, want 2 1 1", p, o, s.Gaps())
 	}
+	if c := s.Counters(); c.Collapsed != 3 || c.GapsSent != 0 {
+		t.Fatalf("after overflow: %d collapsed, %d gaps sent; want 3 and 0 (not written yet)", c.Collapsed, c.GapsSent)
+	}
 	w.resume(t)
 	want := []string{gapText("c", 3), gapText("d", 2), msg("e", 7)}
 	for i, wt := range want {
@@ -407,6 +410,10 @@ func TestOrdinaryOverflowCollapsesToGaps(t *testing.T) {
 	}
 	if got := w.take(t); got != msg("y", 12) {
 		t.Fatalf("got %s", got)
+	}
+	// Two collapses of 3 messages each; 3 gap notices written.
+	if c := s.Counters(); c.Collapsed != 6 || c.GapsSent != 3 {
+		t.Fatalf("counters: %d collapsed, %d gaps sent; want 6 and 3", c.Collapsed, c.GapsSent)
 	}
 }
 
@@ -574,6 +581,9 @@ func TestStreamStopsAtWindowUntilCredit(t *testing.T) {
 	if n := src.calls.Load(); n != 4 {
 		t.Fatalf("Source.Next called %d times, want 4 (pulled only when a message can start)", n)
 	}
+	if c := s.Counters(); c.CreditWaits != 1 || c.CreditWait != 0 {
+		t.Fatalf("window full: %d credit waits of %v, want 1 of 0 (not ended yet)", c.CreditWaits, c.CreditWait)
+	}
 	// Credit 300: outstanding 900 < 1024, so exactly one more message.
 	select {
 	case <-st.Changed(): // drain any earlier notification
@@ -598,6 +608,11 @@ func TestStreamStopsAtWindowUntilCredit(t *testing.T) {
 	}
 	if sent, _, _ := st.Window(); sent != 1500 {
 		t.Fatalf("sent = %d, want 1500", sent)
+	}
+	// The credit ended the first wait (its time counted); the fifth
+	// message filled the window again: a second wait.
+	if c := s.Counters(); c.CreditWaits != 2 || c.CreditWait <= 0 {
+		t.Fatalf("after credit: %d credit waits of %v, want 2 of more than 0", c.CreditWaits, c.CreditWait)
 	}
 	// A stale credit changes nothing and is not an error.
 	if err := st.Credit(200); err != nil {

@@ -287,6 +287,9 @@ func (st *Stream) debit(text []byte, size UTF16Bytes) bool {
 		st.bdp.sent(st.win.Sent(), st.win.Consumed(), now)
 	}
 	if err == nil && !st.win.CanStart() {
+		if st.blockedAt.IsZero() {
+			st.sched.creditWaits.Add(1)
+		}
 		st.blockedAt = now
 	}
 	st.mu.Unlock()

@@ -38,6 +38,11 @@ type conn struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	closeCode transport.CloseCode // what close was first called with (metrics)
+	// traffic counts what the transport carried; transport is its index
+	// in transportKinds (host/stats.go).
+	traffic   *countingConn
+	transport int
 	readErr   atomic.Pointer[error] // the first ReadMessage error: how the client's side ended
 
 	// lane runs the connection's requests one at a time in arrival order,
@@ -115,7 +120,7 @@ func (c *conn) serve(parent context.Context) error {
 	initTimer := time.AfterFunc(initializeTimeout, func() {
 		if !c.isInitialized() {
 			c.log.Warn("closing connection: no initialize", "timeout", initializeTimeout)
-			c.close(transport.CloseProtocolError, "initialize not received in time")
+			c.close(transport.CloseProtocolError, initTimeoutReason)
 		}
 	})
 	defer initTimer.Stop()
@@ -191,6 +196,10 @@ func endReason(closeErr error, readErr *error) string {
 
 var errVersionMismatch = errors.New("host: no common protocol version")
 
+// initTimeoutReason is the close reason of a connection that did not
+// initialize within initializeTimeout.
+const initTimeoutReason = "initialize not received in time"
+
 // initializeTimeout is how long a connection may stay open without
 // initialize (ping alone does not count).
 const initializeTimeout = 30 * time.Second
@@ -203,6 +212,7 @@ const readerEndWait = time.Second
 // close ends the connection once, with a close code and reason for the peer.
 func (c *conn) close(code transport.CloseCode, reason string) {
 	c.closeOnce.Do(func() {
+		c.closeCode = code
 		if reason != "" {
 			c.closeErr = errors.New(reason)
 		}
@@ -497,6 +507,7 @@ func (c *conn) Handle(ctx context.Context, rc *jsonrpc2.Conn, req *jsonrpc2.Requ
 	if n := c.inProgress.Load(); n >= c.maxInProgress {
 		id, _ := json.Marshal(req.ID)
 		c.logBad(hclog.Debug, "request refused: overloaded", "code", rpc.CodeOverloaded, "method", peerText(req.Method), "bound", c.maxInProgress)
+		c.s.counts.overloaded.Add(1)
 		c.reply(id, rpc.OverloadedError(c.maxInProgress))
 		return
 	}
@@ -579,6 +590,9 @@ func (c *conn) request(method string, params json.RawMessage) (result any, after
 		return r, nil, e
 	case rpc.MethodCreateTCPConnection:
 		r, e := c.createTCPConnection(params)
+		return r, nil, e
+	case rpc.MethodChannelPage:
+		r, e := c.channelPage(params)
 		return r, nil, e
 	}
 	return nil, nil, rpc.Errorf(rpc.CodeMethodNotFound, "method not found: %s", method)

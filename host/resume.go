@@ -361,18 +361,22 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 	}
 	s := c.s
 	if e := s.handOver(p.ClientID, c.principal, p.ResumeToken, c); e != nil {
+		s.counts.resumes[resumeWasRefused].Add(1)
 		c.log.Warn("reconnect refused", "client", p.ClientID, "reason", e.Message)
 		return nil, nil, e
 	}
 	r, e := s.claimRetained(p.ClientID, c.principal, p.ResumeToken)
 	if e != nil {
 		if e.Code == rpc.CodePermissionDenied {
+			s.counts.resumes[resumeWasRefused].Add(1)
 			c.log.Warn("reconnect refused", "client", p.ClientID, "reason", e.Message)
 		} else {
+			s.counts.resumes[resumeWasExpired].Add(1)
 			c.log.Info("reconnect refused", "client", p.ClientID, "reason", e.Message)
 		}
 		return nil, nil, e
 	}
+	s.counts.resumes[resumeWasResumed].Add(1)
 	c.mu.Lock()
 	c.initialized = true
 	c.clientID = p.ClientID

@@ -51,9 +51,8 @@ type Server struct {
 	// (config tcp block). UTF-16 bytes.
 	hostMax, tcpMax delivery.Limits
 
-	// Counters of connections already closed, for the sidecar.* metrics.
-	closedGaps       atomic.Uint64
-	closedCreditWait atomic.Int64
+	// counts are the counters of rare events (host/stats.go).
+	counts serverCounters
 
 	ret retainedState // host/resume.go
 	// parkedPacing is how long a lost holder's parked stream paces its
@@ -63,7 +62,6 @@ type Server struct {
 	tcpFailLog   openFailLog
 	stopPorts    context.CancelFunc
 	telemetry    *telemetry.Channels
-	bytes        byteCounts
 	nextConnID   atomic.Uint64
 	// requestHook, when set (tests), runs in the lane before each request
 	// other than a dial.
@@ -74,6 +72,10 @@ type Server struct {
 	conns     map[*conn]struct{}
 	closing   bool
 	wg        sync.WaitGroup // connections and terminal goroutines
+
+	// closed totals the counters of the connections no longer in conns
+	// (host/stats.go); guarded by mu.
+	closed connTotals
 
 	// live counts the open, initialized connections of each clientId, so
 	// a terminal's claim whose holder has gone can be taken over
@@ -148,16 +150,21 @@ func (s *Server) ServeConnAs(ctx context.Context, mc transport.MessageConn, prin
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
+		s.counts.refused[refusedShutdown].Add(1)
 		_ = mc.Close(transport.CloseGoingAway, "server shutting down")
 		return ErrShuttingDown
 	}
 	if len(s.conns) >= maxConnections {
 		s.mu.Unlock()
+		s.counts.refused[refusedLimit].Add(1)
 		s.log.Warn("connection refused: too many connections", "peer", mc.Peer(), "limit", maxConnections)
 		_ = mc.Close(transport.CloseTryAgainLater, "too many connections")
 		return ErrTooManyConnections
 	}
-	c := newConn(s, s.countConn(mc))
+	cc := s.countConn(mc)
+	c := newConn(s, cc)
+	c.traffic, c.transport = cc, transportIndex(mc)
+	s.counts.accepted[c.transport].Add(1)
 	c.principal = principal
 	c.patient = strings.HasPrefix(transport.Describe(mc), "stdio")
 	s.conns[c] = struct{}{}
@@ -165,16 +172,17 @@ func (s *Server) ServeConnAs(ctx context.Context, mc transport.MessageConn, prin
 	s.mu.Unlock()
 	defer func() {
 		kept := s.connEnded(c)
+		s.counts.disconnects[endReasonOf(c)].Add(1)
+		t := c.totals()
 		s.mu.Lock()
 		delete(s.conns, c)
+		s.closed.add(t)
 		s.mu.Unlock()
 		if id := c.id(); id != "" {
 			if s.clientGone(id) && !kept {
 				s.passOnClaims(id)
 			}
 		}
-		s.closedGaps.Add(c.sched.Gaps())
-		s.closedCreditWait.Add(int64(c.sched.CreditWait()))
 		s.wg.Done()
 	}()
 	return c.serve(ctx)

@@ -186,6 +186,7 @@ func (c *conn) startOrdinary(ch adapters.Channel) (sub *subscription, snap *rpc.
 	ch.Snapshot(func(s rpc.Snapshot) {
 		*snap = s
 		sub.gapFrom = s.FromSeq
+		c.sched.StartOrdinary(sub.channel, s.FromSeq)
 		c.s.journal.Listen(ch.URI(), sub, sub.onEntry, nil)
 	})
 	c.register(sub)
@@ -236,6 +237,11 @@ func (c *conn) startOrdinaryAfter(ch adapters.Channel, lastSeq uint64) (sub *sub
 		}
 		ok = true
 		sub.gapFrom = s.FromSeq
+		from := lastSeq
+		if len(entries) > 0 {
+			from = entries[len(entries)-1].Seq
+		}
+		c.sched.StartOrdinary(sub.channel, from)
 		c.s.journal.Listen(sub.channel, sub, sub.onEntry, nil)
 	})
 	if !ok {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/tidwall/gjson"
 	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
 	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
 	"go.uber.org/goleak"
@@ -341,6 +342,9 @@ func TestTelemetryWindowedLive(t *testing.T) {
 	}
 	held := nextMsg(t, sub)
 	batchTime(t, held)
+	if skipped := gjson.GetBytes(held.Params, "skipped"); skipped.Exists() {
+		t.Errorf("the first batch says skipped %s", skipped.Raw)
+	}
 	// Batch 1 is held: with it outstanding the window cannot take another
 	// whole batch, so the subscriber is not ready.
 	msub := subOf(h, "ahp-otlp://metrics")
@@ -357,8 +361,17 @@ func TestTelemetryWindowedLive(t *testing.T) {
 	if !h.tick() {
 		t.Fatal("no sample after credit")
 	}
-	if got, want := batchTime(t, nextMsg(t, sub)), uint64(h.clock.Now().UnixNano()); got != want {
+	after := nextMsg(t, sub)
+	if got, want := batchTime(t, after), uint64(h.clock.Now().UnixNano()); got != want {
 		t.Errorf("after holding credit: batch of %d, want the current %d", got, want)
+	}
+	// The 3 samples it did not get are counted: in the batch (issue 16:
+	// nothing is dropped without a mark) and in the Hub's stats.
+	if skipped := gjson.GetBytes(after.Params, "skipped").Int(); skipped != 3 {
+		t.Errorf("the batch after 3 missed intervals says skipped %d, want 3 (%.200s)", skipped, after.Params)
+	}
+	if n := h.s.TelemetryStats().SkipsReported; n != 3 {
+		t.Errorf("SkipsReported = %d, want 3", n)
 	}
 }
 

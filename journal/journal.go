@@ -172,6 +172,32 @@ func (j *Journal) Read(channel string, after uint64, max int) ([]Entry, error) {
 	return append([]Entry(nil), live...), nil
 }
 
+// Page is Read bounded also in bytes, with the channel's head: up to
+// maxEntries entries of channel with Seq > after whose Text adds up to at
+// most maxBytes (UTF-8; the first entry is returned whatever its size),
+// oldest first, and the seq of channel's newest entry (0 if none).
+// err is ErrTruncated when some entries after the cursor were dropped.
+func (j *Journal) Page(channel string, after uint64, maxEntries, maxBytes int) (entries []Entry, head uint64, err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if l := j.logs[channel]; l != nil && len(l.entries) > l.head {
+		head = l.entries[len(l.entries)-1].Seq
+	}
+	live, err := j.afterLocked(channel, after)
+	if err != nil {
+		return nil, head, err
+	}
+	n, bytes := 0, 0
+	for n < len(live) && (maxEntries <= 0 || n < maxEntries) {
+		bytes += len(live[n].Text)
+		if n > 0 && bytes > maxBytes {
+			break
+		}
+		n++
+	}
+	return append([]Entry(nil), live[:n]...), head, nil
+}
+
 // afterLocked returns the retained entries of channel with Seq > after (a
 // view of the log: copy what outlives the lock), or ErrTruncated.
 func (j *Journal) afterLocked(channel string, after uint64) ([]Entry, error) {

@@ -544,3 +544,47 @@ func TestNextDoesNotAllocate(t *testing.T) {
 		t.Fatalf("Next: %v allocations, want 0", n)
 	}
 }
+
+// TestPage: Page returns the entries after the cursor up to maxEntries
+// and maxBytes (the first whatever its size), the channel's head, and
+// ErrTruncated once the cursor's next entry is gone.
+func TestPage(t *testing.T) {
+	j := New(Limits{ChannelMaxBytes: 100}, nil)
+	var seqs []uint64
+	for i := range 6 {
+		e, _ := j.Append("a", func(uint64) ([]byte, error) { return []byte(fmt.Sprintf("%020d", i)), nil }) // 20 bytes each
+		seqs = append(seqs, e.Seq)
+		_, _ = j.Append("b", func(uint64) ([]byte, error) { return []byte("x"), nil })
+	}
+	// 6 × 20 bytes > 100: the oldest of "a" is gone.
+	if _, _, err := j.Page("a", 0, 0, 1000); err != ErrTruncated {
+		t.Fatalf("Page after 0: %v, want ErrTruncated", err)
+	}
+	got := func(es []Entry) []uint64 {
+		var out []uint64
+		for _, e := range es {
+			out = append(out, e.Seq)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		after         uint64
+		entries, size int
+		want          []uint64
+	}{
+		{seqs[0], 0, 1000, seqs[1:]},
+		{seqs[0], 2, 1000, seqs[1:3]},
+		{seqs[0], 0, 45, seqs[1:3]},       // 2 × 20 ≤ 45 < 3 × 20
+		{seqs[0], 0, 5, seqs[1:2]},        // the first whatever its size
+		{seqs[5], 0, 1000, nil},           // at the head
+		{seqs[2] + 1, 1, 1000, seqs[3:4]}, // a cursor between entries (another channel's seq)
+	} {
+		es, head, err := j.Page("a", tc.after, tc.entries, tc.size)
+		if err != nil || head != seqs[5] || fmt.Sprint(got(es)) != fmt.Sprint(tc.want) {
+			t.Errorf("Page(a, %d, %d, %d) = %v, head %d, %v; want %v, head %d", tc.after, tc.entries, tc.size, got(es), head, err, tc.want, seqs[5])
+		}
+	}
+	if es, head, err := j.Page("none", 0, 0, 100); len(es) != 0 || head != 0 || err != nil {
+		t.Errorf("Page of a channel without entries: %v, %d, %v", es, head, err)
+	}
+}

@@ -111,9 +111,24 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("%s (code %d)", e.Message, e.Code) }
 
-// Errorf returns an *Error with code and a formatted message.
+// MaxErrorMessageBytes bounds an error's message (UTF-8 bytes): messages
+// quote the peer's input (a channel URI, a method name), and an answer
+// must not grow with it.
+const MaxErrorMessageBytes = 512
+
+// Errorf returns an *Error with code and a formatted message, cut at a
+// character boundary to MaxErrorMessageBytes and then followed by
+// "…(N bytes)" with the length it had.
 func Errorf(code int64, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+	msg := fmt.Sprintf(format, args...)
+	if len(msg) > MaxErrorMessageBytes {
+		cut := MaxErrorMessageBytes
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + "…(" + strconv.Itoa(len(msg)) + " bytes)"
+	}
+	return &Error{Code: code, Message: msg}
 }
 
 // ErrorResponse encodes an error response for id (raw JSON of the request

@@ -2,8 +2,10 @@ package rpc
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sidecar-dev/sidecar/delivery"
 )
@@ -253,5 +255,24 @@ func TestActionEnvelopeInPieces(t *testing.T) {
 	want, _ := Notification(MethodAction, ActionEnvelope{Channel: "ahp-terminal:/t1", Action: []byte(`{"type":"terminal/data","data":"x"}`), ServerSeq: 42})
 	if string(whole) != string(want) {
 		t.Fatalf("AppendActionEnvelope %s, Notification %s", whole, want)
+	}
+}
+
+// TestErrorfBounded: an error message quoting peer input is cut to
+// MaxErrorMessageBytes at a character boundary, with the length it had.
+func TestErrorfBounded(t *testing.T) {
+	if got := Errorf(CodeNotFound, "no such channel: %s", "ahp-terminal:/t1").Message; got != "no such channel: ahp-terminal:/t1" {
+		t.Fatalf("short message changed: %q", got)
+	}
+	uri := "ahp-terminal:/" + strings.Repeat("é", 100_000) // 2-byte characters: a cut may fall inside one
+	e := Errorf(CodeNotFound, "no such channel: %s", uri)
+	total := len("no such channel: ") + len(uri)
+	suffix := "…(" + strconv.Itoa(total) + " bytes)"
+	if !strings.HasSuffix(e.Message, suffix) {
+		t.Fatalf("message ends %q, want the suffix %q", e.Message[max(0, len(e.Message)-40):], suffix)
+	}
+	body := strings.TrimSuffix(e.Message, suffix)
+	if len(body) > MaxErrorMessageBytes || len(body) < MaxErrorMessageBytes-1 || !utf8.ValidString(body) {
+		t.Fatalf("kept %d bytes (valid UTF-8 %v), want %d or one less, cut at a character", len(body), utf8.ValidString(body), MaxErrorMessageBytes)
 	}
 }

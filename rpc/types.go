@@ -36,6 +36,7 @@ const (
 	MethodChannelFrame    = "channel/frame"
 	MethodChannelCredit   = "channel/credit"
 	MethodChannelGap      = "channel/gap"
+	MethodChannelPage     = "channel/page"
 
 	MethodCreateTCPConnection = "createTcpConnection"
 	MethodTCPData             = "tcp/data"
@@ -59,6 +60,10 @@ const (
 	CodeAlreadyExists              = -32010
 	CodeTCPConnectionOpenFailed    = -32012
 	CodeOverloaded                 = -32050
+	// CodeJournalTruncated answers a channel/page whose afterSeq the
+	// channel's journal no longer reaches back to (our seed 003
+	// extension): the client subscribes again for a fresh snapshot.
+	CodeJournalTruncated = -32051
 	// CodeNotInitialized is returned for requests other than ping sent
 	// before initialize. It reuses InvalidRequest, as AHP defines no code.
 	CodeNotInitialized = CodeInvalidRequest
@@ -327,6 +332,54 @@ type ChannelCreditParams struct {
 type ChannelGapParams struct {
 	Channel  string `json:"channel"`
 	AfterSeq uint64 `json:"afterSeq"`
+}
+
+// ChannelPageParams is the params of channel/page (our seed 003
+// extension, docs/protocol.md "channel/page"): a cursor read of the
+// channel's journal, the actions with serverSeq > AfterSeq, oldest first.
+// AfterSeq is required. Limit bounds the actions returned (absent or 0:
+// the host's maximum, MaxPageActions; more is clamped to it).
+type ChannelPageParams struct {
+	Channel  string  `json:"channel"`
+	AfterSeq *uint64 `json:"afterSeq"`
+	Limit    int64   `json:"limit,omitempty"`
+}
+
+// MaxPageActions is the most actions one channel/page result holds
+// (whatever limit asks); MaxPageBytes bounds their envelopes' text in
+// UTF-8 bytes (a page holds at least one action however large, which
+// fitted in a message when it was pushed).
+const (
+	MaxPageActions = 1024
+	MaxPageBytes   = 256 << 10
+)
+
+// ChannelPageResult answers channel/page. Actions holds the action
+// envelopes (the params of each action notification, as in reconnect's
+// replay), in serverSeq order, never null. ToSeq is the serverSeq they
+// reach: the last one's, or the request's afterSeq when there are none;
+// it is the afterSeq of the next page. HeadSeq is the serverSeq of the
+// channel's newest action when the page was read (0 if none): once ToSeq
+// reaches it the reader is current, and every later action of the
+// channel is pushed to it (or announced by a new channel/gap).
+type ChannelPageResult struct {
+	Actions []json.RawMessage `json:"actions"`
+	ToSeq   uint64            `json:"toSeq"`
+	HeadSeq uint64            `json:"headSeq"`
+}
+
+// JournalTruncatedData is the data of -32051: always kind "truncated".
+type JournalTruncatedData struct {
+	Kind string `json:"kind"`
+}
+
+// JournalTruncatedError is -32051 for a channel/page after afterSeq on
+// channel.
+func JournalTruncatedError(channel string, afterSeq uint64) *Error {
+	data, _ := json.Marshal(JournalTruncatedData{Kind: "truncated"})
+	return &Error{Code: CodeJournalTruncated,
+		Message: fmt.Sprintf("journal truncated: %s no longer holds the actions after serverSeq %d; subscribe again for a fresh snapshot", channel, afterSeq),
+		Data:    data}
 }
 
 // Claim is a terminal claim: {"kind":"client","clientId":...} or

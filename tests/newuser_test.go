@@ -159,3 +159,37 @@ func TestRunInterruptedDisposes(t *testing.T) {
 		t.Errorf("the interrupted run's terminal is still listed:\n%s", list)
 	}
 }
+
+// TestRunEscapeWhileReconnecting: `sidecar run` in a terminal ends at once
+// on ~. typed after Enter, even while the connection is cut and it
+// reconnects (exit 255, "closed by the ~. escape"); on a live connection the command
+// is ended on the host too.
+func TestRunEscapeWhileReconnecting(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	relay, url := relayed(t, s)
+	a := startInPTY(t, append(append([]string{"run", url}, s.connArgs()...), "--", "sh", "-c", "echo started; exec sleep 300")...)
+	a.out.waitFor(t, "run output", 0, "started")
+	relay.Refuse(true)
+	relay.Cut()
+	a.out.waitFor(t, "reconnecting status", 0, "reconnecting (attempt")
+	a.typeText(t, "\r~.")
+	if code := a.wait(t); code != 255 {
+		t.Fatalf("run after ~.: exit %d, want 255; screen:\n%s", code, tail(a.out.String(), 1500))
+	}
+	if screen := a.out.String(); !strings.Contains(screen, "closed by the ~. escape") || !strings.Contains(screen, "end it with: ") {
+		t.Errorf("no message saying run was closed and how to end the command; screen:\n%s", tail(screen, 1500))
+	}
+
+	// Connected: ~. ends the command on the host as well.
+	b := startInPTY(t, append(append([]string{"run", s.url}, s.connArgs()...), "--", "sh", "-c", "echo started; exec sleep 300")...)
+	b.out.waitFor(t, "run output", 0, "started")
+	b.typeText(t, "\r~.")
+	if code := b.wait(t); code != 255 {
+		t.Fatalf("run after ~.: exit %d, want 255; screen:\n%s", code, tail(b.out.String(), 1500))
+	}
+	list, _, _ := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
+	if strings.Count(list, "run-") != 1 { // the first run's, whose dispose could not get through
+		t.Errorf("want only the cut run's terminal listed:\n%s", list)
+	}
+}

@@ -299,13 +299,25 @@ func TestWebPageTerminal(t *testing.T) {
 				t.Errorf("Ctrl-C took %v to bring the prompt back", took)
 			}
 
-			// Under 4x CPU throttling.
+			// Under 4x CPU throttling: Ctrl-C as soon as the flood shows (the
+			// page still measures the render rate it had unthrottled), and
+			// after a second of it (the page has measured the slower one).
 			b.must("throttle", emulation.SetCPUThrottlingRate(4))
-			b.typeText("clear; yes\r")
-			b.poll("yes throttled", screenHas(`^y\ny\ny$`), waitTimeout)
-			b.ctrlC()
-			took = b.poll("prompt after Ctrl-C, throttled", promptBack, 10*time.Second)
-			t.Logf("%s: Ctrl-C to prompt during yes, CPU throttled 4x: %v", transport, took)
+			for _, f := range []struct {
+				word string
+				runs time.Duration
+			}{{"slow", 0}, {"slower", time.Second}} {
+				// Each flood its own text, so the poll sees this flood, not
+				// the last one's lines still on the screen.
+				b.typeText("clear; yes " + f.word + "\r")
+				b.poll("yes throttled", screenHas(fmt.Sprintf(`^%[1]s\n%[1]s\n%[1]s$`, f.word)), waitTimeout)
+				time.Sleep(f.runs) // the flood runs this long: the scenario, not a synchronisation
+				var recv string
+				_ = b.eval(`JSON.stringify(sidecarPage.receiving())`, &recv)
+				b.ctrlC()
+				took = b.poll("prompt after Ctrl-C, throttled", promptBack, 10*time.Second)
+				t.Logf("%s: Ctrl-C to prompt during yes, CPU throttled 4x, after %v of flood: %v (the page's window at Ctrl-C, UTF-16 bytes and bytes/ms: %s)", transport, f.runs, took, recv)
+			}
 			b.must("unthrottle", emulation.SetCPUThrottlingRate(1))
 
 			// Kill: the exit status is shown.
@@ -575,5 +587,31 @@ func TestWebPageEchoLatency(t *testing.T) {
 	t.Logf("keystroke echo (median of 15): idle %v, while another page's terminal floods %v", idle, busy)
 	if idle > 2*time.Second || busy > 2*time.Second {
 		t.Errorf("echo too slow: idle %v, during a flood %v", idle, busy)
+	}
+}
+
+// TestWebPageTypesDuringCut: keystrokes typed while the page reconnects
+// are kept and sent once it has resumed: the command runs, once.
+func TestWebPageTypesDuringCut(t *testing.T) {
+	chromiumPath(t)
+	_, relay, b := relayedPage(t, "")
+	relay.Refuse(true)
+	relay.Cut()
+	b.poll("reconnecting", `/^reconnecting/.test(document.getElementById("status").textContent)`, waitTimeout)
+	b.typeText("echo typed-dur''ing-cut\r")
+	relay.Refuse(false)
+	b.poll("connected again", `document.getElementById("status").textContent === "connected (WebSocket)"`, waitTimeout)
+	b.poll("the command typed during the cut ran", screenHas(`^typed-during-cut$`), waitTimeout)
+	b.typeText("echo af''ter\r")
+	b.poll("typing after the resume", screenHas(`^after$`), waitTimeout)
+	var screen string
+	if err := b.eval(`sidecarPage.screen()`, &screen); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(regexp.MustCompile(`(?m)^typed-during-cut$`).FindAllString(screen, -1)); n != 1 {
+		t.Errorf("the command typed during the cut ran %d times, want once; screen:\n%s", n, tail(screen, 1500))
+	}
+	if n := strings.Count(screen, "echo typed-dur''ing-cut"); n != 1 {
+		t.Errorf("the typed line was echoed %d times, want once; screen:\n%s", n, tail(screen, 1500))
 	}
 }

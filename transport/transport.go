@@ -79,6 +79,47 @@ func Describe(mc MessageConn) string {
 	return ""
 }
 
+// Kind names what carries a MessageConn in a short stable form, for
+// metric labels (Describe is the form for people).
+type Kind string
+
+// The Kinds KindOf returns.
+const (
+	KindWebSocket    Kind = "websocket"             // plain AHP over WebSocket (/ahp)
+	KindTIOWebSocket Kind = "transportio_websocket" // transport-io over its WebSocket mapping
+	KindWebTransport Kind = "webtransport"          // transport-io over WebTransport (HTTP/3)
+	KindStdio        Kind = "stdio"                 // transport-io over stdin/stdout
+	KindOther        Kind = "other"                 // anything else: an in-memory pipe
+)
+
+// KindOf returns the Kind of mc (KindOther when it cannot tell).
+func KindOf(mc MessageConn) Kind {
+	switch c := mc.(type) {
+	case *wsConn:
+		return KindWebSocket
+	case *tioConn:
+		switch c.s.Kind() {
+		case transportio.KindWebTransport:
+			return KindWebTransport
+		case transportio.KindWebSocket:
+			return KindTIOWebSocket
+		case transportio.KindStdio:
+			return KindStdio
+		}
+	}
+	return KindOther
+}
+
+// SessionStats returns the counters of the transport-io session under mc
+// (datagrams dropped, by reason, among them), and false when mc is not a
+// transport-io connection.
+func SessionStats(mc MessageConn) (transportio.Stats, bool) {
+	if c, ok := mc.(*tioConn); ok {
+		return c.s.Stats(), true
+	}
+	return transportio.Stats{}, false
+}
+
 // CloseCode is why a connection ends, as the WebSocket close code on /ahp.
 type CloseCode int
 

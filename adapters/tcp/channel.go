@@ -101,6 +101,23 @@ func (tb *Table) Channel(uri string) *Channel {
 	return nil
 }
 
+// Counts returns how many TCP connections the Table holds: dialing
+// (reserved, not connected yet), open (including those parked for a
+// reconnect), and draining (closed by their client, still writing out
+// what it sent). For metrics.
+func (tb *Table) Counts() (dialing, open, draining int) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	for _, tc := range tb.conns {
+		if tc.sock != nil {
+			open++
+		} else {
+			dialing++
+		}
+	}
+	return dialing, open, len(tb.draining)
+}
+
 // CloseConn closes every TCP connection created on conn (it has ended),
 // except those parked for a reconnect (Park).
 func (tb *Table) CloseConn(conn adapters.ConnID, reason string) {

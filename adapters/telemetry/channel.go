@@ -117,6 +117,11 @@ func (ts *Channels) Hub() *Hub { return ts.hub }
 // Stats returns the sampler's counters.
 func (ts *Channels) Stats() HubStats { return ts.hub.Stats() }
 
+// LogRecordsMissed returns how many log records the logs channels'
+// subscribers missed because they fell more than the ring behind (each
+// subscriber's miss counted).
+func (ts *Channels) LogRecordsMissed() uint64 { return ts.ring.Dropped() }
+
 // Close stops sampling and the logs pump.
 func (ts *Channels) Close() {
 	ts.hub.Close()
@@ -293,6 +298,11 @@ type sub struct {
 	need    atomic.Int64          // metrics: credit a batch needs (UTF-16 bytes)
 	sent    uint64                // metrics: seq of the last batch sent (writer goroutine)
 	cursor  atomic.Uint64         // logs: ring seq read up to
+
+	// tick is the Batch.Tick of the last batch this subscription got
+	// (queued on its FIFO, or sent on its stream): the next one reports
+	// the ticks between as skipped.
+	tick atomic.Uint64
 }
 
 // Ready implements Subscriber. A windowed subscription is ready when its
@@ -322,16 +332,37 @@ func (os *sub) Offer(b *Batch) {
 		st.Wake()
 		return
 	}
-	os.push(b.Text)
+	n := os.skippedBefore(b)
+	if os.push(WithSkipped(b.Text, n)) {
+		os.got(b, n)
+	}
 }
 
 // push queues text on the connection's ordinary FIFO while the
 // subscription is active and still the connection's one for its channel.
-func (os *sub) push(text []byte) {
+func (os *sub) push(text []byte) bool {
 	if os.detached.Load() {
-		return
+		return false
 	}
-	os.s.Push(text, ordinaryHeadroom)
+	return os.s.Push(text, ordinaryHeadroom)
+}
+
+// skippedBefore returns how many samples this subscription did not get
+// between its last batch and b.
+func (os *sub) skippedBefore(b *Batch) uint64 {
+	last := os.tick.Load()
+	if last == 0 || b.Tick <= last+1 {
+		return 0
+	}
+	return b.Tick - last - 1
+}
+
+// got records that b went to this subscription, reporting n skipped.
+func (os *sub) got(b *Batch, n uint64) {
+	os.tick.Store(b.Tick)
+	if n > 0 {
+		os.ch.ts.hub.skips.Add(n)
+	}
 }
 
 // Next implements delivery.Source (the Scheduler's writer goroutine):
@@ -351,7 +382,9 @@ func (os *sub) Next() []byte {
 		return nil
 	}
 	os.sent = b.Seq
-	return b.Text
+	n := os.skippedBefore(b)
+	os.got(b, n)
+	return WithSkipped(b.Text, n)
 }
 
 // nextLogs encodes the records after the cursor at the channel's level,

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,7 +22,11 @@ type Subscriber interface {
 
 // Batch is one sample as the complete notification of one channel.
 type Batch struct {
-	Seq  uint64    // per channel, from 1
+	Seq uint64 // per channel, from 1
+	// Tick counts the channel's due intervals, from 1, sampled or not
+	// (no subscriber could take one): a subscriber that got the batch
+	// of tick t and then this one skipped Tick - t - 1 samples.
+	Tick uint64
 	Time time.Time // when it was sampled
 	Text []byte    // {"jsonrpc":"2.0","method":"otlp/exportMetrics","params":{"channel":C,"payload":P}}
 }
@@ -35,6 +40,11 @@ type HubStats struct {
 	Skipped    uint64        // ticks without a sample: no subscriber could take one
 	Missed     uint64        // batches not offered to a subscriber that was not ready
 	LastSample time.Duration // time the last sample took (read and encode)
+
+	// SkipsReported is the sum of the skipped counts sent to subscribers
+	// (otlp/exportMetrics "skipped"): samples they did not get, for
+	// whatever reason (not ready, no room, superseded before sent).
+	SkipsReported uint64
 }
 
 // Hub is the machine's one sampler loop. Its goroutine runs only while some
@@ -61,6 +71,7 @@ type Hub struct {
 
 	samples, skipped, missed atomic.Uint64
 	lastSample               atomic.Int64
+	skips                    atomic.Uint64 // sum of the skipped counts reported (SkipsReported)
 
 	tickDone chan<- bool // tests: receives whether each tick sampled
 }
@@ -71,6 +82,10 @@ type group struct {
 	subs     map[Subscriber]struct{}
 	last     time.Time // last batch published
 	seq      uint64
+	// tick counts due intervals (Batch.Tick); lastTick is when it last
+	// moved.
+	tick     uint64
+	lastTick time.Time
 }
 
 // NewHub returns a Hub sampling with s every interval (the configured
@@ -149,7 +164,7 @@ func (h *Hub) signal() {
 
 // Stats returns the counters.
 func (h *Hub) Stats() HubStats {
-	return HubStats{Samples: h.samples.Load(), Skipped: h.skipped.Load(), Missed: h.missed.Load(),
+	return HubStats{Samples: h.samples.Load(), Skipped: h.skipped.Load(), Missed: h.missed.Load(), SkipsReported: h.skips.Load(),
 		LastSample: time.Duration(h.lastSample.Load())}
 }
 
@@ -197,6 +212,10 @@ func (h *Hub) tick() bool {
 		if !g.last.IsZero() && now.Sub(g.last) < g.interval-h.interval/2 {
 			continue
 		}
+		if g.lastTick.IsZero() || now.Sub(g.lastTick) >= g.interval-h.interval/2 {
+			g.tick++
+			g.lastTick = now
+		}
 		var ready []Subscriber
 		for s := range g.subs {
 			if s.Ready() {
@@ -228,7 +247,7 @@ func (h *Hub) tick() bool {
 		h.mu.Lock()
 		d.g.seq++
 		d.g.last = now
-		b := &Batch{Seq: d.g.seq, Time: now, Text: Notification(MethodExportMetrics, d.g.uri, payload)}
+		b := &Batch{Seq: d.g.seq, Tick: d.g.tick, Time: now, Text: Notification(MethodExportMetrics, d.g.uri, payload)}
 		h.mu.Unlock()
 		for _, s := range d.subs {
 			s.Offer(b)
@@ -250,4 +269,19 @@ func Notification(method, channel string, payload []byte) []byte {
 	out = append(out, payload...)
 	out = append(out, `}}`...)
 	return out
+}
+
+// WithSkipped returns text, a batch's notification, with "skipped":n
+// added to its params (n > 0): the samples of the channel this
+// subscription did not get since the previous batch it got
+// (docs/protocol.md "otlp/exportMetrics").
+func WithSkipped(text []byte, n uint64) []byte {
+	if n == 0 || len(text) < 2 {
+		return text
+	}
+	out := make([]byte, 0, len(text)+32)
+	out = append(out, text[:len(text)-2]...) // up to the end of payload
+	out = append(out, `,"skipped":`...)
+	out = strconv.AppendUint(out, n, 10)
+	return append(out, "}}"...)
 }

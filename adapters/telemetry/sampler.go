@@ -41,7 +41,7 @@ type Self struct {
 	BytesSent     uint64        // bytes written to clients, cumulative
 	BytesReceived uint64        // bytes read from clients, cumulative
 	CreditWait    time.Duration // time windowed streams spent waiting for credit, cumulative
-	Gaps          uint64        // ordinary backlogs collapsed into channel/gap, cumulative
+	Gaps          uint64        // channel/gap notifications sent, cumulative
 }
 
 // SelfStats returns the sidecar's own figures; the host implements it.

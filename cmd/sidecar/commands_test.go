@@ -391,3 +391,22 @@ func TestDialSignal(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintedCommandsHideToken: a command printed to paste (reattach, kill,
+// ls) repeats the connection flags given but never the token itself.
+func TestPrintedCommandsHideToken(t *testing.T) {
+	f := &connFlags{token: "s3cret-token", certHash: "AB12", transport: "websocket"}
+	url := "wss://127.0.0.1:4433/ahp"
+	for _, got := range []string{
+		f.reattachCommand(url, "ahp-terminal:/t1"),
+		f.terminalCommand("kill", url, "ahp-terminal:/t1"),
+		f.lsCommandFull(url),
+	} {
+		if strings.Contains(got, "s3cret") {
+			t.Errorf("printed command shows the token: %s", got)
+		}
+		if !strings.Contains(got, ` --token "$SIDECAR_TOKEN" --cert-hash AB12 --transport websocket`) {
+			t.Errorf("printed command %q lacks the connection flags", got)
+		}
+	}
+}

@@ -321,11 +321,14 @@ func (f *connFlags) terminalCommand(verb, url, uri string) string {
 
 // explicitFlags repeats the connection flags given on the command line
 // (so a printed command can be pasted as is); values from the environment
-// stay there.
+// stay there. A token is a secret and is never printed: a --token given
+// on the command line comes back as --token "$SIDECAR_TOKEN", as serve
+// prints it (screens are shared and recorded; the shell's history already
+// has it where the user put it).
 func (f *connFlags) explicitFlags() string {
 	var b strings.Builder
 	if f.token != "" {
-		fmt.Fprintf(&b, " --token %s", f.token)
+		b.WriteString(` --token "$SIDECAR_TOKEN"`)
 	}
 	if f.certHash != "" {
 		fmt.Fprintf(&b, " --cert-hash %s", f.certHash)

@@ -22,8 +22,12 @@ import (
 func runCmd() *cobra.Command {
 	var cf connFlags
 	cmd := &cobra.Command{
-		Use:     "run URL [flags] -- CMD [ARGS...]",
-		Short:   "Run a command in a new terminal, copy its output, exit with its status",
+		Use:   "run URL [flags] -- CMD [ARGS...]",
+		Short: "Run a command in a new terminal, copy its output, exit with its status",
+		Long: `Run CMD in a new terminal on the host, copy its output here and exit with its
+status. With a terminal on stdin, input is typed raw (Ctrl-C goes to CMD); type ~.
+after Enter to end run at once (exit 255, CMD is ended too), even while it
+reconnects.`,
 		Example: `  sidecar run wss://127.0.0.1:4433/ahp --token T --cert-hash H -- sh -c 'echo $((6*7)); exit 3'`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()
@@ -128,10 +132,18 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 		}
 		return &exitError{code: 255, err: fmt.Errorf("cannot start %s: %w", argv[0], err)}
 	}
+	var escaped atomic.Bool // ~. typed: the user ends run, even while it reconnects
 	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		wait := 5 * time.Second
+		if escaped.Load() {
+			wait = 2 * time.Second // the user asked to leave now
+		}
+		dctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
-		_ = conn.Call(dctx, rpc.MethodDisposeTerminal, rpc.ChannelParams{Channel: uri}, nil)
+		err := conn.Call(dctx, rpc.MethodDisposeTerminal, rpc.ChannelParams{Channel: uri}, nil)
+		if escaped.Load() && err != nil {
+			fmt.Fprintf(os.Stderr, "sidecar: could not end %s on the host (%v); end it with: %s\r\n", uri, err, cf.terminalCommand("kill", url, uri))
+		}
 	}()
 	t, err := client.OpenTerminal(ctx, conn, uri)
 	if err != nil {
@@ -146,7 +158,22 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 		holding.Store(true)
 		go watchResize(ctx, t, &holding)
 	}
-	go forwardInput(ctx, t, os.Stdin, nil, !stdinTTY)
+	// Typed input (a terminal in raw mode) has ssh's escape: ~. after
+	// Enter ends run at once, the way out while it reconnects (Ctrl-C goes
+	// to the command). The command is disposed as on any other exit.
+	var escape chan struct{}
+	if stdinTTY {
+		escape = make(chan struct{})
+		go func() {
+			select {
+			case <-escape:
+				escaped.Store(true)
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	go forwardInput(ctx, t, os.Stdin, escape, !stdinTTY)
 	var out io.Writer = os.Stdout
 	if !stdoutTTY {
 		out = &crlfWriter{w: os.Stdout}
@@ -155,6 +182,12 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 	}
 	code, err := t.Copy(ctx, out, true)
 	if err != nil {
+		if escaped.Load() {
+			if stdoutTTY {
+				fmt.Fprint(os.Stderr, "\r\n") // the output may have stopped mid-line
+			}
+			return &exitError{code: 255, err: errors.New("closed by the ~. escape")}
+		}
 		if e := signalExit(); e != nil {
 			return e // quietly, as a shell would
 		}

@@ -181,6 +181,15 @@ func serve(configFile, listen, token, stateDir string) error {
 		TLSConfig:         &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12},
 		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
 	}
+	metrics, err := startMetrics(cfg, srv, logger)
+	if err != nil {
+		_ = ln.Close()
+		if wts != nil {
+			_ = wts.Close()
+		}
+		_ = srv.Shutdown(context.Background())
+		return &exitError{code: 1, err: err}
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.ServeTLS(transport.CorkListener(ln), "", "") }()
 
@@ -211,6 +220,8 @@ func serve(configFile, listen, token, stateDir string) error {
 		if !errors.Is(err, http.ErrServerClosed) {
 			return &exitError{code: 1, err: fmt.Errorf("listener failed: %w", err)}
 		}
+	case err := <-metrics.failed():
+		return &exitError{code: 1, err: fmt.Errorf("metrics listener failed: %w", err)}
 	}
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -222,6 +233,7 @@ func serve(configFile, listen, token, stateDir string) error {
 	if wts != nil {
 		_ = wts.Close() // after the host told its clients why
 	}
+	metrics.stop(ctx) // last: a scrape during the shutdown still sees it
 	logger.Info("stopped")
 	return nil
 }

@@ -6,7 +6,7 @@
 import * as ahp from "./ahp.js";
 import { Receiver, Sender, utf16Bytes } from "./flow.js";
 import type { Link } from "./link.js";
-import { Unechoed, type Resume } from "./resume.js";
+import { OVERLOADED, Unechoed, overloadedWait, type Resume } from "./resume.js";
 
 /** A data message of a windowed subscription; release() returns its credit. */
 export type DataHandler = (m: ahp.Message, release: () => void) => void;
@@ -49,6 +49,7 @@ export class Client {
   private nextId = 1;
   private clientSeq = 0;
   private pending = new Map<number, Pending>();
+  private resyncing = new Set<string>(); // ordinary channels subscribing again after a gap
   private windowed = new Map<string, Windowed>();
   private ordinary = new Map<string, (m: ahp.Message) => void>();
   private frames = new ahp.Reassembler();
@@ -95,13 +96,14 @@ export class Client {
     }
     if (w && ahp.countsAgainstWindow(m)) return this.data(channel, w, m, text);
     if (m.method === "action" && typeof m.params.serverSeq === "number") this.lastSeen = Math.max(this.lastSeen, m.params.serverSeq);
+    if (m.method === "channel/gap" && !w && this.ordinary.has(channel)) return void this.resync(channel, m);
     this.ordinary.get(channel)?.(m);
   }
 
   private data(channel: string, w: Windowed, m: ahp.Message, text: string): void {
     const recv = w.recv;
     const size = utf16Bytes(text);
-    recv.receive(size);
+    recv.receive(size, performance.now());
     let msg = m;
     if (m.method === "channel/frame") {
       const joined = this.frames.push(channel, String(m.params.data), m.params.final === true);
@@ -126,7 +128,7 @@ export class Client {
       if (done) return;
       done = true;
       if (this.windowed.get(channel) !== w || w.recv !== recv) return; // credit of a connection gone
-      const consumed = recv.release(size);
+      const consumed = recv.release(size, performance.now());
       if (consumed !== null) this.link?.send(ahp.credit(channel, consumed));
     });
   }
@@ -151,7 +153,25 @@ export class Client {
     for (const w of this.windowed.values()) w.send = null;
   }
 
-  private call<T = any>(method: string, params: object, apply?: (r: T) => void): Promise<T> {
+  /**
+   * call sends a request and resolves with its result. An Overloaded answer
+   * (-32050: the host did not start it) is sent again after overloadedWait,
+   * for as long as the link it went on is in use; other errors reject.
+   */
+  private async call<T = any>(method: string, params: object, apply?: (r: T) => void): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      const l = this.link;
+      try {
+        return await this.callOnce<T>(method, params, apply);
+      } catch (err) {
+        if (!(err instanceof RpcError) || err.code !== OVERLOADED || this.link !== l) throw err;
+        await new Promise((r) => setTimeout(r, overloadedWait(attempt)));
+        if (this.link !== l) throw err;
+      }
+    }
+  }
+
+  private callOnce<T>(method: string, params: object, apply?: (r: T) => void): Promise<T> {
     const l = this.link;
     if (!l) return Promise.reject(new Error("not connected"));
     const id = this.nextId++;
@@ -231,6 +251,28 @@ export class Client {
     this.flush(channel, w);
   }
 
+  /**
+   * resync answers a channel/gap on an ordinary subscription (docs/protocol.md
+   * "channel/gap": actions after afterSeq were not pushed): it subscribes
+   * again and hands the fresh snapshot to the handler as a channel/snapshot,
+   * which replaces the stale state (the root channel's are small). A channel
+   * without snapshots (telemetry, live only) gets the gap itself.
+   */
+  private async resync(channel: string, gap: ahp.Message): Promise<void> {
+    if (this.resyncing.has(channel)) return; // the snapshot under way covers this gap too
+    this.resyncing.add(channel);
+    try {
+      const r = await this.subscribe(channel);
+      const handler = this.ordinary.get(channel);
+      if (r?.snapshot) handler?.({ jsonrpc: "2.0", method: "channel/snapshot", params: { channel, snapshot: r.snapshot } });
+      else handler?.(gap);
+    } catch {
+      // lost or refused: a reconnect resumes the subscription anyway
+    } finally {
+      this.resyncing.delete(channel);
+    }
+  }
+
   /** on handles the notifications of an ordinary subscription (the root channel's, say). */
   on(channel: string, handler: (m: ahp.Message) => void): void {
     this.ordinary.set(channel, handler);
@@ -261,6 +303,12 @@ export class Client {
     this.ordinary.delete(channel);
     this.frames.drop(channel);
     this.link?.send(ahp.notification("unsubscribe", { channel }));
+  }
+
+  /** receiving describes our window on a windowed subscription (for tests and the curious): UTF-16 bytes and bytes per millisecond. */
+  receiving(channel: string): { outstanding: number; effectiveWindow: number; rate: number } | null {
+    const r = this.windowed.get(channel)?.recv;
+    return r ? { outstanding: r.outstanding, effectiveWindow: r.effectiveWindow, rate: r.rate } : null;
   }
 
   /** dispatch sends an action; on a windowed subscription it waits for the host's window (and for a link). */

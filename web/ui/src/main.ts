@@ -437,6 +437,7 @@ function main(): void {
     transport: () => link?.kind ?? "",
     statuses: () => statuses.slice(),
     terminal: () => current,
+    receiving: () => (client && current ? client.receiving(current) : null),
   };
   void connect();
 }

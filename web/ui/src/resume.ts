@@ -20,6 +20,15 @@ export function backoff(attempt: number, random: () => number = Math.random): nu
   return Math.round(d * (0.8 + 0.4 * random()));
 }
 
+/** OVERLOADED is the host's answer when it has as many requests in progress as it takes (seed 003 ingress): retryable. */
+export const OVERLOADED = -32050;
+
+/** overloadedWait is the wait before resending a request after its attempt-th Overloaded answer (from 1): 10 ms doubling to 1 s, ±20 % (so a refused burst does not come back together). */
+export function overloadedWait(attempt: number, random: () => number = Math.random): number {
+  const d = Math.min(10 * 2 ** Math.min(attempt - 1, 7), 1000);
+  return Math.round(d * (0.8 + 0.4 * random()));
+}
+
 /** refusal says why the host will never resume this client ("expired", "refused"), or null for an error worth retrying. */
 export function refusal(code: number, data: unknown): "expired" | "refused" | null {
   const kind = (data as { kind?: unknown } | null | undefined)?.kind;

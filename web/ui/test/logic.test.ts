@@ -71,6 +71,29 @@ test("credit is returned on release, coalesced to a sixteenth of the window or c
   assert.equal(r.outstanding, 0);
 });
 
+test("credit is held back so that about rate x backlogMs is outstanding", () => {
+  const r = new Receiver(1600, 10);
+  r.floorBytes = 100;
+  for (let i = 0; i < 4; i++) r.receive(400, 0);
+  assert.equal(r.effectiveWindow, 1600); // no rate yet: the whole window
+  assert.equal(r.release(400, 10), 400); // 10 ms busy: no sample yet
+  assert.equal(r.release(400, 20), null); // 800 bytes in 20 ms: 40 bytes/ms, 400 over 10 ms
+  assert.equal(r.rate, 40);
+  assert.equal(r.effectiveWindow, 400);
+  assert.equal(r.release(400, 30), null);
+  assert.equal(r.release(400, 40), null); // caught up, but credit stays 1200 behind
+  assert.equal(1600 - (r.received - r.credited), 400); // the host's room is the effective window
+  r.receive(400, 50); // idle until now: the busy time restarts here
+  assert.equal(r.release(400, 60), 800);
+  assert.equal(1600 - (r.received - r.credited), 400);
+  // Fragments released on arrival count into the next timed sample.
+  r.receive(200, 70);
+  assert.equal(r.release(200), 1000); // caught up: credited at once
+  r.receive(200, 70);
+  assert.equal(r.release(200, 80), 1200); // 400 more bytes in 10 ms: the next sample is 40 bytes/ms again
+  assert.equal(r.rate, 40);
+});
+
 test("the sender stops at the window and takes cumulative credit", () => {
   const s = new Sender(100);
   s.send(60);

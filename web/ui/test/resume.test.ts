@@ -1,11 +1,11 @@
 // Unit tests of resuming after a lost link: the client's reconnect (its
 // request, and what it does with the result) over a fake link, and the
 // rules of backoff and refusal.
-import { test } from "node:test";
+import { mock, test } from "node:test";
 import assert from "node:assert/strict";
 import { Client, RpcError, type Resumed } from "../src/client.js";
 import type { Link } from "../src/link.js";
-import { Unechoed, backoff, graceLeft, refusal } from "../src/resume.js";
+import { OVERLOADED, Unechoed, backoff, graceLeft, overloadedWait, refusal } from "../src/resume.js";
 import type * as ahp from "../src/ahp.js";
 
 const T = "ahp-terminal:/t1";
@@ -252,4 +252,66 @@ test("fragments are credited as they arrive: a message larger than the window co
   assert.equal(data[1]!.params.action.data, "y\r\n".repeat(2048));
   held.shift()!();
   assert.equal(credits().at(-1), 2 * snap.length + sent, "the final fragment is credited with the whole message");
+});
+
+test("an Overloaded answer is sent again after a backoff with jitter; other errors are not", async () => {
+  assert.equal(overloadedWait(1, () => 0.5), 10);
+  assert.equal(overloadedWait(1, () => 0), 8);
+  assert.equal(overloadedWait(1, () => 1), 12);
+  assert.equal(overloadedWait(4, () => 0.5), 80);
+  assert.equal(overloadedWait(30, () => 0.5), 1000);
+
+  mock.timers.enable({ apis: ["setTimeout"] });
+  try {
+    const c = new Client("web-1");
+    const l = fakeLink();
+    c.use(l);
+    const got = c.request("listTerminals", {});
+    const first = l.sent.at(-1);
+    c.receive(msg({ id: first.id, error: { code: OVERLOADED, message: "overloaded", data: { kind: "overloaded", retryable: true, capacity: 16 } } }));
+    await Promise.resolve();
+    await Promise.resolve();
+    assert.equal(l.sent.length, 1); // not before the backoff
+    mock.timers.tick(12);
+    await Promise.resolve();
+    assert.equal(l.sent.length, 2);
+    const again = l.sent.at(-1);
+    assert.equal(again.method, "listTerminals");
+    assert.notEqual(again.id, first.id);
+    c.receive(msg({ id: again.id, result: { terminals: [] } }));
+    assert.deepEqual(await got, { terminals: [] });
+
+    const bad = c.request("listTerminals", {});
+    c.receive(msg({ id: l.sent.at(-1).id, error: { code: -32602, message: "invalid params" } }));
+    await assert.rejects(bad, (e: RpcError) => e.code === -32602);
+    assert.equal(l.sent.length, 3);
+
+    // A link lost during the backoff: the Overloaded error is the answer.
+    const lost = c.request("listTerminals", {});
+    c.receive(msg({ id: l.sent.at(-1).id, error: { code: OVERLOADED, message: "overloaded" } }));
+    await Promise.resolve();
+    c.lost("gone");
+    c.use(fakeLink());
+    mock.timers.tick(1000);
+    await assert.rejects(lost, (e: RpcError) => e.code === OVERLOADED);
+  } finally {
+    mock.timers.reset();
+  }
+});
+
+test("a gap on an ordinary subscription subscribes again and hands over the fresh snapshot", async () => {
+  const c = new Client("web-1");
+  const l = fakeLink();
+  c.use(l);
+  const root: ahp.Message[] = [];
+  c.on("ahp-root://", (m) => root.push(m));
+  c.receive(msg({ method: "channel/gap", params: { channel: "ahp-root://", afterSeq: 7 } }));
+  c.receive(msg({ method: "channel/gap", params: { channel: "ahp-root://", afterSeq: 9 } })); // while subscribing: covered
+  const subs = l.sent.filter((m) => m.method === "subscribe");
+  assert.equal(subs.length, 1);
+  assert.deepEqual(subs[0].params, { channel: "ahp-root://" });
+  const snapshot = { resource: "ahp-root://", state: { terminals: [] }, fromSeq: 12 };
+  c.receive(msg({ id: subs[0].id, result: { snapshot } }));
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(root, [{ jsonrpc: "2.0", method: "channel/snapshot", params: { channel: "ahp-root://", snapshot } }]);
 });

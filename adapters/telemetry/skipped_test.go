@@ -1,0 +1,64 @@
+package telemetry
+
+import (
+	"testing"
+
+	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/delivery"
+)
+
+// pushSub is an ordinary adapters.Subscriber whose FIFO takes a push or
+// not, as the test says.
+type pushSub struct {
+	ok     bool
+	pushed []string
+}
+
+func (p *pushSub) ClientID() string         { return "c" }
+func (p *pushSub) Conn() adapters.ConnID    { return 1 }
+func (p *pushSub) Stream() *delivery.Stream { return nil }
+func (p *pushSub) CanPush(int) bool         { return p.ok }
+func (p *pushSub) PushControl([]byte)       {}
+func (p *pushSub) Closing() bool            { return false }
+func (p *pushSub) Push(text []byte, _ int) bool {
+	if p.ok {
+		p.pushed = append(p.pushed, string(text))
+	}
+	return p.ok
+}
+
+// TestOrdinarySkipsReported (issue 16: telemetry is live only, and its
+// skips are counted): a batch an ordinary subscription's FIFO had no room
+// for, and a tick it was not offered one, are reported in the next batch
+// it gets as "skipped" and counted in the Hub's SkipsReported.
+func TestOrdinarySkipsReported(t *testing.T) {
+	h := &Hub{}
+	ps := &pushSub{ok: true}
+	os := &sub{ch: &Channel{ts: &Channels{hub: h}, name: MetricsURI}, s: ps}
+	batch := func(tick uint64) *Batch {
+		return &Batch{Seq: tick, Tick: tick, Text: Notification(MethodExportMetrics, MetricsURI, []byte(`{}`))}
+	}
+	os.Offer(batch(1))
+	ps.ok = false
+	os.Offer(batch(2)) // no room in the FIFO
+	// tick 3: not ready, not offered
+	ps.ok = true
+	os.Offer(batch(4))
+	os.Offer(batch(5))
+	want := []string{
+		`{"jsonrpc":"2.0","method":"otlp/exportMetrics","params":{"channel":"ahp-otlp://metrics","payload":{}}}`,
+		`{"jsonrpc":"2.0","method":"otlp/exportMetrics","params":{"channel":"ahp-otlp://metrics","payload":{},"skipped":2}}`,
+		`{"jsonrpc":"2.0","method":"otlp/exportMetrics","params":{"channel":"ahp-otlp://metrics","payload":{}}}`,
+	}
+	if len(ps.pushed) != len(want) {
+		t.Fatalf("pushed %q, want %q", ps.pushed, want)
+	}
+	for i := range want {
+		if ps.pushed[i] != want[i] {
+			t.Errorf("push %d = %s, want %s", i, ps.pushed[i], want[i])
+		}
+	}
+	if n := h.Stats().SkipsReported; n != 2 {
+		t.Errorf("SkipsReported = %d, want 2", n)
+	}
+}

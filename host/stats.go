@@ -1,0 +1,367 @@
+package host
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sys/cpu"
+
+	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
+	"github.com/sidecar-dev/sidecar/adapters/telemetry"
+	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/rpc"
+	"github.com/sidecar-dev/sidecar/transport"
+)
+
+// The host's own counters, read by both of its metric views: the
+// Prometheus endpoint of `sidecar serve` (host/metrics.go) and the
+// sidecar.* metrics of ahp-otlp://metrics (host/telemetry.go), so that
+// the two agree. Nothing here takes a lock on the per-message path: a
+// connection counts its traffic in atomics of its own (countingConn),
+// its scheduler its gaps and credit waits; a scrape sums the open
+// connections' counters and the totals of those that ended (folded in
+// when they end, under s.mu, so that a sum never counts one twice nor
+// goes back). Events that are rare (a connection, a disconnect, an
+// Overloaded answer, a resume) count in the server's atomics.
+
+// transportKinds are the transport label values, in the order of
+// connCounts' arrays (transport.KindOf).
+var transportKinds = [...]transport.Kind{
+	transport.KindWebSocket, transport.KindTIOWebSocket, transport.KindWebTransport,
+	transport.KindStdio, transport.KindOther,
+}
+
+// transportIndex returns mc's index in transportKinds.
+func transportIndex(mc transport.MessageConn) int {
+	k := transport.KindOf(mc)
+	for i, x := range transportKinds {
+		if x == k {
+			return i
+		}
+	}
+	return len(transportKinds) - 1
+}
+
+// disconnectReason is why a served connection ended, a bounded set for
+// the sidecar_disconnects_total label (docs/operations.md lists them).
+type disconnectReason int
+
+const (
+	discClientClose      disconnectReason = iota // the client closed it (1000 or 1001)
+	discLost                                     // the transport failed under a read or write (no close, or a close with another code): its state is kept for a reconnect
+	discWriteTimeout                             // closed by the host 4008: answers not read within delivery.write_timeout
+	discProtocolError                            // closed by the host 1002/1009: a protocol violation, a message too big
+	discInitTimeout                              // closed by the host: no initialize within 30 s
+	discVersionMismatch                          // closed by the host 4005: no common protocol version
+	discServerShutdown                           // closed by the host 1001: sidecar serve stopping
+	discResumedElsewhere                         // closed by the host: its client reconnected on another connection
+	discInternalError                            // closed by the host 1011 for another reason
+	discOther                                    // none of these (the reader ended without an error)
+	numDisconnectReasons
+)
+
+var disconnectNames = [numDisconnectReasons]string{
+	"client_close", "lost", "write_timeout", "protocol_error", "init_timeout",
+	"version_mismatch", "server_shutdown", "resumed_elsewhere", "internal_error", "other",
+}
+
+// refusal is why a connection was refused before it was served.
+type refusal int
+
+const (
+	refusedLimit    refusal = iota // maxConnections open already (1013)
+	refusedShutdown                // the host is shutting down (1001)
+	numRefusals
+)
+
+var refusalNames = [numRefusals]string{"limit", "shutdown"}
+
+// resumeResult is the outcome of a reconnect request.
+type resumeResult int
+
+const (
+	resumeWasResumed resumeResult = iota // the client's state was resumed
+	resumeWasRefused                     // another principal, or not its resume token (kind "refused")
+	resumeWasExpired                     // nothing kept: the grace ended, or the host restarted (kind "expired")
+	numResumeResults
+)
+
+var resumeNames = [numResumeResults]string{"resumed", "refused", "expired"}
+
+// subscription kinds: the sidecar_subscriptions kind label.
+const (
+	subKindRoot     = iota // ahp-root://
+	subKindTerminal        // ahp-terminal:/ID
+	subKindTCP             // ahp-tcp:...
+	subKindMetrics         // ahp-otlp://metrics
+	subKindLogs            // ahp-otlp://logs
+	subKindOther           // anything else
+	numSubKinds
+)
+
+var subKindNames = [numSubKinds]string{"root", "terminal", "tcp", "metrics", "logs", "other"}
+
+// subKind returns the kind of a subscription to the channel uri.
+func subKind(uri string) int {
+	switch {
+	case uri == rpc.RootChannel:
+		return subKindRoot
+	case strings.HasPrefix(uri, rpc.TerminalScheme):
+		return subKindTerminal
+	case strings.HasPrefix(uri, tcpadapter.Scheme):
+		return subKindTCP
+	case strings.HasPrefix(uri, telemetry.MetricsURI):
+		return subKindMetrics
+	case strings.HasPrefix(uri, telemetry.LogsURI):
+		return subKindLogs
+	}
+	return subKindOther
+}
+
+// serverCounters are the server's atomics for rare events.
+type serverCounters struct {
+	accepted    [len(transportKinds)]atomic.Uint64
+	refused     [numRefusals]atomic.Uint64
+	disconnects [numDisconnectReasons]atomic.Uint64
+	overloaded  atomic.Uint64
+	resumes     [numResumeResults]atomic.Uint64
+}
+
+// connTotals are the counters a connection keeps while it is open; the
+// server adds each ended connection's to its own (Server.closed).
+type connTotals struct {
+	traffic  trafficCounts
+	sched    delivery.Counters
+	sessions sessionDrops
+}
+
+func (t *connTotals) add(o connTotals) {
+	t.traffic.add(o.traffic)
+	t.sched.GapsSent += o.sched.GapsSent
+	t.sched.Collapsed += o.sched.Collapsed
+	t.sched.CreditWaits += o.sched.CreditWaits
+	t.sched.CreditWait += o.sched.CreditWait
+	t.sessions.add(o.sessions)
+}
+
+// trafficCounts are what crossed a connection: message texts and their
+// bytes (UTF-8, as the transport carried them, without its framing).
+type trafficCounts struct {
+	sentBytes, receivedBytes, sentMessages, receivedMessages uint64
+}
+
+func (t *trafficCounts) add(o trafficCounts) {
+	t.sentBytes += o.sentBytes
+	t.receivedBytes += o.receivedBytes
+	t.sentMessages += o.sentMessages
+	t.receivedMessages += o.receivedMessages
+}
+
+// sessionDrops are a transport-io session's drops (transportio.Stats).
+type sessionDrops struct {
+	unknownEvent                               uint64
+	dgOverflow, dgStale, dgSequence, dgReceive uint64
+}
+
+func (d *sessionDrops) add(o sessionDrops) {
+	d.unknownEvent += o.unknownEvent
+	d.dgOverflow += o.dgOverflow
+	d.dgStale += o.dgStale
+	d.dgSequence += o.dgSequence
+	d.dgReceive += o.dgReceive
+}
+
+// totals returns c's counters now.
+func (c *conn) totals() connTotals {
+	t := connTotals{sched: c.sched.Counters()}
+	if c.traffic != nil {
+		t.traffic = c.traffic.counts()
+		if st, ok := transport.SessionStats(c.traffic.MessageConn); ok {
+			t.sessions = sessionDrops{
+				unknownEvent: st.UnknownDropped,
+				dgOverflow:   st.OverflowDropped, dgStale: st.StaleDropped,
+				dgSequence: st.SequenceDropped, dgReceive: st.ReceiveDropped,
+			}
+		}
+	}
+	return t
+}
+
+// countConn wraps a connection's transport so that what it carries is
+// counted (ServeConnAs wraps every connection).
+func (s *Server) countConn(mc transport.MessageConn) *countingConn {
+	return &countingConn{MessageConn: mc}
+}
+
+// countingConn counts a connection's messages and bytes each way. The
+// reader and the writer each touch only their own pair, on cache lines of
+// their own.
+type countingConn struct {
+	transport.MessageConn
+	receivedBytes, receivedMessages atomic.Uint64
+	_                               cpu.CacheLinePad
+	sentBytes, sentMessages         atomic.Uint64
+}
+
+func (c *countingConn) counts() trafficCounts {
+	return trafficCounts{
+		sentBytes: c.sentBytes.Load(), receivedBytes: c.receivedBytes.Load(),
+		sentMessages: c.sentMessages.Load(), receivedMessages: c.receivedMessages.Load(),
+	}
+}
+
+func (c *countingConn) ReadMessage(ctx context.Context) ([]byte, error) {
+	b, err := c.MessageConn.ReadMessage(ctx)
+	if err == nil {
+		c.receivedBytes.Add(uint64(len(b)))
+		c.receivedMessages.Add(1)
+	}
+	return b, err
+}
+
+// RecycleRead implements transport.ReadRecycler as the wrapped conn does.
+func (c *countingConn) RecycleRead(b []byte) { transport.RecycleRead(c.MessageConn, b) }
+
+// WriteReleases implements transport.Releaser as the wrapped conn does.
+func (c *countingConn) WriteReleases() bool { return transport.WriteReleases(c.MessageConn) }
+
+func (c *countingConn) WriteMessage(ctx context.Context, text []byte) error {
+	err := c.MessageConn.WriteMessage(ctx, text)
+	if err == nil {
+		c.sentBytes.Add(uint64(len(text)))
+		c.sentMessages.Add(1)
+	}
+	return err
+}
+
+// stats is one reading of the host's counters and gauges.
+type stats struct {
+	connections      [len(transportKinds)]int // open, by transport
+	accepted         [len(transportKinds)]uint64
+	refused          [numRefusals]uint64
+	disconnects      [numDisconnectReasons]uint64
+	subscriptions    [numSubKinds][2]int // [kind][0 ordinary, 1 windowed]
+	totals           connTotals          // open and ended connections together
+	overloaded       uint64
+	resumes          [numResumeResults]uint64
+	terminals        int
+	tcpDialing       int
+	tcpOpen          int
+	tcpDraining      int
+	retained         int
+	telemetryMissed  uint64 // metrics batches subscribers missed (live only)
+	logRecordsMissed uint64
+}
+
+// clients returns the open connections.
+func (st *stats) clients() int {
+	n := 0
+	for _, c := range st.connections {
+		n += c
+	}
+	return n
+}
+
+// stats reads the host's counters and gauges.
+func (s *Server) stats() stats {
+	var st stats
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+		st.connections[c.transport]++
+	}
+	st.totals = s.closed // with conns, in one lock: each connection is in one of the two
+	st.terminals = len(s.terminals)
+	s.mu.Unlock()
+	for _, c := range conns {
+		st.totals.add(c.totals())
+		c.mu.Lock()
+		for uri, sub := range c.subs {
+			w := 0
+			if sub.windowed() {
+				w = 1
+			}
+			st.subscriptions[subKind(uri)][w]++
+		}
+		c.mu.Unlock()
+	}
+	for i := range st.accepted {
+		st.accepted[i] = s.counts.accepted[i].Load()
+	}
+	for i := range st.refused {
+		st.refused[i] = s.counts.refused[i].Load()
+	}
+	for i := range st.disconnects {
+		st.disconnects[i] = s.counts.disconnects[i].Load()
+	}
+	for i := range st.resumes {
+		st.resumes[i] = s.counts.resumes[i].Load()
+	}
+	st.overloaded = s.counts.overloaded.Load()
+	st.tcpDialing, st.tcpOpen, st.tcpDraining = s.tcp.Counts()
+	s.ret.mu.Lock()
+	st.retained = len(s.ret.clients)
+	s.ret.mu.Unlock()
+	st.telemetryMissed = s.telemetry.Stats().Missed
+	st.logRecordsMissed = s.telemetry.LogRecordsMissed()
+	return st
+}
+
+// endReasonOf classifies the end of c, once serve has returned: the
+// code the host closed it with (c.close), else how the client's side
+// ended (readErr).
+func endReasonOf(c *conn) disconnectReason {
+	if c.handover.Load() {
+		return discResumedElsewhere
+	}
+	switch c.closeCode {
+	case transport.CloseGoingAway:
+		return discServerShutdown
+	case transport.CloseProtocolError, transport.CloseMessageTooBig:
+		if c.closeErr != nil && c.closeErr.Error() == initTimeoutReason {
+			return discInitTimeout
+		}
+		return discProtocolError
+	case transport.ClosePeerTooSlow:
+		return discWriteTimeout
+	case transport.CloseVersionMismatch:
+		return discVersionMismatch
+	case transport.CloseInternalError:
+		if c.writeLost.Load() {
+			return discLost
+		}
+		return discInternalError
+	}
+	if p := c.readErr.Load(); p != nil && *p != nil {
+		// As shouldRetain has it: a close from the client with 1000 or
+		// 1001 is the client leaving; anything else under the reader
+		// (no close, or another code) is a loss, whose state is kept.
+		switch transport.CloseStatus(*p) {
+		case transport.CloseNormal, transport.CloseGoingAway:
+			return discClientClose
+		case transport.CloseMessageTooBig:
+			return discProtocolError
+		}
+		return discLost
+	}
+	return discOther
+}
+
+// selfStats is the sidecar's own figures for the sidecar.* metrics of
+// ahp-otlp://metrics: the same counters as the Prometheus endpoint's.
+func (s *Server) selfStats() telemetry.Self {
+	st := s.stats()
+	self := telemetry.Self{
+		Clients:       st.clients(),
+		BytesSent:     st.totals.traffic.sentBytes,
+		BytesReceived: st.totals.traffic.receivedBytes,
+		CreditWait:    st.totals.sched.CreditWait,
+		Gaps:          st.totals.sched.GapsSent,
+	}
+	for _, k := range st.subscriptions {
+		self.Subscriptions += k[0] + k[1]
+	}
+	return self
+}
