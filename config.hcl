@@ -99,14 +99,21 @@ tcp {
   dial_timeout = "10s"
   # Windowed delivery limits for forwarded connections (UTF-16 bytes, like the delivery
   # block's, which they replace for TCP channels): the most the host accepts of a
-  # client's offer. Bulk transfers need a window of a bandwidth-delay product (4 MiB
-  # here: about 1.5 MiB of stream bytes once base64 and UTF-16 are counted) and large
-  # messages (512 KiB, the most allowed: 192 KiB of stream bytes each, a fifth of the
-  # CPU a byte costs with 128 KiB ones); the sender still cuts messages smaller on slow paths, and a client offers
-  # less and grows its window only while its reader keeps up, so a stalled forwarded
-  # connection holds little.
-  window_bytes        = 4194304
+  # client's offer. A client starts each connection at a small window (128 KiB) and grows
+  # it toward twice the bandwidth-delay product it measures, only while its reader keeps
+  # up, so a stalled forwarded connection holds little. window_bytes is the most one
+  # connection may grow to: 32 MiB is about 12 MiB of stream bytes once base64 and
+  # UTF-16 are counted, twice what 1 Gbit/s with a 50 ms round trip holds in flight.
+  # Large messages (512 KiB, the most allowed: 192 KiB of stream bytes each) cost a fifth
+  # of the CPU a byte costs with 128 KiB ones; the sender still cuts them smaller on slow
+  # paths.
+  window_bytes        = 33554432
   maximum_frame_bytes = 524288
+  # The windows of one client's forwarded connections together: a window grows only
+  # within what is left (a connection always keeps its first window). The host holds at
+  # most about half a window of text per direction of a connection, so this bounds what a
+  # client's forwarded connections hold on the host to about this many bytes.
+  window_bytes_per_client = 67108864
 }
 
 telemetry {
@@ -139,8 +146,8 @@ delivery {
   transport_queue_frames = 32
   # Messages queued per client for its ordinary (non-windowed) subscriptions, all in one
   # FIFO; past it the whole backlog collapses into one channel/gap per channel it held.
-  # Those actions are not sent: a client that wants them subscribes again for a fresh
-  # snapshot.
+  # Those actions are not sent: the client reads them back with channel/page while the
+  # journal still holds them, else subscribes again for a fresh snapshot.
   ordinary_queue_messages = 1024
   # Responses queued per client; past it the client is too slow and its connection is
   # closed. Credit and gap notices, also never dropped, are queued apart (at most one
@@ -162,8 +169,8 @@ delivery {
 }
 
 journal {
-  # Actions the host keeps (UTF-8 bytes, 8 MiB in all: each channel's log gets an equal
-  # share over terminal.max_total, at least 256 KiB) and the age past which entries are
+  # Actions the host keeps (UTF-8 bytes: each channel's log gets max_bytes /
+  # terminal.max_total, at least 256 KiB, so 256 KiB each by default) and the age past which entries are
   # dropped. Windowed subscribers read the log at their own pace; one that falls behind
   # what is kept gets a snapshot instead.
   max_bytes = 8388608

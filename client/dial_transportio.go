@@ -35,7 +35,7 @@ const webTransportBudget = 3 * time.Second
 // dialTransportIO connects to an https:// URL with transport-io. auto tries
 // WebTransport first and falls back to the WebSocket mapping when the QUIC
 // path fails; a WT_UNAUTHORIZED refusal is final and never retried.
-func dialTransportIO(ctx context.Context, u *url.URL, mode string, tlsConf *tls.Config, header http.Header, hc *http.Client) (transport.MessageConn, error) {
+func dialTransportIO(ctx context.Context, u *url.URL, mode string, tlsConf *tls.Config, header http.Header, hc *http.Client, compress bool) (transport.MessageConn, error) {
 	wsURL := *u
 	wsURL.Scheme = "wss"
 	if u.Scheme == "http" {
@@ -54,7 +54,7 @@ func dialTransportIO(ctx context.Context, u *url.URL, mode string, tlsConf *tls.
 		}
 		return mc, explainTIO(u, err)
 	case TransportWebSocket:
-		mc, err := transport.DialTIOWebSocket(ctx, wsURL.String(), header, hc)
+		mc, err := transport.DialTIOWebSocket(ctx, wsURL.String(), header, hc, compress)
 		return mc, explainTIO(u, err)
 	case TransportAuto, "":
 		budget := webTransportBudget
@@ -73,7 +73,7 @@ func dialTransportIO(ctx context.Context, u *url.URL, mode string, tlsConf *tls.
 		if err == nil || transport.IsUnauthorized(err) || ctx.Err() != nil {
 			return mc, explainTIO(u, err)
 		}
-		mc, werr := transport.DialTIOWebSocket(ctx, wsURL.String(), header, hc)
+		mc, werr := transport.DialTIOWebSocket(ctx, wsURL.String(), header, hc, compress)
 		if werr != nil && errors.Is(werr, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("%s did not answer in time, neither over WebTransport (QUIC, UDP port %s) nor over WebSocket (TCP): is it a sidecar, and is it overloaded?", u.Host, portOf(u))
 		}

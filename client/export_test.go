@@ -13,6 +13,7 @@ import (
 func SetTuneRTT(t *TCPConn, d time.Duration) {
 	t.tune.mu.Lock()
 	t.tune.rtt = d
+	t.tune.rttFixed = true
 	t.tune.mu.Unlock()
 }
 

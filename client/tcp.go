@@ -110,15 +110,22 @@ const tuneRTTs = 4
 // over 100 Mbit/s with 10 ms each way: 8.2 MiB/s, 7.1 with 8 MiB here).
 const tuneAfter = 2 << 20
 
+// tuneMinRTT is the least round trip the tuning assumes: below it (a
+// loopback host) timer and scheduling noise would make every window look
+// slow.
+const tuneMinRTT = 50 * time.Microsecond
+
 // tcpTuner is the state of one TCPConn's window tuning.
 type tcpTuner struct {
-	mu      sync.Mutex
-	rtt     time.Duration   // the subscribe call's round trip
-	cur     delivery.Limits // the limits last offered
-	max     delivery.Limits
-	growing bool
-	in, out tuneEpoch  // received bytes released, sent bytes credited
-	backlog func() int // bytes our reader has not taken yet (SetBacklog)
+	mu  sync.Mutex
+	rtt time.Duration // the least subscribe round trip seen (dial, then each Grow)
+	// rttFixed keeps rtt as set (tests: SetTuneRTT).
+	rttFixed bool
+	cur      delivery.Limits // the limits last offered
+	max      delivery.Limits
+	growing  bool
+	in, out  tuneEpoch  // received bytes released, sent bytes credited
+	backlog  func() int // bytes our reader has not taken yet (SetBacklog)
 }
 
 // tuneEpoch is where a direction's current measurement began.
@@ -129,7 +136,7 @@ type tuneEpoch struct {
 
 func (tu *tcpTuner) init(rtt time.Duration, cur, maxLimits delivery.Limits) {
 	now := time.Now()
-	tu.rtt, tu.cur, tu.max = max(rtt, 50*time.Microsecond), cur, maxLimits
+	tu.rtt, tu.cur, tu.max = max(rtt, tuneMinRTT), cur, maxLimits
 	tu.in = tuneEpoch{start: now}
 	tu.out = tuneEpoch{start: now}
 }
@@ -176,10 +183,17 @@ func (t *TCPConn) maybeGrow(e *tuneEpoch, consumed delivery.UTF16Bytes) {
 	go func() {
 		ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)
 		defer cancel()
+		start := time.Now()
 		err := t.sub.Grow(ctx, next)
+		rtt := time.Since(start)
 		tu.mu.Lock()
 		defer tu.mu.Unlock()
 		tu.growing = false
+		if err == nil && !tu.rttFixed {
+			// The least round trip seen: the dial's subscribe may have
+			// met a busy host or link, a later one an idle one.
+			tu.rtt = max(min(tu.rtt, rtt), tuneMinRTT)
+		}
 		var re *rpc.Error
 		if errors.As(err, &re) {
 			tu.max = tu.cur // the host would not: stop trying

@@ -129,6 +129,14 @@ type TCP struct {
 	// block's: a client's offer is lowered to them (seed 000 Negotiation).
 	WindowBytes       int64
 	MaximumFrameBytes int64
+	// WindowBytesPerClient bounds the windowBytes of one client's TCP
+	// channels together (UTF-16 bytes): a subscribe or re-subscribe that
+	// would take the sum above it gets what is left, but never less than
+	// its first window (adapters/tcp.FirstWindowBytes at most) nor less
+	// than it has. With WindowBytes it bounds the memory a client's
+	// forwarded connections hold on the host (about half a window of text
+	// per direction: UTF-8 of UTF-16 counted bytes).
+	WindowBytesPerClient int64
 }
 
 // Telemetry is block telemetry.
@@ -314,6 +322,7 @@ func (c *Config) schema() []section {
 			{"dial_timeout", &c.TCP.DialTimeout},
 			{"window_bytes", &c.TCP.WindowBytes},
 			{"maximum_frame_bytes", &c.TCP.MaximumFrameBytes},
+			{"window_bytes_per_client", &c.TCP.WindowBytesPerClient},
 		}},
 		{"telemetry", []field{
 			{"interval", &c.Telemetry.Interval},
@@ -548,11 +557,15 @@ func (v *validator) duration(key string, d time.Duration) {
 // CheckListenAddress reports what is wrong with addr as a listen address
 // (listener.address, serve --listen): HOST:PORT, port 0-65535 (0: any
 // free port), IPv6 in brackets.
-func CheckListenAddress(addr string) error {
+func CheckListenAddress(addr string) error { return checkListenAddress(addr, "4433") }
+
+// checkListenAddress is CheckListenAddress whose error suggests port
+// example.
+func checkListenAddress(addr, example string) error {
 	host, port, err := net.SplitHostPort(addr)
 	switch {
 	case err != nil:
-		return fmt.Errorf("%q is not host:port (%v); write for example \"127.0.0.1:4433\" or \"[::]:4433\"", addr, err)
+		return fmt.Errorf("%q is not host:port (%v); write for example \"127.0.0.1:%s\" or \"[::]:%s\"", addr, err, example, example)
 	case !validPort(port):
 		return fmt.Errorf("port %q of %q is not a number from 0 to 65535", port, addr)
 	case strings.ContainsAny(host, " /"):
@@ -675,6 +688,7 @@ func (c *Config) Validate() error {
 	v.duration("tcp.dial_timeout", c.TCP.DialTimeout)
 	v.positive("tcp.window_bytes", c.TCP.WindowBytes, "UTF-16 bytes")
 	v.frameBytes("tcp.maximum_frame_bytes", c.TCP.MaximumFrameBytes)
+	v.positive("tcp.window_bytes_per_client", c.TCP.WindowBytesPerClient, "UTF-16 bytes")
 
 	// telemetry
 	v.duration("telemetry.interval", c.Telemetry.Interval)
@@ -711,7 +725,7 @@ func (c *Config) Validate() error {
 
 	// metrics
 	if m := c.Metrics.Listen; m != "" {
-		if err := CheckListenAddress(m); err != nil {
+		if err := checkListenAddress(m, "9464"); err != nil {
 			v.bad("metrics.listen", "%v", err)
 		} else if sameListenAddress(m, c.Listener.Address) {
 			v.bad("metrics.listen", "%q is listener.address too; give the metrics another port (for example \"127.0.0.1:9464\")", m)

@@ -52,7 +52,7 @@ func TestDefault(t *testing.T) {
 		Terminal: Terminal{Login: true, Term: "xterm-256color", ScrollbackBytes: 1 << 20,
 			MaxPerClient: 16, MaxTotal: 64, MaxPerPrincipal: 32, MaxPerConnection: 16, Env: map[string]string{"LANG": "C.UTF-8"}},
 		TCP: TCP{Allow: []string{"127.0.0.0/8", "::1/128"}, MaxPerClient: 256, MaxTotal: 1024, MaxPerPrincipal: 512, MaxPerConnection: 256,
-			DialTimeout: 10 * time.Second, WindowBytes: 4 << 20, MaximumFrameBytes: 512 << 10},
+			DialTimeout: 10 * time.Second, WindowBytes: 32 << 20, MaximumFrameBytes: 512 << 10, WindowBytesPerClient: 64 << 20},
 		Telemetry: Telemetry{Interval: time.Second},
 		Delivery: Delivery{WindowBytes: 262144, MaximumFrameBytes: 16384, MaxMessageBytes: 16 << 20, MaxPartialBytes: 16 << 20,
 			TransportQueueFrames: 32, OrdinaryQueueMessages: 1024, ProtectedQueueMessages: 256, WriteTimeout: 30 * time.Second,
@@ -149,6 +149,7 @@ tcp {
   dial_timeout = "1500ms"
   window_bytes = 2048
   maximum_frame_bytes = 1025
+  window_bytes_per_client = 8192
 }
 telemetry { interval = "250ms" }
 delivery {
@@ -189,7 +190,7 @@ func TestLoadOverridesEverything(t *testing.T) {
 		Terminal: Terminal{Shell: "/bin/sh", User: "root", Login: false, Term: "screen", ScrollbackBytes: 65536,
 			MaxPerClient: 2, MaxTotal: 3, MaxPerPrincipal: 6, MaxPerConnection: 7, Env: map[string]string{"FOO": "bar"}},
 		TCP: TCP{Allow: []string{"10.0.0.0/8", "192.168.1.7"}, MaxPerClient: 4, MaxTotal: 5, MaxPerPrincipal: 8, MaxPerConnection: 9,
-			DialTimeout: 1500 * time.Millisecond, WindowBytes: 2048, MaximumFrameBytes: 1025},
+			DialTimeout: 1500 * time.Millisecond, WindowBytes: 2048, MaximumFrameBytes: 1025, WindowBytesPerClient: 8192},
 		Telemetry: Telemetry{Interval: 250 * time.Millisecond},
 		Delivery: Delivery{WindowBytes: 512, MaximumFrameBytes: 1024, MaxMessageBytes: 4096, MaxPartialBytes: 8192,
 			TransportQueueFrames: 8, OrdinaryQueueMessages: 9, ProtectedQueueMessages: 10, WriteTimeout: 5 * time.Second,
@@ -288,7 +289,7 @@ func TestLoadErrors(t *testing.T) {
 		{"uid unknown", "uid.hcl", "terminal {\n  user = \"3999999999\"\n}\n",
 			[]string{`uid\.hcl:2:10: Invalid terminal\.user: no user "3999999999" on this machine`}},
 		{"metrics not host:port", "metrics.hcl", "metrics {\n  listen = \"9464\"\n}\n",
-			[]string{`metrics\.hcl:2:12: Invalid metrics\.listen: "9464" is not host:port`}},
+			[]string{`metrics\.hcl:2:12: Invalid metrics\.listen: "9464" is not host:port .*; write for example "127\.0\.0\.1:9464"`}},
 		{"metrics port out of range", "mport.hcl", "metrics {\n  listen = \"127.0.0.1:70000\"\n}\n",
 			[]string{`mport\.hcl:2:12: Invalid metrics\.listen: port "70000" of "127\.0\.0\.1:70000" is not a number from 0 to 65535`}},
 		{"metrics on the listener's port", "msame.hcl", "metrics {\n  listen = \"127.0.0.1:4433\"\n}\n",

@@ -182,6 +182,10 @@ func endReason(closeErr error, readErr *error) string {
 		return "closed by the host"
 	}
 	err := *readErr
+	var ve *transport.ViolationError
+	if errors.As(err, &ve) {
+		return fmt.Sprintf("closed by the host with code %d: %v", ve.Code, err)
+	}
 	switch code := transport.CloseStatus(err); {
 	case code == transport.CloseNormal || code == transport.CloseGoingAway:
 		return "closed by the client"
@@ -306,8 +310,9 @@ func (o *objectStream) ReadObject(v any) error {
 		if err != nil {
 			first := err // a variable of its own: &err would move err to the heap on every read
 			c.readErr.CompareAndSwap(nil, &first)
+			violation, _ := transport.Violation(err)
 			switch code := transport.CloseStatus(err); {
-			case code == transport.CloseMessageTooBig:
+			case violation == transport.CloseMessageTooBig:
 				c.log.Warn("message too big, closing", "client", c.id(), "limit", c.s.cfg.Delivery.MaxMessageBytes)
 			case code == transport.CloseNormal || code == transport.CloseGoingAway || errors.Is(err, context.Canceled):
 				// A clean end (the client closed, or we are closing): io.EOF
@@ -729,6 +734,9 @@ func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
 		switch {
 		case err == nil:
 			limits, windowed = l, true
+			if traits.Limits != nil { // a TCP channel: within the client's budget
+				limits = c.budgetWindow(p.Channel, limits, 0)
+			}
 		case errors.As(err, &lerr) && p.FlowControl.Receive.Validate() != nil:
 			// The offer itself breaks seed 000 (maximumFrameBytes >= 1024,
 			// positive values): a client error, not a decline.

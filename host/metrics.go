@@ -29,7 +29,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var (
-	descConnections = desc("connections",
+	descConnections = desc("connections_open",
 		"Client connections open now, by transport.", "transport")
 	descConnectionsTotal = desc("connections_total",
 		"Client connections accepted and served, by transport.", "transport")
@@ -60,7 +60,7 @@ var (
 	descDatagramsDropped = desc("datagrams_dropped_total",
 		"transport-io datagrams dropped, by reason: overflow and stale (outbound, overflowDropped and staleDropped), sequence and receive (inbound: out of order, or not taken in time).", "reason")
 	descTerminals = desc("terminals",
-		"Terminals open now (starting ones included).")
+		"Terminals the host holds now: starting, running, and exited but not yet disposed.")
 	descTCPChannels = desc("tcp_channels",
 		"Forwarded TCP connections now, by state: dialing, open (parked ones included), draining.", "state")
 	descRetained = desc("retained_clients",

@@ -176,7 +176,7 @@ func TestMetricsScrape(t *testing.T) {
 		t.Errorf("lint: %v %+v", err, problems)
 	}
 	for name, n := range map[string]int{
-		"sidecar_connections": 5, "sidecar_disconnects_total": 10, "sidecar_subscriptions": 12,
+		"sidecar_connections_open": 5, "sidecar_disconnects_total": 10, "sidecar_subscriptions": 12,
 		"sidecar_dropped_total": 4, "sidecar_datagrams_dropped_total": 4, "sidecar_resumes_total": 3,
 		"sidecar_tcp_channels": 3, "sidecar_gaps_total": 1,
 	} {
@@ -208,17 +208,17 @@ func TestMetricsScrape(t *testing.T) {
 	}
 	s.check(t, "after A's requests", traffic)
 	s.check(t, "after A's requests", map[string]float64{
-		`sidecar_connections{transport="other"}`:       1,
-		`sidecar_connections_total{transport="other"}`: 1,
-		`sidecar_connections{transport="websocket"}`:   0,
-		"sidecar_overloaded_total":                     1,
+		`sidecar_connections_open{transport="other"}`:     1,
+		`sidecar_connections_total{transport="other"}`:    1,
+		`sidecar_connections_open{transport="websocket"}`: 0,
+		"sidecar_overloaded_total":                        1,
 	})
 	a.end(transport.CloseNormal)
 	// Its counters moved to the host's totals: neither lost nor counted twice.
 	s = scrapeURL(t, ts.URL)
 	s.check(t, "after A closed", traffic)
 	s.check(t, "after A closed", map[string]float64{
-		`sidecar_connections{transport="other"}`:           0,
+		`sidecar_connections_open{transport="other"}`:      0,
 		`sidecar_disconnects_total{reason="client_close"}`: 1,
 	})
 
@@ -324,7 +324,7 @@ func TestMetricsScrape(t *testing.T) {
 		`sidecar_dropped_total{reason="ordinary_backlog"}`:           float64(dropped),
 		"sidecar_credit_waits_total":                                 1,
 		"sidecar_credit_wait_seconds_total":                          0, // not ended yet
-		`sidecar_connections{transport="other"}`:                     2,
+		`sidecar_connections_open{transport="other"}`:                2,
 		`sidecar_connections_total{transport="other"}`:               3,
 		`sidecar_subscriptions{delivery="ordinary",kind="root"}`:     1,
 		`sidecar_subscriptions{delivery="ordinary",kind="terminal"}`: 1,
@@ -372,9 +372,32 @@ func TestMetricsScrape(t *testing.T) {
 		`sidecar_resumes_total{result="refused"}`:                    1,
 		`sidecar_resumes_total{result="expired"}`:                    1,
 		"sidecar_retained_clients":                                   0,
-		`sidecar_connections{transport="other"}`:                     1,
+		`sidecar_connections_open{transport="other"}`:                1,
 		`sidecar_connections_total{transport="other"}`:               4,
 		`sidecar_subscriptions{delivery="ordinary",kind="terminal"}`: 0,
 		`sidecar_subscriptions{delivery="windowed",kind="terminal"}`: 0,
+	})
+}
+
+// TestViolationNotRetained: a connection that ends in a protocol
+// violation (a message too big, text that is not UTF-8, a protocol error)
+// is counted as protocol_error and its client's state is not kept for a
+// reconnect: it was not lost.
+func TestViolationNotRetained(t *testing.T) {
+	srv := newServer(t, nil)
+	ts := httptest.NewServer(host.MetricsHandler(srv))
+	defer ts.Close()
+	for i, code := range []transport.CloseCode{transport.CloseMessageTooBig, transport.CloseInvalidPayload, transport.CloseProtocolError} {
+		hc, _ := connectPipe(t, srv, 64)
+		hc.initialize(fmt.Sprintf("violator-%d", i))
+		hc.end(code)
+	}
+	if n := srv.RetainedClients(); n != 0 {
+		t.Errorf("%d clients retained after violations, want 0", n)
+	}
+	scrapeURL(t, ts.URL).check(t, "after the violations", map[string]float64{
+		`sidecar_disconnects_total{reason="protocol_error"}`: 3,
+		`sidecar_disconnects_total{reason="lost"}`:           0,
+		"sidecar_retained_clients":                           0,
 	})
 }

@@ -31,7 +31,7 @@ func (c *conn) channelPage(params json.RawMessage) (any, *rpc.Error) {
 		return nil, rpc.Missing("afterSeq")
 	}
 	if p.Limit < 0 {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "invalid params: limit must be positive (at most %d), got %d", rpc.MaxPageActions, p.Limit)
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "invalid params: limit must be 0 (the host's maximum, %d actions) or more, got %d", rpc.MaxPageActions, p.Limit)
 	}
 	limit := rpc.MaxPageActions
 	if p.Limit > 0 && p.Limit < int64(limit) {

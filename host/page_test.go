@@ -173,7 +173,7 @@ func TestChannelPageErrors(t *testing.T) {
 		{map[string]any{"channel": rpc.RootChannel}, `invalid params: "afterSeq" is required`},
 		{map[string]any{"channel": rpc.RootChannel, "afterSeq": "1"}, `invalid params: "afterSeq" must be`},
 		{map[string]any{"channel": rpc.RootChannel, "afterSeq": -1}, `invalid params`},
-		{map[string]any{"channel": rpc.RootChannel, "afterSeq": 0, "limit": -1}, `invalid params: limit must be positive`},
+		{map[string]any{"channel": rpc.RootChannel, "afterSeq": 0, "limit": -1}, `invalid params: limit must be 0 (the host's maximum, 1024 actions) or more, got -1`},
 		{map[string]any{"channel": rpc.RootChannel, "afterSeq": 0, "limit": "2"}, `invalid params: "limit" must be`},
 		{map[string]any{"channel": rpc.RootChannel, "afterSeq": from + 1000}, fmt.Sprintf("invalid params: afterSeq %d is beyond the host's serverSeq ", from+1000)},
 		{[]int{1}, `invalid params`},

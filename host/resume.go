@@ -107,6 +107,9 @@ func (s *Server) shouldRetain(c *conn) bool {
 		return true
 	}
 	if p := c.readErr.Load(); p != nil && *p != nil {
+		if _, violation := transport.Violation(*p); violation {
+			return false // a message too big, not UTF-8, a protocol error: not a loss
+		}
 		switch transport.CloseStatus(*p) {
 		case transport.CloseNormal, transport.CloseGoingAway:
 			// The client left (a detach, the end of a run), whatever
@@ -459,6 +462,7 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 	var recovered []string
 	if p.Windows != nil {
 		res.Windows = &rpc.ReconnectResultWindows{Items: []rpc.ReconnectResultItem{}}
+		var tcpWindows delivery.UTF16Bytes // granted to TCP channels so far, not registered yet
 		for _, it := range p.Windows.Items {
 			uri := it.Channel
 			if rs := r.streams[uri]; rs != nil {
@@ -467,6 +471,11 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 				item, ok := c.reclaimStream(ch, rs, it, missing)
 				if !ok {
 					continue
+				}
+				if ch.Traits().Limits != nil { // a TCP channel: within the client's budget
+					l := c.budgetWindow(uri, item.FlowControl.ClientReceive, tcpWindows)
+					item.FlowControl = rpc.NegotiatedFlowControl{ClientReceive: l, HostReceive: l}
+					tcpWindows += l.WindowBytes
 				}
 				recovered = append(recovered, uri+" "+item.Recovery)
 				res.Windows.Items = append(res.Windows.Items, item)

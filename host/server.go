@@ -50,6 +50,9 @@ type Server struct {
 	// (config delivery block); tcpMax replaces it on ahp-tcp: channels
 	// (config tcp block). UTF-16 bytes.
 	hostMax, tcpMax delivery.Limits
+	// tcpClientWindow bounds the windowBytes of one client's TCP channels
+	// together (config tcp.window_bytes_per_client; 0: no bound).
+	tcpClientWindow delivery.UTF16Bytes
 
 	// counts are the counters of rare events (host/stats.go).
 	counts serverCounters
@@ -105,6 +108,7 @@ func New(cfg *config.Config, log hclog.Logger) *Server {
 			WindowBytes:       delivery.UTF16Bytes(cfg.TCP.WindowBytes),
 			MaximumFrameBytes: delivery.UTF16Bytes(cfg.TCP.MaximumFrameBytes),
 		},
+		tcpClientWindow: delivery.UTF16Bytes(cfg.TCP.WindowBytesPerClient),
 	}
 	s.root = newRoot(s)
 	s.parkedPacing = defaultParkedPacing

@@ -338,11 +338,12 @@ func endReasonOf(c *conn) disconnectReason {
 		// As shouldRetain has it: a close from the client with 1000 or
 		// 1001 is the client leaving; anything else under the reader
 		// (no close, or another code) is a loss, whose state is kept.
+		if _, violation := transport.Violation(*p); violation {
+			return discProtocolError
+		}
 		switch transport.CloseStatus(*p) {
 		case transport.CloseNormal, transport.CloseGoingAway:
 			return discClientClose
-		case transport.CloseMessageTooBig:
-			return discProtocolError
 		}
 		return discLost
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
+	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/internal/lograte"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -29,6 +30,43 @@ func (s *Server) newTCPTable() *tcpadapter.Table {
 		Seq:             s.journal.Seq,
 		Log:             s.log.Named("tcp"),
 	})
+}
+
+// budgetWindow lowers the windowBytes of l, negotiated for the TCP
+// channel uri, to what the client's budget (tcp.window_bytes_per_client)
+// leaves beside the windows of its other TCP channels on this connection
+// (a client has one connection at a time) and extra (windows granted in
+// the same reconnect, not registered yet). It never lowers below the
+// window the channel already has, nor below its first window
+// (min(l.WindowBytes, tcpadapter.FirstWindowBytes)): a connection keeps
+// what it was given, and only growth is refused. maximumFrameBytes is
+// left alone (a reconnect's retained messages were cut to it).
+func (c *conn) budgetWindow(uri string, l delivery.Limits, extra delivery.UTF16Bytes) delivery.Limits {
+	total := c.s.tcpClientWindow
+	if total <= 0 {
+		return l
+	}
+	c.mu.Lock()
+	subs := make([]*subscription, 0, len(c.subs))
+	for _, sub := range c.subs {
+		subs = append(subs, sub)
+	}
+	c.mu.Unlock()
+	var others, cur delivery.UTF16Bytes
+	for _, sub := range subs { // outside c.mu: Traits and Limits take locks of their own
+		if sub.out == nil || sub.ch.Traits().Limits == nil {
+			continue // ordinary, or not a TCP channel
+		}
+		w := sub.out.Limits().WindowBytes
+		if sub.channel == uri {
+			cur = w
+			continue
+		}
+		others += w
+	}
+	floor := max(min(l.WindowBytes, tcpadapter.FirstWindowBytes), min(cur, l.WindowBytes))
+	l.WindowBytes = max(min(l.WindowBytes, total-others-extra), floor)
+	return l
 }
 
 // startPorts publishes the machine's listening ports in the root state

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
+	"github.com/sidecar-dev/sidecar/config"
+	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/host"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -123,5 +126,57 @@ func TestTCPResumeRefused(t *testing.T) {
 				t.Fatalf("the destination read %q, %v; want a reset", b[:n], err)
 			}
 		})
+	}
+}
+
+// TestTCPResumeWindowBudget: a reconnect that keeps several TCP channels
+// gives them windows within tcp.window_bytes_per_client, in the order
+// asked: the first what it asks (within the budget), the next what is
+// left, the last its first window only (FirstWindowBytes) when nothing is.
+func TestTCPResumeWindowBudget(t *testing.T) {
+	const total = 3 << 20
+	srv := newServer(t, func(c *config.Config) {
+		c.TCP.WindowBytes = 4 << 20
+		c.TCP.WindowBytesPerClient = total
+	})
+	hc := connect(t, srv)
+	init := hc.initialize("c1")
+	if init.Resume == nil {
+		t.Fatal("no resume token")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	uris := []string{"ahp-tcp:/a", "ahp-tcp:/b", "ahp-tcp:/c"}
+	for _, uri := range uris {
+		hc.mustCall(rpc.MethodCreateTCPConnection, map[string]any{"channel": uri, "host": "127.0.0.1", "port": l.Addr().(*net.TCPAddr).Port})
+		c, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		hc.mustCall(rpc.MethodSubscribe, windowed(uri, 64<<10, 16<<10))
+	}
+	hc.cut()
+	hc = connect(t, srv)
+	var items []rpc.ReconnectWindowItem
+	for _, uri := range uris {
+		it := window(uri, 0)
+		it.FlowControl.Receive.WindowBytes = 2 << 20
+		it.TCP = &rpc.TCPResume{}
+		items = append(items, it)
+	}
+	m, res := hc.reconnect(resumeParams("c1", init.Resume.Token, nil, items...))
+	if m.Error != nil || len(res.Missing) != 0 || res.Windows == nil || len(res.Windows.Items) != 3 {
+		t.Fatalf("reconnect: %s", m.Raw)
+	}
+	want := []delivery.UTF16Bytes{2 << 20, 1 << 20, tcpadapter.FirstWindowBytes}
+	for i, it := range res.Windows.Items {
+		fc := it.FlowControl
+		if fc.ClientReceive.WindowBytes != want[i] || fc.HostReceive != fc.ClientReceive || fc.ClientReceive.MaximumFrameBytes != 16<<10 {
+			t.Errorf("%s: %+v, want windowBytes %d both ways, frames 16 KiB", it.Channel, fc, want[i])
+		}
 	}
 }

@@ -719,3 +719,67 @@ func TestTCPUnsubscribeAfterEOFDrains(t *testing.T) {
 		t.Fatalf("destination read %d bytes (%v), want all %d then a clean end", len(got), err, total)
 	}
 }
+
+// TestTCPWindowBudgetPerClient: the windows of one client's TCP channels
+// together stay within tcp.window_bytes_per_client. A first subscribe gets
+// what is left but at least its first window (FirstWindowBytes); a
+// re-subscribe that asks for more than is left gets what is left, never
+// less than it has; a window given back (unsubscribe) can be taken again.
+func TestTCPWindowBudgetPerClient(t *testing.T) {
+	const total = 3 << 20
+	h := newTCPHarness(t, func(c *config.Config) {
+		c.TCP.WindowBytes = 4 << 20
+		c.TCP.WindowBytesPerClient = total
+	})
+	port, _ := tcpDest(t)
+	p := h.peer("tcp-budget")
+	window := func(m tcpMsg) int64 {
+		t.Helper()
+		var r struct {
+			Result struct {
+				FlowControl struct {
+					ClientReceive, HostReceive delivery.Limits
+				}
+			}
+		}
+		if m.Error != nil || json.Unmarshal(m.raw, &r) != nil {
+			t.Fatalf("subscribe: %s", m.raw)
+		}
+		if r := r.Result; r.FlowControl.ClientReceive != r.FlowControl.HostReceive {
+			t.Fatalf("clientReceive %+v != hostReceive %+v", r.FlowControl.ClientReceive, r.FlowControl.HostReceive)
+		}
+		return int64(r.Result.FlowControl.ClientReceive.WindowBytes)
+	}
+	sub := func(ch string, w int) int64 {
+		t.Helper()
+		fc := map[string]any{"receive": map[string]any{"windowBytes": w, "maximumFrameBytes": 65536}}
+		return window(p.call("subscribe", map[string]any{"channel": ch, "flowControl": fc}))
+	}
+	for _, ch := range []string{"ahp-tcp:/a", "ahp-tcp:/b", "ahp-tcp:/c"} {
+		if m := p.call("createTcpConnection", map[string]any{"channel": ch, "host": "127.0.0.1", "port": port}); m.Error != nil {
+			t.Fatalf("createTcpConnection: %s", m.raw)
+		}
+	}
+	steps := []struct {
+		ch         string
+		offer      int
+		want       int64
+		unsubFirst string
+	}{
+		{ch: "ahp-tcp:/a", offer: 128 << 10, want: 128 << 10},                                                   // 128 KiB in use
+		{ch: "ahp-tcp:/a", offer: 2 << 20, want: 2 << 20},                                                       // 2 MiB
+		{ch: "ahp-tcp:/b", offer: 4 << 20, want: 1 << 20},                                                       // what is left: 1 MiB (3 in use)
+		{ch: "ahp-tcp:/c", offer: 4 << 20, want: tcpadapter.FirstWindowBytes},                                   // nothing left: the first window
+		{ch: "ahp-tcp:/b", offer: 4 << 20, want: 1 << 20},                                                       // over budget: keeps what it has
+		{ch: "ahp-tcp:/a", offer: 4 << 20, want: 2 << 20},                                                       // likewise
+		{ch: "ahp-tcp:/b", offer: 4 << 20, want: 3<<20 - tcpadapter.FirstWindowBytes, unsubFirst: "ahp-tcp:/a"}, // a's 2 MiB given back
+	}
+	for i, s := range steps {
+		if s.unsubFirst != "" {
+			p.notify("unsubscribe", map[string]any{"channel": s.unsubFirst})
+		}
+		if got := sub(s.ch, s.offer); got != s.want {
+			t.Fatalf("step %d: %s offered %d: window %d, want %d", i, s.ch, s.offer, got, s.want)
+		}
+	}
+}

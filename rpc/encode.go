@@ -534,7 +534,11 @@ func jsonKind(goKind string) string {
 	switch goKind {
 	case "string":
 		return "a string"
-	case "int", "int64", "int32", "uint64", "uint32", "uint16", "uint8", "float64":
+	case "uint64", "uint32", "uint16", "uint8":
+		return "an integer from 0 to " + maxOf(goKind)
+	case "int", "int64", "int32":
+		return "an integer"
+	case "float64":
 		return "a number"
 	case "bool":
 		return "a boolean"
@@ -544,6 +548,21 @@ func jsonKind(goKind string) string {
 		return "an object"
 	}
 	return "of another type"
+}
+
+// maxOf is the largest value of an unsigned integer kind, in decimal.
+func maxOf(goKind string) string {
+	switch goKind {
+	case "uint64":
+		return "18446744073709551615"
+	case "uint32":
+		return "4294967295"
+	case "uint16":
+		return "65535"
+	case "uint8":
+		return "255"
+	}
+	return "?"
 }
 
 // Missing returns -32602 naming a required field that is absent.

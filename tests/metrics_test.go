@@ -70,7 +70,7 @@ func TestMetricsEndpoint(t *testing.T) {
 
 	got := scrapeMetrics(t, addr)
 	for series, want := range map[string]float64{
-		`sidecar_connections{transport="websocket"}`:       0,
+		`sidecar_connections_open{transport="websocket"}`:       0,
 		`sidecar_connections_total{transport="websocket"}`: 0,
 		"sidecar_terminals":                                0,
 		"sidecar_received_messages_total":                  0,
@@ -109,9 +109,9 @@ func TestMetricsEndpoint(t *testing.T) {
 
 	got = scrapeMetrics(t, addr)
 	for series, want := range map[string]float64{
-		`sidecar_connections{transport="websocket"}`:                 1,
+		`sidecar_connections_open{transport="websocket"}`:                 1,
 		`sidecar_connections_total{transport="websocket"}`:           1,
-		`sidecar_connections{transport="webtransport"}`:              0,
+		`sidecar_connections_open{transport="webtransport"}`:              0,
 		"sidecar_terminals":                                          1,
 		`sidecar_subscriptions{delivery="ordinary",kind="terminal"}`: 1,
 		`sidecar_subscriptions{delivery="windowed",kind="terminal"}`: 0,
@@ -147,9 +147,9 @@ func TestMetricsEndpoint(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling the endpoint: it has no event to wait on
 	}
-	if got[`sidecar_connections{transport="websocket"}`] != 0 || got["sidecar_received_messages_total"] != 5 {
+	if got[`sidecar_connections_open{transport="websocket"}`] != 0 || got["sidecar_received_messages_total"] != 5 {
 		t.Errorf("after the client left: connections %v, received messages %v; want 0 and 5",
-			got[`sidecar_connections{transport="websocket"}`], got["sidecar_received_messages_total"])
+			got[`sidecar_connections_open{transport="websocket"}`], got["sidecar_received_messages_total"])
 	}
 
 	// Off unless configured.

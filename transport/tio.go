@@ -179,10 +179,12 @@ func (o TIOOptions) listener() *transportio.Listener {
 			}
 			return nil
 		},
-		OriginPatterns:   patterns,
-		WebSocket:        o.webSocket(),
-		OnRefuse:         o.OnReject,
-		OnUpgradeRefused: o.OnUpgradeRefused,
+		OriginPatterns:       patterns,
+		Compression:          Compression,
+		CompressionThreshold: CompressionThreshold,
+		WebSocket:            o.webSocket(),
+		OnRefuse:             o.OnReject,
+		OnUpgradeRefused:     o.OnUpgradeRefused,
 	}
 }
 
@@ -270,9 +272,10 @@ func DialStdio(ctx context.Context, r io.ReadCloser, w io.WriteCloser, name stri
 }
 
 // DialTIOWebSocket dials the WebSocket mapping at url (wss://…/transport-io)
-// and waits for the handshake. A refusal returns a *TIOCloseError with
-// code 1007; an answer other than 101 (no upgrade) an *HTTPError.
-func DialTIOWebSocket(ctx context.Context, url string, header http.Header, client *http.Client) (MessageConn, error) {
+// and waits for the handshake; compress offers permessage-deflate (see
+// Compression). A refusal returns a *TIOCloseError with code 1007; an
+// answer other than 101 (no upgrade) an *HTTPError.
+func DialTIOWebSocket(ctx context.Context, url string, header http.Header, client *http.Client, compress bool) (MessageConn, error) {
 	client, dialed := corkClient(client)
 	cork := func(*http.Request) transportio.Corker {
 		if cc := dialed(); cc != nil {
@@ -280,7 +283,8 @@ func DialTIOWebSocket(ctx context.Context, url string, header http.Header, clien
 		}
 		return nil
 	}
-	s, err := transportio.DialWebSocket(ctx, url, &websocket.DialOptions{HTTPHeader: header, HTTPClient: client},
+	s, err := transportio.DialWebSocket(ctx, url, &websocket.DialOptions{HTTPHeader: header, HTTPClient: client,
+		CompressionMode: dialCompression(compress), CompressionThreshold: CompressionThreshold},
 		transportio.Config{Contract: Contract, PayloadsChecked: true}, transportio.WebSocketOptions{Cork: cork})
 	if err != nil {
 		return nil, err

@@ -128,6 +128,7 @@ const (
 	CloseNormal          CloseCode = 1000 // the client or server is done
 	CloseGoingAway       CloseCode = 1001 // the server is shutting down
 	CloseProtocolError   CloseCode = 1002 // a protocol violation (flow control, framing)
+	CloseInvalidPayload  CloseCode = 1007 // a text message that is not UTF-8
 	CloseMessageTooBig   CloseCode = 1009 // a message over the read limit
 	CloseInternalError   CloseCode = 1011
 	CloseTryAgainLater   CloseCode = 1013 // too many connections

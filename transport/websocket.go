@@ -85,10 +85,41 @@ func (w *wsConn) readErr(err error) error {
 	if lost := w.lost.Load(); lost != nil {
 		return *lost
 	}
+	if errors.Is(err, websocket.ErrMessageTooBig) {
+		// The library has closed the connection with 1009.
+		return &ViolationError{Code: CloseMessageTooBig, Err: err}
+	}
 	if reason, ok := transportio.LostReason(err); ok {
 		return &lostError{reason, err}
 	}
 	return err
+}
+
+// ViolationError is a read error after which the transport itself closed
+// the connection with Code, for what the peer sent: a message over the
+// read limit (1009) or a text message that is not UTF-8 (1007). It is not
+// a lost connection: the host keeps nothing for a reconnect.
+type ViolationError struct {
+	Code CloseCode
+	Err  error
+}
+
+func (e *ViolationError) Error() string { return e.Err.Error() }
+func (e *ViolationError) Unwrap() error { return e.Err }
+
+// Violation returns the code the transport closed with when err is a
+// ViolationError, or the peer's own 1002, 1007 or 1009 close (a PipeConn's
+// message too big reads as one); ok is false for any other error.
+func Violation(err error) (code CloseCode, ok bool) {
+	var ve *ViolationError
+	if errors.As(err, &ve) {
+		return ve.Code, true
+	}
+	switch c := CloseStatus(err); c {
+	case CloseProtocolError, CloseInvalidPayload, CloseMessageTooBig:
+		return c, true
+	}
+	return 0, false
 }
 
 // lostError says what happened to the connection in words; err is the
@@ -121,7 +152,7 @@ func (w *wsConn) ReadMessage(ctx context.Context) ([]byte, error) {
 		if typ == websocket.MessageText || typ == websocket.MessageBinary {
 			if !utf8.Valid(data) {
 				_ = w.c.Close(websocket.StatusInvalidFramePayloadData, "message is not valid UTF-8")
-				return nil, errors.New("transport: message is not valid UTF-8")
+				return nil, &ViolationError{Code: CloseInvalidPayload, Err: errors.New("transport: message is not valid UTF-8")}
 			}
 			return data, nil
 		}
@@ -213,6 +244,7 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 	if opts.Origins != nil {
 		accept = &websocket.AcceptOptions{InsecureSkipVerify: true} // Origins decided
 	}
+	accept.CompressionMode, accept.CompressionThreshold = Compression, CompressionThreshold
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if opts.Origins != nil && !opts.Origins.Check(w, r) {
 			return
@@ -249,12 +281,37 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 	})
 }
 
+// Compression is how both WebSocket endpoints (/ahp and the transport-io
+// mapping) answer a client's offer of permessage-deflate (RFC 7692): they
+// accept it, without context takeover (nothing kept per connection
+// between messages: a compressor is taken from a pool for each message),
+// and compress the messages of at least CompressionThreshold bytes. A
+// client that does not offer it (the sidecar client unless asked:
+// Options.Compress) gets uncompressed messages, as before.
+const Compression = websocket.CompressionNoContextTakeover
+
+// CompressionThreshold is the smallest message (UTF-8 bytes) a compressed
+// connection compresses: smaller ones (credit, a keystroke, a ping's
+// bytes) go as they are, without the compressor's latency and CPU.
+const CompressionThreshold = 1024
+
+// dialCompression is a DialOptions.CompressionMode: permessage-deflate
+// offered (Compression) when compress is set, else not offered.
+func dialCompression(compress bool) websocket.CompressionMode {
+	if compress {
+		return Compression
+	}
+	return websocket.CompressionDisabled
+}
+
 // DialWebSocket dials a plain-AHP WebSocket endpoint with header (which
-// carries the Authorization) and client (which carries TLS settings).
-// A refusal before the upgrade returns *HTTPError.
-func DialWebSocket(ctx context.Context, url string, header http.Header, client *http.Client, readLimit int64) (MessageConn, error) {
+// carries the Authorization) and client (which carries TLS settings);
+// compress offers permessage-deflate (see Compression). A refusal before
+// the upgrade returns *HTTPError.
+func DialWebSocket(ctx context.Context, url string, header http.Header, client *http.Client, readLimit int64, compress bool) (MessageConn, error) {
 	client, dialed := corkClient(client)
-	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: header, HTTPClient: client})
+	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: header, HTTPClient: client,
+		CompressionMode: dialCompression(compress), CompressionThreshold: CompressionThreshold})
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
 			return nil, &HTTPError{StatusCode: resp.StatusCode, Err: err}

@@ -1,12 +1,17 @@
 package transport
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,7 +46,7 @@ func TestKeepaliveHungPeer(t *testing.T) {
 			}
 		}))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		mc, err := DialWebSocket(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil, nil, 1<<20)
+		mc, err := DialWebSocket(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil, nil, 1<<20, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +209,7 @@ func TestPeerVanished(t *testing.T) {
 	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	mc, err := DialWebSocket(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil, nil, 1<<20)
+	mc, err := DialWebSocket(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil, nil, 1<<20, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,8 +221,165 @@ func TestPeerVanished(t *testing.T) {
 
 	// transport-io: the session is lost before its handshake (our frame
 	// 0 may meet the closed socket first: then it was reset).
-	_, err = DialTIOWebSocket(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+TIOPath, nil, nil)
+	_, err = DialTIOWebSocket(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+TIOPath, nil, nil, false)
 	if err == nil || (!strings.HasSuffix(err.Error(), want) && !strings.HasSuffix(err.Error(), "the peer's TCP connection was reset")) {
 		t.Errorf("transport-io: dial error %v, want one ending %q (or: was reset)", err, want)
 	}
+}
+
+// TestViolationErrors: a message over the read limit and a text message
+// that is not UTF-8 each end the connection with their close code (1009,
+// 1007), and ReadMessage returns a ViolationError with it: a violation,
+// not a lost connection.
+func TestViolationErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+		code CloseCode
+	}{
+		{"too big", []byte(strings.Repeat("x", 2048)), CloseMessageTooBig},
+		{"not UTF-8", []byte{'"', 0xff, '"'}, CloseInvalidPayload},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := make(chan error, 1)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				c, err := websocket.Accept(w, r, nil)
+				if err != nil {
+					got <- err
+					return
+				}
+				mc := NewWebSocketConn(c, r.RemoteAddr, 1024)
+				_, err = mc.ReadMessage(r.Context())
+				got <- err
+			}))
+			defer srv.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.CloseNow()
+			if err := c.Write(ctx, websocket.MessageText, tc.msg); err != nil {
+				t.Fatal(err)
+			}
+			_, _, rerr := c.Read(ctx) // the server's close
+			if code := websocket.CloseStatus(rerr); code != websocket.StatusCode(tc.code) {
+				t.Errorf("the client read %v (close %d), want close %d", rerr, code, tc.code)
+			}
+			serr := <-got
+			if code, ok := Violation(serr); !ok || code != tc.code {
+				t.Errorf("ReadMessage: %v; Violation = %d, %v, want %d, true", serr, code, ok, tc.code)
+			}
+		})
+	}
+	if _, ok := Violation(io.EOF); ok {
+		t.Error("io.EOF reads as a violation")
+	}
+}
+
+// TestAHPCompression: DialWebSocket offers permessage-deflate only when
+// asked; AHPHandler accepts the offer (and answers without it when there
+// is none); a large message crosses a compressed connection intact, in
+// fewer bytes on the wire than its text.
+func TestAHPCompression(t *testing.T) {
+	for _, compress := range []bool{false, true} {
+		type seen struct{ offer, answer string }
+		seenc := make(chan seen, 1)
+		var wire countingConn
+		h := AHPHandler(AcceptOptions{Token: "tok", ReadLimit: 1 << 20}, func(ctx context.Context, mc MessageConn) {
+			defer mc.Close(CloseNormal, "")
+			msg, err := mc.ReadMessage(ctx)
+			if err == nil {
+				_ = mc.WriteMessage(ctx, msg) // echo
+			}
+			_, _ = mc.ReadMessage(ctx) // until the client closes
+		})
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			offer := r.Header.Get("Sec-WebSocket-Extensions")
+			h.ServeHTTP(&headerSpy{ResponseWriter: w, done: func(hd http.Header) {
+				seenc <- seen{offer, hd.Get("Sec-WebSocket-Extensions")}
+			}}, r)
+		}))
+		srv.Listener = &countingListener{Listener: srv.Listener, c: &wire}
+		srv.Start()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		mc, err := DialWebSocket(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"?token=tok", nil, nil, 1<<20, compress)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := <-seenc
+		t.Logf("compress %v: offer %q, answer %q", compress, s.offer, s.answer)
+		if got := strings.Contains(s.offer, "permessage-deflate"); got != compress {
+			t.Errorf("compress %v: offer %q", compress, s.offer)
+		}
+		if got := strings.Contains(s.answer, "permessage-deflate"); got != compress {
+			t.Errorf("compress %v: answer %q", compress, s.answer)
+		}
+		// 256 KiB of base64 text, as tcp/data carries: 6 bits a character.
+		raw := make([]byte, 192<<10)
+		for i := range raw {
+			raw[i] = byte(i*7919 + i>>5*31 + i>>11*17)
+		}
+		text := []byte(`{"data":"` + base64.StdEncoding.EncodeToString(raw) + `"}`)
+		before := wire.read.Load()
+		if err := mc.WriteMessage(ctx, text); err != nil {
+			t.Fatal(err)
+		}
+		echo, err := mc.ReadMessage(ctx)
+		if err != nil || !bytes.Equal(echo, text) {
+			t.Fatalf("compress %v: echo of %d bytes: %d bytes, %v", compress, len(text), len(echo), err)
+		}
+		got := wire.read.Load() - before // the server read our message from the wire
+		if compress && got > int64(len(text))*80/100 {
+			t.Errorf("compressed: %d bytes on the wire for %d of text, want at most 80%%", got, len(text))
+		}
+		if !compress && got < int64(len(text)) {
+			t.Errorf("uncompressed: %d bytes on the wire for %d of text", got, len(text))
+		}
+		_ = mc.Close(CloseNormal, "")
+		cancel()
+		srv.Close()
+	}
+}
+
+// headerSpy calls done with the response headers when they are written.
+type headerSpy struct {
+	http.ResponseWriter
+	done func(http.Header)
+	once sync.Once
+}
+
+func (h *headerSpy) WriteHeader(code int) {
+	h.once.Do(func() { h.done(h.Header()) })
+	h.ResponseWriter.WriteHeader(code)
+}
+
+func (h *headerSpy) Unwrap() http.ResponseWriter { return h.ResponseWriter }
+
+// countingListener counts the bytes its connections read.
+type countingListener struct {
+	net.Listener
+	c *countingConn
+}
+
+type countingConn struct{ read atomic.Int64 }
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countedConn{Conn: c, n: &l.c.read}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c *countedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.n.Add(int64(n))
+	return n, err
 }

@@ -132,10 +132,10 @@ func TestTIOWebSocketMessageConn(t *testing.T) {
 	defer cancel()
 	url := "ws" + strings.TrimPrefix(hs.URL, "http") + TIOPath
 
-	if _, err := DialTIOWebSocket(ctx, url, nil, nil); !IsUnauthorized(err) {
+	if _, err := DialTIOWebSocket(ctx, url, nil, nil, false); !IsUnauthorized(err) {
 		t.Fatalf("no token: %v", err)
 	}
-	mc, err := DialTIOWebSocket(ctx, url+"?token=tok", nil, nil)
+	mc, err := DialTIOWebSocket(ctx, url+"?token=tok", nil, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}

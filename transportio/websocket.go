@@ -336,7 +336,13 @@ type Listener struct {
 	Authorize Authorize
 	// OriginPatterns for the WebSocket mapping's Origin check (coder/websocket).
 	OriginPatterns []string
-	WebSocket      WebSocketOptions
+	// Compression and CompressionThreshold: how the WebSocket mapping
+	// answers a client's offer of permessage-deflate (RFC 7692; the zero
+	// value, websocket.CompressionDisabled, declines it). The mapping's
+	// binary messages are compressed whole; nothing of §3.3 changes.
+	Compression          websocket.CompressionMode
+	CompressionThreshold int
+	WebSocket            WebSocketOptions
 	// HostOrdinal partitions datagram origins across hosts (0 for one).
 	HostOrdinal int
 	// OnRefuse is told about each refused or failed door decision.
@@ -415,7 +421,8 @@ func (l *Listener) WebSocketHandler(serve func(*Session)) http.Handler {
 			return
 		}
 		sw := &StatusRecorder{ResponseWriter: w}
-		c, err := websocket.Accept(sw, r, &websocket.AcceptOptions{OriginPatterns: l.OriginPatterns})
+		c, err := websocket.Accept(sw, r, &websocket.AcceptOptions{OriginPatterns: l.OriginPatterns,
+			CompressionMode: l.Compression, CompressionThreshold: l.CompressionThreshold})
 		if err != nil {
 			// Accept wrote the HTTP error (426 for a request that is no
 			// upgrade, 403 for a foreign origin): no session, no door.

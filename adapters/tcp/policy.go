@@ -79,3 +79,10 @@ func (p *Policy) Check(addr netip.Addr) (reason string, ok bool) {
 	}
 	return "not in tcp.allow", false
 }
+
+// FirstWindowBytes is the window (UTF-16 bytes) a TCP channel is always
+// granted, whatever its client's other connections hold
+// (config tcp.window_bytes_per_client): the delivery block's default
+// window, twice what the sidecar client offers first. A subscribe that
+// offers less gets what it offers.
+const FirstWindowBytes = 256 << 10

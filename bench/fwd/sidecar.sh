@@ -10,6 +10,7 @@
 #        wss-tio the transport-io WebSocket mapping, wt WebTransport)
 #      PROFILE_DIR: write CPU profiles serve.pprof and forward.pprof there, and
 #        allocation profiles serve.mem.pprof and forward.mem.pprof
+#      SIDECAR_FORWARD_FLAGS: more flags for sidecar forward, e.g. --compress
 #      FWD_ERR: file for sidecar forward's stderr (default: discarded with the run)
 #      LINK_RATE (bytes/s) [LINK_DELAY e.g. 10ms] [SHAPE_PORT]: put an
 #      emulated link (netprobe shape) between the client and the server.
@@ -73,7 +74,7 @@ case ${SIDECAR_TRANSPORT:-wss-ahp} in
   wt) url="https://127.0.0.1:$connect"; targs=(--transport webtransport) ;;
   *) echo "SIDECAR_TRANSPORT: wss-ahp, wss-tio or wt" >&2; exit 2 ;;
 esac
-SIDECAR_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/forward.pprof} SIDECAR_MEMPROFILE=${PROFILE_DIR:+$PROFILE_DIR/forward.mem.pprof} "$SIDECAR" forward "$url" "${targs[@]}" --token bench-token --cert-hash "$hash" "${args[@]}" \
+SIDECAR_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/forward.pprof} SIDECAR_MEMPROFILE=${PROFILE_DIR:+$PROFILE_DIR/forward.mem.pprof} "$SIDECAR" forward "$url" "${targs[@]}" ${SIDECAR_FORWARD_FLAGS:-} --token bench-token --cert-hash "$hash" "${args[@]}" \
   2>"${FWD_ERR:-$dir/forward.err}" &
 cpid=$!
 wait "$cpid"

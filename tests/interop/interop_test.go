@@ -171,7 +171,7 @@ func TestGoClientToNodeServer(t *testing.T) {
 	base := startNodeServer(t, ctx)
 
 	// The transport level: one JSON-RPC message per EMIT, both ways.
-	mc, err := transport.DialTIOWebSocket(ctx, "ws://"+base, nil, nil)
+	mc, err := transport.DialTIOWebSocket(ctx, "ws://"+base, nil, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
