@@ -2,9 +2,9 @@ package tests
 
 import (
 	"fmt"
-	"strconv"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
