@@ -346,7 +346,7 @@ func (f *Feed) run() {
 					break
 				}
 			}
-			f.catchUp(true)
+			f.catchUpTo(f.mark()) // bounded: a flood back meanwhile is left again
 		}
 	}
 }
@@ -520,15 +520,16 @@ func (f *Feed) applyLocked(op feedOp) {
 	}
 }
 
-// Screen brings the emulator to the newest output (rebuilding it when
-// behind) and calls fn with it, the Feed's lock held: fn must not call
-// into the Feed. A caller that holds back the output (the terminal's
-// lock) gets the screen of exactly the output so far.
+// Screen brings the emulator to the output written so far (rebuilding
+// it when its backlog was lost) and calls fn with it, the Feed's lock
+// held: fn must not call into the Feed. A caller that holds back the
+// output (the terminal's lock) gets the screen of exactly the output so
+// far; output written meanwhile by others may be in it too.
 func (f *Feed) Screen(fn func(*Screen)) {
-	f.catchUp(true)
+	f.catchUpTo(f.mark())
 	f.emu.Lock()
 	defer f.emu.Unlock()
-	for {
+	for target := f.mark(); !f.doneLocked(target); {
 		if _, more := f.stepLocked(true); !more {
 			break
 		}
@@ -536,9 +537,42 @@ func (f *Feed) Screen(fn func(*Screen)) {
 	fn(f.screen)
 }
 
-// CatchUp brings the emulator to the newest output, rebuilding it when
-// behind; it holds the emulator's lock one ReadChunk at a time.
-func (f *Feed) CatchUp() { f.catchUp(true) }
+// CatchUp brings the emulator to the output written so far, rebuilding
+// it when its backlog was lost; it holds the emulator's lock one
+// ReadChunk at a time. It is bounded: output written meanwhile is not
+// chased (a flood nobody paces would never let it end).
+func (f *Feed) CatchUp() { f.catchUpTo(f.mark()) }
+
+// mark returns the position of the output written so far.
+func (f *Feed) mark() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.written
+}
+
+// doneLocked reports, under emu, whether the emulator has the output up
+// to target and the ops before it.
+func (f *Feed) doneLocked(target int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.lost && f.fed >= target && (len(f.ops) == 0 || f.ops[0].at > target)
+}
+
+// catchUpTo feeds the emulator until it has the output up to target.
+func (f *Feed) catchUpTo(target int64) {
+	for {
+		f.emu.Lock()
+		done := f.doneLocked(target)
+		if !done {
+			_, more := f.stepLocked(true)
+			done = !more
+		}
+		f.emu.Unlock()
+		if done {
+			return
+		}
+	}
+}
 
 // Behind reports whether the emulator is behind: the goroutine leaves
 // the output (a flood) until it calms, or a snapshot asks.
