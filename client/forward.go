@@ -21,9 +21,9 @@ const DefaultForwardOpenTimeout = 30 * time.Second
 
 // DefaultForwardMaxOpening is ForwarderOptions.MaxOpening's default: the
 // local connections whose channel is opening at once. Opens take a round
-// trip or two, so the bound is reached only while the connection to the
-// host is down and new connections wait for it to resume; each holds a
-// socket and a goroutine meanwhile.
+// trip or two; the bound is reached in a burst the host opens slowly, or
+// while the connection to the host is down and new connections wait for
+// it to resume; each holds a socket and a goroutine meanwhile.
 const DefaultForwardMaxOpening = 64
 
 // ForwarderOptions configure a Forwarder. The zero value works.
@@ -43,8 +43,10 @@ type ForwarderOptions struct {
 	OpenTimeout time.Duration
 	// MaxOpening bounds the accepted connections whose channels are
 	// opening at once (while the connection to the host is down they all
-	// wait for it to resume); one more is reset at once, with a line
-	// saying so. 0: DefaultForwardMaxOpening.
+	// wait for it to resume). Past it a -L listener stops accepting (later
+	// connections wait in the kernel's listen backlog, none is refused) and
+	// a SOCKS request waits for a slot within OpenTimeout.
+	// 0: DefaultForwardMaxOpening.
 	MaxOpening int
 	// SOCKSHandshakeTimeout bounds a SOCKS client's handshake, from its
 	// first byte to its request; a client that stalls in it is closed,
@@ -296,30 +298,39 @@ func (fw *Forwarder) closeActive() int {
 	return len(fw.active)
 }
 
-// errTooManyOpening: MaxOpening channels are opening already.
-type errTooManyOpening struct{ n int }
-
-func (e *errTooManyOpening) Error() string {
-	return fmt.Sprintf("refused: %d connections already wait for their channel to open (the host is slow to open them, or the connection to it is down)", e.n)
+// acquire takes one of MaxOpening slots for a channel to open, waiting
+// for one; false once the forwarder is closing or ctx ends.
+func (fw *Forwarder) acquire(ctx context.Context) bool {
+	select {
+	case fw.opening <- struct{}{}:
+		return true
+	case <-fw.done:
+		return false
+	case <-ctx.Done():
+		return false
+	}
 }
+
+func (fw *Forwarder) releaseSlot() { <-fw.opening }
 
 // dialTCP opens the channel of one accepted connection, within
 // OpenTimeout, and registers it (trackChannel). While the connection to
 // the host is down it waits for the resume; an open lost in flight (the
 // connection dropped under it) is made again once resumed, with a new
 // channel (the host drops the one it may have made). At most MaxOpening
-// at once: past it, an *errTooManyOpening at once.
-func (fw *Forwarder) dialTCP(ctx context.Context, host string, port int) (*TCPConn, error) {
-	select {
-	case fw.opening <- struct{}{}:
-	default:
-		return nil, &errTooManyOpening{n: cap(fw.opening)}
-	}
-	defer func() { <-fw.opening }()
+// open at once: with held, the caller holds a slot (acquire) and releases
+// it after; else dialTCP waits for one, within OpenTimeout.
+func (fw *Forwarder) dialTCP(ctx context.Context, host string, port int, held bool) (*TCPConn, error) {
 	ctx, cancel := context.WithTimeout(ctx, fw.opts.OpenTimeout)
 	defer cancel()
 	stop := context.AfterFunc(fw.ctx, cancel)
 	defer stop()
+	if !held {
+		if !fw.acquire(ctx) {
+			return nil, fmt.Errorf("client: no channel opened within %v: %d connections were opening", fw.opts.OpenTimeout, cap(fw.opening))
+		}
+		defer fw.releaseSlot()
+	}
 	var remote *TCPConn
 	for {
 		var err error
@@ -343,12 +354,20 @@ func (fw *Forwarder) acceptLocal(l net.Listener, host string, port int) {
 	dest := net.JoinHostPort(host, strconv.Itoa(port))
 	rl := fw.retrying(l)
 	for {
+		// A slot first: past MaxOpening channels opening, accepting
+		// pauses and later connections wait in the kernel's backlog
+		// rather than being refused.
+		if !fw.acquire(context.Background()) {
+			return // the forwarder is closing
+		}
 		c, err := rl.Accept()
 		if err != nil {
+			fw.releaseSlot()
 			return // closed: the forwarder is closing
 		}
 		local, ok := c.(*net.TCPConn)
 		if !ok {
+			fw.releaseSlot()
 			fw.log("%s: accepted a %T, not a TCP connection: closed", l.Addr(), c)
 			_ = c.Close()
 			continue
@@ -359,7 +378,8 @@ func (fw *Forwarder) acceptLocal(l net.Listener, host string, port int) {
 			defer fw.wg.Done()
 			wasReset := true
 			defer func() { fw.release(local, wasReset) }()
-			remote, err := fw.dialTCP(context.Background(), host, port)
+			remote, err := fw.dialTCP(context.Background(), host, port, true)
+			fw.releaseSlot()
 			if err != nil {
 				if !fw.ending() { // else it failed because fw is closing
 					fw.log("%s -> %s: open failed: %s", l.Addr(), printable(dest), fw.openMessage(err))

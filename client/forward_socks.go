@@ -307,7 +307,7 @@ func (o *socksOpener) Allow(ctx context.Context, req *socks5.Request) (context.C
 		return context.WithValue(ctx, socksOpenedKey{}, &socksOpened{err: socksDialError(socksHostUnreachable)}), true
 	}
 	dest := net.JoinHostPort(host, strconv.Itoa(req.DestAddr.Port))
-	remote, err := o.fw.dialTCP(ctx, host, req.DestAddr.Port)
+	remote, err := o.fw.dialTCP(ctx, host, req.DestAddr.Port, false)
 	if err != nil {
 		if o.fw.ending() {
 			// Failed because the forwarder is closing: no line, and a reset
