@@ -742,6 +742,18 @@ func (s *Subscription) Limits() (clientReceive, hostReceive delivery.Limits) {
 	return s.ClientReceive, s.HostReceive
 }
 
+// FrameBytes is the size of the tcp/data messages to build (UTF-16
+// bytes): hostReceive's maximumFrameBytes, lowered on a slow path
+// (delivery.Stream.FrameBytes).
+func (s *Subscription) FrameBytes() delivery.UTF16Bytes {
+	_, out := s.parts()
+	if out == nil {
+		_, host := s.Limits()
+		return host.MaximumFrameBytes
+	}
+	return out.FrameBytes()
+}
+
 // Window returns our sending window for this subscription: sent and
 // consumed UTF-16 bytes and the limits (hostReceive); zero when ordinary.
 func (s *Subscription) Window() (sent, consumed delivery.UTF16Bytes, l delivery.Limits) {

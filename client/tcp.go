@@ -470,8 +470,8 @@ func (t *TCPConn) Write(p []byte) (int, error) {
 		if t.isReset() {
 			return written, ErrTCPReset
 		}
-		_, host := t.sub.Limits() // Grow may change them meanwhile
-		n := t.enc.MaxPayload(t.sendOff, host.MaximumFrameBytes)
+		// Grow and the path's rate may change it meanwhile.
+		n := t.enc.MaxPayload(t.sendOff, t.sub.FrameBytes())
 		if n <= 0 {
 			return written, errors.New("client: hostReceive.maximumFrameBytes too small for tcp/data")
 		}
@@ -543,8 +543,7 @@ func (t *TCPConn) ReadFrom(r io.Reader) (int64, error) {
 // wanted one: at most one message's payload at the host's current
 // maximumFrameBytes (with the longest offset), at most tcpReadBuffer.
 func (t *TCPConn) readBufferSize(want int) int {
-	_, host := t.sub.Limits()
-	per := t.enc.MaxPayload(tcpadapter.DecodedOffset(1)<<52, host.MaximumFrameBytes)
+	per := t.enc.MaxPayload(tcpadapter.DecodedOffset(1)<<52, t.sub.FrameBytes())
 	return max(4<<10, min(want, per, tcpReadBuffer))
 }
 

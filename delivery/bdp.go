@@ -46,6 +46,19 @@ const (
 	// changes is re-measured.
 	bdpMinRTTWindow = 10 * time.Second
 	bdpRateWindow   = 2 * time.Second
+	// bdpFrameTime bounds how long one frame occupies the path at the
+	// measured rate: a message of another stream waits behind at most
+	// that much of this one's (a 512 KiB frame, 256 KiB of base64, is
+	// 84 ms at 25 Mbit/s). 4 ms leaves the largest frames (512 KiB)
+	// wherever the rate exceeds 128 MB/s (64 MB/s of base64: loopback), so
+	// that a path the CPU limits does not shrink its own frames.
+	bdpFrameTime = 4 * time.Millisecond
+	// bdpMinFrame is the least frame size the path bound asks for (the
+	// default maximumFrameBytes of a TCP channel).
+	bdpMinFrame UTF16Bytes = 16 << 10
+	// bdpLongRTT is the least round trip at which frames are sized to
+	// the path: a link with some latency (a LAN or loopback is well under).
+	bdpLongRTT = 5 * time.Millisecond
 )
 
 // sent records a data message or fragment: sentBytes and consumedBytes
@@ -91,4 +104,16 @@ func (e *bdpEstimator) limit() UTF16Bytes {
 	}
 	c := UTF16Bytes(bdpGain * e.maxRate * e.minRTT.Seconds())
 	return max(c, bdpFloor)
+}
+
+// frameLimit returns the frame size that keeps a frame within bdpFrameTime
+// of the path at the measured rate (never below bdpMinFrame), or 0 when
+// there is no measurement yet or the round trip is under bdpLongRTT: there
+// the CPU, not a link, is what a frame waits for (on loopback smaller
+// frames cost a fifth of the throughput and shorten no wait).
+func (e *bdpEstimator) frameLimit() UTF16Bytes {
+	if e.maxRate == 0 || e.minRTT < bdpLongRTT {
+		return 0
+	}
+	return max(UTF16Bytes(e.maxRate*bdpFrameTime.Seconds()), bdpMinFrame)
 }

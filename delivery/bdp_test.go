@@ -60,3 +60,34 @@ func TestBDPEstimatorMarksBounded(t *testing.T) {
 		t.Fatalf("after a covering credit: %d marks, minRTT %v", e.n, e.minRTT)
 	}
 }
+
+// TestBDPFrameLimit: the path's frame size is bdpFrameTime at the
+// measured rate, never below bdpMinFrame; without a rate, or under a
+// round trip of bdpLongRTT, there is none.
+func TestBDPFrameLimit(t *testing.T) {
+	var e bdpEstimator
+	if got := e.frameLimit(); got != 0 {
+		t.Fatalf("frameLimit before any sample = %d, want 0", got)
+	}
+	e.maxRate, e.minRTT = 1e6, bdpLongRTT-time.Microsecond
+	if got := e.frameLimit(); got != 0 {
+		t.Fatalf("frameLimit at 1 MB/s with a %v round trip = %d, want 0 (no link to wait for)", e.minRTT, got)
+	}
+	e.minRTT = bdpLongRTT
+	for _, c := range []struct {
+		rate float64 // UTF-16 bytes per second
+		want UTF16Bytes
+	}{
+		{1e6, bdpMinFrame},           // 4 KB in 4 ms: the floor
+		{3e6, bdpMinFrame},           // 12 KB in 4 ms: the floor
+		{4.096e6, bdpMinFrame},       // exactly the floor
+		{5.12e6, bdpMinFrame + 4096}, // above it
+		{25e6, 100_000},              // 100 Mbit/s of base64
+		{500e6, 2_000_000},           // loopback: above any maximumFrameBytes
+	} {
+		e.maxRate = c.rate
+		if got := e.frameLimit(); got != c.want {
+			t.Errorf("rate %.0f B/s: frameLimit = %d, want %d", c.rate, got, c.want)
+		}
+	}
+}

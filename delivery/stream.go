@@ -149,6 +149,21 @@ func (st *Stream) Limits() Limits {
 	return st.win.Limits()
 }
 
+// FrameBytes is the size of the frames a source should build for this
+// stream (UTF-16 bytes): the peer's maximumFrameBytes, lowered on a slow
+// path so that one frame holds the path for at most bdpFrameTime and
+// another stream's message never waits long behind it. It changes with
+// the path's measured rate; a larger message is still valid (Limits).
+func (st *Stream) FrameBytes() UTF16Bytes {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	m := st.win.Limits().MaximumFrameBytes
+	if f := st.bdp.frameLimit(); f > 0 && f < m {
+		return f
+	}
+	return m
+}
+
 // Idle reports whether everything sent has been credited by the peer.
 func (st *Stream) Idle() bool {
 	st.mu.Lock()

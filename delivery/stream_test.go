@@ -161,3 +161,47 @@ func TestStreamRoomPathCap(t *testing.T) {
 		t.Fatalf("Limits = %+v, want %+v (the cap is not a limit)", got, l)
 	}
 }
+
+// TestStreamFrameBytes: a source builds frames of the peer's
+// maximumFrameBytes until the path is measured, and on a slow path with a
+// long round trip frames that hold it for at most bdpFrameTime (4 ms),
+// never below bdpMinFrame; on a fast path, or a short round trip, the
+// maximum stays.
+func TestStreamFrameBytes(t *testing.T) {
+	l := Limits{WindowBytes: 4 << 20, MaximumFrameBytes: 512 << 10}
+	t0 := time.Unix(1000, 0)
+	st := newTestStream(l)
+	if got := st.FrameBytes(); got != l.MaximumFrameBytes {
+		t.Fatalf("FrameBytes before any sample = %d, want maximumFrameBytes %d", got, l.MaximumFrameBytes)
+	}
+	// 500000 bytes credited 20 ms after they were sent: 25 MB/s (100
+	// Mbit/s of base64 counted in UTF-16 bytes), 100000 in 4 ms.
+	st.mu.Lock()
+	st.bdp.sent(500_000, 0, t0)
+	st.bdp.credited(500_000, t0.Add(20*time.Millisecond))
+	st.mu.Unlock()
+	if got := st.FrameBytes(); got != 100_000 {
+		t.Fatalf("FrameBytes at 25 MB/s = %d, want 100000 (4 ms of the path)", got)
+	}
+	if got := st.Limits(); got != l {
+		t.Fatalf("Limits = %+v, want %+v (the frame size is not a limit)", got, l)
+	}
+	// A short round trip: 50000 bytes in 2 ms (25 MB/s) keeps the maximum.
+	st = newTestStream(l)
+	st.mu.Lock()
+	st.bdp.sent(50_000, 0, t0)
+	st.bdp.credited(50_000, t0.Add(2*time.Millisecond))
+	st.mu.Unlock()
+	if got := st.FrameBytes(); got != l.MaximumFrameBytes {
+		t.Fatalf("FrameBytes at 25 MB/s over 2 ms = %d, want maximumFrameBytes %d", got, l.MaximumFrameBytes)
+	}
+	// A fast path: 40 MB in 40 ms (1 GB/s) allows more than the maximum.
+	st = newTestStream(l)
+	st.mu.Lock()
+	st.bdp.sent(40_000_000, 0, t0)
+	st.bdp.credited(40_000_000, t0.Add(40*time.Millisecond))
+	st.mu.Unlock()
+	if got := st.FrameBytes(); got != l.MaximumFrameBytes {
+		t.Fatalf("FrameBytes at 1 GB/s = %d, want maximumFrameBytes %d", got, l.MaximumFrameBytes)
+	}
+}

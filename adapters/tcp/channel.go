@@ -625,11 +625,11 @@ func (tc *Channel) readLoop() {
 			}
 			continue
 		}
-		lim := st.Limits()
+		frame := st.FrameBytes()
 		tc.mu.Lock()
 		off := tc.readOff
 		tc.mu.Unlock()
-		per := tc.enc.MaxPayload(off, lim.MaximumFrameBytes)
+		per := tc.enc.MaxPayload(off, frame)
 		if per <= 0 {
 			tc.abort("maximumFrameBytes too small for tcp/data", true)
 			return
@@ -643,7 +643,7 @@ func (tc *Channel) readLoop() {
 			var msgs []slot
 			var total delivery.UTF16Bytes
 			for p, o := buf[:nr], off; len(p) > 0; {
-				k := min(len(p), tc.enc.MaxPayload(o, lim.MaximumFrameBytes))
+				k := min(len(p), tc.enc.MaxPayload(o, frame))
 				text := tc.enc.AppendData(Buffer(tc.enc.DataLen(o, k)), o, p[:k])
 				size := tc.enc.DataSize(len(text))
 				msgs = append(msgs, slot{text: text, size: size, end: o + DecodedOffset(k)})
