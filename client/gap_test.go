@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -69,11 +70,47 @@ func pageResult(id string, toSeq, headSeq int, actions ...string) string {
 
 // syncLog collects OnSync's statuses.
 type syncLog struct {
-	mu sync.Mutex
-	st []client.SyncStatus
+	mu      sync.Mutex
+	st      []client.SyncStatus
+	changed chan struct{} // 1-slot: a status was added
 }
 
-func (l *syncLog) add(s client.SyncStatus) { l.mu.Lock(); l.st = append(l.st, s); l.mu.Unlock() }
+func (l *syncLog) add(s client.SyncStatus) {
+	l.mu.Lock()
+	l.st = append(l.st, s)
+	if l.changed == nil {
+		l.changed = make(chan struct{}, 1)
+	}
+	ch := l.changed
+	l.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// waitCurrent waits (until ctx ends) for the last status told to be
+// Current: OnSync says so after the actions are delivered, so Copy may
+// return first. It returns the log.
+func (l *syncLog) waitCurrent(ctx context.Context) string {
+	for {
+		l.mu.Lock()
+		done := len(l.st) > 0 && l.st[len(l.st)-1].State == client.Current
+		if l.changed == nil {
+			l.changed = make(chan struct{}, 1)
+		}
+		ch := l.changed
+		l.mu.Unlock()
+		if done {
+			return l.String()
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return l.String()
+		}
+	}
+}
 func (l *syncLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -144,7 +181,7 @@ func TestGapPagesInOrder(t *testing.T) {
 		t.Errorf("page requests:\n%s\nwant:\n%s", strings.Join(pages, "\n"), strings.Join(wantPages, "\n"))
 	}
 	if want := ch + " stale after=3 paged=0 resub=false err=<nil>; " + ch + " paging after=0 paged=0 resub=false err=<nil>; " +
-		ch + " current after=0 paged=4 resub=false err=<nil>; "; log.String() != want {
+		ch + " current after=0 paged=4 resub=false err=<nil>; "; log.waitCurrent(ctx) != want {
 		t.Errorf("OnSync told:\n%s\nwant:\n%s", log.String(), want)
 	}
 	if st := term.Subscription().State(); st != client.Current {
@@ -200,7 +237,7 @@ func TestGapTruncatedResubscribes(t *testing.T) {
 		t.Errorf("output %q, want %q", out.String(), want)
 	}
 	if want := ch + " stale after=2 paged=0 resub=false err=<nil>; " + ch + " paging after=0 paged=0 resub=false err=<nil>; " +
-		ch + " current after=0 paged=0 resub=true err=<nil>; "; log.String() != want {
+		ch + " current after=0 paged=0 resub=true err=<nil>; "; log.waitCurrent(ctx) != want {
 		t.Errorf("OnSync told:\n%s\nwant:\n%s", log.String(), want)
 	}
 	_ = c.Close()
@@ -249,7 +286,7 @@ func TestGapHeldBound(t *testing.T) {
 	if want := "d2 " + notice + "now$ "; out.String() != want {
 		t.Errorf("output %q, want %q", out.String(), want)
 	}
-	if !strings.HasSuffix(log.String(), "current after=0 paged=1 resub=true err=<nil>; ") {
+	if !strings.HasSuffix(log.waitCurrent(ctx), "current after=0 paged=1 resub=true err=<nil>; ") {
 		t.Errorf("OnSync told %s, want current after 1 paged and a resubscribe", log.String())
 	}
 	_ = c.Close()
