@@ -381,12 +381,7 @@ func (q *msgQueue) pushWait(ctx context.Context, m *Message, below int) error {
 			return err
 		}
 		if len(q.items) < below {
-			q.items = append(q.items, m)
-			q.mu.Unlock()
-			select {
-			case q.wake <- struct{}{}:
-			default:
-			}
+			q.appendUnlock(m)
 			return nil
 		}
 		q.mu.Unlock()

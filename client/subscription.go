@@ -368,13 +368,18 @@ func (q *msgQueue) push(m *Message, limit int) error {
 		q.mu.Unlock()
 		return fmt.Errorf("client: %d messages queued on an ordinary subscription: consumer too slow", limit)
 	}
+	q.appendUnlock(m)
+	return nil
+}
+
+// appendUnlock appends m, unlocks q (held by the caller) and wakes pop.
+func (q *msgQueue) appendUnlock(m *Message) {
 	q.items = append(q.items, m)
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 func (q *msgQueue) pop(ctx context.Context) (*Message, error) {

@@ -21,39 +21,8 @@ func TestRunStoppedPagesGap(t *testing.T) {
 	// A journal that holds the whole output (64 MiB per terminal); a
 	// small FIFO, so the backlog beyond the socket buffers collapses.
 	s := startServer(t, "journal {\n  max_bytes = 4294967296\n}\ndelivery {\n  ordinary_queue_messages = 16\n}\n")
-	dir := t.TempDir()
-	goFile, doneFile := filepath.Join(dir, "go"), filepath.Join(dir, "done")
 	const lines = 2000000
-	script := fmt.Sprintf("echo ready; while [ ! -e %s ]; do sleep 0.05; done; seq 1 %d; touch %s", goFile, lines, doneFile)
-	p := start(t, append(append([]string{"run", s.url, "--ordinary"}, s.connArgs()...), "--", "sh", "-c", script)...)
-	p.stdout.waitFor(t, "run's first line", 0, "ready")
-	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := true
-	defer func() {
-		if stopped {
-			_ = p.cmd.Process.Signal(syscall.SIGCONT)
-		}
-	}()
-	if err := os.WriteFile(goFile, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for stop := time.Now().Add(waitTimeout); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(doneFile); err == nil {
-			break // the whole output is in the journal
-		}
-		if time.Now().After(stop) {
-			t.Fatalf("the program did not finish within %v", waitTimeout)
-		}
-	}
-	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	stopped = false
-	if code := p.wait(t, waitTimeout); code != 0 {
-		t.Fatalf("run exited %d; stderr:\n%s", code, tail(p.stderr.String(), 2000))
-	}
+	p := runStopped(t, s, lines)
 	var want strings.Builder
 	want.WriteString("ready\n")
 	for i := 1; i <= lines; i++ {
@@ -85,39 +54,8 @@ func TestRunStoppedPastJournal(t *testing.T) {
 	// The journal's smallest share (256 KiB per terminal) and a small
 	// FIFO: 2,000,000 lines overrun both.
 	s := startServer(t, "delivery {\n  ordinary_queue_messages = 16\n}\n")
-	dir := t.TempDir()
-	goFile, doneFile := filepath.Join(dir, "go"), filepath.Join(dir, "done")
 	const lines = 2000000
-	script := fmt.Sprintf("echo ready; while [ ! -e %s ]; do sleep 0.05; done; seq 1 %d; touch %s", goFile, lines, doneFile)
-	p := start(t, append(append([]string{"run", s.url, "--ordinary"}, s.connArgs()...), "--", "sh", "-c", script)...)
-	p.stdout.waitFor(t, "run's first line", 0, "ready")
-	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := true
-	defer func() {
-		if stopped {
-			_ = p.cmd.Process.Signal(syscall.SIGCONT)
-		}
-	}()
-	if err := os.WriteFile(goFile, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for stop := time.Now().Add(waitTimeout); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(doneFile); err == nil {
-			break
-		}
-		if time.Now().After(stop) {
-			t.Fatalf("the program did not finish within %v", waitTimeout)
-		}
-	}
-	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	stopped = false
-	if code := p.wait(t, waitTimeout); code != 0 {
-		t.Fatalf("run exited %d; stderr:\n%s", code, tail(p.stderr.String(), 2000))
-	}
+	p := runStopped(t, s, lines)
 	got := strings.ReplaceAll(p.stdout.String(), "\r\n", "\n")
 	const notice = "\n[sidecar: output skipped: the terminal's journal no longer held it]\n"
 	before, after, ok := strings.Cut(got, notice)
@@ -146,4 +84,45 @@ func TestRunStoppedPastJournal(t *testing.T) {
 		t.Errorf("the host logged no -32051 answer: the test did not overrun the journal")
 	}
 	t.Logf("%d bytes before the notice, %d after", len(before), len(after))
+}
+
+// runStopped runs `sidecar run --ordinary` of a program that prints
+// "ready", then 1..lines once released; it stops run (SIGSTOP) before
+// releasing the program, lets it finish into the journal, continues run
+// (SIGCONT) and waits for its exit (0).
+func runStopped(t *testing.T, s *server, lines int) *proc {
+	t.Helper()
+	dir := t.TempDir()
+	goFile, doneFile := filepath.Join(dir, "go"), filepath.Join(dir, "done")
+	script := fmt.Sprintf("echo ready; while [ ! -e %s ]; do sleep 0.05; done; seq 1 %d; touch %s", goFile, lines, doneFile)
+	p := start(t, append(append([]string{"run", s.url, "--ordinary"}, s.connArgs()...), "--", "sh", "-c", script)...)
+	p.stdout.waitFor(t, "run's first line", 0, "ready")
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	if err := os.WriteFile(goFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for stop := time.Now().Add(waitTimeout); ; time.Sleep(20 * time.Millisecond) { // a bounded poll of the file system
+		if _, err := os.Stat(doneFile); err == nil {
+			break // the whole output is in the journal
+		}
+		if time.Now().After(stop) {
+			t.Fatalf("the program did not finish within %v", waitTimeout)
+		}
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	if code := p.wait(t, waitTimeout); code != 0 {
+		t.Fatalf("run exited %d; stderr:\n%s", code, tail(p.stderr.String(), 2000))
+	}
+	return p
 }
