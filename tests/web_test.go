@@ -615,3 +615,35 @@ func TestWebPageTypesDuringCut(t *testing.T) {
 		t.Errorf("the typed line was echoed %d times, want once; screen:\n%s", n, tail(screen, 1500))
 	}
 }
+
+// TestWebPagePasteLarge: a 10 KiB paste reaches the shell whole, over one
+// connection: the page splits it into dispatchActions that fit the
+// host's maximumFrameBytes (one larger closed the connection, and the
+// paste was lost).
+func TestWebPagePasteLarge(t *testing.T) {
+	chromiumPath(t)
+	s := startServer(t, "")
+	b := newBrowser(t)
+	b.login(pageURL(s, "websocket"), s.token)
+	b.poll("connected", `document.getElementById("status").textContent === "connected (WebSocket)"`, waitTimeout)
+	b.must("new terminal", chromedp.Click("#new", chromedp.ByID))
+	b.poll("prompt", promptBack, waitTimeout)
+	dir := t.TempDir()
+	b.typeText(fmt.Sprintf("stty raw -echo; echo RE''ADY; head -c 10240 > %s/paste; stty sane; echo got $(wc -c < %s/paste)\r", dir, dir))
+	b.poll("raw mode", screenHas(`^READY`), waitTimeout) // the paste must not meet the line discipline's 4095-byte line
+	b.must("paste 10 KiB", input.InsertText(strings.Repeat("x", 10240)))
+	b.poll("the paste read whole", screenHas(`got 10240$`), waitTimeout)
+	if strings.Contains(s.p.stderr.String(), "frame too large") {
+		t.Errorf("the host closed a connection for a frame too large:\n%s", tail(s.p.stderr.String(), 2000))
+	}
+	var statuses []string
+	if err := b.eval(`sidecarPage.statuses()`, &statuses); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range statuses {
+		if strings.HasPrefix(st, "reconnecting") {
+			t.Errorf("the page reconnected during the paste: %q", statuses)
+			break
+		}
+	}
+}

@@ -25,6 +25,7 @@ interface Windowed {
   offer: ahp.FlowOffer;
   recv: Receiver; // replaced on each connection: counters start at zero
   send: Sender | null; // null until the host's limits are known on this connection
+  frame: number; // the host's maximumFrameBytes for what we send (UTF-16 bytes)
   queue: [number, string][]; // dispatchActions (clientSeq, text) waiting for the host's window
   unechoed: Unechoed; // sent, no echo yet: sent again after a replay
   lastApplied: number; // serverSeq of the newest action (or snapshot) received
@@ -228,6 +229,7 @@ export class Client {
       }
       w.recv.windowBytes = it.flowControl.clientReceive.windowBytes;
       w.send = new Sender(it.flowControl.hostReceive.windowBytes);
+      w.frame = it.flowControl.hostReceive.maximumFrameBytes;
       if (it.recovery !== "replay") out.unknownFate += w.unechoed.take().length; // a snapshot: their fate is unknown
       else if ((it.headSeq ?? 0) > w.lastApplied) w.awaitHead = it.headSeq!; // the echoes come with the replay
       else this.resend(channel, w);
@@ -284,7 +286,7 @@ export class Client {
 
   /** subscribeWindowed subscribes with a receive window; handler gets each data message. */
   async subscribeWindowed(channel: string, offer: ahp.FlowOffer, handler: DataHandler): Promise<void> {
-    const w: Windowed = { offer, recv: new Receiver(offer.windowBytes), send: null, queue: [], unechoed: new Unechoed(), lastApplied: 0, awaitHead: 0, handler };
+    const w: Windowed = { offer, recv: new Receiver(offer.windowBytes), send: null, frame: offer.maximumFrameBytes, queue: [], unechoed: new Unechoed(), lastApplied: 0, awaitHead: 0, handler };
     this.windowed.set(channel, w); // data may follow the result at once
     const result = await this.request("subscribe", { channel, flowControl: { receive: offer } }).catch((err) => {
       // Refused: forget it. Lost: the host may have it, a reconnect asks.
@@ -295,6 +297,7 @@ export class Client {
     if (!fc) throw new Error(`${channel}: the host declined windowed delivery`);
     w.recv.windowBytes = fc.clientReceive.windowBytes;
     w.send = new Sender(fc.hostReceive.windowBytes);
+    w.frame = fc.hostReceive.maximumFrameBytes;
     this.flush(channel, w);
   }
 
@@ -309,6 +312,24 @@ export class Client {
   receiving(channel: string): { outstanding: number; effectiveWindow: number; rate: number } | null {
     const r = this.windowed.get(channel)?.recv;
     return r ? { outstanding: r.outstanding, effectiveWindow: r.effectiveWindow, rate: r.rate } : null;
+  }
+
+  /**
+   * input sends typed or pasted text as terminal/input, split so that each
+   * dispatchAction fits the host's maximumFrameBytes (a larger one closes
+   * the connection): a UTF-16 unit is at most 6 characters of JSON (\uXXXX),
+   * and a surrogate pair is never split.
+   */
+  input(channel: string, data: string): void {
+    const frame = this.windowed.get(channel)?.frame ?? 16384;
+    const most = inputChunk(frame);
+    for (let i = 0; i < data.length; ) {
+      let end = Math.min(data.length, i + most);
+      const last = data.charCodeAt(end - 1);
+      if (end < data.length && last >= 0xd800 && last <= 0xdbff) end--; // keep the pair whole
+      this.dispatch(channel, { type: "terminal/input", data: data.slice(i, end) });
+      i = end;
+    }
   }
 
   /** dispatch sends an action; on a windowed subscription it waits for the host's window (and for a link). */
@@ -332,4 +353,9 @@ export class Client {
       this.link.send(text);
     }
   }
+}
+
+/** inputChunk is the most UTF-16 units of input one dispatchAction carries within frame UTF-16 bytes: 6 characters of JSON each at worst, 512 bytes for the envelope. */
+export function inputChunk(frame: number): number {
+  return Math.max(16, Math.floor((frame - 512) / 12));
 }

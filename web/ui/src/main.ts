@@ -393,7 +393,7 @@ async function newTerminal(): Promise<void> {
 function main(): void {
   term.open($("term"));
   term.onData((data) => {
-    if (client && current) client.dispatch(current, { type: "terminal/input", data });
+    if (client && current) client.input(current, data); // a paste may exceed a frame: split
   });
   term.onResize(({ cols, rows }) => {
     if (client && current) client.dispatch(current, { type: "terminal/resized", cols, rows });

@@ -3,7 +3,7 @@
 // rules of backoff and refusal.
 import { mock, test } from "node:test";
 import assert from "node:assert/strict";
-import { Client, RpcError, type Resumed } from "../src/client.js";
+import { Client, RpcError, inputChunk, type Resumed } from "../src/client.js";
 import type { Link } from "../src/link.js";
 import { OVERLOADED, Unechoed, backoff, graceLeft, overloadedWait, refusal } from "../src/resume.js";
 import type * as ahp from "../src/ahp.js";
@@ -314,4 +314,24 @@ test("a gap on an ordinary subscription subscribes again and hands over the fres
   c.receive(msg({ id: subs[0].id, result: { snapshot } }));
   await new Promise((r) => setImmediate(r));
   assert.deepEqual(root, [{ jsonrpc: "2.0", method: "channel/snapshot", params: { channel: "ahp-root://", snapshot } }]);
+});
+
+test("a paste is sent in dispatchActions that each fit the host's maximumFrameBytes, surrogate pairs whole", async () => {
+  const { c, l } = await session();
+  l.sent.length = 0;
+  const paste = "x".repeat(10000) + "\u0001".repeat(3000) + "😀".repeat(2000) + "end";
+  c.input(T, paste);
+  const inputs = l.sent.filter((m) => m.method === "dispatchAction");
+  assert.ok(inputs.length > 1);
+  let joined = "";
+  for (const m of inputs) {
+    const size = 2 * JSON.stringify(m).length;
+    assert.ok(size <= OFFER.maximumFrameBytes, `a dispatchAction of ${size} UTF-16 bytes`);
+    const d: string = m.params.action.data;
+    const first = d.charCodeAt(0);
+    assert.ok(!(first >= 0xdc00 && first <= 0xdfff), "a chunk starts with a low surrogate");
+    joined += d;
+  }
+  assert.equal(joined, paste);
+  assert.equal(inputChunk(16384), 1322);
 });
