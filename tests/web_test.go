@@ -647,3 +647,21 @@ func TestWebPagePasteLarge(t *testing.T) {
 		}
 	}
 }
+
+// TestWebPageHostRestarted: the page's daemon restarts (the relay now leads
+// to a twin that never knew this page): the page starts a new session and
+// says its terminal is no longer on the host, rather than showing a dead
+// screen that takes keystrokes.
+func TestWebPageHostRestarted(t *testing.T) {
+	chromiumPath(t)
+	s, relay, b := relayedPage(t, "")
+	twin := startTwin(t, s)
+	relay.SetTarget(twin.host)
+	relay.Cut()
+	b.poll("connected again", `document.getElementById("status").textContent === "connected (WebSocket)"`, waitTimeout)
+	b.poll("the terminal said gone", `/no longer on the host/.test(document.getElementById("exit").textContent)`, waitTimeout)
+	var current string
+	if err := b.eval(`sidecarPage.terminal() ?? ""`, &current); err != nil || current != "" {
+		t.Errorf("the page still shows terminal %q (%v)", current, err)
+	}
+}

@@ -182,7 +182,16 @@ async function connect(): Promise<void> {
   showRoot(init.snapshots?.find((s: any) => s.resource === ahp.ROOT)?.state as ahp.RootState | undefined);
   c.subscribe(ahp.METRICS).catch(() => {});
   const again = sessionStorage.getItem(TERMINAL_KEY);
-  if (again && terminals.some((t) => t.resource === again)) await attach(again).catch(showError);
+  if (again && terminals.some((t) => t.resource === again)) {
+    await attach(again).catch(showError);
+  } else if (current) {
+    // A new session on a host that no longer has the terminal shown (it
+    // restarted): say so rather than leave a dead screen taking keystrokes.
+    $("exit").textContent = `${current.replace("ahp-terminal:/", "")}: no longer on the host (it restarted?); open New`;
+    current = null;
+    sessionStorage.removeItem(TERMINAL_KEY);
+    renderTerminals();
+  }
 }
 
 function lost(closed: Closed): void {
