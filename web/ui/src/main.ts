@@ -414,8 +414,9 @@ function main(): void {
   $("login").onsubmit = (e) => {
     e.preventDefault();
     const input = $<HTMLInputElement>("token");
-    if (!input.value) return;
-    sessionStorage.setItem(TOKEN_KEY, input.value);
+    const token = input.value.trim(); // tokens hold no spaces: a pasted one may bring some
+    if (!token) return showLogin("Type the token sidecar serve was given.");
+    sessionStorage.setItem(TOKEN_KEY, token);
     input.value = "";
     void connect();
   };
