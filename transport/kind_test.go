@@ -29,11 +29,19 @@ func TestKindOf(t *testing.T) {
 	served := make(chan error, 1)
 	got := make(chan transport.Kind, 1)
 	gotStats := make(chan bool, 1)
+	// The handler holds the session open until the test is done: were it to
+	// return at once, the host would close the session while DialStdio is
+	// still opening its stream (CI saw "session closed by peer" that way).
+	release := make(chan struct{})
 	go func() {
 		served <- transport.ServeStdio(ctx, hostIn, hostOut, func(_ context.Context, mc transport.MessageConn) {
 			got <- transport.KindOf(mc)
 			_, ok := transport.SessionStats(mc)
 			gotStats <- ok
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
 		})
 	}()
 	mc, err := transport.DialStdio(ctx, clientIn, clientOut, "test")
@@ -54,6 +62,7 @@ func TestKindOf(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("stdio not served")
 	}
+	close(release)
 	_ = mc.Close(transport.CloseNormal, "")
 	_ = clientOut.Close()
 	_ = clientIn.Close()
