@@ -28,9 +28,6 @@ func Unreleased(t *TCPConn) int64 {
 	return int64(received - released)
 }
 
-// LastLines is lastLines, for tests.
-var LastLines = lastLines
-
 // Write-ahead bounds, for tests.
 const (
 	MaxRememberedBytes   = maxRememberedBytes

@@ -216,7 +216,7 @@ func TestGapTruncatedResubscribes(t *testing.T) {
 			if string(params) != `{"channel":"ahp-terminal:/trunc"}` {
 				t.Errorf("subscribed again with %s, want ordinary", params)
 			}
-			send(`{"jsonrpc":"2.0","id":` + id + `,"result":{"snapshot":{"resource":"` + ch + `","state":{"rows":2,"content":[{"type":"unclassified","value":"old\r\nd2 lost\r\nfresh\r\n$ "}],"lifecycle":{"status":"running"}},"fromSeq":10}}}`)
+			send(`{"jsonrpc":"2.0","id":` + id + `,"result":{"snapshot":{"resource":"` + ch + `","state":{"rows":2,"content":[{"type":"unclassified","value":"old\r\nd2 lost\r\n"},{"type":"unclassified","value":"fresh\r\n$ "}],"lifecycle":{"status":"running"}},"fromSeq":10}}}`)
 			send(`{"jsonrpc":"2.0","method":"action","params":` + data(ch, 11) + `}`)
 			send(termAction(ch, 12, `{"type":"terminal/exited","exitCode":0}`))
 		}
@@ -233,7 +233,7 @@ func TestGapTruncatedResubscribes(t *testing.T) {
 		t.Fatalf("Copy = %v, %v", code, err)
 	}
 	notice := "\r\n[sidecar: output skipped: the terminal's journal no longer held it]\r\n"
-	if want := "old\r\nd2 " + notice + "fresh\r\n$ d11 "; out.String() != want {
+	if want := "old\r\nd2 " + client.TerminalReset + notice + "fresh\r\n$ d11 "; out.String() != want {
 		t.Errorf("output %q, want %q", out.String(), want)
 	}
 	if want := ch + " stale after=2 paged=0 resub=false err=<nil>; " + ch + " paging after=0 paged=0 resub=false err=<nil>; " +
@@ -283,7 +283,7 @@ func TestGapHeldBound(t *testing.T) {
 		t.Fatalf("Copy = %v, %v", code, err)
 	}
 	notice := "\r\n[sidecar: output skipped: the terminal's journal no longer held it]\r\n"
-	if want := "d2 " + notice + "now$ "; out.String() != want {
+	if want := "d2 " + client.TerminalReset + notice + "now$ "; out.String() != want {
 		t.Errorf("output %q, want %q", out.String(), want)
 	}
 	if !strings.HasSuffix(log.waitCurrent(ctx), "current after=0 paged=1 resub=true err=<nil>; ") {

@@ -498,7 +498,7 @@ func TestReconnectScriptedSnapshot(t *testing.T) {
 	if res.UnknownFate != 2 {
 		t.Fatalf("UnknownFate %d, want 2", res.UnknownFate)
 	}
-	out.await(t, "A\r\n[sidecar: output skipped: the terminal's journal no longer held it]\r\nline1\nline2\n$ ")
+	out.await(t, "A"+client.TerminalReset+"\r\n[sidecar: output skipped: the terminal's journal no longer held it]\r\nline1\nline2\n$ ")
 }
 
 // TestReconnectGivesUp: each reason to stop ends the Conn with a

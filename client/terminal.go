@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync/atomic"
-	"unicode/utf8"
 
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -105,36 +103,13 @@ const skippedNotice = "\r\n[sidecar: output skipped: the terminal's journal no l
 // ourClaim is the claim that names this client.
 func (t *Terminal) ourClaim() rpc.Claim { return rpc.Claim{Kind: "client", ClientID: t.c.ClientID()} }
 
-// maxResumeBytes bounds what Copy writes of a mid-stream snapshot's
-// content (UTF-8 bytes): a screenful of long lines, not the scrollback.
-const maxResumeBytes = 16 << 10
-
-// lastLines returns the end of content: its last n lines (the last one
-// possibly unfinished, as a prompt is), at most maxBytes of it, cut at
-// a line start or else at a rune start.
-func lastLines(content string, n, maxBytes int) string {
-	i := len(content)
-	for ; n > 0; n-- {
-		j := strings.LastIndexByte(content[:i], '\n')
-		if j < 0 {
-			i = -1
-			break
-		}
-		i = j
-	}
-	tail := content[i+1:]
-	if len(tail) > maxBytes {
-		tail = tail[len(tail)-maxBytes:]
-		if k := strings.IndexByte(tail, '\n'); k >= 0 {
-			tail = tail[k+1:]
-		} else {
-			for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
-				tail = tail[1:]
-			}
-		}
-	}
-	return tail
-}
+// TerminalReset is VT text that puts a terminal a remote program left in
+// any state back into the plain one a shell expects: the normal screen
+// (leaving the alternate one), no scroll region (the cursor kept), the
+// cursor keys, keypad, mouse, focus and bracketed paste modes off, the
+// cursor shown, no attributes. Copy writes it before the screen of a
+// snapshot mid-stream; attach writes it when it detaches.
+const TerminalReset = "\x1b[?1049l\x1b7\x1b[r\x1b8\x1b[?1l\x1b>\x1b[?2004l\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?1004l\x1b[?25h\x1b[m"
 
 // Copy writes the terminal's output to w until the program exits, and
 // returns its exit code: 128+n when signal n killed it (the host's
@@ -173,19 +148,16 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 			// A snapshot mid-stream: this client fell behind the
 			// terminal's journal (a viewer that does not pace its
 			// output) and the host started it again from now. Output
-			// between was lost: say so, as for a gap, then show where
-			// the terminal is now, its last screenful of lines (the
-			// end of a flood, the prompt after it), which no live
-			// output may follow.
-			var content strings.Builder
-			for _, p := range st.Content {
-				content.WriteString(p.Value)
+			// between was lost: say so, as for a gap, then show the
+			// terminal as it is now, which the live output continues:
+			// the content's last part redraws its screen (the parts
+			// before it are the scrollback, docs/protocol.md), written
+			// on a terminal put back in its plain state first.
+			screen := ""
+			if n := len(st.Content); n > 0 {
+				screen = st.Content[n-1].Value
 			}
-			rows := st.Rows
-			if rows <= 0 {
-				rows = 24
-			}
-			if _, err := io.WriteString(w, skippedNotice+withoutQueries(lastLines(content.String(), rows, maxResumeBytes))); err != nil {
+			if _, err := io.WriteString(w, TerminalReset+skippedNotice+withoutQueries(screen)); err != nil {
 				return false, nil, err
 			}
 			// The claim may have passed to us in what was skipped.

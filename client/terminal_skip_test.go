@@ -14,10 +14,11 @@ import (
 // TestCopySnapshotMidStream: a channel/snapshot after the first (the host
 // restarting a client that fell behind the terminal's journal) puts a
 // notice where output was lost; before, the snapshot mid-stream dropped
-// it silently (a channel/gap loses nothing: gap_test.go). After the snapshot's notice
-// comes the last screenful of its content (rows lines), where the
-// terminal is now: the end of a flood and its prompt, which no live
-// output may follow. The host here is scripted (ordinary delivery).
+// it silently (a channel/gap loses nothing: gap_test.go). After the
+// snapshot's notice comes the terminal as it is now, which live output
+// continues: the reset to a plain terminal, then the content's last
+// part (the screen's redraw), without the scrollback part before it.
+// The host here is scripted (ordinary delivery).
 func TestCopySnapshotMidStream(t *testing.T) {
 	ctx := testCtx(t)
 	a, b := transport.Pipe(16)
@@ -25,7 +26,7 @@ func TestCopySnapshotMidStream(t *testing.T) {
 	defer c.Close()
 	const ch = "ahp-terminal:/skip"
 	state := `{"content":[{"type":"unclaimed","value":"old\r\n"}],"lifecycle":{"status":"running"}}`
-	later := `{"rows":3,"claim":{"kind":"client","clientId":"c1"},"content":[{"type":"unclassified","value":"old\r\none\r\nl3\r\nl4\r\nl5\r\nprompt$ "}],"lifecycle":{"status":"running"}}`
+	later := `{"rows":3,"claim":{"kind":"client","clientId":"c1"},"content":[{"type":"unclassified","value":"old\r\none\r\nl3\r\n"},{"type":"unclassified","value":"\u001b[2Kl4\r\n\u001b[2Kl5\r\n\u001b[2Kprompt$ \u001b[3;9H"}],"lifecycle":{"status":"running"}}`
 	served := scriptedHost(t, b, ch, state, func(action func(int, string) string) []string {
 		return []string{
 			action(2, `{"type":"terminal/data","data":"one\r\n"}`),
@@ -56,32 +57,12 @@ func TestCopySnapshotMidStream(t *testing.T) {
 		t.Fatalf("Copy = %v, %v; want exit code 4", code, err)
 	}
 	notice := "\r\n[sidecar: output skipped: the terminal's journal no longer held it]\r\n"
-	if want := "old\r\none\r\n" + notice + "l4\r\nl5\r\nprompt$ " + "eight\r\n"; out.String() != want {
+	if want := "old\r\none\r\n" + client.TerminalReset + notice + "\x1b[2Kl4\r\n\x1b[2Kl5\r\n\x1b[2Kprompt$ \x1b[3;9H" + "eight\r\n"; out.String() != want {
 		t.Errorf("output %q, want %q", out.String(), want)
 	}
 	_ = c.Close()
 	_ = b.Close(transport.CloseNormal, "")
 	<-served
-}
-
-// TestLastLines: the end of a snapshot's content Copy shows after a skip.
-func TestLastLines(t *testing.T) {
-	for _, tc := range []struct {
-		content string
-		n, max  int
-		want    string
-	}{
-		{"a\nb\nc\nprompt$ ", 2, 100, "c\nprompt$ "},
-		{"a\nb\n", 2, 100, "b\n"},
-		{"a\nb", 5, 100, "a\nb"},
-		{"", 3, 100, ""},
-		{"x\n" + strings.Repeat("y", 50) + "\nzz", 3, 10, "zz"}, // cut at a line start
-		{strings.Repeat("é", 20), 1, 5, "éé"},                   // no line start: a rune start
-	} {
-		if got := client.LastLines(tc.content, tc.n, tc.max); got != tc.want {
-			t.Errorf("lastLines(%q, %d, %d) = %q, want %q", tc.content, tc.n, tc.max, got, tc.want)
-		}
-	}
 }
 
 // TestOnClaimPassedOn: a host-originated terminal/claimed naming this

@@ -97,8 +97,8 @@ type Terminal struct {
 	Login bool   // start the shell as a login shell (argv[0] prefixed with "-")
 	Term  string // $TERM for the PTY
 
-	// ScrollbackBytes is how many UTF-8 bytes of output each terminal keeps for
-	// snapshots after a reconnect.
+	// ScrollbackBytes is how many bytes of lines scrolled off its screen each
+	// terminal keeps for snapshots (the VT text that draws them).
 	ScrollbackBytes int
 	MaxPerClient    int // open terminals one clientId may have created
 	MaxTotal        int // open terminals in total

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/charmbracelet/x/vt"
 	"net"
 	"net/http"
 	"os"
@@ -472,14 +473,19 @@ func actionData(t *testing.T, m message) string {
 	return p.Action.Data
 }
 
-// snapshotContent returns the concatenated content of the terminal state
-// in a subscribe result or a channel/snapshot's params.
+// snapshotContent returns the text a terminal snapshot (in a subscribe
+// result or a channel/snapshot's params) shows: its content (raw VT text
+// that redraws the terminal) written into a VT emulator of the state's
+// size, read back as the lines that scrolled off, then the screen's rows
+// down to the cursor's, joined by CR LF, the cursor's row up to the
+// cursor. For output that ended in a newline it is the output's end.
 func snapshotContent(t *testing.T, raw json.RawMessage) string {
 	t.Helper()
 	var r struct {
 		Snapshot struct {
 			State struct {
-				Content []struct {
+				Cols, Rows int
+				Content    []struct {
 					Value string `json:"value"`
 				} `json:"content"`
 			} `json:"state"`
@@ -491,6 +497,44 @@ func snapshotContent(t *testing.T, raw json.RawMessage) string {
 	var b strings.Builder
 	for _, p := range r.Snapshot.State.Content {
 		b.WriteString(p.Value)
+	}
+	st := r.Snapshot.State
+	return screenText(b.String(), max(st.Cols, 1), max(st.Rows, 1))
+}
+
+// screenText writes VT text into an emulator of cols×rows and returns
+// what it shows, as snapshotContent says.
+func screenText(content string, cols, rows int) string {
+	if content == "" {
+		return ""
+	}
+	e := vt.NewEmulator(cols, rows)
+	e.SetScrollbackSize(1 << 20)
+	_, _ = e.WriteString(content) // no queries in a snapshot: nothing to answer
+	var b strings.Builder
+	sb := e.Scrollback()
+	for i := range sb.Len() {
+		b.WriteString(sb.Line(i).String())
+		b.WriteString("\r\n")
+	}
+	cur := e.CursorPosition()
+	for y := range cur.Y + 1 {
+		var row strings.Builder
+		end := cols
+		if y == cur.Y {
+			end = cur.X
+		}
+		for x := range end {
+			if c := e.CellAt(x, y); c != nil {
+				row.WriteString(c.Content)
+			}
+		}
+		if y < cur.Y {
+			b.WriteString(strings.TrimRight(row.String(), " "))
+			b.WriteString("\r\n")
+		} else {
+			b.WriteString(row.String())
+		}
 	}
 	return b.String()
 }

@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sidecar-dev/sidecar/client"
 )
 
 // TestRunStoppedPagesGap (issue 16, seed 003 "catch up by cursor"): a
@@ -46,9 +49,10 @@ func TestRunStoppedPagesGap(t *testing.T) {
 
 // TestRunStoppedPastJournal: when the journal no longer reaches back to
 // where a stopped `sidecar run --ordinary` was (-32051), it subscribes
-// again and writes, after what it had, the notice and the terminal's last
-// screenful from the fresh snapshot: it ends with the program's last
-// lines, never with a hole it does not mark.
+// again and writes, after what it had, the reset to a plain terminal, the
+// notice and the terminal's screen from the fresh snapshot (its redraw):
+// it ends with the program's last lines, never with a hole it does not
+// mark.
 func TestRunStoppedPastJournal(t *testing.T) {
 	t.Parallel()
 	// The journal's smallest share (256 KiB per terminal) and a small
@@ -58,9 +62,9 @@ func TestRunStoppedPastJournal(t *testing.T) {
 	p := runStopped(t, s, lines)
 	got := strings.ReplaceAll(p.stdout.String(), "\r\n", "\n")
 	const notice = "\n[sidecar: output skipped: the terminal's journal no longer held it]\n"
-	before, after, ok := strings.Cut(got, notice)
+	before, after, ok := strings.Cut(got, client.TerminalReset+notice)
 	if !ok || strings.Count(got, notice) != 1 {
-		t.Fatalf("run's output (%d bytes) has %d notices, want 1; its end:\n%s", len(got), strings.Count(got, notice), tail(got, 400))
+		t.Fatalf("run's output (%d bytes) has %d notices (after a reset), want 1; its end:\n%q", len(got), strings.Count(got, notice), tail(got, 400))
 	}
 	// Before the notice: the lines from the start, in order, none missing.
 	var want strings.Builder
@@ -71,13 +75,19 @@ func TestRunStoppedPastJournal(t *testing.T) {
 	if !strings.HasPrefix(want.String(), before) {
 		t.Fatalf("before the notice: %q is not the start of the output", tail(before, 200))
 	}
-	// After it: the last screenful, ending with the last line.
-	var last strings.Builder
-	for i := lines - 9; i <= lines; i++ {
-		fmt.Fprintf(&last, "%d\n", i)
+	// After it: the screen's redraw, whose last rows are the last lines.
+	e := emulated(strings.ReplaceAll(after, "\n", "\r\n"))
+	y := e.Height() - 1
+	for y > 0 && emulatedRow(e, y) == "" {
+		y--
 	}
-	if !strings.HasSuffix(after, last.String()) || strings.Count(after, "\n") > 30 {
-		t.Fatalf("after the notice (%d bytes, %d lines): %q, want the last screenful ending with %q", len(after), strings.Count(after, "\n"), tail(after, 300), last.String())
+	for i := range 10 {
+		if got, want := emulatedRow(e, y-i), strconv.Itoa(lines-i); got != want {
+			t.Fatalf("after the notice (%d bytes, %d lines), row %d is %q, want %q; the text: %q", len(after), strings.Count(after, "\n"), y-i, got, want, tail(after, 300))
+		}
+	}
+	if strings.Count(after, "\n") > 30 {
+		t.Fatalf("after the notice: %d lines, want a screen's", strings.Count(after, "\n"))
 	}
 	// The host answered its channel/page -32051 (logged with the code).
 	if logs := s.p.stderr.String(); !strings.Contains(logs, `"code":-32051`) {

@@ -251,15 +251,23 @@ func TestSharerResumesFromSnapshot(t *testing.T) {
 	a.typeText(t, "seq 1 200000; echo FLOOD-$((3*3))\r")
 	a.out.waitFor(t, "the holder's flood", 0, "\r\nFLOOD-9\r\n")
 	relay.Refuse(false)
-	end := b.out.waitFor(t, "the end of the flood on the sharer", bpos, "\r\nFLOOD-9\r\n")
+	// The snapshot redraws the screen's rows (each erased first, CSI 2K)
+	// and puts the cursor back after the prompt.
+	b.out.waitFor(t, "the end of the flood on the sharer", bpos, "FLOOD-9\r\n")
+	b.out.waitFor(t, "the prompt after the flood on the sharer", bpos, "XPROMPT>")
 	screen := b.out.String()
 	if !strings.Contains(screen[bpos:], "sidecar: resumed") {
 		t.Errorf("no resumed line; screen:\n%s", tail(screen, 800))
 	}
-	if !strings.Contains(screen[max(bpos, end-200):end], "\r\n199999\r\n200000\r\n") {
-		t.Errorf("the sharer's screen does not end with the flood's last lines:\n%q", tail(screen[:end], 300))
+	shown := emulated(screen)
+	var rows []string
+	for y := range 24 {
+		rows = append(rows, emulatedRow(shown, y))
 	}
-	if n := strings.Count(screen[bpos:], "\r\n100000\r\n"); n > 1 {
+	if !strings.Contains(strings.Join(rows, "\n"), "\n199999\n200000\nFLOOD-9\nXPROMPT>") {
+		t.Errorf("the sharer's screen does not end with the flood's last lines:\n%s", strings.Join(rows, "\n"))
+	}
+	if n := len(regexp.MustCompile("(\r\n|\x1b\\[2K)100000\r\n").FindAllString(screen[bpos:], -1)); n > 1 {
 		t.Errorf("line 100000 shown %d times", n)
 	}
 	if !strings.Contains(s.p.stderr.String(), "ahp-terminal:/"+id+" snapshot") {

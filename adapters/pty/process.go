@@ -1,7 +1,8 @@
 // Package pty runs programs on pseudo-terminals for the terminal adapter:
 // one process per PTY (Process), the decoding of raw PTY output into AHP
-// terminal/data text (OutputDecoder), and a bounded scrollback for snapshots
-// (Scrollback).
+// terminal/data text (OutputDecoder), and a VT emulator behind every
+// terminal (Screen) whose redraw, with a bounded scrollback (History), is
+// a snapshot's content.
 package pty
 
 import (

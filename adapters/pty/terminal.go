@@ -63,8 +63,9 @@ type TerminalConfig struct {
 	Title, Cwd string
 	Cols, Rows int
 	Claim      rpc.Claim
-	// ScrollbackBytes bounds the scrollback the snapshot holds (UTF-8
-	// bytes of decoded output).
+	// ScrollbackBytes bounds the scrollback the snapshot holds: the
+	// lines scrolled off the screen, in bytes of the VT text that draws
+	// them (History).
 	ScrollbackBytes int
 	// Journal holds the terminal's actions.
 	Journal *journal.Journal
@@ -113,7 +114,9 @@ type Terminal struct {
 	// signal and signalNumber name the signal that killed the program.
 	signal       string
 	signalNumber int
-	scroll       *Scrollback
+	// feed runs the VT emulator every output goes through, for
+	// snapshots, off the reader's path (its own lock and goroutine).
+	feed *Feed
 	// subs holds every subscription, with its LogSource when windowed.
 	subs     map[adapters.Subscriber]*adapters.LogSource
 	attached []string // the sorted clientIds of live subs, for the catalogue
@@ -130,7 +133,7 @@ type Terminal struct {
 // NewTerminal returns the channel of proc, a program just started. Call
 // Start once the host can find it by URI.
 func NewTerminal(cfg TerminalConfig, proc *Process) *Terminal {
-	return &Terminal{
+	t := &Terminal{
 		cfg: cfg, proc: proc, j: cfg.Journal,
 		log:        cfg.Log,
 		killed:     make(chan struct{}),
@@ -140,9 +143,10 @@ func NewTerminal(cfg TerminalConfig, proc *Process) *Terminal {
 		inputWake:  make(chan struct{}, 1),
 		title:      cfg.Title, cwd: cfg.Cwd,
 		cols: cfg.Cols, rows: cfg.Rows, claim: cfg.Claim,
-		scroll: NewScrollback(cfg.ScrollbackBytes),
-		subs:   map[adapters.Subscriber]*adapters.LogSource{},
+		subs: map[adapters.Subscriber]*adapters.LogSource{},
 	}
+	t.feed = NewFeed(NewScreen(cfg.Cols, cfg.Rows, cfg.ScrollbackBytes), cfg.Cols, cfg.Rows, t.emulatorFault)
+	return t
 }
 
 // Start lists the terminal in the catalogue (unless disposed already)
@@ -153,6 +157,7 @@ func (t *Terminal) Start() {
 		t.cfg.Catalogue(t.infoLocked(), false)
 	}
 	t.mu.Unlock()
+	t.feed.Start()
 	t.wg.Add(2)
 	go t.readLoop()
 	go t.writeLoop()
@@ -187,14 +192,40 @@ func (t *Terminal) stateLocked() rpc.TerminalState {
 	if t.exited {
 		st.Lifecycle.Status = "exited"
 	}
-	if t.scroll.Len() > 0 {
-		st.Content = append(st.Content, rpc.ContentPart{Type: "unclassified", Value: t.scroll.String()})
-	}
+	st.Content = t.contentLocked()
 	return st
 }
 
-// Snapshot implements adapters.Channel.
+// contentLocked is the snapshot's content (docs/protocol.md): raw VT
+// text that redraws the terminal on a fresh terminal of its size. Its
+// last part redraws the screen (Screen.Redraw without the history); the
+// scrollback's lines, when there are any, come in a part before it, so
+// that a client that only wants the screen (one that fell behind) can
+// leave them out, and one that writes every part gets both. A terminal
+// that shows nothing yet has no content.
+//
+// The emulator is brought to the output so far (Feed.Screen): under the
+// terminal's lock no output comes in, so the content is that of the
+// journal up to the snapshot's fromSeq.
+func (t *Terminal) contentLocked() []rpc.ContentPart {
+	parts := []rpc.ContentPart{}
+	t.feed.Screen(func(s *Screen) {
+		if s.Pristine() {
+			return
+		}
+		if h := s.History(); h.Len() > 0 {
+			parts = append(parts, rpc.ContentPart{Type: "unclassified", Value: string(h.AppendTo(make([]byte, 0, h.Len())))})
+		}
+		parts = append(parts, rpc.ContentPart{Type: "unclassified", Value: string(s.Redraw(nil, false))})
+	})
+	return parts
+}
+
+// Snapshot implements adapters.Channel. The emulator first catches up
+// without the terminal's lock (a rebuild, if it fell behind, does not
+// hold up input or output), then takes what came since under it.
 func (t *Terminal) Snapshot(fn func(rpc.Snapshot)) {
+	t.feed.CatchUp()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	state, _ := rpc.Marshal(t.stateLocked())
@@ -251,12 +282,17 @@ func (t *Terminal) Dispose(by string) {
 }
 
 // Kill ends the process group and waits for the reader (which logs
-// terminal/exited) and the writer.
+// terminal/exited) and the writer, then ends the emulator's goroutines.
+// The emulator runs until then, not only until the program exits: an
+// interrupted flood's last output is emulated (a rebuild) once it is
+// calm, not on the way to terminal/exited, and an exited terminal's
+// snapshot shows its last screen.
 func (t *Terminal) Kill() {
 	t.killOnce.Do(func() { close(t.killed) })
 	_ = t.proc.Kill(KillGrace)
 	<-t.readerDone
 	t.wg.Wait()
+	t.feed.Close()
 }
 
 // WaitFlushed waits until every windowed subscription has pulled all of
@@ -530,7 +566,7 @@ func (t *Terminal) output(out View) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(out.Text) > 0 {
-		t.scroll.AppendBytes(out.Text)
+		t.feed.Write(out.Text) // a copy: the emulator is not waited for
 		// The envelope is encoded into encodeBuf, which AppendSeq copies
 		// into the entry's own text: the buffer is free again on return.
 		t.encodeBuf = AppendDataHead(t.encodeBuf[:0], t.cfg.URI, out.Text)
@@ -557,6 +593,15 @@ func (t *Terminal) output(out View) {
 	}
 	if changed {
 		t.listLocked()
+	}
+}
+
+// emulatorFault logs a panic of the VT emulator (Screen.Write), the n-th:
+// the first few, then one in a thousand. It runs on the Feed's goroutine
+// or a snapshot's, not under the terminal's lock necessarily.
+func (t *Terminal) emulatorFault(err error, n int) {
+	if n <= 3 || n%1000 == 0 {
+		t.log.Warn("terminal emulator fault", "error", err, "faults", n)
 	}
 }
 
@@ -647,6 +692,7 @@ func (t *Terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 			}
 		}
 		t.cols, t.rows = a.Cols, a.Rows
+		t.feed.Resize(a.Cols, a.Rows)
 		t.echoLocked(raw, origin, "")
 		release()
 	case rpc.ActionTerminalTitle:
@@ -664,7 +710,7 @@ func (t *Terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 		t.listLocked()
 		release()
 	case rpc.ActionTerminalCleared:
-		t.scroll.Clear()
+		t.feed.ClearHistory()
 		t.echoLocked(raw, origin, "")
 		release()
 	case rpc.ActionTerminalClaimed:

@@ -157,6 +157,13 @@ func attach(cf *connFlags, url, id, name string) error {
 	}()
 	select {
 	case <-detached:
+		if term.IsTerminal(int(os.Stdout.Fd())) {
+			// The remote program may have left our terminal on its
+			// alternate screen with mouse reporting or bracketed paste
+			// on: give the local shell back a plain terminal (a
+			// reattach redraws the program's state from its snapshot).
+			fmt.Fprint(os.Stdout, client.TerminalReset)
+		}
 		if cf.via != "" {
 			// The host is the --via command's sidecar stdio: it ends when
 			// we close its stdin, and kills its terminals as it goes.

@@ -1,0 +1,328 @@
+package pty
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// playFeed feeds steps to f the way a Terminal does (decoded text in
+// PTY-read-sized pieces, resizes in between).
+func playFeed(f *Feed, steps []vtStep) {
+	var dec OutputDecoder
+	for _, st := range steps {
+		if st.cols > 0 {
+			f.Resize(st.cols, st.rows)
+			continue
+		}
+		b := []byte(st.out)
+		for len(b) > 0 {
+			n := min(len(b), ReadChunk-17)
+			f.Write(dec.FeedView(b[:n]).Text)
+			b = b[n:]
+		}
+	}
+	f.Write(dec.FlushView().Text)
+}
+
+// sameHistory fails t where b's history differs from a's.
+func sameHistory(t *testing.T, a, b *Screen) {
+	t.Helper()
+	if got, want := string(b.History().AppendTo(nil)), string(a.History().AppendTo(nil)); got != want {
+		t.Errorf("history differs: %d lines (%d bytes), want %d lines (%d bytes)", b.History().Lines(), len(got), a.History().Lines(), len(want))
+	}
+}
+
+// waitCaughtUp waits until f's goroutine has fed the emulator all the
+// output written, without a rebuild pending.
+func waitCaughtUp(t *testing.T, f *Feed) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		f.mu.Lock()
+		done := f.fed == f.written && !f.behind && len(f.ops) == 0
+		f.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-f.caught:
+		case <-deadline:
+			t.Fatal("the emulator did not catch up in 10s")
+		}
+	}
+}
+
+// TestFeedExact: every stream of the golden test fed through a Feed
+// (its goroutine running, the resizes in order with the output) gives
+// the same screens and history as the emulator fed directly: while the
+// emulator keeps up (these streams are within FeedWork; each is written
+// at once, as one burst, so the rate bound is lifted here), the
+// snapshot is exact.
+func TestFeedExact(t *testing.T) {
+	streams := syntheticStreams()
+	for name, st := range recordedStreams(t) {
+		streams[name] = st
+	}
+	for name, steps := range streams {
+		t.Run(name, func(t *testing.T) {
+			want := NewScreen(80, 24, 1<<20)
+			defer want.Close()
+			play(want, steps)
+			f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+			f.maxRate = f.maxWork
+			f.Start()
+			defer f.Close()
+			playFeed(f, steps)
+			f.Screen(func(got *Screen) {
+				sameScreens(t, want, got)
+				sameHistory(t, want, got)
+			})
+			if n := f.Rebuilds(); n != 0 {
+				t.Errorf("%d rebuilds, want 0", n)
+			}
+		})
+	}
+}
+
+// TestFeedKeepsUp: output far past FeedWork in all, written at a pace
+// the emulator keeps up with (each piece taken before the next), is
+// emulated exactly: the history is the direct emulation's.
+func TestFeedKeepsUp(t *testing.T) {
+	want := NewScreen(80, 24, 1<<20)
+	defer want.Close()
+	f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+	f.maxWork, f.maxRate = 4096, 1<<30
+	f.Start()
+	defer f.Close()
+	for i := range 2000 {
+		line := fmt.Appendf(nil, "\x1b[3%dmline %d\x1b[m %s\r\n", i%8, i, strings.Repeat("x", i%70))
+		want.Write(line)
+		f.Write(line)
+		waitCaughtUp(t, f)
+	}
+	f.Screen(func(got *Screen) {
+		sameScreens(t, want, got)
+		sameHistory(t, want, got)
+	})
+	if n := f.Rebuilds(); n != 0 {
+		t.Errorf("%d rebuilds, want 0", n)
+	}
+}
+
+// TestFeedWriteDoesNotWait: Write returns while the emulator is busy
+// (held here by a snapshot's fn): the PTY reader never waits for it,
+// and the ring it fills stays within its bound.
+func TestFeedWriteDoesNotWait(t *testing.T) {
+	f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+	f.maxWork = 8192
+	f.Start()
+	defer f.Close()
+	wrote := make(chan struct{})
+	f.Screen(func(*Screen) {
+		go func() {
+			defer close(wrote)
+			chunk := []byte(strings.Repeat("y", ReadChunk))
+			for range 1000 { // 4 MB
+				f.Write(chunk)
+			}
+		}()
+		select {
+		case <-wrote:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Write waited for the emulator")
+		}
+	})
+	f.mu.Lock()
+	ring, behind := len(f.ring), f.behind
+	f.mu.Unlock()
+	if ring > f.maxWork || !behind {
+		t.Errorf("ring %d bytes (bound %d), behind %v: want within the bound and behind", ring, f.maxWork, behind)
+	}
+}
+
+// TestFeedRebuildKeepsFullScreen: a full-screen program (alternate
+// screen, modes, a title drawn once) floods a counter far past the
+// bound while nothing feeds the emulator: the backlog is dropped, and
+// the snapshot's rebuild gives exactly the screen of the whole stream:
+// the title and modes from before, the newest counter.
+func TestFeedRebuildKeepsFullScreen(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("$ ./fullscreen\r\n\x1b[?1049h\x1b[?1h\x1b=\x1b[?2004h\x1b[?1000h\x1b[?1006h\x1b[?25l\x1b[H\x1b[2J\x1b[5;10H\x1b[1;4;38;5;208mTITLE\x1b[m")
+	for i := range 20000 {
+		fmt.Fprintf(&b, "\x1b[20;1H\x1b[32mcounter %06d\x1b[m", i)
+	}
+	steps := []vtStep{{out: b.String()}}
+	want := NewScreen(80, 24, 1<<20)
+	defer want.Close()
+	play(want, steps)
+	f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+	f.maxWork = 16 << 10
+	defer f.Close()
+	// The program's start is taken while the emulator keeps up; the
+	// rest floods past the bound.
+	head, rest := b.String()[:200], b.String()[200:]
+	f.Write([]byte(head))
+	f.CatchUp()
+	playFeed(f, []vtStep{{out: rest}})
+	if !f.Behind() {
+		t.Fatal("not behind after a flood past the bound")
+	}
+	f.Screen(func(got *Screen) {
+		sameScreens(t, want, got)
+	})
+	if n := f.Rebuilds(); n != 1 {
+		t.Errorf("%d rebuilds, want 1", n)
+	}
+}
+
+// TestFeedRebuildLines: lines flooding past the bound while the
+// emulator is behind: the goroutine rebuilds on its own once the output
+// stops (no snapshot asked), the screen is the newest lines exactly,
+// and the history holds the lines from before the flood, then the
+// newest that scrolled off, each whole: what was dropped between is
+// lost, nothing is garbled.
+func TestFeedRebuildLines(t *testing.T) {
+	var b strings.Builder
+	for i := range 5000 {
+		fmt.Fprintf(&b, "line %05d %s\r\n", i, strings.Repeat("-", i%50))
+	}
+	b.WriteString("$ ")
+	want := NewScreen(80, 24, 1<<20)
+	defer want.Close()
+	play(want, []vtStep{{out: b.String()}})
+	f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+	f.maxWork = 32 << 10
+	f.Start()
+	defer f.Close()
+	f.Write([]byte("before 1\r\nbefore 2\r\n"))
+	waitCaughtUp(t, f)
+	f.emu.Lock() // the emulator busy: the flood falls behind
+	playFeed(f, []vtStep{{out: b.String()}})
+	behind := f.Behind()
+	f.emu.Unlock()
+	if !behind {
+		t.Fatal("not behind after a flood past the bound")
+	}
+	waitCaughtUp(t, f)
+	if n := f.Rebuilds(); n != 1 {
+		t.Errorf("%d rebuilds, want 1", n)
+	}
+	f.Screen(func(got *Screen) {
+		// The screen: the last 23 lines and the prompt, exactly.
+		for y := range 24 {
+			if g, w := rowText(vtScreen(got.Emulator(), 0), y), rowText(vtScreen(want.Emulator(), 0), y); g != w {
+				t.Errorf("row %d %q, want %q", y, g, w)
+			}
+		}
+		hist := strings.Split(strings.TrimSuffix(string(got.History().AppendTo(nil)), "\r\n"), "\r\n")
+		if len(hist) < 100 || !strings.HasPrefix(hist[0], "before 1") {
+			t.Fatalf("history of %d lines from %q: want the lines before the flood, then many", len(hist), hist[0])
+		}
+		last := -1
+		for _, l := range hist[1:] {
+			if strings.HasPrefix(l, "before 2") {
+				continue
+			}
+			var n int
+			var dashes string
+			if _, err := fmt.Sscanf(strings.ReplaceAll(l, "\x1b[m", ""), "line %d %s", &n, &dashes); err != nil && !strings.HasPrefix(l, fmt.Sprintf("line %05d", n)) {
+				t.Fatalf("history line %q is not a whole line of the output", l)
+			}
+			if want := fmt.Sprintf("line %05d %s", n, strings.Repeat("-", n%50)); strings.TrimRight(l, " ") != strings.TrimRight(want, " ") {
+				t.Fatalf("history line %q, want %q", l, want)
+			}
+			if last >= 0 && n != last+1 {
+				t.Fatalf("history line %d after %d", n, last)
+			}
+			last = n
+		}
+		if last != 5000-24 {
+			t.Errorf("the history ends with line %d, want %d", last, 5000-24)
+		}
+	})
+}
+
+// TestFeedOpsBound: resizes with no output between are bounded: past
+// maxFeedOps the emulator is behind and the ops are squashed, and a
+// rebuild applies the newest size.
+func TestFeedOpsBound(t *testing.T) {
+	f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+	defer f.Close()
+	f.Write([]byte("hello"))
+	for i := range 10 * maxFeedOps {
+		f.Resize(40+i%40, 10+i%10)
+		f.mu.Lock()
+		n := len(f.ops)
+		f.mu.Unlock()
+		if n > maxFeedOps {
+			t.Fatalf("%d ops waiting, bound %d", n, maxFeedOps)
+		}
+	}
+	f.ClearHistory()
+	f.Resize(100, 30)
+	f.Screen(func(s *Screen) {
+		if e := s.Emulator(); e.Width() != 100 || e.Height() != 30 {
+			t.Errorf("size %dx%d after the rebuild, want 100x30", e.Width(), e.Height())
+		}
+		if got := rowText(vtScreen(s.Emulator(), 0), 0); !strings.HasPrefix(got, "hello") {
+			t.Errorf("row 0 %q, want hello", got)
+		}
+	})
+}
+
+// TestFeedRateFallsBehind: output faster than FeedRate is a flood: the
+// emulator falls behind at once, its backlog kept while within
+// FeedWork, and a snapshot feeds that backlog: exact, no rebuild.
+func TestFeedRateFallsBehind(t *testing.T) {
+	f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+	f.maxRate = 5000
+	defer f.Close()
+	f.Write([]byte(strings.Repeat("a", 900))) // 900 bytes, 11 wraps: 2220 of work
+	if f.Behind() {
+		t.Fatal("behind within the rate")
+	}
+	f.Write([]byte(strings.Repeat("b", 2000)))
+	if !f.Behind() {
+		t.Fatal("not behind past the rate")
+	}
+	// The backlog is within FeedWork: a snapshot feeds it, exact.
+	want := NewScreen(80, 24, 1<<20)
+	defer want.Close()
+	want.Write([]byte(strings.Repeat("a", 900) + strings.Repeat("b", 2000)))
+	f.Screen(func(got *Screen) {
+		sameScreens(t, want, got)
+		sameHistory(t, want, got)
+	})
+	if f.Behind() || f.Rebuilds() != 0 {
+		t.Errorf("behind %v, %d rebuilds after the snapshot: want caught up, exactly", f.Behind(), f.Rebuilds())
+	}
+}
+
+// TestFeedBurstExact: a burst faster than FeedRate but within FeedWork
+// (a `cat` of a small file) has the emulator leave it while it comes;
+// once the output is calm the goroutine feeds it on its own (no
+// snapshot asked), and the screen and history are exact.
+func TestFeedBurstExact(t *testing.T) {
+	steps := syntheticStreams()["history then a prompt"]
+	want := NewScreen(80, 24, 1<<20)
+	defer want.Close()
+	play(want, steps)
+	f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+	f.maxRate = 1000
+	f.Start()
+	defer f.Close()
+	playFeed(f, steps)
+	if !f.Behind() {
+		t.Fatal("not behind after a burst past the rate")
+	}
+	waitCaughtUp(t, f)
+	f.Screen(func(got *Screen) {
+		sameScreens(t, want, got)
+		sameHistory(t, want, got)
+	})
+	if n := f.Rebuilds(); n != 0 {
+		t.Errorf("%d rebuilds, want 0", n)
+	}
+}
