@@ -21,6 +21,10 @@ type LogSource struct {
 	cursor  atomic.Uint64
 	snap    atomic.Bool // a snapshot is due
 	resyncs atomic.Uint64
+	// snaps, if set, builds the snapshots off the writer and shares
+	// them (Shared); wait is the build this source waits for (writer's).
+	snaps *Snapshots
+	wait  uint64
 
 	// pulled (1-slot) is signalled each time Next finds nothing more:
 	// the subscriber has pulled everything the journal holds.
@@ -44,6 +48,16 @@ func NewLogSource(ch Channel, j *journal.Journal) *LogSource {
 func NewLogSourceAt(ch Channel, j *journal.Journal, lastSeq uint64) *LogSource {
 	ls := &LogSource{ch: ch, j: j, pulled: make(chan struct{}, 1), stopped: make(chan struct{})}
 	ls.cursor.Store(lastSeq)
+	return ls
+}
+
+// Shared makes the source take its snapshots from snaps (built off the
+// writer goroutine, shared with the channel's other subscribers) instead
+// of building each on the writer: while one is built Next returns nil,
+// and snaps' onReady wakes the stream. Call it before the source is
+// used; it returns ls.
+func (ls *LogSource) Shared(snaps *Snapshots) *LogSource {
+	ls.snaps = snaps
 	return ls
 }
 
@@ -74,6 +88,7 @@ func (ls *LogSource) Next() []byte {
 	e, ok, err := ls.j.Next(ls.ch.URI(), ls.cursor.Load())
 	if err == journal.ErrTruncated {
 		ls.resyncs.Add(1)
+		ls.snap.Store(true)
 		return ls.snapshot()
 	}
 	if !ok {
@@ -88,7 +103,16 @@ func (ls *LogSource) Next() []byte {
 }
 
 func (ls *LogSource) snapshot() []byte {
-	text, seq := SnapshotNotification(ls.ch)
+	var text []byte
+	var seq uint64
+	if ls.snaps == nil {
+		text, seq = SnapshotNotification(ls.ch)
+	} else {
+		var ok bool
+		if text, seq, ok = ls.snaps.take(&ls.wait); !ok {
+			return nil // onReady wakes the stream
+		}
+	}
 	ls.cursor.Store(seq)
 	ls.snap.Store(false)
 	return text

@@ -117,6 +117,9 @@ type Terminal struct {
 	// feed runs the VT emulator every output goes through, for
 	// snapshots, off the reader's path (its own lock and goroutine).
 	feed *Feed
+	// snaps builds the windowed subscribers' snapshots off their
+	// writers and shares them (adapters.Snapshots).
+	snaps *adapters.Snapshots
 	// subs holds every subscription, with its LogSource when windowed.
 	subs     map[adapters.Subscriber]*adapters.LogSource
 	attached []string // the sorted clientIds of live subs, for the catalogue
@@ -146,6 +149,7 @@ func NewTerminal(cfg TerminalConfig, proc *Process) *Terminal {
 		subs: map[adapters.Subscriber]*adapters.LogSource{},
 	}
 	t.feed = NewFeed(NewScreen(cfg.Cols, cfg.Rows, cfg.ScrollbackBytes), cfg.Cols, cfg.Rows, t.emulatorFault)
+	t.snaps = adapters.NewSnapshots(t, t.j, t.wakeViewers)
 	return t
 }
 
@@ -240,7 +244,7 @@ func (t *Terminal) Recover(lastSeq uint64) adapters.Recovery {
 
 // Resume implements adapters.Channel.
 func (t *Terminal) Resume(sub adapters.Subscriber, lastSeq uint64) delivery.Source {
-	src := adapters.ResumeLog(t, t.j, lastSeq)
+	src := adapters.ResumeLog(t, t.j, lastSeq).Shared(t.snaps)
 	t.mu.Lock()
 	t.subs[sub] = src
 	t.mu.Unlock()
@@ -292,7 +296,24 @@ func (t *Terminal) Kill() {
 	_ = t.proc.Kill(KillGrace)
 	<-t.readerDone
 	t.wg.Wait()
+	t.snaps.Close()
 	t.feed.Close()
+}
+
+// wakeViewers wakes every windowed subscription's stream: a shared
+// snapshot was built (Snapshots' onReady).
+func (t *Terminal) wakeViewers() {
+	t.mu.Lock()
+	streams := make([]*delivery.Stream, 0, len(t.subs))
+	for s := range t.subs {
+		if st := s.Stream(); st != nil {
+			streams = append(streams, st)
+		}
+	}
+	t.mu.Unlock()
+	for _, st := range streams {
+		st.Wake()
+	}
 }
 
 // WaitFlushed waits until every windowed subscription has pulled all of
@@ -318,7 +339,7 @@ func (t *Terminal) WaitFlushed(wait time.Duration) {
 
 // Source implements adapters.Channel: the journal, read by cursor.
 func (t *Terminal) Source(sub adapters.Subscriber) delivery.Source {
-	src := adapters.NewLogSource(t, t.j)
+	src := adapters.NewLogSource(t, t.j).Shared(t.snaps)
 	t.mu.Lock()
 	t.subs[sub] = src
 	t.mu.Unlock()

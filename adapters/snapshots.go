@@ -1,0 +1,133 @@
+package adapters
+
+import (
+	"sync"
+	"time"
+
+	"github.com/sidecar-dev/sidecar/journal"
+)
+
+// MaxSnapshotReplay bounds what a subscriber given a shared snapshot
+// replays after it: the actions after the snapshot's serverSeq, in bytes
+// of notification text. Past it a new snapshot is built (a fresher one is
+// smaller to send than that much output).
+const MaxSnapshotReplay = 256 << 10
+
+// Snapshots builds a journaled channel's channel/snapshot notifications
+// for its windowed subscribers off their connections' writer goroutines,
+// and shares each one among them (issue 18). A terminal's snapshot runs
+// its VT emulator up to the newest output, which during a flood is tens
+// of milliseconds of work; built on a writer (LogSource.Next) it held up
+// everything else that connection sends, and fifty viewers falling
+// behind the same flood each built one, one after the other, on the
+// emulator's lock.
+//
+// A snapshot taken at serverSeq S stays good for any subscriber while the
+// journal still holds every action of the channel after S: the snapshot
+// and those actions give the same state as a fresher snapshot (seed 002,
+// snapshot then replay). So one build serves every subscriber that needs
+// one until the journal drops past it; a subscriber that waited for a
+// build gets that build even when the journal moved past it meanwhile
+// (it resyncs again later), so a flood that outruns the builds never
+// starves it.
+//
+// At most one build runs at a time, and one starts no sooner than the
+// previous one's duration after it ended: the builds take at most half
+// of a core whatever the subscribers do. Snapshots is safe for
+// concurrent use.
+type Snapshots struct {
+	ch      Channel
+	j       *journal.Journal
+	onReady func()
+
+	mu sync.Mutex
+	// text is the newest build, taken at seq; gen counts the builds
+	// ended, building tells one runs (or waits to start).
+	text     []byte
+	seq      uint64
+	gen      uint64
+	building bool
+	// earliest is when the next build may start.
+	earliest time.Time
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+// NewSnapshots returns the shared snapshots of ch, whose actions are in j.
+// onReady, if not nil, is called (on the building goroutine, with no lock
+// held) after each build: it wakes the windowed subscribers (their
+// streams' Wake), whose sources then take it.
+func NewSnapshots(ch Channel, j *journal.Journal, onReady func()) *Snapshots {
+	return &Snapshots{ch: ch, j: j, onReady: onReady}
+}
+
+// take returns a snapshot notification for a subscriber and its
+// serverSeq. wait is the subscriber's own: the build it waits for (zero
+// if none). It returns ok false, with wait set, when there is none to
+// take yet: a build is started (or runs already) and onReady tells when
+// it ends. A closed Snapshots builds synchronously (a channel going away:
+// no goroutine is left behind).
+func (s *Snapshots) take(wait *uint64) (text []byte, seq uint64, ok bool) {
+	s.mu.Lock()
+	if s.text != nil && (*wait != 0 && s.gen >= *wait || s.holdsAfter(s.seq)) {
+		text, seq = s.text, s.seq
+		s.mu.Unlock()
+		*wait = 0
+		return text, seq, true
+	}
+	if s.closed {
+		s.mu.Unlock()
+		text, seq = SnapshotNotification(s.ch)
+		*wait = 0
+		return text, seq, true
+	}
+	*wait = s.gen + 1
+	if !s.building {
+		s.building = true
+		delay := time.Until(s.earliest)
+		s.wg.Add(1)
+		go s.build(delay)
+	}
+	s.mu.Unlock()
+	return nil, 0, false
+}
+
+// holdsAfter reports whether the journal still holds every action of the
+// channel after seq, and they come to less than MaxSnapshotReplay bytes:
+// a snapshot that old is still worth sending rather than building anew.
+func (s *Snapshots) holdsAfter(seq uint64) bool {
+	if _, _, err := s.j.Next(s.ch.URI(), seq); err != nil {
+		return false
+	}
+	_, b := s.j.Lag(s.ch.URI(), seq, MaxSnapshotReplay)
+	return b < MaxSnapshotReplay
+}
+
+func (s *Snapshots) build(delay time.Duration) {
+	defer s.wg.Done()
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		<-t.C
+	}
+	start := time.Now()
+	text, seq := SnapshotNotification(s.ch)
+	took := time.Since(start)
+	s.mu.Lock()
+	s.text, s.seq = text, seq
+	s.gen++
+	s.building = false
+	s.earliest = time.Now().Add(took)
+	s.mu.Unlock()
+	if s.onReady != nil {
+		s.onReady()
+	}
+}
+
+// Close waits for a build under way; later snapshots are built by the
+// subscriber that needs one, at once.
+func (s *Snapshots) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.wg.Wait()
+}
