@@ -7,11 +7,17 @@ import (
 	"github.com/sidecar-dev/sidecar/journal"
 )
 
-// MaxSnapshotReplay bounds what a subscriber given a shared snapshot
-// replays after it: the actions after the snapshot's serverSeq, in bytes
-// of notification text. Past it a new snapshot is built (a fresher one is
-// smaller to send than that much output).
-const MaxSnapshotReplay = 256 << 10
+// A shared snapshot is given to a subscriber that did not wait for it
+// while it is younger than MaxSnapshotAge and the actions after its
+// serverSeq come to less than MaxSnapshotReplay bytes of notification
+// text: the subscriber replays those. Past either a new one is built (a
+// fresher snapshot is smaller to send than much output, and a quiet
+// channel's old snapshot would have a new subscriber replay all its
+// journal).
+const (
+	MaxSnapshotAge    = 250 * time.Millisecond
+	MaxSnapshotReplay = 64 << 10
+)
 
 // Snapshots builds a journaled channel's channel/snapshot notifications
 // for its windowed subscribers off their connections' writer goroutines,
@@ -26,7 +32,7 @@ const MaxSnapshotReplay = 256 << 10
 // journal still holds every action of the channel after S: the snapshot
 // and those actions give the same state as a fresher snapshot (seed 002,
 // snapshot then replay). So one build serves every subscriber that needs
-// one until the journal drops past it; a subscriber that waited for a
+// one shortly after (MaxSnapshotAge, MaxSnapshotReplay); a subscriber that waited for a
 // build gets that build even when the journal moved past it meanwhile
 // (it resyncs again later), so a flood that outruns the builds never
 // starves it.
@@ -39,12 +45,14 @@ type Snapshots struct {
 	ch      Channel
 	j       *journal.Journal
 	onReady func()
+	maxAge  time.Duration // MaxSnapshotAge (others in tests)
 
 	mu sync.Mutex
 	// text is the newest build, taken at seq; gen counts the builds
 	// ended, building tells one runs (or waits to start).
 	text     []byte
 	seq      uint64
+	built    time.Time
 	gen      uint64
 	building bool
 	// earliest is when the next build may start.
@@ -58,7 +66,7 @@ type Snapshots struct {
 // held) after each build: it wakes the windowed subscribers (their
 // streams' Wake), whose sources then take it.
 func NewSnapshots(ch Channel, j *journal.Journal, onReady func()) *Snapshots {
-	return &Snapshots{ch: ch, j: j, onReady: onReady}
+	return &Snapshots{ch: ch, j: j, onReady: onReady, maxAge: MaxSnapshotAge}
 }
 
 // take returns a snapshot notification for a subscriber and its
@@ -69,7 +77,7 @@ func NewSnapshots(ch Channel, j *journal.Journal, onReady func()) *Snapshots {
 // no goroutine is left behind).
 func (s *Snapshots) take(wait *uint64) (text []byte, seq uint64, ok bool) {
 	s.mu.Lock()
-	if s.text != nil && (*wait != 0 && s.gen >= *wait || s.holdsAfter(s.seq)) {
+	if s.text != nil && (*wait != 0 && s.gen >= *wait || s.fresh()) {
 		text, seq = s.text, s.seq
 		s.mu.Unlock()
 		*wait = 0
@@ -92,14 +100,17 @@ func (s *Snapshots) take(wait *uint64) (text []byte, seq uint64, ok bool) {
 	return nil, 0, false
 }
 
-// holdsAfter reports whether the journal still holds every action of the
-// channel after seq, and they come to less than MaxSnapshotReplay bytes:
-// a snapshot that old is still worth sending rather than building anew.
-func (s *Snapshots) holdsAfter(seq uint64) bool {
-	if _, _, err := s.j.Next(s.ch.URI(), seq); err != nil {
+// fresh reports whether the newest build is younger than MaxSnapshotAge
+// and the journal still holds every action of the channel after it, less
+// than MaxSnapshotReplay bytes of them.
+func (s *Snapshots) fresh() bool {
+	if time.Since(s.built) >= s.maxAge {
 		return false
 	}
-	_, b := s.j.Lag(s.ch.URI(), seq, MaxSnapshotReplay)
+	if _, _, err := s.j.Next(s.ch.URI(), s.seq); err != nil {
+		return false
+	}
+	_, b := s.j.Lag(s.ch.URI(), s.seq, MaxSnapshotReplay)
 	return b < MaxSnapshotReplay
 }
 
@@ -113,7 +124,7 @@ func (s *Snapshots) build(delay time.Duration) {
 	text, seq := SnapshotNotification(s.ch)
 	took := time.Since(start)
 	s.mu.Lock()
-	s.text, s.seq = text, seq
+	s.text, s.seq, s.built = text, seq, time.Now()
 	s.gen++
 	s.building = false
 	s.earliest = time.Now().Add(took)

@@ -1,0 +1,161 @@
+package adapters
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sidecar-dev/sidecar/journal"
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+// countingChannel is a journaled channel whose snapshot says how many
+// were built, and can hold a build until released.
+type countingChannel struct {
+	fakeChannel
+	builds atomic.Int64
+	hold   chan struct{} // if not nil, each build waits for a value
+}
+
+func (c *countingChannel) Snapshot(fn func(rpc.Snapshot)) {
+	if c.hold != nil {
+		<-c.hold
+	}
+	n := c.builds.Add(1)
+	fn(rpc.Snapshot{Resource: c.uri, State: json.RawMessage(fmt.Sprintf(`{"build":%d}`, n)), FromSeq: c.j.Seq()})
+}
+
+func waitReady(t *testing.T, ready <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no snapshot built within 10 s")
+	}
+}
+
+// TestSnapshotsShared: windowed sources of one channel take their
+// snapshots from one build made off their Next (which returns nil
+// meanwhile), the same text for each; a later source reuses it while the
+// journal holds what follows, and gets a new build once the journal
+// dropped past it.
+func TestSnapshotsShared(t *testing.T) {
+	j := journal.New(journal.Limits{ChannelMaxBytes: 64}, nil)
+	ch := &countingChannel{fakeChannel: fakeChannel{uri: "ahp-terminal:/shared", j: j}}
+	appendText(t, j, ch.uri, `{"a":1}`)
+	ready := make(chan struct{}, 8)
+	snaps := NewSnapshots(ch, j, func() { ready <- struct{}{} })
+	snaps.maxAge = time.Hour // however slow the machine, the build is fresh
+	defer snaps.Close()
+
+	a := NewLogSource(ch, j).Shared(snaps)
+	b := NewLogSource(ch, j).Shared(snaps)
+	if m := a.Next(); m != nil {
+		t.Fatalf("Next built on the writer: %s", m)
+	}
+	if m := b.Next(); m != nil {
+		t.Fatalf("Next built on the writer: %s", m)
+	}
+	if a.LagBelow(1 << 20) {
+		t.Error("a snapshot being built is not a lag")
+	}
+	waitReady(t, ready)
+	want := `{"jsonrpc":"2.0","method":"channel/snapshot","params":{"channel":"ahp-terminal:/shared","snapshot":{"resource":"ahp-terminal:/shared","state":{"build":1},"fromSeq":1}}}`
+	for name, ls := range map[string]*LogSource{"a": a, "b": b} {
+		if got := string(ls.Next()); got != want {
+			t.Fatalf("%s: %s\nwant %s", name, got, want)
+		}
+	}
+	if n := ch.builds.Load(); n != 1 {
+		t.Fatalf("%d builds for two subscribers, want 1", n)
+	}
+	// A later subscriber: the journal holds everything after seq 1.
+	appendText(t, j, ch.uri, `{"a":2}`)
+	c := NewLogSource(ch, j).Shared(snaps)
+	if got := string(c.Next()); got != want {
+		t.Fatalf("late subscriber: %s, want the shared build", got)
+	}
+	if got := string(c.Next()); got != `{"a":2}` {
+		t.Fatalf("after the shared snapshot: %s, want the action after it", got)
+	}
+	// Too old: a new build.
+	snaps.mu.Lock()
+	snaps.maxAge = 0
+	snaps.mu.Unlock()
+	e := NewLogSource(ch, j).Shared(snaps)
+	if m := e.Next(); m != nil {
+		t.Fatalf("a snapshot older than maxAge was reused: %s", m)
+	}
+	waitReady(t, ready)
+	if got := string(e.Next()); !strings.Contains(got, `"build":2`) || !strings.Contains(got, `"fromSeq":2`) {
+		t.Fatalf("got %s, want build 2 at seq 2", got)
+	}
+	snaps.mu.Lock()
+	snaps.maxAge = time.Hour
+	snaps.mu.Unlock()
+	// The 64-byte journal drops past seq 2: a new build.
+	for range 10 {
+		appendText(t, j, ch.uri, `{"fill":"0123456789"}`)
+	}
+	d := NewLogSource(ch, j).Shared(snaps)
+	if m := d.Next(); m != nil {
+		t.Fatalf("a snapshot the journal no longer follows was reused: %s", m)
+	}
+	waitReady(t, ready)
+	if got := string(d.Next()); !strings.Contains(got, `"build":3`) || !strings.Contains(got, `"fromSeq":12`) {
+		t.Fatalf("got %s, want build 3 at seq 12", got)
+	}
+	// c fell behind the journal too: a resync takes build 3, counted once.
+	if got := string(c.Next()); !strings.Contains(got, `"build":3`) || c.Resyncs() != 1 {
+		t.Fatalf("resync: %s (resyncs %d), want build 3 once", got, c.Resyncs())
+	}
+}
+
+// TestSnapshotsWaitedBuildTaken: a source that waited for a build takes
+// it even when the journal moved past it while it was built (a flood
+// that outruns the builds never starves a subscriber).
+func TestSnapshotsWaitedBuildTaken(t *testing.T) {
+	j := journal.New(journal.Limits{ChannelMaxBytes: 64}, nil)
+	ch := &countingChannel{fakeChannel: fakeChannel{uri: "ahp-terminal:/flood", j: j}, hold: make(chan struct{})}
+	ready := make(chan struct{}, 8)
+	snaps := NewSnapshots(ch, j, func() { ready <- struct{}{} })
+	defer snaps.Close()
+	ls := NewLogSource(ch, j).Shared(snaps)
+	if ls.Next() != nil {
+		t.Fatal("built on the writer")
+	}
+	ch.hold <- struct{}{} // the build takes its snapshot at seq 0 ...
+	waitReady(t, ready)
+	for range 10 { // ... and the journal drops past it before Next
+		appendText(t, j, ch.uri, `{"fill":"0123456789"}`)
+	}
+	if got := string(ls.Next()); !strings.Contains(got, `"build":1`) {
+		t.Fatalf("got %q, want the build waited for", got)
+	}
+	// The cursor (0) is behind the journal now: a resync waits for the
+	// next build.
+	if m := ls.Next(); m != nil {
+		t.Fatalf("got %s, want a wait for build 2", m)
+	}
+	ch.hold <- struct{}{}
+	waitReady(t, ready)
+	if got := string(ls.Next()); !strings.Contains(got, `"build":2`) || ls.Resyncs() != 1 {
+		t.Fatalf("got %s (resyncs %d), want build 2", got, ls.Resyncs())
+	}
+}
+
+// TestSnapshotsClosed: once closed, a source builds its snapshot itself
+// (a channel going away leaves no goroutine behind).
+func TestSnapshotsClosed(t *testing.T) {
+	j := journal.New(journal.Limits{ChannelMaxBytes: 64}, nil)
+	ch := &countingChannel{fakeChannel: fakeChannel{uri: "ahp-terminal:/closed", j: j}}
+	snaps := NewSnapshots(ch, j, nil)
+	snaps.Close()
+	ls := NewLogSource(ch, j).Shared(snaps)
+	if got := string(ls.Next()); !strings.Contains(got, `"build":1`) {
+		t.Fatalf("got %q, want a snapshot built at once", got)
+	}
+}
