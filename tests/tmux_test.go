@@ -1,0 +1,228 @@
+package tests
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// tmuxServer is a private tmux server (its own socket, no config): an
+// independent terminal emulator the sidecar's client runs in, whose
+// screen capture-pane reads back.
+type tmuxServer struct {
+	t    *testing.T
+	sock string
+}
+
+// tmuxFields is what a screen comparison reads of a pane besides its
+// cells: cursor, alternate screen, the modes tmux reports.
+const tmuxFields = "cursor #{cursor_x},#{cursor_y} visible #{cursor_flag} alternate #{alternate_on} " +
+	"insert #{insert_flag} cursor-keys #{keypad_cursor_flag} keypad #{keypad_flag} " +
+	"mouse #{mouse_any_flag}#{mouse_button_flag}#{mouse_standard_flag} sgr-mouse #{mouse_sgr_flag} " +
+	"wrap #{wrap_flag} origin #{origin_flag} region #{scroll_region_upper}-#{scroll_region_lower}"
+
+// startTmux starts a tmux server for t, or skips t where tmux is missing
+// (CI installs it: .ci/run; under CI=true it fails instead).
+func startTmux(t *testing.T) *tmuxServer {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("tmux is not installed (.ci/run installs it)")
+		}
+		t.Skip("tmux is not installed")
+	}
+	// A short path: a unix socket's path is at most 107 bytes.
+	dir, err := os.MkdirTemp("", "sctmux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &tmuxServer{t: t, sock: filepath.Join(dir, "s")}
+	t.Cleanup(func() {
+		_, _ = ts.run("kill-server")
+		_ = os.RemoveAll(dir)
+	})
+	return ts
+}
+
+func (ts *tmuxServer) run(args ...string) (string, error) {
+	cmd := exec.Command("tmux", append([]string{"-S", ts.sock, "-f", "/dev/null"}, args...)...)
+	cmd.Env = append(cleanEnv(), "TERM=xterm-256color")
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (ts *tmuxServer) must(args ...string) string {
+	ts.t.Helper()
+	out, err := ts.run(args...)
+	if err != nil {
+		ts.t.Fatalf("tmux %v: %v: %s", args, err, out)
+	}
+	return out
+}
+
+// session starts session name, an 80×24 terminal running the sidecar
+// binary with args; the pane stays once it exits (its last screen can be
+// read).
+func (ts *tmuxServer) session(name string, args ...string) {
+	ts.t.Helper()
+	ts.must(append([]string{"new-session", "-d", "-s", name, "-x", "80", "-y", "24", "--", sidecarBin}, args...)...)
+	ts.must("set-option", "-t", name, "remain-on-exit", "on")
+}
+
+// screen returns the pane's visible screen, with its attributes as SGR
+// sequences, then its cursor and modes (tmuxFields). An SGR at the end of
+// a line, which changes no cell shown, is left out: capture-pane trims
+// trailing spaces but not the attributes they were written with, so
+// blanks a program wrote and blanks never written would differ.
+func (ts *tmuxServer) screen(name string) string {
+	ts.t.Helper()
+	lines := strings.Split(ts.must("capture-pane", "-p", "-e", "-t", name), "\n")
+	for i, l := range lines {
+		lines[i] = trailingSGR.ReplaceAllString(l, "")
+	}
+	return strings.Join(lines, "\n") + ts.must("display-message", "-p", "-t", name, tmuxFields)
+}
+
+var trailingSGR = regexp.MustCompile(`(\x1b\[[0-9;:]*m)+$`)
+
+// waitScreen waits (bounded by waitTimeout) until match holds for the
+// pane's screen, and returns it.
+func (ts *tmuxServer) waitScreen(name, what string, match func(string) bool) string {
+	ts.t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	var s string
+	for {
+		s = ts.screen(name)
+		if match(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			ts.t.Fatalf("tmux pane %s: no %s within %v; screen:\n%s", name, what, waitTimeout, s)
+		}
+		time.Sleep(20 * time.Millisecond) // tmux has no event to wait on: poll its screen
+	}
+}
+
+// typeKeys types text (literally) into the pane.
+func (ts *tmuxServer) typeKeys(name, text string) {
+	ts.t.Helper()
+	ts.must("send-keys", "-t", name, "-l", text)
+}
+
+// TestReattachTmuxCapture is the issue's check through an independent
+// terminal: `sidecar attach` runs in tmux, a full-screen program draws a
+// title once and then redraws a counter far past the scrollback bound;
+// after `~.` and a reattach in a fresh tmux terminal of the same size,
+// tmux's capture (cells with their attributes, cursor, alternate screen,
+// modes) equals the capture before the detach.
+func TestReattachTmuxCapture(t *testing.T) {
+	t.Parallel()
+	tm := startTmux(t)
+	s := startServer(t, "")
+	script := filepath.Join(t.TempDir(), "fullscreen.sh")
+	if err := os.WriteFile(script, []byte(fullScreenScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tm.session("a", append([]string{"attach", s.url}, s.connArgs()...)...)
+	tm.waitScreen("a", "prompt", func(s string) bool { return strings.Contains(s, "XPROMPT>") }) // capture-pane trims the space
+	tm.typeKeys("a", "sh "+script+"\r")
+	// "counter done" is the program's last output (it sleeps then): once
+	// tmux shows it, it shows everything before it.
+	before := tm.waitScreen("a", "counter done", func(s string) bool { return strings.Contains(s, "counter done") })
+	if !strings.Contains(before, "TITLE at row 5") || !strings.Contains(before, "alternate 1") {
+		t.Fatalf("before the detach the screen is not the program's:\n%s", before)
+	}
+	tm.typeKeys("a", "\r~.")
+	tm.waitScreen("a", "exit", func(string) bool {
+		return strings.TrimSpace(tm.must("display-message", "-p", "-t", "a", "#{pane_dead}")) == "1"
+	})
+	all := tm.must("capture-pane", "-p", "-J", "-S", "-", "-t", "a")
+	m := reattachHint.FindStringSubmatch(all + "\n")
+	if m == nil {
+		t.Fatalf("no reattach hint; pane:\n%s", tail(all, 2000))
+	}
+	tm.session("b", append([]string{"attach", s.url, m[1]}, s.connArgs()...)...)
+	var after string
+	deadline := time.Now().Add(waitTimeout)
+	for after = tm.screen("b"); after != before; after = tm.screen("b") {
+		if time.Now().After(deadline) {
+			t.Fatalf("tmux capture after the reattach differs from the one before the detach:\n%s", lineDiff(after, before))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tm.typeKeys("b", "\x03")
+	tm.typeKeys("b", "\r~.")
+}
+
+// lineDiff lists the lines where got differs from want.
+func lineDiff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	var d []string
+	for i := range max(len(g), len(w)) {
+		var a, b string
+		if i < len(g) {
+			a = g[i]
+		}
+		if i < len(w) {
+			b = w[i]
+		}
+		if a != b {
+			d = append(d, fmt.Sprintf("line %d:\n got %q\nwant %q", i+1, a, b))
+		}
+	}
+	return strings.Join(d, "\n")
+}
+
+// TestSharerBehindTmuxCapture: the same through tmux for a viewer that
+// fell behind the journal. Two `sidecar attach` share a terminal, each in
+// its own tmux terminal of 80×24; the sharer's connection is cut (and
+// reconnects refused) while the holder's full-screen program writes far
+// past the journal; once it may reconnect it resumes from a snapshot, and
+// its capture equals the holder's (the last row aside: attach's own
+// "sidecar: resumed" is drawn over it, on the alternate screen).
+func TestSharerBehindTmuxCapture(t *testing.T) {
+	t.Parallel()
+	tm := startTmux(t)
+	s := startServer(t, "")
+	script := filepath.Join(t.TempDir(), "fullscreen.sh")
+	if err := os.WriteFile(script, []byte(fullScreenScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tm.session("a", append([]string{"attach", s.url}, s.connArgs()...)...)
+	tm.waitScreen("a", "prompt", func(s string) bool { return strings.Contains(s, "XPROMPT>") })
+	out, errOut, code := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
+	lines := strings.Split(out, "\n")
+	if code != 0 || len(lines) < 2 || len(strings.Fields(lines[1])) == 0 {
+		t.Fatalf("ls: exit %d, %q, stderr %q", code, out, errOut)
+	}
+	id := strings.Fields(lines[1])[0]
+	relay, url := relayed(t, s)
+	tm.session("b", append([]string{"attach", url, id}, s.connArgs()...)...)
+	tm.waitScreen("b", "shared notice", func(s string) bool { return strings.Contains(s, "another connected client holds") })
+	relay.Refuse(true)
+	relay.Cut()
+	tm.typeKeys("a", "sh "+script+"\r")
+	holder := tm.waitScreen("a", "counter done", func(s string) bool { return strings.Contains(s, "counter done") })
+	relay.Refuse(false)
+	withoutLastRow := func(screen string) string {
+		l := strings.Split(screen, "\n")
+		return strings.Join(append(l[:23:23], l[24:]...), "\n") // rows 1-23, then the fields
+	}
+	want := withoutLastRow(holder)
+	var got string
+	deadline := time.Now().Add(waitTimeout)
+	for got = withoutLastRow(tm.screen("b")); got != want; got = withoutLastRow(tm.screen("b")) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sharer's tmux capture after its resume is not the holder's:\n%s", lineDiff(got, want))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(s.p.stderr.String(), "ahp-terminal:/"+id+" snapshot") {
+		t.Errorf("the host did not resume the sharer from a snapshot")
+	}
+}
