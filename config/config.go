@@ -686,9 +686,15 @@ func (c *Config) Validate() error {
 	v.positive("tcp.max_per_connection", int64(c.TCP.MaxPerConnection), "connections")
 	v.atMost("tcp", c.TCP.MaxPerClient, c.TCP.MaxTotal, "connections")
 	v.duration("tcp.dial_timeout", c.TCP.DialTimeout)
-	v.positive("tcp.window_bytes", c.TCP.WindowBytes, "UTF-16 bytes")
+	if c.TCP.WindowBytes < MinTCPWindowBytes {
+		v.bad("tcp.window_bytes", "must be at least %d UTF-16 bytes (a forwarded connection carries at most a window, 3/8 of it in stream bytes, per round trip), got %d",
+			MinTCPWindowBytes, c.TCP.WindowBytes)
+	}
 	v.frameBytes("tcp.maximum_frame_bytes", c.TCP.MaximumFrameBytes)
-	v.positive("tcp.window_bytes_per_client", c.TCP.WindowBytesPerClient, "UTF-16 bytes")
+	if c.TCP.WindowBytesPerClient < c.TCP.WindowBytes && c.TCP.WindowBytes >= MinTCPWindowBytes {
+		v.bad("tcp.window_bytes_per_client", "must be at least window_bytes (%d UTF-16 bytes): one connection's window may grow to that, got %d",
+			c.TCP.WindowBytes, c.TCP.WindowBytesPerClient)
+	}
 
 	// telemetry
 	v.duration("telemetry.interval", c.Telemetry.Interval)

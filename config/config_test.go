@@ -147,9 +147,9 @@ tcp {
   max_per_principal = 8
   max_per_connection = 9
   dial_timeout = "1500ms"
-  window_bytes = 2048
+  window_bytes = 65537
   maximum_frame_bytes = 1025
-  window_bytes_per_client = 8192
+  window_bytes_per_client = 131072
 }
 telemetry { interval = "250ms" }
 delivery {
@@ -190,7 +190,7 @@ func TestLoadOverridesEverything(t *testing.T) {
 		Terminal: Terminal{Shell: "/bin/sh", User: "root", Login: false, Term: "screen", ScrollbackBytes: 65536,
 			MaxPerClient: 2, MaxTotal: 3, MaxPerPrincipal: 6, MaxPerConnection: 7, Env: map[string]string{"FOO": "bar"}},
 		TCP: TCP{Allow: []string{"10.0.0.0/8", "192.168.1.7"}, MaxPerClient: 4, MaxTotal: 5, MaxPerPrincipal: 8, MaxPerConnection: 9,
-			DialTimeout: 1500 * time.Millisecond, WindowBytes: 2048, MaximumFrameBytes: 1025, WindowBytesPerClient: 8192},
+			DialTimeout: 1500 * time.Millisecond, WindowBytes: 65537, MaximumFrameBytes: 1025, WindowBytesPerClient: 131072},
 		Telemetry: Telemetry{Interval: 250 * time.Millisecond},
 		Delivery: Delivery{WindowBytes: 512, MaximumFrameBytes: 1024, MaxMessageBytes: 4096, MaxPartialBytes: 8192,
 			TransportQueueFrames: 8, OrdinaryQueueMessages: 9, ProtectedQueueMessages: 10, WriteTimeout: 5 * time.Second,
@@ -497,6 +497,9 @@ func TestValidateTerminal(t *testing.T) {
 		{"terminal over", func(c *Config) { c.Terminal.MaxPerClient, c.Terminal.MaxTotal = 9, 8 }, "Invalid terminal.max_per_client: max_per_client (9 terminals) is greater than max_total (8 terminals)"},
 		{"tcp equal", func(c *Config) { c.TCP.MaxPerClient, c.TCP.MaxTotal = 8, 8 }, ""},
 		{"tcp over", func(c *Config) { c.TCP.MaxPerClient, c.TCP.MaxTotal = 9, 8 }, "Invalid tcp.max_per_client: max_per_client (9 connections) is greater than max_total (8 connections)"},
+		{"tcp window too small", func(c *Config) { c.TCP.WindowBytes = 100 }, "Invalid tcp.window_bytes: must be at least 65536 UTF-16 bytes"},
+		{"tcp window smallest", func(c *Config) { c.TCP.WindowBytes, c.TCP.WindowBytesPerClient = 65536, 65536 }, ""},
+		{"tcp per client under window", func(c *Config) { c.TCP.WindowBytesPerClient = c.TCP.WindowBytes - 1 }, "Invalid tcp.window_bytes_per_client: must be at least window_bytes (33554432 UTF-16 bytes)"},
 		{"zero total reported once", func(c *Config) { c.TCP.MaxTotal = 0 }, "Invalid tcp.max_total: must be greater than 0"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
