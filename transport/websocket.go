@@ -2,6 +2,7 @@ package transport
 
 import (
 	"cmp"
+	"compress/flate"
 	"context"
 	"errors"
 	"fmt"
@@ -97,7 +98,8 @@ func (w *wsConn) readErr(err error) error {
 
 // ViolationError is a read error after which the transport itself closed
 // the connection with Code, for what the peer sent: a message over the
-// read limit (1009) or a text message that is not UTF-8 (1007). It is not
+// read limit (1009), or a text message that is not UTF-8 or a compressed
+// one that does not inflate (1007). It is not
 // a lost connection: the host keeps nothing for a reconnect.
 type ViolationError struct {
 	Code CloseCode
@@ -145,6 +147,14 @@ func NewWebSocketConn(c *websocket.Conn, peer string, readLimit int64) MessageCo
 func (w *wsConn) ReadMessage(ctx context.Context) ([]byte, error) {
 	for {
 		typ, data, err := w.read(ctx)
+		var corrupt flate.CorruptInputError
+		if errors.As(err, &corrupt) {
+			// A compressed message that does not inflate (RFC 7692
+			// §7.2.2) is invalid payload data: 1007, as for text that
+			// is not UTF-8.
+			_ = w.c.Close(websocket.StatusInvalidFramePayloadData, "invalid compressed data")
+			return nil, &ViolationError{Code: CloseInvalidPayload, Err: fmt.Errorf("transport: invalid compressed data: %w", err)}
+		}
 		if err != nil {
 			return nil, w.readErr(err)
 		}

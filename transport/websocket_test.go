@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -382,4 +383,69 @@ func (c *countedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	c.n.Add(int64(n))
 	return n, err
+}
+
+// TestCorruptCompressedMessage: a peer that negotiated permessage-deflate
+// and sends a compressed message (RSV1) whose data does not inflate gets
+// close 1007, and ReadMessage a ViolationError with it (the connection
+// was closed 1000 as if the peer had closed it).
+func TestCorruptCompressedMessage(t *testing.T) {
+	got := make(chan error, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionContextTakeover})
+		if err != nil {
+			got <- err
+			return
+		}
+		mc := NewWebSocketConn(c, r.RemoteAddr, 1<<20)
+		_, err = mc.ReadMessage(r.Context())
+		got <- err
+	}))
+	defer srv.Close()
+	nc, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(nc, "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"+
+		"Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n")
+	br := bufio.NewReader(nc)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols || !strings.Contains(resp.Header.Get("Sec-WebSocket-Extensions"), "permessage-deflate") {
+		t.Fatalf("handshake: %v %v", resp, err)
+	}
+	// FIN, RSV1 (compressed), text; masked, 4 bytes: a deflate block of
+	// reserved type 3 (BTYPE 11), which no inflater accepts.
+	payload := []byte{0xff, 0xff, 0xff, 0xff}
+	mask := []byte{1, 2, 3, 4}
+	frame := []byte{0x80 | 0x40 | 0x1, 0x80 | byte(len(payload))}
+	frame = append(frame, mask...)
+	for i, b := range payload {
+		frame = append(frame, b^mask[i%4])
+	}
+	if _, err := nc.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	// The server's close frame: FIN close, unmasked, code then reason.
+	head := make([]byte, 2)
+	if _, err := io.ReadFull(br, head); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, head[1]&0x7f)
+	if _, err := io.ReadFull(br, body); err != nil {
+		t.Fatal(err)
+	}
+	if head[0]&0x0f != 0x8 || len(body) < 2 {
+		t.Fatalf("server sent frame %x %x, want a close", head, body)
+	}
+	if code := int(body[0])<<8 | int(body[1]); code != 1007 || string(body[2:]) != "invalid compressed data" {
+		t.Errorf("close %d %q, want 1007 \"invalid compressed data\"", code, body[2:])
+	}
+	_, _ = nc.Write([]byte{0x88, 0x80, 0, 0, 0, 0}) // our close, empty: the server's Close returns
+	serr := <-got
+	if code, ok := Violation(serr); !ok || code != CloseInvalidPayload {
+		t.Errorf("ReadMessage: %v; Violation = %d, %v, want 1007", serr, code, ok)
+	}
 }

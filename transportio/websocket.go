@@ -2,6 +2,7 @@ package transportio
 
 import (
 	"cmp"
+	"compress/flate"
 	"context"
 	"errors"
 	"fmt"
@@ -160,6 +161,12 @@ func (w *wsCarrier) readLoop() {
 	defer w.wg.Done()
 	for {
 		typ, data, err := w.read()
+		if corrupt := new(flate.CorruptInputError); errors.As(err, corrupt) {
+			// A compressed message that does not inflate (RFC 7692
+			// §7.2.2): the peer broke the protocol, nothing was lost.
+			w.Close(CloseProtocolError, "invalid compressed data")
+			return
+		}
 		if err != nil {
 			var ce websocket.CloseError
 			reason, ok := LostReason(err)
