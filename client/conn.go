@@ -499,6 +499,10 @@ func (c *Conn) Initialized() rpc.InitializeResult { return c.init }
 // "WebSocket (transport-io)", "WebSocket (/ahp)", ...), for messages.
 func (c *Conn) Transport() string { return transport.Describe(c.mc.get()) }
 
+// Compressed reports whether the connection negotiated WebSocket
+// permessage-deflate (Options.Compress offered it and the host accepted).
+func (c *Conn) Compressed() bool { return transport.Compressed(c.mc.get()) }
+
 // Done is closed when the connection has ended: closed by us, closed by
 // the host, or lost and not resumed. It stays open while reconnecting.
 // Err says why.

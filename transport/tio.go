@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -30,6 +32,9 @@ const TIOPath = "/transport-io"
 // tioConn presents a transport-io session as a MessageConn.
 type tioConn struct {
 	s *transportio.Session
+	// compressed: the WebSocket mapping negotiated permessage-deflate
+	// (dialled sessions; see Compressed).
+	compressed bool
 	// owned: Close also joins the session's goroutines (dialled sessions;
 	// a listener joins the ones it accepted itself).
 	owned bool
@@ -283,13 +288,72 @@ func DialTIOWebSocket(ctx context.Context, url string, header http.Header, clien
 		}
 		return nil
 	}
+	client, answer := extensionsSpy(client)
 	s, err := transportio.DialWebSocket(ctx, url, &websocket.DialOptions{HTTPHeader: header, HTTPClient: client,
 		CompressionMode: dialCompression(compress), CompressionThreshold: CompressionThreshold},
 		transportio.Config{Contract: Contract, PayloadsChecked: true}, transportio.WebSocketOptions{Cork: cork})
 	if err != nil {
 		return nil, err
 	}
-	return clientConn(ctx, s)
+	mc, err := clientConn(ctx, s)
+	if err == nil {
+		mc.(*tioConn).compressed = compress && acceptsDeflate(answer())
+	}
+	return mc, err
+}
+
+// extensionsSpy returns a copy of hc that notes the
+// Sec-WebSocket-Extensions of the last answer it got, and a func that
+// returns it.
+func extensionsSpy(hc *http.Client) (*http.Client, func() string) {
+	spy := &extSpy{rt: hc.Transport}
+	if spy.rt == nil {
+		spy.rt = http.DefaultTransport
+	}
+	c := *hc
+	c.Transport = spy
+	return &c, func() string {
+		v, _ := spy.ext.Load().(string)
+		return v
+	}
+}
+
+type extSpy struct {
+	rt  http.RoundTripper
+	ext atomic.Value // string
+}
+
+func (s *extSpy) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := s.rt.RoundTrip(r)
+	if resp != nil {
+		s.ext.Store(resp.Header.Get("Sec-WebSocket-Extensions"))
+	}
+	return resp, err
+}
+
+// acceptsDeflate reports whether a Sec-WebSocket-Extensions answer
+// accepts permessage-deflate.
+func acceptsDeflate(answer string) bool {
+	for _, ext := range strings.Split(answer, ",") {
+		name, _, _ := strings.Cut(ext, ";")
+		if strings.TrimSpace(name) == "permessage-deflate" {
+			return true
+		}
+	}
+	return false
+}
+
+// Compressed reports whether the client connection mc negotiated
+// WebSocket permessage-deflate (it offered it and the host accepted):
+// false on WebTransport, stdio and connections accepted by a host.
+func Compressed(mc MessageConn) bool {
+	switch c := mc.(type) {
+	case *tioConn:
+		return c.compressed
+	case *wsConn:
+		return c.compressed
+	}
+	return false
 }
 
 // IsNoQUICAnswer reports whether err is a WebTransport dial whose QUIC

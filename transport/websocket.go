@@ -21,6 +21,7 @@ import (
 
 // wsConn adapts a coder/websocket connection carrying plain AHP text frames.
 type wsConn struct {
+	compressed bool // a dialled connection negotiated permessage-deflate (Compressed)
 	c        *websocket.Conn
 	cork     *CorkConn // under TLS, when known: each message leaves in one write
 	peer     string
@@ -331,6 +332,7 @@ func DialWebSocket(ctx context.Context, url string, header http.Header, client *
 	mc := NewWebSocketConn(c, url, readLimit)
 	w := mc.(*wsConn)
 	w.cork = dialed()
+	w.compressed = compress && resp != nil && acceptsDeflate(resp.Header.Get("Sec-WebSocket-Extensions"))
 	go w.keepalive(keepaliveInterval, keepaliveTimeout)
 	return mc, nil
 }

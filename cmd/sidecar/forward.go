@@ -182,6 +182,9 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	} else if tr := conn.Transport(); tr != "" {
 		fmt.Fprintf(os.Stderr, "sidecar: connected to %s over %s\n", url, tr)
 	}
+	if cf.compress {
+		fmt.Fprintf(os.Stderr, "sidecar: %s\n", compressNotice(conn.Compressed(), conn.Transport()))
+	}
 	// The listeners outlive a session: when the host no longer knows ours
 	// (it restarted, or our state's grace ended), forward starts a new one
 	// and the same ports go on (handoff).
@@ -271,4 +274,17 @@ func (p prefixWriter) Write(b []byte) (int, error) {
 		return 0, err
 	}
 	return len(b), nil
+}
+
+// compressNotice says whether --compress took effect on a connection
+// over tr (Conn.Transport) that compressed or not.
+func compressNotice(compressed bool, tr string) string {
+	switch {
+	case compressed:
+		return "compression on (WebSocket permessage-deflate)"
+	case tr == "WebTransport":
+		return "--compress has no effect over WebTransport (it compresses WebSocket messages only; --transport websocket or ahp uses it)"
+	default:
+		return "compression off: the host did not accept permessage-deflate"
+	}
 }
