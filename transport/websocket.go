@@ -22,10 +22,10 @@ import (
 // wsConn adapts a coder/websocket connection carrying plain AHP text frames.
 type wsConn struct {
 	compressed bool // a dialled connection negotiated permessage-deflate (Compressed)
-	c        *websocket.Conn
-	cork     *CorkConn // under TLS, when known: each message leaves in one write
-	peer     string
-	lastSize bufpool.SizeHint // for the next message's buffer (reader goroutine only)
+	c          *websocket.Conn
+	cork       *CorkConn // under TLS, when known: each message leaves in one write
+	peer       string
+	lastSize   bufpool.SizeHint // for the next message's buffer (reader goroutine only)
 
 	lastRead atomic.Int64          // unix nanoseconds of the last message read
 	lost     atomic.Pointer[error] // why keepalive gave up on the peer
