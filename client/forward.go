@@ -249,6 +249,16 @@ func (fw *Forwarder) release(c *net.TCPConn, wasReset bool) {
 	fw.track(c, false)
 }
 
+// armReset sets SO_LINGER 0 on an accepted local connection: should this
+// process die (SIGKILL, OOM), the kernel closes the socket with an RST,
+// so the local program gets ECONNRESET, not the EOF of a complete
+// download. A graceful close disarms it first (disarmReset).
+func armReset(c *net.TCPConn) { _ = c.SetLinger(0) }
+
+// disarmReset restores the default close (SO_LINGER off): bytes still
+// queued go out, then a FIN.
+func disarmReset(c *net.TCPConn) { _ = c.SetLinger(-1) }
+
 // resetTCP closes c with an RST instead of a FIN: its reader gets
 // ECONNRESET, never the EOF of a complete answer.
 func resetTCP(c *net.TCPConn) {
@@ -372,6 +382,7 @@ func (fw *Forwarder) acceptLocal(l net.Listener, host string, port int) {
 			_ = c.Close()
 			continue
 		}
+		armReset(local)
 		fw.track(local, true)
 		fw.wg.Add(1) // acceptLocal's own count is held: never Add from zero during Wait
 		go func() {
@@ -453,6 +464,9 @@ func pipe(local *net.TCPConn, remote *TCPConn) (wasReset bool) {
 	}
 	<-done
 	_ = remote.Close()
+	if !wasReset {
+		disarmReset(local)
+	}
 	_ = local.Close()
 	return wasReset
 }

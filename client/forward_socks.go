@@ -471,6 +471,7 @@ func (t *trackingListener) accept() (*socksLocal, error) {
 		return nil, err
 	}
 	tc := c.(*net.TCPConn)
+	armReset(tc)
 	t.fw.track(tc, true)
 	t.fw.wg.Add(1) // serveSOCKS's own count is held: never Add from zero during Wait
 	return &socksLocal{TCPConn: tc, fw: t.fw}, nil
@@ -493,6 +494,9 @@ func (u *socksLocal) reset() {
 }
 
 func (u *socksLocal) Close() error {
+	if !u.wasReset.Load() {
+		disarmReset(u.TCPConn)
+	}
 	err := u.TCPConn.Close()
 	u.once.Do(func() {
 		u.fw.release(u.TCPConn, u.wasReset.Load())

@@ -847,3 +847,79 @@ func TestForwardCompress(t *testing.T) {
 		})
 	}
 }
+
+// TestForwardKilledResets: when either end of a forward dies at once
+// (SIGKILL), the program on the other side of it gets a reset, never the
+// EOF of a complete stream: the destination of an upload cut short when
+// the daemon is killed, and the local program of a download cut short
+// when `sidecar forward` is. (Each end arms SO_LINGER 0 on its sockets
+// and disarms it for a graceful close; TestForwardHalfClose shows that
+// one still ends with EOF and every byte.)
+func TestForwardKilledResets(t *testing.T) {
+	t.Parallel()
+	for _, killed := range []string{"daemon", "forward"} {
+		t.Run(killed, func(t *testing.T) {
+			t.Parallel()
+			const chunk = 64 << 10
+			read := make(chan struct{}, 1)
+			ended := make(chan error, 1)
+			port := tcpListen(t, func(c *net.TCPConn) {
+				if killed == "forward" {
+					_, _ = c.Write(make([]byte, chunk)) // a download, never ended
+				}
+				buf := make([]byte, 32<<10)
+				total := 0
+				for {
+					n, err := c.Read(buf)
+					total += n
+					if total >= chunk && killed == "daemon" {
+						select {
+						case read <- struct{}{}:
+						default:
+						}
+					}
+					if err != nil {
+						ended <- err
+						return
+					}
+				}
+			})
+			s := startServer(t, "")
+			fw := tcpStartForward(t, s, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", port))
+			c, err := net.Dial("tcp", fw.addrs[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(waitTimeout))
+			if killed == "daemon" {
+				if _, err := c.Write(make([]byte, chunk)); err != nil { // an upload, never ended
+					t.Fatal(err)
+				}
+				select {
+				case <-read:
+				case <-time.After(waitTimeout):
+					t.Fatal("the destination did not get the upload's start")
+				}
+				_ = s.p.cmd.Process.Kill()
+				select {
+				case err := <-ended:
+					if !errors.Is(err, syscall.ECONNRESET) {
+						t.Fatalf("the destination's read ended with %v, want ECONNRESET (not the EOF of a complete upload)", err)
+					}
+				case <-time.After(waitTimeout):
+					t.Fatal("the destination's read did not end")
+				}
+				return
+			}
+			if _, err := io.ReadFull(c, make([]byte, chunk)); err != nil {
+				t.Fatalf("download start: %v", err)
+			}
+			_ = fw.p.cmd.Process.Kill()
+			_, err = c.Read(make([]byte, 1))
+			if !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("the local read ended with %v, want ECONNRESET (not the EOF of a complete download)", err)
+			}
+		})
+	}
+}

@@ -898,6 +898,10 @@ func (tc *Channel) end(reason string, reset, tell bool) {
 	if sock != nil {
 		if reset {
 			_ = sock.SetLinger(0)
+		} else {
+			// Disarm the RST of a dying daemon (Dial): bytes still
+			// queued go out, then a FIN.
+			_ = sock.SetLinger(-1)
 		}
 		_ = sock.Close()
 	}

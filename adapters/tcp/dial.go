@@ -91,6 +91,10 @@ func (d *Dialer) Dial(ctx context.Context, host string, port int) (*net.TCPConn,
 		if err == nil {
 			tc := c.(*net.TCPConn)
 			_ = tc.SetNoDelay(true)
+			// Armed: should the daemon die (SIGKILL, OOM), the kernel
+			// closes the socket with an RST, not the FIN of a complete
+			// upload; a graceful close disarms it (Channel.close).
+			_ = tc.SetLinger(0)
 			if a.IsLoopback() {
 				_ = tc.SetWriteBuffer(LoopbackSendBuffer)
 			}
