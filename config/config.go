@@ -926,3 +926,11 @@ func (c *Config) Logger(out io.Writer, isTerminal bool) (hclog.Logger, error) {
 		JSONFormat: jsonFormat,
 	}), nil
 }
+
+// AHPReadLimit is the most one incoming /ahp WebSocket message may take,
+// in UTF-8 bytes: twice the larger maximum_frame_bytes (a frame of UTF-16
+// bytes is at most 3/2 as many UTF-8 bytes, with its envelope), at least
+// 1 MiB. A larger message closes the connection with 1009.
+func (c *Config) AHPReadLimit() int64 {
+	return max(max(c.Delivery.MaximumFrameBytes, c.TCP.MaximumFrameBytes)*2, 1<<20)
+}

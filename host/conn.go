@@ -313,7 +313,7 @@ func (o *objectStream) ReadObject(v any) error {
 			violation, _ := transport.Violation(err)
 			switch code := transport.CloseStatus(err); {
 			case violation == transport.CloseMessageTooBig:
-				c.log.Warn("message too big, closing", "client", c.id(), "limit", c.s.cfg.Delivery.MaxMessageBytes)
+				c.log.Warn("message too big, closing", "client", c.id(), "limit_utf8_bytes", c.s.cfg.AHPReadLimit())
 			case code == transport.CloseNormal || code == transport.CloseGoingAway || errors.Is(err, context.Canceled):
 				// A clean end (the client closed, or we are closing): io.EOF
 				// keeps jsonrpc2 from logging it as a protocol error. How

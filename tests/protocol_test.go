@@ -194,6 +194,14 @@ func TestProtocolOversizedMessage(t *testing.T) {
 	if code := websocket.CloseStatus(err); code != websocket.StatusMessageTooBig {
 		t.Errorf("oversized message: connection ended with %v (code %d), want 1009", err, code)
 	}
+	// The log names the limit the message passed: the /ahp read limit in
+	// UTF-8 bytes (1 MiB with the default 512 KiB TCP frames), not
+	// delivery.max_message_bytes (UTF-16 bytes of a reassembled message).
+	if _, ok := s.p.stderr.waitMatch(waitTimeout, func(log string) bool {
+		return strings.Contains(log, `"@message":"message too big, closing"`) && strings.Contains(log, `"limit_utf8_bytes":1048576`)
+	}); !ok {
+		t.Errorf("no \"message too big\" log line with limit_utf8_bytes 1048576:\n%s", tail(s.p.stderr.String(), 2000))
+	}
 	// The bystander and a new connection still work.
 	if m := other.call("ping", map[string]any{"channel": "ahp-root://"}); m.Error != nil {
 		t.Errorf("bystander ping: %s", m.raw)

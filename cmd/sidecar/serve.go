@@ -130,7 +130,7 @@ func serve(configFile, listen, token, stateDir string) error {
 	mux.Handle("/ahp", transport.AHPHandler(transport.AcceptOptions{
 		Token:     tok,
 		Origins:   origins,
-		ReadLimit: readLimit(cfg),
+		ReadLimit: cfg.AHPReadLimit(),
 		OnReject:  upgradeRefused,
 	}, func(ctx context.Context, mc transport.MessageConn) {
 		_ = srv.ServeConnAs(context.WithoutCancel(ctx), mc, principal)
@@ -236,14 +236,6 @@ func serve(configFile, listen, token, stateDir string) error {
 	metrics.stop(ctx) // last: a scrape during the shutdown still sees it
 	logger.Info("stopped")
 	return nil
-}
-
-// readLimit bounds one incoming message in UTF-8 bytes: a frame is at most
-// maximum_frame_bytes UTF-16 bytes (delivery's, or tcp's on TCP channels),
-// i.e. at most 3/2 as many UTF-8 bytes, and requests are small; 1 MiB
-// covers them with room.
-func readLimit(cfg *config.Config) int64 {
-	return max(max(cfg.Delivery.MaximumFrameBytes, cfg.TCP.MaximumFrameBytes)*2, 1<<20)
 }
 
 // certSource serves the configured certificate, or the development one,
