@@ -13,6 +13,7 @@ import (
 	"time"
 
 	uv "github.com/charmbracelet/ultraviolet"
+	"github.com/charmbracelet/x/ansi"
 	"github.com/charmbracelet/x/vt"
 )
 
@@ -161,7 +162,7 @@ func TestRedrawGolden(t *testing.T) {
 			defer b.Close()
 			content := a.Redraw(nil, true)
 			b.Write(content)
-			sameScreens(t, a, b)
+			sameState(t, a, b)
 			resized := false
 			for _, st := range steps {
 				resized = resized || st.cols > 0
@@ -204,9 +205,13 @@ func sameScreens(t *testing.T, a, b *Screen) {
 	if sa != sb || ba != bb {
 		t.Errorf("cursor style %v/%v, want %v/%v", sb, bb, sa, ba)
 	}
+	modeSet := func(s *Screen, m ansi.Mode, def bool) bool {
+		set, ok := s.modes[m]
+		return set || !ok && def
+	}
 	for _, m := range redrawModes {
-		if a.modes[m.mode] != b.modes[m.mode] {
-			t.Errorf("mode %d: %v, want %v", m.mode.Mode(), b.modes[m.mode], a.modes[m.mode])
+		if sa, sb := modeSet(a, m.mode, m.def), modeSet(b, m.mode, m.def); sa != sb {
+			t.Errorf("mode %d: %v, want %v", m.mode.Mode(), sb, sa)
 		}
 	}
 	screens := []int{b2i(ea.IsAltScreen())}
