@@ -101,6 +101,26 @@ func (st *feedState) scan(p []byte) {
 			return
 		}
 		p = p[i:]
+		if len(p) > 2 && p[1] == '[' {
+			// The common case, a CSI whole in p, without seqLen.
+			j := 2
+			for j < len(p) && !csiEnds[p[j]] {
+				j++
+			}
+			if j < len(p) {
+				switch p[j] {
+				case esc:
+					p = p[j:] // cut short by a new sequence
+					continue
+				case 'm':
+					st.sgrSeq(p[:j+1])
+				case 'h', 'l', 'r', 'q':
+					st.csi(p[2 : j+1])
+				}
+				p = p[j+1:]
+				continue
+			}
+		}
 		n := seqLen(nil, p)
 		if n < 0 {
 			if len(p) <= maxTrackedSeq {
@@ -113,6 +133,16 @@ func (st *feedState) scan(p []byte) {
 		p = p[n:]
 	}
 }
+
+// csiEnds tells the bytes that end a CSI: its final byte (0x40 to 0x7e),
+// or ESC, CAN, SUB.
+var csiEnds = func() (t [256]bool) {
+	for b := 0x40; b <= 0x7e; b++ {
+		t[b] = true
+	}
+	t[esc], t[can], t[sub] = true, true, true
+	return t
+}()
 
 // seqLen returns how many bytes of p end the sequence that head (from
 // its ESC, possibly empty: then p starts with the ESC) begins, -1 when p
@@ -188,6 +218,11 @@ func (st *feedState) csi(s []byte) {
 		return
 	}
 	final := s[len(s)-1]
+	switch final {
+	case 'h', 'l', 'r', 'm', 'q':
+	default:
+		return // most of a flood's sequences (CUP, EL...): nothing kept
+	}
 	body := s[:len(s)-1]
 	prefix := byte(0)
 	if len(body) > 0 && body[0] >= '<' && body[0] <= '?' {
@@ -201,6 +236,8 @@ func (st *feedState) csi(s []byte) {
 		}
 	}
 	switch {
+	case final == 'm' && prefix == 0 && inter == 0:
+		st.sgrSeq(append([]byte("\x1b["), s...))
 	case (final == 'h' || final == 'l') && inter == 0 && (prefix == 0 || prefix == '?'):
 		for _, p := range st.params(body) {
 			if p < 0 {
@@ -222,25 +259,45 @@ func (st *feedState) csi(s []byte) {
 			sc.bottom = max(ps[1], 0)
 		}
 		st.addScreen(sc)
-	case final == 'm' && prefix == 0 && inter == 0:
-		st.sgrSeen = true
-		reset, only := false, true
-		for _, p := range st.params(body) {
-			reset = reset || p <= 0
-			only = only && p <= 0
-		}
-		if reset || len(st.sgr)+len(s)+2 > maxTrackedSGR {
-			st.sgr = st.sgr[:0]
-		}
-		if !only && len(s)+2 <= maxTrackedSGR {
-			st.sgr = append(append(st.sgr, "\x1b["...), s...)
-		}
 	case final == 'q' && inter == ' ' && prefix == 0:
 		ps := st.params(body)
 		st.cursor = 1
 		if len(ps) > 0 && ps[0] > 0 {
 			st.cursor = min(ps[0], 6) + 1
 		}
+	}
+}
+
+// sgrSeq reads a CSI sequence ending in m (whole, from its ESC): an SGR
+// when it has no prefix or intermediate. A parameter empty or 0 at the
+// top level resets the attributes: the SGR kept before are dropped (and
+// this one too when it only resets).
+func (st *feedState) sgrSeq(s []byte) {
+	only, reset := true, false
+	zero, sub := true, false // the current top-level parameter: no digit but 0 so far
+	for _, c := range s[2 : len(s)-1] {
+		switch {
+		case c == ';':
+			reset = reset || zero
+			only = only && zero
+			zero, sub = true, false
+		case c == ':':
+			sub = true
+		case c >= '1' && c <= '9':
+			zero = zero && sub
+		case c >= '0' && c <= '9':
+		default:
+			return // a prefix or an intermediate: not an SGR
+		}
+	}
+	reset = reset || zero
+	only = only && zero
+	st.sgrSeen = true
+	if reset || len(st.sgr)+len(s) > maxTrackedSGR {
+		st.sgr = st.sgr[:0]
+	}
+	if !only && len(s) <= maxTrackedSGR {
+		st.sgr = append(st.sgr, s...)
 	}
 }
 
