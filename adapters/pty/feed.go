@@ -60,22 +60,30 @@ const (
 //   - the screen keeps what it had when the backlog began: its cells, the
 //     alternate screen, modes (cursor keys, keypad, mouse, bracketed
 //     paste), scroll region, cursor and attributes, and its history;
-//   - the resizes and clears that came since are applied (the newest
-//     size);
-//   - a CAN (which ends any sequence the parser was in) and then the
-//     newest output within FeedWork of work, from the start of a line
-//     (else from a cursor position, else a sequence), are fed to it:
-//     the lines that output scrolls off go to the history after the
-//     older ones; the output dropped between is lost, and so are modes
-//     it alone changed.
+//   - the head of the dropped output (FeedWork/8 of work) is fed to it
+//     as it is: the setup a burst begins with (a screen cleared, a
+//     header line drawn, a scroll region set) is exact;
+//   - a CAN (which ends any sequence the head ended in), the resizes
+//     and clears that came since (the newest size), then what the rest
+//     of the dropped output set (feedState: modes, alternate screen
+//     switches, scroll regions, character sets, cursor style,
+//     attributes, a RIS), the cursor put back where the head left it;
+//   - then the newest output within FeedWork of work, from the start
+//     of a line (else from a cursor position, else a sequence): the
+//     lines that output scrolls off go to the history after the older
+//     ones; the output dropped between is lost, and so are the cells it
+//     alone drew.
 //
-// Lines a flood scrolls off are thus kept only from its last stretch
-// (800 to 2000 lines of an 80×24 terminal, by their length); a program
-// redrawing its screen ends with its screen exact.
+// Lines a flood scrolls off are thus kept only from its first and last
+// stretches (800 to 2000 lines of an 80×24 terminal, by their length); a
+// program redrawing its screen ends with its screen exact.
 //
 // Screen (a snapshot) first brings the emulator to the newest output,
-// behind or not: the backlog or a rebuild, at most FeedWork of work. The
-// reader path is one copy and a count of line feeds. Feed is safe for
+// behind or not: the backlog or a rebuild, at most FeedWork and a head
+// of work. The reader path is one copy and a count of line feeds; while
+// the backlog is lost, also a scan of the escape sequences of the bytes
+// the copy overwrites (about 1 ns a byte of the densest SGR output,
+// nothing but a search for ESC in text: BenchmarkFeedWrite). Feed is safe for
 // concurrent use; Write, Resize and ClearHistory never wait for the
 // emulator.
 type Feed struct {

@@ -591,7 +591,7 @@ func appendCSI(dst []byte, n int, final byte) []byte {
 
 // Pristine reports whether the terminal shows nothing yet: no history,
 // a blank primary screen with the cursor at its top left, no mode or
-// attribute set. Its snapshot content is empty.
+// attribute set, no cursor saved. Its snapshot content is empty.
 func (s *Screen) Pristine() bool {
 	e := s.emu
 	if s.hist.Lines() > 0 || e.IsAltScreen() || e.CursorPosition() != (uv.Position{}) || e.CursorHidden() {
@@ -603,7 +603,7 @@ func (s *Screen) Pristine() bool {
 		}
 	}
 	if scr := vtScreen(e, 0); scr != nil {
-		if pen := scr.Cursor().Pen; !pen.IsZero() {
+		if pen, saved := scr.Cursor().Pen, vtSaved(scr); !pen.IsZero() || !isZeroCursor(&saved) {
 			return false
 		}
 	}
