@@ -565,14 +565,21 @@ func isZeroCursor(c *vt.Cursor) bool {
 
 // appendSavedCursor appends what saves c as the cursor DECRC restores
 // (on a w×h screen): it placed with its attributes and link, DECSC,
-// then the attributes and link reset.
+// then the attributes and link reset. vt's DECRC also restores the
+// cursor's visibility, which xterm's does not: a cursor hidden when
+// saved is hidden around the DECSC, shown after (the redraw hides it
+// again at its end if it is).
 func appendSavedCursor(dst []byte, c *vt.Cursor, w, h int) []byte {
 	dst = appendCUP(dst, min(c.X, w-1), min(c.Y, h-1))
 	dst = appendStyle(dst, &uv.Style{}, &c.Pen)
 	if c.Link.URL != "" {
 		dst = append(dst, ansi.SetHyperlink(c.Link.URL, c.Link.Params)...)
 	}
-	dst = append(dst, "\x1b7"...)
+	if c.Hidden {
+		dst = append(dst, "\x1b[?25l\x1b7\x1b[?25h"...)
+	} else {
+		dst = append(dst, "\x1b7"...)
+	}
 	if c.Link.URL != "" {
 		dst = append(dst, ansi.ResetHyperlink()...)
 	}

@@ -235,6 +235,7 @@ func TestRedrawSavedCursor(t *testing.T) {
 		"primary's under 1049":     "\x1b[2;2Hab\x1b[?1049h\x1b[4;4Hy",
 		"primary's under 1047":     "\x1b[2;2H\x1b[32m\x1b7\x1b[m\x1b[3;3H\x1b[?1047hz",
 		"scroll region and origin": "\x1b[2;4r\x1b[?6h\x1b[2;2H\x1b7\x1b[1;1Ho",
+		"hidden when saved":        "\x1b[?25l\x1b[2;2H\x1b7\x1b[?25h\x1b[Hx",
 	} {
 		t.Run(name, func(t *testing.T) {
 			a, b := redrawn(t, 10, 5, out, 1<<10, "")
