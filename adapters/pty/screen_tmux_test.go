@@ -67,10 +67,10 @@ func TestRedrawTmux(t *testing.T) {
 	n := 0
 	for name, tc := range map[string]struct{ out, probe string }{
 		"pending wrap":             {"$ 0123456789abcdefgh", "Wrap"},
-		"pending wrap, attributes": {"\x1b[2;1H\x1b[1;41mred to the end!\x1b[44mlink", "\x1b[mW"},
+		"pending wrap, attributes": {"\x1b[2;1H\x1b[1;41mred to the end!!\x1b[44mlink", "\x1b[mW"},
 		"saved cursor":             {"\x1b[3;5H\x1b[1;31m\x1b7\x1b[m\x1b[1;1Hhello", "\x1b8R"},
 		"saved cursor, history":    {strings.Repeat("line\r\n", 10) + "\x1b[2;3H\x1b[4m\x1b7\x1b[24m\x1b[5;1H$ ", "\x1b8R"},
-		"saved cursor, alternate":  {"\x1b[?1049h\x1b[2;2Hx\x1b[7m\x1b7\x1b[m\x1b[4;4Hy", "\x1b8R\x1b[?1049lP"},
+		"saved cursor, alternate":  {"\x1b[?1049h\x1b[2;2Hx\x1b[7m\x1b7\x1b[m\x1b[4;4Hy", "\x1b8R"},
 		"primary's, 1049":          {"\x1b[2;2Hab\x1b[?1049h\x1b[4;4Hy", "\x1b[?1049lP"},
 		"overline":                 {"\x1b[53mover\x1b[55m not \x1b[1;53mboth\x1b[22m\x1b[4m ul\x1b[24m\x1b[0;53m", "x\x1b[55my"},
 		"reset":                    {"\x1b[4h\x1b[?2004h\x1b[?1h\x1b[?1000h\x1b[31mbefore\x1bcafter", "x"},
