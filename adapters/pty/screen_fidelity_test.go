@@ -1,6 +1,7 @@
 package pty
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -243,5 +244,26 @@ func TestRedrawSavedCursor(t *testing.T) {
 			probe(t, a, b, "\x1b8R")
 			probe(t, a, b, "\x1b[?1049l\x1b8P")
 		})
+	}
+}
+
+// TestRepeatBounded: REP with a count past a screenful (up to 65535
+// after the clamp) gives the screen the characters written out give,
+// from printing only a screenful and the rest modulo the width (vt
+// printed each: 99999999 took 41 s).
+func TestRepeatBounded(t *testing.T) {
+	for _, n := range []int{7, 39, 40, 41, 65535, 99999999} {
+		for _, start := range []string{"", "\x1b[2;4H", "\x1b[4;10H"} {
+			a := NewScreen(10, 4, 1<<20)
+			a.Write([]byte(fmt.Sprintf("%sx\x1b[%db", start, n)))
+			b := NewScreen(10, 4, 1<<20)
+			b.Write([]byte(start + strings.Repeat("x", 1+min(n, maxParam))))
+			sameState(t, b, a)
+			if n > 40 && a.History().Lines() > 5 {
+				t.Errorf("REP %d: %d lines of history, want at most a screenful and a line", n, a.History().Lines())
+			}
+			a.Close()
+			b.Close()
+		}
 	}
 }

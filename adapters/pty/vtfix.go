@@ -27,8 +27,10 @@ import (
 //     current background (BCE), as vt's other erases do;
 //   - CSI parameters are not clamped: the parser's int overflows (a
 //     value over 2^31 sets the sub-parameter flag and keeps its low
-//     bits), and REP of 99999999 prints that many characters; xterm
-//     clamps every parameter to 65535 as it reads it (paramClamp).
+//     bits), and REP of 99999999 prints that many characters (41 s of
+//     the emulator's time); xterm clamps every parameter to 65535 as it
+//     reads it (paramClamp), and REP past a screenful is cut to what
+//     gives the same screen.
 //
 // Not fixed: vt does not implement insert mode (characters printed
 // under CSI 4 h overwrite instead of inserting), so a program using it
@@ -56,6 +58,20 @@ func registerFixes(e *vt.Emulator, modes map[ansi.Mode]bool) {
 		}
 		readSGR(params, &cur.Pen)
 		return true
+	})
+	e.RegisterCsiHandler('b', func(params ansi.Params) bool {
+		// REP prints the last character n times, one by one (up to
+		// 65535: some 27 ms of the emulator's time, for 8 bytes of
+		// output). Past a screenful the screen is that character
+		// everywhere and only the cursor's column depends on n: a
+		// screenful and the rest modulo the width give the same screen
+		// (the history gets fewer copies of the line).
+		n, _, _ := params.Param(0, 1)
+		w, h := e.Width(), e.Height()
+		if len(params) == 1 && n > w*h {
+			params[0] = ansi.Param(w*h + (n-w*h)%w)
+		}
+		return false
 	})
 	e.RegisterCsiHandler('J', func(params ansi.Params) bool {
 		n, _, _ := params.Param(0, 0)
