@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"sync"
 	"time"
+
+	"github.com/charmbracelet/x/ansi"
 )
 
 // Feed bounds.
@@ -58,22 +60,30 @@ const (
 //   - the screen keeps what it had when the backlog began: its cells, the
 //     alternate screen, modes (cursor keys, keypad, mouse, bracketed
 //     paste), scroll region, cursor and attributes, and its history;
-//   - the resizes and clears that came since are applied (the newest
-//     size);
-//   - a CAN (which ends any sequence the parser was in) and then the
-//     newest output within FeedWork of work, from the start of a line
-//     (else from a cursor position, else a sequence), are fed to it:
-//     the lines that output scrolls off go to the history after the
-//     older ones; the output dropped between is lost, and so are modes
-//     it alone changed.
+//   - the head of the dropped output (FeedWork/8 of work) is fed to it
+//     as it is: the setup a burst begins with (a screen cleared, a
+//     header line drawn, a scroll region set) is exact;
+//   - a CAN (which ends any sequence the head ended in), the resizes
+//     and clears that came since (the newest size), then what the rest
+//     of the dropped output set (feedState: modes, alternate screen
+//     switches, scroll regions, character sets, cursor style,
+//     attributes, a RIS), the cursor put back where the head left it;
+//   - then the newest output within FeedWork of work, from the start
+//     of a line (else from a cursor position, else a sequence): the
+//     lines that output scrolls off go to the history after the older
+//     ones; the output dropped between is lost, and so are the cells it
+//     alone drew.
 //
-// Lines a flood scrolls off are thus kept only from its last stretch
-// (800 to 2000 lines of an 80×24 terminal, by their length); a program
-// redrawing its screen ends with its screen exact.
+// Lines a flood scrolls off are thus kept only from its first and last
+// stretches (800 to 2000 lines of an 80×24 terminal, by their length); a
+// program redrawing its screen ends with its screen exact.
 //
 // Screen (a snapshot) first brings the emulator to the newest output,
-// behind or not: the backlog or a rebuild, at most FeedWork of work. The
-// reader path is one copy and a count of line feeds. Feed is safe for
+// behind or not: the backlog or a rebuild, at most FeedWork and a head
+// of work. The reader path is one copy and a count of line feeds; while
+// the backlog is lost, also a scan of the escape sequences of the bytes
+// the copy overwrites (about 1 ns a byte of the densest SGR output,
+// nothing but a search for ESC in text: BenchmarkFeedWrite). Feed is safe for
 // concurrent use; Write, Resize and ClearHistory never wait for the
 // emulator.
 type Feed struct {
@@ -99,6 +109,19 @@ type Feed struct {
 	// from the newest output.
 	behind, lost bool
 	ops          []feedOp
+	// head is the first part of the output a loss dropped, fed as it is
+	// before the newest output (maxWork/8 of work, headWork so far,
+	// headDone when full: a burst's setup, a screen cleared, a header
+	// drawn, a scroll region set); track is what the rest of the
+	// dropped output set (modes, scroll regions, attributes...),
+	// scanned up to scanAt: the dropped output still in the ring when
+	// the rebuild comes, before that the bytes each write overwrites
+	// (Write's only extra work while lost).
+	head     []byte
+	headWork int
+	headDone bool
+	track    feedState
+	scanAt   int64
 	// cols, rows is the size of the newest resize, for feedWork.
 	cols, rows int
 	// rebuilds counts the rebuilds (for tests); resumed is when the
@@ -162,6 +185,9 @@ func (f *Feed) Write(p []byte) {
 	}
 	f.mu.Lock()
 	w := feedWork(p, f.cols, f.rows)
+	if f.pending+w > f.maxWork && !f.lost {
+		f.loseLocked() // before p goes in: the backlog is whole in the ring
+	}
 	f.put(p)
 	f.workIn += int64(w)
 	f.pending += w
@@ -169,9 +195,6 @@ func (f *Feed) Write(p []byte) {
 		f.windowStart, f.window = now, 0
 	}
 	f.window += w
-	if f.pending > f.maxWork && !f.lost {
-		f.loseLocked()
-	}
 	if !f.behind && f.window > f.maxRate {
 		f.fallBehindLocked()
 	}
@@ -183,9 +206,41 @@ func (f *Feed) Write(p []byte) {
 // newest output (its ops stay, applied first). It is behind too.
 func (f *Feed) loseLocked() {
 	f.lost = true
+	f.scanAt = max(f.fed, f.oldest())
+	f.head, f.headWork, f.headDone = f.head[:0], 0, false
+	f.track.reset()
+	f.growHead()
 	f.fed, f.pending = f.written, 0
 	if !f.behind {
 		f.fallBehindLocked()
+	}
+}
+
+// growHead moves the dropped output after the head (from scanAt) into
+// it while it is within headWork of work (maxWork/8), cut before a
+// character when full.
+func (f *Feed) growHead() {
+	limit := f.maxWork / 8 // headWork
+	for !f.headDone && f.scanAt < f.written {
+		n := len(f.head)
+		f.head = f.copyOut(f.head, f.scanAt, min(f.written, f.scanAt+int64(limit-n)))
+		add := f.head[n:]
+		k := len(add)
+		for k > 0 && f.headWork+feedWork(add[:k], f.cols, f.rows) > limit {
+			k /= 2
+		}
+		if k < len(add) {
+			for k > 0 && add[k]&0xC0 == 0x80 {
+				k--
+			}
+			f.headDone = true
+		}
+		f.head = f.head[:n+k]
+		f.headWork += feedWork(add[:k], f.cols, f.rows)
+		f.scanAt += int64(k)
+		if len(f.head) >= limit {
+			f.headDone = true
+		}
 	}
 }
 
@@ -205,11 +260,22 @@ func (f *Feed) put(p []byte) {
 	if len(p) >= f.maxWork {
 		// Only the newest maxWork bytes can be kept (not with
 		// ReadChunk-sized output).
-		f.written += int64(len(p) - f.maxWork)
 		if !f.lost {
 			f.loseLocked()
 		}
-		p = p[len(p)-f.maxWork:]
+		f.headDone = true
+		f.scanTo(f.written)
+		skip := p[:len(p)-f.maxWork]
+		f.track.scan(skip)
+		f.written += int64(len(skip))
+		f.scanAt = f.written
+		p = p[len(skip):]
+	}
+	if f.lost {
+		// The bytes p overwrites, read first.
+		f.growHead()
+		f.scanTo(f.written + int64(len(p)) - int64(f.maxWork))
+		defer f.growHead()
 	}
 	if int64(len(f.ring)) == f.written && len(f.ring)+len(p) <= f.maxWork {
 		if need := len(f.ring) + len(p); need > cap(f.ring) {
@@ -231,6 +297,27 @@ func (f *Feed) put(p []byte) {
 		p = p[n:]
 		f.written += int64(n)
 	}
+}
+
+// scanTo has track read the dropped output up to to (what is still in
+// the ring of it).
+func (f *Feed) scanTo(to int64) {
+	from := max(f.scanAt, f.oldest())
+	if to <= from {
+		return
+	}
+	if len(f.ring) < f.maxWork || int64(len(f.ring)) == f.written {
+		f.track.scan(f.ring[from:to])
+	} else {
+		size := int64(f.maxWork)
+		for at := from; at < to; {
+			i := at % size
+			n := min(to-at, size-i)
+			f.track.scan(f.ring[i : i+n])
+			at += n
+		}
+	}
+	f.scanAt = to
 }
 
 // copyOut appends the ring's bytes [from, to) to dst; they must still be
@@ -382,24 +469,53 @@ func (f *Feed) stepLocked(rebuild bool) (ok, more bool) {
 		ops := append([]feedOp(nil), squashOps(f.ops)...) // f.ops's array is reused
 		f.ops = f.ops[:0]
 		from := f.tailLocked()
-		// CAN ends any sequence the parser was in; a tail that starts
-		// a line starts it at the first column.
-		f.piece = append(f.piece[:0], '\x18')
+		f.scanTo(from)
+		// The dropped output's head (it follows what the emulator
+		// has), then CAN (which ends any sequence the head ends in),
+		// the ops, what the rest of the dropped output set, and the
+		// newest output; a tail that starts a line starts it at the
+		// first column.
+		f.piece = append(f.piece[:0], f.head...)
+		head := len(f.piece)
+		f.piece = append(f.piece, '\x18')
+		if !f.track.empty() {
+			f.piece = f.track.appendSGR(f.track.appendReplay(f.piece))
+		}
+		replay := len(f.piece)
 		if from > f.oldest() && f.copyOut(nil, from-1, from)[0] == '\n' {
 			f.piece = append(f.piece, '\r')
 		}
 		f.piece = f.copyOut(f.piece, from, f.written)
 		f.fed, f.pending, f.lost = f.written, 0, false
+		f.head = f.head[:0]
+		if cap(f.head) > 2*ReadChunk {
+			f.head = nil
+		}
+		f.track.reset()
 		f.rebuilds++
 		f.mu.Unlock()
+		f.writeChunks(f.piece[:head])
+		f.writeLocked(f.piece[head : head+1]) // CAN
 		for _, op := range ops {
 			f.applyLocked(op)
 		}
-		for p := f.piece; len(p) > 0; {
-			n := min(len(p), ReadChunk)
-			f.writeLocked(p[:n])
-			p = p[n:]
+		if replay > head+1 {
+			// The state set, the cursor left where the head put it (a
+			// scroll region set homes it).
+			cur := f.screen.Emulator().CursorPosition()
+			f.writeLocked(f.piece[head+1 : replay])
+			origin := f.screen.modes[ansi.ModeOrigin]
+			var at []byte
+			if origin {
+				at = append(at, "\x1b[?6l"...)
+			}
+			at = appendCUP(at, cur.X, cur.Y)
+			if origin {
+				at = append(at, "\x1b[?6h"...)
+			}
+			f.writeLocked(at)
 		}
+		f.writeChunks(f.piece[replay:])
 		f.trimPiece()
 		return true, true
 	}
@@ -501,6 +617,15 @@ func anchor(p []byte, i int) int {
 func (f *Feed) trimPiece() {
 	if cap(f.piece) > 2*ReadChunk {
 		f.piece = nil
+	}
+}
+
+// writeChunks feeds p to the emulator a ReadChunk at a time.
+func (f *Feed) writeChunks(p []byte) {
+	for len(p) > 0 {
+		n := min(len(p), ReadChunk)
+		f.writeLocked(p[:n])
+		p = p[n:]
 	}
 }
 

@@ -181,8 +181,9 @@ func TestFeedRebuildKeepsFullScreen(t *testing.T) {
 // emulator is behind: the goroutine rebuilds on its own once the output
 // stops (no snapshot asked), the screen is the newest lines exactly,
 // and the history holds the lines from before the flood, then the
-// newest that scrolled off, each whole: what was dropped between is
-// lost, nothing is garbled.
+// flood's first lines (the head of the dropped output, fed as it is),
+// then the newest that scrolled off, each whole: what was dropped
+// between is lost, nothing is garbled.
 func TestFeedRebuildLines(t *testing.T) {
 	var b strings.Builder
 	for i := range 5000 {
@@ -220,7 +221,7 @@ func TestFeedRebuildLines(t *testing.T) {
 		if len(hist) < 100 || !strings.HasPrefix(hist[0], "before 1") {
 			t.Fatalf("history of %d lines from %q: want the lines before the flood, then many", len(hist), hist[0])
 		}
-		last := -1
+		last, gaps := -1, 0
 		for _, l := range hist[1:] {
 			if strings.HasPrefix(l, "before 2") {
 				continue
@@ -233,10 +234,18 @@ func TestFeedRebuildLines(t *testing.T) {
 			if want := fmt.Sprintf("line %05d %s", n, strings.Repeat("-", n%50)); strings.TrimRight(l, " ") != strings.TrimRight(want, " ") {
 				t.Fatalf("history line %q, want %q", l, want)
 			}
+			if last < 0 && n != 0 {
+				t.Fatalf("the flood's first line in the history is line %d, want its head from line 0", n)
+			}
 			if last >= 0 && n != last+1 {
-				t.Fatalf("history line %d after %d", n, last)
+				if gaps++; gaps > 1 || n < last {
+					t.Fatalf("history line %d after %d: want one gap, after the head", n, last)
+				}
 			}
 			last = n
+		}
+		if gaps != 1 {
+			t.Errorf("%d gaps in the history, want 1 (the dropped output)", gaps)
 		}
 		if last != 5000-24 {
 			t.Errorf("the history ends with line %d, want %d", last, 5000-24)
@@ -324,5 +333,125 @@ func TestFeedBurstExact(t *testing.T) {
 	})
 	if n := f.Rebuilds(); n != 0 {
 		t.Errorf("%d rebuilds, want 0", n)
+	}
+}
+
+// TestFeedRebuildKeepsState: a full-screen program's burst (alternate
+// screen, a header line, a scroll region, modes) floods its region far
+// past the bound, changing modes, attributes and the cursor style in
+// the middle of the flood: after the rebuild, the screen is exactly the
+// one of the whole stream (the header and region from the dropped
+// output's head, fed as it is; the modes, attributes and cursor style
+// from what the rest of it set). And a scroll region set in the middle
+// of a flood on the primary screen is kept, with the modes.
+func TestFeedRebuildKeepsState(t *testing.T) {
+	var tui strings.Builder
+	tui.WriteString("\x1b[?1049h\x1b[H\x1b[2J\x1b[7m HEADER \x1b[m\x1b[2;24r\x1b[?2004h\x1b[?1h\x1b=\x1b[24;1H")
+	for i := range 6000 {
+		if i == 3000 {
+			tui.WriteString("\x1b[?1000h\x1b[?1006h\x1b[?2004l\x1b[33m\x1b[4 q\x1b(0")
+		}
+		fmt.Fprintf(&tui, "log %05d %s\r\n", i, strings.Repeat("=", i%40))
+	}
+	tui.WriteString("end")
+	var region strings.Builder
+	for i := range 6000 {
+		if i == 3000 {
+			region.WriteString("\x1b[5;20r\x1b[?25l\x1b[?1h\x1b[20;1H\x1b[1;32m")
+		}
+		fmt.Fprintf(&region, "line %05d %s\r\n", i, strings.Repeat("-", i%50))
+	}
+	region.WriteString("$ ")
+	for name, tc := range map[string]struct {
+		out   string
+		exact bool
+	}{
+		"full-screen program": {tui.String(), true},
+		"region mid-flood":    {region.String(), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			steps := []vtStep{{out: "$ ./prog\r\n"}, {out: tc.out}}
+			want := NewScreen(80, 24, 1<<20)
+			defer want.Close()
+			play(want, steps)
+			f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+			f.maxWork = 16 << 10
+			defer f.Close()
+			f.Write([]byte(steps[0].out))
+			f.CatchUp()
+			playFeed(f, steps[1:])
+			if !f.Behind() {
+				t.Fatal("not behind after a flood past the bound")
+			}
+			f.Screen(func(got *Screen) {
+				if n := f.Rebuilds(); n != 1 {
+					t.Errorf("%d rebuilds, want 1", n)
+				}
+				if tc.exact {
+					sameState(t, want, got)
+					return
+				}
+				// The rows outside the region hold what the dropped
+				// output drew there; the rest is exact.
+				ew, eg := want.Emulator(), got.Emulator()
+				if rw, rg := vtScreen(ew, 0).ScrollRegion(), vtScreen(eg, 0).ScrollRegion(); rw != rg {
+					t.Errorf("scroll region %v, want %v", rg, rw)
+				}
+				for y := 4; y < 20; y++ {
+					if g, w := rowText(vtScreen(eg, 0), y), rowText(vtScreen(ew, 0), y); g != w {
+						t.Errorf("row %d %q, want %q", y, g, w)
+					}
+				}
+				if eg.CursorHidden() != ew.CursorHidden() || eg.CursorPosition() != ew.CursorPosition() {
+					t.Errorf("cursor at %v hidden %v, want at %v hidden %v", eg.CursorPosition(), eg.CursorHidden(), ew.CursorPosition(), ew.CursorHidden())
+				}
+				mw, mg := emuModes(t, ew), emuModes(t, eg)
+				for _, m := range redrawModes {
+					if mw.IsSet(m.mode) != mg.IsSet(m.mode) {
+						t.Errorf("mode %d set %v, want %v", m.mode.Mode(), mg.IsSet(m.mode), mw.IsSet(m.mode))
+					}
+				}
+				if pw, pg := vtScreen(ew, 0).Cursor().Pen, vtScreen(eg, 0).Cursor().Pen; !pw.Equal(&pg) {
+					t.Errorf("pen %+v, want %+v", pg, pw)
+				}
+				if c, w := vtScreen(eg, 0).CellAt(0, 18), vtScreen(ew, 0).CellAt(0, 18); !c.Equal(w) {
+					t.Errorf("cell (0,18) %+v, want %+v", c, w)
+				}
+			})
+		})
+	}
+}
+
+// TestFeedStateSplit: the state the dropped output set is read the same
+// whatever pieces it comes in (a sequence cut between two writes), and
+// what it keeps stays within its bounds however long the output.
+func TestFeedStateSplit(t *testing.T) {
+	out := []byte("text\x1b[?1049h\x1b[2;20r\x1b[?1000;1006h\x1b[4h\x1b=\x1b(0\x1b)B\x1b[5 q\x1b]0;title 1234\x07" +
+		"\x1b[1m\x1b[38;5;200mx\x1b[m\x1b[4:3m\x1b[?1049l\x1b[3;10r\x1b[?1000l\x1b[99999999r\x1b[?2004h")
+	var whole feedState
+	whole.scan(out)
+	want := string(whole.appendSGR(whole.appendReplay(nil)))
+	if want != "\x1b[?1049h\x1b[2;20r\x1b[?1049l\x1b[65535r\x1b[?1000l\x1b[?1006h\x1b[4h\x1b=\x1b[?2004h\x1b(0\x1b)B\x1b[5 q\x1b[m\x1b[4:3m" {
+		t.Errorf("replay %q", want)
+	}
+	for cut := 1; cut < len(out); cut++ {
+		var st feedState
+		st.scan(out[:cut])
+		st.scan(out[cut:])
+		if got := string(st.appendSGR(st.appendReplay(nil))); got != want {
+			t.Fatalf("cut at %d: replay %q, want %q", cut, got, want)
+		}
+	}
+	var st feedState
+	for i := range 10000 {
+		st.scan(fmt.Appendf(nil, "\x1b[?%dh\x1b[%d;%dr\x1b[?1049%c\x1b[%dm\x1b[%d;1m", 2000+i, i, i+5, "hl"[i%2], 30+i%8, i))
+	}
+	if st.nmodes > maxTrackedModes || st.nscreens > maxTrackedScreens || len(st.sgr) > maxTrackedSGR || cap(st.partial) > maxTrackedSeq {
+		t.Errorf("state over its bounds: %d modes, %d screens, %d SGR bytes, %d partial", st.nmodes, st.nscreens, len(st.sgr), cap(st.partial))
+	}
+	st.reset()
+	st.scan([]byte("\x1b[?2004h\x1b[31m\x1bc\x1b[?1h"))
+	if got := string(st.appendSGR(st.appendReplay(nil))); got != "\x1bc\x1b[?1h" {
+		t.Errorf("after RIS: replay %q", got)
 	}
 }

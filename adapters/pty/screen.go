@@ -70,6 +70,10 @@ type Screen struct {
 	closed      bool
 	// faults counts the emulator's panics (Write, Resize).
 	faults int
+	// params clamps the CSI parameters of the output (see paramClamp);
+	// clamped is its output, the emulator's input.
+	params  paramClamp
+	clamped []byte
 	// scratch for drain's line rendering
 	line []byte
 }
@@ -102,6 +106,7 @@ func (s *Screen) newEmulator(cols, rows int) {
 		EnableMode:  func(m ansi.Mode) { modes[m] = true },
 		DisableMode: func(m ansi.Mode) { modes[m] = false },
 	})
+	registerFixes(e, modes)
 	// The emulator answers queries (cursor position, device attributes,
 	// colours) into a synchronous pipe: something must read them or the
 	// Write blocks. The real terminal at the client answers them; here
@@ -118,6 +123,7 @@ func (s *Screen) newEmulator(cols, rows int) {
 		}
 	}()
 	s.emu, s.modes = e, modes
+	s.params = paramClamp{}
 	s.stopAnswers = func() {
 		_, _ = e.InputPipe().Write([]byte{answersEnd}) // returns once read
 		<-done
@@ -141,10 +147,15 @@ func (s *Screen) Write(p []byte) error {
 	if s.closed || len(p) == 0 {
 		return nil
 	}
-	return s.guard(func() {
-		_, _ = s.emu.Write(p)
+	s.clamped = s.params.append(s.clamped[:0], p)
+	err := s.guard(func() {
+		_, _ = s.emu.Write(s.clamped)
 		s.drain()
 	})
+	if cap(s.clamped) > 2*ReadChunk {
+		s.clamped = nil
+	}
+	return err
 }
 
 // Resize resizes the screens (an error as for Write).
@@ -261,11 +272,7 @@ func appendLine(dst []byte, line uv.Line) []byte {
 			blanks = 0
 		}
 		if !c.Style.Equal(&pen) {
-			if c.Style.IsZero() {
-				dst = append(dst, ansi.ResetStyle...)
-			} else {
-				dst = append(dst, uv.StyleDiff(&pen, &c.Style)...)
-			}
+			dst = appendStyle(dst, &pen, &c.Style)
 			pen = c.Style
 		}
 		if c.Link != link {
@@ -357,10 +364,11 @@ var redrawModes = []struct {
 // size, reproduces the terminal: the History's lines, then the primary
 // screen with its attributes (every row, so the screen ends where the
 // terminal's is however much history came before), then the alternate
-// screen if active, the scroll region, the modes the program set, the
-// cursor's position, visibility and style, and the current attributes.
-// history false leaves the History out (a client that only needs the
-// screen).
+// screen if active, the cursors DECSC saved, the scroll region, the
+// modes the program set, the cursor's position (in the pending wrap
+// state when it is: the last column's character printed again),
+// visibility and style, and the current attributes. history false
+// leaves the History out (a client that only needs the screen).
 func (s *Screen) Redraw(dst []byte, history bool) []byte {
 	if history {
 		dst = s.hist.AppendTo(dst)
@@ -371,32 +379,37 @@ func (s *Screen) Redraw(dst []byte, history bool) []byte {
 func (s *Screen) appendScreen(dst []byte) []byte {
 	e := s.emu
 	w, h := e.Width(), e.Height()
+	// No attributes to start with: a client's terminal may have any
+	// left, and its erases (CSI 2K) would fill with their background.
+	dst = append(dst, ansi.ResetStyle...)
 	if s.modes[ansi.ModeUnicodeCore] {
 		dst = append(dst, "\x1b[?2027h"...) // widths as the program had them
 	}
 	alt := e.IsAltScreen()
 	cur := e.CursorPosition()
+	active := vtScreen(e, b2i(alt))
 	cursor := vt.Cursor{}
 	var region uv.Rectangle
-	if scr := vtScreen(e, b2i(alt)); scr != nil {
-		cursor = scr.Cursor()
-		region = scr.ScrollRegion()
+	if active != nil {
+		cursor = active.Cursor()
+		region = active.ScrollRegion()
 	}
+	saved := vtSaved(active)
 	regionSet := 0 <= region.Min.Y && region.Min.Y < region.Max.Y && region.Max.Y <= h && (region.Min.Y > 0 || region.Max.Y < h)
 	// The primary screen, each row erased first (a client's terminal
 	// may hold anything there). Every row when lines scrolled off
 	// before (the history's lines must end up above the screen) or the
 	// screen is placed absolutely (alternate screen, scroll region,
-	// origin mode): the last h lines written are the screen. Else only
-	// the rows down to the last one used (or the cursor's), and the
-	// cursor is placed relative to them: a client's terminal shows a
-	// shell's few lines where its own cursor was, as ssh would, instead
-	// of being cleared.
+	// origin mode, a saved cursor): the last h lines written are the
+	// screen. Else only the rows down to the last one used (or the
+	// cursor's), and the cursor is placed relative to them: a client's
+	// terminal shows a shell's few lines where its own cursor was, as
+	// ssh would, instead of being cleared.
 	var primary *vt.Screen // nil: the active screen
 	if alt {
 		primary = vtScreen(e, 0)
 	}
-	relative := !alt && !regionSet && !s.modes[ansi.ModeOrigin] && s.hist.Lines() == 0
+	relative := !alt && !regionSet && !s.modes[ansi.ModeOrigin] && s.hist.Lines() == 0 && isZeroCursor(&saved)
 	var line uv.Line
 	if !alt || primary != nil {
 		last := h - 1
@@ -432,13 +445,29 @@ func (s *Screen) appendScreen(dst []byte) []byte {
 		}
 		if primary != nil {
 			// Where the program's exit from the alternate screen puts
-			// the cursor back (1049h saves it).
-			pc := primary.Cursor()
-			dst = appendCUP(dst, min(pc.X, w-1), min(pc.Y, h-1))
+			// the cursor back: 1049h saves it (DECSC), with the pen.
+			// A program that entered with 1047h (or saved elsewhere
+			// first) has its own saved cursor: that is saved, and the
+			// alternate screen entered without saving.
+			pc, ps := primary.Cursor(), vtSaved(primary)
+			if ps.Position != pc.Position {
+				dst = appendSavedCursor(dst, &ps, w, h)
+				dst = appendCUP(dst, min(pc.X, w-1), min(pc.Y, h-1))
+				dst = append(dst, "\x1b[?1047h\x1b[2J"...)
+			} else {
+				dst = appendCUP(dst, min(pc.X, w-1), min(pc.Y, h-1))
+				dst = appendStyle(dst, &uv.Style{}, &ps.Pen)
+				dst = append(dst, "\x1b[?1049h"...)
+				if !ps.Pen.IsZero() {
+					dst = append(dst, ansi.ResetStyle...)
+				}
+			}
 		}
 	}
 	if alt {
-		dst = append(dst, "\x1b[?1049h"...)
+		if primary == nil {
+			dst = append(dst, "\x1b[?1049h"...)
+		}
 		for y := range h {
 			line = currentLine(line, e, w, y)
 			n := len(dst)
@@ -449,6 +478,10 @@ func (s *Screen) appendScreen(dst []byte) []byte {
 			}
 		}
 	}
+	if !isZeroCursor(&saved) {
+		// Where a program's DECRC (ESC 8) goes back to.
+		dst = appendSavedCursor(dst, &saved, w, h)
+	}
 	if regionSet {
 		dst = append(dst, "\x1b["...)
 		dst = strconv.AppendInt(dst, int64(region.Min.Y+1), 10)
@@ -458,7 +491,7 @@ func (s *Screen) appendScreen(dst []byte) []byte {
 	}
 	for _, m := range redrawModes {
 		set, ok := s.modes[m.mode]
-		if !ok || set == m.def {
+		if !ok || set == m.def || m.mode == ansi.ModeInsertReplace {
 			continue
 		}
 		dst = appendMode(dst, m.mode, set)
@@ -474,6 +507,32 @@ func (s *Screen) appendScreen(dst []byte) []byte {
 		}
 		dst = appendCUP(dst, cur.X, y)
 	}
+	if vtPendingWrap(e) && s.autowrap() && active != nil {
+		// The character at the last column printed again, where the
+		// cursor is: the next one wraps, as it would have.
+		var c uv.Cell
+		if p := active.CellAt(cur.X, cur.Y); p != nil {
+			c = *p
+		}
+		dst = appendStyle(dst, &uv.Style{}, &c.Style)
+		if c.Link.URL != "" {
+			dst = append(dst, ansi.SetHyperlink(c.Link.URL, c.Link.Params)...)
+		}
+		if c.Content == "" {
+			c.Content = " "
+		}
+		dst = append(dst, c.Content...)
+		if c.Link.URL != "" {
+			dst = append(dst, ansi.ResetHyperlink()...)
+		}
+		if !c.Style.IsZero() {
+			dst = append(dst, ansi.ResetStyle...)
+		}
+	}
+	if s.modes[ansi.ModeInsertReplace] {
+		// After the character above, which it would have inserted.
+		dst = appendMode(dst, ansi.ModeInsertReplace, true)
+	}
 	if e.CursorHidden() {
 		dst = append(dst, "\x1b[?25l"...)
 	}
@@ -487,7 +546,45 @@ func (s *Screen) appendScreen(dst []byte) []byte {
 		dst = append(dst, 'q')
 	}
 	if !cursor.Pen.IsZero() {
-		dst = append(dst, cursor.Pen.String()...)
+		dst = appendStyle(dst, &uv.Style{}, &cursor.Pen)
+	}
+	return dst
+}
+
+// autowrap reports whether autowrap (DECAWM) is on.
+func (s *Screen) autowrap() bool {
+	set, ok := s.modes[ansi.ModeAutoWrap]
+	return set || !ok
+}
+
+// isZeroCursor reports whether c is where a fresh terminal's saved
+// cursor is: home, no attributes.
+func isZeroCursor(c *vt.Cursor) bool {
+	return c.Position == (uv.Position{}) && c.Pen.IsZero() && c.Link.IsZero()
+}
+
+// appendSavedCursor appends what saves c as the cursor DECRC restores
+// (on a w×h screen): it placed with its attributes and link, DECSC,
+// then the attributes and link reset. vt's DECRC also restores the
+// cursor's visibility, which xterm's does not: a cursor hidden when
+// saved is hidden around the DECSC, shown after (the redraw hides it
+// again at its end if it is).
+func appendSavedCursor(dst []byte, c *vt.Cursor, w, h int) []byte {
+	dst = appendCUP(dst, min(c.X, w-1), min(c.Y, h-1))
+	dst = appendStyle(dst, &uv.Style{}, &c.Pen)
+	if c.Link.URL != "" {
+		dst = append(dst, ansi.SetHyperlink(c.Link.URL, c.Link.Params)...)
+	}
+	if c.Hidden {
+		dst = append(dst, "\x1b[?25l\x1b7\x1b[?25h"...)
+	} else {
+		dst = append(dst, "\x1b7"...)
+	}
+	if c.Link.URL != "" {
+		dst = append(dst, ansi.ResetHyperlink()...)
+	}
+	if !c.Pen.IsZero() {
+		dst = append(dst, ansi.ResetStyle...)
 	}
 	return dst
 }
@@ -501,7 +598,7 @@ func appendCSI(dst []byte, n int, final byte) []byte {
 
 // Pristine reports whether the terminal shows nothing yet: no history,
 // a blank primary screen with the cursor at its top left, no mode or
-// attribute set. Its snapshot content is empty.
+// attribute set, no cursor saved. Its snapshot content is empty.
 func (s *Screen) Pristine() bool {
 	e := s.emu
 	if s.hist.Lines() > 0 || e.IsAltScreen() || e.CursorPosition() != (uv.Position{}) || e.CursorHidden() {
@@ -513,7 +610,7 @@ func (s *Screen) Pristine() bool {
 		}
 	}
 	if scr := vtScreen(e, 0); scr != nil {
-		if pen := scr.Cursor().Pen; !pen.IsZero() {
+		if pen, saved := scr.Cursor().Pen, vtSaved(scr); !pen.IsZero() || !isZeroCursor(&saved) {
 			return false
 		}
 	}
@@ -558,28 +655,36 @@ func b2i(b bool) int {
 	return 0
 }
 
-// vtLayout is where an Emulator keeps its two screens (its unexported
-// field scrs [2]vt.Screen): 0 primary, 1 alternate. ok is false when the
-// emulator's layout is not the one this was written against (another
-// version of vt): then the primary screen is not drawn under an active
-// alternate one and the alternate screen keeps vt's scrollback.
-//
-// parser is where it keeps its parser (field parser *ansi.Parser), whose
-// buffer for OSC/DCS/APC data vt sets to 4 MiB, allocated with each
-// emulator: NewScreen sets it to maxSequenceData instead.
+// vtLayout is where an Emulator keeps what its API does not show: its
+// two screens (field scrs [2]vt.Screen: 0 primary, 1 alternate), its
+// parser (parser *ansi.Parser), whose buffer for OSC/DCS/APC data vt
+// sets to 4 MiB, allocated with each emulator (NewScreen sets it to
+// maxSequenceData instead), and whether the cursor is in the pending
+// wrap state (atPhantom bool); and where a vt.Screen keeps its cursor
+// (cur vt.Cursor: the pen) and the cursor DECSC saved (saved
+// vt.Cursor). ok is false when the layout is not the one this was
+// written against (another version of vt): then the primary screen is
+// not drawn under an active alternate one, the alternate screen keeps
+// vt's scrollback, and the pending wrap, saved cursor and overline are
+// not redrawn.
 var vtLayout = func() (l struct {
-	scrs   uintptr
-	size   uintptr
-	parser uintptr
-	ok     bool
+	scrs, size, parser, phantom uintptr
+	cur, saved                  uintptr
+	ok                          bool
 }) {
-	et := reflect.TypeFor[vt.Emulator]()
-	f, ok := et.FieldByName("scrs")
-	p, pok := et.FieldByName("parser")
-	if !ok || f.Type != reflect.TypeFor[[2]vt.Screen]() || !pok || p.Type != reflect.TypeFor[*ansi.Parser]() {
-		return l
+	et, st := reflect.TypeFor[vt.Emulator](), reflect.TypeFor[vt.Screen]()
+	ok := true
+	field := func(t reflect.Type, name string, want reflect.Type) uintptr {
+		f, found := t.FieldByName(name)
+		ok = ok && found && f.Type == want
+		return f.Offset
 	}
-	l.scrs, l.size, l.parser, l.ok = f.Offset, reflect.TypeFor[vt.Screen]().Size(), p.Offset, true
+	l.scrs = field(et, "scrs", reflect.TypeFor[[2]vt.Screen]())
+	l.parser = field(et, "parser", reflect.TypeFor[*ansi.Parser]())
+	l.phantom = field(et, "atPhantom", reflect.TypeFor[bool]())
+	l.cur = field(st, "cur", reflect.TypeFor[vt.Cursor]())
+	l.saved = field(st, "saved", reflect.TypeFor[vt.Cursor]())
+	l.size, l.ok = st.Size(), ok
 	return l
 }()
 
@@ -599,6 +704,30 @@ func vtScreen(e *vt.Emulator, i int) *vt.Screen {
 		return nil
 	}
 	return (*vt.Screen)(unsafe.Add(unsafe.Pointer(e), vtLayout.scrs+uintptr(i)*vtLayout.size))
+}
+
+// vtPendingWrap reports whether e's cursor is in the pending wrap state
+// (a character printed at the last column: the next one goes to the
+// next line).
+func vtPendingWrap(e *vt.Emulator) bool {
+	return vtLayout.ok && *(*bool)(unsafe.Add(unsafe.Pointer(e), vtLayout.phantom))
+}
+
+// vtCursor returns scr's cursor (its pen can be set), nil for a nil scr.
+func vtCursor(scr *vt.Screen) *vt.Cursor {
+	if scr == nil {
+		return nil
+	}
+	return (*vt.Cursor)(unsafe.Add(unsafe.Pointer(scr), vtLayout.cur))
+}
+
+// vtSaved returns the cursor DECSC saved on scr (the zero Cursor when
+// none was, or vtLayout does not know where it is).
+func vtSaved(scr *vt.Screen) vt.Cursor {
+	if scr == nil {
+		return vt.Cursor{}
+	}
+	return *(*vt.Cursor)(unsafe.Add(unsafe.Pointer(scr), vtLayout.saved))
 }
 
 var _ io.Writer = (*vt.Emulator)(nil)

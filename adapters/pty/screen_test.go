@@ -13,6 +13,7 @@ import (
 	"time"
 
 	uv "github.com/charmbracelet/ultraviolet"
+	"github.com/charmbracelet/x/ansi"
 	"github.com/charmbracelet/x/vt"
 )
 
@@ -161,7 +162,7 @@ func TestRedrawGolden(t *testing.T) {
 			defer b.Close()
 			content := a.Redraw(nil, true)
 			b.Write(content)
-			sameScreens(t, a, b)
+			sameState(t, a, b)
 			resized := false
 			for _, st := range steps {
 				resized = resized || st.cols > 0
@@ -204,9 +205,13 @@ func sameScreens(t *testing.T, a, b *Screen) {
 	if sa != sb || ba != bb {
 		t.Errorf("cursor style %v/%v, want %v/%v", sb, bb, sa, ba)
 	}
+	modeSet := func(s *Screen, m ansi.Mode, def bool) bool {
+		set, ok := s.modes[m]
+		return set || !ok && def
+	}
 	for _, m := range redrawModes {
-		if a.modes[m.mode] != b.modes[m.mode] {
-			t.Errorf("mode %d: %v, want %v", m.mode.Mode(), b.modes[m.mode], a.modes[m.mode])
+		if sa, sb := modeSet(a, m.mode, m.def), modeSet(b, m.mode, m.def); sa != sb {
+			t.Errorf("mode %d: %v, want %v", m.mode.Mode(), sb, sa)
 		}
 	}
 	screens := []int{b2i(ea.IsAltScreen())}
@@ -285,7 +290,8 @@ func TestVTLayout(t *testing.T) {
 // history stays within its bound and the emulator keeps no lines
 // between writes. The same output also goes through a Feed whose bound
 // is small, so that it falls behind and is rebuilt from arbitrary
-// tails: nothing panics and its ring stays within the bound.
+// heads, tails and states of the dropped output: nothing panics and its
+// ring, head and state stay within their bounds.
 func FuzzScreen(f *testing.F) {
 	for _, steps := range syntheticStreams() {
 		for _, st := range steps {
@@ -301,6 +307,7 @@ func FuzzScreen(f *testing.F) {
 	}
 	f.Add([]byte("\x1b[?1049h\x1b[5;10Htitle\x1b[?2004h\x1b[?1000;1006h\x1b[3;20r\x1b[?6h\x1b[2;2Hx"))
 	f.Add([]byte("\x1b[999S\x1b[2J\x1b[3J\x1bc\x1b[6n\x1b[c\x1b]11;?\x07\x1b[?2048h"))
+	f.Add([]byte("ab\x1b[4294967297C\x1b[99999999b\x1b[38;5;300;53m\x1b[41m\x1b[2J\x1b7\x1b[?1047h\x1b[4h0123456789012345678901"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const hist = 2048
 		s := NewScreen(20, 6, hist)
@@ -320,9 +327,14 @@ func FuzzScreen(f *testing.F) {
 			if i%(97*3) == 0 {
 				feed.Screen(func(*Screen) {})
 			}
-			if len(feed.ring) > feed.maxWork || len(feed.ops) > maxFeedOps {
-				t.Fatalf("feed ring %d bytes, %d ops: over the bounds", len(feed.ring), len(feed.ops))
+			feed.mu.Lock()
+			if len(feed.ring) > feed.maxWork || len(feed.ops) > maxFeedOps || len(feed.head) > feed.maxWork/8 || feed.headWork > feed.maxWork/8 {
+				t.Fatalf("feed ring %d bytes, %d ops, head %d bytes (%d of work): over the bounds", len(feed.ring), len(feed.ops), len(feed.head), feed.headWork)
 			}
+			if st := &feed.track; st.nmodes > maxTrackedModes || st.nscreens > maxTrackedScreens || len(st.sgr) > maxTrackedSGR || len(st.partial) > maxTrackedSeq {
+				t.Fatalf("dropped output's state over its bounds: %d modes, %d screens, %d SGR bytes, %d partial", st.nmodes, st.nscreens, len(st.sgr), len(st.partial))
+			}
+			feed.mu.Unlock()
 			if n := s.Emulator().ScrollbackLen(); n != 0 {
 				t.Fatalf("the emulator keeps %d scrolled-off lines after a write", n)
 			}
