@@ -13,11 +13,14 @@
 #      SIDECAR_FORWARD_FLAGS: more flags for sidecar forward, e.g. --compress
 #      FWD_ERR: file for sidecar forward's stderr (default: discarded with the run)
 #      LINK_RATE (bytes/s) [LINK_DELAY e.g. 10ms] [SHAPE_PORT]: put an
-#      emulated link (netprobe shape) between the client and the server.
+#      emulated link (netprobe shape; for wt, UDP, bench/udpshape) between the
+#      client and the server.
 # Runs in the foreground until SIGTERM; both processes are its children,
 # so the harness's RSS of this process tree is client + server.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=udpshape.sh
+source "$(dirname "$0")/udpshape.sh"
 SIDECAR=${SIDECAR:-$here/bin/sidecar}
 SIDECAR_PORT=${SIDECAR_PORT:-47400}
 NETPROBE=${NETPROBE:-/tmp/netprobe}
@@ -56,7 +59,16 @@ for i in $(seq 1 100); do
 done
 [ -n "$hash" ] || { echo "sidecar serve did not start:" >&2; cat "$dir/serve.err" >&2; exit 1; }
 connect=$SIDECAR_PORT
-if [ -n "${LINK_RATE:-}" ]; then
+if [ -n "${LINK_RATE:-}" ] && [ "${SIDECAR_TRANSPORT:-}" = wt ]; then
+  # WebTransport is UDP: bench/udpshape, netprobe shape's counterpart.
+  SHAPE_PORT=${SHAPE_PORT:-47300}
+  UDPSHAPE=$(udpshape_bin) || exit 1
+  "$UDPSHAPE" -listen "127.0.0.1:$SHAPE_PORT" -to "127.0.0.1:$SIDECAR_PORT" \
+    -rate "$LINK_RATE" -delay "${LINK_DELAY:-0s}" >"$dir/shape.out" &
+  shp=$!
+  for i in $(seq 1 50); do grep -q '^listening' "$dir/shape.out" 2>/dev/null && break; sleep 0.1; done
+  connect=$SHAPE_PORT
+elif [ -n "${LINK_RATE:-}" ]; then
   SHAPE_PORT=${SHAPE_PORT:-47300}
   "$NETPROBE" shape -listen "127.0.0.1:$SHAPE_PORT" -to "127.0.0.1:$SIDECAR_PORT" \
     -rate "$LINK_RATE" -delay "${LINK_DELAY:-0s}" &
