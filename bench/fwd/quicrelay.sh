@@ -9,6 +9,8 @@
 #        with `go build` when missing or older than bench/quicrelay, go.mod, go.sum)
 #      QUICRELAY_PORT (server UDP port, default 47450)
 #      QUICRELAY_FLAGS (extra flags for both ends, e.g. "-stream-window 16777216")
+#      CPU_LOG: append "NAME PID CPU_SECONDS" of both processes there when
+#        stopped (NAME: $CPU_NAME-serve/-forward or -server/-client)
 #      FWD_ERR: file for the client's stderr (default: discarded with the run)
 #      LINK_RATE (bytes/s) [LINK_DELAY e.g. 10ms] [SHAPE_PORT]: put an emulated
 #        UDP link (bench/udpshape) between the client and the server.
@@ -16,13 +18,15 @@
 # so the harness's RSS of this process tree is client + server.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
-# shellcheck source=udpshape.sh
-source "$(dirname "$0")/udpshape.sh"
+# shellcheck source=common.sh
+source "$(dirname "$0")/common.sh"
 QUICRELAY=${QUICRELAY:-/tmp/quicrelay}
 QUICRELAY_PORT=${QUICRELAY_PORT:-47450}
 dir=$(mktemp -d /tmp/bench-quicrelay.XXXXXX)
 spid=; cpid=; shp=
 cleanup() {
+  cpu_log "${CPU_NAME:-quicrelay}-server" "$spid"
+  cpu_log "${CPU_NAME:-quicrelay}-client" "$cpid"
   [ -n "$cpid" ] && kill "$cpid" 2>/dev/null
   [ -n "$shp" ] && kill "$shp" 2>/dev/null
   [ -n "$spid" ] && kill "$spid" 2>/dev/null

@@ -11,6 +11,8 @@
 #      PROFILE_DIR: write CPU profiles serve.pprof and forward.pprof there, and
 #        allocation profiles serve.mem.pprof and forward.mem.pprof
 #      SIDECAR_FORWARD_FLAGS: more flags for sidecar forward, e.g. --compress
+#      CPU_LOG: append "NAME PID CPU_SECONDS" of both processes there when
+#        stopped (NAME: $CPU_NAME-serve/-forward or -server/-client)
 #      FWD_ERR: file for sidecar forward's stderr (default: discarded with the run)
 #      LINK_RATE (bytes/s) [LINK_DELAY e.g. 10ms] [SHAPE_PORT]: put an
 #      emulated link (netprobe shape; for wt, UDP, bench/udpshape) between the
@@ -19,8 +21,8 @@
 # so the harness's RSS of this process tree is client + server.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
-# shellcheck source=udpshape.sh
-source "$(dirname "$0")/udpshape.sh"
+# shellcheck source=common.sh
+source "$(dirname "$0")/common.sh"
 SIDECAR=${SIDECAR:-$here/bin/sidecar}
 SIDECAR_PORT=${SIDECAR_PORT:-47400}
 NETPROBE=${NETPROBE:-/tmp/netprobe}
@@ -28,6 +30,8 @@ dir=$(mktemp -d /tmp/bench-sidecar.XXXXXX)
 spid=; cpid=; shp=
 cleanup() {
   trap - EXIT
+  cpu_log "${CPU_NAME:-sidecar}-serve" "$spid"
+  cpu_log "${CPU_NAME:-sidecar}-forward" "$cpid"
   [ -n "$cpid" ] && kill "$cpid" 2>/dev/null
   [ -n "$shp" ] && kill "$shp" 2>/dev/null
   [ -n "$spid" ] && kill "$spid" 2>/dev/null
