@@ -240,3 +240,29 @@ func TestTCPBytesDocExample(t *testing.T) {
 		t.Fatalf("frame %s, id %d", got, ev.ID)
 	}
 }
+
+// FuzzTCPBytes: any payload is either refused with errTCPBytes or stands
+// for a text of the announced length that turns back into the very same
+// payload.
+func FuzzTCPBytes(f *testing.F) {
+	f.Add([]byte("\x00\x00\x00\x00\x00\x00\x00\x00\x00\x0bahp-tcp:/c1Hello"))
+	f.Add([]byte("\xff\xff\xff\xff\xff\xff\xff\xff\x00\x01\xe9x"))
+	f.Add([]byte{0, 0, 0})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		n, err := tcpBytesTextLen(p)
+		if err != nil {
+			if !errors.Is(err, errTCPBytes) {
+				t.Fatalf("error %v is not errTCPBytes", err)
+			}
+			return
+		}
+		text := appendTCPDataText(nil, p)
+		if len(text) != n {
+			t.Fatalf("text of %d bytes, announced %d", len(text), n)
+		}
+		back, ok := tcpDataToBytes(nil, text)
+		if !ok || !bytes.Equal(back, p) {
+			t.Fatalf("%q: back %q %v", text, back, ok)
+		}
+	})
+}
