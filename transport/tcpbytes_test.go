@@ -239,6 +239,10 @@ func TestTCPBytesDocExample(t *testing.T) {
 	if got := hex.EncodeToString(f); got != want || ev.ID != 1617290925 {
 		t.Fatalf("frame %s, id %d", got, ev.ID)
 	}
+	hs := transportio.AppendHandshake(nil, transportio.Handshake{V: transportio.Version, Feat: []string{}, Events: Contract.Table()})
+	if table := `"events":[["ahp",95909084,"reliable"],["ahp-tcp-data",1617290925,"reliable"]]`; !bytes.Contains(hs, []byte(table)) {
+		t.Fatalf("handshake %s, want the table %s", hs[transportio.FrameHeaderLen:], table)
+	}
 }
 
 // FuzzTCPBytes: any payload is either refused with errTCPBytes or stands
