@@ -9,6 +9,7 @@
 #        with `go build` when missing or older than bench/quicrelay, go.mod, go.sum)
 #      QUICRELAY_PORT (server UDP port, default 47450)
 #      QUICRELAY_FLAGS (extra flags for both ends, e.g. "-stream-window 16777216")
+#      PROFILE_DIR: write CPU profiles server.pprof and client.pprof there
 #      CPU_LOG: append "NAME PID CPU_SECONDS" of both processes there when
 #        stopped (NAME: $CPU_NAME-serve/-forward or -server/-client)
 #      FWD_ERR: file for the client's stderr (default: discarded with the run)
@@ -42,7 +43,8 @@ if [ ! -x "$QUICRELAY" ] || [ -n "$(find "$here/bench/quicrelay" "$here/go.mod" 
     || { echo "quicrelay: go build failed" >&2; rm -f "$QUICRELAY.$$"; exit 1; }
 fi
 # shellcheck disable=SC2086 # QUICRELAY_FLAGS is a list of flags
-"$QUICRELAY" server -listen "127.0.0.1:$QUICRELAY_PORT" ${QUICRELAY_FLAGS:-} \
+[ -n "${PROFILE_DIR:-}" ] && mkdir -p "$PROFILE_DIR"
+QUICRELAY_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/server.pprof} "$QUICRELAY" server -listen "127.0.0.1:$QUICRELAY_PORT" ${QUICRELAY_FLAGS:-} \
   >"$dir/server.out" 2>"$dir/server.err" &
 spid=$!
 up=
@@ -67,7 +69,7 @@ for m in $MAPS; do
   args+=(-L "127.0.0.1:${m%%:*}:127.0.0.1:${m##*:}")
 done
 # shellcheck disable=SC2086
-"$QUICRELAY" client -server "127.0.0.1:$connect" ${QUICRELAY_FLAGS:-} "${args[@]}" \
+QUICRELAY_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/client.pprof} "$QUICRELAY" client -server "127.0.0.1:$connect" ${QUICRELAY_FLAGS:-} "${args[@]}" \
   2>"${FWD_ERR:-$dir/client.err}" &
 cpid=$!
 wait "$cpid"
