@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,8 +19,10 @@ import (
 // reliable, codec JSON, carrying exactly one JSON-RPC message per EMIT.
 const AHPEvent = "ahp"
 
-// Contract is the sidecar's transport-io contract.
-var Contract = transportio.MustContract(transportio.Event{Name: AHPEvent})
+// Contract is the sidecar's transport-io contract: "ahp", and TCPDataEvent
+// (codec bytes) for tcp/data between peers that both list it.
+var Contract = transportio.MustContract(transportio.Event{Name: AHPEvent},
+	transportio.Event{Name: TCPDataEvent, Payload: transportio.CodecBytes})
 
 // EmitQueueMark is the bound of the transport queue under delivery's
 // scheduler: WriteMessage waits while this many emit frames are unsent. 32
@@ -35,6 +38,9 @@ type tioConn struct {
 	// compressed: the WebSocket mapping negotiated permessage-deflate
 	// (dialled sessions; see Compressed).
 	compressed bool
+	// tcpBytes: the peer's handshake lists TCPDataEvent, so tcp/data goes
+	// as bytes.
+	tcpBytes bool
 	// owned: Close also joins the session's goroutines (dialled sessions;
 	// a listener joins the ones it accepted itself).
 	owned bool
@@ -45,7 +51,17 @@ type tioConn struct {
 // next "ahp" EMIT payload, WriteMessage emits one and blocks while
 // EmitQueueMark frames are queued (stdio sessions also block rather than
 // disconnect), Close maps the CloseCode as docs/protocol.md §1 says.
-func NewTIOConn(s *transportio.Session) MessageConn { return &tioConn{s: s} }
+// tcp/data notifications travel as TCPDataEvent when the peer lists it;
+// ReadMessage returns them as their text either way.
+func NewTIOConn(s *transportio.Session) MessageConn { return newTIOConn(s, false) }
+
+func newTIOConn(s *transportio.Session, owned bool) *tioConn {
+	c := &tioConn{s: s, owned: owned}
+	if s.WaitHandshake(context.Background()) == nil { // done already, or the session ended
+		c.tcpBytes = !slices.Contains(s.Negotiation().LocalOnly, TCPDataEvent)
+	}
+	return c
+}
 
 func (c *tioConn) ReadMessage(ctx context.Context) ([]byte, error) {
 	for {
@@ -53,13 +69,31 @@ func (c *tioConn) ReadMessage(ctx context.Context) ([]byte, error) {
 		if err != nil {
 			return nil, tioError(err)
 		}
-		if m.Event == AHPEvent {
+		switch m.Event {
+		case AHPEvent:
 			return m.Payload, nil
+		case TCPDataEvent:
+			n, err := tcpBytesTextLen(m.Payload)
+			if err != nil {
+				transportio.RecyclePayload(m.Payload)
+				c.s.Close(transportio.CloseProtocolError, err.Error())
+				return nil, tioError(c.s.Err())
+			}
+			text := appendTCPDataText(transportio.PayloadBuffer(n), m.Payload)
+			transportio.RecyclePayload(m.Payload)
+			return text, nil
 		}
 	}
 }
 
 func (c *tioConn) WriteMessage(ctx context.Context, text []byte) error {
+	if c.tcpBytes {
+		if p, ok := tcpDataToBytes(transportio.PayloadBuffer(len(text)*3/4), text); ok {
+			err := c.s.EmitWait(ctx, TCPDataEvent, p, EmitQueueMark)
+			transportio.RecyclePayload(p) // the session copied it
+			return tioError(err)
+		}
+	}
 	return tioError(c.s.EmitWait(ctx, AHPEvent, text, EmitQueueMark))
 }
 
@@ -264,7 +298,7 @@ func clientConn(ctx context.Context, s *transportio.Session) (MessageConn, error
 		s.Wait()
 		return nil, tioError(err)
 	}
-	return &tioConn{s: s, owned: true}, nil
+	return newTIOConn(s, true), nil
 }
 
 // DialStdio starts a client session over r (the peer's output) and w (its

@@ -165,3 +165,8 @@ var payloads = bufpool.New(8, 4<<10, MaxPayload)
 // read into it). Giving back a buffer that is still in use corrupts data;
 // not giving one back costs only an allocation.
 func RecyclePayload(b []byte) { payloads.Put(b) }
+
+// PayloadBuffer returns an empty buffer with room for n bytes from the
+// pool RecyclePayload feeds (a message a consumer builds from a payload,
+// given back the same way).
+func PayloadBuffer(n int) []byte { return payloads.GetFit(n) }

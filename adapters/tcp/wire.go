@@ -176,6 +176,11 @@ func AppendData(dst []byte, params json.RawMessage) (p DataParams, out []byte, e
 // DecodeBase64 decodes canonical padded base64, non-empty.
 func DecodeBase64(s string) ([]byte, error) { return appendBase64(nil, []byte(s)) }
 
+// AppendBase64Decode appends the decoding of s (non-empty canonical padded
+// base64, as tcp/data's data) to dst; on error (an ErrProtocol) it returns
+// dst unchanged.
+func AppendBase64Decode(dst, s []byte) ([]byte, error) { return appendBase64(dst, s) }
+
 // appendBase64Encode appends the standard padded base64 of p to dst.
 // segmentio/asm encodes with AVX2 where the CPU has it (about 16x
 // encoding/base64 on the 2-core benchmark machine), else like the

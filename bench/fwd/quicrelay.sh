@@ -9,17 +9,27 @@
 #        with `go build` when missing or older than bench/quicrelay, go.mod, go.sum)
 #      QUICRELAY_PORT (server UDP port, default 47450)
 #      QUICRELAY_FLAGS (extra flags for both ends, e.g. "-stream-window 16777216")
+#      PROFILE_DIR: write CPU profiles server.pprof and client.pprof there
+#      CPU_LOG: append "NAME PID CPU_SECONDS" of both processes there when
+#        stopped (NAME: $CPU_NAME-serve/-forward or -server/-client)
 #      FWD_ERR: file for the client's stderr (default: discarded with the run)
+#      LINK_RATE (bytes/s) [LINK_DELAY e.g. 10ms] [SHAPE_PORT]: put an emulated
+#        UDP link (bench/udpshape) between the client and the server.
 # Runs in the foreground until SIGTERM; both processes are its children,
 # so the harness's RSS of this process tree is client + server.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=common.sh
+source "$(dirname "$0")/common.sh"
 QUICRELAY=${QUICRELAY:-/tmp/quicrelay}
 QUICRELAY_PORT=${QUICRELAY_PORT:-47450}
 dir=$(mktemp -d /tmp/bench-quicrelay.XXXXXX)
-spid=; cpid=
+spid=; cpid=; shp=
 cleanup() {
+  cpu_log "${CPU_NAME:-quicrelay}-server" "$spid"
+  cpu_log "${CPU_NAME:-quicrelay}-client" "$cpid"
   [ -n "$cpid" ] && kill "$cpid" 2>/dev/null
+  [ -n "$shp" ] && kill "$shp" 2>/dev/null
   [ -n "$spid" ] && kill "$spid" 2>/dev/null
   wait 2>/dev/null
   rm -rf "$dir"
@@ -33,7 +43,8 @@ if [ ! -x "$QUICRELAY" ] || [ -n "$(find "$here/bench/quicrelay" "$here/go.mod" 
     || { echo "quicrelay: go build failed" >&2; rm -f "$QUICRELAY.$$"; exit 1; }
 fi
 # shellcheck disable=SC2086 # QUICRELAY_FLAGS is a list of flags
-"$QUICRELAY" server -listen "127.0.0.1:$QUICRELAY_PORT" ${QUICRELAY_FLAGS:-} \
+[ -n "${PROFILE_DIR:-}" ] && mkdir -p "$PROFILE_DIR"
+QUICRELAY_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/server.pprof} "$QUICRELAY" server -listen "127.0.0.1:$QUICRELAY_PORT" ${QUICRELAY_FLAGS:-} \
   >"$dir/server.out" 2>"$dir/server.err" &
 spid=$!
 up=
@@ -43,12 +54,22 @@ for i in $(seq 1 100); do
   sleep 0.1
 done
 [ -n "$up" ] || { echo "quicrelay server did not start:" >&2; cat "$dir/server.err" >&2; exit 1; }
+connect=$QUICRELAY_PORT
+if [ -n "${LINK_RATE:-}" ]; then
+  SHAPE_PORT=${SHAPE_PORT:-47300}
+  UDPSHAPE=$(udpshape_bin) || exit 1
+  "$UDPSHAPE" -listen "127.0.0.1:$SHAPE_PORT" -to "127.0.0.1:$QUICRELAY_PORT" \
+    -rate "$LINK_RATE" -delay "${LINK_DELAY:-0s}" >"$dir/shape.out" &
+  shp=$!
+  for i in $(seq 1 50); do grep -q '^listening' "$dir/shape.out" 2>/dev/null && break; sleep 0.1; done
+  connect=$SHAPE_PORT
+fi
 args=()
 for m in $MAPS; do
   args+=(-L "127.0.0.1:${m%%:*}:127.0.0.1:${m##*:}")
 done
 # shellcheck disable=SC2086
-"$QUICRELAY" client -server "127.0.0.1:$QUICRELAY_PORT" ${QUICRELAY_FLAGS:-} "${args[@]}" \
+QUICRELAY_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/client.pprof} "$QUICRELAY" client -server "127.0.0.1:$connect" ${QUICRELAY_FLAGS:-} "${args[@]}" \
   2>"${FWD_ERR:-$dir/client.err}" &
 cpid=$!
 wait "$cpid"

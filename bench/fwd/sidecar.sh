@@ -11,13 +11,18 @@
 #      PROFILE_DIR: write CPU profiles serve.pprof and forward.pprof there, and
 #        allocation profiles serve.mem.pprof and forward.mem.pprof
 #      SIDECAR_FORWARD_FLAGS: more flags for sidecar forward, e.g. --compress
+#      CPU_LOG: append "NAME PID CPU_SECONDS" of both processes there when
+#        stopped (NAME: $CPU_NAME-serve/-forward or -server/-client)
 #      FWD_ERR: file for sidecar forward's stderr (default: discarded with the run)
 #      LINK_RATE (bytes/s) [LINK_DELAY e.g. 10ms] [SHAPE_PORT]: put an
-#      emulated link (netprobe shape) between the client and the server.
+#      emulated link (netprobe shape; for wt, UDP, bench/udpshape) between the
+#      client and the server.
 # Runs in the foreground until SIGTERM; both processes are its children,
 # so the harness's RSS of this process tree is client + server.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=common.sh
+source "$(dirname "$0")/common.sh"
 SIDECAR=${SIDECAR:-$here/bin/sidecar}
 SIDECAR_PORT=${SIDECAR_PORT:-47400}
 NETPROBE=${NETPROBE:-/tmp/netprobe}
@@ -25,6 +30,8 @@ dir=$(mktemp -d /tmp/bench-sidecar.XXXXXX)
 spid=; cpid=; shp=
 cleanup() {
   trap - EXIT
+  cpu_log "${CPU_NAME:-sidecar}-serve" "$spid"
+  cpu_log "${CPU_NAME:-sidecar}-forward" "$cpid"
   [ -n "$cpid" ] && kill "$cpid" 2>/dev/null
   [ -n "$shp" ] && kill "$shp" 2>/dev/null
   [ -n "$spid" ] && kill "$spid" 2>/dev/null
@@ -56,7 +63,16 @@ for i in $(seq 1 100); do
 done
 [ -n "$hash" ] || { echo "sidecar serve did not start:" >&2; cat "$dir/serve.err" >&2; exit 1; }
 connect=$SIDECAR_PORT
-if [ -n "${LINK_RATE:-}" ]; then
+if [ -n "${LINK_RATE:-}" ] && [ "${SIDECAR_TRANSPORT:-}" = wt ]; then
+  # WebTransport is UDP: bench/udpshape, netprobe shape's counterpart.
+  SHAPE_PORT=${SHAPE_PORT:-47300}
+  UDPSHAPE=$(udpshape_bin) || exit 1
+  "$UDPSHAPE" -listen "127.0.0.1:$SHAPE_PORT" -to "127.0.0.1:$SIDECAR_PORT" \
+    -rate "$LINK_RATE" -delay "${LINK_DELAY:-0s}" >"$dir/shape.out" &
+  shp=$!
+  for i in $(seq 1 50); do grep -q '^listening' "$dir/shape.out" 2>/dev/null && break; sleep 0.1; done
+  connect=$SHAPE_PORT
+elif [ -n "${LINK_RATE:-}" ]; then
   SHAPE_PORT=${SHAPE_PORT:-47300}
   "$NETPROBE" shape -listen "127.0.0.1:$SHAPE_PORT" -to "127.0.0.1:$SIDECAR_PORT" \
     -rate "$LINK_RATE" -delay "${LINK_DELAY:-0s}" &

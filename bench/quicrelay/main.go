@@ -28,6 +28,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -318,6 +319,15 @@ func run(ctx context.Context, args []string) error {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// QUICRELAY_CPUPROFILE: a CPU profile of the whole run, written at exit
+	// (the adapter's PROFILE_DIR), to read beside the sidecar's.
+	if path := os.Getenv("QUICRELAY_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil {
+			if pprof.StartCPUProfile(f) == nil {
+				defer func() { pprof.StopCPUProfile(); f.Close() }()
+			}
+		}
+	}
 	if err := run(ctx, os.Args[1:]); err != nil && !errors.Is(err, flag.ErrHelp) {
 		log.Printf("quicrelay: %v", err)
 		stop()
