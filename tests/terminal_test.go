@@ -464,3 +464,38 @@ func TestKillEndsAttach(t *testing.T) {
 		t.Errorf("attach after kill did not say the terminal was disposed; screen:\n%s", tail(out, 2000))
 	}
 }
+
+// TestKillEndsJobs: `sidecar kill` ends the jobs the terminal's shell
+// started, not only the shell: a background job and a foreground one,
+// each in a process group of its own (job control). They outlived it,
+// reparented to init (a pipeline kept burning CPU for 20 minutes).
+func TestKillEndsJobs(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	a, id := attachNewShell(t, s)
+	a.typeText(t, "sleep 4243 & echo BG $!\r")
+	a.typeText(t, "sh -c 'echo FG $$; exec sleep 4242'\r")
+	var bg, fg int
+	if _, ok := a.out.waitMatch(waitTimeout, func(out string) bool {
+		m1 := regexp.MustCompile(`\bBG (\d+)\r`).FindStringSubmatch(out)
+		m2 := regexp.MustCompile(`\bFG (\d+)\r`).FindStringSubmatch(out)
+		if m1 == nil || m2 == nil {
+			return false
+		}
+		bg, _ = strconv.Atoi(m1[1])
+		fg, _ = strconv.Atoi(m2[1])
+		return true
+	}); !ok {
+		t.Fatalf("no job pids; screen:\n%s", tail(a.out.String(), 2000))
+	}
+	t.Cleanup(func() { _ = syscall.Kill(bg, syscall.SIGKILL); _ = syscall.Kill(fg, syscall.SIGKILL) })
+	if _, errOut, code := s.run(t, append([]string{"kill", s.url, id}, s.connArgs()...)...); code != 0 {
+		t.Fatalf("kill: exit %d, stderr %q", code, errOut)
+	}
+	for what, pid := range map[string]int{"background": bg, "foreground": fg} {
+		if !exitsWithin(pid, waitTimeout) {
+			t.Errorf("the %s job (pid %d) still runs after sidecar kill", what, pid)
+		}
+	}
+	a.wait(t)
+}

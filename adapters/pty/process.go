@@ -7,6 +7,7 @@ package pty
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -403,25 +405,25 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	return syscall.Kill(-p.pid, sig)
 }
 
-// Kill ends the program: SIGHUP and SIGTERM to the process group, then it
-// waits up to grace for the child to be reaped, then SIGKILL to the group
-// (which also ends group members that outlived the child), then it waits
-// (at most 5 s) for the reap and closes the master. Kill is idempotent;
-// concurrent calls wait for the first one.
+// Kill ends the program and every job it started in its session: SIGHUP,
+// SIGTERM and SIGCONT (a stopped job takes the others) to each process
+// group of the session (signalSession: a job-control shell puts each job
+// in a group of its own, which the child's group alone misses), then it
+// waits up to grace for the child to be reaped and the session to empty,
+// then SIGKILL to each group of the session, then it waits (at most 5 s)
+// for the reap and closes the master. A process that left the session
+// (setsid: a daemon) is not reached. Kill is idempotent; concurrent calls
+// wait for the first one.
 func (p *Process) Kill(grace time.Duration) error {
 	p.killOnce.Do(func() {
-		_ = p.Signal(syscall.SIGHUP)
-		_ = p.Signal(syscall.SIGTERM)
-		t := time.NewTimer(grace)
-		select {
-		case <-p.done:
-		case <-t.C:
-		}
-		t.Stop()
-		if err := p.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		_ = p.signalSession(syscall.SIGHUP)
+		_ = p.signalSession(syscall.SIGTERM)
+		_ = p.signalSession(syscall.SIGCONT)
+		p.waitSessionGone(grace)
+		if err := p.signalSession(syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			p.killErr = err
 		}
-		t = time.NewTimer(5 * time.Second)
+		t := time.NewTimer(5 * time.Second)
 		select {
 		case <-p.done:
 		case <-t.C:
@@ -435,6 +437,92 @@ func (p *Process) Kill(grace time.Duration) error {
 		}
 	})
 	return p.killErr
+}
+
+// waitSessionGone waits up to grace for the child to be reaped and then
+// for the rest of its session to end (looked at every sessionPoll: the
+// kernel says nothing when processes that are not our children exit).
+func (p *Process) waitSessionGone(grace time.Duration) {
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	select {
+	case <-p.done:
+	case <-deadline.C:
+		return
+	}
+	tick := time.NewTicker(sessionPoll)
+	defer tick.Stop()
+	for len(sessionGroups(p.pid)) > 0 {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			return
+		}
+	}
+}
+
+// sessionPoll is how often Kill looks whether a session's jobs ended.
+const sessionPoll = 20 * time.Millisecond
+
+// signalSession sends sig to the child's process group and to every other
+// process group of its session (the child is the session's leader: its
+// pid is the session id, which the jobs keep after it exits). It returns
+// the error of the child's group (ESRCH once that group is gone).
+func (p *Process) signalSession(sig syscall.Signal) error {
+	err := syscall.Kill(-p.pid, sig)
+	for _, pg := range sessionGroups(p.pid) {
+		if pg != p.pid {
+			_ = syscall.Kill(-pg, sig)
+		}
+	}
+	return err
+}
+
+// sessionGroups returns the process groups of the processes in session
+// sid, from /proc (nil where /proc cannot be read: the child's group is
+// then all Kill reaches). Zombies are left out: they are gone but for
+// their parent's wait.
+func sessionGroups(sid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var groups []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // exited meanwhile
+		}
+		pgrp, session, zombie, ok := parseStat(b)
+		if !ok || session != sid || zombie || pid == os.Getpid() {
+			continue
+		}
+		if !slices.Contains(groups, pgrp) {
+			groups = append(groups, pgrp)
+		}
+	}
+	return groups
+}
+
+// parseStat reads the process group and session of /proc/PID/stat (proc(5):
+// "pid (comm) state ppid pgrp session ...", comm may hold spaces and
+// parentheses: the fields follow the last ')').
+func parseStat(b []byte) (pgrp, session int, zombie, ok bool) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, false, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 4 {
+		return 0, 0, false, false
+	}
+	pgrp, err1 := strconv.Atoi(f[2])
+	session, err2 := strconv.Atoi(f[3])
+	return pgrp, session, f[0] == "Z", err1 == nil && err2 == nil
 }
 
 // Close closes the master side, which unblocks a pending Read or Write and

@@ -555,3 +555,62 @@ func TestSetEchoOff(t *testing.T) {
 		t.Fatalf("output %q, want only the program's line (no echo of the input)", got)
 	}
 }
+
+// TestKillEndsJobs: Kill ends the jobs a job-control shell started in
+// process groups of their own (the child's group alone missed them: they
+// outlived `sidecar kill` and the daemon, reparented to init), a stopped
+// one too, and a job that ignores SIGHUP and SIGTERM gets SIGKILL once
+// the grace has passed.
+func TestKillEndsJobs(t *testing.T) {
+	h := start(t, Options{Argv: []string{"/bin/sh", "-c",
+		`set -m; sleep 1000 & echo "job $!"; sh -c 'trap "" HUP TERM; exec sleep 1001' & echo "job $!"; sleep 1002 & kill -STOP $!; echo "job $!"; wait`}})
+	var pids []int
+	eventually(t, testTimeout, "three jobs", func() bool {
+		pids = pids[:0]
+		for _, line := range strings.Split(h.output(), "\n") {
+			var pid int
+			if _, err := fmt.Sscanf(strings.TrimSpace(line), "job %d", &pid); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return len(pids) == 3
+	})
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pgrp, sid, _, _ := parseStat(b); pgrp == h.p.pid || sid != h.p.pid {
+			t.Fatalf("job %d: group %d, session %d: not a job in a group of its own in the child's session %d", pid, pgrp, sid, h.p.pid)
+		}
+	}
+	if err := h.p.Kill(300 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		eventually(t, testTimeout, fmt.Sprintf("job %d to end", pid), func() bool {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if err != nil {
+				return true
+			}
+			_, _, zombie, _ := parseStat(b)
+			return zombie // ended; its new parent has not reaped it yet
+		})
+	}
+	if g := sessionGroups(h.p.pid); len(g) != 0 {
+		t.Errorf("process groups left in the session: %v", g)
+	}
+}
+
+func TestParseStat(t *testing.T) {
+	pgrp, sid, zombie, ok := parseStat([]byte("4242 (a (b) c) S 1 4240 4200 34816 4240 4194560 0 0"))
+	if !ok || pgrp != 4240 || sid != 4200 || zombie {
+		t.Errorf("got %d %d %v %v", pgrp, sid, zombie, ok)
+	}
+	if _, _, zombie, ok := parseStat([]byte("7 (x) Z 1 7 7 0")); !ok || !zombie {
+		t.Errorf("zombie: %v %v", zombie, ok)
+	}
+	if _, _, _, ok := parseStat([]byte("7 (x")); ok {
+		t.Error("a cut stat parsed")
+	}
+}
