@@ -125,7 +125,7 @@ func attach(cf *connFlags, url, id, name string) error {
 			case err != nil:
 				shared = true
 				holding.Store(false)
-				fmt.Fprintf(os.Stderr, "\r\nsidecar: another connected client holds %s; you share it, and output is skipped when you fall behind\r\n", uri)
+				screen.Notice(fmt.Sprintf("another connected client holds %s; you share it, and output is skipped when you fall behind", uri))
 			case !holding.Swap(true):
 				// Ours now: our size wins.
 				if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
@@ -133,7 +133,7 @@ func attach(cf *connFlags, url, id, name string) error {
 				}
 				if shared {
 					shared = false
-					fmt.Fprintf(os.Stderr, "\r\nsidecar: the other client left: you hold %s now\r\n", uri)
+					screen.Notice(fmt.Sprintf("the other client left: you hold %s now", uri))
 				}
 			}
 		}

@@ -185,6 +185,30 @@ func (s *statusOutput) Status(line string) {
 	s.print(line)
 }
 
+// Notice shows line for good, in the output's order: on the alternate
+// screen over the last row like a status (a full-screen program's screen
+// and cursor stay as they are: its next output lands where it expects);
+// on the primary screen as a line of its own below the output, which
+// scrolls away with it. Inside a sequence longer than maxHeld it waits
+// for its end, as Status does.
+func (s *statusOutput) Notice(line string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.esc != escGround || s.alt {
+		if s.esc != escGround {
+			s.pending = line
+			return
+		}
+		s.print(line)
+		return
+	}
+	if s.shown {
+		_, _ = io.WriteString(s.status, statusErase)
+		s.shown = false
+	}
+	fmt.Fprintf(s.status, "\r\nsidecar: %s\r\n", line)
+}
+
 func (s *statusOutput) print(line string) {
 	w := 80
 	if s.width != nil {

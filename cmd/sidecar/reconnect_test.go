@@ -112,3 +112,33 @@ func TestStatusOutputBounds(t *testing.T) {
 		t.Fatalf("%d bytes held, bound %d", len(s.held), maxHeld)
 	}
 }
+
+// TestStatusOutputNotice: a notice is a line of its own after the output
+// on the primary screen; on the alternate screen it goes over the last
+// row with the cursor put back, so a full-screen program's next output
+// lands where the program expects (it was written as lines into its
+// screen, moving the cursor).
+func TestStatusOutputNotice(t *testing.T) {
+	var screen bytes.Buffer
+	s := newStatusOutput(&screen, &screen, nil)
+	_, _ = s.Write([]byte("$ "))
+	s.Notice("you share it")
+	if got, want := screen.String(), "$ \r\nsidecar: you share it\r\n"; got != want {
+		t.Fatalf("primary screen: %q, want %q", got, want)
+	}
+	_, _ = s.Write([]byte("\x1b[?1049h\x1b[2;1Habc"))
+	screen.Reset()
+	s.Notice("you hold it now")
+	if got, want := screen.String(), "\x1b7\x1b[999;1H\x1b[2K\x1b[7msidecar: you hold it now\x1b[0m\x1b8"; got != want {
+		t.Fatalf("alternate screen: %q, want %q", got, want)
+	}
+	// An unfinished sequence is held back by Write: the notice goes in
+	// before it, never inside it.
+	_, _ = s.Write([]byte("\x1b[3"))
+	screen.Reset()
+	s.Notice("later")
+	_, _ = s.Write([]byte("1m"))
+	if got, want := screen.String(), "\x1b7\x1b[999;1H\x1b[2K\x1b[7msidecar: later\x1b[0m\x1b8\x1b[31m"; got != want {
+		t.Fatalf("around a sequence: %q, want %q", got, want)
+	}
+}
