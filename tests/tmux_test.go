@@ -114,6 +114,22 @@ func (ts *tmuxServer) typeKeys(name, text string) {
 	ts.must("send-keys", "-t", name, "-l", text)
 }
 
+// startTmuxAttach starts a server and, in tmux session "a" (80×24),
+// `sidecar attach` of a new shell, once its prompt shows; script is
+// fullScreenScript's file.
+func startTmuxAttach(t *testing.T) (tm *tmuxServer, s *server, script string) {
+	t.Helper()
+	tm = startTmux(t)
+	s = startServer(t, "")
+	script = filepath.Join(t.TempDir(), "fullscreen.sh")
+	if err := os.WriteFile(script, []byte(fullScreenScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tm.session("a", append([]string{"attach", s.url}, s.connArgs()...)...)
+	tm.waitScreen("a", "prompt", func(s string) bool { return strings.Contains(s, "XPROMPT>") }) // capture-pane trims the space
+	return tm, s, script
+}
+
 // TestReattachTmuxCapture is the issue's check through an independent
 // terminal: `sidecar attach` runs in tmux, a full-screen program draws a
 // title once and then redraws a counter far past the scrollback bound;
@@ -122,14 +138,7 @@ func (ts *tmuxServer) typeKeys(name, text string) {
 // modes) equals the capture before the detach.
 func TestReattachTmuxCapture(t *testing.T) {
 	t.Parallel()
-	tm := startTmux(t)
-	s := startServer(t, "")
-	script := filepath.Join(t.TempDir(), "fullscreen.sh")
-	if err := os.WriteFile(script, []byte(fullScreenScript), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tm.session("a", append([]string{"attach", s.url}, s.connArgs()...)...)
-	tm.waitScreen("a", "prompt", func(s string) bool { return strings.Contains(s, "XPROMPT>") }) // capture-pane trims the space
+	tm, s, script := startTmuxAttach(t)
 	tm.typeKeys("a", "sh "+script+"\r")
 	// "counter done" is the program's last output (it sleeps then): once
 	// tmux shows it, it shows everything before it.
@@ -187,14 +196,7 @@ func lineDiff(got, want string) string {
 // "sidecar: resumed" is drawn over it, on the alternate screen).
 func TestSharerBehindTmuxCapture(t *testing.T) {
 	t.Parallel()
-	tm := startTmux(t)
-	s := startServer(t, "")
-	script := filepath.Join(t.TempDir(), "fullscreen.sh")
-	if err := os.WriteFile(script, []byte(fullScreenScript), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tm.session("a", append([]string{"attach", s.url}, s.connArgs()...)...)
-	tm.waitScreen("a", "prompt", func(s string) bool { return strings.Contains(s, "XPROMPT>") })
+	tm, s, script := startTmuxAttach(t)
 	out, errOut, code := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
 	lines := strings.Split(out, "\n")
 	if code != 0 || len(lines) < 2 || len(strings.Fields(lines[1])) == 0 {
