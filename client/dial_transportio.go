@@ -77,6 +77,9 @@ func dialTransportIO(ctx context.Context, u *url.URL, mode string, tlsConf *tls.
 		if werr != nil && errors.Is(werr, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("%s did not answer in time, neither over WebTransport (QUIC, UDP port %s) nor over WebSocket (TCP): is it a sidecar, and is it overloaded?", u.Host, portOf(u))
 		}
+		if werr != nil && strings.Contains(werr.Error(), "certificate pin mismatch") && strings.Contains(err.Error(), "certificate pin mismatch") {
+			return nil, explainTIO(u, werr) // the same refusal twice: say it once
+		}
 		if werr != nil {
 			first := err.Error()
 			if transport.IsNoQUICAnswer(err) || errors.Is(err, context.DeadlineExceeded) {

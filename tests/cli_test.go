@@ -42,7 +42,7 @@ func TestConnectionErrors(t *testing.T) {
 		// The same line on every transport (QUIC wrapped it in CRYPTO_ERROR).
 		want := "sidecar: " + s.host + ": certificate pin mismatch: server presented sha256 " + s.hash + ", expected " + wrong +
 			"; check --cert-hash (sidecar serve prints the current one)\n"
-		for _, tr := range []string{"ahp", "websocket", "webtransport"} {
+		for _, tr := range []string{"ahp", "websocket", "webtransport", "auto"} { // auto: both refused, said once
 			_, errOut, code := s.run(t, "run", "https://"+s.host, "--transport", tr, "--token", s.token, "--cert-hash", wrong, "--", "true")
 			if code != 255 || errOut != want {
 				t.Errorf("--transport %s: exit %d, stderr %q; want 255 and %q", tr, code, errOut, want)
