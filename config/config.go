@@ -424,7 +424,7 @@ func (c *Config) decodeAttrs(prefix string, attrs hcl.Attributes, fields []field
 		c.pos[prefix+f.name] = a.Expr.Range()
 		if d, ok := f.target.(*time.Duration); ok {
 			var s string
-			if dd := decodeExpr(a.Expr, &s); dd.HasErrors() {
+			if dd := decodeExpr(prefix+f.name, a.Expr, &s); dd.HasErrors() {
 				diags = append(diags, dd...)
 				continue
 			}
@@ -441,15 +441,16 @@ func (c *Config) decodeAttrs(prefix string, attrs hcl.Attributes, fields []field
 			*d = v
 			continue
 		}
-		diags = append(diags, decodeExpr(a.Expr, f.target)...)
+		diags = append(diags, decodeExpr(prefix+f.name, a.Expr, f.target)...)
 	}
 	return diags
 }
 
-// decodeExpr evaluates expr with no variables or functions and stores it in target (a
-// pointer to a Go value). It is gohcl.DecodeExpression without the gohcl package, whose
+// decodeExpr evaluates expr, the value of key (block.name), with no variables or functions
+// and stores it in target (a pointer to a Go value); a value of another type is "Invalid
+// key: a number is required" (the key named, as in every other diagnostic). It is gohcl.DecodeExpression without the gohcl package, whose
 // encoder side (hclwrite) would add go-cmp to the module's dependencies.
-func decodeExpr(expr hcl.Expression, target any) hcl.Diagnostics {
+func decodeExpr(key string, expr hcl.Expression, target any) hcl.Diagnostics {
 	v, diags := expr.Value(nil)
 	if diags.HasErrors() {
 		return diags
@@ -464,8 +465,8 @@ func decodeExpr(expr hcl.Expression, target any) hcl.Diagnostics {
 	if err != nil {
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagError,
-			Summary:  "Unsuitable value type",
-			Detail:   "Unsuitable value: " + err.Error(),
+			Summary:  "Invalid " + key,
+			Detail:   err.Error(),
 			Subject:  expr.StartRange().Ptr(),
 			Context:  expr.Range().Ptr(),
 		})
