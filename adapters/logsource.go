@@ -25,6 +25,9 @@ type LogSource struct {
 	// them (Shared); wait is the build this source waits for (writer's).
 	snaps *Snapshots
 	wait  uint64
+	// wake tells the stream that Next has something again (SetWake):
+	// a shared snapshot it waited for was built.
+	wake atomic.Pointer[func()]
 
 	// pulled (1-slot) is signalled each time Next finds nothing more:
 	// the subscriber has pulled everything the journal holds.
@@ -59,6 +62,21 @@ func NewLogSourceAt(ch Channel, j *journal.Journal, lastSeq uint64) *LogSource {
 func (ls *LogSource) Shared(snaps *Snapshots) *LogSource {
 	ls.snaps = snaps
 	return ls
+}
+
+// SetWake gives the source its stream's Wake, which it calls when a
+// shared snapshot it waits for is built (Shared); it calls it once now
+// too, in case the build ended before the stream was known (a spurious
+// wake costs one Next).
+func (ls *LogSource) SetWake(wake func()) {
+	ls.wake.Store(&wake)
+	wake()
+}
+
+func (ls *LogSource) wakeUp() {
+	if w := ls.wake.Load(); w != nil {
+		(*w)()
+	}
 }
 
 // RecoverLog is Channel.Recover for a journaled channel: replay while
@@ -109,8 +127,8 @@ func (ls *LogSource) snapshot() []byte {
 		text, seq = SnapshotNotification(ls.ch)
 	} else {
 		var ok bool
-		if text, seq, ok = ls.snaps.take(&ls.wait); !ok {
-			return nil // onReady wakes the stream
+		if text, seq, ok = ls.snaps.take(ls, &ls.wait); !ok {
+			return nil // the build wakes the stream (SetWake)
 		}
 	}
 	ls.cursor.Store(seq)

@@ -55,6 +55,9 @@ type Snapshots struct {
 	built    time.Time
 	gen      uint64
 	building bool
+	// waiters are the sources waiting for the build under way, woken
+	// when it ends (at most one entry per subscriber).
+	waiters map[*LogSource]struct{}
 	// earliest is when the next build may start.
 	earliest time.Time
 	closed   bool
@@ -62,20 +65,20 @@ type Snapshots struct {
 }
 
 // NewSnapshots returns the shared snapshots of ch, whose actions are in j.
-// onReady, if not nil, is called (on the building goroutine, with no lock
-// held) after each build: it wakes the windowed subscribers (their
-// streams' Wake), whose sources then take it.
+// Each build wakes the sources that wait for it (LogSource.SetWake);
+// onReady, if not nil, is called after that (on the building goroutine,
+// with no lock held).
 func NewSnapshots(ch Channel, j *journal.Journal, onReady func()) *Snapshots {
 	return &Snapshots{ch: ch, j: j, onReady: onReady, maxAge: MaxSnapshotAge}
 }
 
-// take returns a snapshot notification for a subscriber and its
-// serverSeq. wait is the subscriber's own: the build it waits for (zero
-// if none). It returns ok false, with wait set, when there is none to
-// take yet: a build is started (or runs already) and onReady tells when
-// it ends. A closed Snapshots builds synchronously (a channel going away:
+// take returns a snapshot notification for the subscriber whose source is
+// ls, and its serverSeq. wait is the subscriber's own: the build it waits
+// for (zero if none). It returns ok false, with wait set, when there is
+// none to take yet: a build is started (or runs already), and ls is woken
+// when it ends. A closed Snapshots builds synchronously (a channel going away:
 // no goroutine is left behind).
-func (s *Snapshots) take(wait *uint64) (text []byte, seq uint64, ok bool) {
+func (s *Snapshots) take(ls *LogSource, wait *uint64) (text []byte, seq uint64, ok bool) {
 	s.mu.Lock()
 	if s.text != nil && (*wait != 0 && s.gen >= *wait || s.fresh()) {
 		text, seq = s.text, s.seq
@@ -90,6 +93,10 @@ func (s *Snapshots) take(wait *uint64) (text []byte, seq uint64, ok bool) {
 		return text, seq, true
 	}
 	*wait = s.gen + 1
+	if s.waiters == nil {
+		s.waiters = map[*LogSource]struct{}{}
+	}
+	s.waiters[ls] = struct{}{}
 	if !s.building {
 		s.building = true
 		delay := time.Until(s.earliest)
@@ -128,7 +135,12 @@ func (s *Snapshots) build(delay time.Duration) {
 	s.gen++
 	s.building = false
 	s.earliest = time.Now().Add(took)
+	waiters := s.waiters
+	s.waiters = nil
 	s.mu.Unlock()
+	for ls := range waiters {
+		ls.wakeUp()
+	}
 	if s.onReady != nil {
 		s.onReady()
 	}

@@ -124,11 +124,19 @@ func TestSnapshotsWaitedBuildTaken(t *testing.T) {
 	snaps := NewSnapshots(ch, j, func() { ready <- struct{}{} })
 	defer snaps.Close()
 	ls := NewLogSource(ch, j).Shared(snaps)
+	woke := make(chan struct{}, 4)
+	ls.SetWake(func() { woke <- struct{}{} })
+	<-woke // SetWake wakes once at once (a build may have ended before it)
 	if ls.Next() != nil {
 		t.Fatal("built on the writer")
 	}
 	ch.hold <- struct{}{} // the build takes its snapshot at seq 0 ...
 	waitReady(t, ready)
+	select { // the build woke the waiting source's stream (ready runs after)
+	case <-woke:
+	default:
+		t.Fatal("the build did not wake the source that waited for it")
+	}
 	for range 10 { // ... and the journal drops past it before Next
 		appendText(t, j, ch.uri, `{"fill":"0123456789"}`)
 	}

@@ -215,6 +215,9 @@ func (c *conn) startStream(ch adapters.Channel, limits delivery.Limits, source f
 	sub.src = source(sub)
 	sub.in = c.sched.NewInbound(sub.channel, limits, int(c.s.cfg.Delivery.MaxMessageBytes))
 	sub.out = c.sched.AddStream(sub.channel, limits, sub.src)
+	if ls, ok := sub.src.(*adapters.LogSource); ok {
+		ls.SetWake(sub.out.Wake) // a shared snapshot built off the writer wakes it
+	}
 	c.register(sub)
 	if ch.Traits().Delivery == adapters.Journaled {
 		c.s.journal.Listen(sub.channel, sub, sub.onEntry, nil)

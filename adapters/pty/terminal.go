@@ -149,7 +149,7 @@ func NewTerminal(cfg TerminalConfig, proc *Process) *Terminal {
 		subs: map[adapters.Subscriber]*adapters.LogSource{},
 	}
 	t.feed = NewFeed(NewScreen(cfg.Cols, cfg.Rows, cfg.ScrollbackBytes), cfg.Cols, cfg.Rows, t.emulatorFault)
-	t.snaps = adapters.NewSnapshots(t, t.j, t.wakeViewers)
+	t.snaps = adapters.NewSnapshots(t, t.j, nil)
 	return t
 }
 
@@ -298,22 +298,6 @@ func (t *Terminal) Kill() {
 	t.wg.Wait()
 	t.snaps.Close()
 	t.feed.Close()
-}
-
-// wakeViewers wakes every windowed subscription's stream: a shared
-// snapshot was built (Snapshots' onReady).
-func (t *Terminal) wakeViewers() {
-	t.mu.Lock()
-	streams := make([]*delivery.Stream, 0, len(t.subs))
-	for s := range t.subs {
-		if st := s.Stream(); st != nil {
-			streams = append(streams, st)
-		}
-	}
-	t.mu.Unlock()
-	for _, st := range streams {
-		st.Wake()
-	}
 }
 
 // WaitFlushed waits until every windowed subscription has pulled all of
