@@ -106,10 +106,10 @@ func (t *Terminal) ourClaim() rpc.Claim { return rpc.Claim{Kind: "client", Clien
 // TerminalReset is VT text that puts a terminal a remote program left in
 // any state back into the plain one a shell expects: the normal screen
 // (leaving the alternate one), no scroll region (the cursor kept), the
-// cursor keys, keypad, mouse, focus and bracketed paste modes off, the
-// cursor shown, no attributes. Copy writes it before the screen of a
+// cursor keys, keypad, mouse, focus, bracketed paste and insert modes off,
+// autowrap on, the cursor shown, no attributes. Copy writes it before the screen of a
 // snapshot mid-stream; attach writes it when it detaches.
-const TerminalReset = "\x1b[?1049l\x1b7\x1b[r\x1b8\x1b[?1l\x1b>\x1b[?2004l\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?1004l\x1b[?25h\x1b[m"
+const TerminalReset = "\x1b[?1049l\x1b7\x1b[r\x1b8\x1b[?1l\x1b>\x1b[?2004l\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?1004l\x1b[4l\x1b[?7h\x1b[?25h\x1b[m"
 
 // Copy writes the terminal's output to w until the program exits, and
 // returns its exit code: 128+n when signal n killed it (the host's
