@@ -106,7 +106,10 @@ func (s *Screen) newEmulator(cols, rows int) {
 		EnableMode:  func(m ansi.Mode) { modes[m] = true },
 		DisableMode: func(m ansi.Mode) { modes[m] = false },
 	})
-	registerFixes(e, modes)
+	registerFixes(e, modes, func() {
+		s.hist.Clear()
+		e.ClearScrollback()
+	})
 	// The emulator answers queries (cursor position, device attributes,
 	// colours) into a synchronous pipe: something must read them or the
 	// Write blocks. The real terminal at the client answers them; here

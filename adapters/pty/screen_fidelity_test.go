@@ -267,3 +267,31 @@ func TestRepeatBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestEraseSavedLines: ED 3 (CSI 3J, which clear(1) sends after ED 2)
+// drops the scrollback and leaves the screen, as xterm does: a reattach
+// after `clear` brought back the lines the user had cleared (vt cleared
+// its screen and kept the history Screen keeps).
+func TestEraseSavedLines(t *testing.T) {
+	s := NewScreen(20, 4, 1<<10)
+	defer s.Close()
+	for i := range 10 {
+		_ = s.Write([]byte(fmt.Sprintf("L%d\r\n", i)))
+	}
+	if s.History().Len() == 0 {
+		t.Fatal("no history to clear")
+	}
+	_ = s.Write([]byte("\x1b[H\x1b[2J\x1b[3Jafter-clear\r\n$ "))
+	if n := s.History().Len(); n != 0 {
+		t.Errorf("history %d bytes after ED 3, want none: %q", n, s.History().AppendTo(nil))
+	}
+	redraw := string(s.Redraw(nil, false))
+	if strings.Contains(redraw, "L9") || !strings.Contains(redraw, "after-clear\r\n") {
+		t.Errorf("redraw %q, want the screen after clear and no old line", redraw)
+	}
+	// ED 3 alone keeps the screen.
+	_ = s.Write([]byte("kept\x1b[3J"))
+	if redraw := string(s.Redraw(nil, false)); !strings.Contains(redraw, "$ kept") {
+		t.Errorf("redraw %q after ED 3 alone, want the screen kept", redraw)
+	}
+}

@@ -25,6 +25,8 @@ import (
 //     over 255) sets a wrapped colour where xterm ignores it;
 //   - ED 2 (CSI 2J) clears with default cells where xterm fills with the
 //     current background (BCE), as vt's other erases do;
+//   - ED 3 (CSI 3J, which clear(1) sends) clears vt's screen and leaves
+//     the history Screen keeps; xterm erases the saved lines only;
 //   - CSI parameters are not clamped: the parser's int overflows (a
 //     value over 2^31 sets the sub-parameter flag and keeps its low
 //     bits), and REP of 99999999 prints that many characters (41 s of
@@ -45,8 +47,9 @@ const overlineBit ansi.Underline = 0x80
 const maxParam = 65535
 
 // registerFixes registers on e the handlers that fix what is listed
-// above; modes is the map Screen keeps from the mode callbacks.
-func registerFixes(e *vt.Emulator, modes map[ansi.Mode]bool) {
+// above; modes is the map Screen keeps from the mode callbacks;
+// clearHistory drops the scrollback (ours and vt's), for ED 3.
+func registerFixes(e *vt.Emulator, modes map[ansi.Mode]bool, clearHistory func()) {
 	e.RegisterEscHandler('c', func() bool {
 		clear(modes) // vt's reset calls back for the modes it resets
 		return false
@@ -75,6 +78,14 @@ func registerFixes(e *vt.Emulator, modes map[ansi.Mode]bool) {
 	})
 	e.RegisterCsiHandler('J', func(params ansi.Params) bool {
 		n, _, _ := params.Param(0, 0)
+		if n == 3 && len(params) == 1 {
+			// ED 3 (xterm's "erase saved lines", what clear(1) sends
+			// after ED 2): the scrollback goes, the screen stays (vt
+			// cleared the screen and kept our history: a reattach
+			// brought back what the user had cleared).
+			clearHistory()
+			return true
+		}
 		scr := activeScreen(e)
 		if n != 2 || scr == nil {
 			return false
