@@ -125,7 +125,8 @@ func attach(cf *connFlags, url, id, name string) error {
 			case err != nil:
 				shared = true
 				holding.Store(false)
-				screen.Notice(fmt.Sprintf("another connected client holds %s; you share it, and output is skipped when you fall behind", uri))
+				screen.Notice(fmt.Sprintf("another connected client holds %s; you share it, and output is skipped when you fall behind", uri),
+					"shared: another client holds it; output skips if you fall behind")
 			case !holding.Swap(true):
 				// Ours now: our size wins.
 				if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
@@ -133,7 +134,7 @@ func attach(cf *connFlags, url, id, name string) error {
 				}
 				if shared {
 					shared = false
-					screen.Notice(fmt.Sprintf("the other client left: you hold %s now", uri))
+					screen.Notice(fmt.Sprintf("the other client left: you hold %s now", uri), "the other client left: you hold the terminal now")
 				}
 			}
 		}

@@ -187,19 +187,23 @@ func (s *statusOutput) Status(line string) {
 
 // Notice shows line for good, in the output's order: on the alternate
 // screen over the last row like a status (a full-screen program's screen
-// and cursor stay as they are: its next output lands where it expects);
-// on the primary screen as a line of its own below the output, which
-// scrolls away with it. Inside a sequence longer than maxHeld it waits
-// for its end, as Status does.
-func (s *statusOutput) Notice(line string) {
+// and cursor stay as they are: its next output lands where it expects),
+// short there when given (one row is all there is); on the primary
+// screen as a line of its own below the output, which scrolls away with
+// it. Inside a sequence longer than maxHeld it waits for its end, as
+// Status does.
+func (s *statusOutput) Notice(line, short string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if short == "" {
+		short = line
+	}
 	if s.esc != escGround || s.alt {
 		if s.esc != escGround {
-			s.pending = line
+			s.pending = short
 			return
 		}
-		s.print(line)
+		s.print(short)
 		return
 	}
 	if s.shown {

@@ -122,13 +122,13 @@ func TestStatusOutputNotice(t *testing.T) {
 	var screen bytes.Buffer
 	s := newStatusOutput(&screen, &screen, nil)
 	_, _ = s.Write([]byte("$ "))
-	s.Notice("you share it")
+	s.Notice("you share it", "")
 	if got, want := screen.String(), "$ \r\nsidecar: you share it\r\n"; got != want {
 		t.Fatalf("primary screen: %q, want %q", got, want)
 	}
 	_, _ = s.Write([]byte("\x1b[?1049h\x1b[2;1Habc"))
 	screen.Reset()
-	s.Notice("you hold it now")
+	s.Notice("you hold ahp-terminal:/t-1 now, and a long line it is", "you hold it now")
 	if got, want := screen.String(), "\x1b7\x1b[999;1H\x1b[2K\x1b[7msidecar: you hold it now\x1b[0m\x1b8"; got != want {
 		t.Fatalf("alternate screen: %q, want %q", got, want)
 	}
@@ -136,7 +136,7 @@ func TestStatusOutputNotice(t *testing.T) {
 	// before it, never inside it.
 	_, _ = s.Write([]byte("\x1b[3"))
 	screen.Reset()
-	s.Notice("later")
+	s.Notice("later", "")
 	_, _ = s.Write([]byte("1m"))
 	if got, want := screen.String(), "\x1b7\x1b[999;1H\x1b[2K\x1b[7msidecar: later\x1b[0m\x1b8\x1b[31m"; got != want {
 		t.Fatalf("around a sequence: %q, want %q", got, want)
