@@ -23,17 +23,7 @@ import (
 // allocations per terminal/data message of the whole process (host and
 // client together).
 func BenchmarkTerminalFlood(b *testing.B) {
-	cfg := config.Default()
-	srv := host.New(cfg, hclog.NewNullLogger())
-	a, z := transport.Pipe(4)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	served := make(chan struct{})
-	go func() { defer close(served); _ = srv.ServeConn(ctx, a) }()
-	c := client.NewConn(z, client.Options{ClientID: "bench"})
-	if err := c.Initialize(ctx); err != nil {
-		b.Fatal(err)
-	}
+	ctx, c := benchConn(b)
 	const chunk = 64 << 10
 	total := int64(b.N) * chunk
 	uri := "ahp-terminal:/flood"
@@ -64,10 +54,6 @@ func BenchmarkTerminalFlood(b *testing.B) {
 	b.ReportMetric(float64(total)/elapsed.Seconds()/1e6, "MB/s")
 	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/float64(max(msgs.Load(), 1)), "allocs/msg")
 	b.ReportMetric(float64(total)/float64(max(msgs.Load(), 1)), "bytes/msg")
-	_ = c.Close()
-	_ = srv.Shutdown(context.Background())
-	cancel()
-	<-served
 }
 
 type countWriter struct{ n, msgs *atomic.Int64 }
@@ -91,4 +77,26 @@ func itoa(n int64) string {
 			return string(b[i:])
 		}
 	}
+}
+
+// benchConn starts a host on the default config and an initialized
+// client connected to it over an in-memory pipe; both end at b's cleanup.
+func benchConn(b *testing.B) (context.Context, *client.Conn) {
+	b.Helper()
+	srv := host.New(config.Default(), hclog.NewNullLogger())
+	a, z := transport.Pipe(4)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.ServeConn(ctx, a) }()
+	c := client.NewConn(z, client.Options{ClientID: "bench"})
+	b.Cleanup(func() {
+		_ = c.Close()
+		_ = srv.Shutdown(context.Background())
+		cancel()
+		<-served
+	})
+	if err := c.Initialize(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return ctx, c
 }

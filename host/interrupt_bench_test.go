@@ -1,19 +1,13 @@
 package host_test
 
 import (
-	"context"
 	"io"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/sidecar-dev/sidecar/client"
-	"github.com/sidecar-dev/sidecar/config"
-	"github.com/sidecar-dev/sidecar/host"
 	"github.com/sidecar-dev/sidecar/rpc"
-	"github.com/sidecar-dev/sidecar/transport"
 )
 
 // BenchmarkFloodInterrupt measures Ctrl-C during a flood: each iteration
@@ -23,17 +17,7 @@ import (
 // terminal has exited at the client (ms/interrupt): the output in flight
 // is drained and the program's SIGINT seen.
 func BenchmarkFloodInterrupt(b *testing.B) {
-	cfg := config.Default()
-	srv := host.New(cfg, hclog.NewNullLogger())
-	a, z := transport.Pipe(4)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	served := make(chan struct{})
-	go func() { defer close(served); _ = srv.ServeConn(ctx, a) }()
-	c := client.NewConn(z, client.Options{ClientID: "bench"})
-	if err := c.Initialize(ctx); err != nil {
-		b.Fatal(err)
-	}
+	ctx, c := benchConn(b)
 	var total time.Duration
 	for i := 0; b.Loop(); i++ {
 		uri := "ahp-terminal:/yes" + itoa(int64(i))
@@ -76,10 +60,6 @@ func BenchmarkFloodInterrupt(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(total.Microseconds())/1e3/float64(b.N), "ms/interrupt")
-	_ = c.Close()
-	_ = srv.Shutdown(context.Background())
-	cancel()
-	<-served
 }
 
 // triggerWriter discards output and closes hit once at bytes came.
