@@ -3,20 +3,20 @@ package tests
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sidecar-dev/sidecar/internal/tmuxtest"
 )
 
-// tmuxServer is a private tmux server (its own socket, no config): an
+// tmuxServer is a private tmux server (internal/tmuxtest): an
 // independent terminal emulator the sidecar's client runs in, whose
 // screen capture-pane reads back.
 type tmuxServer struct {
-	t    *testing.T
-	sock string
+	*tmuxtest.Server
+	t *testing.T
 }
 
 // tmuxFields is what a screen comparison reads of a pane besides its
@@ -26,43 +26,12 @@ const tmuxFields = "cursor #{cursor_x},#{cursor_y} visible #{cursor_flag} altern
 	"mouse #{mouse_any_flag}#{mouse_button_flag}#{mouse_standard_flag} sgr-mouse #{mouse_sgr_flag} " +
 	"wrap #{wrap_flag} origin #{origin_flag} region #{scroll_region_upper}-#{scroll_region_lower}"
 
-// startTmux starts a tmux server for t, or skips t where tmux is missing
-// (CI installs it: .ci/run; under CI=true it fails instead).
+// startTmux starts a tmux server for t (its commands without the test's
+// SIDECAR_* settings), or skips t where tmux is missing (under CI=true it
+// fails instead).
 func startTmux(t *testing.T) *tmuxServer {
 	t.Helper()
-	if _, err := exec.LookPath("tmux"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("tmux is not installed (.ci/run installs it)")
-		}
-		t.Skip("tmux is not installed")
-	}
-	// A short path: a unix socket's path is at most 107 bytes.
-	dir, err := os.MkdirTemp("", "sctmux")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := &tmuxServer{t: t, sock: filepath.Join(dir, "s")}
-	t.Cleanup(func() {
-		_, _ = ts.run("kill-server")
-		_ = os.RemoveAll(dir)
-	})
-	return ts
-}
-
-func (ts *tmuxServer) run(args ...string) (string, error) {
-	cmd := exec.Command("tmux", append([]string{"-S", ts.sock, "-f", "/dev/null"}, args...)...)
-	cmd.Env = append(cleanEnv(), "TERM=xterm-256color")
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
-func (ts *tmuxServer) must(args ...string) string {
-	ts.t.Helper()
-	out, err := ts.run(args...)
-	if err != nil {
-		ts.t.Fatalf("tmux %v: %v: %s", args, err, out)
-	}
-	return out
+	return &tmuxServer{Server: tmuxtest.Start(t, cleanEnv()), t: t}
 }
 
 // session starts session name, an 80×24 terminal running the sidecar
@@ -70,25 +39,16 @@ func (ts *tmuxServer) must(args ...string) string {
 // read).
 func (ts *tmuxServer) session(name string, args ...string) {
 	ts.t.Helper()
-	ts.must(append([]string{"new-session", "-d", "-s", name, "-x", "80", "-y", "24", "--", sidecarBin}, args...)...)
-	ts.must("set-option", "-t", name, "remain-on-exit", "on")
+	ts.Must(append([]string{"new-session", "-d", "-s", name, "-x", "80", "-y", "24", "--", sidecarBin}, args...)...)
+	ts.Must("set-option", "-t", name, "remain-on-exit", "on")
 }
 
-// screen returns the pane's visible screen, with its attributes as SGR
-// sequences, then its cursor and modes (tmuxFields). An SGR at the end of
-// a line, which changes no cell shown, is left out: capture-pane trims
-// trailing spaces but not the attributes they were written with, so
-// blanks a program wrote and blanks never written would differ.
+// screen returns the pane's capture (tmuxtest.Server.Capture): cells with
+// attributes, then cursor and modes (tmuxFields).
 func (ts *tmuxServer) screen(name string) string {
 	ts.t.Helper()
-	lines := strings.Split(ts.must("capture-pane", "-p", "-e", "-t", name), "\n")
-	for i, l := range lines {
-		lines[i] = trailingSGR.ReplaceAllString(l, "")
-	}
-	return strings.Join(lines, "\n") + ts.must("display-message", "-p", "-t", name, tmuxFields)
+	return ts.Capture(name, tmuxFields)
 }
-
-var trailingSGR = regexp.MustCompile(`(\x1b\[[0-9;:]*m)+$`)
 
 // waitScreen waits (bounded by waitTimeout) until match holds for the
 // pane's screen, and returns it.
@@ -111,7 +71,7 @@ func (ts *tmuxServer) waitScreen(name, what string, match func(string) bool) str
 // typeKeys types text (literally) into the pane.
 func (ts *tmuxServer) typeKeys(name, text string) {
 	ts.t.Helper()
-	ts.must("send-keys", "-t", name, "-l", text)
+	ts.Must("send-keys", "-t", name, "-l", text)
 }
 
 // startTmuxAttach starts a server and, in tmux session "a" (80×24),
@@ -148,9 +108,9 @@ func TestReattachTmuxCapture(t *testing.T) {
 	}
 	tm.typeKeys("a", "\r~.")
 	tm.waitScreen("a", "exit", func(string) bool {
-		return strings.TrimSpace(tm.must("display-message", "-p", "-t", "a", "#{pane_dead}")) == "1"
+		return strings.TrimSpace(tm.Must("display-message", "-p", "-t", "a", "#{pane_dead}")) == "1"
 	})
-	all := tm.must("capture-pane", "-p", "-J", "-S", "-", "-t", "a")
+	all := tm.Must("capture-pane", "-p", "-J", "-S", "-", "-t", "a")
 	m := reattachHint.FindStringSubmatch(all + "\n")
 	if m == nil {
 		t.Fatalf("no reattach hint; pane:\n%s", tail(all, 2000))

@@ -2,12 +2,12 @@ package pty
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sidecar-dev/sidecar/internal/tmuxtest"
 )
 
 // TestRedrawTmux checks the redraw against a terminal emulator
@@ -21,48 +21,16 @@ import (
 // over 65535 (tmux ignores a sequence with one over 2^31-1 where xterm
 // clamps it: TestParamsClamped).
 func TestRedrawTmux(t *testing.T) {
-	if _, err := exec.LookPath("tmux"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("tmux is not installed (.ci/run installs it)")
-		}
-		t.Skip("tmux is not installed")
-	}
-	dir, err := os.MkdirTemp("", "pttmux") // short: a socket path is at most 107 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(dir, "s")
-	tmux := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command("tmux", append([]string{"-S", sock, "-f", "/dev/null"}, args...)...)
-		cmd.Env = append(os.Environ(), "TERM=xterm-256color")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("tmux %v: %v: %s", args, err, out)
-		}
-		return string(out)
-	}
-	t.Cleanup(func() {
-		_ = exec.Command("tmux", "-S", sock, "kill-server").Run()
-		_ = os.RemoveAll(dir)
-	})
+	tm := tmuxtest.Start(t, nil)
+	dir := tm.Dir
 	const fields = "cursor #{cursor_x},#{cursor_y} visible #{cursor_flag} alternate #{alternate_on} " +
 		"insert #{insert_flag} cursor-keys #{keypad_cursor_flag} keypad #{keypad_flag} " +
 		"mouse #{mouse_any_flag}#{mouse_button_flag}#{mouse_standard_flag} sgr-mouse #{mouse_sgr_flag} " +
 		"bracketed-paste #{bracketed_paste} wrap #{wrap_flag} origin #{origin_flag} region #{scroll_region_upper}-#{scroll_region_lower}"
-	// An SGR at the end of a line changes no cell shown: capture-pane
-	// trims trailing blanks, not the attributes they were written with.
-	trailingSGR := regexp.MustCompile(`(\x1b\[[0-9;:]*m)+$`)
-	screen := func(name string) string {
-		lines := strings.Split(tmux("capture-pane", "-p", "-e", "-t", name), "\n")
-		for i, l := range lines {
-			lines[i] = trailingSGR.ReplaceAllString(l, "")
-		}
-		return strings.Join(lines, "\n") + tmux("display-message", "-p", "-t", name, fields)
-	}
+	screen := func(name string) string { return tm.Capture(name, fields) }
 	// pane starts a cols×rows pane that shows file's bytes as they are.
 	pane := func(name, file string) {
-		tmux("new-session", "-d", "-s", name, "-x", "20", "-y", "5", "--", "sh", "-c", "stty raw -echo -onlcr; cat '"+file+"'; exec sleep 600")
+		tm.Must("new-session", "-d", "-s", name, "-x", "20", "-y", "5", "--", "sh", "-c", "stty raw -echo -onlcr; cat '"+file+"'; exec sleep 600")
 	}
 	n := 0
 	for name, tc := range map[string]struct{ out, probe string }{
