@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/sidecar-dev/sidecar/internal/wstest"
 	"github.com/sidecar-dev/sidecar/transportio"
 )
 
@@ -402,48 +402,11 @@ func TestCorruptCompressedMessage(t *testing.T) {
 		got <- err
 	}))
 	defer srv.Close()
-	nc, err := net.Dial("tcp", srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
+	p := wstest.DialDeflate(t, srv.Listener.Addr().String(), "/")
+	p.WriteCompressed(0x1, wstest.CorruptDeflate) // text
+	if code, reason := p.ReadClose(); code != 1007 || reason != "invalid compressed data" {
+		t.Errorf("close %d %q, want 1007 \"invalid compressed data\"", code, reason)
 	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
-	_, _ = io.WriteString(nc, "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"+
-		"Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n")
-	br := bufio.NewReader(nc)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols || !strings.Contains(resp.Header.Get("Sec-WebSocket-Extensions"), "permessage-deflate") {
-		t.Fatalf("handshake: %v %v", resp, err)
-	}
-	// FIN, RSV1 (compressed), text; masked, 4 bytes: a deflate block of
-	// reserved type 3 (BTYPE 11), which no inflater accepts.
-	payload := []byte{0xff, 0xff, 0xff, 0xff}
-	mask := []byte{1, 2, 3, 4}
-	frame := []byte{0x80 | 0x40 | 0x1, 0x80 | byte(len(payload))}
-	frame = append(frame, mask...)
-	for i, b := range payload {
-		frame = append(frame, b^mask[i%4])
-	}
-	if _, err := nc.Write(frame); err != nil {
-		t.Fatal(err)
-	}
-	// The server's close frame: FIN close, unmasked, code then reason.
-	head := make([]byte, 2)
-	if _, err := io.ReadFull(br, head); err != nil {
-		t.Fatal(err)
-	}
-	body := make([]byte, head[1]&0x7f)
-	if _, err := io.ReadFull(br, body); err != nil {
-		t.Fatal(err)
-	}
-	if head[0]&0x0f != 0x8 || len(body) < 2 {
-		t.Fatalf("server sent frame %x %x, want a close", head, body)
-	}
-	if code := int(body[0])<<8 | int(body[1]); code != 1007 || string(body[2:]) != "invalid compressed data" {
-		t.Errorf("close %d %q, want 1007 \"invalid compressed data\"", code, body[2:])
-	}
-	_, _ = nc.Write([]byte{0x88, 0x80, 0, 0, 0, 0}) // our close, empty: the server's Close returns
 	serr := <-got
 	if code, ok := Violation(serr); !ok || code != CloseInvalidPayload {
 		t.Errorf("ReadMessage: %v; Violation = %d, %v, want 1007", serr, code, ok)

@@ -1,7 +1,6 @@
 package transportio
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/sidecar-dev/sidecar/internal/wstest"
 )
 
 // rawPeer is a hand-driven client on the WebSocket mapping.
@@ -554,55 +555,10 @@ func TestCorruptCompressedEmit(t *testing.T) {
 	l := &Listener{Session: Config{Contract: testContract}, Compression: websocket.CompressionNoContextTakeover}
 	srv := httptest.NewServer(l.WebSocketHandler(echo))
 	t.Cleanup(srv.Close)
-	nc, err := net.Dial("tcp", srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
-	_, _ = io.WriteString(nc, "GET /transport-io HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"+
-		"Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n")
-	br := bufio.NewReader(nc)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols || !strings.Contains(resp.Header.Get("Sec-WebSocket-Extensions"), "permessage-deflate") {
-		t.Fatalf("handshake: %v %v", resp, err)
-	}
-	// FIN, RSV1 (compressed), binary; masked: a deflate block of the
-	// reserved type 3, which no inflater accepts.
-	payload, mask := []byte{0xff, 0xff, 0xff, 0xff}, []byte{1, 2, 3, 4}
-	frame := append([]byte{0x80 | 0x40 | 0x2, 0x80 | byte(len(payload))}, mask...)
-	for i, b := range payload {
-		frame = append(frame, b^mask[i%4])
-	}
-	if _, err := nc.Write(frame); err != nil {
-		t.Fatal(err)
-	}
-	// Frames until the server's close (it may send its HANDSHAKE first).
-	for {
-		head := make([]byte, 2)
-		if _, err := io.ReadFull(br, head); err != nil {
-			t.Fatalf("no close: %v", err)
-		}
-		n := int(head[1] & 0x7f)
-		switch n {
-		case 126:
-			ext := make([]byte, 2)
-			_, _ = io.ReadFull(br, ext)
-			n = int(ext[0])<<8 | int(ext[1])
-		case 127:
-			t.Fatal("a frame of more than 64 KiB")
-		}
-		body := make([]byte, n)
-		if _, err := io.ReadFull(br, body); err != nil {
-			t.Fatal(err)
-		}
-		if head[0]&0x0f != 0x8 {
-			continue
-		}
-		if code := int(body[0])<<8 | int(body[1]); code != 4004 || !strings.Contains(string(body[2:]), "invalid compressed data") {
-			t.Fatalf("close %d %q, want 4004 with \"invalid compressed data\"", code, body[2:])
-		}
-		return
+	p := wstest.DialDeflate(t, srv.Listener.Addr().String(), "/transport-io")
+	p.WriteCompressed(0x2, wstest.CorruptDeflate) // binary
+	// (The server may send its HANDSHAKE first: ReadClose skips it.)
+	if code, reason := p.ReadClose(); code != 4004 || !strings.Contains(reason, "invalid compressed data") {
+		t.Fatalf("close %d %q, want 4004 with \"invalid compressed data\"", code, reason)
 	}
 }
