@@ -11,7 +11,6 @@ import (
 	"github.com/segmentio/asm/base64"
 
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
-	"github.com/sidecar-dev/sidecar/transportio"
 )
 
 // TCPDataEvent is the contract's second event: reliable, codec bytes
@@ -110,8 +109,9 @@ func tcpDataToBytes(dst, text []byte) (out []byte, ok bool) {
 var errTCPBytes = errors.New("a malformed 'ahp-tcp-data' payload")
 
 // tcpBytesTextLen returns the length of the text a TCPDataEvent payload
-// stands for, or an error when it is malformed.
-func tcpBytesTextLen(p []byte) (int, error) {
+// stands for, or an error when it is malformed or that text would be over
+// limit (UTF-8 bytes: the bound of one message of the transport).
+func tcpBytesTextLen(p []byte, limit int) (int, error) {
 	if len(p) < tcpBytesFixed {
 		return 0, fmt.Errorf("%w: %d bytes", errTCPBytes, len(p))
 	}
@@ -126,9 +126,9 @@ func tcpBytesTextLen(p []byte) (int, error) {
 	data := len(p) - tcpBytesFixed - n
 	l := len(tcpDataHead) + n + len(tcpDataOffset) + digits(off) + len(tcpDataMid) +
 		base64.StdEncoding.EncodedLen(data) + len(tcpDataTail)
-	if l > transportio.MaxPayload {
-		// The bound of a message on "ahp" holds for the text rebuilt too.
-		return 0, fmt.Errorf("%w: its text would be %d bytes, over the %d of a message", errTCPBytes, l, transportio.MaxPayload)
+	if l > limit {
+		// The bound of a text message holds for the text rebuilt too.
+		return 0, fmt.Errorf("%w: its text would be %d bytes, over the %d of a message", errTCPBytes, l, limit)
 	}
 	return l, nil
 }

@@ -42,7 +42,7 @@ func TestTCPBytesRoundTrip(t *testing.T) {
 			if want := 8 + 2 + len("ahp-tcp:/c1") + n; len(p) != want || !bytes.Equal(p[len(p)-n:], data) {
 				t.Fatalf("off %d n %d: payload of %d bytes, want %d ending with the data", off, n, len(p), want)
 			}
-			l, err := tcpBytesTextLen(p)
+			l, err := tcpBytesTextLen(p, transportio.MaxPayload)
 			if err != nil || l != len(text) {
 				t.Fatalf("off %d n %d: text length %d %v, want %d", off, n, l, err, len(text))
 			}
@@ -95,7 +95,7 @@ func TestTCPBytesMalformed(t *testing.T) {
 		"not UTF-8":    append(hdr(0, "a\xffb"), 'x'),
 		"text too big": append(hdr(0, "ahp-tcp:/c1"), make([]byte, transportio.MaxPayload*3/4)...),
 	} {
-		if _, err := tcpBytesTextLen(p); !errors.Is(err, errTCPBytes) {
+		if _, err := tcpBytesTextLen(p, transportio.MaxPayload); !errors.Is(err, errTCPBytes) {
 			t.Errorf("%s: %v, want errTCPBytes", name, err)
 		}
 	}
@@ -253,7 +253,7 @@ func FuzzTCPBytes(f *testing.F) {
 	f.Add([]byte("\xff\xff\xff\xff\xff\xff\xff\xff\x00\x01\xe9x"))
 	f.Add([]byte{0, 0, 0})
 	f.Fuzz(func(t *testing.T, p []byte) {
-		n, err := tcpBytesTextLen(p)
+		n, err := tcpBytesTextLen(p, transportio.MaxPayload)
 		if err != nil {
 			if !errors.Is(err, errTCPBytes) {
 				t.Fatalf("error %v is not errTCPBytes", err)

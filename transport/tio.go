@@ -73,7 +73,7 @@ func (c *tioConn) ReadMessage(ctx context.Context) ([]byte, error) {
 		case AHPEvent:
 			return m.Payload, nil
 		case TCPDataEvent:
-			n, err := tcpBytesTextLen(m.Payload)
+			n, err := tcpBytesTextLen(m.Payload, transportio.MaxPayload)
 			if err != nil {
 				transportio.RecyclePayload(m.Payload)
 				c.s.Close(transportio.CloseProtocolError, err.Error())

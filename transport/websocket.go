@@ -22,10 +22,14 @@ import (
 // wsConn adapts a coder/websocket connection carrying plain AHP text frames.
 type wsConn struct {
 	compressed bool // a dialled connection negotiated permessage-deflate (Compressed)
-	c          *websocket.Conn
-	cork       *CorkConn // under TLS, when known: each message leaves in one write
-	peer       string
-	lastSize   bufpool.SizeHint // for the next message's buffer (reader goroutine only)
+	// tcpBytes: the upgrade chose TCPDataSubprotocol, so tcp/data
+	// notifications cross as binary messages (TCPDataEvent payloads).
+	tcpBytes  bool
+	readLimit int64
+	c         *websocket.Conn
+	cork      *CorkConn // under TLS, when known: each message leaves in one write
+	peer      string
+	lastSize  bufpool.SizeHint // for the next message's buffer (reader goroutine only)
 
 	lastRead atomic.Int64          // unix nanoseconds of the last message read
 	lost     atomic.Pointer[error] // why keepalive gave up on the peer
@@ -140,7 +144,8 @@ func (e *lostError) Unwrap() error { return e.err }
 // connection with 1009).
 func NewWebSocketConn(c *websocket.Conn, peer string, readLimit int64) MessageConn {
 	c.SetReadLimit(readLimit)
-	w := &wsConn{c: c, peer: peer, done: make(chan struct{})}
+	w := &wsConn{c: c, peer: peer, done: make(chan struct{}), readLimit: readLimit,
+		tcpBytes: c.Subprotocol() == TCPDataSubprotocol}
 	w.lastRead.Store(time.Now().UnixNano())
 	return w
 }
@@ -160,6 +165,17 @@ func (w *wsConn) ReadMessage(ctx context.Context) ([]byte, error) {
 			return nil, w.readErr(err)
 		}
 		w.lastRead.Store(time.Now().UnixNano())
+		if typ == websocket.MessageBinary && w.tcpBytes {
+			n, err := tcpBytesTextLen(data, int(w.readLimit))
+			if err != nil {
+				readBufs.Put(data)
+				_ = w.c.Close(websocket.StatusProtocolError, TruncateReason(err.Error(), 123))
+				return nil, &ViolationError{Code: CloseProtocolError, Err: fmt.Errorf("transport: %w", err)}
+			}
+			text := appendTCPDataText(readBufs.GetFit(n), data)
+			readBufs.Put(data)
+			return text, nil
+		}
 		if typ == websocket.MessageText || typ == websocket.MessageBinary {
 			if !utf8.Valid(data) {
 				_ = w.c.Close(websocket.StatusInvalidFramePayloadData, "message is not valid UTF-8")
@@ -184,19 +200,42 @@ func (w *wsConn) read(ctx context.Context) (websocket.MessageType, []byte, error
 	return typ, buf, err
 }
 
-// WriteMessage writes text as one text message; with a CorkConn under
-// TLS, its frame header and TLS records leave in one system call.
+// WriteMessage writes text as one text message, or a tcp/data
+// notification as one binary message when the upgrade chose
+// TCPDataSubprotocol; with a CorkConn under TLS, its frame header and TLS
+// records leave in one system call.
 func (w *wsConn) WriteMessage(ctx context.Context, text []byte) error {
+	typ, msg := websocket.MessageText, text
+	if w.tcpBytes {
+		if p, ok := tcpDataToBytes(writeBufs.Get(len(text)*3/4), text); ok {
+			typ, msg = websocket.MessageBinary, p
+			defer writeBufs.Put(p) // Write has copied or written it
+		}
+	}
 	if w.cork == nil {
-		return w.c.Write(ctx, websocket.MessageText, text)
+		return w.c.Write(ctx, typ, msg)
 	}
 	w.cork.Cork()
-	err := w.c.Write(ctx, websocket.MessageText, text)
+	err := w.c.Write(ctx, typ, msg)
 	if ferr := w.cork.Uncork(); err == nil {
 		err = ferr
 	}
 	return err
 }
+
+// writeBufs holds the binary messages WriteMessage built, for the next
+// ones: at most 4 (bufpool: bounded), of 4 KiB to 1 MiB.
+var writeBufs = bufpool.New(4, 4<<10, 1<<20)
+
+// TCPDataSubprotocol is the WebSocket subprotocol (RFC 6455 §1.9) by which
+// a client of /ahp asks for tcp/data notifications as binary messages,
+// both ways: each is a TCPDataEvent payload (Offset, Channel Length,
+// Channel, Data: the stream bytes, not base64) standing for the exact
+// text it replaces, whose UTF-16 bytes windows and credit count as ever
+// (docs/protocol.md "/ahp"). Every other message stays one JSON-RPC text
+// message. A client that does not offer it, or a host that does not
+// choose it, gets plain AHP: text messages only.
+const TCPDataSubprotocol = TCPDataEvent
 
 // readBufs holds message buffers given back with RecycleRead: at most 8
 // (bufpool: bounded), of 4 KiB to 1 MiB.
@@ -256,6 +295,7 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 		accept = &websocket.AcceptOptions{InsecureSkipVerify: true} // Origins decided
 	}
 	accept.CompressionMode, accept.CompressionThreshold = Compression, CompressionThreshold
+	accept.Subprotocols = []string{TCPDataSubprotocol}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if opts.Origins != nil && !opts.Origins.Check(w, r) {
 			return
@@ -322,7 +362,8 @@ func dialCompression(compress bool) websocket.CompressionMode {
 func DialWebSocket(ctx context.Context, url string, header http.Header, client *http.Client, readLimit int64, compress bool) (MessageConn, error) {
 	client, dialed := corkClient(client)
 	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: header, HTTPClient: client,
-		CompressionMode: dialCompression(compress), CompressionThreshold: CompressionThreshold})
+		CompressionMode: dialCompression(compress), CompressionThreshold: CompressionThreshold,
+		Subprotocols: []string{TCPDataSubprotocol}})
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
 			return nil, &HTTPError{StatusCode: resp.StatusCode, Err: err}
