@@ -98,6 +98,14 @@ type TCPConn struct {
 // the transfer.
 const tuneRTTs = 4
 
+// A whole window consumed within one and a half round trips means the window alone limits the transfer (a window takes one round
+// trip to go and be credited, whatever the path could carry), and the
+// window grows fourfold rather than twofold: as a Grow itself takes a
+// round trip, during which the window cannot grow again, that is what
+// keeps the growth near TCP's slow start (doubling each round trip), so
+// a 1 Gbit/s path with 50 ms round trips is filled within a second.
+func windowLimited(took, rtt time.Duration) bool { return took < rtt+rtt/2 }
+
 // tuneAfter is how much a direction must have consumed (UTF-16 bytes;
 // about 768 KiB of stream bytes) before its window may grow when the
 // reader's backlog cannot be seen (SetBacklog: an upload, whose reader is
@@ -162,11 +170,16 @@ func (t *TCPConn) maybeGrow(e *tuneEpoch, consumed delivery.UTF16Bytes) {
 		return
 	}
 	now := time.Now()
-	fast := now.Sub(e.start) < tuneRTTs*tu.rtt
+	took := now.Sub(e.start)
+	fast := took < tuneRTTs*tu.rtt
 	*e = tuneEpoch{start: now, base: consumed}
+	grow := delivery.UTF16Bytes(2)
+	if windowLimited(took, tu.rtt) {
+		grow = 4 // the window alone limits the transfer: the path takes far more
+	}
 	next := delivery.Limits{
-		WindowBytes:       min(2*tu.cur.WindowBytes, tu.max.WindowBytes),
-		MaximumFrameBytes: min(max(tu.cur.MaximumFrameBytes, 2*tu.cur.WindowBytes/tcpFramesPerWindow), tu.max.MaximumFrameBytes),
+		WindowBytes:       min(grow*tu.cur.WindowBytes, tu.max.WindowBytes),
+		MaximumFrameBytes: min(max(tu.cur.MaximumFrameBytes, grow*tu.cur.WindowBytes/tcpFramesPerWindow), tu.max.MaximumFrameBytes),
 	}
 	if fast && backlog != nil && backlog() > int(tu.cur.WindowBytes/8) {
 		// Taken fast, but into a socket buffer its reader is not
