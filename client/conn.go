@@ -101,11 +101,12 @@ type Options struct {
 	// Compress offers WebSocket permessage-deflate (RFC 7692, no context
 	// takeover; transport.Compression) on the WebSocket transports: a host
 	// that accepts compresses its messages of 1 KiB or more, and so do we.
-	// It pays where the link, not the CPU, is the bottleneck: tcp/data's
-	// base64 compresses back to about its decoded size (6 bits a
-	// character), so a slow link carries about a third more stream bytes;
-	// on a fast one the compressor's CPU costs more than it saves. No
-	// effect on WebTransport.
+	// It pays where the link, not the CPU, is the bottleneck and the
+	// stream is compressible (text, logs): tcp/data already crosses raw
+	// with a sidecar host (the subprotocol ahp-tcp-data on /ahp, the event
+	// on transport-io); only with a host that sends base64 does Deflate
+	// give base64's third back. On a fast link the compressor's CPU costs
+	// more than it saves. No effect on WebTransport.
 	Compress bool
 	// MaxMessageBytes bounds one received message in UTF-16 bytes, the unit
 	// of every delivery size (as the host's delivery.max_message_bytes):

@@ -40,7 +40,7 @@ func (f *connFlags) register(cmd *cobra.Command) {
 	fs.BoolVar(&f.ordinary, "ordinary", false, "use ordinary delivery instead of windowed delivery (for debugging)")
 	fs.DurationVar(&f.timeout, "connect-timeout", 15*time.Second, "time allowed to connect and initialize")
 	fs.StringVar(&f.transport, "transport", client.TransportAuto, "for https:// URLs: auto (WebTransport, falling back to WebSocket), webtransport, websocket, or ahp (plain /ahp)")
-	fs.BoolVar(&f.compress, "compress", false, "offer WebSocket compression (permessage-deflate): a slow link (100 Mbit/s or less) then carries about a third more forwarded bytes; costs CPU on fast ones")
+	fs.BoolVar(&f.compress, "compress", false, "offer WebSocket compression (permessage-deflate): pays for compressible streams (text, logs) on slow links; costs CPU on fast ones")
 	fs.StringVar(&f.via, "via", "", "command whose stdin/stdout carry transport-io instead of a network connection, e.g. 'docker exec -i C sidecar stdio'; no URL is given then (or "+viaURL+")")
 	// With --via there is nothing to dial: a missing URL becomes "stdio:".
 	viaArgs := func(a []string) []string {
