@@ -30,6 +30,19 @@ func ahpEcho() http.Handler {
 	})
 }
 
+// dialAHP dials srv's /ahp with the sidecar client's DialWebSocket; the
+// connection and the context (10 s) end at t's cleanup.
+func dialAHP(t *testing.T, srv *httptest.Server) (context.Context, MessageConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	mc, err := DialWebSocket(ctx, wsURL(srv), nil, nil, 1<<20, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mc.Close(CloseNormal, "") })
+	return ctx, mc
+}
+
 func wsURL(srv *httptest.Server) string {
 	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/ahp?token=tok"
 }
@@ -45,13 +58,7 @@ func TestAHPTCPBytes(t *testing.T) {
 	srv.Listener = &countingListener{Listener: srv.Listener, c: &wire}
 	srv.Start()
 	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	mc, err := DialWebSocket(ctx, wsURL(srv), nil, nil, 1<<20, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mc.Close(CloseNormal, "")
+	ctx, mc := dialAHP(t, srv)
 	if !mc.(*wsConn).tcpBytes {
 		t.Fatal("the subprotocol was not chosen")
 	}
@@ -174,13 +181,7 @@ func TestAHPTCPBytesOldHost(t *testing.T) {
 		_ = c.Close(websocket.StatusNormalClosure, "")
 	}))
 	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	mc, err := DialWebSocket(ctx, wsURL(srv), nil, nil, 1<<20, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mc.Close(CloseNormal, "")
+	ctx, mc := dialAHP(t, srv)
 	if err := mc.WriteMessage(ctx, []byte(tcpDataText("ahp-tcp:/c1", 0, []byte("Hello")))); err != nil {
 		t.Fatal(err)
 	}
