@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/sidecar-dev/sidecar/delivery"
@@ -15,6 +17,25 @@ func SetTuneRTT(t *TCPConn, d time.Duration) {
 	t.tune.rtt = d
 	t.tune.rttFixed = true
 	t.tune.mu.Unlock()
+}
+
+// GrowOffers records the limits t's window tuning offers from now on;
+// the returned func gives those offered so far.
+func GrowOffers(t *TCPConn) func() []delivery.Limits {
+	var mu sync.Mutex
+	var offers []delivery.Limits
+	t.tune.mu.Lock()
+	t.tune.onGrow = func(next delivery.Limits) {
+		mu.Lock()
+		offers = append(offers, next)
+		mu.Unlock()
+	}
+	t.tune.mu.Unlock()
+	return func() []delivery.Limits {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(offers)
+	}
 }
 
 // ReadBufferSize is t.readBufferSize: ReadFrom's next buffer size for a

@@ -132,8 +132,9 @@ type tcpTuner struct {
 	cur      delivery.Limits // the limits last offered
 	max      delivery.Limits
 	growing  bool
-	in, out  tuneEpoch  // received bytes released, sent bytes credited
-	backlog  func() int // bytes our reader has not taken yet (SetBacklog)
+	in, out  tuneEpoch                  // received bytes released, sent bytes credited
+	backlog  func() int                 // bytes our reader has not taken yet (SetBacklog)
+	onGrow   func(next delivery.Limits) // tests: each offer, before Grow
 }
 
 // tuneEpoch is where a direction's current measurement began.
@@ -192,6 +193,9 @@ func (t *TCPConn) maybeGrow(e *tuneEpoch, consumed delivery.UTF16Bytes) {
 		return
 	}
 	tu.growing = true
+	if tu.onGrow != nil {
+		tu.onGrow(next)
+	}
 	tu.mu.Unlock()
 	go func() {
 		ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)

@@ -6,6 +6,7 @@ import (
 	"hash"
 	"io"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -91,7 +92,7 @@ func closeAndCheck(ctx context.Context, t *testing.T, tc *client.TCPConn, sums <
 }
 
 // TestTCPWindowGrows: a download whose every window is consumed "within
-// the round trips" doubles its window by re-subscribing, with frames of a
+// the round trips" grows its window by re-subscribing, with frames of a
 // window/8, until the host's tcp maxima; the bytes arrive exactly.
 func TestTCPWindowGrows(t *testing.T) {
 	const total = 24 << 20
@@ -105,6 +106,7 @@ func TestTCPWindowGrows(t *testing.T) {
 		t.Fatalf("first limits %+v, want %+v", in, client.DefaultTCPReceive)
 	}
 	client.SetTuneRTT(tc, time.Hour)
+	offers := client.GrowOffers(tc)
 	h := sha256.New()
 	n, err := io.Copy(h, tc)
 	if err != nil || n != total {
@@ -117,6 +119,14 @@ func TestTCPWindowGrows(t *testing.T) {
 	wantLimits := delivery.Limits{WindowBytes: 2 << 20, MaximumFrameBytes: 128 << 10}
 	if in != wantLimits || out != wantLimits {
 		t.Fatalf("limits after the transfer: clientReceive %+v hostReceive %+v, want both %+v", in, out, wantLimits)
+	}
+	// Each window went by within a round trip (of an hour): the window
+	// alone limited the transfer, so each offer is fourfold, frames a
+	// window/8, until the host answers less than the offer (its 2 MiB).
+	wantOffers := []delivery.Limits{{WindowBytes: 512 << 10, MaximumFrameBytes: 64 << 10},
+		{WindowBytes: 2 << 20, MaximumFrameBytes: 256 << 10}, {WindowBytes: 8 << 20, MaximumFrameBytes: 512 << 10}}
+	if got := offers(); !slices.Equal(got, wantOffers) {
+		t.Fatalf("offers %+v, want %+v", got, wantOffers)
 	}
 }
 
