@@ -589,6 +589,13 @@ func (c *Conn) readLoop(l *link) {
 			}
 			why := describeClose(err)
 			lost := transport.CloseStatus(err) == -1
+			var ve *transport.ViolationError
+			if errors.As(err, &ve) {
+				// The server sent what the transport forbids, and we
+				// closed: a reconnect would meet the same server.
+				why = fmt.Errorf("the server broke the protocol (closed with code %d): %w", ve.Code, err)
+				lost = false
+			}
 			if c.opts.viaEnded != nil && c.Err() == nil && transport.CloseStatus(err) != transport.CloseGoingAway {
 				// The --via command ending is the story (its stdout
 				// closed: it exited, or was killed), unless it said it

@@ -311,9 +311,12 @@ func (o *objectStream) ReadObject(v any) error {
 			first := err // a variable of its own: &err would move err to the heap on every read
 			c.readErr.CompareAndSwap(nil, &first)
 			violation, _ := transport.Violation(err)
+			var ve *transport.ViolationError
 			switch code := transport.CloseStatus(err); {
 			case violation == transport.CloseMessageTooBig:
 				c.log.Warn("message too big, closing", "client", c.id(), "limit_utf8_bytes", c.s.cfg.AHPReadLimit())
+			case errors.As(err, &ve):
+				c.log.Warn("bad message, closing", "client", c.id(), "code", int(ve.Code), "error", ve.Err.Error())
 			case code == transport.CloseNormal || code == transport.CloseGoingAway || errors.Is(err, context.Canceled):
 				// A clean end (the client closed, or we are closing): io.EOF
 				// keeps jsonrpc2 from logging it as a protocol error. How

@@ -347,11 +347,17 @@ type rawConn struct {
 // dialRaw opens a raw WebSocket with the token and the certificate pin.
 func (s *server) dialRaw(t *testing.T) *rawConn {
 	t.Helper()
+	return s.dialRawOffering(t)
+}
+
+// dialRawOffering is dialRaw offering the WebSocket subprotocols given.
+func (s *server) dialRawOffering(t *testing.T, subprotocols ...string) *rawConn {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	hdr := http.Header{}
 	hdr.Set("Authorization", "Bearer "+s.token)
-	c, resp, err := websocket.Dial(ctx, s.url, &websocket.DialOptions{HTTPHeader: hdr, HTTPClient: s.httpClient(t)})
+	c, resp, err := websocket.Dial(ctx, s.url, &websocket.DialOptions{HTTPHeader: hdr, HTTPClient: s.httpClient(t), Subprotocols: subprotocols})
 	if err != nil {
 		t.Fatalf("dial %s: %v (response %v)", s.url, err, resp)
 	}

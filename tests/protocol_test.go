@@ -173,6 +173,39 @@ func envelope(t *testing.T, m message) actionEnvelope {
 	return e
 }
 
+// TestProtocolMalformedTCPBytes: a client that chose the subprotocol
+// ahp-tcp-data (docs/protocol.md) and sends a binary message that is no
+// such payload gets close 1002 naming it, and the host logs a warning;
+// other clients are unaffected.
+func TestProtocolMalformedTCPBytes(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	other := s.dialRaw(t)
+	other.initialize("bystander")
+	rc := s.dialRawOffering(t, "ahp-tcp-data")
+	if got := rc.c.Subprotocol(); got != "ahp-tcp-data" {
+		t.Fatalf("subprotocol %q chosen, want ahp-tcp-data", got)
+	}
+	rc.initialize("bad-bytes")
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := rc.c.Write(ctx, websocket.MessageBinary, []byte{1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := rc.waitClosed(waitTimeout)
+	if code := websocket.CloseStatus(err); code != websocket.StatusProtocolError || !strings.Contains(err.Error(), "ahp-tcp-data") {
+		t.Errorf("malformed binary message: connection ended with %v (code %d), want 1002 naming ahp-tcp-data", err, code)
+	}
+	if _, ok := s.p.stderr.waitMatch(waitTimeout, func(log string) bool {
+		return strings.Contains(log, `"@message":"bad message, closing"`) && strings.Contains(log, `"code":1002`)
+	}); !ok {
+		t.Errorf("no \"bad message, closing\" log line with code 1002:\n%s", tail(s.p.stderr.String(), 2000))
+	}
+	if m := other.call("ping", map[string]any{"channel": "ahp-root://"}); m.Error != nil {
+		t.Errorf("bystander ping: %s", m.raw)
+	}
+}
+
 // TestProtocolOversizedMessage: a text frame over the read limit closes
 // that connection with 1009; other clients are unaffected.
 func TestProtocolOversizedMessage(t *testing.T) {

@@ -95,14 +95,16 @@ func TestAHPTCPBytesWire(t *testing.T) {
 	defer srv.Close()
 	text := `{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":"ahp-tcp:/c1","offset":0,"data":"SGVsbG8="}}`
 	const example = "0000000000000000" + "000b" + "6168702d7463703a2f6331" + "48656c6c6f"
-	for _, offer := range [][]string{{TCPDataSubprotocol}, nil, {"ahp"}, {"ahp", TCPDataSubprotocol}} {
+	// The library chooses ignoring case and answers with the client's
+	// spelling: such an answer is the subprotocol too.
+	for _, offer := range [][]string{{TCPDataSubprotocol}, nil, {"ahp"}, {"ahp", TCPDataSubprotocol}, {"AHP-TCP-DATA"}} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		c, _, err := websocket.Dial(ctx, wsURL(srv), &websocket.DialOptions{Subprotocols: offer})
 		if err != nil {
 			t.Fatal(err)
 		}
-		chosen := len(offer) > 0 && offer[len(offer)-1] == TCPDataSubprotocol
-		if got := c.Subprotocol(); (got == TCPDataSubprotocol) != chosen {
+		chosen := len(offer) > 0 && strings.EqualFold(offer[len(offer)-1], TCPDataSubprotocol)
+		if got := c.Subprotocol(); strings.EqualFold(got, TCPDataSubprotocol) != chosen {
 			t.Errorf("offer %q: chosen %q", offer, got)
 		}
 		if chosen {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,8 +104,9 @@ func (w *wsConn) readErr(err error) error {
 
 // ViolationError is a read error after which the transport itself closed
 // the connection with Code, for what the peer sent: a message over the
-// read limit (1009), or a text message that is not UTF-8 or a compressed
-// one that does not inflate (1007). It is not
+// read limit (1009), a text message that is not UTF-8 or a compressed
+// one that does not inflate (1007), or a binary message of the
+// subprotocol ahp-tcp-data that is no such payload (1002). It is not
 // a lost connection: the host keeps nothing for a reconnect.
 type ViolationError struct {
 	Code CloseCode
@@ -145,7 +147,9 @@ func (e *lostError) Unwrap() error { return e.err }
 func NewWebSocketConn(c *websocket.Conn, peer string, readLimit int64) MessageConn {
 	c.SetReadLimit(readLimit)
 	w := &wsConn{c: c, peer: peer, done: make(chan struct{}), readLimit: readLimit,
-		tcpBytes: c.Subprotocol() == TCPDataSubprotocol}
+		// coder/websocket chooses a subprotocol ignoring case and answers
+		// with the client's spelling: whatever it agreed to, we speak.
+		tcpBytes: strings.EqualFold(c.Subprotocol(), TCPDataSubprotocol)}
 	w.lastRead.Store(time.Now().UnixNano())
 	return w
 }
