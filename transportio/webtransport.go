@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+	"github.com/quic-go/quic-go/qlog"
 	"github.com/quic-go/webtransport-go"
 )
 
@@ -30,10 +32,17 @@ const (
 
 // QUICConfig returns the QUIC configuration of both roles: datagrams,
 // partial-delivery resets (both required by webtransport-go), keepalive
-// and idle timeout.
+// and idle timeout. With the environment variable QLOGDIR set (a
+// directory), each connection writes a qlog trace there
+// (<connection id>_<client|server>.sqlog: packets, losses, congestion
+// window), for a developer reading what QUIC did.
 func QUICConfig() *quic.Config {
-	return &quic.Config{EnableDatagrams: true, EnableStreamResetPartialDelivery: true,
+	c := &quic.Config{EnableDatagrams: true, EnableStreamResetPartialDelivery: true,
 		KeepAlivePeriod: QUICKeepAlive, MaxIdleTimeout: QUICIdleTimeout}
+	if os.Getenv("QLOGDIR") != "" {
+		c.Tracer = qlog.DefaultConnectionTracer
+	}
+	return c
 }
 
 // wtCarrier carries a session on WebTransport over HTTP/3: every lane.

@@ -35,6 +35,8 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/qlog"
+	"github.com/quic-go/quic-go/qlogwriter"
 )
 
 const (
@@ -56,7 +58,16 @@ func quicConfig(streamWin, connWin uint64) *quic.Config {
 		// Not a flow-control setting: the default of 100 concurrent streams
 		// would make the harness's many-connection runs queue on stream credit.
 		MaxIncomingStreams: 10000,
+		// QLOGDIR=dir: a qlog trace per connection, as the sidecar writes.
+		Tracer: qlogTracer(),
 	}
+}
+
+func qlogTracer() func(context.Context, bool, quic.ConnectionID) qlogwriter.Trace {
+	if os.Getenv("QLOGDIR") == "" {
+		return nil
+	}
+	return qlog.DefaultConnectionTracer
 }
 
 // serverTLS makes a self-signed ECDSA P-256 certificate in memory.
