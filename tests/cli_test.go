@@ -858,3 +858,51 @@ func viaCtrlC(t *testing.T, i int) string {
 	}
 	return ""
 }
+
+// TestServeSignals: sidecar serve started with SIGHUP and SIGINT ignored
+// (nohup; a script's background job) keeps ignoring them itself, but the
+// programs of its terminals start with both at their defaults (an ignored
+// disposition survives exec: a shell then outlived SIGHUP, so sidecar kill
+// took the 2 s grace and a SIGKILL); started normally, SIGHUP (its
+// terminal closed) shuts it down gracefully, exit status 0.
+func TestServeSignals(t *testing.T) {
+	t.Parallel()
+	s := startServerVia(t, []string{"/bin/sh", "-c", `trap "" HUP INT; exec "$@"`, "sh"}, "", "", "")
+	out, errOut, code := s.run(t, append([]string{"run", s.url}, append(s.connArgs(), "--", "grep", "^SigIgn:", "/proc/self/status")...)...)
+	if code != 0 {
+		t.Fatalf("run: exit %d, stderr %q", code, errOut)
+	}
+	var ignored uint64
+	if _, err := fmt.Sscanf(strings.TrimSpace(out), "SigIgn:\t%x", &ignored); err != nil {
+		t.Fatalf("run printed %q: %v", out, err)
+	}
+	const hup, intr = 1 << (syscall.SIGHUP - 1), 1 << (syscall.SIGINT - 1)
+	if ignored&(hup|intr) != 0 {
+		t.Errorf("a terminal's program starts with signals %#x ignored, SIGHUP or SIGINT among them", ignored)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT} {
+		if err := s.p.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		want := `"@message":"signal ignored: sidecar serve was started with it ignored (nohup, a background job)"`
+		if _, ok := s.p.stderr.waitMatch(waitTimeout, func(log string) bool {
+			return strings.Contains(log, want) && strings.Contains(log, `"signal":"`+sig.String()+`"`)
+		}); !ok {
+			t.Fatalf("no \"signal ignored\" line for %v:\n%s", sig, tail(s.p.stderr.String(), 2000))
+		}
+	}
+	if _, _, code := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...); code != 0 {
+		t.Errorf("ls after SIGHUP and SIGINT (ignored): exit %d", code)
+	}
+
+	plain := startServer(t, "")
+	if err := plain.p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if code := plain.p.wait(t, 10*time.Second); code != 0 {
+		t.Errorf("serve exited %d on SIGHUP, want 0 (a graceful shutdown)", code)
+	}
+	if log := plain.p.stderr.String(); !strings.Contains(log, `"signal":"hangup"`) || !strings.Contains(log, `"@message":"stopped"`) {
+		t.Errorf("no graceful shutdown on SIGHUP in the log:\n%s", tail(log, 2000))
+	}
+}

@@ -264,6 +264,14 @@ func startServerTerminal(t testing.TB, terminal, extra string) *server {
 // listener block and its own terminal block.
 func startServerWith(t testing.TB, listener, terminal, extra string) *server {
 	t.Helper()
+	return startServerVia(t, nil, listener, terminal, extra)
+}
+
+// startServerVia is startServerWith run through the command via (its
+// program and arguments, the sidecar's path and arguments appended), or
+// directly when via is nil.
+func startServerVia(t testing.TB, via []string, listener, terminal, extra string) *server {
+	t.Helper()
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "sidecar.hcl")
 	cfg := "listener {\n  address = \"127.0.0.1:0\"\n" + listener + "}\n" + terminal + "log {\n  level = \"debug\"\n  format = \"json\"\n}\n" + extra
@@ -271,7 +279,15 @@ func startServerWith(t testing.TB, listener, terminal, extra string) *server {
 		t.Fatal(err)
 	}
 	token := "tok-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	p := start(t, "serve", "--config", cfgFile, "--listen", "127.0.0.1:0", "--token", token, "--state-dir", filepath.Join(dir, "state"))
+	args := []string{"serve", "--config", cfgFile, "--listen", "127.0.0.1:0", "--token", token, "--state-dir", filepath.Join(dir, "state")}
+	var p *proc
+	if via == nil {
+		p = start(t, args...)
+	} else {
+		cmd := exec.Command(via[0], append(append(via[1:len(via):len(via)], sidecarBin), args...)...)
+		cmd.Env = cleanEnv()
+		p = startCmd(t, cmd, nil)
+	}
 	var m []string
 	text, ok := p.stdout.waitMatch(waitTimeout, func(text string) bool {
 		m = attachLine.FindStringSubmatch(text)

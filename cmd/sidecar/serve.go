@@ -52,6 +52,26 @@ and print the command that attaches to it. SIDECAR_TOKEN works like --token.`,
 	return cmd
 }
 
+// serveSignals catches what ends sidecar serve: SIGTERM, SIGINT and
+// SIGHUP (its terminal closed) shut it down gracefully, telling clients
+// (1001), except SIGHUP and SIGINT when it was started with them ignored
+// (nohup; a script's background job): those are caught but stay without
+// effect (ignoredAtStart). Go keeps a signal ignored at start ignored only
+// for these two, and an ignored disposition survives exec: every program
+// the terminals run would ignore them too, so a shell outlived SIGHUP (a
+// disposed terminal died by SIGKILL after the grace, status 137 instead of
+// 129) and Ctrl-C did nothing; a caught signal is reset to the default at
+// exec.
+func serveSignals() (sigs chan os.Signal, ignoredAtStart map[os.Signal]bool) {
+	ignoredAtStart = map[os.Signal]bool{
+		syscall.SIGHUP: signal.Ignored(syscall.SIGHUP),
+		syscall.SIGINT: signal.Ignored(syscall.SIGINT),
+	}
+	sigs = make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	return sigs, ignoredAtStart
+}
+
 // serveGCPercent is the GOGC sidecar serve runs with unless $GOGC is set
 // (setGCPercent): its terminal output costs about one allocation per
 // message and a forwarded byte even less, so collecting after 50% of
@@ -108,6 +128,10 @@ func serve(configFile, listen, token, stateDir string) error {
 	}
 	addr := ln.Addr().(*net.TCPAddr)
 
+	// Before any terminal can start: what the programs in terminals
+	// inherit (see serveSignals).
+	sigs, ignoredAtStart := serveSignals()
+	defer signal.Stop(sigs)
 	srv := host.New(cfg, logger)
 	// Every connection authenticated with the one bearer token is the same
 	// principal; a reconnect resumes only that principal's clients.
@@ -210,18 +234,23 @@ func serve(configFile, listen, token, stateDir string) error {
 	logger.Info("transport-io", "url", fmt.Sprintf("https://%s%s", net.JoinHostPort(connectHost, fmt.Sprint(addr.Port)), transport.TIOPath), "webtransport", wts != nil)
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS=listening on "+addr.String())
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
-	select {
-	case sig := <-sigs:
-		logger.Info("shutting down", "signal", sig.String())
-	case err := <-serveErr:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return &exitError{code: 1, err: fmt.Errorf("listener failed: %w", err)}
+	for stop := false; !stop; {
+		select {
+		case sig := <-sigs:
+			if ignoredAtStart[sig] {
+				logger.Info("signal ignored: sidecar serve was started with it ignored (nohup, a background job)", "signal", sig.String())
+				continue
+			}
+			logger.Info("shutting down", "signal", sig.String())
+			stop = true
+		case err := <-serveErr:
+			if !errors.Is(err, http.ErrServerClosed) {
+				return &exitError{code: 1, err: fmt.Errorf("listener failed: %w", err)}
+			}
+			stop = true
+		case err := <-metrics.failed():
+			return &exitError{code: 1, err: fmt.Errorf("metrics listener failed: %w", err)}
 		}
-	case err := <-metrics.failed():
-		return &exitError{code: 1, err: fmt.Errorf("metrics listener failed: %w", err)}
 	}
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
