@@ -895,7 +895,9 @@ func TestServeSignals(t *testing.T) {
 		t.Errorf("ls after SIGHUP and SIGINT (ignored): exit %d", code)
 	}
 
-	plain := startServer(t, "")
+	// Whatever this test was started with (nohup ignores SIGHUP, and
+	// sidecar serve would rightly keep ignoring it): the defaults.
+	plain := startServerVia(t, []string{"env", "--default-signal=HUP,INT"}, "", "", "")
 	if err := plain.p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
