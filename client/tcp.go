@@ -98,12 +98,14 @@ type TCPConn struct {
 // the transfer.
 const tuneRTTs = 4
 
-// A whole window consumed within one and a half round trips means the window alone limits the transfer (a window takes one round
-// trip to go and be credited, whatever the path could carry), and the
-// window grows fourfold rather than twofold: as a Grow itself takes a
-// round trip, during which the window cannot grow again, that is what
-// keeps the growth near TCP's slow start (doubling each round trip), so
-// a 1 Gbit/s path with 50 ms round trips is filled within a second.
+// windowLimited reports whether a whole window consumed in took, with
+// round trips of rtt, means the window alone limits the transfer: within
+// one and a half round trips (a window takes one round trip to go and be
+// credited, whatever the path could carry). Then the window grows
+// fourfold rather than twofold: as a Grow itself takes a round trip,
+// during which the window cannot grow again, that keeps the growth near
+// TCP's slow start (doubling each round trip), so a 1 Gbit/s path with
+// 50 ms round trips is filled within a second.
 func windowLimited(took, rtt time.Duration) bool { return took < rtt+rtt/2 }
 
 // tuneAfter is how much a direction must have consumed (UTF-16 bytes;

@@ -133,6 +133,18 @@ func tcpBytesTextLen(p []byte, limit int) (int, error) {
 	return l, nil
 }
 
+// tcpBytesToText returns the tcp/data text that TCPDataEvent payload p
+// stands for, built in get(n) (n: the text's length), or the error of
+// tcpBytesTextLen (errTCPBytes) when p is malformed or its text would be
+// over limit. p is not kept: the caller recycles it either way.
+func tcpBytesToText(p []byte, limit int, get func(n int) []byte) ([]byte, error) {
+	n, err := tcpBytesTextLen(p, limit)
+	if err != nil {
+		return nil, err
+	}
+	return appendTCPDataText(get(n), p), nil
+}
+
 // appendTCPDataText appends to dst the tcp/data text that TCPDataEvent
 // payload p stands for; p must have passed tcpBytesTextLen.
 func appendTCPDataText(dst, p []byte) []byte {

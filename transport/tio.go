@@ -73,14 +73,12 @@ func (c *tioConn) ReadMessage(ctx context.Context) ([]byte, error) {
 		case AHPEvent:
 			return m.Payload, nil
 		case TCPDataEvent:
-			n, err := tcpBytesTextLen(m.Payload, transportio.MaxPayload)
+			text, err := tcpBytesToText(m.Payload, transportio.MaxPayload, transportio.PayloadBuffer)
+			transportio.RecyclePayload(m.Payload)
 			if err != nil {
-				transportio.RecyclePayload(m.Payload)
 				c.s.Close(transportio.CloseProtocolError, err.Error())
 				return nil, tioError(c.s.Err())
 			}
-			text := appendTCPDataText(transportio.PayloadBuffer(n), m.Payload)
-			transportio.RecyclePayload(m.Payload)
 			return text, nil
 		}
 	}

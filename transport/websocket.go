@@ -170,14 +170,12 @@ func (w *wsConn) ReadMessage(ctx context.Context) ([]byte, error) {
 		}
 		w.lastRead.Store(time.Now().UnixNano())
 		if typ == websocket.MessageBinary && w.tcpBytes {
-			n, err := tcpBytesTextLen(data, int(w.readLimit))
+			text, err := tcpBytesToText(data, int(w.readLimit), readBufs.GetFit)
+			readBufs.Put(data)
 			if err != nil {
-				readBufs.Put(data)
 				_ = w.c.Close(websocket.StatusProtocolError, TruncateReason(err.Error(), 123))
 				return nil, &ViolationError{Code: CloseProtocolError, Err: fmt.Errorf("transport: %w", err)}
 			}
-			text := appendTCPDataText(readBufs.GetFit(n), data)
-			readBufs.Put(data)
 			return text, nil
 		}
 		if typ == websocket.MessageText || typ == websocket.MessageBinary {

@@ -67,13 +67,9 @@ func TestFeedExact(t *testing.T) {
 	}
 	for name, steps := range streams {
 		t.Run(name, func(t *testing.T) {
-			want := NewScreen(80, 24, 1<<20)
-			defer want.Close()
-			play(want, steps)
-			f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+			want, f := playedAndFeed(t, steps)
 			f.maxRate = f.maxWork
 			f.Start()
-			defer f.Close()
 			playFeed(f, steps)
 			f.Screen(func(got *Screen) {
 				sameScreens(t, want, got)
@@ -154,12 +150,8 @@ func TestFeedRebuildKeepsFullScreen(t *testing.T) {
 		fmt.Fprintf(&b, "\x1b[20;1H\x1b[32mcounter %06d\x1b[m", i)
 	}
 	steps := []vtStep{{out: b.String()}}
-	want := NewScreen(80, 24, 1<<20)
-	defer want.Close()
-	play(want, steps)
-	f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+	want, f := playedAndFeed(t, steps)
 	f.maxWork = 16 << 10
-	defer f.Close()
 	// The program's start is taken while the emulator keeps up; the
 	// rest floods past the bound.
 	head, rest := b.String()[:200], b.String()[200:]
@@ -190,13 +182,9 @@ func TestFeedRebuildLines(t *testing.T) {
 		fmt.Fprintf(&b, "line %05d %s\r\n", i, strings.Repeat("-", i%50))
 	}
 	b.WriteString("$ ")
-	want := NewScreen(80, 24, 1<<20)
-	defer want.Close()
-	play(want, []vtStep{{out: b.String()}})
-	f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+	want, f := playedAndFeed(t, []vtStep{{out: b.String()}})
 	f.maxWork = 32 << 10
 	f.Start()
-	defer f.Close()
 	f.Write([]byte("before 1\r\nbefore 2\r\n"))
 	waitCaughtUp(t, f)
 	f.emu.Lock() // the emulator busy: the flood falls behind
@@ -315,13 +303,9 @@ func TestFeedRateFallsBehind(t *testing.T) {
 // snapshot asked), and the screen and history are exact.
 func TestFeedBurstExact(t *testing.T) {
 	steps := syntheticStreams()["history then a prompt"]
-	want := NewScreen(80, 24, 1<<20)
-	defer want.Close()
-	play(want, steps)
-	f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+	want, f := playedAndFeed(t, steps)
 	f.maxRate = 1000
 	f.Start()
-	defer f.Close()
 	playFeed(f, steps)
 	if !f.Behind() {
 		t.Fatal("not behind after a burst past the rate")
@@ -371,12 +355,8 @@ func TestFeedRebuildKeepsState(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			steps := []vtStep{{out: "$ ./prog\r\n"}, {out: tc.out}}
-			want := NewScreen(80, 24, 1<<20)
-			defer want.Close()
-			play(want, steps)
-			f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+			want, f := playedAndFeed(t, steps)
 			f.maxWork = 16 << 10
-			defer f.Close()
 			f.Write([]byte(steps[0].out))
 			f.CatchUp()
 			playFeed(f, steps[1:])
@@ -454,4 +434,17 @@ func TestFeedStateSplit(t *testing.T) {
 	if got := string(st.appendSGR(st.appendReplay(nil))); got != "\x1bc\x1b[?1h" {
 		t.Errorf("after RIS: replay %q", got)
 	}
+}
+
+// playedAndFeed returns a direct 80x24 Screen that played steps (what a
+// Feed must reproduce) and a Feed over another, not started (the caller
+// sets its bounds first); both are closed at t's cleanup.
+func playedAndFeed(t *testing.T, steps []vtStep) (*Screen, *Feed) {
+	t.Helper()
+	want := NewScreen(80, 24, 1<<20)
+	t.Cleanup(want.Close)
+	play(want, steps)
+	f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+	t.Cleanup(f.Close)
+	return want, f
 }

@@ -56,13 +56,7 @@ done
 [ -n "$up" ] || { echo "quicrelay server did not start:" >&2; cat "$dir/server.err" >&2; exit 1; }
 connect=$QUICRELAY_PORT
 if [ -n "${LINK_RATE:-}" ]; then
-  SHAPE_PORT=${SHAPE_PORT:-47300}
-  UDPSHAPE=$(udpshape_bin) || exit 1
-  "$UDPSHAPE" -listen "127.0.0.1:$SHAPE_PORT" -to "127.0.0.1:$QUICRELAY_PORT" \
-    -rate "$LINK_RATE" -delay "${LINK_DELAY:-0s}" >"$dir/shape.out" &
-  shp=$!
-  for i in $(seq 1 50); do grep -q '^listening' "$dir/shape.out" 2>/dev/null && break; sleep 0.1; done
-  connect=$SHAPE_PORT
+  udpshape_start "$QUICRELAY_PORT" "$dir" || exit 1
 fi
 args=()
 for m in $MAPS; do

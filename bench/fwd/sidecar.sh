@@ -65,13 +65,7 @@ done
 connect=$SIDECAR_PORT
 if [ -n "${LINK_RATE:-}" ] && [ "${SIDECAR_TRANSPORT:-}" = wt ]; then
   # WebTransport is UDP: bench/udpshape, netprobe shape's counterpart.
-  SHAPE_PORT=${SHAPE_PORT:-47300}
-  UDPSHAPE=$(udpshape_bin) || exit 1
-  "$UDPSHAPE" -listen "127.0.0.1:$SHAPE_PORT" -to "127.0.0.1:$SIDECAR_PORT" \
-    -rate "$LINK_RATE" -delay "${LINK_DELAY:-0s}" >"$dir/shape.out" &
-  shp=$!
-  for i in $(seq 1 50); do grep -q '^listening' "$dir/shape.out" 2>/dev/null && break; sleep 0.1; done
-  connect=$SHAPE_PORT
+  udpshape_start "$SIDECAR_PORT" "$dir" || exit 1
 elif [ -n "${LINK_RATE:-}" ]; then
   SHAPE_PORT=${SHAPE_PORT:-47300}
   "$NETPROBE" shape -listen "127.0.0.1:$SHAPE_PORT" -to "127.0.0.1:$SIDECAR_PORT" \
