@@ -101,7 +101,8 @@ const tuneRTTs = 4
 // windowLimited reports whether a whole window consumed in took, with
 // round trips of rtt, means the window alone limits the transfer: within
 // one and a half round trips (a window takes one round trip to go and be
-// credited, whatever the path could carry). Then the window grows
+// credited, whatever the path could carry; took counts from when the
+// window came into force: tuneEpoch.inForce). Then the window grows
 // fourfold rather than twofold: as a Grow itself takes a round trip,
 // during which the window cannot grow again, that keeps the growth near
 // TCP's slow start (doubling each round trip), so a 1 Gbit/s path with
@@ -143,13 +144,18 @@ type tcpTuner struct {
 type tuneEpoch struct {
 	start time.Time
 	base  delivery.UTF16Bytes
+	// inForce is when the window measured came into force: start, or
+	// when the limits offered at start were granted (the offer's own round
+	// trip went by at the old window). windowLimited times the window
+	// from there.
+	inForce time.Time
 }
 
 func (tu *tcpTuner) init(rtt time.Duration, cur, maxLimits delivery.Limits) {
 	now := time.Now()
 	tu.rtt, tu.cur, tu.max = max(rtt, tuneMinRTT), cur, maxLimits
-	tu.in = tuneEpoch{start: now}
-	tu.out = tuneEpoch{start: now}
+	tu.in = tuneEpoch{start: now, inForce: now}
+	tu.out = tuneEpoch{start: now, inForce: now}
 }
 
 // maybeGrow takes a direction's count of bytes consumed (UTF-16 bytes)
@@ -157,40 +163,8 @@ func (tu *tcpTuner) init(rtt time.Duration, cur, maxLimits delivery.Limits) {
 func (t *TCPConn) maybeGrow(e *tuneEpoch, consumed delivery.UTF16Bytes) {
 	tu := &t.tune
 	tu.mu.Lock()
-	after := delivery.UTF16Bytes(tuneAfter)
-	var backlog func() int
-	if e == &tu.in && tu.backlog != nil {
-		after, backlog = 0, tu.backlog // the reader's own backlog tells a stall
-	}
-	if consumed < after {
-		e.base = consumed // the epochs start once the socket buffers are full
-		e.start = time.Now()
-		tu.mu.Unlock()
-		return
-	}
-	if consumed-e.base < tu.cur.WindowBytes {
-		tu.mu.Unlock()
-		return
-	}
-	now := time.Now()
-	took := now.Sub(e.start)
-	fast := took < tuneRTTs*tu.rtt
-	*e = tuneEpoch{start: now, base: consumed}
-	grow := delivery.UTF16Bytes(2)
-	if windowLimited(took, tu.rtt) {
-		grow = 4 // the window alone limits the transfer: the path takes far more
-	}
-	next := delivery.Limits{
-		WindowBytes:       min(grow*tu.cur.WindowBytes, tu.max.WindowBytes),
-		MaximumFrameBytes: min(max(tu.cur.MaximumFrameBytes, grow*tu.cur.WindowBytes/tcpFramesPerWindow), tu.max.MaximumFrameBytes),
-	}
-	if fast && backlog != nil && backlog() > int(tu.cur.WindowBytes/8) {
-		// Taken fast, but into a socket buffer its reader is not
-		// emptying (more than about a third of a window's stream bytes
-		// wait there): the reader is the bottleneck, not the window.
-		fast = false
-	}
-	if !fast || tu.growing || next == tu.cur || next.WindowBytes < tu.cur.WindowBytes {
+	next, ok := tu.offer(e, consumed, time.Now())
+	if !ok {
 		tu.mu.Unlock()
 		return
 	}
@@ -205,28 +179,80 @@ func (t *TCPConn) maybeGrow(e *tuneEpoch, consumed delivery.UTF16Bytes) {
 		start := time.Now()
 		err := t.sub.Grow(ctx, next)
 		rtt := time.Since(start)
+		in, out := t.sub.Limits()
 		tu.mu.Lock()
 		defer tu.mu.Unlock()
-		tu.growing = false
-		if err == nil && !tu.rttFixed {
-			// The least round trip seen: the dial's subscribe may have
-			// met a busy host or link, a later one an idle one.
-			tu.rtt = max(min(tu.rtt, rtt), tuneMinRTT)
-		}
-		var re *rpc.Error
-		if errors.As(err, &re) {
-			tu.max = tu.cur // the host would not: stop trying
-			return
-		}
-		if err != nil {
-			return // lost meanwhile: a later window may try again
-		}
-		in, out := t.sub.Limits()
-		tu.cur = in
-		if in.WindowBytes < next.WindowBytes || out.WindowBytes < next.WindowBytes {
-			tu.max = in // the host's maximum reached
-		}
+		tu.granted(next, in, out, rtt, err, time.Now())
 	}()
+}
+
+// offer decides, with tu.mu held, whether a direction's count of bytes
+// consumed (UTF-16 bytes) at now calls for larger limits, and which: a
+// whole window went by within tuneRTTs round trips of the epoch's start,
+// and the reader's backlog (SetBacklog) does not say it is the
+// bottleneck. It restarts the epoch when a window went by.
+func (tu *tcpTuner) offer(e *tuneEpoch, consumed delivery.UTF16Bytes, now time.Time) (next delivery.Limits, ok bool) {
+	after := delivery.UTF16Bytes(tuneAfter)
+	var backlog func() int
+	if e == &tu.in && tu.backlog != nil {
+		after, backlog = 0, tu.backlog // the reader's own backlog tells a stall
+	}
+	if consumed < after {
+		// The epochs start once the socket buffers are full.
+		*e = tuneEpoch{start: now, base: consumed, inForce: now}
+		return next, false
+	}
+	if consumed-e.base < tu.cur.WindowBytes {
+		return next, false
+	}
+	fast := now.Sub(e.start) < tuneRTTs*tu.rtt
+	limited := windowLimited(now.Sub(e.inForce), tu.rtt)
+	*e = tuneEpoch{start: now, base: consumed, inForce: now}
+	grow := delivery.UTF16Bytes(2)
+	if limited {
+		grow = 4 // the window alone limits the transfer: the path takes far more
+	}
+	next = delivery.Limits{
+		WindowBytes:       min(grow*tu.cur.WindowBytes, tu.max.WindowBytes),
+		MaximumFrameBytes: min(max(tu.cur.MaximumFrameBytes, grow*tu.cur.WindowBytes/tcpFramesPerWindow), tu.max.MaximumFrameBytes),
+	}
+	if fast && backlog != nil && backlog() > int(tu.cur.WindowBytes/8) {
+		// Taken fast, but into a socket buffer its reader is not
+		// emptying (more than about a third of a window's stream bytes
+		// wait there): the reader is the bottleneck, not the window.
+		fast = false
+	}
+	if !fast || tu.growing || next == tu.cur || next.WindowBytes < tu.cur.WindowBytes {
+		return next, false
+	}
+	return next, true
+}
+
+// granted records, with tu.mu held, the answer at now to the offer of
+// next, which took rtt: the limits in force (in: clientReceive, out:
+// hostReceive) and the least round trip seen, or, when the host refused
+// (an *rpc.Error), that the limits stay. From now on each direction's
+// window is timed from now (tuneEpoch.inForce).
+func (tu *tcpTuner) granted(next, in, out delivery.Limits, rtt time.Duration, err error, now time.Time) {
+	tu.growing = false
+	if err == nil && !tu.rttFixed {
+		// The least round trip seen: the dial's subscribe may have
+		// met a busy host or link, a later one an idle one.
+		tu.rtt = max(min(tu.rtt, rtt), tuneMinRTT)
+	}
+	var re *rpc.Error
+	if errors.As(err, &re) {
+		tu.max = tu.cur // the host would not: stop trying
+		return
+	}
+	if err != nil {
+		return // lost meanwhile: a later window may try again
+	}
+	tu.cur = in
+	tu.in.inForce, tu.out.inForce = now, now
+	if in.WindowBytes < next.WindowBytes || out.WindowBytes < next.WindowBytes {
+		tu.max = in // the host's maximum reached
+	}
 }
 
 // tcpFramesPerWindow: a grown frame size is at most a window over this,
