@@ -35,12 +35,17 @@ const (
 // and idle timeout. With the environment variable QLOGDIR set (a
 // directory), each connection writes a qlog trace there
 // (<connection id>_<client|server>.sqlog: packets, losses, congestion
-// window), for a developer reading what QUIC did.
+// window), for a developer reading what QUIC did; without it,
+// CongestionLogEnv set writes only the congestion state changes to
+// standard error (CongestionLog).
 func QUICConfig() *quic.Config {
 	c := &quic.Config{EnableDatagrams: true, EnableStreamResetPartialDelivery: true,
 		KeepAlivePeriod: QUICKeepAlive, MaxIdleTimeout: QUICIdleTimeout}
-	if os.Getenv("QLOGDIR") != "" {
+	switch {
+	case os.Getenv("QLOGDIR") != "":
 		c.Tracer = qlog.DefaultConnectionTracer
+	case os.Getenv(CongestionLogEnv) != "":
+		c.Tracer = CongestionLog(congestionLogOutput)
 	}
 	return c
 }

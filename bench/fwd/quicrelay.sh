@@ -12,7 +12,8 @@
 #      PROFILE_DIR: write CPU profiles server.pprof and client.pprof there
 #      CPU_LOG: append "NAME PID CPU_SECONDS" of both processes there when
 #        stopped (NAME: $CPU_NAME-serve/-forward or -server/-client)
-#      FWD_ERR: file for the client's stderr (default: discarded with the run)
+#      FWD_ERR, SERVE_ERR: files for the client's and server's stderr (default:
+#        discarded with the run)
 #      LINK_RATE (bytes/s) [LINK_DELAY e.g. 10ms] [SHAPE_PORT]: put an emulated
 #        UDP link (bench/udpshape) between the client and the server.
 # Runs in the foreground until SIGTERM; both processes are its children,
@@ -45,7 +46,7 @@ fi
 # shellcheck disable=SC2086 # QUICRELAY_FLAGS is a list of flags
 [ -n "${PROFILE_DIR:-}" ] && mkdir -p "$PROFILE_DIR"
 QUICRELAY_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/server.pprof} "$QUICRELAY" server -listen "127.0.0.1:$QUICRELAY_PORT" ${QUICRELAY_FLAGS:-} \
-  >"$dir/server.out" 2>"$dir/server.err" &
+  >"$dir/server.out" 2>"${SERVE_ERR:-$dir/server.err}" &
 spid=$!
 up=
 for i in $(seq 1 100); do
@@ -53,7 +54,7 @@ for i in $(seq 1 100); do
   kill -0 "$spid" 2>/dev/null || break
   sleep 0.1
 done
-[ -n "$up" ] || { echo "quicrelay server did not start:" >&2; cat "$dir/server.err" >&2; exit 1; }
+[ -n "$up" ] || { echo "quicrelay server did not start:" >&2; cat "${SERVE_ERR:-$dir/server.err}" >&2; exit 1; }
 connect=$QUICRELAY_PORT
 if [ -n "${LINK_RATE:-}" ]; then
   udpshape_start "$QUICRELAY_PORT" "$dir" || exit 1

@@ -13,7 +13,8 @@
 #      SIDECAR_FORWARD_FLAGS: more flags for sidecar forward, e.g. --compress
 #      CPU_LOG: append "NAME PID CPU_SECONDS" of both processes there when
 #        stopped (NAME: $CPU_NAME-serve/-forward or -server/-client)
-#      FWD_ERR: file for sidecar forward's stderr (default: discarded with the run)
+#      FWD_ERR, SERVE_ERR: files for sidecar forward's and serve's stderr (default:
+#        discarded with the run)
 #      LINK_RATE (bytes/s) [LINK_DELAY e.g. 10ms] [SHAPE_PORT]: put an
 #      emulated link (netprobe shape; for wt, UDP, bench/udpshape) between the
 #      client and the server.
@@ -53,7 +54,7 @@ ${SIDECAR_CONFIG:-}
 CFG
 [ -n "${PROFILE_DIR:-}" ] && mkdir -p "$PROFILE_DIR"
 SIDECAR_CPUPROFILE=${PROFILE_DIR:+$PROFILE_DIR/serve.pprof} SIDECAR_MEMPROFILE=${PROFILE_DIR:+$PROFILE_DIR/serve.mem.pprof} "$SIDECAR" serve --config "$dir/config.hcl" --token bench-token --state-dir "$dir/state" \
-  >"$dir/serve.out" 2>"$dir/serve.err" &
+  >"$dir/serve.out" 2>"${SERVE_ERR:-$dir/serve.err}" &
 spid=$!
 hash=
 for i in $(seq 1 100); do
@@ -61,7 +62,7 @@ for i in $(seq 1 100); do
   [ -n "$hash" ] && break
   sleep 0.1
 done
-[ -n "$hash" ] || { echo "sidecar serve did not start:" >&2; cat "$dir/serve.err" >&2; exit 1; }
+[ -n "$hash" ] || { echo "sidecar serve did not start:" >&2; cat "${SERVE_ERR:-$dir/serve.err}" >&2; exit 1; }
 connect=$SIDECAR_PORT
 if [ -n "${LINK_RATE:-}" ] && [ "${SIDECAR_TRANSPORT:-}" = wt ]; then
   # WebTransport is UDP: bench/udpshape, netprobe shape's counterpart.

@@ -37,6 +37,8 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/qlog"
 	"github.com/quic-go/quic-go/qlogwriter"
+
+	"github.com/sidecar-dev/sidecar/transportio"
 )
 
 const (
@@ -58,16 +60,21 @@ func quicConfig(streamWin, connWin uint64) *quic.Config {
 		// Not a flow-control setting: the default of 100 concurrent streams
 		// would make the harness's many-connection runs queue on stream credit.
 		MaxIncomingStreams: 10000,
-		// QLOGDIR=dir: a qlog trace per connection, as the sidecar writes.
+		// QLOGDIR=dir: a qlog trace per connection, as the sidecar writes;
+		// QUIC_CC_LOG=1: only the congestion state changes, on stderr.
 		Tracer: qlogTracer(),
 	}
 }
 
 func qlogTracer() func(context.Context, bool, quic.ConnectionID) qlogwriter.Trace {
-	if os.Getenv("QLOGDIR") == "" {
-		return nil
+	switch {
+	case os.Getenv("QLOGDIR") != "":
+		return qlog.DefaultConnectionTracer
+	case os.Getenv(transportio.CongestionLogEnv) != "":
+		// The sidecar's congestion state log, to compare with its rows.
+		return transportio.CongestionLog(os.Stderr)
 	}
-	return qlog.DefaultConnectionTracer
+	return nil
 }
 
 // serverTLS makes a self-signed ECDSA P-256 certificate in memory.

@@ -1,0 +1,98 @@
+package transportio
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/qlog"
+	"github.com/quic-go/quic-go/qlogwriter"
+)
+
+// CongestionLogEnv names the environment variable that, set to anything
+// but empty (and QLOGDIR unset), makes each QUIC connection of QUICConfig
+// (and bench/quicrelay's) write its congestion controller's state changes
+// to standard error: CongestionLog. A developer's tool, like QLOGDIR, but
+// cheap enough to leave on through a benchmark without changing it.
+const CongestionLogEnv = "QUIC_CC_LOG"
+
+// congestionLogOutput is where QUICConfig's congestion log goes (tests).
+var congestionLogOutput io.Writer = os.Stderr
+
+// CongestionLog returns a quic.Config Tracer that writes to w one line per
+// change of a connection's congestion state (slow_start,
+// congestion_avoidance, recovery; application_limited, which quic-go
+// reports on most acknowledgements of a sender that does not fill its
+// window, is left out), with the congestion window (bytes) and latest round
+// trip of the last metrics update before it and the packets declared lost
+// so far:
+//
+//	quic cc 09:12:01.123 server 3903d770 congestion_avoidance cwnd=40960 latest_rtt=65.4ms lost=0
+//
+// (wall clock, the role, the first 4 bytes of the connection ID in hex).
+// That line is quic-go's hybrid slow start ending at the first window of a
+// direction that only carried acknowledgements and credits (bench/README.md).
+// Lines of concurrent connections do not interleave.
+func CongestionLog(w io.Writer) func(context.Context, bool, quic.ConnectionID) qlogwriter.Trace {
+	var mu sync.Mutex // one line at a time on w
+	return func(_ context.Context, isClient bool, id quic.ConnectionID) qlogwriter.Trace {
+		role := "server"
+		if isClient {
+			role = "client"
+		}
+		b := id.Bytes()
+		return &ccTrace{w: w, mu: &mu, tag: fmt.Sprintf("%s %x", role, b[:min(len(b), 4)])}
+	}
+}
+
+type ccTrace struct {
+	w   io.Writer
+	mu  *sync.Mutex
+	tag string
+}
+
+func (t *ccTrace) AddProducer() qlogwriter.Recorder { return &ccRecorder{t: t} }
+
+func (t *ccTrace) SupportsSchemas(string) bool { return true }
+
+// ccRecorder keeps what the next state line reports.
+type ccRecorder struct {
+	t     *ccTrace
+	mu    sync.Mutex
+	cwnd  int
+	rtt   time.Duration
+	lost  int
+	state qlog.CongestionState
+	said  bool // state holds the last state written
+}
+
+func (r *ccRecorder) RecordEvent(ev qlogwriter.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch e := ev.(type) {
+	case qlog.MetricsUpdated:
+		if e.CongestionWindow != 0 {
+			r.cwnd = e.CongestionWindow
+		}
+		if e.LatestRTT != 0 {
+			r.rtt = e.LatestRTT
+		}
+	case qlog.PacketLost:
+		r.lost++
+	case qlog.CongestionStateUpdated:
+		if e.State == qlog.CongestionStateApplicationLimited || r.said && e.State == r.state {
+			return
+		}
+		r.state, r.said = e.State, true
+		r.t.mu.Lock()
+		fmt.Fprintf(r.t.w, "quic cc %s %s %s cwnd=%d latest_rtt=%v lost=%d\n", time.Now().Format("15:04:05.000"),
+			r.t.tag, e.State, r.cwnd, r.rtt.Round(100*time.Microsecond), r.lost)
+		r.t.mu.Unlock()
+	}
+}
+
+func (r *ccRecorder) Close() error { return nil }
