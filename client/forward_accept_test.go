@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidecar-dev/sidecar/internal/syncbuf"
 	"github.com/sidecar-dev/sidecar/transport"
 )
 
@@ -74,23 +75,8 @@ func (f *flakyListener) Close() error {
 	return f.Listener.Close()
 }
 
-// syncBuffer is a bytes.Buffer for one writer goroutine and a reading test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a buffer for one writer goroutine and a reading test.
+type syncBuffer = syncbuf.Buffer
 
 // closeWithin closes fw and waits for it, failing the test after d (and
 // leaving what still runs behind).
