@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"sync"
@@ -44,6 +45,10 @@ func newLink(rate float64, delay time.Duration, queueBytes int) *link {
 		line: make(chan stamped, 1<<16)}
 }
 
+// datagrams recycles the copies queued on the links (at 1 Gbit/s about
+// 90 000 a second each way).
+var datagrams = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
 // push queues b (a copy) unless the link's buffer is full.
 func (l *link) push(b []byte) {
 	now := time.Now()
@@ -60,8 +65,14 @@ func (l *link) push(b []byte) {
 	l.next = start.Add(time.Duration(float64(len(b)) / l.rate * float64(time.Second)))
 	at := l.next.Add(l.delay)
 	l.mu.Unlock()
+	var c []byte
+	if len(b) <= 2048 {
+		c = append((*datagrams.Get().(*[]byte))[:0], b...)
+	} else {
+		c = append([]byte(nil), b...)
+	}
 	select {
-	case l.line <- stamped{at, append([]byte(nil), b...)}:
+	case l.line <- stamped{at, c}:
 	default:
 		l.mu.Lock()
 		l.drops++
@@ -69,13 +80,24 @@ func (l *link) push(b []byte) {
 	}
 }
 
+// sendEarly is how early a datagram may leave: one sleep per datagram (90
+// 000 a second at 1 Gbit/s) cost the relay more CPU than the endpoints,
+// and that CPU, not the rate, was the link's limit; datagrams due within
+// this go at once (at most 0.2 ms early: under a 1 % error on the shortest
+// delay used here, 10 ms).
+const sendEarly = 200 * time.Microsecond
+
 // run sends each datagram when it is due.
 func (l *link) run(send func([]byte) error) {
 	for p := range l.line {
-		if d := time.Until(p.at); d > 0 {
-			time.Sleep(d)
+		if d := time.Until(p.at); d > sendEarly {
+			time.Sleep(d - sendEarly/2)
 		}
-		if send(p.b) != nil {
+		err := send(p.b)
+		if cap(p.b) == 2048 {
+			datagrams.Put(&p.b)
+		}
+		if err != nil {
 			return
 		}
 	}
@@ -107,16 +129,16 @@ func main() {
 	_ = ln.SetReadBuffer(8 << 20)
 	_ = ln.SetWriteBuffer(8 << 20)
 	var mu sync.Mutex
-	ups := map[string]*link{} // client address -> its upstream direction
+	ups := map[netip.AddrPort]*link{} // client address -> its upstream direction
 	go func() {
 		buf := make([]byte, 64<<10)
 		for {
-			n, from, err := ln.ReadFromUDP(buf)
+			n, from, err := ln.ReadFromUDPAddrPort(buf)
 			if err != nil {
 				return
 			}
 			mu.Lock()
-			up := ups[from.String()]
+			up := ups[from]
 			if up == nil {
 				c, err := net.DialUDP("udp", nil, server)
 				if err != nil {
@@ -126,11 +148,11 @@ func main() {
 				_ = c.SetReadBuffer(8 << 20)
 				_ = c.SetWriteBuffer(8 << 20)
 				up = newLink(*rate, *delay, *queue)
-				ups[from.String()] = up
+				ups[from] = up
 				go up.run(func(b []byte) error { _, err := c.Write(b); return err })
 				down := newLink(*rate, *delay, *queue)
 				client := from
-				go down.run(func(b []byte) error { _, err := ln.WriteToUDP(b, client); return err })
+				go down.run(func(b []byte) error { _, err := ln.WriteToUDPAddrPort(b, client); return err })
 				go func() {
 					b := make([]byte, 64<<10)
 					for {
