@@ -124,9 +124,15 @@ func TestMetricsEndpoint(t *testing.T) {
 			t.Errorf("after the work: %s = %v (present %v), want %v", series, v, ok, want)
 		}
 	}
-	// Five answers and the terminal's output at least (more may be on its way).
-	if v := got["sidecar_sent_messages_total"]; v < 6 {
-		t.Errorf("sidecar_sent_messages_total = %v, want at least 6", v)
+	// Five answers and the terminal's output at least (more may be on its
+	// way). A message counts once its write returned, which may be after
+	// the client read it and scraped: the last answer can lag.
+	for deadline := time.Now().Add(waitTimeout); got["sidecar_sent_messages_total"] < 6; {
+		if time.Now().After(deadline) {
+			t.Fatalf("sidecar_sent_messages_total = %v after %v, want at least 6", got["sidecar_sent_messages_total"], waitTimeout)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the endpoint: it has no event to wait on
+		got = scrapeMetrics(t, addr)
 	}
 	for _, series := range []string{"go_goroutines", "process_start_time_seconds", "process_resident_memory_bytes"} {
 		if got[series] <= 0 {
