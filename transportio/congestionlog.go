@@ -36,6 +36,13 @@ var congestionLogOutput io.Writer = os.Stderr
 // (wall clock, the role, the first 4 bytes of the connection ID in hex).
 // That line is quic-go's hybrid slow start ending at the first window of a
 // direction that only carried acknowledgements and credits (bench/README.md).
+// When the connection ends, a last line gives its totals: the packets it
+// declared lost, and the packets it received but dropped because its
+// connection had 256 waiting to be processed (quic-go's own bound: the
+// receiving process was behind; the sender sees them as losses):
+//
+//	quic cc 09:12:11.456 server 3903d770 closed lost=12 dropped_unprocessed=431
+//
 // Lines of concurrent connections do not interleave.
 func CongestionLog(w io.Writer) func(context.Context, bool, quic.ConnectionID) qlogwriter.Trace {
 	var mu sync.Mutex // one line at a time on w
@@ -68,6 +75,8 @@ type ccRecorder struct {
 	lost  int
 	state qlog.CongestionState
 	said  bool // state holds the last state written
+	// dropped counts packets received and dropped unprocessed.
+	dropped int
 }
 
 func (r *ccRecorder) RecordEvent(ev qlogwriter.Event) {
@@ -83,6 +92,10 @@ func (r *ccRecorder) RecordEvent(ev qlogwriter.Event) {
 		}
 	case qlog.PacketLost:
 		r.lost++
+	case qlog.PacketDropped:
+		if e.Trigger == qlog.PacketDropDOSPrevention {
+			r.dropped++
+		}
 	case qlog.CongestionStateUpdated:
 		if e.State == qlog.CongestionStateApplicationLimited || r.said && e.State == r.state {
 			return
@@ -95,4 +108,12 @@ func (r *ccRecorder) RecordEvent(ev qlogwriter.Event) {
 	}
 }
 
-func (r *ccRecorder) Close() error { return nil }
+func (r *ccRecorder) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.t.mu.Lock()
+	defer r.t.mu.Unlock()
+	_, err := fmt.Fprintf(r.t.w, "quic cc %s %s closed lost=%d dropped_unprocessed=%d\n", time.Now().Format("15:04:05.000"),
+		r.t.tag, r.lost, r.dropped)
+	return err
+}

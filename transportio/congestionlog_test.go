@@ -29,12 +29,15 @@ func TestCongestionLogLines(t *testing.T) {
 	r.RecordEvent(qlog.PacketLost{})
 	r.RecordEvent(qlog.PacketLost{})
 	r.RecordEvent(qlog.CongestionStateUpdated{State: qlog.CongestionStateRecovery})
+	r.RecordEvent(qlog.PacketDropped{Trigger: qlog.PacketDropDOSPrevention})
+	r.RecordEvent(qlog.PacketDropped{Trigger: qlog.PacketDropDuplicate}) // not counted
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
 	want := regexp.MustCompile(`^quic cc \d\d:\d\d:\d\d\.\d\d\d server 3903d770 slow_start cwnd=0 latest_rtt=0s lost=0
 quic cc \d\d:\d\d:\d\d\.\d\d\d server 3903d770 congestion_avoidance cwnd=40960 latest_rtt=65.4ms lost=0
 quic cc \d\d:\d\d:\d\d\.\d\d\d server 3903d770 recovery cwnd=40960 latest_rtt=65.4ms lost=2
+quic cc \d\d:\d\d:\d\d\.\d\d\d server 3903d770 closed lost=2 dropped_unprocessed=1
 $`)
 	if got := out.String(); !want.MatchString(got) {
 		t.Fatalf("log:\n%s", got)

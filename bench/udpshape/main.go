@@ -87,6 +87,13 @@ func (l *link) push(b []byte) {
 // delay used here, 10 ms).
 const sendEarly = 200 * time.Microsecond
 
+// dropped returns how many datagrams the link dropped.
+func (l *link) dropped() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.drops
+}
+
 // run sends each datagram when it is due.
 func (l *link) run(send func([]byte) error) {
 	for p := range l.line {
@@ -129,7 +136,8 @@ func main() {
 	_ = ln.SetReadBuffer(8 << 20)
 	_ = ln.SetWriteBuffer(8 << 20)
 	var mu sync.Mutex
-	ups := map[netip.AddrPort]*link{} // client address -> its upstream direction
+	ups := map[netip.AddrPort]*link{}   // client address -> its upstream direction
+	downs := map[netip.AddrPort]*link{} // and its downstream one
 	go func() {
 		buf := make([]byte, 64<<10)
 		for {
@@ -151,6 +159,7 @@ func main() {
 				ups[from] = up
 				go up.run(func(b []byte) error { _, err := c.Write(b); return err })
 				down := newLink(*rate, *delay, *queue)
+				downs[from] = down
 				client := from
 				go down.run(func(b []byte) error { _, err := ln.WriteToUDPAddrPort(b, client); return err })
 				go func() {
@@ -172,6 +181,13 @@ func main() {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	<-sig
+	// What the link dropped, for reading a run (QUIC's own loss counts
+	// include packets it only thought lost).
+	mu.Lock()
+	for from, up := range ups {
+		fmt.Fprintf(os.Stderr, "udpshape: %v: dropped %d datagrams towards the server, %d back\n", from, up.dropped(), downs[from].dropped())
+	}
+	mu.Unlock()
 }
 
 func mustAddr(a string) *net.UDPAddr {

@@ -33,8 +33,8 @@ func TestLinkPacesDelaysDrops(t *testing.T) {
 		sent = append(sent, got{time.Now(), append([]byte(nil), b...)})
 		return nil
 	})
-	if len(sent) != 11 || l.drops != n-11 {
-		t.Fatalf("%d sent, %d dropped; want 11 and %d", len(sent), l.drops, n-11)
+	if len(sent) != 11 || l.dropped() != n-11 {
+		t.Fatalf("%d sent, %d dropped; want 11 and %d", len(sent), l.dropped(), n-11)
 	}
 	for i, s := range sent {
 		if !bytes.Equal(s.b, bytes.Repeat([]byte{byte(i)}, size)) {
