@@ -43,6 +43,10 @@ var congestionLogOutput io.Writer = os.Stderr
 //
 //	quic cc 09:12:11.456 server 3903d770 closed lost=12 dropped_unprocessed=431
 //
+// (a process that exits before quic-go closed the connection's trace, as
+// `sidecar forward` on SIGTERM, writes no totals: the peer's show the same
+// packets the other way).
+//
 // Lines of concurrent connections do not interleave.
 func CongestionLog(w io.Writer) func(context.Context, bool, quic.ConnectionID) qlogwriter.Trace {
 	var mu sync.Mutex // one line at a time on w
@@ -58,25 +62,43 @@ func CongestionLog(w io.Writer) func(context.Context, bool, quic.ConnectionID) q
 
 type ccTrace struct {
 	w   io.Writer
-	mu  *sync.Mutex
+	mu  *sync.Mutex // w's, shared by the connections of one CongestionLog
 	tag string
+
+	// The connection's totals, over its recorders (quic-go may add more
+	// than one producer to a trace); the last to close writes them.
+	tmu       sync.Mutex
+	producers int
+	lost      int
+	dropped   int // received, dropped unprocessed
 }
 
-func (t *ccTrace) AddProducer() qlogwriter.Recorder { return &ccRecorder{t: t} }
+func (t *ccTrace) AddProducer() qlogwriter.Recorder {
+	t.tmu.Lock()
+	t.producers++
+	t.tmu.Unlock()
+	return &ccRecorder{t: t}
+}
 
 func (t *ccTrace) SupportsSchemas(string) bool { return true }
 
+func (t *ccTrace) count(lost, dropped int) (totalLost int) {
+	t.tmu.Lock()
+	defer t.tmu.Unlock()
+	t.lost += lost
+	t.dropped += dropped
+	return t.lost
+}
+
 // ccRecorder keeps what the next state line reports.
 type ccRecorder struct {
-	t     *ccTrace
-	mu    sync.Mutex
-	cwnd  int
-	rtt   time.Duration
-	lost  int
-	state qlog.CongestionState
-	said  bool // state holds the last state written
-	// dropped counts packets received and dropped unprocessed.
-	dropped int
+	t      *ccTrace
+	mu     sync.Mutex
+	cwnd   int
+	rtt    time.Duration
+	state  qlog.CongestionState
+	said   bool // state holds the last state written
+	closed bool
 }
 
 func (r *ccRecorder) RecordEvent(ev qlogwriter.Event) {
@@ -91,29 +113,42 @@ func (r *ccRecorder) RecordEvent(ev qlogwriter.Event) {
 			r.rtt = e.LatestRTT
 		}
 	case qlog.PacketLost:
-		r.lost++
+		r.t.count(1, 0)
 	case qlog.PacketDropped:
 		if e.Trigger == qlog.PacketDropDOSPrevention {
-			r.dropped++
+			r.t.count(0, 1)
 		}
 	case qlog.CongestionStateUpdated:
 		if e.State == qlog.CongestionStateApplicationLimited || r.said && e.State == r.state {
 			return
 		}
 		r.state, r.said = e.State, true
+		lost := r.t.count(0, 0)
 		r.t.mu.Lock()
 		fmt.Fprintf(r.t.w, "quic cc %s %s %s cwnd=%d latest_rtt=%v lost=%d\n", time.Now().Format("15:04:05.000"),
-			r.t.tag, e.State, r.cwnd, r.rtt.Round(100*time.Microsecond), r.lost)
+			r.t.tag, e.State, r.cwnd, r.rtt.Round(100*time.Microsecond), lost)
 		r.t.mu.Unlock()
 	}
 }
 
+// Close writes the connection's totals once its last recorder closed.
 func (r *ccRecorder) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.t.mu.Lock()
-	defer r.t.mu.Unlock()
-	_, err := fmt.Fprintf(r.t.w, "quic cc %s %s closed lost=%d dropped_unprocessed=%d\n", time.Now().Format("15:04:05.000"),
-		r.t.tag, r.lost, r.dropped)
+	t := r.t
+	t.tmu.Lock()
+	if !r.closed {
+		r.closed = true
+		t.producers--
+	}
+	last, lost, dropped := t.producers == 0, t.lost, t.dropped
+	t.tmu.Unlock()
+	if !last {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, err := fmt.Fprintf(t.w, "quic cc %s %s closed lost=%d dropped_unprocessed=%d\n", time.Now().Format("15:04:05.000"),
+		t.tag, lost, dropped)
 	return err
 }

@@ -15,11 +15,14 @@ import (
 
 // TestCongestionLogLines: one line per change of state, with the last
 // congestion window and latest RTT and the losses so far;
-// application_limited and a repeated state write nothing.
+// application_limited and a repeated state write nothing; the totals of
+// all the connection's recorders once the last one closed.
 func TestCongestionLogLines(t *testing.T) {
 	var out syncbuf.Buffer
 	tr := CongestionLog(&out)(context.Background(), false, quic.ConnectionIDFromBytes([]byte{0x39, 0x03, 0xd7, 0x70, 0xff}))
 	r := tr.AddProducer()
+	other := tr.AddProducer() // a second producer of the same connection
+	other.RecordEvent(qlog.PacketDropped{Trigger: qlog.PacketDropDOSPrevention})
 	r.RecordEvent(qlog.CongestionStateUpdated{State: qlog.CongestionStateSlowStart})
 	r.RecordEvent(qlog.MetricsUpdated{CongestionWindow: 40960, LatestRTT: 65432 * time.Microsecond})
 	r.RecordEvent(qlog.CongestionStateUpdated{State: qlog.CongestionStateApplicationLimited})
@@ -31,13 +34,19 @@ func TestCongestionLogLines(t *testing.T) {
 	r.RecordEvent(qlog.CongestionStateUpdated{State: qlog.CongestionStateRecovery})
 	r.RecordEvent(qlog.PacketDropped{Trigger: qlog.PacketDropDOSPrevention})
 	r.RecordEvent(qlog.PacketDropped{Trigger: qlog.PacketDropDuplicate}) // not counted
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); strings.Contains(got, "closed") {
+		t.Fatalf("totals written while a recorder is open:\n%s", got)
+	}
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
 	want := regexp.MustCompile(`^quic cc \d\d:\d\d:\d\d\.\d\d\d server 3903d770 slow_start cwnd=0 latest_rtt=0s lost=0
 quic cc \d\d:\d\d:\d\d\.\d\d\d server 3903d770 congestion_avoidance cwnd=40960 latest_rtt=65.4ms lost=0
 quic cc \d\d:\d\d:\d\d\.\d\d\d server 3903d770 recovery cwnd=40960 latest_rtt=65.4ms lost=2
-quic cc \d\d:\d\d:\d\d\.\d\d\d server 3903d770 closed lost=2 dropped_unprocessed=1
+quic cc \d\d:\d\d:\d\d\.\d\d\d server 3903d770 closed lost=2 dropped_unprocessed=2
 $`)
 	if got := out.String(); !want.MatchString(got) {
 		t.Fatalf("log:\n%s", got)
