@@ -65,8 +65,9 @@ type ccTrace struct {
 	mu  *sync.Mutex // w's, shared by the connections of one CongestionLog
 	tag string
 
-	// The connection's totals, over its recorders (quic-go may add more
-	// than one producer to a trace); the last to close writes them.
+	// tmu guards the rest: the connection's totals over its recorders
+	// (quic-go may add more than one producer to a trace; the last to
+	// close writes them) and each recorder's state.
 	tmu       sync.Mutex
 	producers int
 	lost      int
@@ -82,18 +83,16 @@ func (t *ccTrace) AddProducer() qlogwriter.Recorder {
 
 func (t *ccTrace) SupportsSchemas(string) bool { return true }
 
-func (t *ccTrace) count(lost, dropped int) (totalLost int) {
-	t.tmu.Lock()
-	defer t.tmu.Unlock()
-	t.lost += lost
-	t.dropped += dropped
-	return t.lost
+// line writes one line for the connection.
+func (t *ccTrace) line(format string, args ...any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fmt.Fprintf(t.w, "quic cc %s %s "+format+"\n", append([]any{time.Now().Format("15:04:05.000"), t.tag}, args...)...)
 }
 
-// ccRecorder keeps what the next state line reports.
+// ccRecorder keeps what the next state line reports (under t.tmu).
 type ccRecorder struct {
 	t      *ccTrace
-	mu     sync.Mutex
 	cwnd   int
 	rtt    time.Duration
 	state  qlog.CongestionState
@@ -102,8 +101,9 @@ type ccRecorder struct {
 }
 
 func (r *ccRecorder) RecordEvent(ev qlogwriter.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	t := r.t
+	t.tmu.Lock()
+	defer t.tmu.Unlock()
 	switch e := ev.(type) {
 	case qlog.MetricsUpdated:
 		if e.CongestionWindow != 0 {
@@ -113,42 +113,31 @@ func (r *ccRecorder) RecordEvent(ev qlogwriter.Event) {
 			r.rtt = e.LatestRTT
 		}
 	case qlog.PacketLost:
-		r.t.count(1, 0)
+		t.lost++
 	case qlog.PacketDropped:
 		if e.Trigger == qlog.PacketDropDOSPrevention {
-			r.t.count(0, 1)
+			t.dropped++
 		}
 	case qlog.CongestionStateUpdated:
 		if e.State == qlog.CongestionStateApplicationLimited || r.said && e.State == r.state {
 			return
 		}
 		r.state, r.said = e.State, true
-		lost := r.t.count(0, 0)
-		r.t.mu.Lock()
-		fmt.Fprintf(r.t.w, "quic cc %s %s %s cwnd=%d latest_rtt=%v lost=%d\n", time.Now().Format("15:04:05.000"),
-			r.t.tag, e.State, r.cwnd, r.rtt.Round(100*time.Microsecond), lost)
-		r.t.mu.Unlock()
+		t.line("%s cwnd=%d latest_rtt=%v lost=%d", e.State, r.cwnd, r.rtt.Round(100*time.Microsecond), t.lost)
 	}
 }
 
 // Close writes the connection's totals once its last recorder closed.
 func (r *ccRecorder) Close() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	t := r.t
 	t.tmu.Lock()
-	if !r.closed {
-		r.closed = true
-		t.producers--
-	}
-	last, lost, dropped := t.producers == 0, t.lost, t.dropped
-	t.tmu.Unlock()
-	if !last {
+	defer t.tmu.Unlock()
+	if r.closed {
 		return nil
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	_, err := fmt.Fprintf(t.w, "quic cc %s %s closed lost=%d dropped_unprocessed=%d\n", time.Now().Format("15:04:05.000"),
-		t.tag, lost, dropped)
-	return err
+	r.closed = true
+	if t.producers--; t.producers == 0 {
+		t.line("closed lost=%d dropped_unprocessed=%d", t.lost, t.dropped)
+	}
+	return nil
 }
