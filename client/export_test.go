@@ -70,3 +70,14 @@ func Remember(n, textBytes int) (remembered, bytes, forgotten int) {
 
 // MaxHeldActions is maxHeldActions, for tests.
 const MaxHeldActions = maxHeldActions
+
+// ReceivedBytes returns the UTF-16 bytes of data messages t has received
+// (delivered or not yet read).
+func ReceivedBytes(t *TCPConn) delivery.UTF16Bytes {
+	in, _ := t.sub.parts()
+	if in == nil {
+		return 0
+	}
+	received, _ := in.Counters()
+	return received
+}

@@ -12,12 +12,15 @@ import (
 	"github.com/sidecar-dev/sidecar/client"
 )
 
-// slowWriter records the size of every Write; the first one blocks a
-// while, so that tcp/data messages queue up behind it.
+// slowWriter records the size of every Write; the first one blocks until
+// behind returns, so that tcp/data messages queue up behind it.
 type slowWriter struct {
 	mu    sync.Mutex
 	buf   bytes.Buffer
 	sizes []int
+	// behind, when set, is waited for in the first Write: more is
+	// queued behind it.
+	behind func()
 }
 
 func (w *slowWriter) Write(p []byte) (int, error) {
@@ -26,8 +29,8 @@ func (w *slowWriter) Write(p []byte) (int, error) {
 	w.sizes = append(w.sizes, len(p))
 	w.buf.Write(p)
 	w.mu.Unlock()
-	if first {
-		time.Sleep(200 * time.Millisecond)
+	if first && w.behind != nil {
+		w.behind()
 	}
 	return len(p), nil
 }
@@ -70,7 +73,17 @@ func TestTCPWriteToBatches(t *testing.T) {
 	if _, err := io.ReadFull(tc, head); err != nil {
 		t.Fatal(err)
 	}
-	var w slowWriter
+	per := tcpadapter.NewEncoder(tc.Channel()).MaxPayload(0, client.DefaultReceive.MaximumFrameBytes)
+	// The first Write blocks until the host sent two messages more (its
+	// window holds eight), bounded: they then wait for the next Write.
+	w := slowWriter{behind: func() {
+		for deadline := time.Now().Add(testDeadline); client.ReceivedBytes(tc) < 3*client.DefaultReceive.MaximumFrameBytes; {
+			if time.Now().After(deadline) {
+				return // the assertion below says what did not arrive
+			}
+			time.Sleep(time.Millisecond) // no event to wait on: the counter is polled
+		}
+	}}
 	n, err := tc.WriteTo(&w)
 	if err != nil || n != int64(len(payload)-len(head)) {
 		t.Fatalf("WriteTo = %d, %v; want %d, nil", n, err, len(payload)-len(head))
@@ -81,7 +94,6 @@ func TestTCPWriteToBatches(t *testing.T) {
 	// While the first Write blocks, the host sends more than one message
 	// (its window is not full): the Write after it, if not the first
 	// itself, carries them together.
-	per := tcpadapter.NewEncoder(tc.Channel()).MaxPayload(0, client.DefaultReceive.MaximumFrameBytes)
 	if len(w.sizes) < 2 || max(w.sizes[0], w.sizes[1]) <= per {
 		t.Errorf("Write sizes %v: the messages queued behind the first Write were not gathered (one message carries %d)", w.sizes, per)
 	}
