@@ -582,7 +582,7 @@ func (c *Conn) readLoop(l *link) {
 	defer c.wg.Done()
 	defer c.endLink(l, nil)
 	for {
-		raw, err := l.mc.ReadMessage(l.ctx)
+		raw, h, err := transport.ReadMessageOrData(l.ctx, l.mc)
 		if err != nil {
 			if l.ctx.Err() != nil {
 				return // dropped by us
@@ -607,7 +607,7 @@ func (c *Conn) readLoop(l *link) {
 			c.linkDown(l, why, lost, transport.CloseNormal)
 			return
 		}
-		if err := c.handle(l, raw); err != nil {
+		if err := c.handle(l, raw, h); err != nil {
 			c.mu.Lock()
 			current := c.link == l
 			c.mu.Unlock()
@@ -727,7 +727,10 @@ type lostError struct {
 func (e *lostError) Error() string { return e.msg }
 func (e *lostError) Unwrap() error { return e.err }
 
-func (c *Conn) handle(l *link, raw []byte) error {
+func (c *Conn) handle(l *link, raw []byte, h *rpc.Header) error {
+	if h != nil {
+		return c.handleData(l, raw, h)
+	}
 	h, perr := rpc.ParseHeader(raw)
 	if perr != nil {
 		return fmt.Errorf("bad message from server: %s", perr.Message)
@@ -766,6 +769,26 @@ func (c *Conn) handle(l *link, raw []byte) error {
 	c.mu.Unlock()
 	if sub == nil || !current {
 		return nil // late messages of a link given up on are ignored
+	}
+	return sub.receive(l, h, raw)
+}
+
+// handleData handles tcp/data that came as bytes (transport.DataReader):
+// the subscription's TCPConn takes the bytes; any other consumer (a
+// Subscribe to an ahp-tcp: channel) gets the text it stands for.
+func (c *Conn) handleData(l *link, raw []byte, h *rpc.Header) error {
+	c.mu.Lock()
+	sub := c.subs[h.Channel]
+	current := c.link == l
+	c.mu.Unlock()
+	if sub == nil || !current {
+		transport.RecycleRead(l.mc, raw)
+		return nil // late messages of a link given up on are ignored
+	}
+	if !sub.takesBytes {
+		text := transport.AppendTCPDataText(make([]byte, 0, h.TCPData.TextLen), h)
+		transport.RecycleRead(l.mc, raw)
+		return c.handle(l, text, nil)
 	}
 	return sub.receive(l, h, raw)
 }

@@ -623,6 +623,12 @@ func (s *switchConn) Close(code transport.CloseCode, reason string) error {
 
 func (s *switchConn) Peer() string { return s.get().Peer() }
 
+// ReadMessageOrData implements transport.DataReader as the current
+// transport does (or reads text).
+func (s *switchConn) ReadMessageOrData(ctx context.Context) ([]byte, *rpc.Header, error) {
+	return transport.ReadMessageOrData(ctx, s.get())
+}
+
 // RecycleRead hands b to the current transport (read buffers come from a
 // shared pool).
 func (s *switchConn) RecycleRead(b []byte) { transport.RecycleRead(s.get(), b) }

@@ -29,6 +29,10 @@ type Message struct {
 	// whole: Raw is the buffer the transport read the message into (not
 	// reassembled), which the consumer may hand back (Conn.recycleRead).
 	whole bool
+	// tcpData is set on tcp/data that came as bytes (transport.DataReader)
+	// to a subscription that takes them (Subscription.takesBytes): Params
+	// is nil and Raw the buffer tcpData.Data is a view of (whole).
+	tcpData *rpc.TCPData
 }
 
 // Release releases the message's bytes; calling it more than once is harmless.
@@ -94,6 +98,9 @@ type Subscription struct {
 	// and whether it took tcp/eof.
 	tcpRecv atomic.Uint64
 	tcpEOF  atomic.Bool
+	// takesBytes: the consumer (TCPConn) reads tcp/data that came as
+	// bytes; any other gets its text (Conn.handle).
+	takesBytes bool
 }
 
 func (s *Subscription) parts() (*delivery.Inbound, *delivery.Stream) {
@@ -120,16 +127,17 @@ const maxOutQueueBytes = 128 << 10
 // Subscribe subscribes to channel, offering windowed delivery unless
 // Options.Ordinary is set.
 func (c *Conn) Subscribe(ctx context.Context, channel string) (*Subscription, error) {
-	return c.subscribe(ctx, channel, c.opts.Receive)
+	return c.subscribe(ctx, channel, c.opts.Receive, false)
 }
 
-// subscribe is Subscribe offering receive (when windowed).
-func (c *Conn) subscribe(ctx context.Context, channel string, receive delivery.Limits) (*Subscription, error) {
+// subscribe is Subscribe offering receive (when windowed); takesBytes
+// says the consumer reads tcp/data that came as bytes (Message.tcpData).
+func (c *Conn) subscribe(ctx context.Context, channel string, receive delivery.Limits, takesBytes bool) (*Subscription, error) {
 	l, err := c.currentLink(ctx)
 	if err != nil {
 		return nil, err
 	}
-	sub := &Subscription{c: c, Channel: channel, offer: receive}
+	sub := &Subscription{c: c, Channel: channel, offer: receive, takesBytes: takesBytes}
 	sub.q.init()
 	sub.src = newOutQueue()
 	if sub.isTCP() && !c.opts.Ordinary {
@@ -225,8 +233,13 @@ func (s *Subscription) receive(l *link, h *rpc.Header, raw []byte) error {
 		s.note(h.Method, h.Params, true)
 		return s.q.push(m, maxOrdinaryQueue)
 	}
-	size := delivery.UTF16Bytes(2 * len(raw))
-	if !h.ASCII {
+	var size delivery.UTF16Bytes
+	switch {
+	case h.TCPData != nil: // came as bytes: the size of the text it stands for
+		size = h.TCPData.Size
+	case h.ASCII:
+		size = delivery.UTF16Bytes(2 * len(raw))
+	default:
 		size = delivery.Measure(raw)
 	}
 	if err := in.Receive(size); err != nil {
@@ -260,7 +273,7 @@ func (s *Subscription) receive(l *link, h *rpc.Header, raw []byte) error {
 			in.Release(size)
 		}
 	}
-	return s.q.push(&Message{Method: h.Method, Params: h.Params, Raw: raw, whole: whole, release: release}, 0)
+	return s.q.push(&Message{Method: h.Method, Params: h.Params, Raw: raw, whole: whole, tcpData: h.TCPData, release: release}, 0)
 }
 
 // Next returns the next data message; the consumer must Release it.

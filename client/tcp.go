@@ -279,7 +279,7 @@ func (c *Conn) DialTCP(ctx context.Context, host string, port int) (*TCPConn, er
 	}
 	recv := c.opts.TCPReceive
 	start := time.Now()
-	sub, err := c.subscribe(ctx, uri, recv)
+	sub, err := c.subscribe(ctx, uri, recv, true)
 	if err != nil {
 		_ = c.notify(rpc.MethodUnsubscribe, rpc.ChannelParams{Channel: uri})
 		return nil, err
@@ -389,7 +389,7 @@ func (t *TCPConn) next() ([]byte, error) {
 func (t *TCPConn) take(m *Message, dst []byte) []byte {
 	switch m.Method {
 	case rpc.MethodTCPData:
-		p, out, err := tcpadapter.AppendData(dst, m.Params)
+		p, out, err := appendMessageData(dst, m)
 		if err == nil {
 			var data []byte
 			data, err = tcpadapter.Trim(p.Offset, out[len(dst):], t.recvOff)
@@ -406,7 +406,7 @@ func (t *TCPConn) take(m *Message, dst []byte) []byte {
 		if m.whole {
 			// Decoded: the text is not needed any more, only its credit.
 			raw := m.Raw
-			m.Raw, m.Params, m.whole = nil, nil, false
+			m.Raw, m.Params, m.whole, m.tcpData = nil, nil, false, nil
 			transport.RecycleRead(t.c.mc, raw)
 		}
 		t.held = append(t.held, m)
@@ -464,7 +464,23 @@ func (t *TCPConn) batchBytes() int {
 
 // decodedBound is at least the bytes m's data decodes to: base64 takes 4
 // characters for 3 bytes (the envelope is counted too).
-func decodedBound(m *Message) int { return len(m.Raw) / 4 * 3 }
+func decodedBound(m *Message) int {
+	if m.tcpData != nil {
+		return len(m.tcpData.Data)
+	}
+	return len(m.Raw) / 4 * 3
+}
+
+// appendMessageData is tcpadapter.AppendData for tcp/data message m, which
+// came as text (m.Params) or as bytes (m.tcpData: its data is copied).
+func appendMessageData(dst []byte, m *Message) (tcpadapter.DataParams, []byte, error) {
+	d := m.tcpData
+	if d == nil {
+		return tcpadapter.AppendData(dst, m.Params)
+	}
+	off := tcpadapter.DecodedOffset(d.Offset)
+	return tcpadapter.DataParams{Offset: &off}, append(dst, d.Data...), nil
+}
 
 // WriteTo writes received bytes to w until tcp/eof (nil), a reset or an
 // error, releasing messages once w has taken their bytes. The messages

@@ -306,7 +306,7 @@ type objectStream struct{ c *conn }
 func (o *objectStream) ReadObject(v any) error {
 	c := o.c
 	for {
-		raw, err := c.mc.ReadMessage(c.ctx)
+		raw, h, err := transport.ReadMessageOrData(c.ctx, c.mc)
 		if err != nil {
 			first := err // a variable of its own: &err would move err to the heap on every read
 			c.readErr.CompareAndSwap(nil, &first)
@@ -324,6 +324,14 @@ func (o *objectStream) ReadObject(v any) error {
 				return io.EOF
 			}
 			return err
+		}
+		if h != nil {
+			// tcp/data that came as bytes (transport.DataReader): a
+			// notification parsed already.
+			if err := c.takeNotification(h, raw); err != nil {
+				return err
+			}
+			continue
 		}
 		// channel/credit, every few data messages the client reads, in
 		// its usual form: read in place, no header, no allocation.
@@ -352,13 +360,7 @@ func (o *objectStream) ReadObject(v any) error {
 			c.log.Debug("ignoring unexpected response", "client", c.id())
 			continue
 		case h.IsNotification():
-			if c.laneLen.Load() > 0 && h.Method != rpc.MethodChannelCredit && h.Method != rpc.MethodTCPReset {
-				// After the requests before it (a dispatchAction after the
-				// createTerminal it needs), without holding up the reader.
-				c.enqueue(laneItem{h: h, raw: raw})
-				continue
-			}
-			if err := c.handleNotification(h, raw); err != nil {
+			if err := c.takeNotification(h, raw); err != nil {
 				return err
 			}
 			continue
@@ -382,6 +384,19 @@ func (o *objectStream) WriteObject(obj any) error {
 func (o *objectStream) Close() error {
 	o.c.close(transport.CloseNormal, "")
 	return nil
+}
+
+// takeNotification handles a client notification read by ReadObject, or
+// queues it in the lane behind the requests still in progress there (a
+// dispatchAction after the createTerminal it needs) without holding up the
+// reader; channel/credit and tcp/reset never wait. A returned error (a
+// violation) has closed the connection.
+func (c *conn) takeNotification(h *rpc.Header, raw []byte) error {
+	if c.laneLen.Load() > 0 && h.Method != rpc.MethodChannelCredit && h.Method != rpc.MethodTCPReset {
+		c.enqueue(laneItem{h: h, raw: raw})
+		return nil
+	}
+	return c.handleNotification(h, raw)
 }
 
 // handleNotification handles a client notification and recycles its
@@ -434,8 +449,12 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 	// A data message. On a windowed subscription it counts (seed 000).
 	var size delivery.UTF16Bytes
 	if sub != nil && sub.windowed() {
-		size = delivery.UTF16Bytes(2 * len(raw))
-		if !h.ASCII {
+		switch {
+		case h.TCPData != nil: // came as bytes: the size of the text it stands for
+			size = h.TCPData.Size
+		case h.ASCII:
+			size = delivery.UTF16Bytes(2 * len(raw))
+		default:
 			size = delivery.Measure(raw)
 		}
 		if err := sub.in.Receive(size); err != nil {

@@ -220,6 +220,22 @@ func (c *countingConn) ReadMessage(ctx context.Context) ([]byte, error) {
 	return b, err
 }
 
+// ReadMessageOrData implements transport.DataReader as the wrapped conn
+// does (or reads text); a tcp/data notification that came as bytes counts
+// as the text it stands for.
+func (c *countingConn) ReadMessageOrData(ctx context.Context) ([]byte, *rpc.Header, error) {
+	b, h, err := transport.ReadMessageOrData(ctx, c.MessageConn)
+	if err == nil {
+		n := len(b)
+		if h != nil {
+			n = h.TCPData.TextLen
+		}
+		c.receivedBytes.Add(uint64(n))
+		c.receivedMessages.Add(1)
+	}
+	return b, h, err
+}
+
 // RecycleRead implements transport.ReadRecycler as the wrapped conn does.
 func (c *countingConn) RecycleRead(b []byte) { transport.RecycleRead(c.MessageConn, b) }
 

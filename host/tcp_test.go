@@ -24,6 +24,7 @@ import (
 	"github.com/sidecar-dev/sidecar/internal/syncbuf"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
+	"github.com/sidecar-dev/sidecar/transportio"
 )
 
 // tcpHarness is a Server with raw pipe peers, for the TCP channel.
@@ -90,6 +91,11 @@ func (h *tcpHarness) peer(clientID string) *tcpPeer { return h.peerCap(clientID,
 // peerCap is peer over a pipe holding at most capacity unread messages.
 func (h *tcpHarness) peerCap(clientID string, capacity int) *tcpPeer {
 	a, b := transport.Pipe(capacity)
+	return h.peerOver(clientID, a, b)
+}
+
+// peerOver is peer over a given pair: a is the client's end, b the host's.
+func (h *tcpHarness) peerOver(clientID string, a, b transport.MessageConn) *tcpPeer {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -765,6 +771,69 @@ func TestTCPWindowBudgetPerClient(t *testing.T) {
 		}
 		if got := sub(s.ch, s.offer); got != s.want {
 			t.Fatalf("step %d: %s offered %d: window %d, want %d", i, s.ch, s.offer, got, s.want)
+		}
+	}
+}
+
+// TestTCPDataAsBytes: over transport-io, where tcp/data crosses as bytes
+// (transport.TCPDataEvent) and the host takes it without building its
+// text, the destination gets the exact bytes and the credit counts the
+// UTF-16 bytes of the texts the client sent (seed 000 "Message Size"),
+// with a channel URI that is not ASCII.
+func TestTCPDataAsBytes(t *testing.T) {
+	h := newTCPHarness(t, nil)
+	cr, sw := io.Pipe()
+	sr, cw := io.Pipe()
+	ss := transportio.Start(transportio.NewStreamCarrier(sr, sw, "client"), transportio.Config{
+		Contract: transport.Contract, Role: transportio.RoleServer, BlockOnFull: true, Origin: 1, PayloadsChecked: true})
+	cs := transportio.Start(transportio.NewStreamCarrier(cr, cw, "server"), transportio.Config{
+		Contract: transport.Contract, Role: transportio.RoleClient, BlockOnFull: true, PayloadsChecked: true})
+	t.Cleanup(func() {
+		cs.Close(transportio.CloseNoError, "")
+		ss.Close(transportio.CloseNoError, "")
+		cs.Wait()
+		ss.Wait()
+	})
+	p := h.peerOver("tcp-bytes", transport.NewTIOConn(cs), transport.NewTIOConn(ss))
+	port, accepted := tcpDest(t)
+	uri := "ahp-tcp:/café-☕"
+	if m := p.call("createTcpConnection", map[string]any{"channel": uri, "host": "127.0.0.1", "port": port}); m.Error != nil {
+		t.Fatalf("createTcpConnection: %s", m.raw)
+	}
+	dest := <-accepted
+	defer dest.Close()
+	fc := map[string]any{"receive": map[string]any{"windowBytes": 1 << 20, "maximumFrameBytes": 256 << 10}}
+	if m := p.call("subscribe", map[string]any{"channel": uri, "flowControl": fc}); m.Error != nil {
+		t.Fatalf("subscribe: %s", m.raw)
+	}
+	enc := tcpadapter.NewEncoder(uri)
+	var sent []byte
+	var size delivery.UTF16Bytes
+	for i, n := range []int{1, 2, 3, 40000, 70001} {
+		data := make([]byte, n)
+		for j := range data {
+			data[j] = byte(i*31 + j*7)
+		}
+		text := enc.AppendData(nil, tcpadapter.DecodedOffset(len(sent)), data)
+		p.send(string(text))
+		sent = append(sent, data...)
+		size += delivery.Measure(text)
+	}
+	got := make([]byte, len(sent))
+	if _, err := io.ReadFull(dest, got); err != nil || !bytes.Equal(got, sent) {
+		t.Fatalf("destination read %d bytes (%v), want the %d sent", len(got), err, len(sent))
+	}
+	for {
+		m := p.nextMsg(func(m tcpMsg) bool { return m.Method == rpc.MethodChannelCredit })
+		var c rpc.ChannelCreditParams
+		if err := json.Unmarshal(m.Params, &c); err != nil {
+			t.Fatal(err)
+		}
+		if c.ConsumedBytes > size {
+			t.Fatalf("credit %d, more than the %d UTF-16 bytes sent", c.ConsumedBytes, size)
+		}
+		if c.ConsumedBytes == size {
+			break
 		}
 	}
 }

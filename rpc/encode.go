@@ -168,6 +168,30 @@ type Header struct {
 	// (see parseTCPData) and left its params to the TCP adapter, whose
 	// parser checks them in full before using any of it.
 	ParamsUnchecked bool `json:"-"`
+	// TCPData is set on a tcp/data notification that arrived as bytes
+	// (transport.TCPDataEvent on transport-io, a binary frame on /ahp)
+	// rather than as text: Params is nil, and the text it stands for was
+	// never built. Whoever takes the message reads TCPData instead.
+	TCPData *TCPData `json:"-"`
+}
+
+// TCPData is a tcp/data notification received as bytes: the offset and
+// stream bytes that its text
+//
+//	{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":"C","offset":Offset,"data":"BASE64"}}
+//
+// carries (docs/protocol.md "transport-io"), and that text's length, which
+// windows and counters use as if the text had arrived (seed 000 "Message
+// Size": the UTF-16 bytes of the text, whichever form carried it).
+type TCPData struct {
+	// Offset is the decoded-byte offset of Data's first byte.
+	Offset uint64
+	// Data is the stream bytes (decoded, at least one), a view of the
+	// buffer the message was read into.
+	Data []byte
+	// TextLen is the text's length in UTF-8 bytes, Size in UTF-16 bytes.
+	TextLen int
+	Size    delivery.UTF16Bytes
 }
 
 // IsNotification reports whether the message is a notification (a method

@@ -11,6 +11,8 @@ import (
 	"github.com/segmentio/asm/base64"
 
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
+	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/rpc"
 )
 
 // TCPDataEvent is the contract's second event: reliable, codec bytes
@@ -133,34 +135,49 @@ func tcpBytesTextLen(p []byte, limit int) (int, error) {
 	return l, nil
 }
 
-// tcpBytesToText returns the tcp/data text that TCPDataEvent payload p
-// stands for, built in get(n) (n: the text's length), or the error of
-// tcpBytesTextLen (errTCPBytes) when p is malformed or its text would be
-// over limit. p is not kept: the caller recycles it either way.
-func tcpBytesToText(p []byte, limit int, get func(n int) []byte) ([]byte, error) {
-	n, err := tcpBytesTextLen(p, limit)
+// tcpBytesHeader returns the header of the tcp/data notification that
+// TCPDataEvent payload p stands for, its TCPData a view of p (see
+// rpc.TCPData), or the error of tcpBytesTextLen (errTCPBytes) when p is
+// malformed or its text would be over limit (UTF-8 bytes).
+func tcpBytesHeader(p []byte, limit int) (*rpc.Header, error) {
+	l, err := tcpBytesTextLen(p, limit)
 	if err != nil {
 		return nil, err
 	}
-	return appendTCPDataText(get(n), p), nil
+	n := int(binary.BigEndian.Uint16(p[8:10]))
+	channel := p[tcpBytesFixed : tcpBytesFixed+n]
+	// All of the text but the channel is ASCII: 2 UTF-16 bytes a byte.
+	chSize := delivery.Measure(channel)
+	return &rpc.Header{
+		JSONRPC: "2.0",
+		Method:  rpc.MethodTCPData,
+		Channel: string(channel),
+		ASCII:   chSize == delivery.UTF16Bytes(2*n),
+		TCPData: &rpc.TCPData{
+			Offset:  binary.BigEndian.Uint64(p),
+			Data:    p[tcpBytesFixed+n:],
+			TextLen: l,
+			Size:    delivery.UTF16Bytes(2*(l-n)) + chSize,
+		},
+	}, nil
 }
 
-// appendTCPDataText appends to dst the tcp/data text that TCPDataEvent
-// payload p stands for; p must have passed tcpBytesTextLen.
-func appendTCPDataText(dst, p []byte) []byte {
-	n := int(binary.BigEndian.Uint16(p[8:10]))
+// AppendTCPDataText appends to dst the text of tcp/data notification h
+// that came as bytes (h.TCPData set, see DataReader): the very text its
+// sender's encoder built, h.TCPData.TextLen bytes (see TCPDataEvent).
+func AppendTCPDataText(dst []byte, h *rpc.Header) []byte {
+	d := h.TCPData
 	dst = append(dst, tcpDataHead...)
-	dst = append(dst, p[tcpBytesFixed:tcpBytesFixed+n]...)
+	dst = append(dst, h.Channel...)
 	dst = append(dst, tcpDataOffset...)
-	dst = strconv.AppendUint(dst, binary.BigEndian.Uint64(p), 10)
+	dst = strconv.AppendUint(dst, d.Offset, 10)
 	dst = append(dst, tcpDataMid...)
-	data := p[tcpBytesFixed+n:]
-	e := base64.StdEncoding.EncodedLen(len(data))
+	e := base64.StdEncoding.EncodedLen(len(d.Data))
 	l := len(dst)
 	if cap(dst)-l < e {
 		dst = append(dst, make([]byte, e)...)[:l]
 	}
-	base64.StdEncoding.Encode(dst[l:l+e], data)
+	base64.StdEncoding.Encode(dst[l:l+e], d.Data)
 	dst = dst[:l+e]
 	return append(dst, tcpDataTail...)
 }

@@ -15,12 +15,24 @@ import (
 	"time"
 
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
+	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/transportio"
 )
 
 func tcpDataText(channel string, off uint64, data []byte) string {
 	return `{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":"` + channel + `","offset":` +
 		strconv.FormatUint(off, 10) + `,"data":"` + base64.StdEncoding.EncodeToString(data) + `"}}`
+}
+
+// textOf is the text payload p (valid) stands for, in a buffer of its
+// exact length.
+func textOf(t testing.TB, p []byte) []byte {
+	t.Helper()
+	h, err := tcpBytesHeader(p, transportio.MaxPayload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return AppendTCPDataText(make([]byte, 0, h.TCPData.TextLen), h)
 }
 
 // TestTCPBytesRoundTrip: every tcp/data our encoder builds becomes bytes
@@ -46,10 +58,43 @@ func TestTCPBytesRoundTrip(t *testing.T) {
 			if err != nil || l != len(text) {
 				t.Fatalf("off %d n %d: text length %d %v, want %d", off, n, l, err, len(text))
 			}
-			if back := appendTCPDataText(make([]byte, 0, l), p); !bytes.Equal(back, text) {
+			if back := textOf(t, p); !bytes.Equal(back, text) || cap(back) != l {
 				t.Fatalf("off %d n %d: rebuilt %.120s, want %.120s", off, n, back, text)
 			}
 		}
+	}
+}
+
+// TestTCPBytesHeader: a payload read as bytes gives the header and sizes
+// of the very text it stands for (seed 000 "Message Size": windows count
+// the text's UTF-16 bytes whichever form carried it), a non-ASCII channel
+// included.
+func TestTCPBytesHeader(t *testing.T) {
+	for _, ch := range []string{"ahp-tcp:/c1", "ahp-tcp:/café-☕-𝄞"} {
+		for _, n := range []int{1, 2, 3, 4, 300000} {
+			data := bytes.Repeat([]byte{0xff, 0, '"'}, n)[:n]
+			text := tcpDataText(ch, 1<<33+7, data)
+			p, ok := tcpDataToBytes(nil, []byte(text))
+			if !ok {
+				t.Fatalf("%s %d: not turned into bytes", ch, n)
+			}
+			h, err := tcpBytesHeader(p, transportio.MaxPayload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := h.TCPData
+			if h.Method != "tcp/data" || h.Channel != ch || h.Params != nil || !h.IsNotification() ||
+				d.Offset != 1<<33+7 || !bytes.Equal(d.Data, data) {
+				t.Fatalf("%s %d: header %+v, data %d bytes", ch, n, h, len(d.Data))
+			}
+			wantSize := delivery.Measure([]byte(text))
+			if d.TextLen != len(text) || d.Size != wantSize || h.ASCII != (int(wantSize) == 2*len(text)) {
+				t.Fatalf("%s %d: text %d bytes, %d UTF-16 bytes, ASCII %v; want %d, %d", ch, n, d.TextLen, d.Size, h.ASCII, len(text), wantSize)
+			}
+		}
+	}
+	if _, err := tcpBytesHeader([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 1, '"', 'x'}, transportio.MaxPayload); !errors.Is(err, errTCPBytes) {
+		t.Fatalf("malformed: %v", err)
 	}
 }
 
@@ -174,6 +219,23 @@ func TestTCPBytesNegotiated(t *testing.T) {
 			t.Fatalf("received %.100q %v, want %.100q", got, err, m)
 		}
 	}
+	// The same, read as DataReader: the tcp/data as its bytes, the others
+	// as text.
+	for i, m := range msgs {
+		if err := cc.WriteMessage(ctx, []byte(m)); err != nil {
+			t.Fatal(err)
+		}
+		b, h, err := sc.(DataReader).ReadMessageOrData(ctx)
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case i == 0 && (h == nil || h.TCPData.Offset != 12345 || !bytes.Equal(h.TCPData.Data, data) || h.TCPData.TextLen != len(m)):
+			t.Fatalf("tcp/data read as %+v, %d bytes", h, len(b))
+		case i > 0 && (h != nil || string(b) != m):
+			t.Fatalf("message %d read as %+v %.100q, want the text %.100q", i, h, b, m)
+		}
+		RecycleRead(sc, b)
+	}
 	wire := tap.bytes()
 	if !bytes.Contains(wire, data) || bytes.Contains(wire, []byte(base64.StdEncoding.EncodeToString(data[:300]))) {
 		t.Fatal("the tcp/data did not cross as raw bytes")
@@ -260,13 +322,17 @@ func FuzzTCPBytes(f *testing.F) {
 			}
 			return
 		}
-		text := appendTCPDataText(nil, p)
+		text := textOf(t, p)
 		if len(text) != n {
 			t.Fatalf("text of %d bytes, announced %d", len(text), n)
 		}
 		back, ok := tcpDataToBytes(nil, text)
 		if !ok || !bytes.Equal(back, p) {
 			t.Fatalf("%q: back %q %v", text, back, ok)
+		}
+		h, err := tcpBytesHeader(p, transportio.MaxPayload)
+		if err != nil || h.TCPData.TextLen != n || h.TCPData.Size != delivery.Measure(text) {
+			t.Fatalf("%q: header %+v %v", text, h, err)
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transportio"
 )
 
@@ -64,22 +65,34 @@ func newTIOConn(s *transportio.Session, owned bool) *tioConn {
 }
 
 func (c *tioConn) ReadMessage(ctx context.Context) ([]byte, error) {
+	b, h, err := c.ReadMessageOrData(ctx)
+	if err != nil || h == nil {
+		return b, err
+	}
+	text := AppendTCPDataText(transportio.PayloadBuffer(h.TCPData.TextLen), h)
+	transportio.RecyclePayload(b)
+	return text, nil
+}
+
+// ReadMessageOrData implements DataReader: a TCPDataEvent payload is the
+// notification's bytes.
+func (c *tioConn) ReadMessageOrData(ctx context.Context) ([]byte, *rpc.Header, error) {
 	for {
 		m, err := c.s.Receive(ctx)
 		if err != nil {
-			return nil, tioError(err)
+			return nil, nil, tioError(err)
 		}
 		switch m.Event {
 		case AHPEvent:
-			return m.Payload, nil
+			return m.Payload, nil, nil
 		case TCPDataEvent:
-			text, err := tcpBytesToText(m.Payload, transportio.MaxPayload, transportio.PayloadBuffer)
-			transportio.RecyclePayload(m.Payload)
+			h, err := tcpBytesHeader(m.Payload, transportio.MaxPayload)
 			if err != nil {
+				transportio.RecyclePayload(m.Payload)
 				c.s.Close(transportio.CloseProtocolError, err.Error())
-				return nil, tioError(c.s.Err())
+				return nil, nil, tioError(c.s.Err())
 			}
-			return text, nil
+			return m.Payload, h, nil
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transportio"
 )
 
@@ -57,6 +58,29 @@ func RecycleRead(mc MessageConn, b []byte) {
 	if r, ok := mc.(ReadRecycler); ok {
 		r.RecycleRead(b)
 	}
+}
+
+// DataReader is implemented by MessageConns on which tcp/data can arrive
+// as bytes (TCPDataEvent on transport-io, TCPDataSubprotocol's binary
+// frames on /ahp). ReadMessageOrData returns such a notification parsed:
+// h has TCPData set (a view of b), and b is the buffer to hand back with
+// RecycleRead; any other message comes as text in b with h nil. A
+// receiver that takes the bytes so skips building the text and decoding
+// its base64 again; ReadMessage returns every message as text. Errors are
+// ReadMessage's, and a malformed bytes message closes the connection
+// (1002 on /ahp, 1004 on transport-io) as there.
+type DataReader interface {
+	ReadMessageOrData(ctx context.Context) (b []byte, h *rpc.Header, err error)
+}
+
+// ReadMessageOrData reads the next message of mc as DataReader does when
+// mc implements it, else as text (h nil).
+func ReadMessageOrData(ctx context.Context, mc MessageConn) (b []byte, h *rpc.Header, err error) {
+	if r, ok := mc.(DataReader); ok {
+		return r.ReadMessageOrData(ctx)
+	}
+	b, err = mc.ReadMessage(ctx)
+	return b, nil, err
 }
 
 // Describe names what carries mc, for people: "WebTransport",

@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/sidecar-dev/sidecar/internal/bufpool"
+	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transportio"
 )
 
@@ -155,6 +156,18 @@ func NewWebSocketConn(c *websocket.Conn, peer string, readLimit int64) MessageCo
 }
 
 func (w *wsConn) ReadMessage(ctx context.Context) ([]byte, error) {
+	b, h, err := w.ReadMessageOrData(ctx)
+	if err != nil || h == nil {
+		return b, err
+	}
+	text := AppendTCPDataText(readBufs.GetFit(h.TCPData.TextLen), h)
+	readBufs.Put(b)
+	return text, nil
+}
+
+// ReadMessageOrData implements DataReader: on TCPDataSubprotocol a binary
+// message is the notification's bytes.
+func (w *wsConn) ReadMessageOrData(ctx context.Context) ([]byte, *rpc.Header, error) {
 	for {
 		typ, data, err := w.read(ctx)
 		var corrupt flate.CorruptInputError
@@ -163,27 +176,27 @@ func (w *wsConn) ReadMessage(ctx context.Context) ([]byte, error) {
 			// §7.2.2) is invalid payload data: 1007, as for text that
 			// is not UTF-8.
 			_ = w.c.Close(websocket.StatusInvalidFramePayloadData, "invalid compressed data")
-			return nil, &ViolationError{Code: CloseInvalidPayload, Err: fmt.Errorf("transport: invalid compressed data: %w", err)}
+			return nil, nil, &ViolationError{Code: CloseInvalidPayload, Err: fmt.Errorf("transport: invalid compressed data: %w", err)}
 		}
 		if err != nil {
-			return nil, w.readErr(err)
+			return nil, nil, w.readErr(err)
 		}
 		w.lastRead.Store(time.Now().UnixNano())
 		if typ == websocket.MessageBinary && w.tcpBytes {
-			text, err := tcpBytesToText(data, int(w.readLimit), readBufs.GetFit)
-			readBufs.Put(data)
+			h, err := tcpBytesHeader(data, int(w.readLimit))
 			if err != nil {
+				readBufs.Put(data)
 				_ = w.c.Close(websocket.StatusProtocolError, TruncateReason(err.Error(), 123))
-				return nil, &ViolationError{Code: CloseProtocolError, Err: fmt.Errorf("transport: %w", err)}
+				return nil, nil, &ViolationError{Code: CloseProtocolError, Err: fmt.Errorf("transport: %w", err)}
 			}
-			return text, nil
+			return data, h, nil
 		}
 		if typ == websocket.MessageText || typ == websocket.MessageBinary {
 			if !utf8.Valid(data) {
 				_ = w.c.Close(websocket.StatusInvalidFramePayloadData, "message is not valid UTF-8")
-				return nil, &ViolationError{Code: CloseInvalidPayload, Err: errors.New("transport: message is not valid UTF-8")}
+				return nil, nil, &ViolationError{Code: CloseInvalidPayload, Err: errors.New("transport: message is not valid UTF-8")}
 			}
-			return data, nil
+			return data, nil, nil
 		}
 	}
 }

@@ -528,7 +528,7 @@ func (tc *Channel) Receive(m adapters.Message) {
 	tc.mu.Unlock()
 	switch m.Header.Method {
 	case rpc.MethodTCPData:
-		p, data, err := AppendData(bufs.Get(16<<10), m.Header.Params)
+		p, data, err := appendMessageData(bufs.Get(16<<10), m.Header)
 		buf := data[:0] // the buffer, grown if it had to
 		if err != nil {
 			bufs.Put(buf)

@@ -173,6 +173,18 @@ func AppendData(dst []byte, params json.RawMessage) (p DataParams, out []byte, e
 	return p, out, err
 }
 
+// appendMessageData is AppendData for the tcp/data notification h, which
+// came as text (h.Params) or as bytes (h.TCPData: its data is copied, so
+// the message's buffer can be recycled at once).
+func appendMessageData(dst []byte, h *rpc.Header) (DataParams, []byte, error) {
+	d := h.TCPData
+	if d == nil {
+		return AppendData(dst, h.Params)
+	}
+	off := DecodedOffset(d.Offset)
+	return DataParams{Channel: h.Channel, Offset: &off}, append(dst, d.Data...), nil
+}
+
 // DecodeBase64 decodes canonical padded base64, non-empty.
 func DecodeBase64(s string) ([]byte, error) { return appendBase64(nil, []byte(s)) }
 
