@@ -32,6 +32,7 @@ import (
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
 	"github.com/sidecar-dev/sidecar/transport/tlscert"
+	"github.com/sidecar-dev/sidecar/transportio"
 )
 
 // ProtocolVersions are the AHP versions the client offers, preferred first.
@@ -135,6 +136,15 @@ type Options struct {
 	Dialer func(ctx context.Context) (transport.MessageConn, error)
 	// NoReconnect turns reconnection off: a lost transport ends the Conn.
 	NoReconnect bool
+	// ReconnectAfterShutdown treats a host that closes because it is
+	// shutting down (ErrServerShutdown) as a lost connection: the Conn
+	// reconnects, as for any loss, until the grace ends, so that a
+	// restarted daemon (systemctl restart) is found again; it keeps none
+	// of our state, so the reconnect ends with ErrResumeExpired, on which
+	// a caller starts a new session (forward does). Without it the Conn
+	// ends at once with ErrServerShutdown: right for a terminal, which
+	// the shutdown ended.
+	ReconnectAfterShutdown bool
 	// ReconnectDelay is the wait before the first reconnect attempt,
 	// doubled for each next one up to ReconnectMaxDelay, each with ±20%
 	// jitter; zero means 250 ms and 10 s.
@@ -244,7 +254,7 @@ func CheckURL(rawURL, transportMode string) (*url.URL, error) {
 	switch u.Scheme {
 	case "wss", "ws":
 		if u.Path != transport.TIOPath && transportMode != "" && transportMode != TransportAHP && transportMode != TransportAuto {
-			return nil, fmt.Errorf("%s: --transport %s needs an https:// URL (wss:// is plain AHP)", rawURL, transportMode)
+			return nil, fmt.Errorf("%s: --transport %s needs an https:// URL, or wss:// with the path %s (wss://…/ahp is plain AHP)", rawURL, transportMode, transport.TIOPath)
 		}
 	case "https", "http":
 		if u.Scheme == "http" && transportMode == TransportWebTransport {
@@ -575,7 +585,15 @@ func (c *Conn) writeLoop(l *link) {
 	if errors.Is(err, errClosedByUs) || errors.Is(err, errLinkDropped) || errors.Is(err, context.Canceled) {
 		return
 	}
-	c.linkDown(l, &lostError{msg: "connection lost: " + err.Error(), err: err}, true, transport.CloseInternalError)
+	var why error = &lostError{msg: "connection lost: " + err.Error(), err: err}
+	lost := true
+	if transport.CloseStatus(err) == transport.CloseGoingAway {
+		// The server closed as it shuts down, and a write met it before
+		// the reader did: the same story as the reader's.
+		why = describeClose(err)
+		lost = c.opts.ReconnectAfterShutdown
+	}
+	c.linkDown(l, why, lost, transport.CloseInternalError)
 }
 
 func (c *Conn) readLoop(l *link) {
@@ -588,7 +606,8 @@ func (c *Conn) readLoop(l *link) {
 				return // dropped by us
 			}
 			why := describeClose(err)
-			lost := transport.CloseStatus(err) == -1
+			lost := transport.CloseStatus(err) == -1 ||
+				(c.opts.ReconnectAfterShutdown && errors.Is(why, ErrServerShutdown))
 			var ve *transport.ViolationError
 			if errors.As(err, &ve) {
 				// The server sent what the transport forbids, and we
@@ -692,12 +711,17 @@ func describeClose(err error) error {
 		// Without the layers' own "connection lost" prefixes.
 		msg := strings.TrimPrefix(err.Error(), "transportio: connection lost")
 		msg = strings.TrimPrefix(msg, ": ")
+		if se, ok := errors.AsType[*transportio.SessionError](err); ok && se.Remote && se.Code == transportio.CloseIdleTimeout {
+			// The server's idle deadline passed first (we were
+			// frozen, or the path dropped our side only).
+			msg = "the server heard nothing from us: " + printable(se.Reason)
+		}
 		if msg == "" {
 			msg = "the transport ended"
 		}
 		return &lostError{msg: "connection lost: " + msg, err: err}
 	case transport.CloseGoingAway:
-		return &closedError{msg: "the server is shutting down", err: err}
+		return &closedError{msg: "the server is shutting down", err: err, is: ErrServerShutdown}
 	case transport.CloseNormal:
 		msg := "the server closed the connection"
 		if reason != "" {
@@ -713,10 +737,13 @@ func describeClose(err error) error {
 type closedError struct {
 	msg string
 	err error
+	// is, when set, is a sentinel the error also matches.
+	is error
 }
 
-func (e *closedError) Error() string { return e.msg }
-func (e *closedError) Unwrap() error { return e.err }
+func (e *closedError) Error() string        { return e.msg }
+func (e *closedError) Unwrap() error        { return e.err }
+func (e *closedError) Is(target error) bool { return e.is != nil && target == e.is }
 
 // lostError is a lost connection worded once; it unwraps to the cause.
 type lostError struct {

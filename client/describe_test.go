@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/sidecar-dev/sidecar/transport"
@@ -22,6 +23,12 @@ func TestDescribeLost(t *testing.T) {
 		{&transport.TIOCloseError{SessionError: &transportio.SessionError{Lost: true, Reason: "no packet from the peer for 15s (QUIC idle timeout)"}},
 			"connection lost: no packet from the peer for 15s (QUIC idle timeout)"},
 		{&transport.TIOCloseError{SessionError: &transportio.SessionError{Lost: true}}, "connection lost: the transport ended"},
+		// WT_IDLE_TIMEOUT on the WebSocket mapping, ours or the server's:
+		// lost (resumable), not closed.
+		{&transport.TIOCloseError{SessionError: &transportio.SessionError{Code: transportio.CloseIdleTimeout, Lost: true, Reason: "no message from the peer for 45000 ms"}},
+			"connection lost: no message from the peer for 45000 ms"},
+		{&transport.TIOCloseError{SessionError: &transportio.SessionError{Code: transportio.CloseIdleTimeout, Remote: true, Reason: "no message from the peer for 45000 ms"}},
+			"connection lost: the server heard nothing from us: no message from the peer for 45000 ms"},
 		{eof, "connection lost: the peer's TCP connection ended without a WebSocket close: EOF"},
 		{io.ErrUnexpectedEOF, "connection lost: unexpected EOF"},
 		// A normal close: its reason, without the transport's code.
@@ -36,6 +43,10 @@ func TestDescribeLost(t *testing.T) {
 		}
 		if !errors.Is(got, c.err) {
 			t.Errorf("describeClose(%v) does not unwrap to its cause", c.err)
+		}
+		// What readLoop reconnects after: a lost connection, and only that.
+		if lost := transport.CloseStatus(c.err) == -1; lost != strings.HasPrefix(c.want, "connection lost: ") {
+			t.Errorf("%v: CloseStatus %d", c.err, transport.CloseStatus(c.err))
 		}
 	}
 }

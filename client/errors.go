@@ -29,6 +29,11 @@ var (
 	// ErrGraceEnded: the host's grace period (resume.graceMs, counted
 	// from the loss) ended before a reconnect succeeded.
 	ErrGraceEnded = errors.New("client: the host's grace period ended")
+	// ErrServerShutdown: the host closed the connection because it is
+	// shutting down (close code 1001, or transport-io's "server shutting
+	// down"). It ends the Conn unless Options.ReconnectAfterShutdown is
+	// set; then it is the cause of the reconnection that follows.
+	ErrServerShutdown = errors.New("client: the server is shutting down")
 	// ErrNotKept: a subscription the host did not keep across a
 	// reconnect (listed in missing, or absent from windows.items: a
 	// disposed terminal, a TCP channel). Only that subscription ends.

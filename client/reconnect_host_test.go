@@ -247,3 +247,47 @@ func TestReconnectRealHostGraceEnds(t *testing.T) {
 	}
 	<-c.Done()
 }
+
+// TestReconnectAfterShutdown: a host that shuts down ends the Conn with
+// ErrServerShutdown, unless Options.ReconnectAfterShutdown is set: then the
+// Conn reconnects, first saying why, and the restarted host, which keeps
+// nothing of ours, ends it with ErrResumeExpired (forward then starts a
+// new session).
+func TestReconnectAfterShutdown(t *testing.T) {
+	for _, after := range []bool{false, true} {
+		t.Run(fmt.Sprint("ReconnectAfterShutdown=", after), func(t *testing.T) {
+			ctx := testCtx(t)
+			h := newRealHost(t, nil)
+			st := newStatuses()
+			c, err := client.Dial(ctx, "", client.Options{Dialer: h.dial, ReconnectDelay: 5 * time.Millisecond,
+				OnReconnect: st.on, ReconnectAfterShutdown: after})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			if _, err := c.RootState(ctx); err != nil {
+				t.Fatal(err)
+			}
+			old := h.srv
+			h.mu.Lock()
+			h.srv = h.newServer(nil)
+			h.mu.Unlock()
+			sctx, cancel := context.WithTimeout(ctx, testDeadline)
+			defer cancel()
+			_ = old.Shutdown(sctx)
+			if !after {
+				<-c.Done()
+				if !errors.Is(c.Err(), client.ErrServerShutdown) {
+					t.Fatalf("ended with %v, want ErrServerShutdown", c.Err())
+				}
+				return
+			}
+			if lost := st.await(t, client.Lost); !errors.Is(lost.Err, client.ErrServerShutdown) {
+				t.Errorf("lost with %v, want ErrServerShutdown", lost.Err)
+			}
+			if gave := st.await(t, client.GaveUp); !errors.Is(gave.Err, client.ErrResumeExpired) {
+				t.Fatalf("gave up with %v, want ErrResumeExpired", gave.Err)
+			}
+		})
+	}
+}

@@ -222,15 +222,11 @@ func (c *countingConn) ReadMessage(ctx context.Context) ([]byte, error) {
 
 // ReadMessageOrData implements transport.DataReader as the wrapped conn
 // does (or reads text); a tcp/data notification that came as bytes counts
-// as the text it stands for.
+// the bytes that came (its payload), not the text it stands for.
 func (c *countingConn) ReadMessageOrData(ctx context.Context) ([]byte, *rpc.Header, error) {
 	b, h, err := transport.ReadMessageOrData(ctx, c.MessageConn)
 	if err == nil {
-		n := len(b)
-		if h != nil {
-			n = h.TCPData.TextLen
-		}
-		c.receivedBytes.Add(uint64(n))
+		c.receivedBytes.Add(uint64(len(b)))
 		c.receivedMessages.Add(1)
 	}
 	return b, h, err
@@ -242,10 +238,17 @@ func (c *countingConn) RecycleRead(b []byte) { transport.RecycleRead(c.MessageCo
 // WriteReleases implements transport.Releaser as the wrapped conn does.
 func (c *countingConn) WriteReleases() bool { return transport.WriteReleases(c.MessageConn) }
 
+// WriteMessage counts what the transport carried: the bytes of a tcp/data
+// it sent as bytes (transport.SizedWriter), else the text.
 func (c *countingConn) WriteMessage(ctx context.Context, text []byte) error {
-	err := c.MessageConn.WriteMessage(ctx, text)
+	n, err := len(text), error(nil)
+	if sw, ok := c.MessageConn.(transport.SizedWriter); ok {
+		n, err = sw.WriteMessageSized(ctx, text)
+	} else {
+		err = c.MessageConn.WriteMessage(ctx, text)
+	}
 	if err == nil {
-		c.sentBytes.Add(uint64(len(text)))
+		c.sentBytes.Add(uint64(n))
 		c.sentMessages.Add(1)
 	}
 	return err

@@ -836,4 +836,10 @@ func TestTCPDataAsBytes(t *testing.T) {
 			break
 		}
 	}
+	// The received bytes count what crossed: the payloads (offset, the
+	// channel's length and UTF-8 bytes, the data), not the base64 texts.
+	payloads := uint64(len(sent) + 5*(8+2+len(uri)))
+	if got := h.s.stats().totals.traffic.receivedBytes; got < payloads || got > payloads+2048 {
+		t.Errorf("received bytes %d, want the %d of the tcp/data payloads and under 2 KiB of other messages", got, payloads)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -77,22 +78,41 @@ func TestForwardOpenFailedReset(t *testing.T) {
 	check("connection limit", fw.addrs[0], fmt.Sprintf("sidecar: %s -> 127.0.0.1:%d: open failed: TCP connection limit reached: 1 open for this client (tcp.max_per_client); close one first\n", fw.addrs[0], echo))
 }
 
-// TestForwardServerGoneOrder: when the server shuts down (SIGTERM) with a
-// forwarded connection open, forward says why first, then how many
-// connections it reset, and exits 255; the local connection is reset.
+// TestForwardServerGoneOrder: when the connection to the host ends for
+// good with a forwarded connection open (here the daemon shut down, SIGTERM,
+// and came back with another token, which refuses the reconnect that
+// follows), forward says why first, then how many connections it reset,
+// and exits 255; the local connection is reset.
 func TestForwardServerGoneOrder(t *testing.T) {
 	t.Parallel()
-	s, fw, c := tcpForwardedEcho(t)
+	echo := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c) })
+	s := startServer(t, "")
+	relay, url := relayed(t, s)
+	fw := tcpStartForward(t, &server{p: s.p, url: url, host: relay.Addr(), token: s.token, hash: s.hash}, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", echo))
+	c := tcpDial(t, fw.addrs[0])
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	var b [1]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		t.Fatalf("through -L: %v", err)
+	}
+	other := *s
+	other.token = "another-token-0123456789"
+	twin := startTwin(t, &other)
+	relay.SetTarget(twin.host)
 	if err := s.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if code := fw.p.wait(t, waitTimeout); code != 255 {
-		t.Errorf("forward exited %d when the server shut down, want 255", code)
+		t.Errorf("forward exited %d when the host refused it after a restart, want 255", code)
 	}
 	stderr := fw.p.stderr.String()
-	const want = "sidecar: the server is shutting down\nsidecar: reset 1 forwarded connection(s) still open\n"
-	if !strings.HasSuffix(stderr, want) {
-		t.Errorf("stderr:\n%s\nwant it to end with:\n%s", stderr, want)
+	if !strings.Contains(stderr, "sidecar: the server is shutting down; reconnecting (attempt 1, ") {
+		t.Errorf("stderr does not say the server shut down:\n%s", stderr)
 	}
-	fwReadsReset(t, "after the server shut down", c)
+	if !regexp.MustCompile(`sidecar: [^\n]*refused the token[^\n]*\nsidecar: reset 1 forwarded connection\(s\) still open\n$`).MatchString(stderr) {
+		t.Errorf("stderr:\n%s\nwant it to end with the refusal, then the reset count", stderr)
+	}
+	fwReadsReset(t, "after the host refused the reconnect", c)
 }

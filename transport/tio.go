@@ -25,10 +25,20 @@ const AHPEvent = "ahp"
 var Contract = transportio.MustContract(transportio.Event{Name: AHPEvent},
 	transportio.Event{Name: TCPDataEvent, Payload: transportio.CodecBytes})
 
-// EmitQueueMark is the bound of the transport queue under delivery's
-// scheduler: WriteMessage waits while this many emit frames are unsent. 32
-// is far under the 256 that closes a session as WT_PEER_TOO_SLOW.
-const EmitQueueMark = 32
+// EmitQueueMark and EmitQueueBytes bound the transport queue under
+// delivery's scheduler: WriteMessage waits while this many emit frames, or
+// this many bytes of them, are unsent (the bytes bound lets one larger
+// frame go alone). 32 frames is far under the 256 that closes a session as
+// WT_PEER_TOO_SLOW; 256 KiB is what a message of a quiet channel may wait
+// behind in the transport once delivery has chosen it (its fair turn
+// comes in delivery, seed 000): on WebTransport, whose rate is quic-go's
+// congestion window's (20-30 MiB/s on a 1 Gbit/s, 50 ms path), 32 grown
+// frames of 192 KiB would be 300 ms of wait; 256 KiB is about 10 ms there,
+// and two frames, enough to keep the stream busy on loopback.
+const (
+	EmitQueueMark  = 32
+	EmitQueueBytes = 256 << 10
+)
 
 // TIOPath is where transport-io is served, over HTTP/3 and over WebSocket.
 const TIOPath = "/transport-io"
@@ -98,14 +108,21 @@ func (c *tioConn) ReadMessageOrData(ctx context.Context) ([]byte, *rpc.Header, e
 }
 
 func (c *tioConn) WriteMessage(ctx context.Context, text []byte) error {
+	_, err := c.WriteMessageSized(ctx, text)
+	return err
+}
+
+// WriteMessageSized implements SizedWriter: the EMIT payload's length.
+func (c *tioConn) WriteMessageSized(ctx context.Context, text []byte) (int, error) {
 	if c.tcpBytes {
 		if p, ok := tcpDataToBytes(transportio.PayloadBuffer(len(text)*3/4), text); ok {
-			err := c.s.EmitWait(ctx, TCPDataEvent, p, EmitQueueMark)
+			err := c.s.EmitWaitQueue(ctx, TCPDataEvent, p, EmitQueueMark, EmitQueueBytes)
+			n := len(p)
 			transportio.RecyclePayload(p) // the session copied it
-			return tioError(err)
+			return n, tioError(err)
 		}
 	}
-	return tioError(c.s.EmitWait(ctx, AHPEvent, text, EmitQueueMark))
+	return len(text), tioError(c.s.EmitWaitQueue(ctx, AHPEvent, text, EmitQueueMark, EmitQueueBytes))
 }
 
 // WriteReleases implements Releaser: the session copies each payload into
@@ -165,7 +182,9 @@ func FromTIOClose(code transportio.CloseCode, reason string) CloseCode {
 
 // TIOCloseError is what a transport-io MessageConn returns once the session
 // ended. CloseStatus and CloseReason read it (through errors.As to
-// websocket.CloseError); a lost connection reports -1.
+// websocket.CloseError); a lost connection reports -1, and so does a
+// session either side ended as WT_IDLE_TIMEOUT (§3.3: nothing heard for
+// the idle deadline; the path went silent, which a client resumes from).
 type TIOCloseError struct{ *transportio.SessionError }
 
 func (e *TIOCloseError) Unwrap() error { return e.SessionError }
@@ -173,7 +192,7 @@ func (e *TIOCloseError) Unwrap() error { return e.SessionError }
 // As lets CloseStatus see the mapped code.
 func (e *TIOCloseError) As(target any) bool {
 	ce, ok := target.(*websocket.CloseError)
-	if !ok || e.Lost {
+	if !ok || e.Lost || e.Code == transportio.CloseIdleTimeout {
 		return false
 	}
 	*ce = websocket.CloseError{Code: websocket.StatusCode(FromTIOClose(e.Code, e.Reason)), Reason: e.Reason}

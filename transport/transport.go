@@ -73,6 +73,15 @@ type DataReader interface {
 	ReadMessageOrData(ctx context.Context) (b []byte, h *rpc.Header, err error)
 }
 
+// SizedWriter is implemented by MessageConns that may carry a message in
+// a form other than its text (tcp/data as bytes, see DataReader):
+// WriteMessageSized is WriteMessage that also returns how many bytes the
+// message took on the transport, its framing and compression aside (the
+// text's UTF-8 length, or the bytes payload's).
+type SizedWriter interface {
+	WriteMessageSized(ctx context.Context, text []byte) (int, error)
+}
+
 // ReadMessageOrData reads the next message of mc as DataReader does when
 // mc implements it, else as text (h nil).
 func ReadMessageOrData(ctx context.Context, mc MessageConn) (b []byte, h *rpc.Header, err error) {

@@ -220,6 +220,13 @@ func (w *wsConn) read(ctx context.Context) (websocket.MessageType, []byte, error
 // TCPDataSubprotocol; with a CorkConn under TLS, its frame header and TLS
 // records leave in one system call.
 func (w *wsConn) WriteMessage(ctx context.Context, text []byte) error {
+	_, err := w.WriteMessageSized(ctx, text)
+	return err
+}
+
+// WriteMessageSized implements SizedWriter: the WebSocket message's length
+// (before any compression).
+func (w *wsConn) WriteMessageSized(ctx context.Context, text []byte) (int, error) {
 	typ, msg := websocket.MessageText, text
 	if w.tcpBytes {
 		if p, ok := tcpDataToBytes(writeBufs.Get(len(text)*3/4), text); ok {
@@ -228,14 +235,14 @@ func (w *wsConn) WriteMessage(ctx context.Context, text []byte) error {
 		}
 	}
 	if w.cork == nil {
-		return w.c.Write(ctx, typ, msg)
+		return len(msg), w.c.Write(ctx, typ, msg)
 	}
 	w.cork.Cork()
 	err := w.c.Write(ctx, typ, msg)
 	if ferr := w.cork.Uncork(); err == nil {
 		err = ferr
 	}
-	return err
+	return len(msg), err
 }
 
 // writeBufs holds the binary messages WriteMessage built, for the next

@@ -275,10 +275,16 @@ func TestAuthorize(t *testing.T) {
 }
 
 // Checklist 82–83: keepalive after the interval with nothing sent; idle
-// close after the deadline with nothing received.
+// close after the deadline with nothing received. The side whose deadline
+// passed ends its session as lost (the path went silent): WT_IDLE_TIMEOUT,
+// Lost, not remote.
 func TestKeepaliveAndIdle(t *testing.T) {
 	l := &Listener{WebSocket: WebSocketOptions{Keepalive: 40 * time.Millisecond, Idle: 300 * time.Millisecond}}
-	p := newRawPeer(t, l, nil)
+	ended := make(chan error, 1)
+	p := newRawPeer(t, l, func(s *Session) {
+		<-s.Done()
+		ended <- s.Err()
+	})
 	// Before the handshake: the host's idle time runs from its receipt of
 	// our handshake, which is after this (taken after it, the close could
 	// come a few ms short of 300 ms on our clock).
@@ -303,6 +309,11 @@ func TestKeepaliveAndIdle(t *testing.T) {
 	}
 	if time.Since(start) < 300*time.Millisecond {
 		t.Errorf("idle close after %v", time.Since(start))
+	}
+	var se *SessionError
+	if err := <-ended; !errors.As(err, &se) || se.Code != CloseIdleTimeout || !se.Lost || se.Remote ||
+		err.Error() != "transportio: connection lost: no message from the peer for 300 ms" {
+		t.Errorf("the host's session ended with %#v (%v), want WT_IDLE_TIMEOUT, lost", se, err)
 	}
 }
 
@@ -403,6 +414,45 @@ func TestEmitWaitMark(t *testing.T) {
 	}
 	if s.Err() != nil || s.EmitQueueLen() != 32 {
 		t.Fatalf("err %v queue %d", s.Err(), s.EmitQueueLen())
+	}
+}
+
+// EmitWaitQueue's bound in bytes: it waits while the pending frames hold
+// that many bytes (the handshake's, in flight, included), never closes,
+// and lets one frame larger than the bound go once the lane has drained.
+func TestEmitWaitQueueBytes(t *testing.T) {
+	s, peer := stalledPair(t, Config{})
+	pending := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.pendingBytes
+	}
+	hs := pending() // the handshake, stalled in its write
+	p := make([]byte, 600)
+	frame := len(AppendFrame(nil, Frame{Type: FrameEmit, Codec: CodecJSON, EventID: 1, Payload: p}))
+	bound := hs + frame + 1 // room for one frame behind the handshake, not two
+	for i := 0; i < 2; i++ {
+		if err := s.EmitWaitQueue(ctxT(t), "ahp", p, 32, bound); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := pending(); got != hs+2*frame {
+		t.Fatalf("%d bytes pending, want %d", got, hs+2*frame)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.EmitWaitQueue(ctx, "ahp", p, 32, bound); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a frame past the bytes bound: %v", err)
+	}
+	if s.Err() != nil || s.EmitQueueLen() != 3 {
+		t.Fatalf("err %v queue %d", s.Err(), s.EmitQueueLen())
+	}
+	go func() { _, _ = io.Copy(io.Discard, peer) }()
+	big := make([]byte, 4*bound)
+	for i := 0; i < 2; i++ { // each alone past the bound: the lane drains between
+		if err := s.EmitWaitQueue(ctxT(t), "ahp", big, 32, bound); err != nil {
+			t.Fatalf("a frame larger than the bound: %v", err)
+		}
 	}
 }
 

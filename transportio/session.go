@@ -109,10 +109,12 @@ type Session struct {
 	mu       sync.Mutex // emit lane, ring, sequences
 	q        [][]byte
 	inflight int
-	space    chan struct{} // closed and replaced whenever pending shrinks
-	wake     chan struct{} // 1-slot: the writer has work
-	ring     DatagramRing
-	seq      map[uint32]uint32
+	// pendingBytes is the bytes of the frames in q and in flight.
+	pendingBytes int
+	space        chan struct{} // closed and replaced whenever pending shrinks
+	wake         chan struct{} // 1-slot: the writer has work
+	ring         DatagramRing
+	seq          map[uint32]uint32
 
 	gateMu sync.Mutex
 	gate   SequenceGate
@@ -181,6 +183,7 @@ func Start(car Carrier, cfg Config) *Session {
 		}
 	}
 	s.q = append(s.q, AppendHandshake(nil, Handshake{V: Version, Feat: cfg.Feat, Events: cfg.Contract.Table()}))
+	s.pendingBytes = len(s.q[0])
 	s.wg.Add(2)
 	go s.writer()
 	go s.reader()
@@ -429,9 +432,9 @@ func (s *Session) Emit(event string, payload []byte) error {
 		return err
 	}
 	if s.cfg.BlockOnFull {
-		return s.enqueue(s.ctx, b, MaxEmitQueue)
+		return s.enqueue(s.ctx, b, MaxEmitQueue, 0)
 	}
-	return s.enqueue(s.ctx, b, 0)
+	return s.enqueue(s.ctx, b, 0, 0)
 }
 
 // EmitWait queues one EMIT, first waiting while mark or more frames are
@@ -439,6 +442,16 @@ func (s *Session) Emit(event string, payload []byte) error {
 // sidecar uses 32) the lane is a bounded transport queue that never reaches
 // WT_PEER_TOO_SLOW.
 func (s *Session) EmitWait(ctx context.Context, event string, payload []byte, mark int) error {
+	return s.EmitWaitQueue(ctx, event, payload, mark, 0)
+}
+
+// EmitWaitQueue is EmitWait that also waits while bytes or more bytes of
+// frames are pending (frame headers included; bytes <= 0: no such bound),
+// though never with nothing pending, so one frame larger than bytes still
+// goes. A bound in bytes keeps the time a frame queued now waits behind
+// the others short on a slow path too (frames may be large), which is what
+// a message of a quiet channel waits (the sidecar: transport.EmitQueueBytes).
+func (s *Session) EmitWaitQueue(ctx context.Context, event string, payload []byte, mark, bytes int) error {
 	b, err := s.emitFrame(event, payload)
 	if err != nil {
 		return err
@@ -446,13 +459,14 @@ func (s *Session) EmitWait(ctx context.Context, event string, payload []byte, ma
 	if mark <= 0 || mark > MaxEmitQueue {
 		mark = MaxEmitQueue
 	}
-	return s.enqueue(ctx, b, mark)
+	return s.enqueue(ctx, b, mark, bytes)
 }
 
 // enqueue appends frame b to the emit lane. With mark 0 it never waits and
 // closes the session at MaxEmitQueue; otherwise it waits while mark or more
-// frames are pending, or until ctx ends.
-func (s *Session) enqueue(ctx context.Context, b []byte, mark int) error {
+// frames, or bytes or more bytes (when bytes > 0), are pending, or until
+// ctx ends.
+func (s *Session) enqueue(ctx context.Context, b []byte, mark, bytes int) error {
 	s.mu.Lock()
 	for {
 		if err := s.Err(); err != nil {
@@ -468,7 +482,7 @@ func (s *Session) enqueue(ctx context.Context, b []byte, mark int) error {
 			}
 			break
 		}
-		if pending < mark {
+		if pending < mark && (bytes <= 0 || pending == 0 || s.pendingBytes < bytes) {
 			break
 		}
 		sp := s.space
@@ -483,6 +497,7 @@ func (s *Session) enqueue(ctx context.Context, b []byte, mark int) error {
 		s.mu.Lock()
 	}
 	s.q = append(s.q, b)
+	s.pendingBytes += len(b)
 	s.mu.Unlock()
 	s.emitsSent.Add(1)
 	notify(s.wake)
@@ -562,6 +577,7 @@ func (s *Session) writer() {
 
 		s.mu.Lock()
 		s.inflight = 0
+		s.pendingBytes -= len(out)
 		close(s.space)
 		s.space = make(chan struct{})
 		s.mu.Unlock()

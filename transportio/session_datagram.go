@@ -61,6 +61,7 @@ func (s *Session) moveDatagramsLocked() {
 			return
 		}
 		s.q = append(s.q, AppendFrame(nil, Frame{Type: FrameDatagram, Codec: CodecJSON, Payload: b}))
+		s.pendingBytes += len(s.q[len(s.q)-1])
 	}
 }
 

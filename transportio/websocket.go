@@ -124,19 +124,25 @@ func (w *wsCarrier) end(e *SessionError) bool {
 }
 
 func (w *wsCarrier) Close(code CloseCode, reason string) error {
-	if !w.end(&SessionError{Code: code, Reason: reason}) {
-		return nil
+	w.closeWith(&SessionError{Code: code, Reason: reason})
+	return nil
+}
+
+// closeWith ends the session as e says and sends its close frame (e.Code,
+// e.Reason), once.
+func (w *wsCarrier) closeWith(e *SessionError) {
+	if !w.end(e) {
+		return
 	}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
 		t := time.AfterFunc(w.opts.CloseWait, func() { _ = w.c.CloseNow() })
-		_ = w.c.Close(websocket.StatusCode(code.WebSocketCode()), TruncateReason(reason, MaxWebSocketCloseReason))
+		_ = w.c.Close(websocket.StatusCode(e.Code.WebSocketCode()), TruncateReason(e.Reason, MaxWebSocketCloseReason))
 		t.Stop()
 		_ = w.c.CloseNow()
 		w.cancel()
 	}()
-	return nil
 }
 
 // LostReason words a read error that ended a WebSocket without a close:
@@ -295,7 +301,11 @@ func (w *wsCarrier) liveness() {
 		}
 		recv := time.Unix(0, w.lastRecv.Load())
 		if now.Sub(recv) >= w.opts.Idle {
-			w.Close(CloseIdleTimeout, fmt.Sprintf("no message from the peer for %d ms", w.opts.Idle.Milliseconds()))
+			// The peer says WT_IDLE_TIMEOUT if it hears us at all; here
+			// the path went silent: the connection is lost (a client
+			// reconnects), not closed by either side's choice.
+			w.closeWith(&SessionError{Code: CloseIdleTimeout, Lost: true,
+				Reason: fmt.Sprintf("no message from the peer for %d ms", w.opts.Idle.Milliseconds())})
 			return
 		}
 		send := time.Unix(0, w.lastSend.Load())

@@ -153,6 +153,20 @@ func (tb *Table) Shutdown() {
 	tb.wg.Wait()
 }
 
+// errBadHost is CheckHost's error.
+var errBadHost = errors.New("must be a DNS name or an IP address, not a URL")
+
+// CheckHost reports a createTcpConnection host that cannot be a DNS name or
+// an IP address (one with a space, a slash, '@', '?' or '#': a URL or a
+// typo), or is longer than MaxHost; the host refuses it with -32602, and a
+// client can refuse it before asking.
+func CheckHost(host string) error {
+	if len(host) > MaxHost || strings.ContainsAny(host, "/ \t\r\n@?#") {
+		return errBadHost
+	}
+	return nil
+}
+
 // Open is createTcpConnection (ahp.md §6b): check the params and the
 // limits, reserve the URI, resolve and dial under the policy, and start
 // the connection's loops; its reader waits for the creator's windowed
@@ -172,8 +186,8 @@ func (tb *Table) Open(ctx context.Context, conn adapters.ConnID, clientID, princ
 	if host == "" {
 		return rpc.Missing("host"), nil
 	}
-	if len(host) > MaxHost || strings.ContainsAny(host, "/ \t\r\n@?#") {
-		return rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "host" must be a DNS name or an IP address, not a URL`), nil
+	if err := CheckHost(host); err != nil {
+		return rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "host" %v`, err), nil
 	}
 	if p.Port == nil {
 		return rpc.Missing("port"), nil

@@ -31,6 +31,9 @@ type connFlags struct {
 	// onReconnect, when set before dial, is told each step of a
 	// reconnection (client.Options.OnReconnect).
 	onReconnect func(client.ReconnectStatus)
+	// reconnectAfterShutdown: a host that shuts down is reconnected to
+	// (client.Options.ReconnectAfterShutdown), for forward.
+	reconnectAfterShutdown bool
 }
 
 func (f *connFlags) register(cmd *cobra.Command) {
@@ -163,7 +166,8 @@ func (f *connFlags) options() client.Options {
 		pin = os.Getenv("SIDECAR_CERT_HASH")
 	}
 	return client.Options{Token: token, CertHash: pin, Ordinary: f.ordinary, ClientName: "sidecar-cli/" + version,
-		Transport: f.transport, Via: f.via, OnReconnect: f.onReconnect, Compress: f.compress}
+		Transport: f.transport, Via: f.via, OnReconnect: f.onReconnect, Compress: f.compress,
+		ReconnectAfterShutdown: f.reconnectAfterShutdown}
 }
 
 // dial connects and initializes within --connect-timeout.

@@ -155,6 +155,9 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 			bound = append(bound, boundListener{l: l, local: local, given: given[i]})
 		}
 	}
+	// A daemon that shuts down is most often restarting: reconnect, and
+	// start a new session once it answers (it keeps nothing of ours).
+	cf.reconnectAfterShutdown = true
 	cf.onReconnect = func(st client.ReconnectStatus) {
 		if st.State == client.Connecting {
 			return // a log, not a status line: the attempt is announced once

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
 )
 
 // localForward is one -L.
@@ -69,6 +71,9 @@ func parseLocalParts(parts []string) (localForward, error) {
 	f.host = parts[1]
 	if f.host == "" {
 		return f, errors.New("no destination host")
+	}
+	if err := tcpadapter.CheckHost(f.host); err != nil {
+		return f, fmt.Errorf("destination host %q %v", f.host, err)
 	}
 	if f.hostPort, err = parsePort(parts[2], false); err != nil {
 		return f, err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,6 +20,9 @@ import (
 func reconnectLine(st client.ReconnectStatus) string {
 	switch st.State {
 	case client.Retrying:
+		if errors.Is(st.Err, client.ErrServerShutdown) {
+			return fmt.Sprintf("the server is shutting down; reconnecting (attempt %d, next in %s)", st.Attempt, roughly(st.Next))
+		}
 		return fmt.Sprintf("connection lost, reconnecting (attempt %d, next in %s)", st.Attempt, roughly(st.Next))
 	case client.Connecting:
 		return fmt.Sprintf("connection lost, reconnecting (attempt %d, connecting…)", st.Attempt)
