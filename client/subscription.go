@@ -233,15 +233,7 @@ func (s *Subscription) receive(l *link, h *rpc.Header, raw []byte) error {
 		s.note(h.Method, h.Params, true)
 		return s.q.push(m, maxOrdinaryQueue)
 	}
-	var size delivery.UTF16Bytes
-	switch {
-	case h.TCPData != nil: // came as bytes: the size of the text it stands for
-		size = h.TCPData.Size
-	case h.ASCII:
-		size = delivery.UTF16Bytes(2 * len(raw))
-	default:
-		size = delivery.Measure(raw)
-	}
+	size := h.Size(raw)
 	if err := in.Receive(size); err != nil {
 		return err
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/sidecar-dev/sidecar/client"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/host"
+	"github.com/sidecar-dev/sidecar/internal/tiopipe"
 	"github.com/sidecar-dev/sidecar/transport"
-	"github.com/sidecar-dev/sidecar/transportio"
 )
 
 // newTIOPair is newPair over a transport-io session pair (pipes), on which
@@ -26,21 +26,12 @@ func newTIOPair(t *testing.T) *client.Conn {
 	t.Helper()
 	cfg := config.Default()
 	srv := host.New(cfg, hclog.NewNullLogger())
-	cr, sw := io.Pipe()
-	sr, cw := io.Pipe()
-	ss := transportio.Start(transportio.NewStreamCarrier(sr, sw, "client"), transportio.Config{
-		Contract: transport.Contract, Role: transportio.RoleServer, BlockOnFull: true, Origin: 1, PayloadsChecked: true})
-	cs := transportio.Start(transportio.NewStreamCarrier(cr, cw, "server"), transportio.Config{
-		Contract: transport.Contract, Role: transportio.RoleClient, BlockOnFull: true, PayloadsChecked: true})
+	cs, ss := tiopipe.Pair(t, transport.Contract, transport.Contract, nil)
 	served := make(chan error, 1)
 	go func() { served <- srv.ServeConn(context.Background(), transport.NewTIOConn(ss)) }()
 	c := client.NewConn(transport.NewTIOConn(cs), client.Options{})
 	t.Cleanup(func() {
 		_ = c.Close()
-		cs.Close(transportio.CloseNoError, "")
-		ss.Close(transportio.CloseNoError, "")
-		cs.Wait()
-		ss.Wait()
 		select {
 		case <-served:
 		case <-time.After(testDeadline):

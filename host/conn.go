@@ -449,14 +449,7 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 	// A data message. On a windowed subscription it counts (seed 000).
 	var size delivery.UTF16Bytes
 	if sub != nil && sub.windowed() {
-		switch {
-		case h.TCPData != nil: // came as bytes: the size of the text it stands for
-			size = h.TCPData.Size
-		case h.ASCII:
-			size = delivery.UTF16Bytes(2 * len(raw))
-		default:
-			size = delivery.Measure(raw)
-		}
+		size = h.Size(raw)
 		if err := sub.in.Receive(size); err != nil {
 			return err
 		}

@@ -22,9 +22,9 @@ import (
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/internal/syncbuf"
+	"github.com/sidecar-dev/sidecar/internal/tiopipe"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
-	"github.com/sidecar-dev/sidecar/transportio"
 )
 
 // tcpHarness is a Server with raw pipe peers, for the TCP channel.
@@ -782,18 +782,7 @@ func TestTCPWindowBudgetPerClient(t *testing.T) {
 // with a channel URI that is not ASCII.
 func TestTCPDataAsBytes(t *testing.T) {
 	h := newTCPHarness(t, nil)
-	cr, sw := io.Pipe()
-	sr, cw := io.Pipe()
-	ss := transportio.Start(transportio.NewStreamCarrier(sr, sw, "client"), transportio.Config{
-		Contract: transport.Contract, Role: transportio.RoleServer, BlockOnFull: true, Origin: 1, PayloadsChecked: true})
-	cs := transportio.Start(transportio.NewStreamCarrier(cr, cw, "server"), transportio.Config{
-		Contract: transport.Contract, Role: transportio.RoleClient, BlockOnFull: true, PayloadsChecked: true})
-	t.Cleanup(func() {
-		cs.Close(transportio.CloseNoError, "")
-		ss.Close(transportio.CloseNoError, "")
-		cs.Wait()
-		ss.Wait()
-	})
+	cs, ss := tiopipe.Pair(t, transport.Contract, transport.Contract, nil)
 	p := h.peerOver("tcp-bytes", transport.NewTIOConn(cs), transport.NewTIOConn(ss))
 	port, accepted := tcpDest(t)
 	uri := "ahp-tcp:/café-☕"

@@ -175,6 +175,21 @@ type Header struct {
 	TCPData *TCPData `json:"-"`
 }
 
+// Size returns the size of the message h was parsed from, raw, in UTF-16
+// bytes (seed 000 "Message Size"): for one that came as bytes the size of
+// the text it stands for (TCPData.Size), else of raw, measured only when it
+// is not all ASCII.
+func (h *Header) Size(raw []byte) delivery.UTF16Bytes {
+	switch {
+	case h.TCPData != nil:
+		return h.TCPData.Size
+	case h.ASCII:
+		return delivery.UTF16Bytes(2 * len(raw))
+	default:
+		return delivery.Measure(raw)
+	}
+}
+
 // TCPData is a tcp/data notification received as bytes: the offset and
 // stream bytes that its text
 //

@@ -85,18 +85,7 @@ func TestForwardOpenFailedReset(t *testing.T) {
 // and exits 255; the local connection is reset.
 func TestForwardServerGoneOrder(t *testing.T) {
 	t.Parallel()
-	echo := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c) })
-	s := startServer(t, "")
-	relay, url := relayed(t, s)
-	fw := tcpStartForward(t, &server{p: s.p, url: url, host: relay.Addr(), token: s.token, hash: s.hash}, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", echo))
-	c := tcpDial(t, fw.addrs[0])
-	if _, err := c.Write([]byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	var b [1]byte
-	if _, err := io.ReadFull(c, b[:]); err != nil {
-		t.Fatalf("through -L: %v", err)
-	}
+	s, relay, _, fw, c := relayedEchoForward(t)
 	other := *s
 	other.token = "another-token-0123456789"
 	twin := startTwin(t, &other)

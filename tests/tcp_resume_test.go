@@ -402,42 +402,20 @@ func startTwin(t *testing.T, s *server) *server {
 	return &server{p: p, url: m[1], host: m[2], token: s.token, hash: s.hash, config: s.config}
 }
 
-// TestForwardCarriesOnAfterShutdown: the daemon is restarted the usual way
-// (SIGTERM, then started again with the same token: systemctl restart):
-// forward, told the server is shutting down, reconnects instead of
-// exiting, starts a new session with the restarted daemon, and the same
-// local port forwards again; the connection open at the shutdown is reset.
-func TestForwardCarriesOnAfterShutdown(t *testing.T) {
-	t.Parallel()
+// relayedEchoForward starts a host, a relay in front of it and `sidecar
+// forward` through the relay with one -L to an echo server; open is a
+// connection through that port, which has echoed once.
+func relayedEchoForward(t *testing.T) (s *server, relay *fault.TCP, url string, fw *tcpForward, open *net.TCPConn) {
+	t.Helper()
 	echo := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c) })
-	s := startServer(t, "")
-	relay, url := relayed(t, s)
-	fw := tcpStartForward(t, &server{p: s.p, url: url, host: relay.Addr(), token: s.token, hash: s.hash}, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", echo))
-	open := tcpDial(t, fw.addrs[0])
+	s = startServer(t, "")
+	relay, url = relayed(t, s)
+	fw = tcpStartForward(t, &server{p: s.p, url: url, host: relay.Addr(), token: s.token, hash: s.hash}, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", echo))
+	open = tcpDial(t, fw.addrs[0])
 	if err := echoRoundTrip(open, "before"); err != nil {
 		t.Fatal(err)
 	}
-	twin := startTwin(t, s)
-	relay.SetTarget(twin.host)
-	if err := s.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	pos := fw.p.stderr.waitFor(t, "the new session", 0, "sidecar: new session with "+url+"\n")
-	if stderr := fw.p.stderr.String(); !strings.Contains(stderr, "sidecar: the server is shutting down; reconnecting (attempt 1, ") {
-		t.Errorf("forward did not say the server shut down:\n%s", stderr)
-	}
-	if _, err := io.Copy(io.Discard, open); !errors.Is(err, syscall.ECONNRESET) {
-		t.Errorf("the connection open at the shutdown ended with %v, want a reset", err)
-	}
-	c := tcpDial(t, fw.addrs[0])
-	if err := echoRoundTrip(c, "after the restart"); err != nil {
-		t.Fatalf("through the same -L port after the restart: %v\nforward's stderr:\n%s", err, fw.p.stderr.String()[pos:])
-	}
-	select {
-	case <-fw.p.done:
-		t.Fatalf("forward exited:\n%s", fw.p.stderr.String())
-	default:
-	}
+	return s, relay, url, fw, open
 }
 
 // echoRoundTrip writes msg to c, an echoed connection, and reads it back.
@@ -456,35 +434,43 @@ func echoRoundTrip(c net.Conn, msg string) error {
 }
 
 // TestForwardNewSessionAfterHostRestart: the host forward talks to
-// restarts (here: the relay now leads to a twin that never knew this
-// client): forward's resume is answered "expired", so it starts a new
-// session and the same local port forwards again, without a restart of
-// forward; the connection open at the cut is reset.
+// restarts, and the relay now leads to a twin that never knew this
+// client; the old host is either cut off (a crash) or shut down the usual
+// way (SIGTERM, as systemctl restart: forward is told the server is
+// shutting down and reconnects instead of exiting). forward's resume is
+// answered "expired", so it starts a new session and the same local port
+// forwards again, without a restart of forward; the connection open at the
+// restart is reset.
 func TestForwardNewSessionAfterHostRestart(t *testing.T) {
 	t.Parallel()
-	echo := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c) })
-	s := startServer(t, "")
-	relay, url := relayed(t, s)
-	fw := tcpStartForward(t, &server{p: s.p, url: url, host: relay.Addr(), token: s.token, hash: s.hash}, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", echo))
-	open := tcpDial(t, fw.addrs[0])
-	if err := echoRoundTrip(open, "before"); err != nil {
-		t.Fatal(err)
-	}
-
-	twin := startTwin(t, s)
-	relay.SetTarget(twin.host)
-	relay.Cut()
-	pos := fw.p.stderr.waitFor(t, "the new session", 0, "sidecar: new session with "+url+"\n")
-	if _, err := io.Copy(io.Discard, open); !errors.Is(err, syscall.ECONNRESET) {
-		t.Errorf("the connection open at the restart ended with %v, want a reset", err)
-	}
-	c := tcpDial(t, fw.addrs[0])
-	if err := echoRoundTrip(c, "after the restart"); err != nil {
-		t.Fatalf("through the same -L port after the new session: %v\nforward's stderr:\n%s", err, fw.p.stderr.String()[pos:])
-	}
-	select {
-	case <-fw.p.done:
-		t.Fatalf("forward exited:\n%s", fw.p.stderr.String())
-	default:
+	for _, how := range []string{"cut", "SIGTERM"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			s, relay, url, fw, open := relayedEchoForward(t)
+			twin := startTwin(t, s)
+			relay.SetTarget(twin.host)
+			if how == "cut" {
+				relay.Cut()
+			} else if err := s.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			pos := fw.p.stderr.waitFor(t, "the new session", 0, "sidecar: new session with "+url+"\n")
+			told := strings.Contains(fw.p.stderr.String(), "sidecar: the server is shutting down; reconnecting (attempt 1, ")
+			if told != (how == "SIGTERM") {
+				t.Errorf("forward said the server was shutting down: %v; stderr:\n%s", told, fw.p.stderr.String())
+			}
+			if _, err := io.Copy(io.Discard, open); !errors.Is(err, syscall.ECONNRESET) {
+				t.Errorf("the connection open at the restart ended with %v, want a reset", err)
+			}
+			c := tcpDial(t, fw.addrs[0])
+			if err := echoRoundTrip(c, "after the restart"); err != nil {
+				t.Fatalf("through the same -L port after the new session: %v\nforward's stderr:\n%s", err, fw.p.stderr.String()[pos:])
+			}
+			select {
+			case <-fw.p.done:
+				t.Fatalf("forward exited:\n%s", fw.p.stderr.String())
+			default:
+			}
+		})
 	}
 }

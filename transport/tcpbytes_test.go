@@ -16,6 +16,7 @@ import (
 
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/internal/tiopipe"
 	"github.com/sidecar-dev/sidecar/transportio"
 )
 
@@ -173,25 +174,9 @@ var oldContract = transportio.MustContract(transportio.Event{Name: AHPEvent})
 // contracts; tap records what the client writes.
 func tioPair(t *testing.T, client, server *transportio.Contract) (c, s *transportio.Session, tap *tapWriter) {
 	t.Helper()
-	cr, sw := io.Pipe()
-	sr, cw := io.Pipe()
-	tap = &tapWriter{w: cw}
-	s = transportio.Start(transportio.NewStreamCarrier(sr, sw, "client"), transportio.Config{
-		Contract: server, Role: transportio.RoleServer, BlockOnFull: true, Origin: 1, PayloadsChecked: true})
-	c = transportio.Start(transportio.NewStreamCarrier(cr, tap, "server"), transportio.Config{
-		Contract: client, Role: transportio.RoleClient, BlockOnFull: true, PayloadsChecked: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for _, x := range []*transportio.Session{c, s} {
-		if err := x.WaitHandshake(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		c.Close(transportio.CloseNoError, "")
-		s.Close(transportio.CloseNoError, "")
-		c.Wait()
-		s.Wait()
+	c, s = tiopipe.Pair(t, client, server, func(w io.WriteCloser) io.WriteCloser {
+		tap = &tapWriter{w: w}
+		return tap
 	})
 	return c, s, tap
 }
