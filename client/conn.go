@@ -424,7 +424,7 @@ func explainDial(u *url.URL, err error) error {
 		// From the mismatch on: QUIC wraps it as "CRYPTO_ERROR 0x12a (local): ...".
 		msg := err.Error()
 		msg = msg[strings.Index(msg, "certificate pin mismatch"):] // found: the case's condition
-		return fmt.Errorf("%s: %s; check --cert-hash (sidecar serve prints the current one)", u.Host, msg)
+		return &pinError{msg: fmt.Sprintf("%s: %s; check --cert-hash (sidecar serve prints the current one)", u.Host, msg), err: err}
 	case errors.As(err, &recordErr) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
 		// The first bytes back were no TLS record: another service on
 		// that port (net/http says so in words when they were HTTP).

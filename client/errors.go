@@ -18,6 +18,10 @@ var (
 	// (HTTP 401, WT_UNAUTHORIZED). Never retried. A Dialer of one's own
 	// wraps it to make reconnection stop.
 	ErrUnauthorized = errors.New("client: the host refused the token")
+	// ErrCertificateMismatch: the host presented a certificate other than
+	// the pinned one (--cert-hash): its certificate was renewed or
+	// replaced, or it is not our host. Never retried.
+	ErrCertificateMismatch = errors.New("client: the host's certificate does not match the pin")
 	// ErrResumeExpired: the host holds nothing to resume for our
 	// clientId (-32008, kind "expired": its grace ended, or it
 	// restarted). Never retried.
@@ -74,6 +78,16 @@ type refusalError struct {
 
 func (e *refusalError) Error() string   { return e.msg }
 func (e *refusalError) Unwrap() []error { return []error{ErrUnauthorized, e.err} }
+
+// pinError is a certificate pin mismatch worded for a person that still
+// matches ErrCertificateMismatch and the transport's error.
+type pinError struct {
+	msg string
+	err error
+}
+
+func (e *pinError) Error() string   { return e.msg }
+func (e *pinError) Unwrap() []error { return []error{ErrCertificateMismatch, e.err} }
 
 // lostCallError is a call that was in flight when the transport was lost.
 type lostCallError struct {

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"errors"
+	"net/url"
 	"slices"
 	"sync"
 	"time"
@@ -80,4 +82,10 @@ func ReceivedBytes(t *TCPConn) delivery.UTF16Bytes {
 	}
 	received, _ := in.Counters()
 	return received
+}
+
+// PinMismatch is the dial error a certificate pin mismatch with text msg
+// becomes (explainDial), for a test Dialer to refuse with.
+func PinMismatch(msg string) error {
+	return explainDial(&url.URL{Host: "127.0.0.1:1"}, errors.New(msg))
 }

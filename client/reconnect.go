@@ -203,8 +203,13 @@ func (c *Conn) attempt(deadline time.Time) (err, fatal error) {
 	defer cancel()
 	mc, err := c.opts.Dialer(ctx)
 	if err != nil {
-		if isRefusal(err) {
+		switch {
+		case isRefusal(err):
 			return err, ErrUnauthorized
+		case errors.Is(err, ErrCertificateMismatch):
+			// A renewed or replaced certificate stays so: say so now
+			// rather than retry until the grace ends.
+			return err, ErrCertificateMismatch
 		}
 		return err, nil
 	}

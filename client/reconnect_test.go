@@ -505,6 +505,7 @@ func TestReconnectGivesUp(t *testing.T) {
 			h.send(ctx, fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"error":{"code":-32009,"message":"wrong token","data":{"kind":"refused"}}}`, m.ID))
 		}, client.ErrResumeRefused},
 		{"unauthorized", 60_000, nil, client.ErrUnauthorized},
+		{"certificate", 60_000, nil, client.ErrCertificateMismatch},
 		{"grace", 300, nil, client.ErrGraceEnded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -519,6 +520,8 @@ func TestReconnectGivesUp(t *testing.T) {
 			switch tc.name {
 			case "unauthorized":
 				d.Refuse(fmt.Errorf("refused the token (HTTP 401): %w", client.ErrUnauthorized))
+			case "certificate":
+				d.Refuse(client.PinMismatch("127.0.0.1:1: certificate pin mismatch: server presented sha256 9d58, expected 5a78"))
 			case "grace":
 				d.Refuse(errors.New("connection refused"))
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -153,16 +154,19 @@ func (tb *Table) Shutdown() {
 	tb.wg.Wait()
 }
 
-// errBadHost is CheckHost's error.
-var errBadHost = errors.New("must be a DNS name or an IP address, not a URL")
-
-// CheckHost reports a createTcpConnection host that cannot be a DNS name or
-// an IP address (one with a space, a slash, '@', '?' or '#': a URL or a
-// typo), or is longer than MaxHost; the host refuses it with -32602, and a
-// client can refuse it before asking.
+// CheckHost reports a createTcpConnection host that cannot be a DNS name
+// or an IP address: longer than MaxHost, with white space (a typo), or a
+// slash, '@', '?' or '#' (a URL); the host refuses it with -32602, and a
+// client can refuse it before asking. The error reads after the word
+// "host".
 func CheckHost(host string) error {
-	if len(host) > MaxHost || strings.ContainsAny(host, "/ \t\r\n@?#") {
-		return errBadHost
+	switch {
+	case len(host) > MaxHost:
+		return fmt.Errorf("must be at most %d bytes", MaxHost)
+	case strings.ContainsAny(host, " \t\r\n"):
+		return errors.New("must be a DNS name or an IP address, without white space")
+	case strings.ContainsAny(host, "/@?#"):
+		return errors.New("must be a DNS name or an IP address, not a URL")
 	}
 	return nil
 }

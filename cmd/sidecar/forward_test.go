@@ -344,7 +344,7 @@ func TestParseForwardSpecs(t *testing.T) {
 		"5822:h:0":            `bad -L "5822:h:0": "0" is not a port (1 to 65535)`,
 		"[::1]:x:[::1]:80":    `bad -L "[::1]:x:[::1]:80": "x" is not a port (0 to 65535)`,
 		"5605::80":            `bad -L "5605::80": no destination host`,
-		"48501: 127.0.0.1:80": `bad -L "48501: 127.0.0.1:80": destination host " 127.0.0.1" must be a DNS name or an IP address, not a URL`,
+		"48501: 127.0.0.1:80": `bad -L "48501: 127.0.0.1:80": destination host " 127.0.0.1" must be a DNS name or an IP address, without white space`,
 		"8080:http//h:80":     `bad -L "8080:http//h:80": destination host "http//h" must be a DNS name or an IP address, not a URL`,
 		"5605:[::1:80":        `bad -L "5605:[::1:80": unbalanced brackets`,
 		"-D [::1:1080":        `bad -D "[::1:1080": unbalanced brackets`,
