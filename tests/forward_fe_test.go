@@ -105,3 +105,28 @@ func TestForwardServerGoneOrder(t *testing.T) {
 	}
 	fwReadsReset(t, "after the host refused the reconnect", c)
 }
+
+// TestForwardStopsOnNewCertificate: the daemon restarts (SIGTERM) with
+// another certificate (a renewed development certificate: another state
+// directory here); forward's reconnect meets a pin mismatch and stops at
+// once, saying so, instead of retrying until the grace ends.
+func TestForwardStopsOnNewCertificate(t *testing.T) {
+	t.Parallel()
+	s, relay, _, fw, c := relayedEchoForward(t)
+	twin := startTwinIn(t, s, t.TempDir())
+	if twin.hash == s.hash {
+		t.Fatal("the twin has the same certificate")
+	}
+	relay.SetTarget(twin.host)
+	if err := s.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := fw.p.wait(t, waitTimeout); code != 255 {
+		t.Errorf("forward exited %d when the host's certificate changed, want 255", code)
+	}
+	stderr := fw.p.stderr.String()
+	if !strings.Contains(stderr, "the host's certificate does not match the pin") || !strings.Contains(stderr, "certificate pin mismatch: server presented sha256 "+twin.hash) {
+		t.Errorf("stderr does not name the pin mismatch:\n%s", stderr)
+	}
+	fwReadsReset(t, "after the certificate changed", c)
+}
