@@ -42,8 +42,15 @@ func newPair(t *testing.T, opts client.Options, tweak func(*config.Config)) *pai
 	if tweak != nil {
 		tweak(cfg)
 	}
-	srv := host.New(cfg, hclog.NewNullLogger())
 	a, b := transport.Pipe(64)
+	return newPairOver(t, a, b, opts, cfg)
+}
+
+// newPairOver is newPair over a given transport pair (a the client's end,
+// b the host's) and config.
+func newPairOver(t *testing.T, a, b transport.MessageConn, opts client.Options, cfg *config.Config) *pair {
+	t.Helper()
+	srv := host.New(cfg, hclog.NewNullLogger())
 	served := make(chan error, 1)
 	go func() { served <- srv.ServeConn(context.Background(), b) }()
 	c := client.NewConn(a, opts)

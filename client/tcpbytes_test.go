@@ -2,20 +2,15 @@ package client_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"io"
 	"net"
 	"testing"
-	"time"
-
-	"github.com/hashicorp/go-hclog"
 
 	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/client"
 	"github.com/sidecar-dev/sidecar/config"
-	"github.com/sidecar-dev/sidecar/host"
 	"github.com/sidecar-dev/sidecar/internal/tiopipe"
 	"github.com/sidecar-dev/sidecar/transport"
 )
@@ -24,26 +19,8 @@ import (
 // tcp/data crosses as bytes (transport.TCPDataEvent) both ways.
 func newTIOPair(t *testing.T) *client.Conn {
 	t.Helper()
-	cfg := config.Default()
-	srv := host.New(cfg, hclog.NewNullLogger())
 	cs, ss := tiopipe.Pair(t, transport.Contract, transport.Contract, nil)
-	served := make(chan error, 1)
-	go func() { served <- srv.ServeConn(context.Background(), transport.NewTIOConn(ss)) }()
-	c := client.NewConn(transport.NewTIOConn(cs), client.Options{})
-	t.Cleanup(func() {
-		_ = c.Close()
-		select {
-		case <-served:
-		case <-time.After(testDeadline):
-			t.Error("ServeConn did not return after the client closed")
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
-	return c
+	return newPairOver(t, transport.NewTIOConn(cs), transport.NewTIOConn(ss), client.Options{}, config.Default()).c
 }
 
 // TestTCPBytesBothWays: over transport-io, where tcp/data crosses as

@@ -6,11 +6,9 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
-	"io"
 	"math"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -147,37 +145,15 @@ func TestTCPBytesMalformed(t *testing.T) {
 	}
 }
 
-// tapWriter records what a session writes on its stream.
-type tapWriter struct {
-	w   io.WriteCloser
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (t *tapWriter) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	t.buf.Write(p)
-	t.mu.Unlock()
-	return t.w.Write(p)
-}
-func (t *tapWriter) Close() error { return t.w.Close() }
-func (t *tapWriter) bytes() []byte {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return bytes.Clone(t.buf.Bytes())
-}
-
 // oldContract is a peer's from before TCPDataEvent.
 var oldContract = transportio.MustContract(transportio.Event{Name: AHPEvent})
 
 // tioPair starts a client and a server session over pipes with the given
 // contracts; tap records what the client writes.
-func tioPair(t *testing.T, client, server *transportio.Contract) (c, s *transportio.Session, tap *tapWriter) {
+func tioPair(t *testing.T, client, server *transportio.Contract) (c, s *transportio.Session, tap *tiopipe.Recorder) {
 	t.Helper()
-	c, s = tiopipe.Pair(t, client, server, func(w io.WriteCloser) io.WriteCloser {
-		tap = &tapWriter{w: w}
-		return tap
-	})
+	tap = &tiopipe.Recorder{}
+	c, s = tiopipe.Pair(t, client, server, tap.Tap)
 	return c, s, tap
 }
 
@@ -221,7 +197,7 @@ func TestTCPBytesNegotiated(t *testing.T) {
 		}
 		RecycleRead(sc, b)
 	}
-	wire := tap.bytes()
+	wire := tap.Bytes()
 	if !bytes.Contains(wire, data) || bytes.Contains(wire, []byte(base64.StdEncoding.EncodeToString(data[:300]))) {
 		t.Fatal("the tcp/data did not cross as raw bytes")
 	}
@@ -250,7 +226,7 @@ func TestTCPBytesOldPeer(t *testing.T) {
 	if st := s.Stats(); st.UnknownDropped != 0 {
 		t.Fatalf("the old peer dropped %d unknown events", st.UnknownDropped)
 	}
-	if !bytes.Contains(tap.bytes(), []byte(m)) {
+	if !bytes.Contains(tap.Bytes(), []byte(m)) {
 		t.Fatal("not sent as text")
 	}
 }

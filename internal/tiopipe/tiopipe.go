@@ -4,8 +4,10 @@
 package tiopipe
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,4 +48,35 @@ func Pair(t testing.TB, client, server *transportio.Contract, tap Tap) (c, s *tr
 		}
 	}
 	return c, s
+}
+
+// Recorder is a Tap that keeps a copy of everything written through it.
+type Recorder struct {
+	w   io.WriteCloser
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Tap wraps w; pass r.Tap to Pair.
+func (r *Recorder) Tap(w io.WriteCloser) io.WriteCloser {
+	r.w = w
+	return r
+}
+
+// Write records p and writes it on.
+func (r *Recorder) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	r.buf.Write(p)
+	r.mu.Unlock()
+	return r.w.Write(p)
+}
+
+// Close closes the writer it wraps.
+func (r *Recorder) Close() error { return r.w.Close() }
+
+// Bytes returns a copy of what was written so far.
+func (r *Recorder) Bytes() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return bytes.Clone(r.buf.Bytes())
 }

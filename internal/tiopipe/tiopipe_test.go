@@ -3,8 +3,6 @@ package tiopipe
 import (
 	"bytes"
 	"context"
-	"io"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,26 +13,12 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type lockedWriter struct {
-	mu  sync.Mutex
-	w   io.WriteCloser
-	buf bytes.Buffer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	l.buf.Write(p)
-	l.mu.Unlock()
-	return l.w.Write(p)
-}
-func (l *lockedWriter) Close() error { return l.w.Close() }
-
 // TestPair: both handshakes are done when Pair returns, an EMIT crosses
 // each way, and the tap sees the client's frames.
 func TestPair(t *testing.T) {
 	contract := transportio.MustContract(transportio.Event{Name: "ahp"})
-	tap := &lockedWriter{}
-	c, s := Pair(t, contract, contract, func(w io.WriteCloser) io.WriteCloser { tap.w = w; return tap })
+	var rec Recorder
+	c, s := Pair(t, contract, contract, rec.Tap)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, x := range []struct{ from, to *transportio.Session }{{c, s}, {s, c}} {
@@ -46,9 +30,7 @@ func TestPair(t *testing.T) {
 			t.Fatalf("received %q %q %v", m.Event, m.Payload, err)
 		}
 	}
-	tap.mu.Lock()
-	defer tap.mu.Unlock()
-	if !bytes.Contains(tap.buf.Bytes(), []byte(`{"n":1}`)) {
+	if !bytes.Contains(rec.Bytes(), []byte(`{"n":1}`)) {
 		t.Fatal("the tap did not see the client's EMIT")
 	}
 }
