@@ -873,12 +873,19 @@ const (
 // Overloaded answer is retried (overloadedRetryMin), and returned only
 // once ctx or the Conn ends.
 func (c *Conn) callOn(ctx context.Context, l *link, method string, params, result any, inline func(response)) error {
+	var overloaded error // the last Overloaded answer
 	for attempt := 1; ; attempt++ {
 		err := c.callOnce(ctx, l, method, params, result, inline)
 		var re *rpc.Error
 		if !errors.As(err, &re) || re.Code != rpc.CodeOverloaded {
+			if overloaded != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				// ctx ended while a retry was in flight: what the
+				// caller should hear is that the host was overloaded.
+				return overloaded
+			}
 			return err
 		}
+		overloaded = err
 		t := time.NewTimer(jitter(overloadedWait(attempt)))
 		select {
 		case <-t.C:

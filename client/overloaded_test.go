@@ -68,17 +68,21 @@ func TestCallRetriesOverloaded(t *testing.T) {
 }
 
 // TestCallOverloadedUntilContextEnds: a host that stays Overloaded gets
-// the request again until the context ends; then the caller gets the
-// Overloaded error.
+// the request again until the context ends (here: as the third attempt
+// arrives, so in flight or in the backoff after it); then the caller gets
+// the Overloaded error, not the context's.
 func TestCallOverloadedUntilContextEnds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	a, b := transport.Pipe(16)
-	done := fakeHost(t, b, func(_ int, _ string, id json.RawMessage) []byte {
+	done := fakeHost(t, b, func(attempt int, _ string, id json.RawMessage) []byte {
+		if attempt == 3 {
+			cancel()
+		}
 		return rpc.ErrorResponse(id, overloadedAnswer)
 	})
 	c := NewConn(a, Options{ClientID: "retry"})
 	defer func() { _ = c.Close(); <-done }()
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
 	err := c.Call(ctx, "ping", rpc.ChannelParams{Channel: rpc.RootChannel}, nil)
 	var re *rpc.Error
 	if !errors.As(err, &re) || re.Code != rpc.CodeOverloaded {
