@@ -504,7 +504,8 @@ func (q *outQueue) resendTCP(host rpc.TCPResume) error {
 	}
 	items := make([]sizedText, 0, len(again)+len(q.items))
 	for _, m := range again {
-		items = append(items, sizedText{text: m.Text, size: m.Size, recycle: m.Recycle, tcp: true, eof: m.EOF, end: m.End})
+		// Not recycled: the lost link's writer may still be reading it.
+		items = append(items, sizedText{text: m.Text, size: m.Size, tcp: true, eof: m.EOF, end: m.End})
 		q.bytes += len(m.Text)
 	}
 	q.items = append(items, q.items...)

@@ -255,8 +255,11 @@ func TestWebPageTerminal(t *testing.T) {
 			// The layout may still settle after the first fit: stty must
 			// agree with the size xterm.js has when it runs (a few tries).
 			for try := 1; ; try++ {
-				b.typeText("clear; stty size\r")
-				b.poll("stty size", screenHas(`^\d+ \d+$`), waitTimeout)
+				// Each try's answer is its own (S1, S2…): a slow shell's
+				// answer to an earlier try, still on the screen, is not
+				// taken for this one's.
+				b.typeText(fmt.Sprintf("clear; echo S$((%d)) $(stty size)\r", try))
+				b.poll("stty size", screenHas(fmt.Sprintf(`^S%d \d+ \d+$`, try)), waitTimeout)
 				var got struct {
 					Screen     string
 					Cols, Rows int
@@ -264,7 +267,7 @@ func TestWebPageTerminal(t *testing.T) {
 				if err := b.eval(`({screen: sidecarPage.screen(), ...sidecarPage.size()})`, &got); err != nil {
 					t.Fatal(err)
 				}
-				want := fmt.Sprintf("%d %d", got.Rows, got.Cols)
+				want := fmt.Sprintf("S%d %d %d", try, got.Rows, got.Cols)
 				if regexp.MustCompile(`(?m)^` + want + `$`).MatchString(got.Screen) {
 					break
 				}

@@ -364,6 +364,9 @@ type slot struct {
 	text []byte
 	size delivery.UTF16Bytes
 	end  DecodedOffset
+	// resent: a message sent again after a resume, whose buffer never
+	// goes back to the pool (Retained.Resend).
+	resent bool
 }
 
 // bufs recycles the buffers readLoop reads the socket into and those
@@ -454,7 +457,7 @@ func (tc *Channel) Reclaim(conn adapters.ConnID, peer rpc.TCPResume) (rpc.TCPRes
 			tc.eofSent = false // NextSized sends it again after the data
 			continue
 		}
-		slots = append(slots, slot{text: m.Text, size: m.Size, end: m.End})
+		slots = append(slots, slot{text: m.Text, size: m.Size, end: m.End, resent: true})
 		total += m.Size
 	}
 	tc.slots = append(slots, tc.slots...)
@@ -968,7 +971,7 @@ func (src *source) NextSized() ([]byte, delivery.UTF16Bytes) {
 			tc.slots = tc.slots[1:]
 			tc.slotBytes -= t.size
 			signal(tc.wake)
-			tc.ret.Sent(t.text, t.size, sent, t.end, false, true)
+			tc.ret.Sent(t.text, t.size, sent, t.end, false, !t.resent)
 			return t.text, t.size
 		}
 		tc.eofSent = true

@@ -41,14 +41,14 @@ type retainedMsg struct {
 	recycle bool // text's buffer goes back to the pool once released
 }
 
-// Resend is a message to send again after a reconnect.
+// Resend is a message to send again after a reconnect. Its buffer never
+// goes back to the pool (see Retained.Resend).
 type Resend struct {
 	Text []byte
 	Size delivery.UTF16Bytes
 	// End is the offset past the message's bytes; EOF marks tcp/eof.
-	End     DecodedOffset
-	EOF     bool
-	Recycle bool
+	End DecodedOffset
+	EOF bool
 }
 
 // Sent records a message handed to the stream when its sent count was
@@ -122,10 +122,13 @@ func (r *Retained) Resend(received DecodedOffset, eof bool) ([]Resend, error) {
 			again = !eof
 		}
 		if again {
-			out = append(out, Resend{Text: m.text, Size: m.size, End: m.end, EOF: m.eof, Recycle: m.recycle})
+			// Never recycled, even once credited on the new connection:
+			// the lost connection's writer may still be reading it (a
+			// write in progress at the cut), unordered with anything of
+			// the new connection.
+			out = append(out, Resend{Text: m.text, Size: m.size, End: m.end, EOF: m.eof})
 		}
-		// The others are left to the collector, not recycled: the lost
-		// connection's writer may still hold them.
+		// The others are left to the collector too, for the same reason.
 		r.msgs[i] = retainedMsg{}
 	}
 	r.msgs, r.size = r.msgs[:0], 0
