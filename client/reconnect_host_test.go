@@ -62,6 +62,16 @@ func (h *realHost) newServer(tweak func(*config.Config)) *host.Server {
 	return host.New(cfg, hclog.NewNullLogger())
 }
 
+// replace puts a new server (a restart) where the next dials go and
+// returns the old one.
+func (h *realHost) replace() *host.Server {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	old := h.srv
+	h.srv = h.newServer(nil)
+	return old
+}
+
 // dial is the Dialer: wg counts each served connection.
 func (h *realHost) dial(ctx context.Context) (transport.MessageConn, error) {
 	h.wg.Add(1)
@@ -74,7 +84,14 @@ func (h *realHost) dial(ctx context.Context) (transport.MessageConn, error) {
 
 func (h *realHost) connect(ctx context.Context, st *statuses) *client.Conn {
 	h.t.Helper()
-	c, err := client.Dial(ctx, "", client.Options{Dialer: h.dial, ReconnectDelay: 5 * time.Millisecond, OnReconnect: st.on})
+	return h.connectWith(ctx, client.Options{OnReconnect: st.on})
+}
+
+// connectWith is connect with opts (its Dialer and ReconnectDelay set here).
+func (h *realHost) connectWith(ctx context.Context, opts client.Options) *client.Conn {
+	h.t.Helper()
+	opts.Dialer, opts.ReconnectDelay = h.dial, 5*time.Millisecond
+	c, err := client.Dial(ctx, "", opts)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -220,10 +237,7 @@ func TestReconnectRealHostRestart(t *testing.T) {
 	if _, err := c.RootState(ctx); err != nil {
 		t.Fatal(err)
 	}
-	old := h.srv
-	h.mu.Lock()
-	h.srv = h.newServer(nil)
-	h.mu.Unlock()
+	old := h.replace()
 	h.d.CutLast()
 	gave := st.await(t, client.GaveUp)
 	if !errors.Is(gave.Err, client.ErrResumeExpired) || !errors.Is(c.Err(), client.ErrConnectionLost) {
@@ -259,19 +273,11 @@ func TestReconnectAfterShutdown(t *testing.T) {
 			ctx := testCtx(t)
 			h := newRealHost(t, nil)
 			st := newStatuses()
-			c, err := client.Dial(ctx, "", client.Options{Dialer: h.dial, ReconnectDelay: 5 * time.Millisecond,
-				OnReconnect: st.on, ReconnectAfterShutdown: after})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = c.Close() })
+			c := h.connectWith(ctx, client.Options{OnReconnect: st.on, ReconnectAfterShutdown: after})
 			if _, err := c.RootState(ctx); err != nil {
 				t.Fatal(err)
 			}
-			old := h.srv
-			h.mu.Lock()
-			h.srv = h.newServer(nil)
-			h.mu.Unlock()
+			old := h.replace()
 			sctx, cancel := context.WithTimeout(ctx, testDeadline)
 			defer cancel()
 			_ = old.Shutdown(sctx)

@@ -389,7 +389,7 @@ func (t *TCPConn) next() ([]byte, error) {
 func (t *TCPConn) take(m *Message, dst []byte) []byte {
 	switch m.Method {
 	case rpc.MethodTCPData:
-		p, out, err := appendMessageData(dst, m)
+		p, out, err := tcpadapter.AppendMessageData(dst, m.Params, m.tcpData)
 		if err == nil {
 			var data []byte
 			data, err = tcpadapter.Trim(p.Offset, out[len(dst):], t.recvOff)
@@ -469,17 +469,6 @@ func decodedBound(m *Message) int {
 		return len(m.tcpData.Data)
 	}
 	return len(m.Raw) / 4 * 3
-}
-
-// appendMessageData is tcpadapter.AppendData for tcp/data message m, which
-// came as text (m.Params) or as bytes (m.tcpData: its data is copied).
-func appendMessageData(dst []byte, m *Message) (tcpadapter.DataParams, []byte, error) {
-	d := m.tcpData
-	if d == nil {
-		return tcpadapter.AppendData(dst, m.Params)
-	}
-	off := tcpadapter.DecodedOffset(d.Offset)
-	return tcpadapter.DataParams{Offset: &off}, append(dst, d.Data...), nil
 }
 
 // WriteTo writes received bytes to w until tcp/eof (nil), a reset or an

@@ -86,21 +86,7 @@ func TestAHPTCPBytes(t *testing.T) {
 		}
 	}
 	// Read as DataReader: the tcp/data as its bytes, the others as text.
-	for i, m := range msgs {
-		if err := mc.WriteMessage(ctx, []byte(m)); err != nil {
-			t.Fatal(err)
-		}
-		b, h, err := mc.(DataReader).ReadMessageOrData(ctx)
-		switch {
-		case err != nil:
-			t.Fatal(err)
-		case i == 0 && (h == nil || h.TCPData.Offset != 12345 || !bytes.Equal(h.TCPData.Data, data) || h.TCPData.TextLen != len(m)):
-			t.Fatalf("tcp/data read as %+v, %d bytes", h, len(b))
-		case i > 0 && (h != nil || string(b) != m):
-			t.Fatalf("message %d read as %+v %.100q, want the text %.100q", i, h, b, m)
-		}
-		RecycleRead(mc, b)
-	}
+	readAsData(t, ctx, mc, mc, msgs, 12345, data)
 }
 
 // TestAHPTCPBytesWire: what a peer that chose TCPDataSubprotocol gets for

@@ -97,6 +97,28 @@ func TestTCPBytesHeader(t *testing.T) {
 	}
 }
 
+// readAsData writes each of msgs on w and reads it on r as DataReader:
+// msgs[0], a tcp/data of data at off, as its bytes, the others as their
+// text.
+func readAsData(t *testing.T, ctx context.Context, w, r MessageConn, msgs []string, off uint64, data []byte) {
+	t.Helper()
+	for i, m := range msgs {
+		if err := w.WriteMessage(ctx, []byte(m)); err != nil {
+			t.Fatal(err)
+		}
+		b, h, err := r.(DataReader).ReadMessageOrData(ctx)
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case i == 0 && (h == nil || h.TCPData.Offset != off || !bytes.Equal(h.TCPData.Data, data) || h.TCPData.TextLen != len(m)):
+			t.Fatalf("tcp/data read as %+v, %d bytes", h, len(b))
+		case i > 0 && (h != nil || string(b) != m):
+			t.Fatalf("message %d read as %+v %.100q, want the text %.100q", i, h, b, m)
+		}
+		RecycleRead(r, b)
+	}
+}
+
 // TestTCPBytesTextStays: messages that are not tcp/data in the exact form
 // stay text.
 func TestTCPBytesTextStays(t *testing.T) {
@@ -182,21 +204,7 @@ func TestTCPBytesNegotiated(t *testing.T) {
 	}
 	// The same, read as DataReader: the tcp/data as its bytes, the others
 	// as text.
-	for i, m := range msgs {
-		if err := cc.WriteMessage(ctx, []byte(m)); err != nil {
-			t.Fatal(err)
-		}
-		b, h, err := sc.(DataReader).ReadMessageOrData(ctx)
-		switch {
-		case err != nil:
-			t.Fatal(err)
-		case i == 0 && (h == nil || h.TCPData.Offset != 12345 || !bytes.Equal(h.TCPData.Data, data) || h.TCPData.TextLen != len(m)):
-			t.Fatalf("tcp/data read as %+v, %d bytes", h, len(b))
-		case i > 0 && (h != nil || string(b) != m):
-			t.Fatalf("message %d read as %+v %.100q, want the text %.100q", i, h, b, m)
-		}
-		RecycleRead(sc, b)
-	}
+	readAsData(t, ctx, cc, sc, msgs, 12345, data)
 	wire := tap.Bytes()
 	if !bytes.Contains(wire, data) || bytes.Contains(wire, []byte(base64.StdEncoding.EncodeToString(data[:300]))) {
 		t.Fatal("the tcp/data did not cross as raw bytes")

@@ -549,7 +549,7 @@ func (tc *Channel) Receive(m adapters.Message) {
 	tc.mu.Unlock()
 	switch m.Header.Method {
 	case rpc.MethodTCPData:
-		p, data, err := appendMessageData(bufs.Get(16<<10), m.Header)
+		p, data, err := AppendMessageData(bufs.Get(16<<10), m.Header.Params, m.Header.TCPData)
 		buf := data[:0] // the buffer, grown if it had to
 		if err != nil {
 			bufs.Put(buf)

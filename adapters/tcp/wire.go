@@ -173,16 +173,15 @@ func AppendData(dst []byte, params json.RawMessage) (p DataParams, out []byte, e
 	return p, out, err
 }
 
-// appendMessageData is AppendData for the tcp/data notification h, which
-// came as text (h.Params) or as bytes (h.TCPData: its data is copied, so
-// the message's buffer can be recycled at once).
-func appendMessageData(dst []byte, h *rpc.Header) (DataParams, []byte, error) {
-	d := h.TCPData
+// AppendMessageData is AppendData for a tcp/data notification that came
+// as text (params) or as bytes (d, when not nil: its data is copied, so
+// the message's buffer can be recycled at once; rpc.Header.TCPData).
+func AppendMessageData(dst []byte, params json.RawMessage, d *rpc.TCPData) (DataParams, []byte, error) {
 	if d == nil {
-		return AppendData(dst, h.Params)
+		return AppendData(dst, params)
 	}
 	off := DecodedOffset(d.Offset)
-	return DataParams{Channel: h.Channel, Offset: &off}, append(dst, d.Data...), nil
+	return DataParams{Offset: &off}, append(dst, d.Data...), nil
 }
 
 // DecodeBase64 decodes canonical padded base64, non-empty.
