@@ -462,6 +462,12 @@ func (t *TCPConn) batchBytes() int {
 	return int(min(in.WindowBytes*3/32, tcpWriteBatch))
 }
 
+// sameArray reports whether a and b are slices of one array (they end at
+// the same element of their capacity).
+func sameArray(a, b []byte) bool {
+	return cap(a) > 0 && cap(b) > 0 && &a[:cap(a)][cap(a)-1] == &b[:cap(b)][cap(b)-1]
+}
+
 // decodedBound is at least the bytes m's data decodes to: base64 takes 4
 // characters for 3 bytes (the envelope is counted too).
 func decodedBound(m *Message) int {
@@ -497,7 +503,9 @@ func (t *TCPConn) WriteTo(w io.Writer) (int64, error) {
 			}
 			data = t.take(m, data)
 		}
-		t.dbuf = data[:0]
+		if !sameArray(data, t.dbuf) {
+			t.dbuf = data[:0]
+		} // else keep dbuf from its start: data may begin past what a Read took
 		n, err := w.Write(data)
 		total += int64(n)
 		t.buf = data[n:]
