@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	textsafe "github.com/sidecar-dev/sidecar/internal/printable"
 	"io"
 	"net"
 	"strconv"
 	"sync"
 	"time"
+
+	textsafe "github.com/sidecar-dev/sidecar/internal/printable"
 
 	"github.com/sidecar-dev/sidecar/rpc"
 )

@@ -112,7 +112,7 @@ func (s *Subscription) parts() (*delivery.Inbound, *delivery.Stream) {
 // isTCP reports whether s is a TCP channel's: a reconnect resumes it by
 // byte offsets (rpc.TCPResume), its sent messages retained until
 // credited (outQueue.ret).
-func (s *Subscription) isTCP() bool { return strings.HasPrefix(s.Channel, "ahp-tcp:") }
+func (s *Subscription) isTCP() bool { return strings.HasPrefix(s.Channel, rpc.TCPScheme) }
 
 // maxOrdinaryQueue bounds messages queued for the consumer on an ordinary
 // subscription (a windowed one is bounded by its window). Past it the host
@@ -219,7 +219,7 @@ func (s *Subscription) receive(l *link, h *rpc.Header, raw []byte) error {
 		}
 		return out.Credit(p.ConsumedBytes)
 	}
-	if delivery.IsControlMethod(h.Method) {
+	if rpc.IsControlMethod(h.Method) {
 		return s.q.push(&Message{Method: h.Method, Params: h.Params, Raw: raw}, 0)
 	}
 	if in == nil {

@@ -312,18 +312,6 @@ func TestRecvWindowTable(t *testing.T) {
 	}
 }
 
-func TestIsControlMethod(t *testing.T) {
-	for m, want := range map[string]bool{
-		"channel/credit": true, "unsubscribe": true, "tcp/reset": true,
-		"channel/frame": false, "channel/snapshot": false, "action": false,
-		"dispatchAction": false, "auth/required": false, "made/up": false, "": false,
-	} {
-		if IsControlMethod(m) != want {
-			t.Errorf("IsControlMethod(%q) = %v", m, !want)
-		}
-	}
-}
-
 // A sender and a receiver joined by in-order links that carry data and
 // credit with arbitrary delay: the receiver never sees a violation, the
 // sender's outstanding stays below window + maximumFrameBytes, consumed

@@ -15,7 +15,6 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/sidecar-dev/sidecar/adapters"
-	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/internal/lograte"
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -250,9 +249,9 @@ func (c *conn) id() string {
 	return c.clientID
 }
 
-// protocolError answers a message that could not be processed. Requests
-// get an error response; notifications cannot be answered, so they are
-// logged.
+// reply queues the error response e to the request id (a request refused
+// or failed, or a message that could not be parsed, id null then) on the
+// protected queue; a full queue closes the connection (c.fail).
 func (c *conn) reply(id json.RawMessage, e *rpc.Error) {
 	if err := c.sched.PushProtected(rpc.ErrorResponse(id, e)); err != nil {
 		c.fail(err)
@@ -438,7 +437,7 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 		}
 		return nil
 	}
-	if delivery.IsControlMethod(h.Method) {
+	if rpc.IsControlMethod(h.Method) {
 		if sub != nil {
 			sub.ch.Control(sub, h)
 			return nil
@@ -705,11 +704,11 @@ func (s *Server) channel(uri string) adapters.Channel {
 		return t
 	}
 	switch {
-	case strings.HasPrefix(uri, tcpadapter.Scheme):
+	case strings.HasPrefix(uri, rpc.TCPScheme):
 		if tc := s.tcp.Channel(uri); tc != nil {
 			return tc
 		}
-	case strings.HasPrefix(uri, "ahp-otlp:"):
+	case strings.HasPrefix(uri, rpc.TelemetryScheme):
 		if ch := s.telemetry.Channel(uri); ch != nil {
 			return ch
 		}

@@ -7,7 +7,6 @@ import (
 
 	"golang.org/x/sys/cpu"
 
-	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/adapters/telemetry"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -109,11 +108,11 @@ func subKind(uri string) int {
 		return subKindRoot
 	case strings.HasPrefix(uri, rpc.TerminalScheme):
 		return subKindTerminal
-	case strings.HasPrefix(uri, tcpadapter.Scheme):
+	case strings.HasPrefix(uri, rpc.TCPScheme):
 		return subKindTCP
-	case strings.HasPrefix(uri, telemetry.MetricsURI):
+	case strings.HasPrefix(uri, rpc.MetricsChannel):
 		return subKindMetrics
-	case strings.HasPrefix(uri, telemetry.LogsURI):
+	case strings.HasPrefix(uri, rpc.LogsChannel):
 		return subKindLogs
 	}
 	return subKindOther

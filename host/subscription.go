@@ -10,8 +10,9 @@ import (
 )
 
 // The subscription registry: every subscription of a connection, by
-// channel URI. The functions of this file are the only code that adds a
-// subscription to a connection or removes one (c.subs is theirs alone).
+// channel URI. The functions of this file add a subscription to a
+// connection or remove one; host/resume.go also swaps a lost connection's
+// whole map out (retain) to park what a reconnect may take.
 
 // subscription is one client's subscription to one channel, and the
 // adapters.Subscriber its channel sees.

@@ -296,8 +296,8 @@ func nextMsg(t *testing.T, sub *client.Subscription) *client.Message {
 // batchTime decodes an otlp/exportMetrics message and returns its time stamp.
 func batchTime(t *testing.T, m *client.Message) uint64 {
 	t.Helper()
-	if m.Method != telemetry.MethodExportMetrics {
-		t.Fatalf("got %s, want %s", m.Method, telemetry.MethodExportMetrics)
+	if m.Method != rpc.MethodOTLPExportMetrics {
+		t.Fatalf("got %s, want %s", m.Method, rpc.MethodOTLPExportMetrics)
 	}
 	var p struct {
 		Channel string          `json:"channel"`
@@ -494,7 +494,7 @@ func TestTelemetryLogs(t *testing.T) {
 				Payload json.RawMessage
 			}
 		}
-		if err := json.Unmarshal(raw, &m); err != nil || m.Method != telemetry.MethodExportLogs || m.Params.Channel != "ahp-otlp://logs?level=warn" {
+		if err := json.Unmarshal(raw, &m); err != nil || m.Method != rpc.MethodOTLPExportLogs || m.Params.Channel != "ahp-otlp://logs?level=warn" {
 			t.Fatalf("got %.300s", raw)
 		}
 		ld := &logspb.LogsData{}

@@ -14,38 +14,6 @@ import (
 	"github.com/sidecar-dev/sidecar/delivery"
 )
 
-// RootChannel is the literal channel of connection-level methods and of the
-// root catalogue (ahp.md §4).
-const RootChannel = "ahp-root://"
-
-// TerminalScheme prefixes terminal channel URIs: ahp-terminal:/<id>.
-const TerminalScheme = "ahp-terminal:"
-
-// Method names of the AHP surface the sidecar implements.
-const (
-	MethodInitialize      = "initialize"
-	MethodReconnect       = "reconnect"
-	MethodPing            = "ping"
-	MethodSubscribe       = "subscribe"
-	MethodUnsubscribe     = "unsubscribe"
-	MethodDispatchAction  = "dispatchAction"
-	MethodAction          = "action"
-	MethodCreateTerminal  = "createTerminal"
-	MethodDisposeTerminal = "disposeTerminal"
-	MethodChannelSnapshot = "channel/snapshot"
-	MethodChannelFrame    = "channel/frame"
-	MethodChannelCredit   = "channel/credit"
-	MethodChannelGap      = "channel/gap"
-	MethodChannelPage     = "channel/page"
-
-	MethodCreateTCPConnection = "createTcpConnection"
-	MethodTCPData             = "tcp/data"
-	MethodTCPEOF              = "tcp/eof"
-	MethodTCPReset            = "tcp/reset"
-	MethodOTLPExportMetrics   = "otlp/exportMetrics"
-	MethodOTLPExportLogs      = "otlp/exportLogs"
-)
-
 // JSON-RPC and AHP error codes (ahp.md §2 "Error codes"; -32050 is our
 // seed 003 extension).
 const (

@@ -171,7 +171,7 @@ func (c *callState) remove(st CallStream) {
 	c.mu.Unlock()
 }
 
-// Active is the number of tracked streams.
+// len is the number of call streams tracked (open, not yet removed).
 func (c *callState) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -52,9 +52,6 @@ const (
 	Queued = 2 * 2 * ReadAhead * 4 / 3
 )
 
-// Scheme prefixes TCP channel URIs: ahp-tcp:/<id>.
-const Scheme = "ahp-tcp:"
-
 // TableConfig configures a Table.
 type TableConfig struct {
 	Dialer *Dialer
@@ -182,7 +179,7 @@ func (tb *Table) Open(ctx context.Context, conn adapters.ConnID, clientID, princ
 	if e := rpc.DecodeParams(params, &p); e != nil {
 		return e, nil
 	}
-	id, ok := strings.CutPrefix(p.Channel, Scheme+"/")
+	id, ok := strings.CutPrefix(p.Channel, rpc.TCPScheme+"/")
 	if !ok || id == "" || len(id) > MaxID || strings.IndexFunc(id, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
 		return rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "channel" must be ahp-tcp:/<id> (id of 1-%d characters without spaces)`, MaxID), nil
 	}

@@ -15,14 +15,6 @@ import (
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
-// Telemetry channel URIs (ahp.md §6). Each expansion of the logs template
-// and each metrics interval is its own channel.
-const (
-	MetricsURI  = "ahp-otlp://metrics"
-	LogsURI     = "ahp-otlp://logs"
-	LogsPattern = "ahp-otlp://logs{?level}"
-)
-
 // Bounds of the telemetry channels.
 const (
 	// ordinaryHeadroom: a batch (or log message) is pushed to an ordinary
@@ -134,7 +126,7 @@ func (ts *Channels) Close() {
 
 // Capability is InitializeResult.telemetry.
 func (ts *Channels) Capability() *rpc.TelemetryCapability {
-	return &rpc.TelemetryCapability{Metrics: MetricsURI, Logs: LogsPattern}
+	return &rpc.TelemetryCapability{Metrics: rpc.MetricsChannel, Logs: rpc.LogsPattern}
 }
 
 // Channel returns the ahp-otlp: channel named uri, or nil:
@@ -401,7 +393,7 @@ func (os *sub) nextLogs() []byte {
 		if err != nil {
 			continue // cannot happen with string attributes; skip these records
 		}
-		return Notification(MethodExportLogs, os.ch.name, payload)
+		return Notification(rpc.MethodOTLPExportLogs, os.ch.name, payload)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sidecar-dev/sidecar/rpc"
 )
 
 // Subscriber is one subscription to a metrics channel, implemented by the
@@ -30,9 +32,6 @@ type Batch struct {
 	Time time.Time // when it was sampled
 	Text []byte    // {"jsonrpc":"2.0","method":"otlp/exportMetrics","params":{"channel":C,"payload":P}}
 }
-
-// MethodExportMetrics is the notification that carries a batch (ahp.md §6).
-const MethodExportMetrics = "otlp/exportMetrics"
 
 // HubStats are the Hub's counters.
 type HubStats struct {
@@ -247,7 +246,7 @@ func (h *Hub) tick() bool {
 		h.mu.Lock()
 		d.g.seq++
 		d.g.last = now
-		b := &Batch{Seq: d.g.seq, Tick: d.g.tick, Time: now, Text: Notification(MethodExportMetrics, d.g.uri, payload)}
+		b := &Batch{Seq: d.g.seq, Tick: d.g.tick, Time: now, Text: Notification(rpc.MethodOTLPExportMetrics, d.g.uri, payload)}
 		h.mu.Unlock()
 		for _, s := range d.subs {
 			s.Offer(b)

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sidecar-dev/sidecar/rpc"
 )
 
 // fakeClock drives the Hub: each NewTicker is handed to the test, which
@@ -126,7 +128,7 @@ func TestHubLive(t *testing.T) {
 			Payload json.RawMessage `json:"payload"`
 		} `json:"params"`
 	}
-	if err := json.Unmarshal(b1.Text, &msg); err != nil || msg.Method != MethodExportMetrics || msg.Params.Channel != "ahp-otlp://metrics" {
+	if err := json.Unmarshal(b1.Text, &msg); err != nil || msg.Method != rpc.MethodOTLPExportMetrics || msg.Params.Channel != "ahp-otlp://metrics" {
 		t.Fatalf("batch text %.200s: %v", b1.Text, err)
 	}
 	if _, err := DecodeMetrics(msg.Params.Payload); err != nil {

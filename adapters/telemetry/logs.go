@@ -16,9 +16,6 @@ import (
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 )
 
-// MethodExportLogs is the notification that carries log records (ahp.md §6).
-const MethodExportLogs = "otlp/exportLogs"
-
 // LevelFatal is the {level} value "fatal": above every hclog level, so a
 // subscription at fatal receives nothing (the sidecar logs no fatal records).
 const LevelFatal = hclog.Off

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sidecar-dev/sidecar/adapters"
 	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/rpc"
 )
 
 // pushSub is an ordinary adapters.Subscriber whose FIFO takes a push or
@@ -34,9 +35,9 @@ func (p *pushSub) Push(text []byte, _ int) bool {
 func TestOrdinarySkipsReported(t *testing.T) {
 	h := &Hub{}
 	ps := &pushSub{ok: true}
-	os := &sub{ch: &Channel{ts: &Channels{hub: h}, name: MetricsURI}, s: ps}
+	os := &sub{ch: &Channel{ts: &Channels{hub: h}, name: rpc.MetricsChannel}, s: ps}
 	batch := func(tick uint64) *Batch {
-		return &Batch{Seq: tick, Tick: tick, Text: Notification(MethodExportMetrics, MetricsURI, []byte(`{}`))}
+		return &Batch{Seq: tick, Tick: tick, Text: Notification(rpc.MethodOTLPExportMetrics, rpc.MetricsChannel, []byte(`{}`))}
 	}
 	os.Offer(batch(1))
 	ps.ok = false

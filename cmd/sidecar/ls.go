@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	textsafe "github.com/sidecar-dev/sidecar/internal/printable"
 	"io"
 	"net"
 	"os"
 	"strconv"
 	"strings"
+
+	textsafe "github.com/sidecar-dev/sidecar/internal/printable"
 
 	"github.com/spf13/cobra"
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sidecar-dev/sidecar/adapters/telemetry"
 	"github.com/sidecar-dev/sidecar/client"
+	"github.com/sidecar-dev/sidecar/rpc"
 )
 
 func topCmd() *cobra.Command {
@@ -126,7 +127,7 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 				batches <- batch{err: err}
 				return
 			}
-			if m.Method != telemetry.MethodExportMetrics {
+			if m.Method != rpc.MethodOTLPExportMetrics {
 				m.Release() // channel/snapshot (state {}), nothing to show
 				continue
 			}

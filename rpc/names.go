@@ -1,0 +1,89 @@
+package rpc
+
+// The protocol's names, in one place (as yamux's const.go): every method,
+// channel scheme, control method and transport-io event the sidecar
+// speaks or understands. docs/protocol.md gives an example of each.
+//
+// The generic layers (rpc, delivery, transport, transportio, the client's
+// core) use only the names of the control plane and of delivery; each
+// channel kind's names are its adapter's vocabulary, listed here so that
+// both ends and the documentation share one spelling.
+
+// Channels and schemes (ahp.md §4, DESIGN.md §1).
+const (
+	// RootChannel is the literal channel of connection-level methods and
+	// of the root catalogue (ahp.md §4).
+	RootChannel = "ahp-root://"
+	// TerminalScheme prefixes terminal channel URIs: ahp-terminal:/<id>.
+	TerminalScheme = "ahp-terminal:"
+	// TCPScheme prefixes TCP channel URIs: ahp-tcp:/<id> (ahp.md §6b).
+	TCPScheme = "ahp-tcp:"
+	// TelemetryScheme is the scheme of the telemetry channels (ahp.md §6).
+	TelemetryScheme = "ahp-otlp:"
+	// MetricsChannel is the OTLP metrics channel.
+	MetricsChannel = "ahp-otlp://metrics"
+	// LogsChannel is the OTLP logs channel; LogsPattern is how the
+	// initialize result advertises it (with the optional level filter).
+	LogsChannel = "ahp-otlp://logs"
+	LogsPattern = "ahp-otlp://logs{?level}"
+)
+
+// Methods of the control plane and of delivery (seed 000, ahp.md §2-§3).
+const (
+	MethodInitialize      = "initialize"
+	MethodReconnect       = "reconnect"
+	MethodPing            = "ping"
+	MethodSubscribe       = "subscribe"
+	MethodUnsubscribe     = "unsubscribe"
+	MethodDispatchAction  = "dispatchAction"
+	MethodAction          = "action"
+	MethodChannelSnapshot = "channel/snapshot"
+	MethodChannelFrame    = "channel/frame"
+	MethodChannelCredit   = "channel/credit"
+	// MethodChannelGap and MethodChannelPage are our seed 003 extension.
+	MethodChannelGap  = "channel/gap"
+	MethodChannelPage = "channel/page"
+)
+
+// Methods of the channel kinds.
+const (
+	// Terminals (ahp.md §5).
+	MethodCreateTerminal  = "createTerminal"
+	MethodDisposeTerminal = "disposeTerminal"
+	// TCP (ahp.md §6b); offsets on tcp/data and tcp/eof are our extension.
+	MethodCreateTCPConnection = "createTcpConnection"
+	MethodTCPData             = "tcp/data"
+	MethodTCPEOF              = "tcp/eof"
+	MethodTCPReset            = "tcp/reset"
+	// Telemetry (ahp.md §6).
+	MethodOTLPExportMetrics = "otlp/exportMetrics"
+	MethodOTLPExportLogs    = "otlp/exportLogs"
+)
+
+// IsControlMethod reports whether method is a control message, which
+// never counts against a window and never waits for credit (seed 000
+// "Control Messages"): channel/credit, unsubscribe, and the channel-defined
+// ones (tcp/reset). Every other notification, including one whose method is
+// unknown, is a data message, so both peers count the same bytes.
+func IsControlMethod(method string) bool {
+	switch method {
+	case MethodChannelCredit, MethodUnsubscribe, MethodTCPReset:
+		return true
+	}
+	return false
+}
+
+// The transport-io contract's events (seed 002 §4.3; docs/protocol.md
+// "transport-io").
+const (
+	// EventAHP carries one JSON-RPC message per EMIT (codec JSON).
+	EventAHP = "ahp"
+	// EventBinaryData carries a data message in its binary form (codec
+	// bytes): on /ahp it is also the WebSocket subprotocol by which a
+	// client asks for binary messages. Its payload stands for a
+	// BinaryDataMethod notification (docs/protocol.md "transport-io").
+	EventBinaryData = "ahp-tcp-data"
+	// BinaryDataMethod is the data method whose messages may travel in
+	// binary form (delivery/bytestream): tcp/data.
+	BinaryDataMethod = MethodTCPData
+)
