@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/journal"
 )
 
@@ -99,25 +100,25 @@ func ResumeLog(ch Channel, j *journal.Journal, lastSeq uint64) *LogSource {
 }
 
 // Next implements delivery.Source.
-func (ls *LogSource) Next() []byte {
+func (ls *LogSource) Next() delivery.Message {
 	if ls.snap.Load() {
-		return ls.snapshot()
+		return delivery.Message{Text: ls.snapshot()}
 	}
 	e, ok, err := ls.j.Next(ls.ch.URI(), ls.cursor.Load())
 	if err == journal.ErrTruncated {
 		ls.resyncs.Add(1)
 		ls.snap.Store(true)
-		return ls.snapshot()
+		return delivery.Message{Text: ls.snapshot()}
 	}
 	if !ok {
 		select {
 		case ls.pulled <- struct{}{}:
 		default:
 		}
-		return nil
+		return delivery.Message{}
 	}
 	ls.cursor.Store(e.Seq)
-	return e.Text
+	return delivery.Message{Text: e.Text}
 }
 
 func (ls *LogSource) snapshot() []byte {

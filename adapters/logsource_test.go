@@ -51,12 +51,12 @@ func TestLogSource(t *testing.T) {
 	if ls.LagBelow(1 << 20) {
 		t.Error("a pending snapshot is not a lag")
 	}
-	snap := string(ls.Next())
+	snap := string(ls.Next().Text)
 	want := `{"jsonrpc":"2.0","method":"channel/snapshot","params":{"channel":"ahp-terminal:/ls","snapshot":{"resource":"ahp-terminal:/ls","state":{},"fromSeq":1}}}`
 	if snap != want {
 		t.Fatalf("first message %s\nwant %s", snap, want)
 	}
-	if ls.Next() != nil {
+	if !ls.Next().IsZero() {
 		t.Fatal("an action before the snapshot's seq was sent")
 	}
 	appendText(t, j, ch.uri, `{"a":2}`)
@@ -65,26 +65,26 @@ func TestLogSource(t *testing.T) {
 		t.Error("two actions unpulled: lag not below 2 bytes")
 	}
 	for _, w := range []string{`{"a":2}`, `{"a":3}`} {
-		if got := string(ls.Next()); got != w {
+		if got := string(ls.Next().Text); got != w {
 			t.Fatalf("got %s, want %s", got, w)
 		}
 	}
 	done := make(chan struct{})
-	if ls.Next() != nil || !ls.WaitPulled(done) {
+	if !ls.Next().IsZero() || !ls.WaitPulled(done) {
 		t.Fatal("caught up, but WaitPulled did not say so")
 	}
 	// Fill the 64-byte journal past the cursor: a resync snapshot.
 	for range 10 {
 		appendText(t, j, ch.uri, `{"fill":"0123456789"}`)
 	}
-	if got := string(ls.Next()); !strings.Contains(got, "channel/snapshot") || ls.Resyncs() != 1 {
+	if got := string(ls.Next().Text); !strings.Contains(got, "channel/snapshot") || ls.Resyncs() != 1 {
 		t.Fatalf("after truncation: %s (resyncs %d), want a fresh snapshot", got, ls.Resyncs())
 	}
 	// WaitPulled waits for the writer (here another goroutine) to pull.
 	appendText(t, j, ch.uri, `{"late":1}`)
 	pulled := make(chan bool, 1)
 	go func() { pulled <- ls.WaitPulled(done) }()
-	if got := string(ls.Next()); got != `{"late":1}` {
+	if got := string(ls.Next().Text); got != `{"late":1}` {
 		t.Fatalf("got %s", got)
 	}
 	_ = ls.Next() // finds nothing: signals

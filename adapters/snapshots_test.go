@@ -53,11 +53,11 @@ func TestSnapshotsShared(t *testing.T) {
 
 	a := NewLogSource(ch, j).Shared(snaps)
 	b := NewLogSource(ch, j).Shared(snaps)
-	if m := a.Next(); m != nil {
-		t.Fatalf("Next built on the writer: %s", m)
+	if m := a.Next(); !m.IsZero() {
+		t.Fatalf("Next built on the writer: %s", m.Text)
 	}
-	if m := b.Next(); m != nil {
-		t.Fatalf("Next built on the writer: %s", m)
+	if m := b.Next(); !m.IsZero() {
+		t.Fatalf("Next built on the writer: %s", m.Text)
 	}
 	if a.LagBelow(1 << 20) {
 		t.Error("a snapshot being built is not a lag")
@@ -65,7 +65,7 @@ func TestSnapshotsShared(t *testing.T) {
 	waitReady(t, ready)
 	want := `{"jsonrpc":"2.0","method":"channel/snapshot","params":{"channel":"ahp-terminal:/shared","snapshot":{"resource":"ahp-terminal:/shared","state":{"build":1},"fromSeq":1}}}`
 	for name, ls := range map[string]*LogSource{"a": a, "b": b} {
-		if got := string(ls.Next()); got != want {
+		if got := string(ls.Next().Text); got != want {
 			t.Fatalf("%s: %s\nwant %s", name, got, want)
 		}
 	}
@@ -75,10 +75,10 @@ func TestSnapshotsShared(t *testing.T) {
 	// A later subscriber: the journal holds everything after seq 1.
 	appendText(t, j, ch.uri, `{"a":2}`)
 	c := NewLogSource(ch, j).Shared(snaps)
-	if got := string(c.Next()); got != want {
+	if got := string(c.Next().Text); got != want {
 		t.Fatalf("late subscriber: %s, want the shared build", got)
 	}
-	if got := string(c.Next()); got != `{"a":2}` {
+	if got := string(c.Next().Text); got != `{"a":2}` {
 		t.Fatalf("after the shared snapshot: %s, want the action after it", got)
 	}
 	// Too old: a new build.
@@ -86,11 +86,11 @@ func TestSnapshotsShared(t *testing.T) {
 	snaps.maxAge = 0
 	snaps.mu.Unlock()
 	e := NewLogSource(ch, j).Shared(snaps)
-	if m := e.Next(); m != nil {
-		t.Fatalf("a snapshot older than maxAge was reused: %s", m)
+	if m := e.Next(); !m.IsZero() {
+		t.Fatalf("a snapshot older than maxAge was reused: %s", m.Text)
 	}
 	waitReady(t, ready)
-	if got := string(e.Next()); !strings.Contains(got, `"build":2`) || !strings.Contains(got, `"fromSeq":2`) {
+	if got := string(e.Next().Text); !strings.Contains(got, `"build":2`) || !strings.Contains(got, `"fromSeq":2`) {
 		t.Fatalf("got %s, want build 2 at seq 2", got)
 	}
 	snaps.mu.Lock()
@@ -101,15 +101,15 @@ func TestSnapshotsShared(t *testing.T) {
 		appendText(t, j, ch.uri, `{"fill":"0123456789"}`)
 	}
 	d := NewLogSource(ch, j).Shared(snaps)
-	if m := d.Next(); m != nil {
-		t.Fatalf("a snapshot the journal no longer follows was reused: %s", m)
+	if m := d.Next(); !m.IsZero() {
+		t.Fatalf("a snapshot the journal no longer follows was reused: %s", m.Text)
 	}
 	waitReady(t, ready)
-	if got := string(d.Next()); !strings.Contains(got, `"build":3`) || !strings.Contains(got, `"fromSeq":12`) {
+	if got := string(d.Next().Text); !strings.Contains(got, `"build":3`) || !strings.Contains(got, `"fromSeq":12`) {
 		t.Fatalf("got %s, want build 3 at seq 12", got)
 	}
 	// c fell behind the journal too: a resync takes build 3, counted once.
-	if got := string(c.Next()); !strings.Contains(got, `"build":3`) || c.Resyncs() != 1 {
+	if got := string(c.Next().Text); !strings.Contains(got, `"build":3`) || c.Resyncs() != 1 {
 		t.Fatalf("resync: %s (resyncs %d), want build 3 once", got, c.Resyncs())
 	}
 }
@@ -127,7 +127,7 @@ func TestSnapshotsWaitedBuildTaken(t *testing.T) {
 	woke := make(chan struct{}, 4)
 	ls.SetWake(func() { woke <- struct{}{} })
 	<-woke // SetWake wakes once at once (a build may have ended before it)
-	if ls.Next() != nil {
+	if !ls.Next().IsZero() {
 		t.Fatal("built on the writer")
 	}
 	ch.hold <- struct{}{} // the build takes its snapshot at seq 0 ...
@@ -140,17 +140,17 @@ func TestSnapshotsWaitedBuildTaken(t *testing.T) {
 	for range 10 { // ... and the journal drops past it before Next
 		appendText(t, j, ch.uri, `{"fill":"0123456789"}`)
 	}
-	if got := string(ls.Next()); !strings.Contains(got, `"build":1`) {
+	if got := string(ls.Next().Text); !strings.Contains(got, `"build":1`) {
 		t.Fatalf("got %q, want the build waited for", got)
 	}
 	// The cursor (0) is behind the journal now: a resync waits for the
 	// next build.
-	if m := ls.Next(); m != nil {
-		t.Fatalf("got %s, want a wait for build 2", m)
+	if m := ls.Next(); !m.IsZero() {
+		t.Fatalf("got %s, want a wait for build 2", m.Text)
 	}
 	ch.hold <- struct{}{}
 	waitReady(t, ready)
-	if got := string(ls.Next()); !strings.Contains(got, `"build":2`) || ls.Resyncs() != 1 {
+	if got := string(ls.Next().Text); !strings.Contains(got, `"build":2`) || ls.Resyncs() != 1 {
 		t.Fatalf("got %s (resyncs %d), want build 2", got, ls.Resyncs())
 	}
 }
@@ -163,7 +163,7 @@ func TestSnapshotsClosed(t *testing.T) {
 	snaps := NewSnapshots(ch, j, nil)
 	snaps.Close()
 	ls := NewLogSource(ch, j).Shared(snaps)
-	if got := string(ls.Next()); !strings.Contains(got, `"build":1`) {
+	if got := string(ls.Next().Text); !strings.Contains(got, `"build":1`) {
 		t.Fatalf("got %q, want a snapshot built at once", got)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/delivery/bytestream"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
 	"github.com/sidecar-dev/sidecar/transport/tlscert"
@@ -492,7 +493,7 @@ func newConn(mc transport.MessageConn, opts Options) *Conn {
 // startLink runs the reader and writer of a new link over mc.
 func (c *Conn) startLink(mc transport.MessageConn) *link {
 	l := &link{mc: mc, pending: map[uint64]*call{},
-		sched: delivery.NewScheduler(delivery.SchedulerConfig{WriterReleases: transport.WriteReleases(mc)})}
+		sched: delivery.NewScheduler(delivery.SchedulerConfig{WriterReleases: transport.WriteReleases(mc), Binary: transport.CarriesBinary(mc)})}
 	l.ctx, l.cancel = context.WithCancel(c.ctx)
 	c.wg.Add(2)
 	go c.writeLoop(l)
@@ -600,7 +601,16 @@ func (c *Conn) readLoop(l *link) {
 	defer c.wg.Done()
 	defer c.endLink(l, nil)
 	for {
-		raw, h, err := transport.ReadMessageOrData(l.ctx, l.mc)
+		raw, binary, err := transport.ReadMessageOrBinary(l.ctx, l.mc)
+		var h *rpc.Header
+		if err == nil && binary {
+			// A data message in its binary form (delivery/bytestream).
+			var perr error
+			if h, perr = bytestream.ParseBinary(raw, transport.ReadLimit(l.mc)); perr != nil {
+				transport.RecycleRead(l.mc, raw)
+				err = transport.Violate(l.mc, perr)
+			}
+		}
 		if err != nil {
 			if l.ctx.Err() != nil {
 				return // dropped by us
@@ -800,9 +810,10 @@ func (c *Conn) handle(l *link, raw []byte, h *rpc.Header) error {
 	return sub.receive(l, h, raw)
 }
 
-// handleData handles tcp/data that came as bytes (transport.DataReader):
-// the subscription's TCPConn takes the bytes; any other consumer (a
-// Subscribe to an ahp-tcp: channel) gets the text it stands for.
+// handleData handles a data message that came in its binary form
+// (bytestream.ParseBinary): the subscription's consumer takes the bytes
+// when it reads them (a TCPConn); any other (a Subscribe to an ahp-tcp:
+// channel) gets the text it stands for.
 func (c *Conn) handleData(l *link, raw []byte, h *rpc.Header) error {
 	c.mu.Lock()
 	sub := c.subs[h.Channel]
@@ -813,7 +824,7 @@ func (c *Conn) handleData(l *link, raw []byte, h *rpc.Header) error {
 		return nil // late messages of a link given up on are ignored
 	}
 	if !sub.takesBytes {
-		text := transport.AppendTCPDataText(make([]byte, 0, h.TCPData.TextLen), h)
+		text := bytestream.AppendBinaryText(make([]byte, 0, h.Binary.TextLen), h)
 		transport.RecycleRead(l.mc, raw)
 		return c.handle(l, text, nil)
 	}

@@ -65,7 +65,7 @@ func Remember(n, textBytes int) (remembered, bytes, forgotten int) {
 	text := make([]byte, textBytes)
 	for i := 1; i <= n; i++ {
 		_ = q.push(context.Background(), text, delivery.UTF16Bytes(2*textBytes), false, nil, uint64(i))
-		q.NextSized()
+		q.Next()
 	}
 	return len(q.wal), q.walBytes, q.forgotten
 }

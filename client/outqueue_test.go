@@ -33,7 +33,7 @@ func TestOutQueueBound(t *testing.T) {
 		t.Fatalf("push beyond the bound returned %v without waiting", err)
 	default:
 	}
-	if q.Next() == nil {
+	if q.Next().IsZero() {
 		t.Fatal("Next returned nothing from a full queue")
 	}
 	if err := <-pushed; err != nil {

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/delivery/bytestream"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
 )
@@ -495,7 +495,7 @@ func (q *outQueue) resendTCP(host rpc.TCPResume) error {
 	if q.ret == nil {
 		return errors.New("client: not a TCP channel")
 	}
-	again, err := q.ret.Resend(tcpadapter.DecodedOffset(host.Received), host.EOF)
+	again, err := q.ret.Resend(bytestream.DecodedOffset(host.Received), host.EOF)
 	if err != nil {
 		return err
 	}
@@ -505,8 +505,9 @@ func (q *outQueue) resendTCP(host rpc.TCPResume) error {
 	items := make([]sizedText, 0, len(again)+len(q.items))
 	for _, m := range again {
 		// Not recycled: the lost link's writer may still be reading it.
-		items = append(items, sizedText{text: m.Text, size: m.Size, tcp: true, eof: m.EOF, end: m.End})
-		q.bytes += len(m.Text)
+		it := sizedText{m: m.Msg, tcp: true, eof: m.EOF, end: m.End}
+		items = append(items, it)
+		q.bytes += it.bytes()
 	}
 	q.items = append(items, q.items...)
 	return nil
@@ -628,12 +629,6 @@ func (s *switchConn) Close(code transport.CloseCode, reason string) error {
 }
 
 func (s *switchConn) Peer() string { return s.get().Peer() }
-
-// ReadMessageOrData implements transport.DataReader as the current
-// transport does (or reads text).
-func (s *switchConn) ReadMessageOrData(ctx context.Context) ([]byte, *rpc.Header, error) {
-	return transport.ReadMessageOrData(ctx, s.get())
-}
 
 // RecycleRead hands b to the current transport (read buffers come from a
 // shared pool).

@@ -10,9 +10,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
-
 	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/delivery/bytestream"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -29,10 +28,11 @@ type Message struct {
 	// whole: Raw is the buffer the transport read the message into (not
 	// reassembled), which the consumer may hand back (Conn.recycleRead).
 	whole bool
-	// tcpData is set on tcp/data that came as bytes (transport.DataReader)
-	// to a subscription that takes them (Subscription.takesBytes): Params
-	// is nil and Raw the buffer tcpData.Data is a view of (whole).
-	tcpData *rpc.TCPData
+	// binary is set on a data message that came in its binary form
+	// (bytestream.ParseBinary) to a subscription that takes it
+	// (Subscription.takesBytes): Params is nil and Raw the buffer
+	// binary.Data is a view of (whole).
+	binary *rpc.BinaryData
 }
 
 // Release releases the message's bytes; calling it more than once is harmless.
@@ -98,8 +98,8 @@ type Subscription struct {
 	// and whether it took tcp/eof.
 	tcpRecv atomic.Uint64
 	tcpEOF  atomic.Bool
-	// takesBytes: the consumer (TCPConn) reads tcp/data that came as
-	// bytes; any other gets its text (Conn.handle).
+	// takesBytes: the consumer (TCPConn) reads data messages that came
+	// in binary form; any other gets their text (Conn.handleData).
 	takesBytes bool
 }
 
@@ -131,7 +131,7 @@ func (c *Conn) Subscribe(ctx context.Context, channel string) (*Subscription, er
 }
 
 // subscribe is Subscribe offering receive (when windowed); takesBytes
-// says the consumer reads tcp/data that came as bytes (Message.tcpData).
+// says the consumer reads data messages in binary form (Message.binary).
 func (c *Conn) subscribe(ctx context.Context, channel string, receive delivery.Limits, takesBytes bool) (*Subscription, error) {
 	l, err := c.currentLink(ctx)
 	if err != nil {
@@ -141,7 +141,7 @@ func (c *Conn) subscribe(ctx context.Context, channel string, receive delivery.L
 	sub.q.init()
 	sub.src = newOutQueue()
 	if sub.isTCP() && !c.opts.Ordinary {
-		sub.src.ret = &tcpadapter.Retained{}
+		sub.src.ret = &bytestream.Retained{}
 	}
 	params := rpc.SubscribeParams{Channel: channel}
 	if !c.opts.Ordinary {
@@ -265,7 +265,7 @@ func (s *Subscription) receive(l *link, h *rpc.Header, raw []byte) error {
 			in.Release(size)
 		}
 	}
-	return s.q.push(&Message{Method: h.Method, Params: h.Params, Raw: raw, whole: whole, tcpData: h.TCPData, release: release}, 0)
+	return s.q.push(&Message{Method: h.Method, Params: h.Params, Raw: raw, whole: whole, binary: h.Binary, release: release}, 0)
 }
 
 // Next returns the next data message; the consumer must Release it.
@@ -280,12 +280,19 @@ func (s *Subscription) Send(ctx context.Context, text []byte) error {
 	return s.src.push(ctx, text, delivery.Measure(text), false, s.c.done, 0)
 }
 
-// sendTCP queues a tcp/data message (or with eof, tcp/eof) whose bytes
-// end at end and whose exact size in UTF-16 bytes the caller knows (from
-// its Encoder); recycle: built in a buffer from adapters/tcp.Buffer that
-// may go back once released.
-func (s *Subscription) sendTCP(ctx context.Context, text []byte, size delivery.UTF16Bytes, end tcpadapter.DecodedOffset, eof, recycle bool) error {
-	return s.src.pushItem(ctx, sizedText{text: text, size: size, recycle: recycle, end: end, eof: eof, tcp: true}, s.c.done)
+// sendStream queues a byte stream's data message m (its text or binary
+// form, its Size set: bytestream.Encoder.Data) or, with eof, its end of
+// stream, whose bytes end at end; recycle: built in a buffer from
+// bytestream.Buffer that may go back once released.
+func (s *Subscription) sendStream(ctx context.Context, m delivery.Message, end bytestream.DecodedOffset, eof, recycle bool) error {
+	return s.src.pushItem(ctx, sizedText{m: m, recycle: recycle, end: end, eof: eof, tcp: true}, s.c.done)
+}
+
+// Binary reports whether the link in use carries data messages in their
+// binary form (delivery.Stream.Binary): a sender then builds that form.
+func (s *Subscription) Binary() bool {
+	_, out := s.parts()
+	return out != nil && out.Binary()
 }
 
 // Dispatch sends dispatchAction with the next clientSeq and returns it.
@@ -460,7 +467,7 @@ type outQueue struct {
 	// ret, on a TCP channel's queue, keeps the tcp/data and tcp/eof
 	// messages sent and not yet credited, to send again after a
 	// reconnect (at most the window plus one message).
-	ret *tcpadapter.Retained
+	ret *bytestream.Retained
 
 	wal       []walEntry // seq order
 	walBytes  int        // UTF-8 bytes in wal
@@ -487,24 +494,28 @@ const (
 
 func newOutQueue() *outQueue { return &outQueue{space: make(chan struct{}, 1)} }
 
-// sizedText is a queued message and its size in UTF-16 bytes.
+// sizedText is a queued message: its text (or binary form) and its size
+// in UTF-16 bytes.
 type sizedText struct {
-	text    []byte
-	size    delivery.UTF16Bytes
-	recycle bool   // text's buffer may be reused once written
+	m       delivery.Message
+	recycle bool   // the message's buffer may be reused once written
 	seq     uint64 // the clientSeq of a dispatchAction, else 0
 	// tcp: a tcp/data (or, eof, tcp/eof) message whose bytes end at end.
 	tcp bool
 	eof bool
-	end tcpadapter.DecodedOffset
+	end bytestream.DecodedOffset
 }
 
+// bytes is what the queued message holds in memory (UTF-8 bytes of its
+// text, or of its binary form): maxOutQueueBytes counts it.
+func (it *sizedText) bytes() int { return len(it.m.Text) + len(it.m.Binary) }
+
 func (q *outQueue) push(ctx context.Context, text []byte, size delivery.UTF16Bytes, recycle bool, done <-chan struct{}, seq uint64) error {
-	return q.pushItem(ctx, sizedText{text: text, size: size, recycle: recycle, seq: seq}, done)
+	return q.pushItem(ctx, sizedText{m: delivery.Message{Text: text, Size: size}, recycle: recycle, seq: seq}, done)
 }
 
 func (q *outQueue) pushItem(ctx context.Context, it sizedText, done <-chan struct{}) error {
-	text, size, seq := it.text, it.size, it.seq
+	n, seq := it.bytes(), it.seq
 	for {
 		q.mu.Lock()
 		if q.closed != nil {
@@ -512,11 +523,11 @@ func (q *outQueue) pushItem(ctx context.Context, it sizedText, done <-chan struc
 			q.mu.Unlock()
 			return err
 		}
-		if q.bytes == 0 || q.bytes+len(text) <= maxOutQueueBytes {
+		if q.bytes == 0 || q.bytes+n <= maxOutQueueBytes {
 			q.items = append(q.items, it)
-			q.bytes += len(text)
+			q.bytes += n
 			if seq > 0 {
-				q.remember(walEntry{seq: seq, text: text, size: size})
+				q.remember(walEntry{seq: seq, text: it.m.Text, size: it.m.Size})
 			}
 			st := q.stream
 			q.mu.Unlock()
@@ -592,7 +603,7 @@ func (q *outQueue) reconcile(resend bool) (unknown int) {
 		case !e.sent:
 			keep = append(keep, e)
 		case resend:
-			again = append(again, sizedText{text: e.text, size: e.size, seq: e.seq})
+			again = append(again, sizedText{m: delivery.Message{Text: e.text, Size: e.size}, seq: e.seq})
 			q.bytes += len(e.text)
 			e.sent = false
 			keep = append(keep, e)
@@ -641,37 +652,35 @@ func (q *outQueue) setStream(st *delivery.Stream) {
 	st.Wake()
 }
 
-// Next implements delivery.Source.
-func (q *outQueue) Next() []byte {
-	t, _ := q.NextSized()
-	return t
-}
-
 // Recycle implements delivery.Recycler: the buffer of a tcp/data message
-// TCPConn built (sendSized with recycle) goes back to the pool; other
+// TCPConn built (sendStream with recycle) goes back to the pool; other
 // messages are left alone (their senders may still hold them).
-func (q *outQueue) Recycle(text []byte) {
+func (q *outQueue) Recycle(m delivery.Message) {
 	q.mu.Lock()
-	ok := q.recyclable != nil && unsafe.SliceData(q.recyclable) == unsafe.SliceData(text)
+	b := m.Binary
+	if b == nil {
+		b = m.Text
+	}
+	ok := q.recyclable != nil && unsafe.SliceData(q.recyclable) == unsafe.SliceData(b)
 	q.recyclable = nil
 	q.mu.Unlock()
 	if ok {
-		tcpadapter.Recycle(text)
+		bytestream.Recycle(b)
 	}
 }
 
-// NextSized implements delivery.SizedSource: the sizes were measured (or
-// known) when the messages were queued, outside the writer goroutine.
-func (q *outQueue) NextSized() ([]byte, delivery.UTF16Bytes) {
+// Next implements delivery.Source: the sizes were measured (or known)
+// when the messages were queued, outside the writer goroutine.
+func (q *outQueue) Next() delivery.Message {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.items) == 0 || q.held {
-		return nil, 0
+		return delivery.Message{}
 	}
 	t := q.items[0]
 	q.items[0] = sizedText{}
 	q.items = q.items[1:]
-	q.bytes -= len(t.text)
+	q.bytes -= t.bytes()
 	if t.seq > 0 {
 		// Handed to the writer: its fate is unknown until its echo.
 		for i := range q.wal {
@@ -688,16 +697,19 @@ func (q *outQueue) NextSized() ([]byte, delivery.UTF16Bytes) {
 		if q.stream != nil {
 			sent, consumed, _ := q.stream.Window()
 			q.ret.Credit(consumed)
-			q.ret.Sent(t.text, t.size, sent, t.end, t.eof, t.recycle)
+			q.ret.Sent(t.m, sent, t.end, t.eof, t.recycle)
 		}
 	case t.recycle:
-		q.recyclable = t.text
+		q.recyclable = t.m.Binary
+		if q.recyclable == nil {
+			q.recyclable = t.m.Text
+		}
 	}
 	select {
 	case q.space <- struct{}{}:
 	default:
 	}
-	return t.text, t.size
+	return t.m
 }
 
 // Grow offers larger limits for this windowed subscription by subscribing

@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/delivery/bytestream"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
 )
@@ -62,7 +62,7 @@ const TCPCloseLinger = 5 * time.Second
 type TCPConn struct {
 	c      *Conn
 	sub    *Subscription
-	enc    *tcpadapter.Encoder
+	enc    *bytestream.Encoder
 	remote *net.TCPAddr
 	ctx    context.Context // canceled by Close and on reset: unblocks Write
 	cancel context.CancelFunc
@@ -71,14 +71,14 @@ type TCPConn struct {
 	held    []*Message // the messages buf comes from, released when used up
 	buf     []byte     // received bytes not yet taken (in dbuf)
 	dbuf    []byte     // decode buffer, reused once buf is used up
-	recvOff tcpadapter.DecodedOffset
+	recvOff bytestream.DecodedOffset
 	rerr    error // sticky: io.EOF, ErrTCPReset
 
 	dmu      sync.Mutex
 	deadline time.Time
 
 	wmu     sync.Mutex
-	sendOff tcpadapter.DecodedOffset
+	sendOff bytestream.DecodedOffset
 	wclosed bool
 
 	closeOnce sync.Once
@@ -274,7 +274,7 @@ func (c *Conn) DialTCP(ctx context.Context, host string, port int) (*TCPConn, er
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	uri := "ahp-tcp:/" + hex.EncodeToString(b[:])
-	if err := c.createTCP(ctx, tcpadapter.CreateParams{Channel: uri, Host: host, Port: &port}); err != nil {
+	if err := c.createTCP(ctx, rpc.CreateTCPConnectionParams{Channel: uri, Host: host, Port: &port}); err != nil {
 		return nil, err
 	}
 	recv := c.opts.TCPReceive
@@ -288,7 +288,7 @@ func (c *Conn) DialTCP(ctx context.Context, host string, port int) (*TCPConn, er
 		_ = sub.Unsubscribe()
 		return nil, errors.New("client: the host declined windowed delivery for a TCP channel")
 	}
-	t := &TCPConn{c: c, sub: sub, enc: tcpadapter.NewEncoder(uri), remote: &net.TCPAddr{Port: port}}
+	t := &TCPConn{c: c, sub: sub, enc: bytestream.NewEncoder(rpc.TCPStream, uri), remote: &net.TCPAddr{Port: port}}
 	t.tune.init(time.Since(start), sub.ClientReceive, c.opts.TCPReceiveMax)
 	if a, err := netip.ParseAddr(host); err == nil {
 		t.remote.IP = a.AsSlice()
@@ -323,7 +323,7 @@ const maxDials = 8
 // createTCP calls createTcpConnection, at most maxDials at once; an
 // Overloaded answer (the host's bound may be lower than ours, or other
 // requests fill it) is retried by Call, with backoff.
-func (c *Conn) createTCP(ctx context.Context, p tcpadapter.CreateParams) error {
+func (c *Conn) createTCP(ctx context.Context, p rpc.CreateTCPConnectionParams) error {
 	select {
 	case c.dials <- struct{}{}:
 	case <-ctx.Done():
@@ -389,10 +389,10 @@ func (t *TCPConn) next() ([]byte, error) {
 func (t *TCPConn) take(m *Message, dst []byte) []byte {
 	switch m.Method {
 	case rpc.MethodTCPData:
-		p, out, err := tcpadapter.AppendMessageData(dst, m.Params, m.tcpData)
+		p, out, err := bytestream.AppendMessageData(dst, m.Params, m.binary)
 		if err == nil {
 			var data []byte
-			data, err = tcpadapter.Trim(p.Offset, out[len(dst):], t.recvOff)
+			data, err = bytestream.Trim(p.Offset, out[len(dst):], t.recvOff)
 			out = append(out[:len(dst)], data...) // a resend: drop the head
 		}
 		if err != nil {
@@ -401,12 +401,12 @@ func (t *TCPConn) take(m *Message, dst []byte) []byte {
 			t.Reset()
 			return dst
 		}
-		t.recvOff += tcpadapter.DecodedOffset(len(out) - len(dst))
+		t.recvOff += bytestream.DecodedOffset(len(out) - len(dst))
 		t.sub.tcpRecv.Store(uint64(t.recvOff))
 		if m.whole {
 			// Decoded: the text is not needed any more, only its credit.
 			raw := m.Raw
-			m.Raw, m.Params, m.whole, m.tcpData = nil, nil, false, nil
+			m.Raw, m.Params, m.whole, m.binary = nil, nil, false, nil
 			transport.RecycleRead(t.c.mc, raw)
 		}
 		t.held = append(t.held, m)
@@ -471,8 +471,8 @@ func sameArray(a, b []byte) bool {
 // decodedBound is at least the bytes m's data decodes to: base64 takes 4
 // characters for 3 bytes (the envelope is counted too).
 func decodedBound(m *Message) int {
-	if m.tcpData != nil {
-		return len(m.tcpData.Data)
+	if m.binary != nil {
+		return len(m.binary.Data)
 	}
 	return len(m.Raw) / 4 * 3
 }
@@ -534,9 +534,11 @@ func (t *TCPConn) Write(p []byte) (int, error) {
 			return written, errors.New("client: hostReceive.maximumFrameBytes too small for tcp/data")
 		}
 		n = min(n, len(p))
-		text := t.enc.AppendData(tcpadapter.Buffer(t.enc.DataLen(t.sendOff, n)), t.sendOff, p[:n])
-		end := t.sendOff + tcpadapter.DecodedOffset(n)
-		if err := t.sub.sendTCP(t.ctx, text, t.enc.DataSize(len(text)), end, false, true); err != nil {
+		// The binary form where the link carries it: the bytes as they
+		// are, never base64 built for the transport to decode again.
+		m := t.enc.Data(t.sendOff, p[:n], t.sub.Binary())
+		end := t.sendOff + bytestream.DecodedOffset(n)
+		if err := t.sub.sendStream(t.ctx, m, end, false, true); err != nil {
 			if t.isReset() {
 				return written, ErrTCPReset
 			}
@@ -545,7 +547,7 @@ func (t *TCPConn) Write(p []byte) (int, error) {
 			}
 			return written, err
 		}
-		t.sendOff += tcpadapter.DecodedOffset(n)
+		t.sendOff += bytestream.DecodedOffset(n)
 		written += n
 		p = p[n:]
 	}
@@ -601,7 +603,7 @@ func (t *TCPConn) ReadFrom(r io.Reader) (int64, error) {
 // wanted one: at most one message's payload at the host's current
 // maximumFrameBytes (with the longest offset), at most tcpReadBuffer.
 func (t *TCPConn) readBufferSize(want int) int {
-	per := t.enc.MaxPayload(tcpadapter.DecodedOffset(1)<<52, t.sub.FrameBytes())
+	per := t.enc.MaxPayload(bytestream.DecodedOffset(1)<<52, t.sub.FrameBytes())
 	return max(4<<10, min(want, per, tcpReadBuffer))
 }
 
@@ -618,7 +620,7 @@ func (t *TCPConn) CloseWrite() error {
 		return ErrTCPReset
 	}
 	eof := t.enc.EOF(t.sendOff)
-	return t.sub.sendTCP(t.ctx, eof, delivery.Measure(eof), t.sendOff, true, false)
+	return t.sub.sendStream(t.ctx, delivery.Message{Text: eof, Size: delivery.Measure(eof)}, t.sendOff, true, false)
 }
 
 // Close ends the connection gracefully: tcp/eof if not sent yet, then,

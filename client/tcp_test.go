@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/client"
+	"github.com/sidecar-dev/sidecar/delivery/bytestream"
+	"github.com/sidecar-dev/sidecar/rpc"
 )
 
 // slowWriter records the size of every Write; the first one blocks until
@@ -73,7 +74,7 @@ func TestTCPWriteToBatches(t *testing.T) {
 	if _, err := io.ReadFull(tc, head); err != nil {
 		t.Fatal(err)
 	}
-	per := tcpadapter.NewEncoder(tc.Channel()).MaxPayload(0, client.DefaultReceive.MaximumFrameBytes)
+	per := bytestream.NewEncoder(rpc.TCPStream, tc.Channel()).MaxPayload(0, client.DefaultReceive.MaximumFrameBytes)
 	// The first Write blocks until the host sent two messages more (its
 	// window holds eight), bounded: they then wait for the next Write.
 	w := slowWriter{behind: func() {

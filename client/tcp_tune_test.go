@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
-	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/client"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/delivery/bytestream"
+	"github.com/sidecar-dev/sidecar/rpc"
 )
 
 // sourceServer accepts one connection and writes n bytes of a fixed
@@ -273,7 +274,7 @@ func TestTCPReadFromBuffer(t *testing.T) {
 		c.TCP.MaximumFrameBytes = 512 << 10
 	}, port)
 	defer tc.Close()
-	enc := tcpadapter.NewEncoder(tc.Channel())
+	enc := bytestream.NewEncoder(rpc.TCPStream, tc.Channel())
 	first := enc.MaxPayload(1<<52, client.DefaultTCPReceive.MaximumFrameBytes)
 	if got := client.ReadBufferSize(tc, 1<<20); got != first || first < 6000 || first > 6144 {
 		t.Fatalf("buffer at 16 KiB frames: %d, want %d (about 6 KiB)", got, first)

@@ -8,15 +8,16 @@ import (
 	"net"
 	"testing"
 
-	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/client"
 	"github.com/sidecar-dev/sidecar/config"
+	"github.com/sidecar-dev/sidecar/delivery/bytestream"
 	"github.com/sidecar-dev/sidecar/internal/tiopipe"
+	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
 )
 
 // newTIOPair is newPair over a transport-io session pair (pipes), on which
-// tcp/data crosses as bytes (transport.TCPDataEvent) both ways.
+// tcp/data crosses as bytes (rpc.EventBinaryData) both ways.
 func newTIOPair(t *testing.T) *client.Conn {
 	t.Helper()
 	cs, ss := tiopipe.Pair(t, transport.Contract, transport.Contract, nil)
@@ -94,7 +95,7 @@ func TestTCPBytesSubscribeGetsText(t *testing.T) {
 	}
 	const uri = "ahp-tcp:/c1"
 	port := l.Addr().(*net.TCPAddr).Port
-	if err := c.Call(ctx, "createTcpConnection", tcpadapter.CreateParams{Channel: uri, Host: "127.0.0.1", Port: &port}, nil); err != nil {
+	if err := c.Call(ctx, "createTcpConnection", rpc.CreateTCPConnectionParams{Channel: uri, Host: "127.0.0.1", Port: &port}, nil); err != nil {
 		t.Fatal(err)
 	}
 	sub, err := c.Subscribe(ctx, uri)
@@ -111,7 +112,7 @@ func TestTCPBytesSubscribeGetsText(t *testing.T) {
 			continue
 		}
 		const want = `{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":"ahp-tcp:/c1","offset":0,"data":"SGVsbG8="}}`
-		var p tcpadapter.DataParams
+		var p bytestream.DataParams
 		if string(m.Raw) != want || json.Unmarshal(m.Params, &p) != nil || p.Data != "SGVsbG8=" {
 			t.Fatalf("tcp/data %q, params %s; want %s", m.Raw, m.Params, want)
 		}

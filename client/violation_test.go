@@ -26,7 +26,7 @@ import (
 func TestHostViolationEndsConn(t *testing.T) {
 	closed := make(chan websocket.StatusCode, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{transport.TCPDataSubprotocol}})
+		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{transport.BinarySubprotocol}})
 		if err != nil {
 			return
 		}

@@ -17,36 +17,14 @@ type MessageWriter interface {
 	WriteMessage(ctx context.Context, text []byte) error
 }
 
-// Source produces the data messages of one windowed subscription, pulled by
-// the Scheduler only when the subscription can start a message (seed 000
-// "When the Window Is Full": the adapter never queues without bound).
-//
-// Next returns the next complete data message (its exact JSON text, which
-// the Scheduler does not modify) or nil when none is ready; it must not
-// block. When a nil-returning Source later has data it calls Stream.Wake.
-type Source interface {
-	Next() []byte
-}
-
-// SizedSource is a Source that knows the size of each message it builds
-// (for example because the message is ASCII but for a prefix measured
-// once): NextSized returns the message and its exact size in UTF-16 bytes
-// (seed 000 "Message Size"), which spares the Scheduler measuring it.
-// When a Source implements it, the Scheduler calls NextSized instead of
-// Next.
-type SizedSource interface {
-	Source
-	NextSized() ([]byte, UTF16Bytes)
-}
-
-// Recycler is a Source that reuses the buffers of its messages: when the
-// MessageWriter is done with a message once WriteMessage returns
-// (SchedulerConfig.WriterReleases), the Scheduler hands each whole message
-// the Source built back to Recycle after writing it (never a fragment of
-// it). Recycle is called from the writer goroutine and must not block.
-type Recycler interface {
-	Source
-	Recycle(text []byte)
+// BinaryWriter is a MessageWriter that can also carry a data message in
+// its binary form (Message.Binary: the transport-io event or WebSocket
+// subprotocol rpc.EventBinaryData, docs/protocol.md), without knowing what
+// the bytes are. SchedulerConfig.Binary says whether the connection
+// negotiated it.
+type BinaryWriter interface {
+	MessageWriter
+	WriteBinary(ctx context.Context, payload []byte) error
 }
 
 // SchedulerConfig bounds one connection's outbound queues.
@@ -71,13 +49,19 @@ type SchedulerConfig struct {
 	// the largest frame, so every busy participant sends each round.
 	Quantum UTF16Bytes
 	// OnSent, if set, is called from the writer goroutine after each message
-	// is written (for metrics and tests). The text is valid only during the
-	// call: with WriterReleases its buffer is reused afterwards.
-	OnSent func(text []byte)
+	// is written (for metrics and tests). The message is valid only during
+	// the call: with WriterReleases its buffers are reused afterwards.
+	OnSent func(m Message)
 	// WriterReleases says the MessageWriter keeps no reference to a
 	// message once WriteMessage returns (it wrote or copied it), so
 	// Recycler sources may reuse their buffers.
 	WriterReleases bool
+	// Binary says the MessageWriter is a BinaryWriter whose peer takes
+	// data messages in their binary form: a Message with Binary set is
+	// written with WriteBinary, and Stream.Binary tells sources so that
+	// they build that form alone. Otherwise such a message's text is
+	// built (Message.Form) when it is written.
+	Binary bool
 	// PartialBytes bounds the partial (unfinished) fragmented messages
 	// the connection's Inbounds hold together, in UTF-16 bytes (see
 	// PartialBudget); beyond it a fragment is a PartialBytesExceeded
@@ -139,7 +123,12 @@ type Scheduler struct {
 	flushErr error
 
 	// Owned by the writer goroutine.
-	recycle Recycler  // the source of the message next returned, if it recycles
+	recycle Recycler // the source of the message next returned, if it recycles
+	// built is the buffer texts are built in from binary forms (a writer
+	// without them), kept while the writer releases what it wrote;
+	// textOut marks the message being written as built there.
+	built   []byte
+	textOut bool
 	picking []*Stream // next's copy of streams, reused
 	// own is the buffer the Scheduler builds its own messages in (credit,
 	// gap) when the writer releases what it wrote (WriterReleases): next
@@ -462,32 +451,69 @@ func (s *Scheduler) CloseWhenFlushed(err error) {
 
 // Run writes messages to w until ctx ends, Close is called, or a write
 // fails; it returns the reason. Call it once, from the connection's writer
-// goroutine.
+// goroutine. A message with a binary form goes out in that form when
+// SchedulerConfig.Binary is set and w is a BinaryWriter; otherwise its
+// text is written (built from the binary form where the source built only
+// that).
 func (s *Scheduler) Run(ctx context.Context, w MessageWriter) error {
+	bw, _ := w.(BinaryWriter)
+	if !s.cfg.Binary {
+		bw = nil
+	}
 	for {
-		text, err := s.next(ctx)
+		m, err := s.next(ctx)
 		if err != nil {
 			return err
 		}
 		rec := s.recycle
 		s.recycle = nil
-		if err := w.WriteMessage(ctx, text); err != nil {
+		if m.Binary != nil && bw != nil {
+			err = bw.WriteBinary(ctx, m.Binary)
+		} else {
+			if m.Text == nil {
+				m.Text = m.text(s.textBuf())
+				s.textOut = true
+			}
+			err = w.WriteMessage(ctx, m.Text)
+		}
+		if err != nil {
 			s.Close(err)
 			return err
 		}
 		if s.cfg.OnSent != nil {
-			s.cfg.OnSent(text)
+			s.cfg.OnSent(m)
+		}
+		if s.textOut {
+			s.textOut = false
+			if s.cfg.WriterReleases && cap(m.Text) <= maxTextBuf {
+				s.built = m.Text[:0]
+			}
+			m.Text = nil // the source built none: it gets back what it did build
 		}
 		if rec != nil && s.cfg.WriterReleases {
-			rec.Recycle(text)
+			rec.Recycle(m)
 		}
 		if s.ownOut {
 			s.ownOut = false
-			if cap(text) <= maxOwnBuf {
-				s.own = text[:0]
+			if cap(m.Text) <= maxOwnBuf {
+				s.own = m.Text[:0]
 			}
 		}
 	}
+}
+
+// maxTextBuf bounds the buffer kept for texts built from binary forms
+// (a message of the largest maximumFrameBytes, 512 KiB UTF-16 bytes, is at
+// most that many UTF-8 bytes): larger ones are left to the collector.
+const maxTextBuf = 512 << 10
+
+// textBuf returns the buffer to build a text from a binary form in: the
+// one kept from the last when the writer releases messages, else nil (a
+// new one). Writer goroutine only.
+func (s *Scheduler) textBuf() []byte {
+	b := s.built
+	s.built = nil
+	return b
 }
 
 // maxOwnBuf bounds the buffer kept for the Scheduler's own messages: a
@@ -508,17 +534,17 @@ func (s *Scheduler) ownBuf() []byte {
 }
 
 // next blocks until a message can be sent and returns it.
-func (s *Scheduler) next(ctx context.Context) ([]byte, error) {
+func (s *Scheduler) next(ctx context.Context) (Message, error) {
 	for {
 		if err := ctx.Err(); err != nil {
 			s.Close(err)
-			return nil, err
+			return Message{}, err
 		}
 		s.mu.Lock()
 		if s.closed != nil {
 			err := s.closed
 			s.mu.Unlock()
-			return nil, err
+			return Message{}, err
 		}
 		if t, ok := s.protected.pop(); ok {
 			s.mu.Unlock()
@@ -526,7 +552,7 @@ func (s *Scheduler) next(ctx context.Context) ([]byte, error) {
 			case s.taken <- struct{}{}:
 			default:
 			}
-			return t, nil
+			return Message{Text: t}, nil
 		}
 		if len(s.gapQ) > 0 {
 			ch := s.gapQ[0]
@@ -536,12 +562,12 @@ func (s *Scheduler) next(ctx context.Context) ([]byte, error) {
 			s.gapsSent++
 			t := appendGap(s.ownBuf(), ch, s.ordinary.lastSeq[ch])
 			s.mu.Unlock()
-			return t, nil
+			return Message{Text: t}, nil
 		}
 		if s.flushErr != nil {
 			s.closed = s.flushErr
 			s.mu.Unlock()
-			return nil, s.flushErr
+			return Message{}, s.flushErr
 		}
 		if len(s.creditQ) > 0 {
 			ch := s.creditQ[0]
@@ -550,27 +576,27 @@ func (s *Scheduler) next(ctx context.Context) ([]byte, error) {
 			v := s.credits[ch]
 			delete(s.credits, ch)
 			s.mu.Unlock()
-			return AppendCredit(s.ownBuf(), ch, v), nil
+			return Message{Text: AppendCredit(s.ownBuf(), ch, v)}, nil
 		}
 		if t, ok := s.control.pop(); ok {
 			s.mu.Unlock()
-			return t, nil
+			return Message{Text: t}, nil
 		}
 		// A copy, as Remove edits s.streams in place; the writer's own
 		// slice, cleared after use so it pins no removed stream.
 		s.picking = append(s.picking[:0], s.streams...)
 		s.mu.Unlock()
 
-		t := s.pickData(s.picking)
+		m := s.pickData(s.picking)
 		clear(s.picking)
-		if t != nil {
-			return t, nil
+		if !m.IsZero() {
+			return m, nil
 		}
 		select {
 		case <-s.wake:
 		case <-ctx.Done():
 			s.Close(ctx.Err())
-			return nil, ctx.Err()
+			return Message{}, ctx.Err()
 		}
 	}
 }
@@ -581,8 +607,9 @@ func (s *Scheduler) next(ctx context.Context) ([]byte, error) {
 // deficit covers the next one, and the turn passes on when it does not (the
 // deficit carries over, so a frame larger than a quantum goes out after
 // enough turns). Idle participants lose their deficit. The position is kept
-// across calls. It returns nil once a whole round finds nothing to send.
-func (s *Scheduler) pickData(streams []*Stream) []byte {
+// across calls. It returns the zero Message once a whole round finds
+// nothing to send.
+func (s *Scheduler) pickData(streams []*Stream) Message {
 	n := len(streams) + 1
 	if s.rr >= n {
 		s.rr, s.fresh = 0, true
@@ -595,7 +622,7 @@ func (s *Scheduler) pickData(streams []*Stream) []byte {
 	for visited := 0; ; visited++ {
 		if visited > 0 && visited%n == 0 {
 			if withData == 0 {
-				return nil
+				return Message{}
 			}
 			withData = 0
 		}
@@ -640,7 +667,7 @@ func (s *Scheduler) pickData(streams []*Stream) []byte {
 			it, ok := s.ordinary.pop()
 			s.mu.Unlock()
 			if ok {
-				return it.text
+				return Message{Text: it.text, Size: it.sz}
 			}
 			continue
 		}

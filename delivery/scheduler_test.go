@@ -119,7 +119,7 @@ func newRepeat(name string, size int) *repeatSource {
 	return &repeatSource{text: []byte(head + strings.Repeat("x", n) + tail)}
 }
 
-func (s *repeatSource) Next() []byte { s.calls.Add(1); return s.text }
+func (s *repeatSource) Next() delivery.Message { s.calls.Add(1); return delivery.Message{Text: s.text} }
 
 // listSource hands out a fixed list of messages, then nil.
 type listSource struct {
@@ -127,15 +127,15 @@ type listSource struct {
 	msgs [][]byte
 }
 
-func (s *listSource) Next() []byte {
+func (s *listSource) Next() delivery.Message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.msgs) == 0 {
-		return nil
+		return delivery.Message{}
 	}
 	m := s.msgs[0]
 	s.msgs = s.msgs[1:]
-	return m
+	return delivery.Message{Text: m}
 }
 
 func (s *listSource) add(m []byte) {
@@ -868,7 +868,7 @@ func TestCloseStopsRunAndFailsPushes(t *testing.T) {
 func TestWriteErrorEndsRun(t *testing.T) {
 	boom := errors.New("socket gone")
 	var sent []string
-	s2 := delivery.NewScheduler(delivery.SchedulerConfig{OnSent: func(b []byte) { sent = append(sent, string(b)) }})
+	s2 := delivery.NewScheduler(delivery.SchedulerConfig{OnSent: func(m delivery.Message) { sent = append(sent, string(m.Text)) }})
 	if err := s2.PushProtected([]byte(`{"a":1}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -1066,7 +1066,7 @@ func BenchmarkSchedulerFrames(b *testing.B) {
 
 type constSource []byte
 
-func (c constSource) Next() []byte { return c }
+func (c constSource) Next() delivery.Message { return delivery.Message{Text: c} }
 
 // TestRunStopsOnCancelWhileDataReady: Run's doc says it writes "until ctx
 // ends". With a stream that always has data, next() never reaches its
@@ -1102,15 +1102,16 @@ type sizedSource struct {
 	size delivery.UTF16Bytes
 }
 
-func (s *sizedSource) NextSized() ([]byte, delivery.UTF16Bytes) {
-	m := s.Next()
-	if m == nil {
-		return nil, 0
+func (s *sizedSource) Next() delivery.Message {
+	m := s.listSource.Next()
+	if m.IsZero() {
+		return m
 	}
-	return m, s.size
+	m.Size = s.size
+	return m
 }
 
-// TestSizedSource: the Scheduler debits the size a SizedSource states
+// TestSizedSource: the Scheduler debits the size a Source states
 // instead of measuring the text (here a size that measuring would not
 // give, to tell them apart).
 func TestSizedSource(t *testing.T) {
@@ -1135,9 +1136,9 @@ type recycleSource struct {
 	back []string
 }
 
-func (s *recycleSource) Recycle(text []byte) {
+func (s *recycleSource) Recycle(m delivery.Message) {
 	s.mu.Lock()
-	s.back = append(s.back, string(text))
+	s.back = append(s.back, string(m.Text))
 	s.mu.Unlock()
 }
 

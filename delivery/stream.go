@@ -23,9 +23,8 @@ type Stream struct {
 
 	// Owned by the Scheduler's writer goroutine.
 	frag    *Fragmenter
-	pending []byte // built, debited, not yet handed to the transport
-	pendSz  UTF16Bytes
-	whole   bool // pending is a message from src, not a fragment
+	pending Message // built, debited, not yet handed to the transport
+	whole   bool    // pending is a message from src, not a fragment
 	deficit UTF16Bytes
 }
 
@@ -236,8 +235,8 @@ func (st *Stream) ready() (size UTF16Bytes, ok bool) {
 	if st.removed.Load() {
 		return 0, false
 	}
-	if st.pending != nil {
-		return st.pendSz, true
+	if !st.pending.IsZero() {
+		return st.pending.Size, true
 	}
 	st.mu.Lock()
 	remaining := st.roomLocked()
@@ -247,23 +246,20 @@ func (st *Stream) ready() (size UTF16Bytes, ok bool) {
 		return 0, false
 	}
 	if st.frag == nil {
-		var msg []byte
-		var size UTF16Bytes
-		if ss, ok := st.src.(SizedSource); ok {
-			msg, size = ss.NextSized()
-		} else if msg = st.src.Next(); msg != nil {
-			size = Measure(msg)
-		}
+		m := st.src.Next()
 		st.notify()
-		if msg == nil {
+		if m.IsZero() {
 			return 0, false
 		}
-		if size <= limits.MaximumFrameBytes {
-			ok := st.debit(msg, size)
+		m = m.sized()
+		if m.Size <= limits.MaximumFrameBytes {
+			ok := st.debit(m)
 			st.whole = ok
-			return size, ok
+			return m.Size, ok
 		}
-		st.frag = NewFragmenter(st.channel, msg)
+		// Fragments split the text (seed 000 "Fragments"): a message
+		// that came in binary form alone is built as text first.
+		st.frag = NewFragmenter(st.channel, m.text(nil))
 	}
 	// Size the fragment to the remaining credit when that is below the
 	// frame limit (seed 000 "Fragments"), but never so small that the
@@ -284,7 +280,7 @@ func (st *Stream) ready() (size UTF16Bytes, ok bool) {
 	if final {
 		st.frag = nil
 	}
-	return size, st.debit(frame, size)
+	return size, st.debit(Message{Text: frame, Size: size})
 }
 
 // minFragmentPayload is the least UTF-16 bytes of data a fragment carries
@@ -292,11 +288,11 @@ func (st *Stream) ready() (size UTF16Bytes, ok bool) {
 // of what is sent.
 const minFragmentPayload UTF16Bytes = 256
 
-// debit debits size and makes text the pending frame; false if the window
-// refused it.
-func (st *Stream) debit(text []byte, size UTF16Bytes) bool {
+// debit debits m's size and makes m the pending frame; false if the
+// window refused it.
+func (st *Stream) debit(m Message) bool {
 	st.mu.Lock()
-	err := st.win.Debit(size)
+	err := st.win.Debit(m.Size)
 	now := time.Now()
 	if err == nil {
 		st.bdp.sent(st.win.Sent(), st.win.Consumed(), now)
@@ -311,21 +307,27 @@ func (st *Stream) debit(text []byte, size UTF16Bytes) bool {
 	if err != nil {
 		return false // cannot happen: CanStart was checked by this goroutine
 	}
-	st.pending, st.pendSz = text, size
+	st.pending = m
 	return true
 }
 
-func (st *Stream) take() []byte {
-	t := st.pending
-	st.pending, st.pendSz = nil, 0
+func (st *Stream) take() Message {
+	m := st.pending
+	st.pending = Message{}
 	if st.whole {
 		st.whole = false
 		if r, ok := st.src.(Recycler); ok {
 			st.sched.recycle = r
 		}
 	}
-	return t
+	return m
 }
+
+// Binary reports whether the connection carries data messages in their
+// binary form (SchedulerConfig.Binary): a Source then builds only that
+// form (Message.Binary); otherwise it builds the text, which is what will
+// be written.
+func (st *Stream) Binary() bool { return st.sched.cfg.Binary }
 
 // Inbound is the receiving side of one windowed subscription: it counts
 // what arrives, reassembles channel/frame fragments, and returns credit as

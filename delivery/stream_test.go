@@ -9,7 +9,7 @@ import (
 // window themselves, without a Scheduler's writer.
 type emptySource struct{}
 
-func (emptySource) Next() []byte { return nil }
+func (emptySource) Next() Message { return Message{} }
 
 func newTestStream(l Limits) *Stream {
 	return NewScheduler(SchedulerConfig{}).AddStream("c", l, emptySource{})

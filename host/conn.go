@@ -16,6 +16,7 @@ import (
 
 	"github.com/sidecar-dev/sidecar/adapters"
 	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/delivery/bytestream"
 	"github.com/sidecar-dev/sidecar/internal/lograte"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
@@ -105,6 +106,7 @@ func newConn(s *Server, mc transport.MessageConn) *conn {
 		OrdinaryMessages:  s.cfg.Delivery.OrdinaryQueueMessages,
 		Quantum:           delivery.UTF16Bytes(s.cfg.Delivery.MaximumFrameBytes),
 		WriterReleases:    transport.WriteReleases(mc),
+		Binary:            transport.CarriesBinary(mc),
 		PartialBytes:      delivery.UTF16Bytes(s.cfg.Delivery.MaxPartialBytes),
 	})
 	return c
@@ -305,7 +307,21 @@ type objectStream struct{ c *conn }
 func (o *objectStream) ReadObject(v any) error {
 	c := o.c
 	for {
-		raw, h, err := transport.ReadMessageOrData(c.ctx, c.mc)
+		raw, binary, err := transport.ReadMessageOrBinary(c.ctx, c.mc)
+		if err == nil && binary {
+			// A data message in its binary form (delivery/bytestream):
+			// a notification parsed already, its text never built.
+			h, perr := bytestream.ParseBinary(raw, transport.ReadLimit(c.mc))
+			if perr != nil {
+				transport.RecycleRead(c.mc, raw)
+				err = transport.Violate(c.mc, perr)
+			} else {
+				if err := c.takeNotification(h, raw); err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		if err != nil {
 			first := err // a variable of its own: &err would move err to the heap on every read
 			c.readErr.CompareAndSwap(nil, &first)
@@ -323,14 +339,6 @@ func (o *objectStream) ReadObject(v any) error {
 				return io.EOF
 			}
 			return err
-		}
-		if h != nil {
-			// tcp/data that came as bytes (transport.DataReader): a
-			// notification parsed already.
-			if err := c.takeNotification(h, raw); err != nil {
-				return err
-			}
-			continue
 		}
 		// channel/credit, every few data messages the client reads, in
 		// its usual form: read in place, no header, no allocation.
@@ -405,9 +413,10 @@ func (c *conn) handleNotification(h *rpc.Header, raw []byte) error {
 		c.fail(err)
 		return err
 	}
-	if h.Method == rpc.MethodTCPData {
-		// Decoded into the TCP writer's own buffer (or dropped):
-		// nothing refers to the text any more.
+	if h.Method == rpc.BinaryDataMethod {
+		// Byte-stream data: the channel decoded it into a buffer of its
+		// own (delivery/bytestream copies, whichever form came) or
+		// dropped it: nothing refers to the message any more.
 		transport.RecycleRead(c.mc, raw)
 	}
 	return nil

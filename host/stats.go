@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 
@@ -219,17 +220,26 @@ func (c *countingConn) ReadMessage(ctx context.Context) ([]byte, error) {
 	return b, err
 }
 
-// ReadMessageOrData implements transport.DataReader as the wrapped conn
-// does (or reads text); a tcp/data notification that came as bytes counts
-// the bytes that came (its payload), not the text it stands for.
-func (c *countingConn) ReadMessageOrData(ctx context.Context) ([]byte, *rpc.Header, error) {
-	b, h, err := transport.ReadMessageOrData(ctx, c.MessageConn)
+// ReadMessageOrBinary implements transport.BinaryConn as the wrapped conn
+// does (or reads text); a binary form counts the bytes that came (its
+// payload), not the text it stands for.
+func (c *countingConn) ReadMessageOrBinary(ctx context.Context) ([]byte, bool, error) {
+	b, binary, err := transport.ReadMessageOrBinary(ctx, c.MessageConn)
 	if err == nil {
 		c.receivedBytes.Add(uint64(len(b)))
 		c.receivedMessages.Add(1)
 	}
-	return b, h, err
+	return b, binary, err
 }
+
+// CarriesBinary implements transport.BinaryConn as the wrapped conn does.
+func (c *countingConn) CarriesBinary() bool { return transport.CarriesBinary(c.MessageConn) }
+
+// ReadLimit implements transport.BinaryConn as the wrapped conn does.
+func (c *countingConn) ReadLimit() int { return transport.ReadLimit(c.MessageConn) }
+
+// Violate implements transport.BinaryConn as the wrapped conn does.
+func (c *countingConn) Violate(err error) error { return transport.Violate(c.MessageConn, err) }
 
 // RecycleRead implements transport.ReadRecycler as the wrapped conn does.
 func (c *countingConn) RecycleRead(b []byte) { transport.RecycleRead(c.MessageConn, b) }
@@ -237,17 +247,26 @@ func (c *countingConn) RecycleRead(b []byte) { transport.RecycleRead(c.MessageCo
 // WriteReleases implements transport.Releaser as the wrapped conn does.
 func (c *countingConn) WriteReleases() bool { return transport.WriteReleases(c.MessageConn) }
 
-// WriteMessage counts what the transport carried: the bytes of a tcp/data
-// it sent as bytes (transport.SizedWriter), else the text.
+// WriteMessage counts the text written.
 func (c *countingConn) WriteMessage(ctx context.Context, text []byte) error {
-	n, err := len(text), error(nil)
-	if sw, ok := c.MessageConn.(transport.SizedWriter); ok {
-		n, err = sw.WriteMessageSized(ctx, text)
-	} else {
-		err = c.MessageConn.WriteMessage(ctx, text)
-	}
+	err := c.MessageConn.WriteMessage(ctx, text)
 	if err == nil {
-		c.sentBytes.Add(uint64(n))
+		c.sentBytes.Add(uint64(len(text)))
+		c.sentMessages.Add(1)
+	}
+	return err
+}
+
+// WriteBinary implements transport.BinaryConn: the wrapped conn writes
+// payload (a binary form), counted as the bytes carried.
+func (c *countingConn) WriteBinary(ctx context.Context, payload []byte) error {
+	b, ok := c.MessageConn.(transport.BinaryConn)
+	if !ok {
+		return errors.New("host: the transport carries no binary forms")
+	}
+	err := b.WriteBinary(ctx, payload)
+	if err == nil {
+		c.sentBytes.Add(uint64(len(payload)))
 		c.sentMessages.Add(1)
 	}
 	return err

@@ -21,6 +21,7 @@ import (
 	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/delivery/bytestream"
 	"github.com/sidecar-dev/sidecar/internal/syncbuf"
 	"github.com/sidecar-dev/sidecar/internal/tiopipe"
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -240,7 +241,7 @@ func TestTCPChannel(t *testing.T) {
 	var got []byte
 	readData := func(m tcpMsg) {
 		t.Helper()
-		var d tcpadapter.DataParams
+		var d bytestream.DataParams
 		_ = json.Unmarshal(m.Params, &d)
 		b, err := base64.StdEncoding.DecodeString(d.Data)
 		if err != nil || d.Offset == nil || int(*d.Offset) != len(got) {
@@ -258,7 +259,7 @@ func TestTCPChannel(t *testing.T) {
 	}
 	// The window is full: the host holds at most one message more.
 	tc := h.s.tcp.Channel(uri)
-	maxPayload := tcpadapter.NewEncoder(uri).MaxPayload(0, frame)
+	maxPayload := bytestream.NewEncoder(rpc.TCPStream, uri).MaxPayload(0, frame)
 	readOff := int(tc.ReadOffset())
 	if readOff > len(got)+2*maxPayload {
 		t.Errorf("host read %d bytes with %d delivered: more than one message (%d) ahead", readOff, len(got), maxPayload)
@@ -294,7 +295,7 @@ func TestTCPChannel(t *testing.T) {
 		m := p.nextMsg(isTCP)
 		received += delivery.Measure(m.raw)
 		if m.Method == rpc.MethodTCPEOF {
-			var e tcpadapter.EOFParams
+			var e bytestream.EOFParams
 			_ = json.Unmarshal(m.Params, &e)
 			if e.Offset == nil || int(*e.Offset) != len(payload)+3 {
 				t.Errorf("tcp/eof %s, want offset %d", m.raw, len(payload)+3)
@@ -532,7 +533,7 @@ func TestTCPReadAheadBound(t *testing.T) {
 		}
 	}
 	queued := h.s.tcp.Channel("ahp-tcp:/q").Queued()
-	oneRead := delivery.UTF16Bytes(2 * tcpadapter.NewEncoder("ahp-tcp:/q").DataLen(0, tcpadapter.ReadAhead) * 2) // a read's messages, generously
+	oneRead := delivery.UTF16Bytes(2 * bytestream.NewEncoder(rpc.TCPStream, "ahp-tcp:/q").DataLen(0, tcpadapter.ReadAhead) * 2) // a read's messages, generously
 	if queued < tcpadapter.Queued/2 || queued > tcpadapter.Queued+oneRead {
 		t.Fatalf("%d UTF-16 bytes read ahead and queued, want about tcpadapter.Queued (%d), at most %d", queued, tcpadapter.Queued, tcpadapter.Queued+oneRead)
 	}
@@ -776,7 +777,7 @@ func TestTCPWindowBudgetPerClient(t *testing.T) {
 }
 
 // TestTCPDataAsBytes: over transport-io, where tcp/data crosses as bytes
-// (transport.TCPDataEvent) and the host takes it without building its
+// (rpc.EventBinaryData) and the host takes it without building its
 // text, the destination gets the exact bytes and the credit counts the
 // UTF-16 bytes of the texts the client sent (seed 000 "Message Size"),
 // with a channel URI that is not ASCII.
@@ -795,7 +796,7 @@ func TestTCPDataAsBytes(t *testing.T) {
 	if m := p.call("subscribe", map[string]any{"channel": uri, "flowControl": fc}); m.Error != nil {
 		t.Fatalf("subscribe: %s", m.raw)
 	}
-	enc := tcpadapter.NewEncoder(uri)
+	enc := bytestream.NewEncoder(rpc.TCPStream, uri)
 	var sent []byte
 	var size delivery.UTF16Bytes
 	for i, n := range []int{1, 2, 3, 40000, 70001} {
@@ -803,8 +804,15 @@ func TestTCPDataAsBytes(t *testing.T) {
 		for j := range data {
 			data[j] = byte(i*31 + j*7)
 		}
-		text := enc.AppendData(nil, tcpadapter.DecodedOffset(len(sent)), data)
-		p.send(string(text))
+		off := bytestream.DecodedOffset(len(sent))
+		text := enc.AppendData(nil, off, data)
+		m := enc.Data(off, data, true)
+		if m.Binary == nil || m.Size != delivery.Measure(text) {
+			t.Fatalf("message %d: binary form %d bytes, size %d; want one of the text's size %d", i, len(m.Binary), m.Size, delivery.Measure(text))
+		}
+		if err := p.mc.(transport.BinaryConn).WriteBinary(context.Background(), m.Binary); err != nil {
+			t.Fatal(err)
+		}
 		sent = append(sent, data...)
 		size += delivery.Measure(text)
 	}

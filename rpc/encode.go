@@ -164,25 +164,26 @@ type Header struct {
 	// measuring it again.
 	ASCII bool `json:"-"`
 	// ParamsUnchecked reports that Params was not validated as JSON:
-	// ParseHeader recognized a tcp/data notification by its exact prefix
-	// (see parseTCPData) and left its params to the TCP adapter, whose
+	// ParseHeader recognized a byte-stream data notification
+	// (BinaryDataMethod) by its exact prefix (see parseStreamData) and left
+	// its params to the byte-stream codec (delivery/bytestream), whose
 	// parser checks them in full before using any of it.
 	ParamsUnchecked bool `json:"-"`
-	// TCPData is set on a tcp/data notification that arrived as bytes
-	// (transport.TCPDataEvent on transport-io, a binary frame on /ahp)
-	// rather than as text: Params is nil, and the text it stands for was
-	// never built. Whoever takes the message reads TCPData instead.
-	TCPData *TCPData `json:"-"`
+	// Binary is set on a data notification that arrived in its binary
+	// form (EventBinaryData: an EMIT on transport-io, a binary message on
+	// /ahp) rather than as text: Params is nil, and the text it stands for
+	// was never built. Whoever takes the message reads Binary instead.
+	Binary *BinaryData `json:"-"`
 }
 
 // Size returns the size of the message h was parsed from, raw, in UTF-16
-// bytes (seed 000 "Message Size"): for one that came as bytes the size of
-// the text it stands for (TCPData.Size), else of raw, measured only when it
-// is not all ASCII.
+// bytes (seed 000 "Message Size"): for one that came in binary form the
+// size of the text it stands for (BinaryData.Size), else of raw, measured
+// only when it is not all ASCII.
 func (h *Header) Size(raw []byte) delivery.UTF16Bytes {
 	switch {
-	case h.TCPData != nil:
-		return h.TCPData.Size
+	case h.Binary != nil:
+		return h.Binary.Size
 	case h.ASCII:
 		return delivery.UTF16Bytes(2 * len(raw))
 	default:
@@ -190,15 +191,16 @@ func (h *Header) Size(raw []byte) delivery.UTF16Bytes {
 	}
 }
 
-// TCPData is a tcp/data notification received as bytes: the offset and
-// stream bytes that its text
+// BinaryData is a byte-stream data notification (BinaryDataMethod)
+// received in its binary form: the offset and stream bytes that its text
 //
 //	{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":"C","offset":Offset,"data":"BASE64"}}
 //
 // carries (docs/protocol.md "transport-io"), and that text's length, which
 // windows and counters use as if the text had arrived (seed 000 "Message
 // Size": the UTF-16 bytes of the text, whichever form carried it).
-type TCPData struct {
+// delivery/bytestream parses it (ParseBinary).
+type BinaryData struct {
 	// Offset is the decoded-byte offset of Data's first byte.
 	Offset uint64
 	// Data is the stream bytes (decoded, at least one), a view of the
@@ -230,7 +232,7 @@ var ErrBatch = errors.New("rpc: batch requests are not supported")
 // returned Header still carries the id when it could be read, so the error
 // response can name it.
 func ParseHeader(raw []byte) (*Header, *Error) {
-	if h, ok := parseTCPData(raw); ok {
+	if h, ok := parseStreamData(raw); ok {
 		return h, nil
 	}
 	if h, ok := parseCredit(raw); ok {
@@ -247,27 +249,29 @@ func ParseHeader(raw []byte) (*Header, *Error) {
 	return parseHeaderSlow(raw)
 }
 
-// tcpDataPrefix opens every tcp/data notification our encoders build
-// (adapters/tcp Encoder), and JSON.stringify's for the same object.
-const tcpDataPrefix = `{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":"`
+// streamDataPrefix opens every byte-stream data notification the
+// encoders build (delivery/bytestream's Encoder), and JSON.stringify's for
+// the same object.
+const streamDataPrefix = `{"jsonrpc":"2.0","method":"` + BinaryDataMethod + `","params":{"channel":"`
 
-// parseTCPData is the path of bulk TCP data: a notification that starts
-// with tcpDataPrefix, ends with "}}", is all ASCII and has a channel
-// string without escapes. Its header is known from the prefix, so neither
-// gjson's validation nor a scan of the (large) base64 string is needed;
-// Params is marked unchecked: adapters/tcp.AppendData validates it as
-// strictly as encoding/json would (and rejects what does not end the
-// object where this assumed), so nothing here is trusted unchecked.
-func parseTCPData(raw []byte) (*Header, bool) {
-	if len(raw) < len(tcpDataPrefix)+4 || string(raw[:len(tcpDataPrefix)]) != tcpDataPrefix ||
+// parseStreamData is the path of bulk stream data: a notification that
+// starts with streamDataPrefix, ends with "}}", is all ASCII and has a
+// channel string without escapes. Its header is known from the prefix, so
+// neither gjson's validation nor a scan of the (large) base64 string is
+// needed; Params is marked unchecked: delivery/bytestream's AppendData
+// validates it as strictly as encoding/json would (and rejects what does
+// not end the object where this assumed), so nothing here is trusted
+// unchecked.
+func parseStreamData(raw []byte) (*Header, bool) {
+	if len(raw) < len(streamDataPrefix)+4 || string(raw[:len(streamDataPrefix)]) != streamDataPrefix ||
 		raw[len(raw)-1] != '}' || raw[len(raw)-2] != '}' || !isASCII(raw) {
 		return nil, false
 	}
-	channel, ok := plainStringBody(raw[len(tcpDataPrefix):])
+	channel, ok := plainStringBody(raw[len(streamDataPrefix):])
 	if !ok {
 		return nil, false
 	}
-	h := prefixHeader(raw, tcpDataPrefix, MethodTCPData, channel)
+	h := prefixHeader(raw, streamDataPrefix, BinaryDataMethod, channel)
 	h.ParamsUnchecked = true
 	return h, true
 }

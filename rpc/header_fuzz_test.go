@@ -28,7 +28,7 @@ func FuzzParseHeader(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		checkTCPData(t, raw)
+		checkStreamData(t, raw)
 		checkCredit(t, raw)
 		fast, ok := parseHeaderFast(raw)
 		if !ok {
@@ -49,14 +49,14 @@ func FuzzParseHeader(f *testing.F) {
 	})
 }
 
-// checkTCPData checks parseTCPData against the slow path: when the params
+// checkStreamData checks parseStreamData against the slow path: when the params
 // it found are valid JSON (which the TCP adapter checks before using
 // them), the message is valid and the slow path finds the same header.
 // (Params that are not valid JSON are refused by the adapter; that
 // includes a message valid only because of top-level members after
 // params, which no encoder writes.) Its size is 2 UTF-16 bytes a byte.
-func checkTCPData(t *testing.T, raw []byte) {
-	h, ok := parseTCPData(raw)
+func checkStreamData(t *testing.T, raw []byte) {
+	h, ok := parseStreamData(raw)
 	if !ok {
 		return
 	}
@@ -157,7 +157,7 @@ func TestParseCredit(t *testing.T) {
 	}
 }
 
-func TestParseTCPData(t *testing.T) {
+func TestParseStreamData(t *testing.T) {
 	for _, c := range []struct {
 		raw     string
 		ok      bool
@@ -170,11 +170,11 @@ func TestParseTCPData(t *testing.T) {
 		{`{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":"c","data":"QQ=="},"id":{}}`, true, "c"}, // params invalid: the adapter refuses
 		{`{"jsonrpc":"2.0","method":"tcp/eof","params":{"channel":"c"}}`, false, ""},
 	} {
-		h, ok := parseTCPData([]byte(c.raw))
+		h, ok := parseStreamData([]byte(c.raw))
 		if ok != c.ok || ok && h.Channel != c.channel {
 			t.Errorf("%s: ok %v %+v", c.raw, ok, h)
 		}
-		checkTCPData(t, []byte(c.raw))
+		checkStreamData(t, []byte(c.raw))
 	}
 }
 

@@ -87,3 +87,11 @@ const (
 	// binary form (delivery/bytestream): tcp/data.
 	BinaryDataMethod = MethodTCPData
 )
+
+// StreamMethods names the messages of a byte-stream channel kind
+// (delivery/bytestream): its data, its end of stream, and its reset (a
+// control message).
+type StreamMethods struct{ Data, EOF, Reset string }
+
+// TCPStream is the TCP channel's.
+var TCPStream = StreamMethods{Data: MethodTCPData, EOF: MethodTCPEOF, Reset: MethodTCPReset}

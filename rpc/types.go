@@ -534,3 +534,11 @@ type RootTerminalsAction struct {
 	Type      string         `json:"type"`
 	Terminals []TerminalInfo `json:"terminals"`
 }
+
+// CreateTCPConnectionParams is the params of createTcpConnection (ahp.md
+// §6b).
+type CreateTCPConnectionParams struct {
+	Channel string `json:"channel"`
+	Host    string `json:"host"`
+	Port    *int   `json:"port"`
+}

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -12,18 +13,17 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/sidecar-dev/sidecar/delivery/bytestream"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transportio"
 )
 
-// The sidecar's transport-io contract (DESIGN.md §3.2): event "ahp",
-// reliable, codec JSON, carrying exactly one JSON-RPC message per EMIT.
-const AHPEvent = "ahp"
-
-// Contract is the sidecar's transport-io contract: "ahp", and TCPDataEvent
-// (codec bytes) for tcp/data between peers that both list it.
-var Contract = transportio.MustContract(transportio.Event{Name: AHPEvent},
-	transportio.Event{Name: TCPDataEvent, Payload: transportio.CodecBytes})
+// Contract is the sidecar's transport-io contract (DESIGN.md §3.2):
+// rpc.EventAHP, reliable, codec JSON, carrying exactly one JSON-RPC message
+// per EMIT, and rpc.EventBinaryData (codec bytes), a data message's binary
+// form between peers that both list it (docs/protocol.md "transport-io").
+var Contract = transportio.MustContract(transportio.Event{Name: rpc.EventAHP},
+	transportio.Event{Name: rpc.EventBinaryData, Payload: transportio.CodecBytes})
 
 // EmitQueueMark and EmitQueueBytes bound the transport queue under
 // delivery's scheduler: WriteMessage waits while this many emit frames, or
@@ -49,9 +49,9 @@ type tioConn struct {
 	// compressed: the WebSocket mapping negotiated permessage-deflate
 	// (dialled sessions; see Compressed).
 	compressed bool
-	// tcpBytes: the peer's handshake lists TCPDataEvent, so tcp/data goes
-	// as bytes.
-	tcpBytes bool
+	// binary: the peer's handshake lists rpc.EventBinaryData, so data
+	// messages may go in their binary form (BinaryConn).
+	binary bool
 	// owned: Close also joins the session's goroutines (dialled sessions;
 	// a listener joins the ones it accepted itself).
 	owned bool
@@ -59,70 +59,76 @@ type tioConn struct {
 
 // NewTIOConn turns an established transport-io session (WebTransport, the
 // WebSocket mapping or stdio) into a MessageConn: ReadMessage returns the
-// next "ahp" EMIT payload, WriteMessage emits one and blocks while
+// next rpc.EventAHP EMIT payload, WriteMessage emits one and blocks while
 // EmitQueueMark frames are queued (stdio sessions also block rather than
-// disconnect), Close maps the CloseCode as docs/protocol.md §1 says.
-// tcp/data notifications travel as TCPDataEvent when the peer lists it;
-// ReadMessage returns them as their text either way.
+// disconnect), Close maps the CloseCode as docs/protocol.md §1 says. It is
+// a BinaryConn: data messages travel in their binary form
+// (rpc.EventBinaryData) when the peer lists that event.
 func NewTIOConn(s *transportio.Session) MessageConn { return newTIOConn(s, false) }
 
 func newTIOConn(s *transportio.Session, owned bool) *tioConn {
 	c := &tioConn{s: s, owned: owned}
 	if s.WaitHandshake(context.Background()) == nil { // done already, or the session ended
-		c.tcpBytes = !slices.Contains(s.Negotiation().LocalOnly, TCPDataEvent)
+		c.binary = !slices.Contains(s.Negotiation().LocalOnly, rpc.EventBinaryData)
 	}
 	return c
 }
 
+// ReadMessage returns the next message as text: a binary form is turned
+// into the text it stands for (delivery/bytestream).
 func (c *tioConn) ReadMessage(ctx context.Context) ([]byte, error) {
-	b, h, err := c.ReadMessageOrData(ctx)
-	if err != nil || h == nil {
+	b, binary, err := c.ReadMessageOrBinary(ctx)
+	if err != nil || !binary {
 		return b, err
 	}
-	text := AppendTCPDataText(transportio.PayloadBuffer(h.TCPData.TextLen), h)
+	text, err := bytestream.TextOfBinary(nil, b, transportio.MaxPayload)
 	transportio.RecyclePayload(b)
+	if err != nil {
+		c.s.Close(transportio.CloseProtocolError, err.Error())
+		return nil, tioError(c.s.Err())
+	}
 	return text, nil
 }
 
-// ReadMessageOrData implements DataReader: a TCPDataEvent payload is the
-// notification's bytes.
-func (c *tioConn) ReadMessageOrData(ctx context.Context) ([]byte, *rpc.Header, error) {
+// ReadMessageOrBinary implements BinaryConn: an rpc.EventBinaryData
+// payload comes as it is.
+func (c *tioConn) ReadMessageOrBinary(ctx context.Context) ([]byte, bool, error) {
 	for {
 		m, err := c.s.Receive(ctx)
 		if err != nil {
-			return nil, nil, tioError(err)
+			return nil, false, tioError(err)
 		}
 		switch m.Event {
-		case AHPEvent:
-			return m.Payload, nil, nil
-		case TCPDataEvent:
-			h, err := tcpBytesHeader(m.Payload, transportio.MaxPayload)
-			if err != nil {
-				transportio.RecyclePayload(m.Payload)
-				c.s.Close(transportio.CloseProtocolError, err.Error())
-				return nil, nil, tioError(c.s.Err())
-			}
-			return m.Payload, h, nil
+		case rpc.EventAHP:
+			return m.Payload, false, nil
+		case rpc.EventBinaryData:
+			return m.Payload, true, nil
 		}
 	}
+}
+
+// CarriesBinary implements BinaryConn.
+func (c *tioConn) CarriesBinary() bool { return c.binary }
+
+// ReadLimit implements BinaryConn: an EMIT payload's bound.
+func (c *tioConn) ReadLimit() int { return transportio.MaxPayload }
+
+// Violate implements BinaryConn: a 1004 close (WT_PROTOCOL_ERROR).
+func (c *tioConn) Violate(err error) error {
+	c.s.Close(transportio.CloseProtocolError, err.Error())
+	return &ViolationError{Code: CloseProtocolError, Err: fmt.Errorf("transport: %w", err)}
 }
 
 func (c *tioConn) WriteMessage(ctx context.Context, text []byte) error {
-	_, err := c.WriteMessageSized(ctx, text)
-	return err
+	return tioError(c.s.EmitWaitQueue(ctx, rpc.EventAHP, text, EmitQueueMark, EmitQueueBytes))
 }
 
-// WriteMessageSized implements SizedWriter: the EMIT payload's length.
-func (c *tioConn) WriteMessageSized(ctx context.Context, text []byte) (int, error) {
-	if c.tcpBytes {
-		if p, ok := tcpDataToBytes(transportio.PayloadBuffer(len(text)*3/4), text); ok {
-			err := c.s.EmitWaitQueue(ctx, TCPDataEvent, p, EmitQueueMark, EmitQueueBytes)
-			n := len(p)
-			transportio.RecyclePayload(p) // the session copied it
-			return n, tioError(err)
-		}
+// WriteBinary implements BinaryConn: one rpc.EventBinaryData EMIT.
+func (c *tioConn) WriteBinary(ctx context.Context, payload []byte) error {
+	if !c.binary {
+		return errNoBinary
 	}
-	return len(text), tioError(c.s.EmitWaitQueue(ctx, AHPEvent, text, EmitQueueMark, EmitQueueBytes))
+	return tioError(c.s.EmitWaitQueue(ctx, rpc.EventBinaryData, payload, EmitQueueMark, EmitQueueBytes))
 }
 
 // WriteReleases implements Releaser: the session copies each payload into

@@ -11,10 +11,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
-	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transportio"
 )
 
@@ -60,36 +61,74 @@ func RecycleRead(mc MessageConn, b []byte) {
 	}
 }
 
-// DataReader is implemented by MessageConns on which tcp/data can arrive
-// as bytes (TCPDataEvent on transport-io, TCPDataSubprotocol's binary
-// frames on /ahp). ReadMessageOrData returns such a notification parsed:
-// h has TCPData set (a view of b), and b is the buffer to hand back with
-// RecycleRead; any other message comes as text in b with h nil. A
-// receiver that takes the bytes so skips building the text and decoding
-// its base64 again; ReadMessage returns every message as text. Errors are
-// ReadMessage's, and a malformed bytes message closes the connection
-// (1002 on /ahp, 1004 on transport-io) as there.
-type DataReader interface {
-	ReadMessageOrData(ctx context.Context) (b []byte, h *rpc.Header, err error)
+// BinaryConn is implemented by MessageConns that can carry data messages
+// in their binary form (rpc.EventBinaryData: an EMIT of that event on
+// transport-io, a binary message on /ahp with BinarySubprotocol), which a
+// transport carries without looking inside (delivery/bytestream builds and
+// parses it; docs/protocol.md "transport-io").
+type BinaryConn interface {
+	MessageConn
+	// CarriesBinary reports whether the peer takes binary forms: the
+	// transport-io peer's handshake lists the event, or the /ahp upgrade
+	// chose the subprotocol.
+	CarriesBinary() bool
+	// WriteBinary writes one binary form as it is (one EMIT, one binary
+	// message); an error when !CarriesBinary. It keeps no reference to
+	// payload once it returns.
+	WriteBinary(ctx context.Context, payload []byte) error
+	// ReadMessageOrBinary returns the next message: a text (binary false),
+	// or a binary form (binary true), which the reader parses
+	// (bytestream.ParseBinary) and rejects with Violate when malformed.
+	// b is the buffer to hand back with RecycleRead. ReadMessage returns
+	// every message as text instead.
+	ReadMessageOrBinary(ctx context.Context) (b []byte, binary bool, err error)
+	// ReadLimit is the most UTF-8 bytes one message's text may take
+	// (the text a binary form stands for too).
+	ReadLimit() int
+	// Violate closes the connection for a malformed message err, as a
+	// protocol error (1002 on /ahp, 1004 on transport-io), and returns
+	// the *ViolationError to report as the read's error.
+	Violate(err error) error
 }
 
-// SizedWriter is implemented by MessageConns that may carry a message in
-// a form other than its text (tcp/data as bytes, see DataReader):
-// WriteMessageSized is WriteMessage that also returns how many bytes the
-// message took on the transport, its framing and compression aside (the
-// text's UTF-8 length, or the bytes payload's).
-type SizedWriter interface {
-	WriteMessageSized(ctx context.Context, text []byte) (int, error)
+// errNoBinary is what WriteBinary returns on a connection whose peer did
+// not take binary forms (a caller's bug: see CarriesBinary).
+var errNoBinary = errors.New("transport: the peer does not take binary forms")
+
+// CarriesBinary reports whether mc is a BinaryConn whose peer takes binary
+// forms.
+func CarriesBinary(mc MessageConn) bool {
+	b, ok := mc.(BinaryConn)
+	return ok && b.CarriesBinary()
 }
 
-// ReadMessageOrData reads the next message of mc as DataReader does when
-// mc implements it, else as text (h nil).
-func ReadMessageOrData(ctx context.Context, mc MessageConn) (b []byte, h *rpc.Header, err error) {
-	if r, ok := mc.(DataReader); ok {
-		return r.ReadMessageOrData(ctx)
+// ReadMessageOrBinary reads the next message of mc as BinaryConn does when
+// mc implements it, else as text (binary false).
+func ReadMessageOrBinary(ctx context.Context, mc MessageConn) (b []byte, binary bool, err error) {
+	if r, ok := mc.(BinaryConn); ok {
+		return r.ReadMessageOrBinary(ctx)
 	}
 	b, err = mc.ReadMessage(ctx)
-	return b, nil, err
+	return b, false, err
+}
+
+// ReadLimit returns mc's bound on one message's text (BinaryConn), or
+// transportio.MaxPayload (1 MiB) for a MessageConn that states none.
+func ReadLimit(mc MessageConn) int {
+	if r, ok := mc.(BinaryConn); ok {
+		return r.ReadLimit()
+	}
+	return transportio.MaxPayload
+}
+
+// Violate closes mc for the malformed message err (BinaryConn.Violate), or
+// with CloseProtocolError, and returns the *ViolationError to report.
+func Violate(mc MessageConn, err error) error {
+	if r, ok := mc.(BinaryConn); ok {
+		return r.Violate(err)
+	}
+	_ = mc.Close(CloseProtocolError, TruncateReason(err.Error(), 123))
+	return &ViolationError{Code: CloseProtocolError, Err: fmt.Errorf("transport: %w", err)}
 }
 
 // Describe names what carries mc, for people: "WebTransport",

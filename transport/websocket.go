@@ -16,6 +16,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/sidecar-dev/sidecar/delivery/bytestream"
 	"github.com/sidecar-dev/sidecar/internal/bufpool"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transportio"
@@ -24,9 +25,9 @@ import (
 // wsConn adapts a coder/websocket connection carrying plain AHP text frames.
 type wsConn struct {
 	compressed bool // a dialled connection negotiated permessage-deflate (Compressed)
-	// tcpBytes: the upgrade chose TCPDataSubprotocol, so tcp/data
-	// notifications cross as binary messages (TCPDataEvent payloads).
-	tcpBytes  bool
+	// binary: the upgrade chose BinarySubprotocol, so data messages may
+	// cross in their binary form, as binary messages (BinaryConn).
+	binary    bool
 	readLimit int64
 	c         *websocket.Conn
 	cork      *CorkConn // under TLS, when known: each message leaves in one write
@@ -150,24 +151,29 @@ func NewWebSocketConn(c *websocket.Conn, peer string, readLimit int64) MessageCo
 	w := &wsConn{c: c, peer: peer, done: make(chan struct{}), readLimit: readLimit,
 		// coder/websocket chooses a subprotocol ignoring case and answers
 		// with the client's spelling: whatever it agreed to, we speak.
-		tcpBytes: strings.EqualFold(c.Subprotocol(), TCPDataSubprotocol)}
+		binary: strings.EqualFold(c.Subprotocol(), BinarySubprotocol)}
 	w.lastRead.Store(time.Now().UnixNano())
 	return w
 }
 
+// ReadMessage returns the next message as text: a binary form is turned
+// into the text it stands for (delivery/bytestream).
 func (w *wsConn) ReadMessage(ctx context.Context) ([]byte, error) {
-	b, h, err := w.ReadMessageOrData(ctx)
-	if err != nil || h == nil {
+	b, binary, err := w.ReadMessageOrBinary(ctx)
+	if err != nil || !binary {
 		return b, err
 	}
-	text := AppendTCPDataText(readBufs.GetFit(h.TCPData.TextLen), h)
+	text, err := bytestream.TextOfBinary(nil, b, int(w.readLimit))
 	readBufs.Put(b)
+	if err != nil {
+		return nil, w.Violate(err)
+	}
 	return text, nil
 }
 
-// ReadMessageOrData implements DataReader: on TCPDataSubprotocol a binary
-// message is the notification's bytes.
-func (w *wsConn) ReadMessageOrData(ctx context.Context) ([]byte, *rpc.Header, error) {
+// ReadMessageOrBinary implements BinaryConn: on BinarySubprotocol a binary
+// message is a data message's binary form, which comes as it is.
+func (w *wsConn) ReadMessageOrBinary(ctx context.Context) ([]byte, bool, error) {
 	for {
 		typ, data, err := w.read(ctx)
 		var corrupt flate.CorruptInputError
@@ -176,27 +182,21 @@ func (w *wsConn) ReadMessageOrData(ctx context.Context) ([]byte, *rpc.Header, er
 			// §7.2.2) is invalid payload data: 1007, as for text that
 			// is not UTF-8.
 			_ = w.c.Close(websocket.StatusInvalidFramePayloadData, "invalid compressed data")
-			return nil, nil, &ViolationError{Code: CloseInvalidPayload, Err: fmt.Errorf("transport: invalid compressed data: %w", err)}
+			return nil, false, &ViolationError{Code: CloseInvalidPayload, Err: fmt.Errorf("transport: invalid compressed data: %w", err)}
 		}
 		if err != nil {
-			return nil, nil, w.readErr(err)
+			return nil, false, w.readErr(err)
 		}
 		w.lastRead.Store(time.Now().UnixNano())
-		if typ == websocket.MessageBinary && w.tcpBytes {
-			h, err := tcpBytesHeader(data, int(w.readLimit))
-			if err != nil {
-				readBufs.Put(data)
-				_ = w.c.Close(websocket.StatusProtocolError, TruncateReason(err.Error(), 123))
-				return nil, nil, &ViolationError{Code: CloseProtocolError, Err: fmt.Errorf("transport: %w", err)}
-			}
-			return data, h, nil
+		if typ == websocket.MessageBinary && w.binary {
+			return data, true, nil
 		}
 		if typ == websocket.MessageText || typ == websocket.MessageBinary {
 			if !utf8.Valid(data) {
 				_ = w.c.Close(websocket.StatusInvalidFramePayloadData, "message is not valid UTF-8")
-				return nil, nil, &ViolationError{Code: CloseInvalidPayload, Err: errors.New("transport: message is not valid UTF-8")}
+				return nil, false, &ViolationError{Code: CloseInvalidPayload, Err: errors.New("transport: message is not valid UTF-8")}
 			}
-			return data, nil, nil
+			return data, false, nil
 		}
 	}
 }
@@ -215,49 +215,55 @@ func (w *wsConn) read(ctx context.Context) (websocket.MessageType, []byte, error
 	return typ, buf, err
 }
 
-// WriteMessage writes text as one text message, or a tcp/data
-// notification as one binary message when the upgrade chose
-// TCPDataSubprotocol; with a CorkConn under TLS, its frame header and TLS
-// records leave in one system call.
+// WriteMessage writes text as one text message; with a CorkConn under
+// TLS, its frame header and TLS records leave in one system call.
 func (w *wsConn) WriteMessage(ctx context.Context, text []byte) error {
-	_, err := w.WriteMessageSized(ctx, text)
-	return err
+	return w.write(ctx, websocket.MessageText, text)
 }
 
-// WriteMessageSized implements SizedWriter: the WebSocket message's length
-// (before any compression).
-func (w *wsConn) WriteMessageSized(ctx context.Context, text []byte) (int, error) {
-	typ, msg := websocket.MessageText, text
-	if w.tcpBytes {
-		if p, ok := tcpDataToBytes(writeBufs.Get(len(text)*3/4), text); ok {
-			typ, msg = websocket.MessageBinary, p
-			defer writeBufs.Put(p) // Write has copied or written it
-		}
+// WriteBinary implements BinaryConn: one binary message, when the upgrade
+// chose BinarySubprotocol.
+func (w *wsConn) WriteBinary(ctx context.Context, payload []byte) error {
+	if !w.binary {
+		return errNoBinary
 	}
+	return w.write(ctx, websocket.MessageBinary, payload)
+}
+
+func (w *wsConn) write(ctx context.Context, typ websocket.MessageType, msg []byte) error {
 	if w.cork == nil {
-		return len(msg), w.c.Write(ctx, typ, msg)
+		return w.c.Write(ctx, typ, msg)
 	}
 	w.cork.Cork()
 	err := w.c.Write(ctx, typ, msg)
 	if ferr := w.cork.Uncork(); err == nil {
 		err = ferr
 	}
-	return len(msg), err
+	return err
 }
 
-// writeBufs holds the binary messages WriteMessage built, for the next
-// ones: at most 4 (bufpool: bounded), of 4 KiB to 1 MiB.
-var writeBufs = bufpool.New(4, 4<<10, 1<<20)
+// CarriesBinary implements BinaryConn.
+func (w *wsConn) CarriesBinary() bool { return w.binary }
 
-// TCPDataSubprotocol is the WebSocket subprotocol (RFC 6455 §1.9) by which
-// a client of /ahp asks for tcp/data notifications as binary messages,
-// both ways: each is a TCPDataEvent payload (Offset, Channel Length,
-// Channel, Data: the stream bytes, not base64) standing for the exact
+// ReadLimit implements BinaryConn: the read limit (1009 beyond it).
+func (w *wsConn) ReadLimit() int { return int(w.readLimit) }
+
+// Violate implements BinaryConn: a 1002 close (protocol error).
+func (w *wsConn) Violate(err error) error {
+	_ = w.c.Close(websocket.StatusProtocolError, TruncateReason(err.Error(), 123))
+	return &ViolationError{Code: CloseProtocolError, Err: fmt.Errorf("transport: %w", err)}
+}
+
+// BinarySubprotocol is the WebSocket subprotocol (RFC 6455 §1.9) by which
+// a client of /ahp asks for data messages in their binary form, both ways:
+// each is one binary message whose payload is the form that
+// rpc.EventBinaryData carries on transport-io (Offset, Channel Length,
+// Channel, Data: the stream bytes, not base64) and stands for the exact
 // text it replaces, whose UTF-16 bytes windows and credit count as ever
 // (docs/protocol.md "/ahp"). Every other message stays one JSON-RPC text
-// message. A client that does not offer it, or a host that does not
-// choose it, gets plain AHP: text messages only.
-const TCPDataSubprotocol = TCPDataEvent
+// message. A client that does not offer it, or a host that does not choose
+// it, gets plain AHP: text messages only.
+const BinarySubprotocol = rpc.EventBinaryData
 
 // readBufs holds message buffers given back with RecycleRead: at most 8
 // (bufpool: bounded), of 4 KiB to 1 MiB.
@@ -317,7 +323,7 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 		accept = &websocket.AcceptOptions{InsecureSkipVerify: true} // Origins decided
 	}
 	accept.CompressionMode, accept.CompressionThreshold = Compression, CompressionThreshold
-	accept.Subprotocols = []string{TCPDataSubprotocol}
+	accept.Subprotocols = []string{BinarySubprotocol}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if opts.Origins != nil && !opts.Origins.Check(w, r) {
 			return
@@ -385,7 +391,7 @@ func DialWebSocket(ctx context.Context, url string, header http.Header, client *
 	client, dialed := corkClient(client)
 	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: header, HTTPClient: client,
 		CompressionMode: dialCompression(compress), CompressionThreshold: CompressionThreshold,
-		Subprotocols: []string{TCPDataSubprotocol}})
+		Subprotocols: []string{BinarySubprotocol}})
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
 			return nil, &HTTPError{StatusCode: resp.StatusCode, Err: err}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport/tlscert"
 	"github.com/sidecar-dev/sidecar/transportio"
 )
@@ -212,7 +213,7 @@ func TestWebTransportCallRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = st.Write(transportio.AppendFrame(nil, transportio.Frame{Type: transportio.FrameCallRequest, Codec: transportio.CodecJSON, EventID: transportio.EventID(AHPEvent), Payload: []byte("{}")}))
+	_, _ = st.Write(transportio.AppendFrame(nil, transportio.Frame{Type: transportio.FrameCallRequest, Codec: transportio.CodecJSON, EventID: transportio.EventID(rpc.EventAHP), Payload: []byte("{}")}))
 	_ = st.CloseWrite()
 	f, err := transportio.NewDecoder(st).Next()
 	if err != nil || f.Type != transportio.FrameCallError || !strings.Contains(string(f.Payload), `"code":"WT_UNKNOWN_EVENT"`) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sidecar-dev/sidecar/adapters"
 	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/delivery/bytestream"
 	"github.com/sidecar-dev/sidecar/internal/bufpool"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -175,7 +176,7 @@ func CheckHost(host string) error {
 // neither it nor shutdown. dialErr is the dial's own error (nil for a
 // failure before dialing), for the caller's log.
 func (tb *Table) Open(ctx context.Context, conn adapters.ConnID, clientID, principal string, params json.RawMessage) (_ *rpc.Error, dialErr error) {
-	var p CreateParams
+	var p rpc.CreateTCPConnectionParams
 	if e := rpc.DecodeParams(params, &p); e != nil {
 		return e, nil
 	}
@@ -234,7 +235,7 @@ func (tb *Table) Open(ctx context.Context, conn adapters.ConnID, clientID, princ
 	}
 	tc := &Channel{
 		tb: tb, id: p.Channel, owner: conn, clientID: clientID, principal: principal,
-		enc:      NewEncoder(p.Channel),
+		enc:      bytestream.NewEncoder(rpc.TCPStream, p.Channel),
 		log:      tb.cfg.Log.With("channel", p.Channel, "client", clientID),
 		closed:   make(chan struct{}),
 		halfDone: make(chan struct{}),
@@ -310,7 +311,7 @@ type Channel struct {
 	clientID string
 	// principal is who authenticated the creating connection (the limits).
 	principal string
-	enc       *Encoder
+	enc       *bytestream.Encoder
 	log       hclog.Logger
 	sock      *net.TCPConn // nil while dialing; set under tb.mu and tc.mu
 
@@ -331,19 +332,19 @@ type Channel struct {
 	parked bool
 	// ret is what was sent to the client and not yet credited, for a
 	// resume (bounded by the window: Retained).
-	ret Retained
+	ret bytestream.Retained
 	// Socket to client.
-	slots     []slot              // the next tcp/data messages, read but not yet pulled
-	slotBytes delivery.UTF16Bytes // their total size
-	readOff   DecodedOffset       // bytes read from the socket
-	eofRead   bool                // the socket reached EOF: tcp/eof is due after slots
+	slots     []slot                   // the next tcp/data messages, read but not yet pulled
+	slotBytes delivery.UTF16Bytes      // their total size
+	readOff   bytestream.DecodedOffset // bytes read from the socket
+	eofRead   bool                     // the socket reached EOF: tcp/eof is due after slots
 	eofSent   bool
 	isClosed  bool
 	draining  bool // closing after tcp/eof: the reader drops, the writer drains
 	// Client to socket.
 	wq      []write
-	recvOff DecodedOffset // bytes accepted from the client
-	eofRecv bool          // tcp/eof received: no more data
+	recvOff bytestream.DecodedOffset // bytes accepted from the client
+	eofRecv bool                     // tcp/eof received: no more data
 }
 
 // write is one queued client message: bytes to write (or the
@@ -356,11 +357,11 @@ type write struct {
 }
 
 // slot is one tcp/data message read ahead (or sent before a reconnect,
-// to send again), its size and the offset past its bytes.
+// to send again), in the form it is sent (text or binary: Stream.Binary),
+// with its size, and the offset past its bytes.
 type slot struct {
-	text []byte
-	size delivery.UTF16Bytes
-	end  DecodedOffset
+	m   delivery.Message
+	end bytestream.DecodedOffset
 	// resent: a message sent again after a resume, whose buffer never
 	// goes back to the pool (Retained.Resend).
 	resent bool
@@ -441,7 +442,7 @@ func (tc *Channel) Reclaim(conn adapters.ConnID, peer rpc.TCPResume) (rpc.TCPRes
 		tc.mu.Unlock()
 		return rpc.TCPResume{}, errors.New("not kept")
 	}
-	again, err := tc.ret.Resend(DecodedOffset(peer.Received), peer.EOF)
+	again, err := tc.ret.Resend(bytestream.DecodedOffset(peer.Received), peer.EOF)
 	if err != nil {
 		tc.mu.Unlock()
 		tc.abort("resume: "+err.Error(), false)
@@ -454,8 +455,8 @@ func (tc *Channel) Reclaim(conn adapters.ConnID, peer rpc.TCPResume) (rpc.TCPRes
 			tc.eofSent = false // NextSized sends it again after the data
 			continue
 		}
-		slots = append(slots, slot{text: m.Text, size: m.Size, end: m.End, resent: true})
-		total += m.Size
+		slots = append(slots, slot{m: m.Msg, end: m.End, resent: true})
+		total += m.Msg.Size
 	}
 	tc.slots = append(slots, tc.slots...)
 	tc.slotBytes += total
@@ -546,7 +547,7 @@ func (tc *Channel) Receive(m adapters.Message) {
 	tc.mu.Unlock()
 	switch m.Header.Method {
 	case rpc.MethodTCPData:
-		p, data, err := AppendMessageData(bufs.Get(16<<10), m.Header.Params, m.Header.TCPData)
+		p, data, err := bytestream.AppendMessageData(bufs.Get(16<<10), m.Header.Params, m.Header.Binary)
 		buf := data[:0] // the buffer, grown if it had to
 		if err != nil {
 			bufs.Put(buf)
@@ -562,7 +563,7 @@ func (tc *Channel) Receive(m adapters.Message) {
 			tc.abort("protocol error: tcp/data after tcp/eof", true)
 			return
 		}
-		data, err = Trim(p.Offset, data, tc.recvOff)
+		data, err = bytestream.Trim(p.Offset, data, tc.recvOff)
 		if err != nil {
 			tc.mu.Unlock()
 			bufs.Put(buf)
@@ -576,12 +577,12 @@ func (tc *Channel) Receive(m adapters.Message) {
 			release()
 			return
 		}
-		tc.recvOff += DecodedOffset(len(data))
+		tc.recvOff += bytestream.DecodedOffset(len(data))
 		tc.wq = append(tc.wq, write{data: data, buf: buf, release: release})
 		tc.mu.Unlock()
 		signal(tc.wqWake)
 	case rpc.MethodTCPEOF:
-		p, err := ParseEOF(m.Header.Params)
+		p, err := bytestream.ParseEOF(m.Header.Params)
 		tc.mu.Lock()
 		switch {
 		case err != nil:
@@ -644,6 +645,7 @@ func (tc *Channel) readLoop() {
 			continue
 		}
 		frame := st.FrameBytes()
+		binary := st.Binary() && tc.enc.Binary()
 		tc.mu.Lock()
 		off := tc.readOff
 		tc.mu.Unlock()
@@ -662,11 +664,13 @@ func (tc *Channel) readLoop() {
 			var total delivery.UTF16Bytes
 			for p, o := buf[:nr], off; len(p) > 0; {
 				k := min(len(p), tc.enc.MaxPayload(o, frame))
-				text := tc.enc.AppendData(Buffer(tc.enc.DataLen(o, k)), o, p[:k])
-				size := tc.enc.DataSize(len(text))
-				msgs = append(msgs, slot{text: text, size: size, end: o + DecodedOffset(k)})
-				total += size
-				o += DecodedOffset(k)
+				// The binary form where the connection carries it: the
+				// stream bytes as they are, no base64 built to be decoded
+				// again by the transport.
+				m := tc.enc.Data(o, p[:k], binary)
+				msgs = append(msgs, slot{m: m, end: o + bytestream.DecodedOffset(k)})
+				total += m.Size
+				o += bytestream.DecodedOffset(k)
 				p = p[k:]
 			}
 			bufs.Put(buf)
@@ -677,7 +681,7 @@ func (tc *Channel) readLoop() {
 			}
 			tc.slots = append(tc.slots, msgs...)
 			tc.slotBytes += total
-			tc.readOff += DecodedOffset(nr)
+			tc.readOff += bytestream.DecodedOffset(nr)
 			tc.mu.Unlock()
 			tc.wakeStream()
 		}
@@ -943,19 +947,19 @@ type source struct {
 	snap []byte // channel/snapshot, sent first
 }
 
-// NextSized implements delivery.SizedSource (writer goroutine; never
-// blocks): the snapshot, then the tcp/data read ahead, then tcp/eof.
-func (src *source) NextSized() ([]byte, delivery.UTF16Bytes) {
+// Next implements delivery.Source (writer goroutine; never blocks): the
+// snapshot, then the tcp/data read ahead, then tcp/eof.
+func (src *source) Next() delivery.Message {
 	if src.snap != nil {
 		t := src.snap
 		src.snap = nil
-		return t, delivery.Measure(t)
+		return delivery.Message{Text: t}
 	}
 	tc := src.tc
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	if tc.sub != src.sub || tc.isClosed {
-		return nil, 0
+		return delivery.Message{}
 	}
 	if len(tc.slots) > 0 || tc.eofRead && !tc.eofSent {
 		// What was sent and not yet credited is retained for a resume;
@@ -966,24 +970,18 @@ func (src *source) NextSized() ([]byte, delivery.UTF16Bytes) {
 			t := tc.slots[0]
 			tc.slots[0] = slot{}
 			tc.slots = tc.slots[1:]
-			tc.slotBytes -= t.size
+			tc.slotBytes -= t.m.Size
 			signal(tc.wake)
-			tc.ret.Sent(t.text, t.size, sent, t.end, false, !t.resent)
-			return t.text, t.size
+			tc.ret.Sent(t.m, sent, t.end, false, !t.resent)
+			return t.m
 		}
 		tc.eofSent = true
-		eof := tc.enc.EOF(tc.readOff)
-		size := delivery.Measure(eof)
-		tc.ret.Sent(eof, size, sent, tc.readOff, true, false)
-		return eof, size
+		eof := delivery.Message{Text: tc.enc.EOF(tc.readOff)}
+		eof.Size = delivery.Measure(eof.Text)
+		tc.ret.Sent(eof, sent, tc.readOff, true, false)
+		return eof
 	}
-	return nil, 0
-}
-
-// Next implements delivery.Source.
-func (src *source) Next() []byte {
-	t, _ := src.NextSized()
-	return t
+	return delivery.Message{}
 }
 
 // signal is a non-blocking send on a 1-slot channel.
@@ -997,7 +995,7 @@ func signal(ch chan struct{}) {
 var _ adapters.Channel = (*Channel)(nil)
 
 // ReadOffset returns the bytes read from the socket so far.
-func (tc *Channel) ReadOffset() DecodedOffset {
+func (tc *Channel) ReadOffset() bytestream.DecodedOffset {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	return tc.readOff

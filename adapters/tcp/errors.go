@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 )
@@ -65,11 +64,6 @@ func (e *OpenError) Error() string {
 }
 
 func (e *OpenError) Unwrap() error { return e.Err }
-
-// ErrProtocol marks a malformed tcp/data or tcp/eof (bad base64, a gap in
-// the offsets, data after tcp/eof). It ends the TCP channel with tcp/reset,
-// never the whole connection.
-var ErrProtocol = errors.New("tcp: protocol error")
 
 func joinHostPort(host string, port int) string {
 	if strings.Contains(host, ":") {

@@ -359,24 +359,24 @@ func (os *sub) got(b *Batch, n uint64) {
 
 // Next implements delivery.Source (the Scheduler's writer goroutine):
 // channel/snapshot first, then the newest batch not yet sent (metrics) or
-// the records logged since the last message (logs), else nil.
-func (os *sub) Next() []byte {
+// the records logged since the last message (logs), else nothing.
+func (os *sub) Next() delivery.Message {
 	ch := os.ch
 	if os.snapDue.Swap(false) {
 		text, _ := adapters.SnapshotNotification(ch)
-		return text
+		return delivery.Message{Text: text}
 	}
 	if ch.logs {
-		return os.nextLogs()
+		return delivery.Message{Text: os.nextLogs()}
 	}
 	b := os.latest.Load()
 	if b == nil || b.Seq <= os.sent {
-		return nil
+		return delivery.Message{}
 	}
 	os.sent = b.Seq
 	n := os.skippedBefore(b)
 	os.got(b, n)
-	return WithSkipped(b.Text, n)
+	return delivery.Message{Text: WithSkipped(b.Text, n)}
 }
 
 // nextLogs encodes the records after the cursor at the channel's level,

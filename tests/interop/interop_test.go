@@ -26,6 +26,7 @@ import (
 	"github.com/sidecar-dev/sidecar/client"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/host"
+	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
 	"github.com/sidecar-dev/sidecar/transportio"
 )
@@ -220,7 +221,7 @@ func TestNodeServerFrameZeroAndEmitTogether(t *testing.T) {
 	defer c.CloseNow()
 	echo := []byte(`{"jsonrpc":"2.0","id":1,"method":"echo","params":"together"}`)
 	msg := transportio.AppendHandshake(nil, transportio.Handshake{V: transportio.Version, Events: transport.Contract.Table()})
-	msg = transportio.AppendFrame(msg, transportio.Frame{Type: transportio.FrameEmit, Codec: transportio.CodecJSON, EventID: transportio.EventID(transport.AHPEvent), Payload: echo})
+	msg = transportio.AppendFrame(msg, transportio.Frame{Type: transportio.FrameEmit, Codec: transportio.CodecJSON, EventID: transportio.EventID(rpc.EventAHP), Payload: echo})
 	if err := c.Write(ctx, websocket.MessageBinary, msg); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package tcp
+package bytestream
 
 import (
 	"bytes"
@@ -16,22 +16,31 @@ import (
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
-// DecodedOffset is a position in one direction of a TCP stream: the number
-// of stream bytes (after base64 decoding) before it. tcp/data carries the
-// offset of its first byte, tcp/eof the final offset (our extension,
-// docs/protocol.md "TCP channels").
+// DecodedOffset is a position in one direction of a byte stream: the
+// number of stream bytes (after base64 decoding) before it. A data message
+// carries the offset of its first byte, the end of stream the final offset
+// (our extension, docs/protocol.md "TCP channels").
 type DecodedOffset uint64
 
-// Encoder builds the data and control messages of one ahp-tcp: channel,
-// byte-exactly, with the channel URI escaped once.
+// Encoder builds the data and control messages of one byte-stream channel,
+// byte-exactly, with the channel URI escaped once. For the TCP channel
+// (rpc.TCPStream):
 //
 //	{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":"ahp-tcp:/t1","offset":0,"data":"SGVsbG8="}}
 //	{"jsonrpc":"2.0","method":"tcp/eof","params":{"channel":"ahp-tcp:/t1","offset":5}}
 //	{"jsonrpc":"2.0","method":"tcp/reset","params":{"channel":"ahp-tcp:/t1"}}
+//
+// It is also the delivery.TextForm of the binary forms it builds (Data).
+// Safe for concurrent use (it is not modified after NewEncoder).
 type Encoder struct {
+	methods    rpc.StreamMethods
 	channel    string
 	dataPrefix []byte // through `"offset":`
 	prefixSize delivery.UTF16Bytes
+	// binary: the data method has a binary form (rpc.BinaryDataMethod)
+	// and the channel URI stands unescaped in the text, so binary form and
+	// text map one to one.
+	binary bool
 }
 
 const (
@@ -39,18 +48,32 @@ const (
 	dataSuffix = `"}}`
 )
 
-// NewEncoder returns the Encoder of channel.
-func NewEncoder(channel string) *Encoder {
+// NewEncoder returns the Encoder of channel, a channel whose messages m
+// names.
+func NewEncoder(m rpc.StreamMethods, channel string) *Encoder {
 	ch, _ := rpc.Marshal(channel) // a string always encodes
-	prefix := append([]byte(`{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":`), ch...)
+	method, _ := rpc.Marshal(m.Data)
+	prefix := append([]byte(`{"jsonrpc":"2.0","method":`), method...)
+	prefix = append(prefix, `,"params":{"channel":`...)
+	prefix = append(prefix, ch...)
 	prefix = append(prefix, `,"offset":`...)
-	return &Encoder{channel: channel, dataPrefix: prefix, prefixSize: delivery.Measure(prefix)}
+	// A binary form names the channel as it stands in the text, so only a
+	// channel that JSON carries unescaped has one (encoding/json escapes
+	// U+2028 and U+2029, which plainJSONString lets through).
+	plain := string(ch) == `"`+channel+`"` && plainJSONString([]byte(channel))
+	return &Encoder{methods: m, channel: channel, dataPrefix: prefix, prefixSize: delivery.Measure(prefix),
+		binary: m.Data == rpc.BinaryDataMethod && len(channel) <= maxBinaryChannel && plain}
 }
+
+// Binary reports whether the channel's data messages have a binary form
+// (Data with binary true builds it).
+func (e *Encoder) Binary() bool { return e.binary }
 
 // Channel returns the channel URI.
 func (e *Encoder) Channel() string { return e.channel }
 
-// AppendData appends tcp/data carrying p (non-empty) at offset off to dst.
+// AppendData appends the data message carrying p (non-empty) at offset
+// off to dst: its text.
 func (e *Encoder) AppendData(dst []byte, off DecodedOffset, p []byte) []byte {
 	dst = append(dst, e.dataPrefix...)
 	dst = strconv.AppendUint(dst, uint64(off), 10)
@@ -59,7 +82,7 @@ func (e *Encoder) AppendData(dst []byte, off DecodedOffset, p []byte) []byte {
 	return append(dst, dataSuffix...)
 }
 
-// msgBufs recycles the buffers of tcp/data messages once the transport
+// msgBufs recycles the buffers of data messages once the transport
 // has written them (delivery.Recycler): a bulk transfer otherwise
 // allocates, clears and faults in a fresh buffer of up to a frame for
 // every message. At most 8 are kept (bufpool: bounded).
@@ -73,22 +96,32 @@ func Buffer(n int) []byte { return msgBufs.Get(n) }
 // under 4 KiB are left to the collector). The caller must not use b again.
 func Recycle(b []byte) { msgBufs.Put(b) }
 
-// DataSize returns the exact size in UTF-16 bytes of a tcp/data message
-// of n UTF-8 bytes that AppendData built: the channel, measured once,
-// and 2 for each other (ASCII) byte.
+// RecycleMessage gives back the buffer of a message Data built: its binary
+// form's, or its text's.
+func RecycleMessage(m delivery.Message) {
+	if m.Binary != nil {
+		Recycle(m.Binary)
+		return
+	}
+	Recycle(m.Text)
+}
+
+// DataSize returns the exact size in UTF-16 bytes of a data message of n
+// UTF-8 bytes that AppendData built: the channel, measured once, and 2 for
+// each other (ASCII) byte.
 func (e *Encoder) DataSize(n int) delivery.UTF16Bytes {
 	return e.prefixSize + delivery.UTF16Bytes(2*(n-len(e.dataPrefix)))
 }
 
-// DataLen returns the UTF-8 length of the tcp/data message AppendData
-// builds for n bytes at off (also its UTF-16 size / 2: it is all ASCII
+// DataLen returns the UTF-8 length of the data message AppendData builds
+// for n bytes at off (also its UTF-16 size / 2: it is all ASCII
 // except for the channel).
 func (e *Encoder) DataLen(off DecodedOffset, n int) int {
 	return len(e.dataPrefix) + digits(off) + len(dataMid) + base64.StdEncoding.EncodedLen(n) + len(dataSuffix)
 }
 
-// MaxPayload returns the most stream bytes one tcp/data message at offset
-// off can carry and still be at most maxFrame UTF-16 bytes whole (so it
+// MaxPayload returns the most stream bytes one data message at offset off
+// can carry and still be at most maxFrame UTF-16 bytes whole (so it
 // never needs channel/frame fragments); 0 if not even one byte fits.
 func (e *Encoder) MaxPayload(off DecodedOffset, maxFrame delivery.UTF16Bytes) int {
 	fixed := e.prefixSize + delivery.UTF16Bytes(2*(digits(off)+len(dataMid)+len(dataSuffix)))
@@ -99,15 +132,15 @@ func (e *Encoder) MaxPayload(off DecodedOffset, maxFrame delivery.UTF16Bytes) in
 	return chars / 4 * 3
 }
 
-// EOF returns tcp/eof with the final offset.
+// EOF returns the end of stream (tcp/eof) with the final offset.
 func (e *Encoder) EOF(final DecodedOffset) []byte {
-	b, _ := rpc.Notification(rpc.MethodTCPEOF, EOFParams{Channel: e.channel, Offset: &final})
+	b, _ := rpc.Notification(e.methods.EOF, EOFParams{Channel: e.channel, Offset: &final})
 	return b
 }
 
-// Reset returns tcp/reset (a control message: never counted).
+// Reset returns the reset (tcp/reset, a control message: never counted).
 func (e *Encoder) Reset() []byte {
-	b, _ := rpc.Notification(rpc.MethodTCPReset, rpc.ChannelParams{Channel: e.channel})
+	b, _ := rpc.Notification(e.methods.Reset, rpc.ChannelParams{Channel: e.channel})
 	return b
 }
 
@@ -119,29 +152,22 @@ func digits(off DecodedOffset) int {
 	return n
 }
 
-// CreateParams is the params of createTcpConnection.
-type CreateParams struct {
-	Channel string `json:"channel"`
-	Host    string `json:"host"`
-	Port    *int   `json:"port"`
-}
-
-// DataParams is the wire form of tcp/data params. Offset is our extension:
-// absent, the data follows the previous bytes.
+// DataParams is the wire form of a data message's params (tcp/data).
+// Offset is our extension: absent, the data follows the previous bytes.
 type DataParams struct {
 	Channel string         `json:"channel"`
 	Offset  *DecodedOffset `json:"offset,omitempty"`
 	Data    string         `json:"data"`
 }
 
-// EOFParams is the params of tcp/eof; Offset (our extension) is the final
-// offset of the sender's direction.
+// EOFParams is the params of the end of stream (tcp/eof); Offset (our
+// extension) is the final offset of the sender's direction.
 type EOFParams struct {
 	Channel string         `json:"channel"`
 	Offset  *DecodedOffset `json:"offset,omitempty"`
 }
 
-// ParseData decodes tcp/data params: data must be non-empty canonical
+// ParseData decodes a data message's params: data must be non-empty canonical
 // padded base64 (RFC 4648 §4, no line breaks, zero pad bits). Errors wrap
 // ErrProtocol.
 func ParseData(params json.RawMessage) (p DataParams, data []byte, err error) {
@@ -167,16 +193,16 @@ func AppendData(dst []byte, params json.RawMessage) (p DataParams, out []byte, e
 		return fp, out, err
 	}
 	if err := json.Unmarshal(params, &p); err != nil {
-		return p, dst, fmt.Errorf("%w: tcp/data params: %v", ErrProtocol, err)
+		return p, dst, fmt.Errorf("%w: data params: %v", ErrProtocol, err)
 	}
 	out, err = appendBase64(dst, []byte(p.Data))
 	return p, out, err
 }
 
-// AppendMessageData is AppendData for a tcp/data notification that came
-// as text (params) or as bytes (d, when not nil: its data is copied, so
-// the message's buffer can be recycled at once; rpc.Header.TCPData).
-func AppendMessageData(dst []byte, params json.RawMessage, d *rpc.TCPData) (DataParams, []byte, error) {
+// AppendMessageData is AppendData for a data notification that came as
+// text (params) or in binary form (d, when not nil: its data is copied, so
+// the message's buffer can be recycled at once; rpc.Header.Binary).
+func AppendMessageData(dst []byte, params json.RawMessage, d *rpc.BinaryData) (DataParams, []byte, error) {
 	if d == nil {
 		return AppendData(dst, params)
 	}
@@ -188,7 +214,7 @@ func AppendMessageData(dst []byte, params json.RawMessage, d *rpc.TCPData) (Data
 func DecodeBase64(s string) ([]byte, error) { return appendBase64(nil, []byte(s)) }
 
 // AppendBase64Decode appends the decoding of s (non-empty canonical padded
-// base64, as tcp/data's data) to dst; on error (an ErrProtocol) it returns
+// base64, as a data message's data) to dst; on error (an ErrProtocol) it returns
 // dst unchanged.
 func AppendBase64Decode(dst, s []byte) ([]byte, error) { return appendBase64(dst, s) }
 
@@ -215,7 +241,7 @@ var strictBase64 = stdbase64.StdEncoding.Strict()
 // decoder (zero pad bits).
 func appendBase64(dst, s []byte) ([]byte, error) {
 	if len(s) == 0 {
-		return dst, fmt.Errorf("%w: tcp/data with empty data", ErrProtocol)
+		return dst, fmt.Errorf("%w: data message with empty data", ErrProtocol)
 	}
 	dl := base64.StdEncoding.DecodedLen(len(s))
 	out := slices.Grow(dst, dl)
@@ -232,13 +258,13 @@ func appendBase64(dst, s []byte) ([]byte, error) {
 	return out[:len(dst)+n], nil
 }
 
-var errNotCanonical = fmt.Errorf("%w: tcp/data is not canonical padded base64", ErrProtocol)
+var errNotCanonical = fmt.Errorf("%w: data is not canonical padded base64", ErrProtocol)
 
-// ParseEOF decodes tcp/eof params.
+// ParseEOF decodes the end of stream's params.
 func ParseEOF(params json.RawMessage) (EOFParams, error) {
 	var p EOFParams
 	if err := json.Unmarshal(params, &p); err != nil {
-		return p, fmt.Errorf("%w: tcp/eof params: %v", ErrProtocol, err)
+		return p, fmt.Errorf("%w: end of stream params: %v", ErrProtocol, err)
 	}
 	return p, nil
 }
@@ -252,7 +278,7 @@ func Trim(off *DecodedOffset, data []byte, next DecodedOffset) ([]byte, error) {
 		return data, nil
 	}
 	if *off > next {
-		return nil, fmt.Errorf("%w: tcp/data at offset %d, but only %d bytes arrived before it", ErrProtocol, *off, next)
+		return nil, fmt.Errorf("%w: data at offset %d, but only %d bytes arrived before it", ErrProtocol, *off, next)
 	}
 	dup := uint64(next - *off)
 	if dup >= uint64(len(data)) {

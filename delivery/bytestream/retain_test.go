@@ -1,4 +1,4 @@
-package tcp
+package bytestream
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/rpc"
 )
 
 // retainFixture sends three tcp/data messages of 1000 bytes each (offsets
@@ -14,13 +15,13 @@ import (
 // bytes, and returns them with their sizes.
 func retainFixture(t *testing.T, r *Retained, snap delivery.UTF16Bytes) (texts [][]byte, sizes []delivery.UTF16Bytes) {
 	t.Helper()
-	enc := NewEncoder("ahp-tcp:/r1")
+	enc := NewEncoder(rpc.TCPStream, "ahp-tcp:/r1")
 	sent := snap
 	for i := range 3 {
 		off := DecodedOffset(1000 * i)
 		text := enc.AppendData(nil, off, bytes.Repeat([]byte{byte('a' + i)}, 1000))
 		size := enc.DataSize(len(text))
-		r.Sent(text, size, sent, off+1000, false, false)
+		r.Sent(delivery.Message{Text: text, Size: size}, sent, off+1000, false, false)
 		sent += size
 		texts, sizes = append(texts, text), append(sizes, size)
 	}
@@ -90,7 +91,7 @@ func TestRetainedResend(t *testing.T) {
 				t.Fatalf("%d messages again, want %d", len(again), len(tc.want))
 			}
 			for i, k := range tc.want {
-				if !bytes.Equal(again[i].Text, texts[k]) || again[i].Size != sizes[k] || again[i].End != DecodedOffset(1000*(k+1)) || again[i].EOF {
+				if !bytes.Equal(again[i].Msg.Text, texts[k]) || again[i].Msg.Size != sizes[k] || again[i].End != DecodedOffset(1000*(k+1)) || again[i].EOF {
 					t.Fatalf("message %d again is not message %d", i, k)
 				}
 			}
@@ -102,15 +103,15 @@ func TestRetainedResend(t *testing.T) {
 	t.Run("eof", func(t *testing.T) {
 		var r Retained
 		_, _ = retainFixture(t, &r, 0)
-		eof := NewEncoder("ahp-tcp:/r1").EOF(3000)
-		r.Sent(eof, delivery.Measure(eof), 2858+2*2864, 3000, true, false)
+		eof := NewEncoder(rpc.TCPStream, "ahp-tcp:/r1").EOF(3000)
+		r.Sent(delivery.Message{Text: eof, Size: delivery.Measure(eof)}, 2858+2*2864, 3000, true, false)
 		again, err := r.Resend(3000, false)
-		if err != nil || len(again) != 1 || !again[0].EOF || !bytes.Equal(again[0].Text, eof) {
+		if err != nil || len(again) != 1 || !again[0].EOF || !bytes.Equal(again[0].Msg.Text, eof) {
 			t.Fatalf("peer without the eof: %v, %+v", err, again)
 		}
 		var r2 Retained
 		_, _ = retainFixture(t, &r2, 0)
-		r2.Sent(eof, delivery.Measure(eof), 3*2776, 3000, true, false)
+		r2.Sent(delivery.Message{Text: eof, Size: delivery.Measure(eof)}, 3*2776, 3000, true, false)
 		if again, err := r2.Resend(3000, true); err != nil || len(again) != 0 {
 			t.Fatalf("peer with the eof: %v, %d again", err, len(again))
 		}
@@ -143,7 +144,7 @@ func TestRetainedResend(t *testing.T) {
 func TestRetainedBound(t *testing.T) {
 	const window, maxFrame = 64 << 10, 16 << 10
 	rng := rand.New(rand.NewPCG(15, 1))
-	enc := NewEncoder("ahp-tcp:/bound")
+	enc := NewEncoder(rpc.TCPStream, "ahp-tcp:/bound")
 	var r Retained
 	var sent, consumed delivery.UTF16Bytes
 	var boundaries []delivery.UTF16Bytes // message ends not yet credited
@@ -156,7 +157,7 @@ func TestRetainedBound(t *testing.T) {
 			text := enc.AppendData(nil, off, make([]byte, n))
 			size := enc.DataSize(len(text))
 			r.Credit(consumed) // what the source sees before each message
-			r.Sent(text, size, sent, off+DecodedOffset(n), false, false)
+			r.Sent(delivery.Message{Text: text, Size: size}, sent, off+DecodedOffset(n), false, false)
 			sent += size
 			off += DecodedOffset(n)
 			boundaries, ends = append(boundaries, sent), append(ends, off)
@@ -183,7 +184,7 @@ func TestRetainedBound(t *testing.T) {
 	}
 	next := received
 	for _, m := range again {
-		p, data, err := ParseData(m.Text[len(`{"jsonrpc":"2.0","method":"tcp/data","params":`) : len(m.Text)-1])
+		p, data, err := ParseData(m.Msg.Text[len(`{"jsonrpc":"2.0","method":"tcp/data","params":`) : len(m.Msg.Text)-1])
 		if err != nil {
 			t.Fatal(err)
 		}

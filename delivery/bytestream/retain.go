@@ -1,4 +1,4 @@
-package tcp
+package bytestream
 
 import (
 	"fmt"
@@ -6,9 +6,9 @@ import (
 	"github.com/sidecar-dev/sidecar/delivery"
 )
 
-// Retained is one direction of a TCP channel as its sender keeps it for a
+// Retained is one direction of a byte stream as its sender keeps it for a
 // reconnect (DESIGN.md §6, seed 001 "complete replay to the same retained
-// socket, or explicit failure"): every tcp/data and tcp/eof message sent
+// socket, or explicit failure"): every data and end-of-stream message sent
 // on the current connection that the peer has not released yet (credited),
 // whole, in order. The peer's credit is cumulative and falls only on
 // message boundaries (seed 000), so a message is released once the
@@ -33,30 +33,32 @@ type Retained struct {
 }
 
 type retainedMsg struct {
-	text    []byte
-	size    delivery.UTF16Bytes
+	m       delivery.Message    // its text or binary form, and its size
 	start   delivery.UTF16Bytes // the stream's sent count when it started
-	end     DecodedOffset       // the offset past its bytes (tcp/eof: the final offset)
+	end     DecodedOffset       // the offset past its bytes (end of stream: the final offset)
 	eof     bool
-	recycle bool // text's buffer goes back to the pool once released
+	recycle bool // its buffer goes back to the pool once released
 }
 
-// Resend is a message to send again after a reconnect. Its buffer never
-// goes back to the pool (see Retained.Resend).
+// Resend is a message to send again after a reconnect, in the form it was
+// sent (a binary form is written as its text on a connection without
+// them: delivery.Message.Form). Its buffer never goes back to the pool
+// (see Retained.Resend).
 type Resend struct {
-	Text []byte
-	Size delivery.UTF16Bytes
-	// End is the offset past the message's bytes; EOF marks tcp/eof.
+	Msg delivery.Message
+	// End is the offset past the message's bytes; EOF marks the end of
+	// stream.
 	End DecodedOffset
 	EOF bool
 }
 
-// Sent records a message handed to the stream when its sent count was
-// start: tcp/data whose bytes end at end, or (eof) tcp/eof at end.
-// recycle says its buffer came from Buffer and may go back once released.
-func (r *Retained) Sent(text []byte, size, start delivery.UTF16Bytes, end DecodedOffset, eof, recycle bool) {
-	r.msgs = append(r.msgs, retainedMsg{text: text, size: size, start: start, end: end, eof: eof, recycle: recycle})
-	r.size += size
+// Sent records message m (its Size set) handed to the stream when its
+// sent count was start: data whose bytes end at end, or (eof) the end of
+// stream at end. recycle says its buffer came from Buffer and may go back
+// once released.
+func (r *Retained) Sent(m delivery.Message, start delivery.UTF16Bytes, end DecodedOffset, eof, recycle bool) {
+	r.msgs = append(r.msgs, retainedMsg{m: m, start: start, end: end, eof: eof, recycle: recycle})
+	r.size += m.Size
 	if eof {
 		r.eofSent = true
 	} else {
@@ -71,12 +73,12 @@ func (r *Retained) Credit(consumed delivery.UTF16Bytes) {
 	n := 0
 	for n < len(r.msgs) && r.msgs[n].start < consumed {
 		m := r.msgs[n]
-		r.size -= m.size
+		r.size -= m.m.Size
 		if !m.eof {
 			r.released = max(r.released, m.end)
 		}
 		if m.recycle {
-			Recycle(m.text)
+			RecycleMessage(m.m)
 		}
 		r.msgs[n] = retainedMsg{}
 		n++
@@ -100,9 +102,10 @@ func (r *Retained) Released() DecodedOffset { return r.released }
 
 // Resend empties r for a new connection (its counters start at zero) and
 // returns the messages to send again, in order, for a peer that has
-// received every byte below received, and tcp/eof if eof: each message
-// with bytes at or past received (whole: the peer drops what it has, by
-// the offset), then tcp/eof if sent and the peer lacks it. A peer that
+// received every byte below received, and the end of stream if eof: each
+// message with bytes at or past received (whole: the peer drops what it
+// has, by the offset), then the end of stream if sent and the peer lacks
+// it. A peer that
 // claims bytes never sent, or lacks bytes it released, cannot be
 // resumed: the error says which (the channel is then reset).
 func (r *Retained) Resend(received DecodedOffset, eof bool) ([]Resend, error) {
@@ -113,7 +116,7 @@ func (r *Retained) Resend(received DecodedOffset, eof bool) ([]Resend, error) {
 		return nil, fmt.Errorf("%w: the peer says it received %d bytes, but released %d", ErrProtocol, received, r.released)
 	}
 	if eof && !r.eofSent {
-		return nil, fmt.Errorf("%w: the peer says it received tcp/eof, which was not sent", ErrProtocol)
+		return nil, fmt.Errorf("%w: the peer says it received the end of stream, which was not sent", ErrProtocol)
 	}
 	var out []Resend
 	for i, m := range r.msgs {
@@ -126,7 +129,7 @@ func (r *Retained) Resend(received DecodedOffset, eof bool) ([]Resend, error) {
 			// the lost connection's writer may still be reading it (a
 			// write in progress at the cut), unordered with anything of
 			// the new connection.
-			out = append(out, Resend{Text: m.text, Size: m.size, End: m.end, EOF: m.eof})
+			out = append(out, Resend{Msg: m.m, End: m.end, EOF: m.eof})
 		}
 		// The others are left to the collector too, for the same reason.
 		r.msgs[i] = retainedMsg{}

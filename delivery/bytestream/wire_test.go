@@ -1,0 +1,267 @@
+package bytestream
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/segmentio/asm/base64"
+	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+// TestAppendDataMatchesJSON: the hand-built tcp/data is exactly what
+// encoding the notification would give, for odd channel names too.
+func TestAppendDataMatchesJSON(t *testing.T) {
+	for _, ch := range []string{"ahp-tcp:/t1", `ahp-tcp:/q"uo\te`, "ahp-tcp:/é😀<&>"} {
+		e := NewEncoder(rpc.TCPStream, ch)
+		for _, payload := range [][]byte{{0}, []byte("Hello"), bytes.Repeat([]byte{0xff, 0, 'x'}, 1000)} {
+			off := DecodedOffset(123456789)
+			got := e.AppendData(nil, off, payload)
+			want, _ := rpc.Notification(rpc.MethodTCPData, DataParams{Channel: ch, Offset: &off, Data: b64(payload)})
+			if !bytes.Equal(got, want) {
+				t.Fatalf("AppendData = %s\nwant        %s", got, want)
+			}
+			if e.DataLen(off, len(payload)) != len(got) {
+				t.Errorf("DataLen = %d, want %d", e.DataLen(off, len(payload)), len(got))
+			}
+		}
+	}
+	e := NewEncoder(rpc.TCPStream, "ahp-tcp:/t1")
+	if got, want := string(e.EOF(5)), `{"jsonrpc":"2.0","method":"tcp/eof","params":{"channel":"ahp-tcp:/t1","offset":5}}`; got != want {
+		t.Errorf("EOF = %s, want %s", got, want)
+	}
+	if got, want := string(e.Reset()), `{"jsonrpc":"2.0","method":"tcp/reset","params":{"channel":"ahp-tcp:/t1"}}`; got != want {
+		t.Errorf("Reset = %s, want %s", got, want)
+	}
+}
+
+func b64(p []byte) string {
+	var e = NewEncoder(rpc.TCPStream, "x")
+	text := e.AppendData(nil, 0, p)
+	var n struct {
+		Params DataParams `json:"params"`
+	}
+	_ = json.Unmarshal(text, &n)
+	return n.Params.Data
+}
+
+// TestMaxPayloadExact: MaxPayload bytes fit the frame whole, one more
+// byte does not, for every frame size around the minimum and the default,
+// at offsets of every length.
+func TestMaxPayloadExact(t *testing.T) {
+	for _, ch := range []string{"ahp-tcp:/t1", "ahp-tcp:/" + strings.Repeat("é", 128)} {
+		e := NewEncoder(rpc.TCPStream, ch)
+		for _, off := range []DecodedOffset{0, 9, 10, 99999, 1 << 40, ^DecodedOffset(0)} {
+			for frame := delivery.UTF16Bytes(1024); frame <= 1100; frame++ {
+				checkMax(t, e, off, frame)
+			}
+			for _, frame := range []delivery.UTF16Bytes{16384, 16385, 16386, 16387, 262144, 524288} {
+				checkMax(t, e, off, frame)
+			}
+		}
+	}
+}
+
+func checkMax(t *testing.T, e *Encoder, off DecodedOffset, frame delivery.UTF16Bytes) {
+	t.Helper()
+	n := e.MaxPayload(off, frame)
+	if n <= 0 {
+		t.Fatalf("MaxPayload(%d, %d) = %d", off, frame, n)
+	}
+	if s := delivery.Measure(e.AppendData(nil, off, make([]byte, n))); s > frame {
+		t.Fatalf("%d bytes at %d measure %d > frame %d", n, off, s, frame)
+	}
+	if s := delivery.Measure(e.AppendData(nil, off, make([]byte, n+1))); s <= frame {
+		t.Fatalf("%d bytes at %d still fit frame %d (%d): MaxPayload is not the maximum", n+1, off, frame, s)
+	}
+}
+
+func TestParseData(t *testing.T) {
+	off := func(v DecodedOffset) *DecodedOffset { return &v }
+	for _, c := range []struct {
+		name   string
+		params string
+		off    *DecodedOffset
+		data   string
+		bad    bool
+	}{
+		{"plain", `{"channel":"ahp-tcp:/t1","offset":7,"data":"SGVsbG8="}`, off(7), "Hello", false},
+		{"no offset", `{"channel":"ahp-tcp:/t1","data":"SGVsbG8="}`, nil, "Hello", false},
+		{"reordered, spaces", ` { "data" : "QQ==" , "offset" : 0 , "channel" : "c" } `, off(0), "A", false},
+		{"escaped slash (slow path)", `{"channel":"c","data":"\/w=="}`, nil, "\xff", false},
+		{"unknown member (slow path)", `{"channel":"c","data":"QQ==","_meta":{"x":[1]}}`, nil, "A", false},
+		{"empty data", `{"channel":"c","data":""}`, nil, "", true},
+		{"no data", `{"channel":"c"}`, nil, "", true},
+		{"unpadded", `{"channel":"c","data":"QQ"}`, nil, "", true},
+		{"non-zero pad bits", `{"channel":"c","data":"QR=="}`, nil, "", true},
+		{"line break", `{"channel":"c","data":"SGVs\nbG8="}`, nil, "", true},
+		{"url alphabet", `{"channel":"c","data":"_w=="}`, nil, "", true},
+		{"not an object", `"x"`, nil, "", true},
+		{"negative offset", `{"channel":"c","offset":-1,"data":"QQ=="}`, nil, "", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, data, err := ParseData(json.RawMessage(c.params))
+			if c.bad {
+				if err == nil || !errors.Is(err, ErrProtocol) {
+					t.Fatalf("ParseData = %q, %v; want an ErrProtocol", data, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(data) != c.data || (p.Offset == nil) != (c.off == nil) || (p.Offset != nil && *p.Offset != *c.off) {
+				t.Fatalf("ParseData = %+v %q", p, data)
+			}
+		})
+	}
+}
+
+func FuzzParseData(f *testing.F) {
+	f.Add([]byte(`{"channel":"ahp-tcp:/t1","offset":7,"data":"SGVsbG8="}`))
+	f.Add([]byte(`{"data":"QQ==","offset":18446744073709551615}`))
+	f.Add([]byte(`{"channel":"c","data":"\/w=="}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fp, fdata, fok := scanData(b)
+		fp.Data = string(fdata)
+		var sp DataParams
+		if json.Unmarshal(b, &sp) != nil {
+			if fok {
+				t.Fatalf("fast path accepted what encoding/json rejects: %q", b)
+			}
+			return
+		}
+		if fok && (fp.Channel != sp.Channel || fp.Data != sp.Data || (fp.Offset == nil) != (sp.Offset == nil) || (fp.Offset != nil && *fp.Offset != *sp.Offset)) {
+			t.Fatalf("fast %+v != json %+v for %q", fp, sp, b)
+		}
+	})
+}
+
+func TestTrim(t *testing.T) {
+	off := func(v DecodedOffset) *DecodedOffset { return &v }
+	for _, c := range []struct {
+		off  *DecodedOffset
+		next DecodedOffset
+		want string
+		bad  bool
+	}{
+		{nil, 10, "abcd", false},
+		{off(10), 10, "abcd", false},
+		{off(8), 10, "cd", false},
+		{off(6), 10, "", false},
+		{off(0), 10, "", false},
+		{off(11), 10, "", true},
+	} {
+		got, err := Trim(c.off, []byte("abcd"), c.next)
+		if (err != nil) != c.bad || string(got) != c.want {
+			t.Errorf("Trim(%v, abcd, %d) = %q, %v", c.off, c.next, got, err)
+		}
+	}
+}
+
+// TestAppendData: the data is appended after dst's bytes; on error dst
+// comes back unchanged; the loose scan never accepts what the careful one
+// would read differently.
+func TestAppendData(t *testing.T) {
+	dst := append(make([]byte, 0, 4), "ab"...)
+	p, out, err := AppendData(dst, json.RawMessage(`{"channel":"ahp-tcp:/t1","offset":3,"data":"SGVsbG8="}`))
+	if err != nil || string(out) != "abHello" || p.Channel != "ahp-tcp:/t1" || p.Offset == nil || *p.Offset != 3 {
+		t.Fatalf("AppendData = %+v %q %v", p, out, err)
+	}
+	for _, c := range []struct{ name, params, want string }{
+		{"escaped slash", `{"channel":"c","data":"\/w=="}`, "ab\xff"},
+		{"escaped quote ends no string", `{"channel":"c","data":"QQ==\"","x":1}`, ""},
+		{"two data members, the last wins", `{"data":"QQ==","data":"Qg=="}`, "abB"},
+		{"escape in an earlier data member", `{"data":"QQ==\\","data":"Qg=="}`, "abB"},
+		{"not base64", `{"channel":"c","data":"Q!=="}`, ""},
+		{"empty", `{"channel":"c","data":""}`, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, out, err := AppendData([]byte("ab"), json.RawMessage(c.params))
+			if c.want == "" {
+				if err == nil || !errors.Is(err, ErrProtocol) || string(out) != "ab" {
+					t.Fatalf("AppendData = %q, %v; want dst unchanged and an ErrProtocol", out, err)
+				}
+				return
+			}
+			if err != nil || string(out) != c.want {
+				t.Fatalf("AppendData = %q, %v; want %q", out, err, c.want)
+			}
+		})
+	}
+}
+
+// FuzzAppendData: whatever AppendData accepts, encoding/json reads the
+// same way, and its data is the strict decoding.
+func FuzzAppendData(f *testing.F) {
+	f.Add([]byte(`{"channel":"ahp-tcp:/t1","offset":7,"data":"SGVsbG8="}`))
+	f.Add([]byte(`{"data":"QQ==\\","data":"Qg=="}`))
+	f.Add([]byte(`{"channel":"c","data":"\/w=="}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, out, err := AppendData([]byte("x"), b)
+		if err != nil {
+			return
+		}
+		var sp DataParams
+		if e := json.Unmarshal(b, &sp); e != nil {
+			t.Fatalf("AppendData accepted what encoding/json rejects: %q", b)
+		}
+		want, e := base64.StdEncoding.Strict().DecodeString(sp.Data)
+		if e != nil || "x"+string(want) != string(out) || p.Channel != sp.Channel || (p.Offset == nil) != (sp.Offset == nil) || (p.Offset != nil && *p.Offset != *sp.Offset) {
+			t.Fatalf("AppendData %+v %q != json %+v for %q", p, out, sp, b)
+		}
+	})
+}
+
+// FuzzBase64 checks the vector decoder with its canonical-form checks
+// against the strict standard decoder: the same bytes for canonical
+// padded base64 (the text is exactly the encoding of what it decodes to),
+// an error for everything else.
+func FuzzBase64(f *testing.F) {
+	for _, s := range []string{"QQ==", "QR==", "QUI=", "QUJ=", "QUJD", "QU\nJD", "QUJD\r\n", "Q", "QQ=", "QQ==QQ==", "_w==", "////", "A===",
+		strings.Repeat("QUJD", 40) + "\n" + strings.Repeat("QUJD", 8), strings.Repeat("QUJD", 40) + "QR=="} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, s []byte) {
+		got, err := appendBase64([]byte("x"), s)
+		want, serr := base64.StdEncoding.Strict().DecodeString(string(s))
+		canonical := serr == nil && len(s) > 0 && base64.StdEncoding.EncodeToString(want) == string(s)
+		if canonical != (err == nil) {
+			t.Fatalf("%q: canonical %v, appendBase64 error %v", s, canonical, err)
+		}
+		if err != nil {
+			if string(got) != "x" {
+				t.Fatalf("%q: dst changed on error: %q", s, got)
+			}
+			return
+		}
+		if string(got) != "x"+string(want) {
+			t.Fatalf("%q: decoded %q, want %q", s, got[1:], want)
+		}
+		if enc := appendBase64Encode(nil, want); string(enc) != string(s) {
+			t.Fatalf("%q: re-encoded as %q", s, enc)
+		}
+	})
+}
+
+// TestSpecialWord: the SWAR test flags exactly the words holding a byte
+// scanString must look at.
+func TestSpecialWord(t *testing.T) {
+	for pos := range 8 {
+		for c := range 256 {
+			w := []byte("AAAAAAAA")
+			w[pos] = byte(c)
+			v := uint64(0)
+			for i := 7; i >= 0; i-- {
+				v = v<<8 | uint64(w[i])
+			}
+			want := c == '"' || c == '\\' || c < 0x20 || c >= 0x80
+			if got := special(v); got != want {
+				t.Fatalf("byte %#x at %d: special = %v, want %v", c, pos, got, want)
+			}
+		}
+	}
+}

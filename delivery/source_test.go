@@ -1,0 +1,186 @@
+package delivery_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sidecar-dev/sidecar/delivery"
+)
+
+// reverseForm is a TextForm whose binary form is a message's text
+// reversed (any reversible mapping will do for the Scheduler, which never
+// looks inside either form).
+type reverseForm struct{}
+
+func (reverseForm) AppendText(dst, binary []byte) []byte {
+	for i := len(binary) - 1; i >= 0; i-- {
+		dst = append(dst, binary[i])
+	}
+	return dst
+}
+
+func reverse(s string) string { return string(reverseForm{}.AppendText(nil, []byte(s))) }
+
+// binaryWriter records each write as "text:…" or "binary:…".
+type binaryWriter struct {
+	mu  sync.Mutex
+	got []string
+	n   chan struct{}
+}
+
+func newBinaryWriter() *binaryWriter { return &binaryWriter{n: make(chan struct{}, 64)} }
+
+func (w *binaryWriter) WriteMessage(_ context.Context, text []byte) error {
+	w.add("text:" + string(text))
+	return nil
+}
+
+func (w *binaryWriter) WriteBinary(_ context.Context, p []byte) error {
+	w.add("binary:" + string(p))
+	return nil
+}
+
+func (w *binaryWriter) add(s string) {
+	w.mu.Lock()
+	w.got = append(w.got, s)
+	w.mu.Unlock()
+	w.n <- struct{}{}
+}
+
+func (w *binaryWriter) wait(t *testing.T, n int) []string {
+	t.Helper()
+	for range n {
+		select {
+		case <-w.n:
+		case <-timeout():
+			t.Fatalf("%d writes within the deadline, want %d", len(w.got), n)
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.got...)
+}
+
+// formSource hands out messages with a binary form only.
+type formSource struct {
+	mu   sync.Mutex
+	msgs []delivery.Message
+	back []delivery.Message
+}
+
+func (s *formSource) Next() delivery.Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.msgs) == 0 {
+		return delivery.Message{}
+	}
+	m := s.msgs[0]
+	s.msgs = s.msgs[1:]
+	return m
+}
+
+func (s *formSource) Recycle(m delivery.Message) {
+	s.mu.Lock()
+	s.back = append(s.back, m)
+	s.mu.Unlock()
+}
+
+// TestBinaryForm: a message in binary form goes out as its bytes where
+// the connection carries them (SchedulerConfig.Binary and a BinaryWriter),
+// and as the text its Form rebuilds anywhere else; the window counts the
+// size the message states either way (the text's), and a Recycler gets
+// its binary form back, never a text the Scheduler built.
+func TestBinaryForm(t *testing.T) {
+	text := `{"jsonrpc":"2.0","method":"x/data","params":{"channel":"C","n":1}}`
+	bin := reverse(text)
+	size := delivery.Measure([]byte(text))
+	for _, tc := range []struct {
+		name   string
+		binary bool
+		want   string
+	}{
+		{"negotiated", true, "binary:" + bin},
+		{"text only", false, "text:" + text},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := delivery.NewScheduler(delivery.SchedulerConfig{Binary: tc.binary, WriterReleases: true})
+			src := &formSource{msgs: []delivery.Message{{Binary: []byte(bin), Form: reverseForm{}, Size: size}}}
+			st := s.AddStream("C", delivery.Limits{WindowBytes: 4096, MaximumFrameBytes: 1024}, src)
+			if st.Binary() != tc.binary {
+				t.Fatalf("Stream.Binary() = %v", st.Binary())
+			}
+			w := newBinaryWriter()
+			stop := run(t, s, w)
+			got := w.wait(t, 1)
+			if err := stop(); !errors.Is(err, context.Canceled) {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || got[0] != tc.want {
+				t.Fatalf("wrote %q, want %q", got, tc.want)
+			}
+			if sent, _, _ := st.Window(); sent != size {
+				t.Fatalf("sent %d UTF-16 bytes, want the text's %d", sent, size)
+			}
+			src.mu.Lock()
+			defer src.mu.Unlock()
+			if len(src.back) != 1 || string(src.back[0].Binary) != bin || src.back[0].Text != nil {
+				t.Fatalf("recycled %+v, want the binary form alone", src.back)
+			}
+		})
+	}
+}
+
+// TestBinaryFormFragments: a binary-form message larger than the peer's
+// maximumFrameBytes goes out as channel/frame fragments of its text
+// (seed 000 "Fragments" split the text), even where the connection
+// carries binary forms; a message stating no size is measured on the
+// text built.
+func TestBinaryFormFragments(t *testing.T) {
+	text := `{"jsonrpc":"2.0","method":"x/data","params":{"channel":"C","data":"` + strings.Repeat("a", 1500) + `"}}`
+	s := delivery.NewScheduler(delivery.SchedulerConfig{Binary: true})
+	src := &formSource{msgs: []delivery.Message{{Binary: []byte(reverse(text)), Form: reverseForm{}}}}
+	st := s.AddStream("C", delivery.Limits{WindowBytes: 1 << 20, MaximumFrameBytes: 1024}, src)
+	w := newBinaryWriter()
+	stop := run(t, s, w)
+	got := w.wait(t, 2)
+	if err := stop(); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	var joined strings.Builder
+	var frames delivery.UTF16Bytes
+	for _, g := range got {
+		f, ok := strings.CutPrefix(g, "text:")
+		if !ok || !strings.Contains(f, `"method":"channel/frame"`) {
+			t.Fatalf("wrote %.80q, want channel/frame text", g)
+		}
+		frames += delivery.Measure([]byte(f))
+		joined.WriteString(fragmentData(t, f))
+	}
+	if joined.String() != text {
+		t.Fatalf("fragments carry %.80q…, want the text", joined.String())
+	}
+	if sent, _, _ := st.Window(); sent != frames {
+		t.Fatalf("sent %d UTF-16 bytes, want the fragments' %d", sent, frames)
+	}
+}
+
+func timeout() <-chan time.Time { return time.After(waitLimit) }
+
+// fragmentData returns the data string of a channel/frame text.
+func fragmentData(t *testing.T, frame string) string {
+	t.Helper()
+	var f struct {
+		Params struct {
+			Data string `json:"data"`
+		} `json:"params"`
+	}
+	if err := json.Unmarshal([]byte(frame), &f); err != nil {
+		t.Fatalf("frame %.80q: %v", frame, err)
+	}
+	return f.Params.Data
+}
