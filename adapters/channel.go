@@ -1,8 +1,10 @@
-// Package adapters holds the channel contract: the one interface the host
-// (host/) calls on every channel kind, and what a channel sees of a
-// subscription. Each kind lives in its own package and owns its loops:
-// adapters/pty the terminal channel (ahp-terminal:), adapters/tcp the TCP
-// channel (ahp-tcp:), adapters/telemetry the metrics and logs channels
+// Package adapters holds the registry's contracts: the channel kind (a
+// Kind: kind.go, created once per host from a Factory, with the shared
+// Quotas of quota.go), the one interface the host (host/) calls on every
+// channel (Channel, this file), and what a channel sees of a subscription.
+// Each kind lives in its own package and owns its loops: adapters/pty the
+// terminal channel (ahp-terminal:), adapters/tcp the TCP channel
+// (ahp-tcp:), adapters/telemetry the metrics and logs channels
 // (ahp-otlp:). The root catalogue (ahp-root://) is the host's own.
 //
 // The rules every channel follows (DESIGN.md §4-§6, seed 000):
@@ -92,7 +94,7 @@ type Resumable interface {
 	// of the reconnect's window item; it returns the host's for the
 	// result item. An error means the channel could not be resumed and
 	// was reset: the caller reports it missing.
-	Reclaim(conn ConnID, peer rpc.TCPResume) (rpc.TCPResume, error)
+	Reclaim(conn ConnID, peer rpc.StreamOffsets) (rpc.StreamOffsets, error)
 	// Abandon resets a parked channel that was not resumed.
 	Abandon(reason string)
 }
@@ -100,13 +102,27 @@ type Resumable interface {
 // Traits are a channel's fixed properties.
 type Traits struct {
 	Delivery Delivery
-	// Owner, when not zero, is the only connection that may subscribe;
-	// to every other the channel does not exist (TCP: the creating
-	// client and transport only).
-	Owner ConnID
+	// Label is the channel's kind in the host's sidecar_subscriptions
+	// metric: a short bounded name ("terminal", "tcp", "metrics").
+	Label string
 	// Limits, when not nil, is the most the host accepts of a windowed
 	// offer on this channel (UTF-16 bytes), instead of its delivery block.
 	Limits *delivery.Limits
+	// Budget, when not nil, bounds the windows of one client's windowed
+	// subscriptions to the channels that share it (TCP channels:
+	// tcp.window_bytes_per_client).
+	Budget *WindowBudget
+}
+
+// WindowBudget bounds the windowBytes of one client's subscriptions to
+// the channels that share it, all together: a subscribe or a reconnect
+// that would grow them beyond Total gets what is left, but never less
+// than the window the subscription has already, nor less than its first
+// window (at most First): a connection keeps what it was given, and only
+// growth is refused.
+type WindowBudget struct {
+	Total delivery.UTF16Bytes // 0: no bound
+	First delivery.UTF16Bytes
 }
 
 // Delivery is how a channel's subscriptions get their messages.

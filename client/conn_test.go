@@ -50,7 +50,10 @@ func newPair(t *testing.T, opts client.Options, tweak func(*config.Config)) *pai
 // b the host's) and config.
 func newPairOver(t *testing.T, a, b transport.MessageConn, opts client.Options, cfg *config.Config) *pair {
 	t.Helper()
-	srv := host.New(cfg, hclog.NewNullLogger())
+	srv, err := host.New(cfg, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.ServeConn(context.Background(), b) }()
 	c := client.NewConn(a, opts)

@@ -27,7 +27,10 @@ func exampleHost(ctx context.Context) (*client.Conn, func()) {
 	cfg := config.Default()
 	cfg.Terminal.Shell = "/bin/sh"
 	cfg.Terminal.Login = false
-	srv := host.New(cfg, hclog.NewNullLogger())
+	srv, err := host.New(cfg, hclog.NewNullLogger())
+	if err != nil {
+		panic(err) // the built-in kinds never fail to start
+	}
 	a, b := transport.Pipe(64)
 	served := make(chan error, 1)
 	go func() { served <- srv.ServeConn(context.Background(), b) }()

@@ -27,7 +27,7 @@ import (
 // SOCKS5 reply codes; host names that contain the phrases matched do not
 // change the answer.
 func TestSOCKSReply(t *testing.T) {
-	open := func(kind tcpadapter.Kind, host, detail string) error {
+	open := func(kind tcpadapter.FailKind, host, detail string) error {
 		e := &tcpadapter.OpenError{Kind: kind, Host: host, Port: 80, Detail: detail}
 		code := int64(rpc.CodeTCPConnectionOpenFailed)
 		if kind == tcpadapter.KindDenied {
@@ -233,7 +233,10 @@ func testHostConnVia(t *testing.T, wrap func(transport.MessageConn) transport.Me
 	defer cancel()
 	cfg := config.Default()
 	cfg.Terminal.Shell = "/bin/sh"
-	srv := host.New(cfg, hclog.NewNullLogger())
+	srv, err := host.New(cfg, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
 	a, b := transport.Pipe(64)
 	if wrap != nil {
 		b = wrap(b)

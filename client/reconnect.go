@@ -281,18 +281,18 @@ func (c *Conn) sendReconnect(ctx context.Context, l *link) error {
 		params.Subscriptions = append(params.Subscriptions, s.Channel)
 		if s.Windowed {
 			offer := s.offer
-			var tcp *rpc.TCPResume
+			var tcp *rpc.StreamOffsets
 			if s.isTCP() {
 				// The limits it grew to (a smaller frame would split the
 				// messages retained), and what it has of the host's bytes.
 				offer, _ = s.Limits()
-				tcp = &rpc.TCPResume{Received: s.tcpRecv.Load(), EOF: s.tcpEOF.Load()}
+				tcp = &rpc.StreamOffsets{Received: s.tcpRecv.Load(), EOF: s.tcpEOF.Load()}
 			}
 			// Registered before the request, as subscribe does: the
 			// host may send data right after the result.
 			prepared[s.Channel] = l.sched.NewInbound(s.Channel, offer, c.opts.MaxMessageBytes)
 			items = append(items, rpc.ReconnectWindowItem{Channel: s.Channel,
-				FlowControl: &rpc.FlowControlOffer{Receive: &offer}, LastAppliedServerSeq: last, TCP: tcp})
+				FlowControl: &rpc.FlowControlOffer{Receive: &offer}, LastAppliedServerSeq: last, Offsets: tcp})
 		}
 	}
 	if len(items) > 0 {
@@ -353,7 +353,7 @@ func (c *Conn) applyReconnect(l *link, subs []*Subscription, prepared map[string
 				ended = append(ended, s)
 				continue
 			}
-			if s.isTCP() && (it.TCP == nil || s.src.resendTCP(*it.TCP) != nil) {
+			if s.isTCP() && (it.Offsets == nil || s.src.resendTCP(*it.Offsets) != nil) {
 				ended = append(ended, s) // the host reset its side
 				continue
 			}
@@ -489,7 +489,7 @@ func (s *Subscription) resumeWindowed(l *link, in *delivery.Inbound, it rpc.Reco
 // and tcp/eof messages the host lacks (it has received every byte below
 // host.Received), for a TCP channel kept by a reconnect. An error (the
 // offsets do not match what was sent) ends the channel.
-func (q *outQueue) resendTCP(host rpc.TCPResume) error {
+func (q *outQueue) resendTCP(host rpc.StreamOffsets) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.ret == nil {

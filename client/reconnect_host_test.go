@@ -59,7 +59,11 @@ func (h *realHost) newServer(tweak func(*config.Config)) *host.Server {
 	if tweak != nil {
 		tweak(cfg)
 	}
-	return host.New(cfg, hclog.NewNullLogger())
+	srv, err := host.New(cfg, hclog.NewNullLogger())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return srv
 }
 
 // replace puts a new server (a restart) where the next dials go and

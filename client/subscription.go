@@ -94,7 +94,7 @@ type Subscription struct {
 	heldBytes int
 
 	// A TCP channel's position in the host's direction, what a reconnect
-	// tells the host (rpc.TCPResume): the bytes the TCPConn has taken
+	// tells the host (rpc.StreamOffsets): the bytes the TCPConn has taken
 	// and whether it took tcp/eof.
 	tcpRecv atomic.Uint64
 	tcpEOF  atomic.Bool
@@ -110,7 +110,7 @@ func (s *Subscription) parts() (*delivery.Inbound, *delivery.Stream) {
 }
 
 // isTCP reports whether s is a TCP channel's: a reconnect resumes it by
-// byte offsets (rpc.TCPResume), its sent messages retained until
+// byte offsets (rpc.StreamOffsets), its sent messages retained until
 // credited (outQueue.ret).
 func (s *Subscription) isTCP() bool { return strings.HasPrefix(s.Channel, rpc.TCPScheme) }
 

@@ -928,6 +928,15 @@ func (c *Config) Logger(out io.Writer, isTerminal bool) (hclog.Logger, error) {
 	}), nil
 }
 
+// JournalChannelBytes bounds each channel's journal (UTF-8 bytes): the
+// journal.max_bytes total spread over the terminals allowed
+// (terminal.max_total), but at least 256 KiB so a viewer one window
+// behind is still served from the log.
+func (c *Config) JournalChannelBytes() int {
+	per := int(c.Journal.MaxBytes) / max(c.Terminal.MaxTotal, 1)
+	return max(per, 256<<10)
+}
+
 // AHPReadLimit is the most one incoming /ahp WebSocket message may take,
 // in UTF-8 bytes: twice the larger maximum_frame_bytes (a frame of UTF-16
 // bytes is at most 3/2 as many UTF-8 bytes, with its envelope), at least

@@ -34,7 +34,7 @@ import (
 // message.
 func BenchmarkTerminalFloodHost(b *testing.B) {
 	cfg := config.Default()
-	srv := host.New(cfg, hclog.NewNullLogger())
+	srv := host.MustNew(b, cfg, hclog.NewNullLogger())
 	p := newRawPipe(64)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -1,6 +1,16 @@
 package host
 
-import "time"
+import (
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/sidecar-dev/sidecar/adapters/pty"
+	"github.com/sidecar-dev/sidecar/adapters/tcp"
+	"github.com/sidecar-dev/sidecar/adapters/telemetry"
+	"github.com/sidecar-dev/sidecar/config"
+)
 
 // PacerClient returns the clientId whose subscription paces terminal uri's
 // PTY, "" when none does (or there is no such terminal).
@@ -42,3 +52,30 @@ func (s *Server) SetParkedPacing(d time.Duration) { s.parkedPacing = d }
 // request other than a dial (a slow request, for tests); call it before
 // any connection.
 func (s *Server) SetRequestHook(hook func(method string)) { s.requestHook = hook }
+
+// terminal returns the terminal uri of the server's terminal kind, or nil.
+func (s *Server) terminal(uri string) *pty.Terminal { return kind[*pty.Kind](s.kinds).Terminal(uri) }
+
+// tcpTable returns the server's TCP connections.
+func (s *Server) tcpTable() *tcp.Table { return kind[*tcp.Kind](s.kinds).Table() }
+
+// telemetry returns the server's telemetry channels.
+func (s *Server) telemetryChannels() *telemetry.Channels {
+	return kind[*telemetry.Kind](s.kinds).Channels()
+}
+
+// TelemetryStats returns the sampler's counters.
+func (s *Server) TelemetryStats() telemetry.HubStats { return s.telemetryChannels().Stats() }
+
+// mustNew is New for tests: a failure fails t.
+func mustNew(t testing.TB, cfg *config.Config, log hclog.Logger) *Server {
+	t.Helper()
+	s, err := New(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// MustNew is New for the external tests: a failure fails t.
+func MustNew(t testing.TB, cfg *config.Config, log hclog.Logger) *Server { return mustNew(t, cfg, log) }

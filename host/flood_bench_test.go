@@ -83,7 +83,7 @@ func itoa(n int64) string {
 // client connected to it over an in-memory pipe; both end at b's cleanup.
 func benchConn(b *testing.B) (context.Context, *client.Conn) {
 	b.Helper()
-	srv := host.New(config.Default(), hclog.NewNullLogger())
+	srv := host.MustNew(b, config.Default(), hclog.NewNullLogger())
 	a, z := transport.Pipe(4)
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan struct{})

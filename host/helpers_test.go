@@ -77,7 +77,7 @@ func newServer(t testing.TB, tweak func(*config.Config)) *host.Server {
 	if tweak != nil {
 		tweak(cfg)
 	}
-	srv := host.New(cfg, hclog.NewNullLogger())
+	srv := host.MustNew(t, cfg, hclog.NewNullLogger())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), deadline)
 		defer cancel()
@@ -101,7 +101,7 @@ func newLoggingServer(t testing.TB, level hclog.Level, tweak func(*config.Config
 		tweak(cfg)
 	}
 	logs := &logBuffer{}
-	srv := host.New(cfg, hclog.New(&hclog.LoggerOptions{Output: logs, Level: level}))
+	srv := host.MustNew(t, cfg, hclog.New(&hclog.LoggerOptions{Output: logs, Level: level}))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), deadline)
 		defer cancel()

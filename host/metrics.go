@@ -2,11 +2,14 @@ package host
 
 import (
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sidecar-dev/sidecar/adapters"
 )
 
 // The Prometheus view of the host's counters (host/stats.go). Every
@@ -59,10 +62,6 @@ var (
 		"Messages or records not delivered, by reason: ordinary_backlog (actions of an ordinary subscription whose queue overflowed, replaced by channel/gap), telemetry_batch (metrics batches a subscriber was not ready for), log_record (log records a subscriber fell too far behind for), unknown_event (transport-io emits for events not in the contract).", "reason")
 	descDatagramsDropped = desc("datagrams_dropped_total",
 		"transport-io datagrams dropped, by reason: overflow and stale (outbound, overflowDropped and staleDropped), sequence and receive (inbound: out of order, or not taken in time).", "reason")
-	descTerminals = desc("terminals",
-		"Terminals the host holds now: starting, running, and exited but not yet disposed.")
-	descTCPChannels = desc("tcp_channels",
-		"Forwarded TCP connections now, by state: dialing, open (parked ones included), draining.", "state")
 	descRetained = desc("retained_clients",
 		"Clients whose connection was lost and whose state is kept for a reconnect (journal.reconnect_grace).")
 	descResumes = desc("resumes_total",
@@ -70,20 +69,46 @@ var (
 )
 
 // Collector returns a prometheus.Collector of the host's metrics
-// (sidecar_*), for a registry of the caller's; MetricsHandler uses it.
+// (sidecar_*), its own and its kinds' (adapters.Kind.Metrics), for a
+// registry of the caller's; MetricsHandler uses it.
 func (s *Server) Collector() prometheus.Collector { return hostCollector{s} }
 
 type hostCollector struct{ s *Server }
 
-func (hostCollector) Describe(ch chan<- *prometheus.Desc) {
+// hostDescs are the host's own series that kinds add to: a kind's
+// series of one of these names adds its label values under the host's
+// desc.
+var hostDescs = map[string]*prometheus.Desc{"dropped_total": descDropped}
+
+func (h hostCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descConnections, descConnectionsTotal, descRefused, descDisconnects, descSubscriptions,
 		descSentBytes, descReceivedBytes, descSentMessages, descReceivedMessages,
 		descCreditWaits, descCreditWaitSeconds, descGaps, descOverloaded, descDropped,
-		descDatagramsDropped, descTerminals, descTCPChannels, descRetained, descResumes,
+		descDatagramsDropped, descRetained, descResumes,
 	} {
 		ch <- d
 	}
+	seen := map[string]bool{}
+	for _, m := range h.s.kinds.metrics() {
+		if d := kindDesc(m); d != nil && !seen[m.Name] {
+			seen[m.Name] = true
+			ch <- d
+		}
+	}
+}
+
+// kindDesc is the desc of a kind's series m, or nil when the host
+// describes its name already.
+func kindDesc(m adapters.Metric) *prometheus.Desc {
+	if hostDescs[m.Name] != nil {
+		return nil
+	}
+	var labels []string
+	if m.Label != "" {
+		labels = []string{m.Label}
+	}
+	return desc(m.Name, m.Help, labels...)
 }
 
 func (h hostCollector) Collect(ch chan<- prometheus.Metric) {
@@ -104,9 +129,19 @@ func (h hostCollector) Collect(ch chan<- prometheus.Metric) {
 	for i, name := range disconnectNames {
 		counter(descDisconnects, st.disconnects[i], name)
 	}
-	for i, name := range subKindNames {
-		gauge(descSubscriptions, st.subscriptions[i][0], name, "ordinary")
-		gauge(descSubscriptions, st.subscriptions[i][1], name, "windowed")
+	labels := h.s.kinds.labels()
+	for label := range st.subscriptions {
+		if !slices.Contains(labels, label) {
+			labels = append(labels, label) // a channel's label its kind did not list
+		}
+	}
+	for _, label := range labels {
+		var n [2]int
+		if c := st.subscriptions[label]; c != nil {
+			n = *c
+		}
+		gauge(descSubscriptions, n[0], label, "ordinary")
+		gauge(descSubscriptions, n[1], label, "windowed")
 	}
 	t := st.totals
 	counter(descSentBytes, t.traffic.sentBytes)
@@ -118,20 +153,29 @@ func (h hostCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descGaps, t.sched.GapsSent)
 	counter(descOverloaded, st.overloaded)
 	counter(descDropped, t.sched.Collapsed, "ordinary_backlog")
-	counter(descDropped, st.telemetryMissed, "telemetry_batch")
-	counter(descDropped, st.logRecordsMissed, "log_record")
 	counter(descDropped, t.sessions.unknownEvent, "unknown_event")
 	counter(descDatagramsDropped, t.sessions.dgOverflow, "overflow")
 	counter(descDatagramsDropped, t.sessions.dgStale, "stale")
 	counter(descDatagramsDropped, t.sessions.dgSequence, "sequence")
 	counter(descDatagramsDropped, t.sessions.dgReceive, "receive")
-	gauge(descTerminals, st.terminals)
-	gauge(descTCPChannels, st.tcpDialing, "dialing")
-	gauge(descTCPChannels, st.tcpOpen, "open")
-	gauge(descTCPChannels, st.tcpDraining, "draining")
 	gauge(descRetained, st.retained)
 	for i, name := range resumeNames {
 		counter(descResumes, st.resumes[i], name)
+	}
+	for _, m := range h.s.kinds.metrics() {
+		d := hostDescs[m.Name]
+		if d == nil {
+			d = kindDesc(m)
+		}
+		typ := prometheus.GaugeValue
+		if m.Counter {
+			typ = prometheus.CounterValue
+		}
+		var labels []string
+		if m.Label != "" {
+			labels = []string{m.LabelValue}
+		}
+		ch <- prometheus.MustNewConstMetric(d, typ, m.Value, labels...)
 	}
 }
 

@@ -38,8 +38,8 @@ func (c *conn) channelPage(params json.RawMessage) (any, *rpc.Error) {
 		limit = int(p.Limit)
 	}
 	after := *p.AfterSeq
-	ch := c.s.channel(p.Channel)
-	if ch == nil || !c.mayUse(ch) {
+	ch := c.s.channel(p.Channel, c.caller())
+	if ch == nil {
 		return nil, rpc.Errorf(rpc.CodeNotFound, "no such channel: %s", p.Channel)
 	}
 	if ch.Traits().Delivery != adapters.Journaled {

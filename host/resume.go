@@ -151,9 +151,9 @@ func (s *Server) retain(c *conn) {
 		}
 		c.endSubscription(sub, false)
 	}
-	for uri := range r.parked {
-		if t := s.terminal(uri); t != nil {
-			t.Refresh() // its subscriber is away now
+	for _, sub := range r.parked {
+		if rf, ok := sub.ch.(adapters.Refresher); ok {
+			rf.Refresh() // its subscriber is away now
 		}
 	}
 	grace := s.cfg.Journal.ReconnectGrace
@@ -404,7 +404,7 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 	}
 	replay := true
 	for _, uri := range ordinary {
-		if ch := s.channel(uri); ch != nil && ch.Traits().Delivery == adapters.Journaled {
+		if ch := s.channel(uri, c.caller()); ch != nil && ch.Traits().Delivery == adapters.Journaled {
 			if _, _, err := s.journal.Next(uri, p.LastSeenServerSeq); err != nil {
 				replay = false
 			}
@@ -422,9 +422,9 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 	}
 	var after []func()
 	for _, uri := range ordinary {
-		ch := s.channel(uri)
+		ch := s.channel(uri, c.caller())
 		switch {
-		case ch == nil || !c.mayUse(ch):
+		case ch == nil:
 			missing(uri, "no such channel")
 			continue
 		case ch.Traits().Delivery == adapters.WindowedOnly:
@@ -462,7 +462,8 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 	var recovered []string
 	if p.Windows != nil {
 		res.Windows = &rpc.ReconnectResultWindows{Items: []rpc.ReconnectResultItem{}}
-		var tcpWindows delivery.UTF16Bytes // granted to TCP channels so far, not registered yet
+		// Windows granted under each budget so far, not registered yet.
+		budgeted := map[*adapters.WindowBudget]delivery.UTF16Bytes{}
 		for _, it := range p.Windows.Items {
 			uri := it.Channel
 			if rs := r.streams[uri]; rs != nil {
@@ -472,10 +473,10 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 				if !ok {
 					continue
 				}
-				if ch.Traits().Limits != nil { // a TCP channel: within the client's budget
-					l := c.budgetWindow(uri, item.FlowControl.ClientReceive, tcpWindows)
+				if b := ch.Traits().Budget; b != nil { // within the client's budget for such channels
+					l := c.budgetWindow(uri, b, item.FlowControl.ClientReceive, budgeted[b])
 					item.FlowControl = rpc.NegotiatedFlowControl{ClientReceive: l, HostReceive: l}
-					tcpWindows += l.WindowBytes
+					budgeted[b] += l.WindowBytes
 				}
 				recovered = append(recovered, uri+" "+item.Recovery)
 				res.Windows.Items = append(res.Windows.Items, item)
@@ -483,8 +484,8 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 				after = append(after, func() { c.startResumed(ch, limits, 0) })
 				continue
 			}
-			ch := s.channel(uri)
-			if ch == nil || !c.mayUse(ch) {
+			ch := s.channel(uri, c.caller())
+			if ch == nil {
 				missing(uri, "no such channel")
 				continue
 			}
@@ -548,12 +549,12 @@ func (c *conn) reclaimStream(ch adapters.Channel, rs adapters.Resumable, it rpc.
 		missing(uri, "limits: "+err.Error())
 		return rpc.ReconnectResultItem{}, false
 	}
-	if it.TCP == nil {
+	if it.Offsets == nil {
 		rs.Abandon("reconnect without its offsets")
 		missing(uri, "no offsets (windows.items tcp) to resume the stream from")
 		return rpc.ReconnectResultItem{}, false
 	}
-	ours, err := rs.Reclaim(c.connID, *it.TCP)
+	ours, err := rs.Reclaim(c.connID, *it.Offsets)
 	if err != nil {
 		missing(uri, "cannot resume the stream: "+err.Error())
 		return rpc.ReconnectResultItem{}, false
@@ -562,6 +563,6 @@ func (c *conn) reclaimStream(ch adapters.Channel, rs adapters.Resumable, it rpc.
 		Channel:     uri,
 		FlowControl: rpc.NegotiatedFlowControl{ClientReceive: limits, HostReceive: limits},
 		Recovery:    adapters.RecoverReplay.String(),
-		TCP:         &ours,
+		Offsets:     &ours,
 	}, true
 }

@@ -30,7 +30,9 @@ func newRoot(s *Server) *root { return &root{s: s, terminals: map[string]rpc.Ter
 func (r *root) URI() string { return rpc.RootChannel }
 
 // Traits implements adapters.Channel: journaled.
-func (r *root) Traits() adapters.Traits { return adapters.Traits{Delivery: adapters.Journaled} }
+func (r *root) Traits() adapters.Traits {
+	return adapters.Traits{Delivery: adapters.Journaled, Label: "root"}
+}
 
 // Source implements adapters.Channel: the journal, read by cursor.
 func (r *root) Source(adapters.Subscriber) delivery.Source {
@@ -90,9 +92,10 @@ func (r *root) Snapshot(fn func(rpc.Snapshot)) {
 	fn(rpc.Snapshot{Resource: rpc.RootChannel, State: state, FromSeq: r.s.journal.Seq()})
 }
 
-// update sets (or with remove, deletes) a terminal's catalogue entry and
-// dispatches root/terminalsChanged with the full list (ahp.md §4).
-func (r *root) update(info rpc.TerminalInfo, remove bool) {
+// SetTerminal implements adapters.Root: it sets (or with remove, deletes)
+// a terminal's catalogue entry and dispatches root/terminalsChanged with
+// the full list (ahp.md §4).
+func (r *root) SetTerminal(info rpc.TerminalInfo, remove bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if remove {
@@ -104,9 +107,9 @@ func (r *root) update(info rpc.TerminalInfo, remove bool) {
 	_, _ = r.s.journal.Append(rpc.RootChannel, adapters.HostAction(rpc.RootChannel, action))
 }
 
-// setPorts replaces RootState.ports and, when it changed, dispatches
-// root/portsChanged with the full list.
-func (r *root) setPorts(ports []rpc.ListeningPort) {
+// SetPorts implements adapters.Root: it replaces RootState.ports and,
+// when it changed, dispatches root/portsChanged with the full list.
+func (r *root) SetPorts(ports []rpc.ListeningPort) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ports != nil && slices.Equal(r.ports, ports) {
@@ -117,4 +120,7 @@ func (r *root) setPorts(ports []rpc.ListeningPort) {
 	_, _ = r.s.journal.Append(rpc.RootChannel, adapters.HostAction(rpc.RootChannel, action))
 }
 
-var _ adapters.Channel = (*root)(nil)
+var (
+	_ adapters.Channel = (*root)(nil)
+	_ adapters.Root    = (*root)(nil)
+)

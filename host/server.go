@@ -1,10 +1,17 @@
 // Package host is the sidecar daemon's AHP host: it serves connections
 // (the JSON-RPC control plane on sourcegraph/jsonrpc2, data through the
 // delivery Scheduler), keeps one subscription registry
-// (host/subscription.go) and the root catalogue, and calls every other
-// channel kind through the channel contract (package adapters): the
-// terminals (adapters/pty), TCP (adapters/tcp) and telemetry
-// (adapters/telemetry).
+// (host/subscription.go) and the root catalogue, and reaches every other
+// channel kind through the registry of kinds (host/kinds.go, the
+// contracts of package adapters): it knows no kind by name.
+//
+// The files by job: server.go the Server and connections' admission and
+// end; conn.go one connection's lifecycle; reader.go its reader (data,
+// credit, notifications); requests.go its requests (admission, dispatch,
+// initialize); subscribe.go subscribe; subscription.go the subscription
+// registry; resume.go reconnect; lane.go the request lane; page.go
+// channel/page; root.go the root channel; stats.go and metrics.go the
+// counters.
 //
 // Locks are taken in one order only: channel (terminal) → root →
 // subscription → journal → scheduler/stream. Journal listeners run under
@@ -15,7 +22,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,12 +29,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/sidecar-dev/sidecar/adapters/pty"
-	tcpadapter "github.com/sidecar-dev/sidecar/adapters/tcp"
-	"github.com/sidecar-dev/sidecar/adapters/telemetry"
+	"github.com/sidecar-dev/sidecar/adapters"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/journal"
+	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
 )
 
@@ -46,13 +51,12 @@ type Server struct {
 	log     hclog.Logger
 	journal *journal.Journal
 	root    *root
+	kinds   *registry
+	quotas  *adapters.Quotas
 	// hostMax is the most the host accepts of a windowed-delivery offer
-	// (config delivery block); tcpMax replaces it on ahp-tcp: channels
-	// (config tcp block). UTF-16 bytes.
-	hostMax, tcpMax delivery.Limits
-	// tcpClientWindow bounds the windowBytes of one client's TCP channels
-	// together (config tcp.window_bytes_per_client; 0: no bound).
-	tcpClientWindow delivery.UTF16Bytes
+	// (config delivery block), unless a channel's Traits.Limits says
+	// otherwise. UTF-16 bytes.
+	hostMax delivery.Limits
 
 	// counts are the counters of rare events (host/stats.go).
 	counts serverCounters
@@ -61,20 +65,15 @@ type Server struct {
 	// parkedPacing is how long a lost holder's parked stream paces its
 	// terminal (defaultParkedPacing; tests shorten it).
 	parkedPacing time.Duration
-	tcp          *tcpadapter.Table
-	tcpFailLog   openFailLog
-	stopPorts    context.CancelFunc
-	telemetry    *telemetry.Channels
 	nextConnID   atomic.Uint64
 	// requestHook, when set (tests), runs in the lane before each request
-	// other than a dial.
+	// other than one that runs beside it.
 	requestHook func(method string)
 
-	mu        sync.Mutex
-	terminals map[string]*termEntry
-	conns     map[*conn]struct{}
-	closing   bool
-	wg        sync.WaitGroup // connections and terminal goroutines
+	mu      sync.Mutex
+	conns   map[*conn]struct{}
+	closing bool
+	wg      sync.WaitGroup // connections
 
 	// closed totals the counters of the connections no longer in conns
 	// (host/stats.go); guarded by mu.
@@ -87,43 +86,47 @@ type Server struct {
 	live   map[string]int
 }
 
-// New returns a Server for cfg, logging to log.
-func New(cfg *config.Config, log hclog.Logger) *Server {
+// New returns a Server for cfg, logging to log, with the channel kinds of
+// kinds created in order (Kinds when none is given: host/kinds.go). An
+// error is a kind that could not be created.
+func New(cfg *config.Config, log hclog.Logger, kinds ...adapters.Factory) (*Server, error) {
+	if len(kinds) == 0 {
+		kinds = Kinds
+	}
 	j := journal.New(journal.Limits{
-		ChannelMaxBytes: channelLogBytes(cfg),
+		ChannelMaxBytes: cfg.JournalChannelBytes(),
 		MaxAge:          cfg.Journal.MaxAge,
 	}, nil)
 	s := &Server{
-		cfg:       cfg,
-		log:       log,
-		journal:   j,
-		terminals: map[string]*termEntry{},
-		conns:     map[*conn]struct{}{},
-		live:      map[string]int{},
+		cfg:     cfg,
+		log:     log,
+		journal: j,
+		quotas:  adapters.NewQuotas(),
+		conns:   map[*conn]struct{}{},
+		live:    map[string]int{},
 		hostMax: delivery.Limits{
 			WindowBytes:       delivery.UTF16Bytes(cfg.Delivery.WindowBytes),
 			MaximumFrameBytes: delivery.UTF16Bytes(cfg.Delivery.MaximumFrameBytes),
 		},
-		tcpMax: delivery.Limits{
-			WindowBytes:       delivery.UTF16Bytes(cfg.TCP.WindowBytes),
-			MaximumFrameBytes: delivery.UTF16Bytes(cfg.TCP.MaximumFrameBytes),
-		},
-		tcpClientWindow: delivery.UTF16Bytes(cfg.TCP.WindowBytesPerClient),
+		parkedPacing: defaultParkedPacing,
 	}
 	s.root = newRoot(s)
-	s.parkedPacing = defaultParkedPacing
-	s.telemetry = s.newTelemetry()
-	s.tcp = s.newTCPTable()
-	s.startPorts()
-	return s
-}
-
-// channelLogBytes bounds each channel's journal: the configured total
-// spread over the terminals allowed, but at least 256 KiB so a viewer one
-// window behind is still served from the log.
-func channelLogBytes(cfg *config.Config) int {
-	per := int(cfg.Journal.MaxBytes) / max(cfg.Terminal.MaxTotal, 1)
-	return max(per, 256<<10)
+	reg, err := newRegistry(s, kinds, adapters.Env{
+		Config:     cfg,
+		Journal:    j,
+		Log:        log,
+		Quotas:     s.quotas,
+		Version:    Version,
+		Root:       s.root,
+		Connected:  s.clientConnected,
+		EndChannel: s.endChannel,
+		Host:       s.hostStats,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.kinds = reg
+	return s, nil
 }
 
 // Journal returns the server's journal (for tests).
@@ -193,8 +196,9 @@ func (s *Server) ServeConnAs(ctx context.Context, mc transport.MessageConn, prin
 }
 
 // connEnded processes the end of c: its state is retained for a
-// reconnect (kept) or its subscriptions end; its TCP connections close,
-// except those parked for the reconnect (retain).
+// reconnect (kept) or its subscriptions end; the kinds free what they
+// held for it (TCP connections close, except those parked for the
+// reconnect).
 func (s *Server) connEnded(c *conn) (kept bool) {
 	defer close(c.ended)
 	c.mu.Lock()
@@ -210,7 +214,7 @@ func (s *Server) connEnded(c *conn) (kept bool) {
 	} else {
 		c.unsubscribeAll()
 	}
-	s.tcp.CloseConn(c.connID, "client connection closed")
+	s.kinds.connEnded(c.connID)
 	// Parked subscriptions keep c, but not what it had queued.
 	c.sched.Discard()
 	return kept || s.retainedFor(c.id())
@@ -233,8 +237,9 @@ func (s *Server) startedOver(clientID, principal string) {
 }
 
 // Shutdown stops accepting connections, closes every connection with
-// 1001 "server shutting down", kills every terminal's process group and
-// waits (bounded by ctx) for all of it to finish.
+// 1001 "server shutting down", shuts every kind down (terminals' process
+// groups killed, TCP connections closed, sampling stopped) and waits
+// (bounded by ctx) for all of it to finish.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
@@ -242,39 +247,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for c := range s.conns {
 		conns = append(conns, c)
 	}
-	terms := make([]*pty.Terminal, 0, len(s.terminals))
-	for _, e := range s.terminals {
-		if e.t != nil {
-			terms = append(terms, e.t)
-		}
-	}
 	s.mu.Unlock()
 	for _, c := range conns {
 		c.close(transport.CloseGoingAway, "server shutting down")
 	}
-	s.tcpFailLog.stop(s.log.Info)
 	s.dropRetained()
-	s.stopPorts()
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		s.tcp.Shutdown()
-	}()
-	go func() {
-		defer wg.Done()
-		s.telemetry.Close()
-	}()
-	for _, t := range terms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t.Kill()
-		}()
-	}
 	done := make(chan struct{})
 	go func() {
-		wg.Wait()
+		s.kinds.shutdown(ctx)
 		s.wg.Wait()
 		close(done)
 	}()
@@ -312,10 +292,31 @@ func (s *Server) clientConnected(clientID string) bool {
 	return s.live[clientID] > 0
 }
 
-func (s *Server) defaultDirectory() string {
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return ""
+// passOnClaims tells every kind that clientID is gone for good (a
+// terminal's claim it held passes on).
+func (s *Server) passOnClaims(clientID string) { s.kinds.clientGone(clientID) }
+
+// channel returns the channel uri as caller may see it, or nil: the root,
+// else the first kind's that has it (host/kinds.go).
+func (s *Server) channel(uri string, caller adapters.Caller) adapters.Channel {
+	if uri == rpc.RootChannel {
+		return s.root
 	}
-	return pty.FileURI(home)
+	return s.kinds.lookup(uri, caller)
+}
+
+// endChannel ends every connection's subscription to uri (a disposed
+// terminal), keeping what each has queued (adapters.Env.EndChannel).
+func (s *Server) endChannel(uri string) {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		if sub := c.subscription(uri); sub != nil {
+			c.unsubscribe(sub, true)
+		}
+	}
 }

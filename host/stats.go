@@ -3,14 +3,12 @@ package host
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync/atomic"
 
 	"golang.org/x/sys/cpu"
 
-	"github.com/sidecar-dev/sidecar/adapters/telemetry"
+	"github.com/sidecar-dev/sidecar/adapters"
 	"github.com/sidecar-dev/sidecar/delivery"
-	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
 )
 
@@ -88,36 +86,6 @@ const (
 )
 
 var resumeNames = [numResumeResults]string{"resumed", "refused", "expired"}
-
-// subscription kinds: the sidecar_subscriptions kind label.
-const (
-	subKindRoot     = iota // ahp-root://
-	subKindTerminal        // ahp-terminal:/ID
-	subKindTCP             // ahp-tcp:...
-	subKindMetrics         // ahp-otlp://metrics
-	subKindLogs            // ahp-otlp://logs
-	subKindOther           // anything else
-	numSubKinds
-)
-
-var subKindNames = [numSubKinds]string{"root", "terminal", "tcp", "metrics", "logs", "other"}
-
-// subKind returns the kind of a subscription to the channel uri.
-func subKind(uri string) int {
-	switch {
-	case uri == rpc.RootChannel:
-		return subKindRoot
-	case strings.HasPrefix(uri, rpc.TerminalScheme):
-		return subKindTerminal
-	case strings.HasPrefix(uri, rpc.TCPScheme):
-		return subKindTCP
-	case strings.HasPrefix(uri, rpc.MetricsChannel):
-		return subKindMetrics
-	case strings.HasPrefix(uri, rpc.LogsChannel):
-		return subKindLogs
-	}
-	return subKindOther
-}
 
 // serverCounters are the server's atomics for rare events.
 type serverCounters struct {
@@ -274,21 +242,17 @@ func (c *countingConn) WriteBinary(ctx context.Context, payload []byte) error {
 
 // stats is one reading of the host's counters and gauges.
 type stats struct {
-	connections      [len(transportKinds)]int // open, by transport
-	accepted         [len(transportKinds)]uint64
-	refused          [numRefusals]uint64
-	disconnects      [numDisconnectReasons]uint64
-	subscriptions    [numSubKinds][2]int // [kind][0 ordinary, 1 windowed]
-	totals           connTotals          // open and ended connections together
-	overloaded       uint64
-	resumes          [numResumeResults]uint64
-	terminals        int
-	tcpDialing       int
-	tcpOpen          int
-	tcpDraining      int
-	retained         int
-	telemetryMissed  uint64 // metrics batches subscribers missed (live only)
-	logRecordsMissed uint64
+	connections [len(transportKinds)]int // open, by transport
+	accepted    [len(transportKinds)]uint64
+	refused     [numRefusals]uint64
+	disconnects [numDisconnectReasons]uint64
+	// subscriptions counts the open connections' subscriptions by channel
+	// kind (adapters.Traits.Label), [0] ordinary, [1] windowed.
+	subscriptions map[string]*[2]int
+	totals        connTotals // open and ended connections together
+	overloaded    uint64
+	resumes       [numResumeResults]uint64
+	retained      int
 }
 
 // clients returns the open connections.
@@ -302,7 +266,7 @@ func (st *stats) clients() int {
 
 // stats reads the host's counters and gauges.
 func (s *Server) stats() stats {
-	var st stats
+	st := stats{subscriptions: map[string]*[2]int{}}
 	s.mu.Lock()
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
@@ -310,19 +274,31 @@ func (s *Server) stats() stats {
 		st.connections[c.transport]++
 	}
 	st.totals = s.closed // with conns, in one lock: each connection is in one of the two
-	st.terminals = len(s.terminals)
 	s.mu.Unlock()
+	var subs []*subscription
 	for _, c := range conns {
 		st.totals.add(c.totals())
 		c.mu.Lock()
-		for uri, sub := range c.subs {
-			w := 0
-			if sub.windowed() {
-				w = 1
-			}
-			st.subscriptions[subKind(uri)][w]++
+		for _, sub := range c.subs {
+			subs = append(subs, sub)
 		}
 		c.mu.Unlock()
+	}
+	for _, sub := range subs { // outside c.mu: Traits may take a channel's lock
+		label := sub.ch.Traits().Label
+		if label == "" {
+			label = "other"
+		}
+		n := st.subscriptions[label]
+		if n == nil {
+			n = new([2]int)
+			st.subscriptions[label] = n
+		}
+		w := 0
+		if sub.windowed() {
+			w = 1
+		}
+		n[w]++
 	}
 	for i := range st.accepted {
 		st.accepted[i] = s.counts.accepted[i].Load()
@@ -337,12 +313,9 @@ func (s *Server) stats() stats {
 		st.resumes[i] = s.counts.resumes[i].Load()
 	}
 	st.overloaded = s.counts.overloaded.Load()
-	st.tcpDialing, st.tcpOpen, st.tcpDraining = s.tcp.Counts()
 	s.ret.mu.Lock()
 	st.retained = len(s.ret.clients)
 	s.ret.mu.Unlock()
-	st.telemetryMissed = s.telemetry.Stats().Missed
-	st.logRecordsMissed = s.telemetry.LogRecordsMissed()
 	return st
 }
 
@@ -387,11 +360,12 @@ func endReasonOf(c *conn) disconnectReason {
 	return discOther
 }
 
-// selfStats is the sidecar's own figures for the sidecar.* metrics of
-// ahp-otlp://metrics: the same counters as the Prometheus endpoint's.
-func (s *Server) selfStats() telemetry.Self {
+// hostStats is the sidecar's own figures for the telemetry kind's
+// sidecar.* metrics (adapters.Env.Host): the same counters as the
+// Prometheus endpoint's.
+func (s *Server) hostStats() adapters.HostStats {
 	st := s.stats()
-	self := telemetry.Self{
+	self := adapters.HostStats{
 		Clients:       st.clients(),
 		BytesSent:     st.totals.traffic.sentBytes,
 		BytesReceived: st.totals.traffic.receivedBytes,

@@ -85,7 +85,7 @@ func (sub *subscription) Push(text []byte, headroom int) bool {
 	}
 	ok, err := sub.c.sched.TryPushOrdinary(sub.channel, 0, text, headroom)
 	if err != nil {
-		go sub.c.fail(err)
+		sub.c.failLater(err)
 	}
 	return ok
 }
@@ -93,7 +93,7 @@ func (sub *subscription) Push(text []byte, headroom int) bool {
 // PushControl implements adapters.Subscriber.
 func (sub *subscription) PushControl(text []byte) {
 	if err := sub.c.sched.PushControl(text); err != nil && err != delivery.ErrClosed {
-		go sub.c.fail(err)
+		sub.c.failLater(err)
 	}
 }
 
@@ -117,7 +117,7 @@ func (sub *subscription) onEntry(_ string, e journal.Entry) {
 		return
 	}
 	if err := sub.c.sched.PushOrdinary(sub.channel, e.Seq, e.Text); err != nil {
-		go sub.c.fail(err)
+		sub.c.failLater(err)
 	}
 }
 
@@ -130,13 +130,13 @@ func (sub *subscription) activate() {
 	if sub.gapped {
 		sub.gapped = false
 		if err := sub.c.sched.PushGap(sub.channel, sub.gapFrom); err != nil {
-			go sub.c.fail(err)
+			sub.c.failLater(err)
 		}
 		return
 	}
 	for _, e := range sub.held {
 		if err := sub.c.sched.PushOrdinary(sub.channel, e.Seq, e.Text); err != nil {
-			go sub.c.fail(err)
+			sub.c.failLater(err)
 			break
 		}
 	}
@@ -304,20 +304,5 @@ func (c *conn) unsubscribeAll() {
 	}
 }
 
-// unsubscribeChannel ends every connection's subscription to uri (a
-// disposed terminal), keeping what each has queued.
-func (s *Server) unsubscribeChannel(uri string) {
-	s.mu.Lock()
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
-	for _, c := range conns {
-		if sub := c.subscription(uri); sub != nil {
-			c.unsubscribe(sub, true)
-		}
-	}
-}
 
 var _ adapters.Subscriber = (*subscription)(nil)

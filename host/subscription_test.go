@@ -20,7 +20,7 @@ import (
 // silently (seed 003): the held ones give way to one channel/gap after
 // the snapshot's seq, and nothing else of the channel is queued.
 func TestHeldOverflowGaps(t *testing.T) {
-	s := New(config.Default(), hclog.NewNullLogger())
+	s := mustNew(t, config.Default(), hclog.NewNullLogger())
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -70,7 +70,7 @@ func TestHeldOverflowGaps(t *testing.T) {
 // held); a read or write that failed is a loss; a close by the host for
 // cause is not.
 func TestShouldRetain(t *testing.T) {
-	s := New(config.Default(), hclog.NewNullLogger())
+	s := mustNew(t, config.Default(), hclog.NewNullLogger())
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -61,7 +61,7 @@ func TestTCPDialBound(t *testing.T) {
 	}
 	t.Cleanup(release) // a failed test must not leave dials hanging
 	// Set before any connection is served: ServeConn's goroutines start after.
-	h.s.tcp.Dialer().Resolver = gate
+	h.s.tcpTable().Dialer().Resolver = gate
 	port, accepted := tcpDest(t)
 
 	p := h.peer("bound-a")
@@ -135,7 +135,7 @@ func TestTCPDialBound(t *testing.T) {
 		t.Errorf("Overloaded data %s: want {kind: overloaded, retryable: true}", m.Error.Data)
 	}
 	// The refused request did not reserve its URI.
-	if h.s.tcp.Channel("ahp-tcp:/extra") != nil {
+	if h.s.tcpTable().Channel("ahp-tcp:/extra") != nil {
 		t.Error("the Overloaded request left a channel behind")
 	}
 	// The reader is not blocked by the dials: another request is answered
@@ -190,7 +190,7 @@ func TestTCPDialSlotFreedBeforeAnswer(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 	cfg := config.Default()
 	cfg.Delivery.MaxConcurrentRequests = 1
-	h := &tcpHarness{t: t, s: New(cfg, hclog.NewNullLogger())}
+	h := &tcpHarness{t: t, s: mustNew(t, cfg, hclog.NewNullLogger())}
 	t.Cleanup(func() { _ = h.s.Shutdown(context.Background()) })
 	port, accepted := tcpDest(t)
 	go func() {

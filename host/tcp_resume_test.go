@@ -61,13 +61,13 @@ func TestTCPResumeByOffsets(t *testing.T) {
 	srv, token, uri, dest := tcpParked(t)
 	hc := connect(t, srv)
 	it := window(uri, 0)
-	it.TCP = &rpc.TCPResume{Received: 2}
+	it.Offsets = &rpc.StreamOffsets{Received: 2}
 	m, res := hc.reconnect(resumeParams("c1", token, nil, it))
 	if m.Error != nil || len(res.Missing) != 0 || res.Windows == nil || len(res.Windows.Items) != 1 {
 		t.Fatalf("reconnect: %s", m.Raw)
 	}
 	got := res.Windows.Items[0]
-	if got.Recovery != rpc.RecoveryReplay || got.TCP == nil || got.TCP.Received != 0 || got.TCP.EOF {
+	if got.Recovery != rpc.RecoveryReplay || got.Offsets == nil || got.Offsets.Received != 0 || got.Offsets.EOF {
 		t.Fatalf("result item %+v, want replay with tcp {received 0}", got)
 	}
 	again, _ := hc.until("tcp/data again", func(m *msg) bool { return m.Method == rpc.MethodTCPData || m.Method == rpc.MethodChannelSnapshot })
@@ -96,12 +96,12 @@ func TestTCPResumeByOffsets(t *testing.T) {
 func TestTCPResumeRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		tcp  *rpc.TCPResume
+		tcp  *rpc.StreamOffsets
 		ask  bool
 	}{
 		{"no offsets", nil, true},
-		{"bytes never sent", &rpc.TCPResume{Received: 6}, true},
-		{"an eof never sent", &rpc.TCPResume{Received: 5, EOF: true}, true},
+		{"bytes never sent", &rpc.StreamOffsets{Received: 6}, true},
+		{"an eof never sent", &rpc.StreamOffsets{Received: 5, EOF: true}, true},
 		{"not asked for", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -110,7 +110,7 @@ func TestTCPResumeRefused(t *testing.T) {
 			p := resumeParams("c1", token, nil)
 			if tc.ask {
 				it := window(uri, 0)
-				it.TCP = tc.tcp
+				it.Offsets = tc.tcp
 				p = resumeParams("c1", token, nil, it)
 			}
 			m, res := hc.reconnect(p)
@@ -165,7 +165,7 @@ func TestTCPResumeWindowBudget(t *testing.T) {
 	for _, uri := range uris {
 		it := window(uri, 0)
 		it.FlowControl.Receive.WindowBytes = 2 << 20
-		it.TCP = &rpc.TCPResume{}
+		it.Offsets = &rpc.StreamOffsets{}
 		items = append(items, it)
 	}
 	m, res := hc.reconnect(resumeParams("c1", init.Resume.Token, nil, items...))

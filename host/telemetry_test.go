@@ -74,9 +74,9 @@ func newTelHarness(t *testing.T) *telHarness {
 	// 35 KB as UTF-16) until something else wakes it: reported; until it
 	// is fixed the ordinary test runs with a larger quantum.
 	cfg.Delivery.MaximumFrameBytes = 128 << 10
-	h := &telHarness{t: t, s: New(cfg, hclog.New(&hclog.LoggerOptions{Name: "sidecar", Output: io.Discard, Level: hclog.Error})), done: make(chan bool),
+	h := &telHarness{t: t, s: mustNew(t, cfg, hclog.New(&hclog.LoggerOptions{Name: "sidecar", Output: io.Discard, Level: hclog.Error})), done: make(chan bool),
 		clock: &telClock{now: time.Unix(1736870400, 0), tickers: make(chan *telTicker, 4)}}
-	h.s.telemetry.Hub().SetTestHooks(h.clock, h.done)
+	h.s.telemetryChannels().Hub().SetTestHooks(h.clock, h.done)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -194,11 +194,11 @@ func TestTelemetryAdvertised(t *testing.T) {
 		"ahp-otlp://logs?level=debug": true, "ahp-otlp://logs?level=loud": false, "ahp-otlp://traces": false,
 		"ahp-otlp://metrics?interval=-1s": false, "ahp-otlp://metrics?color=red": false,
 	} {
-		if got := h.s.telemetry.Channel(uri) != nil; got != ok {
+		if got := h.s.telemetryChannels().Channel(uri) != nil; got != ok {
 			t.Errorf("telemetryChannel(%q) = %v, want %v", uri, got, ok)
 		}
 	}
-	if ch := h.s.telemetry.Channel("ahp-otlp://metrics?interval=100ms"); ch.Interval() != time.Second {
+	if ch := h.s.telemetryChannels().Channel("ahp-otlp://metrics?interval=100ms"); ch.Interval() != time.Second {
 		t.Errorf("a faster interval than configured: %v, want clamped to 1s", ch.Interval())
 	}
 }
@@ -238,8 +238,8 @@ func TestTelemetryOrdinary(t *testing.T) {
 		t.Errorf("batch stamped %d, want the tick's %d", last, want)
 	}
 	// The sidecar's own figures see this client.
-	if st := h.s.selfStats(); st.Clients != 1 || st.Subscriptions != 1 {
-		t.Errorf("selfStats = %+v", st)
+	if st := h.s.hostStats(); st.Clients != 1 || st.Subscriptions != 1 {
+		t.Errorf("hostStats = %+v", st)
 	}
 }
 
@@ -357,7 +357,7 @@ func TestTelemetryWindowedLive(t *testing.T) {
 	held.Release()
 	// The release credits (the client caught up); wait until the host has
 	// the credit.
-	waitFor(t, func() bool { return h.s.telemetry.Ready(msub) })
+	waitFor(t, func() bool { return h.s.telemetryChannels().Ready(msub) })
 	if !h.tick() {
 		t.Fatal("no sample after credit")
 	}

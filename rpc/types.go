@@ -116,21 +116,22 @@ type ReconnectWindowItem struct {
 	Channel              string            `json:"channel"`
 	FlowControl          *FlowControlOffer `json:"flowControl"`
 	LastAppliedServerSeq uint64            `json:"lastAppliedServerSeq"`
-	// TCP is our extension for an ahp-tcp: channel: what the client has
-	// received of the host's direction. Without it a TCP channel is not
-	// resumed (it is reset and listed in missing).
-	TCP *TCPResume `json:"tcp,omitempty"`
+	// Offsets is our extension for a byte-stream channel (ahp-tcp:),
+	// member "tcp": what the client has received of the host's
+	// direction. Without it such a channel is not resumed (it is reset
+	// and listed in missing).
+	Offsets *StreamOffsets `json:"tcp,omitempty"`
 }
 
-// TCPResume is our extension to a reconnect window item and its result
-// item for an ahp-tcp: channel (docs/protocol.md "reconnect"): the
+// StreamOffsets is our extension to a reconnect window item and its result
+// item for a byte-stream channel (ahp-tcp:, member "tcp") (docs/protocol.md "reconnect"): the
 // peer's position in the direction it receives. Received is the
 // decoded-byte offset up to which the sender of the item has received
 // (and keeps, to deliver) the other side's bytes; EOF that it has
 // received the other side's tcp/eof too. Each side then sends again,
 // from the other's Received, the bytes it retained (sent, not yet
 // credited), dropping what the other has.
-type TCPResume struct {
+type StreamOffsets struct {
 	Received uint64 `json:"received"`
 	EOF      bool   `json:"eof,omitempty"`
 }
@@ -180,7 +181,7 @@ type ReconnectResultItem struct {
 	HeadSeq     uint64                `json:"headSeq,omitempty"`
 	// TCP is our extension for an ahp-tcp: channel (recovery "replay"):
 	// what the host has received of the client's direction.
-	TCP *TCPResume `json:"tcp,omitempty"`
+	Offsets *StreamOffsets `json:"tcp,omitempty"`
 }
 
 // ResumeErrorData is the data of a refused reconnect: Kind "expired" (no

@@ -177,7 +177,9 @@ func (t *Terminal) Creator() string { return t.cfg.Creator }
 func (t *Terminal) Pid() int { return t.proc.Pid() }
 
 // Traits implements adapters.Channel: journaled.
-func (t *Terminal) Traits() adapters.Traits { return adapters.Traits{Delivery: adapters.Journaled} }
+func (t *Terminal) Traits() adapters.Traits {
+	return adapters.Traits{Delivery: adapters.Journaled, Label: "terminal"}
+}
 
 func (t *Terminal) stateLocked() rpc.TerminalState {
 	st := rpc.TerminalState{

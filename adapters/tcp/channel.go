@@ -56,15 +56,18 @@ const (
 // TableConfig configures a Table.
 type TableConfig struct {
 	Dialer *Dialer
-	// MaxTotal and MaxPerClient bound the open connections on the host
-	// and per clientId (tcp.max_total, tcp.max_per_client);
-	// MaxPerPrincipal those of the clients of one principal whatever
-	// their clientIds, MaxPerConn those of one client connection
-	// (tcp.max_per_principal, tcp.max_per_connection). 0: no bound.
-	MaxTotal, MaxPerClient, MaxPerPrincipal, MaxPerConn int
+	// Quotas is the host's catalogue, where every connection (dialing,
+	// open, parked; not draining) holds an entry under Quota
+	// (tcp.max_total, tcp.max_per_principal, tcp.max_per_client,
+	// tcp.max_per_connection).
+	Quotas *adapters.Quotas
+	Quota  *adapters.QuotaLimits
 	// Limits is the most the host accepts of a windowed offer on a TCP
 	// channel (the tcp block; UTF-16 bytes).
 	Limits delivery.Limits
+	// Budget bounds the windows of one client's TCP channels together
+	// (tcp.window_bytes_per_client).
+	Budget adapters.WindowBudget
 	// Seq returns the journal's serverSeq, for the snapshot's fromSeq.
 	Seq func() uint64
 	Log hclog.Logger
@@ -98,6 +101,15 @@ func (tb *Table) Channel(uri string) *Channel {
 		return tc
 	}
 	return nil
+}
+
+// freeLocked frees tc's URI, if it is still tc's, and its quota entry.
+// Call with tb.mu held.
+func (tb *Table) freeLocked(tc *Channel) {
+	if tb.conns[tc.id] == tc {
+		delete(tb.conns, tc.id)
+		tc.res.Release()
+	}
 }
 
 // Counts returns how many TCP connections the Table holds: dialing
@@ -175,7 +187,7 @@ func CheckHost(host string) error {
 // subscription. ctx is the creating connection's: a dial outlives
 // neither it nor shutdown. dialErr is the dial's own error (nil for a
 // failure before dialing), for the caller's log.
-func (tb *Table) Open(ctx context.Context, conn adapters.ConnID, clientID, principal string, params json.RawMessage) (_ *rpc.Error, dialErr error) {
+func (tb *Table) Open(ctx context.Context, caller adapters.Caller, params json.RawMessage) (_ *rpc.Error, dialErr error) {
 	var p rpc.CreateTCPConnectionParams
 	if e := rpc.DecodeParams(params, &p); e != nil {
 		return e, nil
@@ -206,37 +218,15 @@ func (tb *Table) Open(ctx context.Context, conn adapters.ConnID, clientID, princ
 		tb.mu.Unlock()
 		return rpc.Errorf(rpc.CodeAlreadyExists, "TCP connection already exists: %s", p.Channel), nil
 	}
-	total, mine, ofPrincipal, ofConn := 0, 0, 0, 0
-	for _, tc := range tb.conns {
-		total++
-		if tc.clientID == clientID {
-			mine++
-		}
-		if tc.principal == principal {
-			ofPrincipal++
-		}
-		if tc.owner == conn {
-			ofConn++
-		}
-	}
-	for _, l := range []struct {
-		n, max int
-		what   string
-	}{
-		{total, tb.cfg.MaxTotal, "on this host (tcp.max_total)"},
-		{ofPrincipal, tb.cfg.MaxPerPrincipal, "for this token (tcp.max_per_principal)"},
-		{mine, tb.cfg.MaxPerClient, "for this client (tcp.max_per_client)"},
-		{ofConn, tb.cfg.MaxPerConn, "on this connection (tcp.max_per_connection)"},
-	} {
-		if l.max > 0 && l.n >= l.max {
-			tb.mu.Unlock()
-			return rpc.Errorf(rpc.CodePermissionDenied, "TCP connection limit reached: %d open %s; close one first", l.max, l.what), nil
-		}
+	res, e := tb.cfg.Quotas.Reserve(tb.cfg.Quota, caller)
+	if e != nil {
+		tb.mu.Unlock()
+		return e, nil
 	}
 	tc := &Channel{
-		tb: tb, id: p.Channel, owner: conn, clientID: clientID, principal: principal,
+		tb: tb, id: p.Channel, owner: caller.Conn, clientID: caller.ClientID, res: res,
 		enc:      bytestream.NewEncoder(rpc.TCPStream, p.Channel),
-		log:      tb.cfg.Log.With("channel", p.Channel, "client", clientID),
+		log:      tb.cfg.Log.With("channel", p.Channel, "client", caller.ClientID),
 		closed:   make(chan struct{}),
 		halfDone: make(chan struct{}),
 		readDone: make(chan struct{}),
@@ -253,7 +243,7 @@ func (tb *Table) Open(ctx context.Context, conn adapters.ConnID, clientID, princ
 	sock, err := tb.cfg.Dialer.Dial(ctx, host, *p.Port)
 	if err != nil {
 		tb.mu.Lock()
-		delete(tb.conns, p.Channel)
+		tb.freeLocked(tc)
 		tb.mu.Unlock()
 		code := int64(rpc.CodeTCPConnectionOpenFailed)
 		var oe *OpenError
@@ -309,11 +299,12 @@ type Channel struct {
 	tb       *Table
 	id       string // the channel URI
 	clientID string
-	// principal is who authenticated the creating connection (the limits).
-	principal string
-	enc       *bytestream.Encoder
-	log       hclog.Logger
-	sock      *net.TCPConn // nil while dialing; set under tb.mu and tc.mu
+	// res is the connection's entry in the host's quotas, held while
+	// its URI is (dialing, open, parked), released once it is free.
+	res  *adapters.Reservation
+	enc  *bytestream.Encoder
+	log  hclog.Logger
+	sock *net.TCPConn // nil while dialing; set under tb.mu and tc.mu
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed when the connection is closed or reset
@@ -375,13 +366,10 @@ var bufs = bufpool.New(8, 16<<10, 1<<20)
 // URI implements adapters.Channel.
 func (tc *Channel) URI() string { return tc.id }
 
-// Traits implements adapters.Channel: windowed only, owned by the
-// creating connection, with the tcp block's limits.
+// Traits implements adapters.Channel: windowed only, with the tcp
+// block's limits, within the client's window budget.
 func (tc *Channel) Traits() adapters.Traits {
-	tc.mu.Lock()
-	owner := tc.owner
-	tc.mu.Unlock()
-	return adapters.Traits{Delivery: adapters.WindowedOnly, Owner: owner, Limits: &tc.tb.cfg.Limits}
+	return adapters.Traits{Delivery: adapters.WindowedOnly, Label: "tcp", Limits: &tc.tb.cfg.Limits, Budget: &tc.tb.cfg.Budget}
 }
 
 // ownedBy reports whether conn owns tc and tc is not parked.
@@ -436,17 +424,17 @@ func (tc *Channel) Park(sub adapters.Subscriber) bool {
 // from peer.Received on go out again first, before what was read and not
 // yet sent; Resume's source sends them once subscribed. An error (not
 // parked, or offsets that do not match what was sent) resets the socket.
-func (tc *Channel) Reclaim(conn adapters.ConnID, peer rpc.TCPResume) (rpc.TCPResume, error) {
+func (tc *Channel) Reclaim(conn adapters.ConnID, peer rpc.StreamOffsets) (rpc.StreamOffsets, error) {
 	tc.mu.Lock()
 	if !tc.parked || tc.isClosed {
 		tc.mu.Unlock()
-		return rpc.TCPResume{}, errors.New("not kept")
+		return rpc.StreamOffsets{}, errors.New("not kept")
 	}
 	again, err := tc.ret.Resend(bytestream.DecodedOffset(peer.Received), peer.EOF)
 	if err != nil {
 		tc.mu.Unlock()
 		tc.abort("resume: "+err.Error(), false)
-		return rpc.TCPResume{}, err
+		return rpc.StreamOffsets{}, err
 	}
 	slots := make([]slot, 0, len(again)+len(tc.slots))
 	var total delivery.UTF16Bytes
@@ -462,7 +450,8 @@ func (tc *Channel) Reclaim(conn adapters.ConnID, peer rpc.TCPResume) (rpc.TCPRes
 	tc.slotBytes += total
 	tc.owner = conn
 	tc.parked = false
-	ours := rpc.TCPResume{Received: uint64(tc.recvOff), EOF: tc.eofRecv}
+	tc.res.Move(conn)
+	ours := rpc.StreamOffsets{Received: uint64(tc.recvOff), EOF: tc.eofRecv}
 	tc.mu.Unlock()
 	tc.log.Debug("TCP connection resumed", "resend", len(again), "resend_bytes", total, "from", peer.Received)
 	return ours, nil
@@ -838,9 +827,7 @@ func (tc *Channel) close(reason string) {
 		// The URI is free at once; the socket drains behind it.
 		tb := tc.tb
 		tb.mu.Lock()
-		if tb.conns[tc.id] == tc {
-			delete(tb.conns, tc.id)
-		}
+		tb.freeLocked(tc)
 		tb.draining[tc] = struct{}{}
 		tb.mu.Unlock()
 		signal(tc.wake) // the reader turns to dropping
@@ -911,9 +898,7 @@ func (tc *Channel) end(reason string, reset, tell bool) {
 	}
 	tb := tc.tb
 	tb.mu.Lock()
-	if tb.conns[tc.id] == tc {
-		delete(tb.conns, tc.id)
-	}
+	tb.freeLocked(tc)
 	delete(tb.draining, tc)
 	sock := tc.sock
 	tb.mu.Unlock()

@@ -49,7 +49,7 @@ func (d *Dialer) Dial(ctx context.Context, host string, port int) (*net.TCPConn,
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	fail := func(kind Kind, addr, detail string, err error) error {
+	fail := func(kind FailKind, addr, detail string, err error) error {
 		return &OpenError{Kind: kind, Host: host, Port: port, Addr: addr, Detail: detail, Err: err}
 	}
 	var addrs []netip.Addr

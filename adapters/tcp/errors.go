@@ -5,14 +5,14 @@ import (
 	"strings"
 )
 
-// Kind classifies why a destination could not be opened. The host maps
+// FailKind classifies why a destination could not be opened. The host maps
 // KindDenied to PermissionDenied (-32009) and every other kind to
 // TcpConnectionOpenFailed (-32012).
-type Kind int
+type FailKind int
 
 const (
 	// KindDenied: a resolved address is not allowed by tcp.allow.
-	KindDenied Kind = iota + 1
+	KindDenied FailKind = iota + 1
 	// KindRefused: nothing listens at the destination (ECONNREFUSED).
 	KindRefused
 	// KindTimeout: the dial (name resolution included) took longer than
@@ -29,7 +29,7 @@ const (
 // OpenError is why a destination could not be opened. Its message is meant
 // for a person at the client and never carries raw system error text.
 type OpenError struct {
-	Kind Kind
+	Kind FailKind
 	Host string // as requested
 	Port int
 	Addr string // the resolved address concerned, if any

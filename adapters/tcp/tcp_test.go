@@ -125,7 +125,7 @@ func TestDial(t *testing.T) {
 	for _, tc := range []struct {
 		host string
 		port int
-		kind Kind
+		kind FailKind
 		msg  string
 	}{
 		{"127.0.0.1", closedPort, KindRefused, "refused"},

@@ -198,7 +198,13 @@ func (ch *Channel) URI() string { return ch.name }
 func (ch *Channel) Interval() time.Duration { return ch.interval }
 
 // Traits implements adapters.Channel: stateless.
-func (ch *Channel) Traits() adapters.Traits { return adapters.Traits{Delivery: adapters.Stateless} }
+func (ch *Channel) Traits() adapters.Traits {
+	label := "metrics"
+	if ch.logs {
+		label = "logs"
+	}
+	return adapters.Traits{Delivery: adapters.Stateless, Label: label}
+}
 
 // Snapshot implements adapters.Channel: the state is {}.
 func (ch *Channel) Snapshot(fn func(rpc.Snapshot)) {

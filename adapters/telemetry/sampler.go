@@ -32,17 +32,12 @@ import (
 	"github.com/shirou/gopsutil/v4/mem"
 	"github.com/shirou/gopsutil/v4/net"
 	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
+
+	"github.com/sidecar-dev/sidecar/adapters"
 )
 
 // Self is the sidecar's own figures at one instant, provided by the host.
-type Self struct {
-	Clients       int           // connected clients
-	Subscriptions int           // subscriptions of all clients
-	BytesSent     uint64        // bytes written to clients, cumulative
-	BytesReceived uint64        // bytes read from clients, cumulative
-	CreditWait    time.Duration // time windowed streams spent waiting for credit, cumulative
-	Gaps          uint64        // channel/gap notifications sent, cumulative
-}
+type Self = adapters.HostStats
 
 // SelfStats returns the sidecar's own figures; the host implements it.
 type SelfStats func() Self

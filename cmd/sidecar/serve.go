@@ -132,7 +132,10 @@ func serve(configFile, listen, token, stateDir string) error {
 	// inherit (see serveSignals).
 	sigs, ignoredAtStart := serveSignals()
 	defer signal.Stop(sigs)
-	srv := host.New(cfg, logger)
+	srv, err := host.New(cfg, logger)
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
 	// Every connection authenticated with the one bearer token is the same
 	// principal; a reconnect resumes only that principal's clients.
 	principal := tokenPrincipal(tok)

@@ -57,7 +57,10 @@ func serveStdio(configFile string) error {
 		// stderr is the user's terminal through --via: only what matters.
 		logger.SetLevel(hclog.Warn)
 	}
-	srv := host.New(cfg, logger)
+	srv, err := host.New(cfg, logger)
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer stop()
 	err = transport.ServeStdio(ctx, os.Stdin, os.Stdout, func(ctx context.Context, mc transport.MessageConn) {

@@ -60,7 +60,10 @@ func startHost(t *testing.T, token string) string {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	srv := host.New(cfg, hclog.NewNullLogger())
+	srv, err := host.New(cfg, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
 	mux := http.NewServeMux()
 	mux.Handle(transport.TIOPath, transport.TIOWebSocketHandler(transport.TIOOptions{Token: token},
 		func(ctx context.Context, mc transport.MessageConn) { _ = srv.ServeConn(ctx, mc) }))

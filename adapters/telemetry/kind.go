@@ -1,0 +1,84 @@
+package telemetry
+
+import (
+	"context"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+// Kind is the telemetry channel kind (ahp-otlp://metrics and
+// ahp-otlp://logs, ahp.md §6) on the host's registry: the machine's
+// sampler and the ring of the sidecar's own log records (Channels). It
+// tees the host's logger into the logs channel (adapters.LogTee), so it is
+// registered first. Register it with NewKind.
+type Kind struct {
+	ts *Channels
+}
+
+// NewKind is the telemetry kind's adapters.Factory.
+func NewKind(env adapters.Env) (adapters.Kind, error) {
+	return &Kind{ts: NewChannels(ChannelsConfig{
+		Interval:       env.Config.Telemetry.Interval,
+		ServiceVersion: env.Version,
+		Self:           env.Host,
+		Seq:            env.Journal.Seq,
+		Log:            env.Log,
+	})}, nil
+}
+
+// Channels returns the kind's channels (tests set the Hub's clock).
+func (k *Kind) Channels() *Channels { return k.ts }
+
+// Name implements adapters.Kind.
+func (k *Kind) Name() string { return "telemetry" }
+
+// Labels implements adapters.Kind.
+func (k *Kind) Labels() []string { return []string{"metrics", "logs"} }
+
+// Logger implements adapters.LogTee.
+func (k *Kind) Logger() hclog.Logger { return k.ts.Logger() }
+
+// Lookup implements adapters.Kind: ahp-otlp://metrics[?interval=…] and
+// ahp-otlp://logs[?level=…], the same for every caller.
+func (k *Kind) Lookup(uri string, _ adapters.Caller) adapters.Channel {
+	if !strings.HasPrefix(uri, rpc.TelemetryScheme) {
+		return nil
+	}
+	if ch := k.ts.Channel(uri); ch != nil {
+		return ch
+	}
+	return nil
+}
+
+// Requests implements adapters.Kind: none (the channels always exist).
+func (k *Kind) Requests() []adapters.Request { return nil }
+
+// Advertise implements adapters.Kind: the telemetry capability.
+func (k *Kind) Advertise(res *rpc.InitializeResult) { res.Telemetry = k.ts.Capability() }
+
+// ConnEnded implements adapters.Kind: nothing (subscriptions end alone).
+func (k *Kind) ConnEnded(adapters.ConnID) {}
+
+// ClientGone implements adapters.Kind: nothing.
+func (k *Kind) ClientGone(string) {}
+
+// Metrics implements adapters.Kind: what subscribers missed, in
+// sidecar_dropped_total (telemetry_batch, log_record).
+func (k *Kind) Metrics() []adapters.Metric {
+	return []adapters.Metric{
+		{Name: "dropped_total", Label: "reason", LabelValue: "telemetry_batch", Value: float64(k.ts.Stats().Missed), Counter: true},
+		{Name: "dropped_total", Label: "reason", LabelValue: "log_record", Value: float64(k.ts.LogRecordsMissed()), Counter: true},
+	}
+}
+
+// Shutdown implements adapters.Kind: sampling and the logs pump stop.
+func (k *Kind) Shutdown(context.Context) { k.ts.Close() }
+
+var (
+	_ adapters.Kind   = (*Kind)(nil)
+	_ adapters.LogTee = (*Kind)(nil)
+)
