@@ -14,8 +14,11 @@ import (
 // subscriber whose cursor falls behind what the journal retains gets a
 // fresh snapshot (recovery), so a slow viewer never holds anything up.
 //
-// Next runs on the connection's writer goroutine; the other methods are
-// safe from any goroutine.
+// It wakes its stream itself (delivery.Attacher): a journal listener from
+// Attach to Detach, and the shared snapshot it waits for once built, so
+// that nothing else is on the output path between the journal and the
+// scheduler. Next runs on the connection's writer goroutine; the other
+// methods are safe from any goroutine.
 type LogSource struct {
 	ch      Channel
 	j       *journal.Journal
@@ -26,8 +29,9 @@ type LogSource struct {
 	// them (Shared); wait is the build this source waits for (writer's).
 	snaps *Snapshots
 	wait  uint64
-	// wake tells the stream that Next has something again (SetWake):
-	// a shared snapshot it waited for was built.
+	// wake wakes the stream the source feeds, from Attach on: when the
+	// journal has a new action of the channel or a shared snapshot it
+	// waited for was built.
 	wake atomic.Pointer[func()]
 
 	// pulled (1-slot) is signalled each time Next finds nothing more:
@@ -65,13 +69,26 @@ func (ls *LogSource) Shared(snaps *Snapshots) *LogSource {
 	return ls
 }
 
-// SetWake gives the source its stream's Wake, which it calls when a
-// shared snapshot it waits for is built (Shared); it calls it once now
-// too, in case the build ended before the stream was known (a spurious
-// wake costs one Next).
-func (ls *LogSource) SetWake(wake func()) {
+// Attach implements delivery.Attacher: from now on each action appended
+// to the channel wakes st (a journal listener, under the journal's lock:
+// Wake never blocks), and so does a shared snapshot built for it.
+func (ls *LogSource) Attach(st *delivery.Stream) {
+	ls.setWake(st.Wake)
+	ls.j.Listen(ls.ch.URI(), ls, func(string, journal.Entry) { st.Wake() }, nil)
+}
+
+// setWake makes wake the source's way to wake its stream, and calls it
+// once now: a shared snapshot's build may have ended before it was known.
+func (ls *LogSource) setWake(wake func()) {
 	ls.wake.Store(&wake)
 	wake()
+}
+
+// Detach implements delivery.Attacher: the journal no longer wakes the
+// stream, and the source's waits end (Stop).
+func (ls *LogSource) Detach() {
+	ls.j.Unlisten(ls.ch.URI(), ls)
+	ls.Stop()
 }
 
 func (ls *LogSource) wakeUp() {
@@ -129,7 +146,7 @@ func (ls *LogSource) snapshot() []byte {
 	} else {
 		var ok bool
 		if text, seq, ok = ls.snaps.take(ls, &ls.wait); !ok {
-			return nil // the build wakes the stream (SetWake)
+			return nil // the build wakes the stream (Attach)
 		}
 	}
 	ls.cursor.Store(seq)
@@ -146,6 +163,18 @@ func (ls *LogSource) LagBelow(maxBytes int) bool {
 	}
 	_, b := ls.j.Lag(ls.ch.URI(), ls.cursor.Load(), maxBytes)
 	return b < maxBytes
+}
+
+// Held returns what the subscriber has not pulled yet, as the producer's
+// hold for delivery.Stream.WaitRoom: twice its UTF-8 bytes (an upper
+// bound of their UTF-16 size), counted up to limit UTF-8 bytes; a pending
+// snapshot counts as limit.
+func (ls *LogSource) Held(limit int) delivery.UTF16Bytes {
+	if ls.snap.Load() {
+		return delivery.UTF16Bytes(2 * limit)
+	}
+	_, b := ls.j.Lag(ls.ch.URI(), ls.cursor.Load(), limit)
+	return delivery.UTF16Bytes(2 * b)
 }
 
 // Resyncs counts the snapshots sent because the cursor fell behind.

@@ -1,6 +1,7 @@
 package adapters
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -110,5 +111,60 @@ func TestRecoveryString(t *testing.T) {
 		if got := r.String(); got != want {
 			t.Errorf("%d: %q, want %q", r, got, want)
 		}
+	}
+}
+
+// chanWriter hands every message written to the test.
+type chanWriter chan string
+
+func (w chanWriter) WriteMessage(ctx context.Context, text []byte) error {
+	select {
+	case w <- string(text):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestLogSourceWakesItsStream: attached to a stream (delivery.Attacher),
+// the source's journal listener wakes the scheduler for each action
+// appended later, with nothing else on the path; detached (the stream
+// removed), it no longer listens.
+func TestLogSourceWakesItsStream(t *testing.T) {
+	j := journal.New(journal.Limits{ChannelMaxBytes: 1 << 20}, nil)
+	ch := &fakeChannel{uri: "ahp-terminal:/wake", j: j}
+	sched := delivery.NewScheduler(delivery.SchedulerConfig{})
+	ls := NewLogSource(ch, j)
+	st := sched.AddStream(ch.uri, delivery.Limits{WindowBytes: 1 << 20, MaximumFrameBytes: 16 << 10}, ls)
+	w := make(chanWriter)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sched.Run(ctx, w) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	next := func() string {
+		t.Helper()
+		select {
+		case m := <-w:
+			return m
+		case <-time.After(5 * time.Second):
+			t.Fatal("nothing written within 5 s")
+			return ""
+		}
+	}
+	if m := next(); !strings.Contains(m, "channel/snapshot") {
+		t.Fatalf("first %s, want the snapshot", m)
+	}
+	for _, a := range []string{`{"a":1}`, `{"a":2}`} {
+		appendText(t, j, ch.uri, a)
+		if m := next(); m != a {
+			t.Fatalf("wrote %s, want %s", m, a)
+		}
+	}
+	st.Remove()
+	if n := j.Listeners(ch.uri); n != 0 {
+		t.Fatalf("%d journal listeners after the stream was removed, want 0", n)
 	}
 }

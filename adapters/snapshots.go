@@ -65,7 +65,7 @@ type Snapshots struct {
 }
 
 // NewSnapshots returns the shared snapshots of ch, whose actions are in j.
-// Each build wakes the sources that wait for it (LogSource.SetWake);
+// Each build wakes the sources that wait for it (their streams: LogSource.Attach);
 // onReady, if not nil, is called after that (on the building goroutine,
 // with no lock held).
 func NewSnapshots(ch Channel, j *journal.Journal, onReady func()) *Snapshots {

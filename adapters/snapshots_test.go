@@ -125,8 +125,8 @@ func TestSnapshotsWaitedBuildTaken(t *testing.T) {
 	defer snaps.Close()
 	ls := NewLogSource(ch, j).Shared(snaps)
 	woke := make(chan struct{}, 4)
-	ls.SetWake(func() { woke <- struct{}{} })
-	<-woke // SetWake wakes once at once (a build may have ended before it)
+	ls.setWake(func() { woke <- struct{}{} })
+	<-woke // it wakes once at once (a build may have ended before it)
 	if !ls.Next().IsZero() {
 		t.Fatal("built on the writer")
 	}

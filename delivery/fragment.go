@@ -117,7 +117,7 @@ func appendJSON[T ~string | ~[]byte](dst []byte, s T) []byte {
 }
 
 // jsonStringSize is the size of appendJSON(nil, s), quotes included.
-func jsonStringSize(s string) UTF16Bytes {
+func jsonStringSize[T ~string | ~[]byte](s T) UTF16Bytes {
 	units := 2
 	for i := 0; i < len(s); {
 		c, size := charUnits(s, i)

@@ -12,6 +12,16 @@ type Source interface {
 	Next() Message
 }
 
+// Attacher is a Source that learns of new data on its own (a journal
+// listener) and wakes its Stream then: AddStream calls Attach once the
+// Stream exists, before anything is pulled from it, and Remove calls
+// Detach once; the Source may call st.Wake in between, from any goroutine.
+type Attacher interface {
+	Source
+	Attach(st *Stream)
+	Detach()
+}
+
 // Recycler is a Source that reuses the buffers of its messages: when the
 // MessageWriter is done with a message once it returns
 // (SchedulerConfig.WriterReleases), the Scheduler hands each whole message

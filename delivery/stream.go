@@ -34,6 +34,9 @@ type Stream struct {
 // result is protected and so always precedes the stream's first data.
 func (s *Scheduler) AddStream(channel string, limits Limits, src Source) *Stream {
 	st := &Stream{sched: s, channel: channel, src: src, win: NewSendWindow(limits), changed: make(chan struct{}, 1)}
+	if a, ok := src.(Attacher); ok {
+		a.Attach(st)
+	}
 	s.mu.Lock()
 	s.streams = append(s.streams, st)
 	s.mu.Unlock()
@@ -45,10 +48,13 @@ func (s *Scheduler) AddStream(channel string, limits Limits, src Source) *Stream
 func (st *Stream) Channel() string { return st.channel }
 
 // Remove takes the stream off the scheduler (unsubscribe, dispose). A
-// message in progress is abandoned.
+// message in progress is abandoned; an Attacher source is detached.
 func (st *Stream) Remove() {
 	if st.removed.Swap(true) {
 		return
+	}
+	if a, ok := st.src.(Attacher); ok {
+		a.Detach()
 	}
 	s := st.sched
 	s.mu.Lock()
@@ -122,13 +128,47 @@ func (st *Stream) roomLocked() UTF16Bytes {
 	return room
 }
 
-// Fits reports whether a message of need UTF-16 bytes would go out whole
-// within the window now: outstanding + need ≤ windowBytes, and a message
-// may start. A message larger than the whole window fits only when
-// nothing is outstanding. The window, not Room's path cap, is the test:
-// a message the window holds is never left half-sent waiting for the
-// client to read (telemetry: a batch arrives whole or not at all, never
-// late), while the path cap delays its tail by a round trip at most.
+// WaitRoom is the pacing question a producer that reads a source asks
+// (DESIGN.md §5, seed 000 "When the Window Is Full"): it blocks until the
+// producer may read more, that is until Room exceeds what it holds read
+// ahead and not yet pulled (held(), UTF-16 bytes of the messages it built
+// or will build from it) and that hold is below maxHeld; it returns the
+// room beyond the hold, which the producer may fill (a message may still
+// overshoot it by one frame). It returns 0 when wake or done fires first
+// (the producer checks its own state and asks again), and removed true,
+// at once, for a stream taken off its scheduler (nothing paces it any
+// more). The PTY reader and the TCP socket reader ask it; neither reads
+// while it waits, so the program or the peer is held back by its own
+// kernel buffers (derp's rate limit: pacing reads is the backpressure).
+func (st *Stream) WaitRoom(held func() UTF16Bytes, maxHeld UTF16Bytes, wake, done <-chan struct{}) (room UTF16Bytes, removed bool) {
+	for {
+		if st.removed.Load() {
+			return 0, true
+		}
+		if h := held(); h < maxHeld {
+			if r := st.Room() - h; r > 0 {
+				return r, false
+			}
+		}
+		select {
+		case <-st.changed:
+		case <-wake:
+			return 0, false
+		case <-done:
+			return 0, false
+		}
+	}
+}
+
+// Fits reports whether a message that takes need UTF-16 bytes of the
+// window (Cost: its size, or its fragments' when it is larger than a
+// frame) would go out whole within the window now, for a producer whose
+// messages must never stall half-sent (telemetry: a batch arrives whole
+// or not at all, never late): need fits in what is left, and a message
+// may start. One larger than the whole window fits only when nothing is
+// outstanding. The window, not Room's path cap, is the test: a message the
+// window holds is never left half-sent waiting for the client to read,
+// while the path cap delays its tail by a round trip at most.
 func (st *Stream) Fits(need UTF16Bytes) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -139,6 +179,40 @@ func (st *Stream) Fits(need UTF16Bytes) bool {
 		return st.win.Outstanding() == 0
 	}
 	return st.canStartLocked() && need <= st.win.Remaining()
+}
+
+// Cost returns the UTF-16 bytes the data message text takes from the
+// window when it is sent (seed 000 "Message Size", "Fragments"): its size
+// when it fits maximumFrameBytes whole, else what its channel/frame
+// fragments take: the text escaped as JSON string pieces and an envelope
+// each, fragments as large as the frame limit allows (a message that
+// starts within the window is cut to the frame limit, not the credit). A
+// fragment never splits an escape or a surrogate pair, so it may fall
+// short of the limit by up to fragmentSlack: the cost counts that too,
+// never less than the fragments take (TestCost).
+func (st *Stream) Cost(text []byte) UTF16Bytes {
+	size := Measure(text)
+	maxFrame := st.Limits().MaximumFrameBytes
+	if size <= maxFrame {
+		return size
+	}
+	return fragmentedCost(st.channel, text, maxFrame)
+}
+
+// fragmentSlack is the most a fragment falls short of its budget: an
+// escape (\u00XX, 6 code units) or a surrogate pair not divided.
+const fragmentSlack UTF16Bytes = 2 * 6
+
+// fragmentedCost is Cost for a message larger than maxFrame.
+func fragmentedCost(channel string, text []byte, maxFrame UTF16Bytes) UTF16Bytes {
+	escaped := jsonStringSize(text) - 4 // the pieces' quotes are in the overhead
+	overhead := FrameOverhead(channel, true)
+	per := maxFrame - overhead - fragmentSlack
+	if per <= 0 {
+		return escaped + overhead
+	}
+	frames := (escaped + per - 1) / per
+	return escaped + frames*overhead
 }
 
 // Limits returns the stream's limits (the peer's receive limits).

@@ -1,7 +1,11 @@
 package delivery
 
 import (
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -204,4 +208,105 @@ func TestStreamFrameBytes(t *testing.T) {
 	if got := st.FrameBytes(); got != l.MaximumFrameBytes {
 		t.Fatalf("FrameBytes at 1 GB/s = %d, want maximumFrameBytes %d", got, l.MaximumFrameBytes)
 	}
+}
+
+// TestCost: what a message takes from the window is its size when it goes
+// whole, and never less than its fragments take when it does not (nor
+// more than a few envelopes more): for texts full of escapes, non-ASCII
+// and surrogate pairs, against the fragments the Fragmenter builds at the
+// frame limit.
+func TestCost(t *testing.T) {
+	const channel = "ahp-otlp://metrics"
+	rng := rand.New(rand.NewPCG(1, 2))
+	pieces := []string{"a", `"`, `\`, "\n", "\x01", "é", "😀", `{"k":"v"}`, "xxxxxxxxxxxxxxxx"}
+	for _, maxFrame := range []UTF16Bytes{1024, 4096, 16384} {
+		for range 200 {
+			var b strings.Builder
+			for n := rng.IntN(3000); n > 0; n-- {
+				b.WriteString(pieces[rng.IntN(len(pieces))])
+			}
+			text := []byte(`{"jsonrpc":"2.0","method":"otlp/exportMetrics","params":{"channel":"` + channel + `","payload":"` + b.String() + `"}}`)
+			st := NewScheduler(SchedulerConfig{}).AddStream(channel, Limits{WindowBytes: 1 << 30, MaximumFrameBytes: maxFrame}, emptySource{})
+			cost := st.Cost(text)
+			if size := Measure(text); size <= maxFrame {
+				if cost != size {
+					t.Fatalf("frame %d: a whole message costs %d, want its size %d", maxFrame, cost, size)
+				}
+				continue
+			}
+			f := NewFragmenter(channel, text)
+			var frames, sum UTF16Bytes
+			for !f.Done() {
+				_, size, _, err := f.Next(nil, maxFrame)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sum += size
+				frames++
+			}
+			if cost < sum || cost > sum+frames*FrameOverhead(channel, true)/4+2*FrameOverhead(channel, true) {
+				t.Fatalf("frame %d: cost %d for %d fragments of %d UTF-16 bytes in all", maxFrame, cost, frames, sum)
+			}
+		}
+	}
+}
+
+// TestWaitRoom: the pacing question returns the room beyond what the
+// producer holds, at once when there is some; it waits while the hold
+// covers the room or reaches maxHeld, and returns when credit comes (the
+// stream's Changed); a wake or done returns 0 without room; a removed
+// stream returns removed at once.
+func TestWaitRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := Limits{WindowBytes: 4096, MaximumFrameBytes: 1024}
+		st := newTestStream(l)
+		var held atomic.Int64
+		h := func() UTF16Bytes { return UTF16Bytes(held.Load()) }
+		never := make(chan struct{})
+		if room, removed := st.WaitRoom(h, 8192, never, never); room != 4096 || removed {
+			t.Fatalf("fresh: WaitRoom = %d %v, want 4096", room, removed)
+		}
+		held.Store(1000)
+		if room, _ := st.WaitRoom(h, 8192, never, never); room != 3096 {
+			t.Fatalf("holding 1000: WaitRoom = %d, want 3096", room)
+		}
+		// The window full: it waits until credit comes.
+		for range 4 {
+			debitStream(t, st, 1024)
+		}
+		held.Store(0)
+		got := make(chan UTF16Bytes, 1)
+		go func() {
+			room, _ := st.WaitRoom(h, 8192, never, never)
+			got <- room
+		}()
+		synctest.Wait()
+		select {
+		case r := <-got:
+			t.Fatalf("WaitRoom returned %d on a full window", r)
+		default:
+		}
+		if err := st.Credit(1024); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-got; r != 1024 {
+			t.Fatalf("after 1024 of credit: WaitRoom = %d, want 1024", r)
+		}
+		// At its hold's bound it waits too, whatever the room; wake ends that.
+		held.Store(100)
+		wake := make(chan struct{}, 1)
+		wake <- struct{}{}
+		if room, removed := st.WaitRoom(h, 100, wake, never); room != 0 || removed {
+			t.Fatalf("at maxHeld, woken: WaitRoom = %d %v, want 0", room, removed)
+		}
+		done := make(chan struct{})
+		close(done)
+		if room, removed := st.WaitRoom(h, 100, never, done); room != 0 || removed {
+			t.Fatalf("at maxHeld, done: WaitRoom = %d %v, want 0", room, removed)
+		}
+		st.Remove()
+		if room, removed := st.WaitRoom(h, 100, never, never); room != 0 || !removed {
+			t.Fatalf("removed: WaitRoom = %d %v, want removed", room, removed)
+		}
+	})
 }

@@ -142,7 +142,6 @@ func (s *Server) retain(c *conn) {
 	c.mu.Unlock()
 	for _, sub := range subs {
 		if sub.windowed() && sub.ch.Traits().Delivery == adapters.Journaled {
-			s.journal.Unlisten(sub.channel, sub) // nothing wakes a parked stream
 			r.parked[sub.channel] = sub
 			continue
 		}

@@ -97,12 +97,11 @@ func (sub *subscription) PushControl(text []byte) {
 	}
 }
 
-// onEntry is the journal listener (under the journal lock).
+// onEntry is an ordinary subscription's journal listener (under the
+// journal lock): it queues the action on the connection's ordinary FIFO.
+// A windowed subscription's source reads the journal itself
+// (adapters.LogSource).
 func (sub *subscription) onEntry(_ string, e journal.Entry) {
-	if sub.windowed() {
-		sub.out.Wake()
-		return
-	}
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
 	if sub.ended || sub.gapped {
@@ -215,14 +214,8 @@ func (c *conn) startStream(ch adapters.Channel, limits delivery.Limits, source f
 	sub := &subscription{c: c, ch: ch, channel: ch.URI()}
 	sub.src = source(sub)
 	sub.in = c.sched.NewInbound(sub.channel, limits, int(c.s.cfg.Delivery.MaxMessageBytes))
-	sub.out = c.sched.AddStream(sub.channel, limits, sub.src)
-	if ls, ok := sub.src.(*adapters.LogSource); ok {
-		ls.SetWake(sub.out.Wake) // a shared snapshot built off the writer wakes it
-	}
+	sub.out = c.sched.AddStream(sub.channel, limits, sub.src) // a journal's source wakes it itself (delivery.Attacher)
 	c.register(sub)
-	if ch.Traits().Delivery == adapters.Journaled {
-		c.s.journal.Listen(sub.channel, sub, sub.onEntry, nil)
-	}
 	ch.Subscribe(sub)
 }
 
@@ -303,6 +296,5 @@ func (c *conn) unsubscribeAll() {
 		c.endSubscription(sub, false)
 	}
 }
-
 
 var _ adapters.Subscriber = (*subscription)(nil)

@@ -320,9 +320,9 @@ func batchTime(t *testing.T, m *client.Message) uint64 {
 func TestTelemetryWindowedLive(t *testing.T) {
 	checkLeaks(t)
 	h := newTelHarness(t)
-	// A window smaller than a batch with fragment overhead (about 35 KB as
-	// UTF-16, 1.5 times that budgeted).
-	c := h.dialClient(delivery.Limits{WindowBytes: 48 << 10, MaximumFrameBytes: 16 << 10})
+	// A window smaller than a batch (about 35 KB as UTF-16): a batch fits
+	// only while nothing is outstanding.
+	c := h.dialClient(delivery.Limits{WindowBytes: 8 << 10, MaximumFrameBytes: 4 << 10})
 	ctx := context.Background()
 	sub, err := c.Subscribe(ctx, "ahp-otlp://metrics")
 	if err != nil || !sub.Windowed {

@@ -295,6 +295,13 @@ func (j *Journal) Listen(channel string, key any, fn Listener, snap func(seq uin
 	return j.seq
 }
 
+// Listeners returns how many listeners channel has.
+func (j *Journal) Listeners(channel string) int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.listeners[channel])
+}
+
 // Unlisten removes the listener registered under key.
 func (j *Journal) Unlisten(channel string, key any) {
 	j.mu.Lock()

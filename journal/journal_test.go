@@ -588,3 +588,20 @@ func TestPage(t *testing.T) {
 		t.Errorf("Page of a channel without entries: %v, %d, %v", es, head, err)
 	}
 }
+
+// TestListeners: Listeners counts a channel's listeners by key, one per
+// key, and none once each is removed.
+func TestListeners(t *testing.T) {
+	j := New(Limits{}, nil)
+	for _, k := range []string{"a", "b", "a"} {
+		j.Listen("c", k, func(string, Entry) {}, nil)
+	}
+	if n := j.Listeners("c"); n != 2 {
+		t.Fatalf("Listeners = %d, want 2", n)
+	}
+	j.Unlisten("c", "a")
+	j.Unlisten("c", "b")
+	if n := j.Listeners("c"); n != 0 {
+		t.Fatalf("Listeners = %d after Unlisten, want 0", n)
+	}
+}

@@ -531,8 +531,10 @@ func (t *Terminal) readLoop() {
 }
 
 // waitReadable blocks until the PTY may be read; false once killed. The
-// pacer's stream decides (Stream.CanStart: credit left after the path
-// cap), and its LogSource must have pulled all but readAhead bytes.
+// pacer's stream decides (delivery.Stream.WaitRoom: room left after the
+// path cap, beyond the output its LogSource has not pulled, which must be
+// under readAhead). Without a pacer, or once its stream is removed, the
+// PTY is read freely.
 func (t *Terminal) waitReadable() bool {
 	for {
 		t.mu.Lock()
@@ -546,19 +548,23 @@ func (t *Terminal) waitReadable() bool {
 		if p != nil {
 			st = p.Stream()
 		}
-		if st == nil || src == nil || st.Removed() || (src.LagBelow(readAhead) && st.CanStart()) {
-			select {
-			case <-t.killed:
-				return false
-			default:
-				return true
+		if st != nil && src != nil {
+			held := func() delivery.UTF16Bytes { return src.Held(readAhead) }
+			room, removed := st.WaitRoom(held, 2*readAhead, t.pacerMoved, t.killed)
+			if room == 0 && !removed {
+				select {
+				case <-t.killed:
+					return false
+				default:
+					continue // the pacer moved: ask its stream
+				}
 			}
 		}
 		select {
-		case <-st.Changed():
-		case <-t.pacerMoved:
 		case <-t.killed:
 			return false
+		default:
+			return true
 		}
 	}
 }

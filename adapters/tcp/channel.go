@@ -715,29 +715,35 @@ func ReadSize(per int, size, room delivery.UTF16Bytes) int {
 }
 
 // waitReadable blocks until the reader may read, and returns the stream
-// and its room once the messages already queued are counted; false once
-// closed.
+// and the room it may fill (delivery.Stream.WaitRoom: room after the path
+// cap beyond the messages read and not yet pulled, which stay under
+// Queued); false once closed.
 func (tc *Channel) waitReadable() (*delivery.Stream, delivery.UTF16Bytes, bool) {
+	held := func() delivery.UTF16Bytes {
+		tc.mu.Lock()
+		defer tc.mu.Unlock()
+		return tc.slotBytes
+	}
 	for {
 		tc.mu.Lock()
-		sub, queued, closed, draining := tc.sub, tc.slotBytes, tc.isClosed, tc.draining
+		sub, closed, draining := tc.sub, tc.isClosed, tc.draining
 		tc.mu.Unlock()
-		if closed {
+		switch {
+		case closed:
 			return nil, 0, false
-		}
-		if draining {
+		case draining:
 			return nil, 0, true
-		}
-		var changed <-chan struct{}
-		if sub != nil {
+		case sub != nil:
 			st := sub.Stream()
-			if room := st.Room() - queued; room > 0 && queued < Queued {
+			room, removed := st.WaitRoom(held, Queued, tc.wake, tc.closed)
+			if room > 0 {
 				return st, room, true
 			}
-			changed = st.Changed()
+			if !removed {
+				continue // woken (a new subscription, draining) or closed: look again
+			}
 		}
-		select {
-		case <-changed:
+		select { // no subscription (yet, or parked), or its stream removed
 		case <-tc.wake:
 		case <-tc.closed:
 			return nil, 0, false

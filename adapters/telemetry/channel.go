@@ -304,12 +304,12 @@ type sub struct {
 }
 
 // Ready implements Subscriber. A windowed subscription is ready when its
-// stream can take a whole batch now (delivery.Stream.Fits: the last
-// batch's size with room for the fragments' envelopes and escaping; a
-// batch larger than the window only when nothing is outstanding): a
-// batch that started could otherwise stall half-sent and arrive old once
-// credit comes. An ordinary one is ready with headroom in its
-// connection's FIFO.
+// stream can take a whole batch now (delivery.Stream.Fits with what the
+// last batch took, delivery.Stream.Cost: its fragments' envelopes and
+// escaping counted by delivery; a batch larger than the window only when
+// nothing is outstanding): a batch that started could otherwise stall
+// half-sent and arrive old once credit comes. An ordinary one is ready
+// with headroom in its connection's FIFO.
 func (os *sub) Ready() bool {
 	if os.detached.Load() {
 		return false
@@ -320,12 +320,16 @@ func (os *sub) Ready() bool {
 	return os.s.CanPush(ordinaryHeadroom)
 }
 
+// maxSkippedMember is the most UTF-16 bytes WithSkipped adds to a batch
+// (`,"skipped":` and a uint64), escaped within a fragment.
+const maxSkippedMember int64 = 2 * 2 * (int64(len(`,"skipped":`)) + 20)
+
 // Offer implements Subscriber.
 func (os *sub) Offer(b *Batch) {
 	if st := os.s.Stream(); st != nil {
-		// Fragments escape the message into a JSON string and add an
-		// envelope each: budget half as much again.
-		os.need.Store(int64(delivery.Measure(b.Text)) * 3 / 2)
+		// What it takes from the window, fragments included, with the
+		// skipped member it may carry (WithSkipped).
+		os.need.Store(int64(st.Cost(b.Text)) + maxSkippedMember)
 		os.latest.Store(b)
 		st.Wake()
 		return
