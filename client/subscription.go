@@ -234,28 +234,17 @@ func (s *Subscription) receive(l *link, h *rpc.Header, raw []byte) error {
 		return s.q.push(m, maxOrdinaryQueue)
 	}
 	size := h.Size(raw)
-	if err := in.Receive(size); err != nil {
+	frame, err := rpc.Fragment(h, s.Channel)
+	if err != nil {
 		return err
 	}
-	whole := true // raw is the transport's buffer
-	if h.Method != rpc.MethodChannelFrame {
-		if err := in.CheckWhole(); err != nil {
-			return err
-		}
-	} else {
-		var p rpc.ChannelFrameParams
-		if json.Unmarshal(h.Params, &p) != nil {
-			return &delivery.ViolationError{Kind: delivery.BadFragment, Channel: s.Channel}
-		}
-		msg, complete, err := in.Frame(p.Data, p.Final, size)
-		if err != nil || !complete {
-			return err
-		}
-		inner, perr := rpc.ParseHeader(msg)
-		if perr != nil || inner.Channel != s.Channel {
-			return &delivery.ViolationError{Kind: delivery.BadFragment, Channel: s.Channel}
-		}
-		h, raw, whole = inner, msg, false
+	inner, msg, complete, err := delivery.Accept(in, size, frame, rpc.ParseNotification)
+	if err != nil || !complete {
+		return err
+	}
+	whole := frame == nil // raw is the transport's buffer
+	if !whole {
+		h, raw = inner, msg
 	}
 	s.note(h.Method, h.Params, false)
 	release := func() {

@@ -331,3 +331,51 @@ func TestPartialBudgetOff(t *testing.T) {
 		t.Fatalf("PartialBytes = %d, want 0", got)
 	}
 }
+
+// TestAccept: the one receiving path of host and client. A whole message
+// counts and is handed on as it came; fragments count, are released
+// until the last, and the reassembled text comes back parsed; a whole
+// message inside a fragmented one, a reassembled text that is no
+// notification or is another channel's, and data past the window are
+// violations of the subscription's channel.
+func TestAccept(t *testing.T) {
+	parse := func(text []byte) (string, string, bool) {
+		s := string(text)
+		ch, body, ok := strings.Cut(s, "|")
+		return body, ch, ok && body != ""
+	}
+	s := NewScheduler(SchedulerConfig{})
+	in := s.NewInbound("c", Limits{WindowBytes: 4096, MaximumFrameBytes: 1024}, 1<<20)
+	if _, text, complete, err := Accept(in, 100, nil, parse); err != nil || !complete || text != nil {
+		t.Fatalf("whole: %q %v %v", text, complete, err)
+	}
+	if _, _, complete, err := Accept(in, 200, &Fragment{Data: "c|hel"}, parse); err != nil || complete {
+		t.Fatalf("first fragment: complete %v %v", complete, err)
+	}
+	if h, text, complete, err := Accept(in, 300, &Fragment{Data: "lo", Final: true}, parse); err != nil || !complete || h != "hello" || string(text) != "c|hello" {
+		t.Fatalf("final fragment: %q %q %v %v", h, text, complete, err)
+	}
+	if received, released := in.Counters(); received != 600 || released != 200 {
+		t.Fatalf("received %d, released %d; want 600 and the first fragment's 200", received, released)
+	}
+	in.Release(400) // the consumer took the two messages
+	_, _, _, _ = Accept(in, 10, &Fragment{Data: "c|x"}, parse)
+	_, _, _, err := Accept(in, 10, nil, parse)
+	wantViolation(t, err, FragmentInterleaved, 0, 0)
+	for _, c := range []struct {
+		data string
+		kind ViolationKind
+	}{{"other|x", ChannelMismatch}, {"no bar", BadFragment}} {
+		in := s.NewInbound("c", Limits{WindowBytes: 4096, MaximumFrameBytes: 1024}, 1<<20)
+		_, _, _, err := Accept(in, 10, &Fragment{Data: c.data, Final: true}, parse)
+		var v *ViolationError
+		if !errors.As(err, &v) || v.Kind != c.kind || v.Channel != "c" {
+			t.Errorf("%q: %v, want %v on c", c.data, err, c.kind)
+		}
+	}
+	full := s.NewInbound("c", Limits{WindowBytes: 1024, MaximumFrameBytes: 1024}, 1<<20)
+	_, _, _, _ = Accept(full, 1024, nil, parse)
+	if _, _, _, err := Accept(full, 1024, nil, parse); err == nil {
+		t.Fatal("data past the window + one frame accepted")
+	}
+}

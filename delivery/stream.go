@@ -500,6 +500,53 @@ func (in *Inbound) Release(size UTF16Bytes) {
 	}
 }
 
+// Fragment is the params of a received channel/frame (seed 000
+// "Fragments"): a piece of its message's text, and whether it is the last.
+type Fragment struct {
+	Data  string `json:"data"`
+	Final bool   `json:"final"`
+}
+
+// Accept is the one receiving path of a data message of in's
+// subscription, shared by the host and the client (seed 000 "Window and
+// Credit", "Fragments"). It counts the message's size (UTF-16 bytes, as
+// received) against the window, and:
+//
+//   - a whole message (frame nil) must not interleave a fragmented one;
+//     complete is true and the caller hands the message on as it came (h
+//     and text are zero);
+//   - a fragment (frame: its params) adds its piece to the message being
+//     reassembled; one that does not end it is released at once (complete
+//     false);
+//   - the final fragment completes the message: its text is parsed with
+//     parse, which must find a notification (ok) of in's channel, and its
+//     header and text are returned.
+//
+// The caller releases size once the consumer has the message (the whole
+// one, or the final fragment's). An error is a *ViolationError (over the
+// window, interleaved, a bad fragment, another channel's message inside):
+// the connection must be closed.
+func Accept[H any](in *Inbound, size UTF16Bytes, frame *Fragment, parse func(text []byte) (h H, channel string, ok bool)) (h H, text []byte, complete bool, err error) {
+	if err = in.Receive(size); err != nil {
+		return h, nil, false, err
+	}
+	if frame == nil {
+		return h, nil, true, in.CheckWhole()
+	}
+	msg, complete, err := in.Frame(frame.Data, frame.Final, size)
+	if err != nil || !complete {
+		return h, nil, false, err
+	}
+	h, channel, ok := parse(msg)
+	switch {
+	case !ok:
+		return h, nil, false, &ViolationError{Kind: BadFragment, Channel: in.channel}
+	case channel != in.channel:
+		return h, nil, false, &ViolationError{Kind: ChannelMismatch, Channel: in.channel}
+	}
+	return h, msg, true, nil
+}
+
 // CheckWhole reports a *ViolationError when a whole (unfragmented) data
 // message arrives while a fragmented one is in progress: seed 000 allows one
 // fragmented message per subscription and direction, finished first.

@@ -175,33 +175,20 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 		c.log.Debug("control message without a subscription", "method", peerText(h.Method), "channel", peerText(h.Channel))
 		return nil
 	}
-	// A data message. On a windowed subscription it counts (seed 000).
+	// A data message. On a windowed subscription it counts (seed 000), and
+	// a fragment is reassembled (delivery.Accept).
 	var size delivery.UTF16Bytes
 	if sub != nil && sub.windowed() {
 		size = h.Size(raw)
-		if err := sub.in.Receive(size); err != nil {
+		frame, err := rpc.Fragment(h, sub.channel)
+		if err != nil {
 			return err
 		}
-		if h.Method != rpc.MethodChannelFrame {
-			if err := sub.in.CheckWhole(); err != nil {
-				return err
-			}
-		} else {
-			var p rpc.ChannelFrameParams
-			if e := rpc.DecodeParams(h.Params, &p); e != nil {
-				return &delivery.ViolationError{Kind: delivery.BadFragment, Channel: sub.channel}
-			}
-			msg, complete, err := sub.in.Frame(p.Data, p.Final, size)
-			if err != nil || !complete {
-				return err
-			}
-			inner, perr := rpc.ParseHeader(msg)
-			if perr != nil || !inner.IsNotification() {
-				return &delivery.ViolationError{Kind: delivery.BadFragment, Channel: sub.channel}
-			}
-			if inner.Channel != sub.channel {
-				return &delivery.ViolationError{Kind: delivery.ChannelMismatch, Channel: sub.channel}
-			}
+		inner, _, complete, err := delivery.Accept(sub.in, size, frame, rpc.ParseNotification)
+		if err != nil || !complete {
+			return err
+		}
+		if frame != nil {
 			h = inner
 		}
 	}

@@ -211,6 +211,30 @@ type BinaryData struct {
 	Size    delivery.UTF16Bytes
 }
 
+// ParseNotification parses a reassembled data message (delivery.Accept's
+// parse): its header and channel, ok when it is a notification.
+func ParseNotification(text []byte) (h *Header, channel string, ok bool) {
+	h, e := ParseHeader(text)
+	if e != nil || !h.IsNotification() {
+		return h, "", false
+	}
+	return h, h.Channel, true
+}
+
+// Fragment returns the params of h when it is a channel/frame, nil for
+// any other data message; a channel/frame whose params do not decode is a
+// BadFragment violation of channel's subscription.
+func Fragment(h *Header, channel string) (*delivery.Fragment, error) {
+	if h.Method != MethodChannelFrame {
+		return nil, nil
+	}
+	var f delivery.Fragment
+	if DecodeParams(h.Params, &f) != nil {
+		return nil, &delivery.ViolationError{Kind: delivery.BadFragment, Channel: channel}
+	}
+	return &f, nil
+}
+
 // IsNotification reports whether the message is a notification (a method
 // without an id, or with "id":null which JSON-RPC treats alike).
 func (h *Header) IsNotification() bool {
