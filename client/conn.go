@@ -823,7 +823,7 @@ func (c *Conn) handleData(l *link, raw []byte, h *rpc.Header) error {
 		transport.RecycleRead(l.mc, raw)
 		return nil // late messages of a link given up on are ignored
 	}
-	if !sub.takesBytes {
+	if !sub.stream {
 		text := bytestream.AppendBinaryText(make([]byte, 0, h.Binary.TextLen), h)
 		transport.RecycleRead(l.mc, raw)
 		return c.handle(l, text, nil)

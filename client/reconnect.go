@@ -281,18 +281,18 @@ func (c *Conn) sendReconnect(ctx context.Context, l *link) error {
 		params.Subscriptions = append(params.Subscriptions, s.Channel)
 		if s.Windowed {
 			offer := s.offer
-			var tcp *rpc.StreamOffsets
-			if s.isTCP() {
+			var offsets *rpc.StreamOffsets
+			if s.stream {
 				// The limits it grew to (a smaller frame would split the
 				// messages retained), and what it has of the host's bytes.
 				offer, _ = s.Limits()
-				tcp = &rpc.StreamOffsets{Received: s.tcpRecv.Load(), EOF: s.tcpEOF.Load()}
+				offsets = &rpc.StreamOffsets{Received: s.streamRecv.Load(), EOF: s.streamEOF.Load()}
 			}
 			// Registered before the request, as subscribe does: the
 			// host may send data right after the result.
 			prepared[s.Channel] = l.sched.NewInbound(s.Channel, offer, c.opts.MaxMessageBytes)
 			items = append(items, rpc.ReconnectWindowItem{Channel: s.Channel,
-				FlowControl: &rpc.FlowControlOffer{Receive: &offer}, LastAppliedServerSeq: last, Offsets: tcp})
+				FlowControl: &rpc.FlowControlOffer{Receive: &offer}, LastAppliedServerSeq: last, Offsets: offsets})
 		}
 	}
 	if len(items) > 0 {
@@ -353,7 +353,7 @@ func (c *Conn) applyReconnect(l *link, subs []*Subscription, prepared map[string
 				ended = append(ended, s)
 				continue
 			}
-			if s.isTCP() && (it.Offsets == nil || s.src.resendTCP(*it.Offsets) != nil) {
+			if s.stream && (it.Offsets == nil || s.src.resendStream(*it.Offsets) != nil) {
 				ended = append(ended, s) // the host reset its side
 				continue
 			}
@@ -448,7 +448,7 @@ func (c *Conn) applyReconnect(l *link, subs []*Subscription, prepared map[string
 }
 
 // detach parts s from the link that was lost: its stream goes, its queue
-// of received messages stays, its sends wait (held); a TCP channel's
+// of received messages stays, its sends wait (held); a byte stream's
 // sent messages not yet credited stay retained.
 func (s *Subscription) detach(why error) {
 	s.src.hold()
@@ -485,15 +485,15 @@ func (s *Subscription) resumeWindowed(l *link, in *delivery.Inbound, it rpc.Reco
 	return s.src.reconcile(false)
 }
 
-// resendTCP puts back, at the head of the queue, the retained tcp/data
-// and tcp/eof messages the host lacks (it has received every byte below
-// host.Received), for a TCP channel kept by a reconnect. An error (the
-// offsets do not match what was sent) ends the channel.
-func (q *outQueue) resendTCP(host rpc.StreamOffsets) error {
+// resendStream puts back, at the head of the queue, the retained data
+// and end-of-stream messages the host lacks (it has received every byte
+// below host.Received), for a byte stream kept by a reconnect. An error
+// (the offsets do not match what was sent) ends the channel.
+func (q *outQueue) resendStream(host rpc.StreamOffsets) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.ret == nil {
-		return errors.New("client: not a TCP channel")
+		return errors.New("client: not a byte stream")
 	}
 	again, err := q.ret.Resend(bytestream.DecodedOffset(host.Received), host.EOF)
 	if err != nil {
@@ -505,7 +505,7 @@ func (q *outQueue) resendTCP(host rpc.StreamOffsets) error {
 	items := make([]sizedText, 0, len(again)+len(q.items))
 	for _, m := range again {
 		// Not recycled: the lost link's writer may still be reading it.
-		it := sizedText{m: m.Msg, tcp: true, eof: m.EOF, end: m.End}
+		it := sizedText{m: m.Msg, stream: true, eof: m.EOF, end: m.End}
 		items = append(items, it)
 		q.bytes += it.bytes()
 	}

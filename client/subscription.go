@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -30,7 +29,7 @@ type Message struct {
 	whole bool
 	// binary is set on a data message that came in its binary form
 	// (bytestream.ParseBinary) to a subscription that takes it
-	// (Subscription.takesBytes): Params is nil and Raw the buffer
+	// (Subscription.stream): Params is nil and Raw the buffer
 	// binary.Data is a view of (whole).
 	binary *rpc.BinaryData
 }
@@ -93,14 +92,16 @@ type Subscription struct {
 	held      []*Message
 	heldBytes int
 
-	// A TCP channel's position in the host's direction, what a reconnect
-	// tells the host (rpc.StreamOffsets): the bytes the TCPConn has taken
-	// and whether it took tcp/eof.
-	tcpRecv atomic.Uint64
-	tcpEOF  atomic.Bool
-	// takesBytes: the consumer (TCPConn) reads data messages that came
-	// in binary form; any other gets their text (Conn.handleData).
-	takesBytes bool
+	// stream: the subscription is a byte stream's (a TCPConn's): its
+	// consumer reads data messages that came in binary form (any other
+	// gets their text, Conn.handleData), its sent messages are retained
+	// until credited (outQueue.ret), and a reconnect resumes it by
+	// offsets (rpc.StreamOffsets): streamRecv, the bytes its consumer has
+	// taken of the host's direction, and streamEOF, whether it took the
+	// end of stream.
+	stream     bool
+	streamRecv atomic.Uint64
+	streamEOF  atomic.Bool
 }
 
 func (s *Subscription) parts() (*delivery.Inbound, *delivery.Stream) {
@@ -108,11 +109,6 @@ func (s *Subscription) parts() (*delivery.Inbound, *delivery.Stream) {
 	defer s.mu.Unlock()
 	return s.in, s.out
 }
-
-// isTCP reports whether s is a TCP channel's: a reconnect resumes it by
-// byte offsets (rpc.StreamOffsets), its sent messages retained until
-// credited (outQueue.ret).
-func (s *Subscription) isTCP() bool { return strings.HasPrefix(s.Channel, rpc.TCPScheme) }
 
 // maxOrdinaryQueue bounds messages queued for the consumer on an ordinary
 // subscription (a windowed one is bounded by its window). Past it the host
@@ -130,17 +126,17 @@ func (c *Conn) Subscribe(ctx context.Context, channel string) (*Subscription, er
 	return c.subscribe(ctx, channel, c.opts.Receive, false)
 }
 
-// subscribe is Subscribe offering receive (when windowed); takesBytes
-// says the consumer reads data messages in binary form (Message.binary).
-func (c *Conn) subscribe(ctx context.Context, channel string, receive delivery.Limits, takesBytes bool) (*Subscription, error) {
+// subscribe is Subscribe offering receive (when windowed); stream says
+// the subscription is a byte stream's (Subscription.stream).
+func (c *Conn) subscribe(ctx context.Context, channel string, receive delivery.Limits, stream bool) (*Subscription, error) {
 	l, err := c.currentLink(ctx)
 	if err != nil {
 		return nil, err
 	}
-	sub := &Subscription{c: c, Channel: channel, offer: receive, takesBytes: takesBytes}
+	sub := &Subscription{c: c, Channel: channel, offer: receive, stream: stream}
 	sub.q.init()
 	sub.src = newOutQueue()
-	if sub.isTCP() && !c.opts.Ordinary {
+	if stream && !c.opts.Ordinary {
 		sub.src.ret = &bytestream.Retained{}
 	}
 	params := rpc.SubscribeParams{Channel: channel}
@@ -274,7 +270,7 @@ func (s *Subscription) Send(ctx context.Context, text []byte) error {
 // stream, whose bytes end at end; recycle: built in a buffer from
 // bytestream.Buffer that may go back once released.
 func (s *Subscription) sendStream(ctx context.Context, m delivery.Message, end bytestream.DecodedOffset, eof, recycle bool) error {
-	return s.src.pushItem(ctx, sizedText{m: m, recycle: recycle, end: end, eof: eof, tcp: true}, s.c.done)
+	return s.src.pushItem(ctx, sizedText{m: m, recycle: recycle, end: end, eof: eof, stream: true}, s.c.done)
 }
 
 // Binary reports whether the link in use carries data messages in their
@@ -453,7 +449,7 @@ type outQueue struct {
 	stream     *delivery.Stream
 	held       bool  // reconnecting: NextSized hands out nothing
 	closed     error // the subscription ended: push fails with it
-	// ret, on a TCP channel's queue, keeps the tcp/data and tcp/eof
+	// ret, on a byte stream's queue, keeps the data and end-of-stream
 	// messages sent and not yet credited, to send again after a
 	// reconnect (at most the window plus one message).
 	ret *bytestream.Retained
@@ -489,10 +485,11 @@ type sizedText struct {
 	m       delivery.Message
 	recycle bool   // the message's buffer may be reused once written
 	seq     uint64 // the clientSeq of a dispatchAction, else 0
-	// tcp: a tcp/data (or, eof, tcp/eof) message whose bytes end at end.
-	tcp bool
-	eof bool
-	end bytestream.DecodedOffset
+	// stream: a byte stream's data message (or, eof, its end of stream)
+	// whose bytes end at end.
+	stream bool
+	eof    bool
+	end    bytestream.DecodedOffset
 }
 
 // bytes is what the queued message holds in memory (UTF-8 bytes of its
@@ -641,8 +638,8 @@ func (q *outQueue) setStream(st *delivery.Stream) {
 	st.Wake()
 }
 
-// Recycle implements delivery.Recycler: the buffer of a tcp/data message
-// TCPConn built (sendStream with recycle) goes back to the pool; other
+// Recycle implements delivery.Recycler: the buffer of a data message a
+// byte stream built (sendStream with recycle) goes back to the pool; other
 // messages are left alone (their senders may still hold them).
 func (q *outQueue) Recycle(m delivery.Message) {
 	q.mu.Lock()
@@ -681,7 +678,7 @@ func (q *outQueue) Next() delivery.Message {
 	}
 	q.recyclable = nil
 	switch {
-	case q.ret != nil && t.tcp:
+	case q.ret != nil && t.stream:
 		// Retained until credited (its buffer goes back then).
 		if q.stream != nil {
 			sent, consumed, _ := q.stream.Window()
@@ -753,7 +750,7 @@ func (s *Subscription) Limits() (clientReceive, hostReceive delivery.Limits) {
 	return s.ClientReceive, s.HostReceive
 }
 
-// FrameBytes is the size of the tcp/data messages to build (UTF-16
+// FrameBytes is the size of the data messages to build (UTF-16
 // bytes): hostReceive's maximumFrameBytes, lowered on a slow path
 // (delivery.Stream.FrameBytes).
 func (s *Subscription) FrameBytes() delivery.UTF16Bytes {

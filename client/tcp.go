@@ -402,7 +402,7 @@ func (t *TCPConn) take(m *Message, dst []byte) []byte {
 			return dst
 		}
 		t.recvOff += bytestream.DecodedOffset(len(out) - len(dst))
-		t.sub.tcpRecv.Store(uint64(t.recvOff))
+		t.sub.streamRecv.Store(uint64(t.recvOff))
 		if m.whole {
 			// Decoded: the text is not needed any more, only its credit.
 			raw := m.Raw
@@ -413,7 +413,7 @@ func (t *TCPConn) take(m *Message, dst []byte) []byte {
 		return out
 	case rpc.MethodTCPEOF:
 		if t.rerr == nil {
-			t.sub.tcpEOF.Store(true)
+			t.sub.streamEOF.Store(true)
 		}
 		t.rerr = io.EOF
 	case rpc.MethodTCPReset:
