@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,9 +17,7 @@ import (
 	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
 	"golang.org/x/term"
 
-	"github.com/sidecar-dev/sidecar/adapters/telemetry"
 	"github.com/sidecar-dev/sidecar/client"
-	"github.com/sidecar-dev/sidecar/rpc"
 )
 
 func topCmd() *cobra.Command {
@@ -75,16 +72,9 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 		return dialFailed(err, cf.dialSignal(ctx, err, caught))
 	}
 	defer conn.Close()
-	channel := "ahp-otlp://metrics"
-	if tel := conn.Initialized().Telemetry; tel != nil && tel.Metrics != "" {
-		channel = tel.Metrics
-	}
-	if interval > 0 {
-		channel += "?interval=" + interval.String()
-	}
-	sub, err := conn.Subscribe(ctx, channel)
+	metrics, err := conn.SubscribeMetrics(ctx, interval)
 	if err != nil {
-		return &exitError{code: 255, err: fmt.Errorf("subscribe %s: %w", channel, err)}
+		return &exitError{code: 255, err: err}
 	}
 
 	live := !once && term.IsTerminal(int(os.Stdout.Fd()))
@@ -114,32 +104,20 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 		defer signal.Stop(winch)
 	}
 	type batch struct {
-		payload json.RawMessage
-		skipped uint64
-		err     error
+		client.MetricsBatch
+		err error
 	}
 	batches := make(chan batch)
 	go func() {
 		defer close(batches)
 		for {
-			m, err := sub.Next(ctx)
-			if err != nil {
-				batches <- batch{err: err}
+			b, err := metrics.Next(ctx)
+			select {
+			case batches <- batch{b, err}:
+			case <-ctx.Done():
 				return
 			}
-			if m.Method != rpc.MethodOTLPExportMetrics {
-				m.Release() // channel/snapshot (state {}), nothing to show
-				continue
-			}
-			var p struct {
-				Payload json.RawMessage `json:"payload"`
-				Skipped uint64          `json:"skipped"`
-			}
-			err = json.Unmarshal(m.Params, &p)
-			m.Release()
-			select {
-			case batches <- batch{payload: p.Payload, skipped: p.Skipped, err: err}:
-			case <-ctx.Done():
+			if err != nil {
 				return
 			}
 		}
@@ -173,18 +151,17 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 				if ctx.Err() != nil {
 					return nil
 				}
+				if errors.Is(b.err, client.ErrBadMetrics) {
+					return &exitError{code: 1, err: b.err}
+				}
 				return &exitError{code: 255, err: b.err}
 			}
 			if asJSON {
-				_, err := fmt.Fprintf(os.Stdout, "%s\n", b.payload)
+				_, err := fmt.Fprintf(os.Stdout, "%s\n", b.Payload)
 				return err
 			}
-			md, err := telemetry.DecodeMetrics(b.payload)
-			if err != nil {
-				return &exitError{code: 1, err: fmt.Errorf("bad metrics batch: %w", err)}
-			}
-			v.update(md)
-			v.skipped += b.skipped
+			v.update(b.Data)
+			v.skipped += b.Skipped
 			v.draw()
 			if once {
 				return nil
