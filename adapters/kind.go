@@ -34,6 +34,11 @@ import (
 //  4. Metrics at any time, from a scrape's goroutine;
 //  5. Shutdown once, after every connection was closed: the kind ends its
 //     channels and returns when each of its goroutines has.
+//
+// A kind's method names are its own (rpc/names.go lists the built-in
+// kinds'); one that defines control messages (never counted: seed 000)
+// declares them with rpc.DeclareControlMethod in code both ends share,
+// as rpc.NewStreamMethods does for a byte stream's reset.
 
 // Kind is one channel kind on the host's registry. Its methods are safe
 // for concurrent use.

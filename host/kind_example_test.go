@@ -35,7 +35,7 @@ import (
 
 const echoScheme = "ahp-echo:"
 
-var echoMethods = rpc.StreamMethods{Data: "echo/data", EOF: "echo/eof", Reset: "echo/reset"}
+var echoMethods = rpc.NewStreamMethods("echo/data", "echo/eof", "echo/reset")
 
 type echoKind struct {
 	env   adapters.Env

@@ -1,5 +1,10 @@
 package rpc
 
+import (
+	"sync"
+	"sync/atomic"
+)
+
 // The protocol's names, in one place (as yamux's const.go): every method,
 // channel scheme, control method and transport-io event the sidecar
 // speaks or understands. docs/protocol.md gives an example of each.
@@ -62,15 +67,45 @@ const (
 
 // IsControlMethod reports whether method is a control message, which
 // never counts against a window and never waits for credit (seed 000
-// "Control Messages"): channel/credit, unsubscribe, and the channel-defined
-// ones (tcp/reset). Every other notification, including one whose method is
-// unknown, is a data message, so both peers count the same bytes.
+// "Control Messages"): channel/credit, unsubscribe, and the
+// channel-defined ones declared with DeclareControlMethod (every byte
+// stream's reset, tcp/reset among them: NewStreamMethods). Every other
+// notification, including one whose method is unknown, is a data
+// message, so both peers count the same bytes.
 func IsControlMethod(method string) bool {
 	switch method {
-	case MethodChannelCredit, MethodUnsubscribe, MethodTCPReset:
+	case MethodChannelCredit, MethodUnsubscribe:
 		return true
 	}
+	if m := declaredControl.Load(); m != nil {
+		_, ok := (*m)[method]
+		return ok
+	}
 	return false
+}
+
+// declaredControl holds the channel-defined control methods: a map
+// replaced whole on each declaration, read without a lock on every
+// message.
+var declaredControl atomic.Pointer[map[string]struct{}]
+
+var declareMu sync.Mutex
+
+// DeclareControlMethod declares method a channel-defined control message
+// (seed 000 "Control Messages"). A channel kind declares its own, at
+// package initialization, in the code both ends share (its method names):
+// a peer that counted it as data would disagree on every window.
+func DeclareControlMethod(method string) {
+	declareMu.Lock()
+	defer declareMu.Unlock()
+	m := map[string]struct{}{}
+	if old := declaredControl.Load(); old != nil {
+		for k := range *old {
+			m[k] = struct{}{}
+		}
+	}
+	m[method] = struct{}{}
+	declaredControl.Store(&m)
 }
 
 // The transport-io contract's events (seed 002 §4.3; docs/protocol.md
@@ -90,8 +125,15 @@ const (
 
 // StreamMethods names the messages of a byte-stream channel kind
 // (delivery/bytestream): its data, its end of stream, and its reset (a
-// control message).
+// control message). Make one with NewStreamMethods.
 type StreamMethods struct{ Data, EOF, Reset string }
 
+// NewStreamMethods returns a byte stream's method names and declares its
+// reset a control message (DeclareControlMethod).
+func NewStreamMethods(data, eof, reset string) StreamMethods {
+	DeclareControlMethod(reset)
+	return StreamMethods{Data: data, EOF: eof, Reset: reset}
+}
+
 // TCPStream is the TCP channel's.
-var TCPStream = StreamMethods{Data: MethodTCPData, EOF: MethodTCPEOF, Reset: MethodTCPReset}
+var TCPStream = NewStreamMethods(MethodTCPData, MethodTCPEOF, MethodTCPReset)
