@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sidecar-dev/sidecar/delivery"
@@ -44,7 +45,15 @@ func appendText(t *testing.T, j *journal.Journal, ch, text string) uint64 {
 // TestLogSource: the snapshot first (fromSeq the journal's seq), then each
 // action after it once, in order; a cursor the journal no longer reaches
 // gets a fresh snapshot; WaitPulled returns once everything is pulled.
+//
+// It runs in a synctest bubble, so that WaitPulled is known to be
+// waiting (synctest.Wait) before the pulls it waits for: blocking, not
+// an early return, is what is tested.
 func TestLogSource(t *testing.T) {
+	synctest.Test(t, testLogSource)
+}
+
+func testLogSource(t *testing.T) {
 	j := journal.New(journal.Limits{ChannelMaxBytes: 64}, nil)
 	ch := &fakeChannel{uri: "ahp-terminal:/ls", j: j}
 	appendText(t, j, ch.uri, `{"old":1}`)
@@ -71,6 +80,7 @@ func TestLogSource(t *testing.T) {
 		}
 	}
 	done := make(chan struct{})
+	defer close(done) // ends a WaitPulled left waiting by a failure
 	if !ls.Next().IsZero() || !ls.WaitPulled(done) {
 		t.Fatal("caught up, but WaitPulled did not say so")
 	}
@@ -81,10 +91,16 @@ func TestLogSource(t *testing.T) {
 	if got := string(ls.Next().Text); !strings.Contains(got, "channel/snapshot") || ls.Resyncs() != 1 {
 		t.Fatalf("after truncation: %s (resyncs %d), want a fresh snapshot", got, ls.Resyncs())
 	}
-	// WaitPulled waits for the writer (here another goroutine) to pull.
+	// WaitPulled waits for the writer (here the test) to pull.
 	appendText(t, j, ch.uri, `{"late":1}`)
 	pulled := make(chan bool, 1)
 	go func() { pulled <- ls.WaitPulled(done) }()
+	synctest.Wait()
+	select {
+	case ok := <-pulled:
+		t.Fatalf("WaitPulled returned %v with an action not pulled", ok)
+	default:
+	}
 	if got := string(ls.Next().Text); got != `{"late":1}` {
 		t.Fatalf("got %s", got)
 	}
@@ -100,6 +116,7 @@ func TestLogSource(t *testing.T) {
 	// Stop ends a wait that could not finish.
 	appendText(t, j, ch.uri, `{"never":1}`)
 	go func() { pulled <- ls.WaitPulled(done) }()
+	synctest.Wait() // waiting: Stop ends the wait, not a check before it
 	ls.Stop()
 	if ok := <-pulled; ok {
 		t.Error("WaitPulled after Stop reported everything pulled")

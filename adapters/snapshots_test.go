@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sidecar-dev/sidecar/journal"
@@ -13,17 +15,30 @@ import (
 )
 
 // countingChannel is a journaled channel whose snapshot says how many
-// were built, and can hold a build until released.
+// were built, and can hold a build until released or make it take time.
 type countingChannel struct {
 	fakeChannel
 	builds atomic.Int64
 	hold   chan struct{} // if not nil, each build waits for a value
+	took   time.Duration // each build sleeps this long (synctest: fake time)
+
+	mu           sync.Mutex
+	starts, ends []time.Time // of each build
 }
 
 func (c *countingChannel) Snapshot(fn func(rpc.Snapshot)) {
 	if c.hold != nil {
 		<-c.hold
 	}
+	c.mu.Lock()
+	c.starts = append(c.starts, time.Now())
+	c.mu.Unlock()
+	time.Sleep(c.took)
+	defer func() {
+		c.mu.Lock()
+		c.ends = append(c.ends, time.Now())
+		c.mu.Unlock()
+	}()
 	n := c.builds.Add(1)
 	fn(rpc.Snapshot{Resource: c.uri, State: json.RawMessage(fmt.Sprintf(`{"build":%d}`, n)), FromSeq: c.j.Seq()})
 }
@@ -39,16 +54,21 @@ func waitReady(t *testing.T, ready <-chan struct{}) {
 
 // TestSnapshotsShared: windowed sources of one channel take their
 // snapshots from one build made off their Next (which returns nil
-// meanwhile), the same text for each; a later source reuses it while the
-// journal holds what follows, and gets a new build once the journal
-// dropped past it.
+// meanwhile), the same text for each; a later source reuses it while it
+// is younger than MaxSnapshotAge and the journal holds what follows, and
+// gets a new build once it is that old, or once the journal dropped past
+// it. It runs in a synctest bubble: the build's age is exactly the time
+// the test lets pass.
 func TestSnapshotsShared(t *testing.T) {
+	synctest.Test(t, testSnapshotsShared)
+}
+
+func testSnapshotsShared(t *testing.T) {
 	j := journal.New(journal.Limits{ChannelMaxBytes: 64}, nil)
 	ch := &countingChannel{fakeChannel: fakeChannel{uri: "ahp-terminal:/shared", j: j}}
 	appendText(t, j, ch.uri, `{"a":1}`)
 	ready := make(chan struct{}, 8)
 	snaps := NewSnapshots(ch, j, func() { ready <- struct{}{} })
-	snaps.maxAge = time.Hour // however slow the machine, the build is fresh
 	defer snaps.Close()
 
 	a := NewLogSource(ch, j).Shared(snaps)
@@ -72,8 +92,10 @@ func TestSnapshotsShared(t *testing.T) {
 	if n := ch.builds.Load(); n != 1 {
 		t.Fatalf("%d builds for two subscribers, want 1", n)
 	}
-	// A later subscriber: the journal holds everything after seq 1.
+	// A later subscriber, the build just under MaxSnapshotAge old: the
+	// journal holds everything after seq 1.
 	appendText(t, j, ch.uri, `{"a":2}`)
+	time.Sleep(MaxSnapshotAge - time.Nanosecond)
 	c := NewLogSource(ch, j).Shared(snaps)
 	if got := string(c.Next().Text); got != want {
 		t.Fatalf("late subscriber: %s, want the shared build", got)
@@ -81,22 +103,18 @@ func TestSnapshotsShared(t *testing.T) {
 	if got := string(c.Next().Text); got != `{"a":2}` {
 		t.Fatalf("after the shared snapshot: %s, want the action after it", got)
 	}
-	// Too old: a new build.
-	snaps.mu.Lock()
-	snaps.maxAge = 0
-	snaps.mu.Unlock()
+	// MaxSnapshotAge old: a new build.
+	time.Sleep(time.Nanosecond)
 	e := NewLogSource(ch, j).Shared(snaps)
 	if m := e.Next(); !m.IsZero() {
-		t.Fatalf("a snapshot older than maxAge was reused: %s", m.Text)
+		t.Fatalf("a snapshot MaxSnapshotAge old was reused: %s", m.Text)
 	}
 	waitReady(t, ready)
 	if got := string(e.Next().Text); !strings.Contains(got, `"build":2`) || !strings.Contains(got, `"fromSeq":2`) {
 		t.Fatalf("got %s, want build 2 at seq 2", got)
 	}
-	snaps.mu.Lock()
-	snaps.maxAge = time.Hour
-	snaps.mu.Unlock()
-	// The 64-byte journal drops past seq 2: a new build.
+	// The 64-byte journal drops past seq 2: a new build, young as the
+	// one before is.
 	for range 10 {
 		appendText(t, j, ch.uri, `{"fill":"0123456789"}`)
 	}
@@ -112,6 +130,57 @@ func TestSnapshotsShared(t *testing.T) {
 	if got := string(c.Next().Text); !strings.Contains(got, `"build":3`) || c.Resyncs() != 1 {
 		t.Fatalf("resync: %s (resyncs %d), want build 3 once", got, c.Resyncs())
 	}
+}
+
+// TestSnapshotsPaced: a build starts no sooner than the previous one's
+// duration after it ended, so the builds take at most half of a core
+// whatever the subscribers do; a build asked for later than that starts
+// at once. Each build takes 40 ms of the bubble's clock.
+func TestSnapshotsPaced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const took = 40 * time.Millisecond
+		j := journal.New(journal.Limits{ChannelMaxBytes: 64}, nil)
+		ch := &countingChannel{fakeChannel: fakeChannel{uri: "ahp-terminal:/paced", j: j}, took: took}
+		ready := make(chan struct{}, 8)
+		snaps := NewSnapshots(ch, j, func() { ready <- struct{}{} })
+		defer snaps.Close()
+		t0 := time.Now()
+		// stale makes the newest build useless to a new subscriber: the
+		// 64-byte journal drops past it.
+		stale := func() {
+			for range 4 {
+				appendText(t, j, ch.uri, `{"fill":"0123456789"}`)
+			}
+		}
+		build := func(n int) {
+			t.Helper()
+			ls := NewLogSource(ch, j).Shared(snaps)
+			if m := ls.Next(); !m.IsZero() {
+				t.Fatalf("build %d: a stale snapshot was reused: %s", n, m.Text)
+			}
+			waitReady(t, ready)
+			if got := string(ls.Next().Text); !strings.Contains(got, fmt.Sprintf(`"build":%d`, n)) {
+				t.Fatalf("got %s, want build %d", got, n)
+			}
+		}
+		build(1) // at once: t0 to t0+40ms
+		stale()
+		build(2) // asked at t0+40ms: starts at t0+80ms
+		stale()
+		time.Sleep(time.Second)
+		build(3) // asked at t0+1.12s, long after t0+120ms+40ms: at once
+		ch.mu.Lock()
+		defer ch.mu.Unlock()
+		want := []time.Duration{0, 2 * took, 3*took + time.Second}
+		for i, w := range want {
+			if got := ch.starts[i].Sub(t0); got != w {
+				t.Errorf("build %d started at t0+%v, want t0+%v", i+1, got, w)
+			}
+			if got := ch.ends[i].Sub(ch.starts[i]); got != took {
+				t.Errorf("build %d took %v, want %v", i+1, got, took)
+			}
+		}
+	})
 }
 
 // TestSnapshotsWaitedBuildTaken: a source that waited for a build takes

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -547,7 +548,14 @@ func TestBusyStreamMonopolisesScheduler(t *testing.T) {
 	t.Fatal("stream B sent nothing in 200 frames while A was busy (quantum 16384, frames 1000)")
 }
 
+// TestStreamStopsAtWindowUntilCredit runs in a synctest bubble: the
+// waits for credit are counted to the nanosecond (CreditWait), which a
+// real clock would only bound.
 func TestStreamStopsAtWindowUntilCredit(t *testing.T) {
+	synctest.Test(t, testStreamStopsAtWindowUntilCredit)
+}
+
+func testStreamStopsAtWindowUntilCredit(t *testing.T) {
 	s := delivery.NewScheduler(delivery.SchedulerConfig{})
 	src := newRepeat("w", 300)
 	st := s.AddStream("w", delivery.Limits{WindowBytes: 1024, MaximumFrameBytes: 1024}, src)
@@ -584,6 +592,11 @@ func TestStreamStopsAtWindowUntilCredit(t *testing.T) {
 	if c := s.Counters(); c.CreditWaits != 1 || c.CreditWait != 0 {
 		t.Fatalf("window full: %d credit waits of %v, want 1 of 0 (not ended yet)", c.CreditWaits, c.CreditWait)
 	}
+	// The window stays full for 3 s (the bubble's clock: exactly).
+	time.Sleep(3 * time.Second)
+	if c := s.Counters(); c.CreditWait != 0 {
+		t.Fatalf("window full for 3 s: credit wait %v, want 0 (counted when credit ends it)", c.CreditWait)
+	}
 	// Credit 300: outstanding 900 < 1024, so exactly one more message.
 	select {
 	case <-st.Changed(): // drain any earlier notification
@@ -609,17 +622,36 @@ func TestStreamStopsAtWindowUntilCredit(t *testing.T) {
 	if sent, _, _ := st.Window(); sent != 1500 {
 		t.Fatalf("sent = %d, want 1500", sent)
 	}
-	// The credit ended the first wait (its time counted); the fifth
-	// message filled the window again: a second wait.
-	if c := s.Counters(); c.CreditWaits != 2 || c.CreditWait <= 0 {
-		t.Fatalf("after credit: %d credit waits of %v, want 2 of more than 0", c.CreditWaits, c.CreditWait)
+	// The credit ended the first wait (its 3 s counted); the fifth
+	// message filled the window again: a second wait, which credit ends
+	// 2 s later.
+	if c := s.Counters(); c.CreditWaits != 2 || c.CreditWait != 3*time.Second {
+		t.Fatalf("after credit: %d credit waits of %v, want 2 of 3s", c.CreditWaits, c.CreditWait)
+	}
+	time.Sleep(2 * time.Second)
+	if err := st.Credit(400); err != nil { // outstanding 1100: still full
+		t.Fatal(err)
+	}
+	if c := s.Counters(); c.CreditWait != 3*time.Second {
+		t.Fatalf("credit that leaves the window full: credit wait %v, want still 3s", c.CreditWait)
+	}
+	if err := st.Credit(1000); err != nil { // outstanding 500: open
+		t.Fatal(err)
+	}
+	if c := s.Counters(); c.CreditWaits != 2 || s.CreditWait() != 5*time.Second || c.CreditWait != 5*time.Second {
+		t.Fatalf("after the second wait: %d credit waits of %v (CreditWait %v), want 2 of 5s", c.CreditWaits, c.CreditWait, s.CreditWait())
+	}
+	// The open window lets the writer debit the next message: hold it,
+	// so that the counts below see no more writes.
+	if got := w.hold(t); got != string(src.text) {
+		t.Fatalf("after the window opened got %q", got)
 	}
 	// A stale credit changes nothing and is not an error.
 	if err := st.Credit(200); err != nil {
 		t.Fatalf("stale credit: %v", err)
 	}
-	if _, consumed, _ := st.Window(); consumed != 300 {
-		t.Fatalf("consumed = %d after stale credit, want 300", consumed)
+	if _, consumed, _ := st.Window(); consumed != 1000 {
+		t.Fatalf("consumed = %d after stale credit, want 1000", consumed)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sidecar-dev/sidecar/delivery"
@@ -140,16 +141,32 @@ func TestBinaryForm(t *testing.T) {
 // (seed 000 "Fragments" split the text), even where the connection
 // carries binary forms; a message stating no size is measured on the
 // text built.
+//
+// It runs in a synctest bubble: synctest.Wait returns once the writer
+// has written every fragment and waits for more. (It waited for two
+// writes and took what had been written by then, so a writer that had
+// not written the last fragment yet failed it: 1 run in about 50 with
+// -race on a busy machine.)
 func TestBinaryFormFragments(t *testing.T) {
+	synctest.Test(t, testBinaryFormFragments)
+}
+
+func testBinaryFormFragments(t *testing.T) {
 	text := `{"jsonrpc":"2.0","method":"x/data","params":{"channel":"C","data":"` + strings.Repeat("a", 1500) + `"}}`
 	s := delivery.NewScheduler(delivery.SchedulerConfig{Binary: true})
 	src := &formSource{msgs: []delivery.Message{{Binary: []byte(reverse(text)), Form: reverseForm{}}}}
 	st := s.AddStream("C", delivery.Limits{WindowBytes: 1 << 20, MaximumFrameBytes: 1024}, src)
 	w := newBinaryWriter()
 	stop := run(t, s, w)
-	got := w.wait(t, 2)
+	synctest.Wait()
 	if err := stop(); !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
+	}
+	w.mu.Lock()
+	got := w.got
+	w.mu.Unlock()
+	if len(got) < 2 {
+		t.Fatalf("%d writes, want the message in fragments", len(got))
 	}
 	var joined strings.Builder
 	var frames delivery.UTF16Bytes

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -207,37 +209,25 @@ func TestByteBoundPerChannel(t *testing.T) {
 	}
 }
 
-// fakeClock is an injected clock; tests advance it explicitly.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
+// TestAgeBound runs in a synctest bubble on the journal's own clock
+// (New with nil: time.Now, as the host uses it), which the bubble fakes:
+// entries are exactly as old as the test lets them get.
 func TestAgeBound(t *testing.T) {
-	clk := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	j := New(Limits{ChannelMaxBytes: 1 << 20, MaxAge: time.Minute}, clk.Now)
+	synctest.Test(t, testAgeBound)
+}
+
+func testAgeBound(t *testing.T) {
+	j := New(Limits{ChannelMaxBytes: 1 << 20, MaxAge: time.Minute}, nil)
 	mustAppend(t, j, "a", text(10)) // seq 1 at t0
-	clk.Advance(30 * time.Second)
+	time.Sleep(30 * time.Second)
 	mustAppend(t, j, "a", text(10)) // seq 2 at t0+30s
-	clk.Advance(30 * time.Second)
+	time.Sleep(30 * time.Second)
 	// Exactly MaxAge old is still kept (the bound is "older than").
 	mustAppend(t, j, "a", text(10)) // seq 3 at t0+60s
 	if es, err := j.Read("a", 0, 0); err != nil || !equalSeqs(seqs(es), []uint64{1, 2, 3}) {
 		t.Fatalf("at exactly MaxAge Read(a, 0) = %v, %v; want [1 2 3] nil", seqs(es), err)
 	}
-	clk.Advance(time.Nanosecond)
+	time.Sleep(time.Nanosecond)
 	mustAppend(t, j, "a", text(10)) // seq 4 at t0+60s+1ns: seq 1 is now too old
 	if _, err := j.Read("a", 0, 0); !errors.Is(err, ErrTruncated) {
 		t.Fatalf("Read(a, 0) err = %v, want ErrTruncated", err)
@@ -249,7 +239,7 @@ func TestAgeBound(t *testing.T) {
 		t.Fatalf("Bytes(a) = %d, want 30", got)
 	}
 	// Much later, everything but the newest is too old; the newest stays.
-	clk.Advance(time.Hour)
+	time.Sleep(time.Hour)
 	mustAppend(t, j, "a", text(10)) // seq 5
 	if es, err := j.Read("a", 4, 0); err != nil || !equalSeqs(seqs(es), []uint64{5}) {
 		t.Fatalf("Read(a, 4) = %v, %v; want [5]", seqs(es), err)
@@ -260,6 +250,29 @@ func TestAgeBound(t *testing.T) {
 	if got := j.Bytes("a"); got != 10 {
 		t.Fatalf("Bytes(a) = %d, want 10", got)
 	}
+}
+
+// TestDefaultAgeBound: DefaultLimits keeps an entry for reconnect replay
+// for exactly 10 minutes (the bubble's clock makes them pass at once):
+// then the next append drops it.
+func TestDefaultAgeBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		j := New(DefaultLimits, nil)
+		mustAppend(t, j, "a", text(10)) // seq 1 at t0
+		time.Sleep(10 * time.Minute)
+		mustAppend(t, j, "a", text(10)) // seq 2 at t0+10m: seq 1 is exactly MaxAge old
+		if es, err := j.Read("a", 0, 0); err != nil || !equalSeqs(seqs(es), []uint64{1, 2}) {
+			t.Fatalf("after 10 minutes Read(a, 0) = %v, %v; want [1 2] nil", seqs(es), err)
+		}
+		time.Sleep(time.Nanosecond)
+		mustAppend(t, j, "a", text(10)) // seq 3
+		if _, err := j.Read("a", 0, 0); !errors.Is(err, ErrTruncated) {
+			t.Fatalf("after 10 minutes and 1 ns Read(a, 0) err = %v, want ErrTruncated", err)
+		}
+		if es, err := j.Read("a", 1, 0); err != nil || !equalSeqs(seqs(es), []uint64{2, 3}) {
+			t.Fatalf("Read(a, 1) = %v, %v; want [2 3]", seqs(es), err)
+		}
+	})
 }
 
 func TestTruncatedCursor(t *testing.T) {
@@ -379,31 +392,29 @@ func TestListenSnapSeesSeqAndEveryLaterEntryOnce(t *testing.T) {
 
 	// Under concurrent appends, snap + listener together cover every entry
 	// of the channel exactly once: those ≤ snapSeq via Read, the rest pushed.
+	// The writer appends 100 entries, then goes on while the test listens,
+	// until the listener has had 100 pushed (or a bound far past that).
 	j2 := New(Limits{ChannelMaxBytes: 1 << 30}, nil)
-	stop := make(chan struct{})
+	const maxAppends = 1_000_000
+	warm := make(chan struct{})
 	done := make(chan struct{})
+	var npushed atomic.Int64
 	go func() {
 		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
+		for n := 1; n <= maxAppends && npushed.Load() < 100; n++ {
 			if _, err := j2.Append("a", text(8)); err != nil {
 				t.Error(err)
 				return
 			}
+			if n == 100 {
+				close(warm)
+			}
 		}
 	}()
-	// Let the writer run for a bounded number of appends before listening.
-	deadline := time.Now().Add(5 * time.Second)
-	for j2.Seq() < 100 {
-		if time.Now().After(deadline) {
-			close(stop)
-			<-done
-			t.Fatal("writer made no progress")
-		}
+	select {
+	case <-warm:
+	case <-done:
+		t.Fatal("the writer ended before its 100th append")
 	}
 	var mu sync.Mutex
 	var pushed []uint64
@@ -412,6 +423,7 @@ func TestListenSnapSeesSeqAndEveryLaterEntryOnce(t *testing.T) {
 		mu.Lock()
 		pushed = append(pushed, e.Seq)
 		mu.Unlock()
+		npushed.Add(1)
 	}, func(seq uint64) {
 		snapSeq = seq
 		// Called under the journal lock: read the log directly, as a
@@ -419,12 +431,6 @@ func TestListenSnapSeesSeqAndEveryLaterEntryOnce(t *testing.T) {
 		l := j2.logs["a"]
 		before = append(before, l.entries[l.head:]...)
 	})
-	for j2.Seq() < snapSeq+100 {
-		if time.Now().After(deadline) {
-			break
-		}
-	}
-	close(stop)
 	<-done
 	mu.Lock()
 	defer mu.Unlock()

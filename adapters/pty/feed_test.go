@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -171,12 +172,17 @@ func TestFeedRebuildKeepsFullScreen(t *testing.T) {
 
 // TestFeedRebuildLines: lines flooding past the bound while the
 // emulator is behind: the goroutine rebuilds on its own once the output
-// stops (no snapshot asked), the screen is the newest lines exactly,
-// and the history holds the lines from before the flood, then the
-// flood's first lines (the head of the dropped output, fed as it is),
-// then the newest that scrolled off, each whole: what was dropped
-// between is lost, nothing is garbled.
+// has been calm for feedCalm (no snapshot asked), the screen is the
+// newest lines exactly, and the history holds the lines from before the
+// flood, then the flood's first lines (the head of the dropped output,
+// fed as it is), then the newest that scrolled off, each whole: what
+// was dropped between is lost, nothing is garbled. It runs in a synctest
+// bubble: the rebuild comes exactly feedCalm after the flood.
 func TestFeedRebuildLines(t *testing.T) {
+	synctest.Test(t, testFeedRebuildLines)
+}
+
+func testFeedRebuildLines(t *testing.T) {
 	var b strings.Builder
 	for i := range 5000 {
 		fmt.Fprintf(&b, "line %05d %s\r\n", i, strings.Repeat("-", i%50))
@@ -186,15 +192,29 @@ func TestFeedRebuildLines(t *testing.T) {
 	f.maxWork = 32 << 10
 	f.Start()
 	f.Write([]byte("before 1\r\nbefore 2\r\n"))
-	waitCaughtUp(t, f)
-	f.emu.Lock() // the emulator busy: the flood falls behind
+	synctest.Wait()
+	if !caughtUp(f) {
+		t.Fatal("the goroutine did not feed the output at once")
+	}
+	// The emulator busy: the flood falls behind, and the goroutine
+	// reads the output's work only once the flood is all written.
+	f.emu.Lock()
 	playFeed(f, []vtStep{{out: b.String()}})
 	behind := f.Behind()
 	f.emu.Unlock()
 	if !behind {
 		t.Fatal("not behind after a flood past the bound")
 	}
-	waitCaughtUp(t, f)
+	time.Sleep(feedCalm - time.Nanosecond)
+	synctest.Wait()
+	if caughtUp(f) || f.Rebuilds() != 0 {
+		t.Fatalf("rebuilt (%d) before the output was calm for feedCalm", f.Rebuilds())
+	}
+	time.Sleep(time.Nanosecond)
+	synctest.Wait()
+	if !caughtUp(f) {
+		t.Fatal("not caught up once the output was calm for feedCalm")
+	}
 	if n := f.Rebuilds(); n != 1 {
 		t.Errorf("%d rebuilds, want 1", n)
 	}
@@ -269,10 +289,18 @@ func TestFeedOpsBound(t *testing.T) {
 	})
 }
 
-// TestFeedRateFallsBehind: output faster than FeedRate is a flood: the
-// emulator falls behind at once, its backlog kept while within
-// FeedWork, and a snapshot feeds that backlog: exact, no rebuild.
+// TestFeedRateFallsBehind: output faster than FeedRate is a flood: more
+// work than maxRate within one feedWindow (100 ms) and the emulator
+// falls behind at once, its backlog kept while within FeedWork, and a
+// snapshot feeds that backlog: exact, no rebuild. The window is counted
+// from its first write: exactly feedWindow later a new one begins. It
+// runs in a synctest bubble, so that the writes fall in the windows the
+// test says however slow the machine.
 func TestFeedRateFallsBehind(t *testing.T) {
+	synctest.Test(t, testFeedRateFallsBehind)
+}
+
+func testFeedRateFallsBehind(t *testing.T) {
 	f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
 	f.maxRate = 5000
 	defer f.Close()
@@ -280,7 +308,8 @@ func TestFeedRateFallsBehind(t *testing.T) {
 	if f.Behind() {
 		t.Fatal("behind within the rate")
 	}
-	f.Write([]byte(strings.Repeat("b", 2000)))
+	time.Sleep(feedWindow - time.Nanosecond)
+	f.Write([]byte(strings.Repeat("b", 2000))) // 5000 of work: 7220 in the window
 	if !f.Behind() {
 		t.Fatal("not behind past the rate")
 	}
@@ -295,22 +324,51 @@ func TestFeedRateFallsBehind(t *testing.T) {
 	if f.Behind() || f.Rebuilds() != 0 {
 		t.Errorf("behind %v, %d rebuilds after the snapshot: want caught up, exactly", f.Behind(), f.Rebuilds())
 	}
+	// feedWindow after the first write: a new window, in which the rate
+	// is exactly full (5000) and one byte more is a flood.
+	time.Sleep(time.Nanosecond)
+	f.Write([]byte(strings.Repeat("c", 2000)))
+	if f.Behind() {
+		t.Fatal("behind at exactly the rate in a new window")
+	}
+	f.Write([]byte("d"))
+	if !f.Behind() {
+		t.Fatal("not behind one byte past the rate")
+	}
 }
 
 // TestFeedBurstExact: a burst faster than FeedRate but within FeedWork
 // (a `cat` of a small file) has the emulator leave it while it comes;
-// once the output is calm the goroutine feeds it on its own (no
-// snapshot asked), and the screen and history are exact.
+// once the output has been calm for feedCalm the goroutine feeds it on
+// its own (no snapshot asked), and the screen and history are exact.
+// It runs in a synctest bubble: the catch-up comes exactly then.
 func TestFeedBurstExact(t *testing.T) {
+	synctest.Test(t, testFeedBurstExact)
+}
+
+func testFeedBurstExact(t *testing.T) {
 	steps := syntheticStreams()["history then a prompt"]
 	want, f := playedAndFeed(t, steps)
 	f.maxRate = 1000
 	f.Start()
+	// The goroutine waits for the emulator's lock until the burst is
+	// all written, so it measures the calm from the burst's end.
+	f.emu.Lock()
 	playFeed(f, steps)
+	f.emu.Unlock()
 	if !f.Behind() {
 		t.Fatal("not behind after a burst past the rate")
 	}
-	waitCaughtUp(t, f)
+	time.Sleep(feedCalm - time.Nanosecond)
+	synctest.Wait()
+	if caughtUp(f) {
+		t.Fatal("caught up before the output was calm for feedCalm")
+	}
+	time.Sleep(time.Nanosecond)
+	synctest.Wait()
+	if !caughtUp(f) {
+		t.Fatal("not caught up once the output was calm for feedCalm")
+	}
 	f.Screen(func(got *Screen) {
 		sameScreens(t, want, got)
 		sameHistory(t, want, got)
@@ -318,6 +376,73 @@ func TestFeedBurstExact(t *testing.T) {
 	if n := f.Rebuilds(); n != 0 {
 		t.Errorf("%d rebuilds, want 0", n)
 	}
+}
+
+// TestFeedCalm: the goroutine feeds a burst once the output has been
+// calm for feedCalm, that is less than a quarter of FeedRate's pace came
+// in it, else it waits a feedCalm more. An emulator that falls behind
+// again within maxFeedCalm of catching up waits twice as long as the
+// time before, up to maxFeedCalm (4 s); after maxFeedCalm without
+// falling behind, feedCalm again. Seconds of waits that only a synctest
+// bubble makes practical to test exactly.
+func TestFeedCalm(t *testing.T) {
+	synctest.Test(t, testFeedCalm)
+}
+
+func testFeedCalm(t *testing.T) {
+	f := NewFeed(NewScreen(80, 24, 1<<20), 80, 24, nil)
+	f.maxRate = 1000 // calm: under 250 of work per feedWindow
+	defer f.Close()
+	f.Start()
+	burst := []byte(strings.Repeat("x", 2000)) // 5000 of work
+	// caughtUpAfter checks that the emulator is behind until exactly
+	// wait from now, and caught up then.
+	caughtUpAfter := func(what string, wait time.Duration) {
+		t.Helper()
+		time.Sleep(wait - time.Nanosecond)
+		synctest.Wait()
+		if caughtUp(f) {
+			t.Fatalf("%s: caught up before %v", what, wait)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if !caughtUp(f) {
+			t.Fatalf("%s: not caught up after %v", what, wait)
+		}
+	}
+	// One write each: the goroutine, woken by it, reads the output's
+	// work after it.
+	f.Write(burst)
+	if !f.Behind() {
+		t.Fatal("not behind after a burst past the rate")
+	}
+	caughtUpAfter("first burst", feedCalm)
+	// maxFeedCalm later (the wait is feedCalm again), a burst and more
+	// output while the goroutine waits for calm (5000 of work, more than
+	// a quarter of the rate over feedCalm: 625): one feedCalm more.
+	time.Sleep(maxFeedCalm)
+	f.Write(burst)
+	time.Sleep(feedCalm / 2)
+	f.Write(burst)
+	caughtUpAfter("output during the wait", feedCalm/2+feedCalm)
+	// Behind again at once, every time: twice as long each time, up to
+	// maxFeedCalm.
+	for _, wait := range []time.Duration{2 * feedCalm, 4 * feedCalm, 8 * feedCalm, maxFeedCalm, maxFeedCalm} {
+		f.Write(burst)
+		caughtUpAfter(fmt.Sprint("behind again, waiting ", wait), wait)
+	}
+	// maxFeedCalm without falling behind: feedCalm again.
+	time.Sleep(maxFeedCalm)
+	f.Write(burst)
+	caughtUpAfter("behind after a calm maxFeedCalm", feedCalm)
+}
+
+// caughtUp reports whether f's emulator has all the output written,
+// neither behind nor with a rebuild pending.
+func caughtUp(f *Feed) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fed == f.written && !f.behind && !f.lost && len(f.ops) == 0
 }
 
 // TestFeedRebuildKeepsState: a full-screen program's burst (alternate

@@ -7,11 +7,15 @@ import (
 	"net/netip"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/sidecar-dev/sidecar/rpc"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -105,7 +109,7 @@ func TestDial(t *testing.T) {
 	_ = cl.Close()
 
 	pol, _ := NewPolicy([]string{"127.0.0.0/8", "::1/128"})
-	d := &Dialer{Policy: pol, Timeout: 200 * time.Millisecond, Resolver: fakeResolver{
+	d := &Dialer{Policy: pol, Resolver: fakeResolver{
 		"ok.test":    {netip.MustParseAddr("127.0.0.1")},
 		"meta.test":  {netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("169.254.169.254")},
 		"other.test": {netip.MustParseAddr("10.1.2.3")},
@@ -133,7 +137,6 @@ func TestDial(t *testing.T) {
 		{"other.test", port, KindDenied, "connect to other.test:"},
 		{"10.0.0.1", port, KindDenied, "not allowed by policy"},
 		{"nx.test", port, KindNoSuchHost, `cannot resolve "nx.test"`},
-		{"slow.test", port, KindTimeout, "timed out"},
 		{"[::1]", closedPort, KindRefused, "connect to [::1]:"},
 	} {
 		_, err := d.Dial(ctx, tc.host, tc.port)
@@ -146,6 +149,36 @@ func TestDial(t *testing.T) {
 			t.Errorf("Dial(%s) message carries raw system text: %q", tc.host, err)
 		}
 	}
+}
+
+// TestDialTimeout: the timeout bounds the whole dial, name resolution
+// included: a resolver that never answers fails the dial as KindTimeout
+// exactly when it ends, 10 s (DefaultDialTimeout) when none is set. It
+// runs in a synctest bubble: the resolver waits on the dial's context,
+// so the bubble's clock runs the timeout out at once.
+func TestDialTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pol, _ := NewPolicy([]string{"127.0.0.0/8"})
+		for _, tc := range []struct {
+			timeout, want time.Duration
+			msg           string
+		}{
+			{0, DefaultDialTimeout, "timed out resolving the name after 10s"},
+			{200 * time.Millisecond, 200 * time.Millisecond, "timed out resolving the name after 200ms"},
+		} {
+			d := &Dialer{Policy: pol, Timeout: tc.timeout, Resolver: fakeResolver{}}
+			start := time.Now()
+			_, err := d.Dial(context.Background(), "slow.test", 80)
+			took := time.Since(start)
+			var oe *OpenError
+			if !errors.As(err, &oe) || oe.Kind != KindTimeout || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("Timeout %v: Dial = %v; want KindTimeout with %q", tc.timeout, err, tc.msg)
+			}
+			if took != tc.want {
+				t.Errorf("Timeout %v: Dial failed after %v, want %v", tc.timeout, took, tc.want)
+			}
+		}
+	})
 }
 
 func TestListeningPorts(t *testing.T) {
@@ -165,4 +198,41 @@ func TestListeningPorts(t *testing.T) {
 		}
 	}
 	t.Errorf("port %d not among the listening ports %v", port, ports)
+}
+
+// TestPollPorts: the listening ports are read at once, then every
+// interval (PortsInterval, 3 s), each reading handed to publish, until
+// the context ends. It runs in a synctest bubble, so the readings are
+// counted against exact times; the reading itself is real (/proc).
+func TestPollPorts(t *testing.T) {
+	if _, err := ListeningPorts(context.Background()); err != nil {
+		t.Skipf("listening ports not readable here: %v", err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var readings atomic.Int64
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			PollPorts(ctx, PortsInterval, func([]rpc.ListeningPort) { readings.Add(1) }, func(err error) { t.Errorf("warned: %v", err) })
+		}()
+		defer func() {
+			cancel()
+			<-done // the context ends it
+		}()
+		check := func(when string, want int64) {
+			t.Helper()
+			synctest.Wait()
+			if n := readings.Load(); n != want {
+				t.Fatalf("%s: %d readings, want %d", when, n, want)
+			}
+		}
+		check("at once", 1)
+		time.Sleep(PortsInterval - time.Nanosecond)
+		check("just before the interval", 1)
+		time.Sleep(time.Nanosecond)
+		check("after one interval", 2)
+		time.Sleep(10 * PortsInterval)
+		check("after eleven intervals", 12)
+	})
 }

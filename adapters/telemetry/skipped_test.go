@@ -1,7 +1,12 @@
 package telemetry
 
 import (
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/sidecar-dev/sidecar/adapters"
 	"github.com/sidecar-dev/sidecar/delivery"
@@ -62,4 +67,58 @@ func TestOrdinarySkipsReported(t *testing.T) {
 	if n := h.Stats().SkipsReported; n != 2 {
 		t.Errorf("SkipsReported = %d, want 2", n)
 	}
+}
+
+// tickSub is an ordinary adapters.Subscriber pushed to from the Hub's
+// goroutine: its FIFO takes a push or not, as the test says.
+type tickSub struct {
+	pushSub
+	open  atomic.Bool
+	mu    sync.Mutex
+	texts []string
+}
+
+func (p *tickSub) CanPush(int) bool { return p.open.Load() }
+func (p *tickSub) Push(text []byte, _ int) bool {
+	if !p.open.Load() {
+		return false
+	}
+	p.mu.Lock()
+	p.texts = append(p.texts, string(text))
+	p.mu.Unlock()
+	return true
+}
+
+// TestHubSkipsReported: on the Hub's own ticks (its system clock, in a
+// synctest bubble), an ordinary subscription not ready for two ticks
+// gets the next batch with "skipped":2; those ticks sampled nothing
+// (nobody was ready) and the Hub counts the 2 reported.
+func TestHubSkipsReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newTestHub(t, time.Second)
+		ps := &tickSub{}
+		ps.open.Store(true)
+		os := &sub{ch: &Channel{ts: &Channels{hub: h}, name: rpc.MetricsChannel}, s: ps}
+		h.Add(rpc.MetricsChannel, 0, os)
+		pass(time.Second) // tick 1: pushed
+		ps.open.Store(false)
+		pass(2 * time.Second) // ticks 2 and 3: not ready
+		ps.open.Store(true)
+		pass(2 * time.Second) // ticks 4 (2 skipped) and 5
+		ps.mu.Lock()
+		texts := ps.texts
+		ps.mu.Unlock()
+		if len(texts) != 3 {
+			t.Fatalf("%d batches pushed in 5 ticks, want 3", len(texts))
+		}
+		for i, want := range []string{"", `,"skipped":2}}`, ""} {
+			skipped := strings.Contains(texts[i], `"skipped"`)
+			if want == "" && skipped || want != "" && !strings.HasSuffix(texts[i], want) {
+				t.Errorf("batch %d ends %q, want %q", i+1, texts[i][max(0, len(texts[i])-40):], want)
+			}
+		}
+		if st := h.Stats(); st.Samples != 3 || st.Skipped != 2 || st.SkipsReported != 2 {
+			t.Errorf("stats %+v, want 3 samples, 2 skipped, 2 reported", st)
+		}
+	})
 }
