@@ -70,17 +70,14 @@ func (c *conn) budgetWindow(uri string, l delivery.Limits, extra delivery.UTF16B
 }
 
 // startPorts publishes the machine's listening ports in the root state
-// (root/portsChanged) until Shutdown.
+// (root/portsChanged) until Shutdown, the first reading before it
+// returns (bounded: tcpadapter.StartPolling).
 func (s *Server) startPorts() {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopPorts = cancel
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		tcpadapter.PollPorts(ctx, tcpadapter.PortsInterval, s.root.setPorts, func(err error) {
-			s.log.Warn("cannot read the listening ports; RootState.ports stays as it is", "error", err)
-		})
-	}()
+	tcpadapter.StartPolling(ctx, &s.wg, tcpadapter.PortsInterval, s.root.setPorts, func(err error) {
+		s.log.Warn("cannot read the listening ports; RootState.ports stays as it is", "error", err)
+	})
 }
 
 // tcpCapability is InitializeResult.tcpConnections: {} when TCP channels

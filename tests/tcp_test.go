@@ -693,6 +693,41 @@ func TestListShowsPorts(t *testing.T) {
 	t.Errorf("ls does not list %s:\n%s", want, out)
 }
 
+// TestListViaShowsPorts (issue 27 item 7): `sidecar ls --via 'sidecar
+// stdio'` lists the listening ports. Each run starts a fresh host, which
+// served its root state before its first reading of the ports had ended,
+// so ls showed none in most runs. The test opens 1000 more loopback
+// listeners, so that a reading takes as long as on a machine with many
+// sockets (where it was found, 9 runs of 10 showed no ports; here too
+// before the fix), and runs ls 10 times: every run lists the port.
+func TestListViaShowsPorts(t *testing.T) {
+	t.Parallel()
+	port := tcpListen(t, func(c *net.TCPConn) {})
+	for range 1000 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+	}
+	want := fmt.Sprintf("\n127.0.0.1:%d ", port)
+	via := sidecarBin + " stdio"
+	missing := 0
+	for i := range 10 {
+		p := start(t, "ls", "--via", via)
+		if code := p.wait(t, waitTimeout); code != 0 {
+			t.Fatalf("ls --via (run %d) exited %d; stderr:\n%s", i+1, code, p.stderr.String())
+		}
+		if out := p.stdout.String(); !strings.Contains(out, want) {
+			missing++
+			t.Logf("ls --via (run %d) does not list 127.0.0.1:%d:\n%s", i+1, port, tail(out, 500))
+		}
+	}
+	if missing > 0 {
+		t.Errorf("ls --via left out 127.0.0.1:%d in %d runs of 10", port, missing)
+	}
+}
+
 // TestForwardBindName: a bind name listens, as ssh does, on every address
 // it resolves to (localhost: 127.0.0.1 and, where /etc/hosts says so and
 // the machine has IPv6 loopback, ::1), all on the port the first one got

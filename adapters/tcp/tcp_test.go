@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -321,6 +323,46 @@ func TestListeningPorts(t *testing.T) {
 		}
 	}
 	t.Errorf("port %d not among the listening ports %v", port, ports)
+}
+
+// TestStartPollingFirstReading (issue 27 item 7): StartPolling returns
+// once the first reading is published (a host serving its root state
+// after it lists the ports from the first snapshot), and its goroutine
+// ends with ctx.
+func TestStartPollingFirstReading(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	if _, err := ListeningPorts(context.Background()); err != nil {
+		t.Skipf("listening ports not readable here: %v", err)
+	}
+	var mu sync.Mutex
+	var got []rpc.ListeningPort
+	readings := 0
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	StartPolling(ctx, &wg, time.Hour, func(ports []rpc.ListeningPort) {
+		mu.Lock()
+		defer mu.Unlock()
+		got, readings = ports, readings+1
+	}, func(err error) { t.Errorf("warned: %v", err) })
+	mu.Lock()
+	n, listed := readings, slices.ContainsFunc(got, func(p rpc.ListeningPort) bool { return p.Address == "127.0.0.1" && p.Port == port })
+	mu.Unlock()
+	if n != 1 || !listed {
+		t.Errorf("when StartPolling returned: %d readings published, port %d listed %v (%v); want 1 listing it", n, port, listed, got)
+	}
+	cancel()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the polling goroutine did not end with its context")
+	}
 }
 
 // TestSpecialWord: the SWAR test flags exactly the words holding a byte
