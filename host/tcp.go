@@ -20,6 +20,7 @@ func (s *Server) newTCPTable() *tcpadapter.Table {
 		s.log.Error("tcp.allow is invalid; every destination is refused", "error", err)
 		pol, _ = tcpadapter.NewPolicy(nil)
 	}
+	pol.SetOwn(s.cfg.Listening)
 	return tcpadapter.NewTable(tcpadapter.TableConfig{
 		Dialer:          &tcpadapter.Dialer{Policy: pol, Timeout: s.cfg.TCP.DialTimeout},
 		MaxTotal:        s.cfg.TCP.MaxTotal,
