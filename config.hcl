@@ -85,8 +85,9 @@ terminal {
 tcp {
   # Destinations the sidecar may connect to for forwarded ports, as CIDRs or single IPs.
   # Checked against the resolved address at dial time, so a name cannot be rebound to a
-  # link-local or metadata address. Everything else is refused. Loopback only by default;
-  # add for example "10.0.0.0/8" to reach other hosts.
+  # link-local or metadata address. Everything else is refused, and so is the daemon's own
+  # listener (listener.address, metrics.listen) however it is spelled. Loopback only by
+  # default; add for example "10.0.0.0/8" to reach other hosts.
   allow = ["127.0.0.0/8", "::1/128"]
   # Open forwarded TCP connections one client (clientId) may have, and in total.
   max_per_client = 256

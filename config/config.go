@@ -61,6 +61,12 @@ type Config struct {
 	Metrics   Metrics
 	// Source is the file the configuration came from, DefaultSource for the default.
 	Source string
+	// Listening is never read from a file: the TCP addresses the daemon
+	// listens on, as bound (sidecar serve sets its listener's and its
+	// metrics listener's before it starts the host; none for sidecar
+	// stdio). createTcpConnection refuses them, in every spelling
+	// (adapters/tcp Policy.SetOwn).
+	Listening []netip.AddrPort
 
 	// pos maps "block.attribute" (or "attribute", or "block") to where it was set in
 	// Source, so that Validate can point at the offending line. Only what the loaded

@@ -116,17 +116,18 @@ func (e *Error) Error() string { return fmt.Sprintf("%s (code %d)", e.Message, e
 // must not grow with it.
 const MaxErrorMessageBytes = 512
 
-// Errorf returns an *Error with code and a formatted message, cut at a
-// character boundary to MaxErrorMessageBytes and then followed by
-// "…(N bytes)" with the length it had.
+// Errorf returns an *Error with code and a formatted message of at most
+// MaxErrorMessageBytes: a longer one is cut at a character boundary and
+// ends with "…(N bytes)", the length it had, within the bound.
 func Errorf(code int64, format string, args ...any) *Error {
 	msg := fmt.Sprintf(format, args...)
 	if len(msg) > MaxErrorMessageBytes {
-		cut := MaxErrorMessageBytes
+		suffix := "…(" + strconv.Itoa(len(msg)) + " bytes)"
+		cut := MaxErrorMessageBytes - len(suffix)
 		for cut > 0 && !utf8.RuneStart(msg[cut]) {
 			cut--
 		}
-		msg = msg[:cut] + "…(" + strconv.Itoa(len(msg)) + " bytes)"
+		msg = msg[:cut] + suffix
 	}
 	return &Error{Code: code, Message: msg}
 }

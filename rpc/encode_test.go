@@ -260,21 +260,39 @@ func TestActionEnvelopeInPieces(t *testing.T) {
 	}
 }
 
-// TestErrorfBounded: an error message quoting peer input is cut to
-// MaxErrorMessageBytes at a character boundary, with the length it had.
+// TestErrorfBounded: an error message quoting peer input is cut at a
+// character boundary to at most MaxErrorMessageBytes, the "…(N bytes)"
+// suffix with the length it had included (it came on top: up to 529
+// bytes).
 func TestErrorfBounded(t *testing.T) {
 	if got := Errorf(CodeNotFound, "no such channel: %s", "ahp-terminal:/t1").Message; got != "no such channel: ahp-terminal:/t1" {
 		t.Fatalf("short message changed: %q", got)
 	}
-	uri := "ahp-terminal:/" + strings.Repeat("é", 100_000) // 2-byte characters: a cut may fall inside one
-	e := Errorf(CodeNotFound, "no such channel: %s", uri)
-	total := len("no such channel: ") + len(uri)
-	suffix := "…(" + strconv.Itoa(total) + " bytes)"
-	if !strings.HasSuffix(e.Message, suffix) {
-		t.Fatalf("message ends %q, want the suffix %q", e.Message[max(0, len(e.Message)-40):], suffix)
+	exact := strings.Repeat("x", MaxErrorMessageBytes)
+	if got := Errorf(CodeNotFound, "%s", exact).Message; got != exact {
+		t.Fatalf("a message of exactly %d bytes was changed to %d bytes", MaxErrorMessageBytes, len(got))
 	}
-	body := strings.TrimSuffix(e.Message, suffix)
-	if len(body) > MaxErrorMessageBytes || len(body) < MaxErrorMessageBytes-1 || !utf8.ValidString(body) {
-		t.Fatalf("kept %d bytes (valid UTF-8 %v), want %d or one less, cut at a character", len(body), utf8.ValidString(body), MaxErrorMessageBytes)
+	for _, c := range []struct {
+		char  string
+		total int // bytes of the formatted message
+	}{
+		{"é", 100_000},       // 2-byte characters: a cut may fall inside one
+		{"日", 3 * 1_000_000}, // 3-byte characters, a 7-digit length
+		{"x", MaxErrorMessageBytes + 1},
+	} {
+		uri := "ahp-terminal:/" + strings.Repeat(c.char, (c.total-len("no such channel: ahp-terminal:/"))/len(c.char))
+		e := Errorf(CodeNotFound, "no such channel: %s", uri)
+		whole := "no such channel: " + uri
+		total := len(whole)
+		suffix := "…(" + strconv.Itoa(total) + " bytes)"
+		if !strings.HasSuffix(e.Message, suffix) {
+			t.Fatalf("message ends %q, want the suffix %q", e.Message[max(0, len(e.Message)-40):], suffix)
+		}
+		body := strings.TrimSuffix(e.Message, suffix)
+		if len(e.Message) > MaxErrorMessageBytes || len(e.Message) <= MaxErrorMessageBytes-len(c.char) ||
+			!utf8.ValidString(body) || !strings.HasPrefix(whole, body) {
+			t.Fatalf("%q×%d: message of %d bytes (body valid UTF-8 %v), want at most %d and more than %d, cut at a character",
+				c.char, total, len(e.Message), utf8.ValidString(body), MaxErrorMessageBytes, MaxErrorMessageBytes-len(c.char))
+		}
 	}
 }

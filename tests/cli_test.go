@@ -717,10 +717,12 @@ func TestViaSilentKilled(t *testing.T) {
 	}
 }
 
-// TestKillNoSuchTerminal: kill of a terminal the host does not have says
-// so as attach does, naming how to list them, and exits 255 (a remote
-// error), not 1 with the host's JSON-RPC error and its code; the others
-// given are killed all the same.
+// TestKillNoSuchTerminal (issue 27 item 8): kill or attach of a terminal
+// the host does not have says so, naming how to list them, and exits 4,
+// apart from 255 (no connection: it was 255 too, so a script could not
+// tell a terminal gone from a host unreachable), not 1 with the host's
+// JSON-RPC error and its code; kill disposes of the others given all the
+// same. A failed connection still exits 255.
 func TestKillNoSuchTerminal(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, "")
@@ -729,8 +731,8 @@ func TestKillNoSuchTerminal(t *testing.T) {
 	rc.mustCall("createTerminal", map[string]any{"channel": "ahp-terminal:/victim", "command": []string{"sleep", "300"}})
 	_, errOut, code := s.run(t, append([]string{"kill", s.url, "t-nope", "victim"}, s.connArgs()...)...)
 	want := "sidecar: no terminal ahp-terminal:/t-nope on this host (sidecar ls " + s.url + " lists them)\n"
-	if code != 255 || errOut != want {
-		t.Errorf("kill t-nope: exit %d, stderr %q; want 255 and %q", code, errOut, want)
+	if code != 4 || errOut != want {
+		t.Errorf("kill t-nope: exit %d, stderr %q; want 4 and %q", code, errOut, want)
 	}
 	out, _, _ := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
 	if strings.Contains(out, "victim") {
@@ -740,8 +742,27 @@ func TestKillNoSuchTerminal(t *testing.T) {
 	via := sidecarBin + " stdio"
 	_, errOut, code = s.run(t, "kill", "--via", via, "ahp-terminal:/t-nope")
 	want = fmt.Sprintf("sidecar: no terminal ahp-terminal:/t-nope on this host (sidecar ls --via %q lists them)\n", via)
-	if code != 255 || errOut != want {
-		t.Errorf("kill --via: exit %d, stderr %q; want 255 and %q", code, errOut, want)
+	if code != 4 || errOut != want {
+		t.Errorf("kill --via: exit %d, stderr %q; want 4 and %q", code, errOut, want)
+	}
+
+	// attach needs a terminal on stdin.
+	a := startInPTY(t, append([]string{"attach", s.url, "t-nope"}, s.connArgs()...)...)
+	code = a.wait(t)
+	want = "sidecar: no terminal ahp-terminal:/t-nope on this host (sidecar ls " + s.url + " lists them)\r\n"
+	if screen := a.out.String(); code != 4 || !strings.HasSuffix(screen, want) {
+		t.Errorf("attach t-nope: exit %d, screen %q; want 4 and %q", code, screen, want)
+	}
+
+	// Where nothing listens: 255, for both.
+	gone := "wss://" + freePort(t) + "/ahp"
+	_, errOut, code = s.run(t, append([]string{"kill", gone, "t-nope"}, s.connArgs()...)...)
+	if code != 255 || !strings.Contains(errOut, "nothing is listening") {
+		t.Errorf("kill where nothing listens: exit %d, stderr %q; want 255 and \"nothing is listening\"", code, errOut)
+	}
+	a = startInPTY(t, append([]string{"attach", gone, "t-nope"}, s.connArgs()...)...)
+	if code = a.wait(t); code != 255 || !strings.Contains(a.out.String(), "nothing is listening") {
+		t.Errorf("attach where nothing listens: exit %d, screen %q; want 255 and \"nothing is listening\"", code, a.out.String())
 	}
 }
 

@@ -206,6 +206,9 @@ func (k *Kind) createTerminal(_ context.Context, c adapters.Caller, params json.
 			return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "cwd" %s is not a directory on this host`, p.Cwd)
 		}
 	}
+	if err := CheckEnv(p.Env); err != nil {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "env": %v`, err)
+	}
 	claim := rpc.Claim{Kind: "client", ClientID: c.ClientID}
 	if p.Claim != nil {
 		if p.Claim.Kind != "client" && p.Claim.Kind != "session" {
@@ -253,6 +256,8 @@ func (k *Kind) createTerminal(_ context.Context, c adapters.Caller, params json.
 		k.forget(p.Channel, entry)
 		e := rpc.Errorf(rpc.CodeInternalError, "cannot start terminal: %v", err)
 		switch {
+		case errors.Is(err, syscall.E2BIG): // the client's command (its env is checked above)
+			e = rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "command" and "env" are too large to start a program: %v`, err)
 		case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
 			e.Data, _ = json.Marshal(rpc.StartErrorData{Kind: "commandNotFound"})
 		case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.ENOEXEC):

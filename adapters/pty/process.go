@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"os/user"
@@ -22,6 +23,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	cpty "github.com/creack/pty"
 	"golang.org/x/sys/unix"
@@ -69,6 +71,68 @@ type Options struct {
 	Term string
 	// Cols and Rows are the initial size in character cells; 0 means 80x24.
 	Cols, Rows uint16
+}
+
+// MaxEnvBytes bounds the environment a client gives a terminal
+// (Options.Env, createTerminal's env): its "NAME=value" strings, each
+// with the NUL that ends it, together. exec refuses (E2BIG) arguments
+// and environment over the system's ARG_MAX (2 MiB with Linux's default
+// 8 MiB stack); this leaves most of it to the command's arguments and
+// the base environment.
+const MaxEnvBytes = 256 << 10
+
+// MaxEnvEntryBytes bounds one "NAME=value" string: Linux refuses a
+// longer one (MAX_ARG_STRLEN, 128 KiB with its NUL) whatever the total.
+const MaxEnvEntryBytes = 128<<10 - 1
+
+// CheckEnv returns why env cannot be a program's environment, naming the
+// variable (quoted, cut short) and the rule, for the first variable in
+// name order that breaks one, or nil: a name must be non-empty, without
+// "=" or NUL; a value without NUL; one "NAME=value" at most
+// MaxEnvEntryBytes; all of them, each with its NUL, at most MaxEnvBytes.
+// Start checks Options.Env with it.
+func CheckEnv(env map[string]string) error {
+	const rule = `a name must be non-empty, without "=" or NUL`
+	total, largest, largestLen := 0, "", -1
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		v := env[k]
+		n := len(k) + 1 + len(v) // NAME=value
+		switch {
+		case k == "":
+			return fmt.Errorf("a variable name is empty: %s", rule)
+		case strings.ContainsRune(k, '='):
+			return fmt.Errorf(`variable name %s contains "=": %s`, quoteShort(k), rule)
+		case strings.ContainsRune(k, 0):
+			return fmt.Errorf("variable name %s contains NUL: %s", quoteShort(k), rule)
+		case strings.ContainsRune(v, 0):
+			return fmt.Errorf("the value of %s contains NUL: a value must not", quoteShort(k))
+		case n > MaxEnvEntryBytes:
+			return fmt.Errorf("variable %s is %d bytes as NAME=value: one may be at most %d", quoteShort(k), n, MaxEnvEntryBytes)
+		}
+		total += n + 1
+		if n > largestLen {
+			largest, largestLen = k, n
+		}
+	}
+	if total > MaxEnvBytes {
+		return fmt.Errorf("the environment is %d bytes (%d variables as NAME=value, each with a NUL; the largest %s, %d bytes): at most %d in all",
+			total, len(env), quoteShort(largest), largestLen, MaxEnvBytes)
+	}
+	return nil
+}
+
+// quoteShort is s quoted as Go would, its first 64 bytes at most (cut at
+// a character boundary), followed by "…(N bytes)" when cut.
+func quoteShort(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return strconv.Quote(s)
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "…(" + strconv.Itoa(len(s)) + " bytes)"
 }
 
 // Process is one program running on its own PTY, in its own session with the
@@ -135,10 +199,10 @@ func Start(opts Options) (*Process, error) {
 			env[k] = v
 		}
 	}
+	if err := CheckEnv(opts.Env); err != nil {
+		return nil, fmt.Errorf("pty: environment: %w", err)
+	}
 	for k, v := range opts.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return nil, fmt.Errorf("pty: invalid environment variable %q", k)
-		}
 		env[k] = v
 	}
 	envList := make([]string, 0, len(env))

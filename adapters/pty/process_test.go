@@ -516,6 +516,58 @@ func TestStartErrors(t *testing.T) {
 	}
 }
 
+// TestCheckEnv (issue 27 item 15): an environment exec cannot take is
+// refused before any process starts, with the variable (quoted, cut
+// short) and the rule; the bounds themselves are accepted.
+func TestCheckEnv(t *testing.T) {
+	long := strings.Repeat("K", 100)
+	for _, c := range []struct {
+		env  map[string]string
+		want string // "" for accepted
+	}{
+		{map[string]string{"FOO": "bar", "EMPTY": ""}, ""},
+		{map[string]string{"": "x"}, `a variable name is empty: a name must be non-empty, without "=" or NUL`},
+		{map[string]string{"A=B": "c"}, `variable name "A=B" contains "=": a name must be non-empty, without "=" or NUL`},
+		{map[string]string{"A\x00B": "c"}, `variable name "A\x00B" contains NUL: a name must be non-empty, without "=" or NUL`},
+		{map[string]string{"OK": "1", "V": "a\x00b"}, `the value of "V" contains NUL: a value must not`},
+		{map[string]string{long + "=": "x"}, `variable name "` + long[:64] + `"…(101 bytes) contains "=": a name must be non-empty, without "=" or NUL`},
+		{map[string]string{"BIG": strings.Repeat("v", MaxEnvEntryBytes-3)}, `variable "BIG" is 131072 bytes as NAME=value: one may be at most 131071`},
+		{map[string]string{"A": strings.Repeat("a", 100_000), "B": strings.Repeat("b", 120_000), "C": strings.Repeat("c", 100_000)},
+			`the environment is 320009 bytes (3 variables as NAME=value, each with a NUL; the largest "B", 120002 bytes): at most 262144 in all`},
+	} {
+		err := CheckEnv(c.env)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != c.want {
+			t.Errorf("CheckEnv(%d variables): %q, want %q", len(c.env), got, c.want)
+		}
+	}
+}
+
+// TestEnvAtItsBounds: an environment at MaxEnvBytes made of variables at
+// MaxEnvEntryBytes passes CheckEnv and exec takes it (the bounds are
+// within what Linux allows), and one byte more is refused by Start with
+// CheckEnv's reason instead of exec's "argument list too long".
+func TestEnvAtItsBounds(t *testing.T) {
+	value := strings.Repeat("v", MaxEnvEntryBytes-2) // "A=" + value
+	env := map[string]string{"A": value, "B": value}
+	if err := CheckEnv(env); err != nil {
+		t.Fatalf("at the bounds: %v", err)
+	}
+	h := start(t, Options{Argv: []string{"/bin/sh", "-c", `printf '%s %s\n' "${#A}" "${#B}"`}, Env: env})
+	out, code := h.waitEnd()
+	if want := fmt.Sprintf("%d %d\r\n", len(value), len(value)); out != want || code != 0 {
+		t.Fatalf("output %q, code %d; want %q, 0", out, code, want)
+	}
+	env["C"] = ""
+	_, err := Start(Options{Argv: []string{"true"}, Env: env})
+	if want := "pty: environment: the environment is 262147 bytes"; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("one variable more: %v, want %q…", err, want)
+	}
+}
+
 func TestDefaultShell(t *testing.T) {
 	want := passwdShell(os.Getenv("USER"))
 	if u, err := resolveUser(""); err == nil {

@@ -5,9 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -292,62 +295,118 @@ func TestVTLayout(t *testing.T) {
 // is small, so that it falls behind and is rebuilt from arbitrary
 // heads, tails and states of the dropped output: nothing panics and its
 // ring, head and state stay within their bounds.
+//
+// An execution costs milliseconds whatever its input (each of its three
+// emulators allocates a 4 MiB buffer), and the fuzzer minimizes every
+// input it finds interesting, candidate by candidate, up to a minute
+// each: from seeds of 3-4 KiB (the recordings) it spent nearly all its
+// time minimizing, a few hundred execs in 30 s. So its seeds are at most
+// maxFuzzScreenSeed bytes (the long streams cut in pieces) and it checks
+// the first maxFuzzScreenInput bytes of an input. The long streams are
+// checked whole by TestScreenCheckLongStreams.
 func FuzzScreen(f *testing.F) {
-	for _, steps := range syntheticStreams() {
-		for _, st := range steps {
-			if len(st.out) < 4096 {
-				f.Add([]byte(st.out))
-			}
+	for _, in := range screenCheckInputs(f) {
+		// Pieces of a long stream, so that the seeds still cover what
+		// it does; a few, as the long synthetic streams repeat.
+		for i := 0; i < len(in) && i < 16*maxFuzzScreenSeed; i += maxFuzzScreenSeed {
+			f.Add(in[i:min(i+maxFuzzScreenSeed, len(in))])
 		}
 	}
-	for name := range recordings {
-		if b, err := os.ReadFile(filepath.Join("testdata", "vt", name+".vt")); err == nil {
-			f.Add(b)
-		}
-	}
-	f.Add([]byte("\x1b[?1049h\x1b[5;10Htitle\x1b[?2004h\x1b[?1000;1006h\x1b[3;20r\x1b[?6h\x1b[2;2Hx"))
-	f.Add([]byte("\x1b[999S\x1b[2J\x1b[3J\x1bc\x1b[6n\x1b[c\x1b]11;?\x07\x1b[?2048h"))
-	f.Add([]byte("ab\x1b[4294967297C\x1b[99999999b\x1b[38;5;300;53m\x1b[41m\x1b[2J\x1b7\x1b[?1047h\x1b[4h0123456789012345678901"))
+	// Each emulator's 4 MiB is garbage at the end of an execution: with
+	// the default GOGC the heap is collected and its pages returned and
+	// faulted in again every execution or two, which costs more than the
+	// check itself.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		const hist = 2048
-		s := NewScreen(20, 6, hist)
-		defer s.Close()
-		feed := NewFeed(NewScreen(20, 6, hist), 20, 6, nil)
-		feed.maxWork = 300
-		defer feed.Close()
-		var dec OutputDecoder
-		for i := 0; i < len(data); i += 97 {
-			text := dec.FeedView(data[i:min(i+97, len(data))]).Text
-			s.Write(text)
-			feed.Write(text)
-			if i == 97 && len(data) > 0 && data[0]%5 == 0 {
-				s.Resize(int(data[0]%40)+1, int(data[len(data)-1]%30)+1)
-				feed.Resize(int(data[0]%40)+1, int(data[len(data)-1]%30)+1)
-			}
-			if i%(97*3) == 0 {
-				feed.Screen(func(*Screen) {})
-			}
-			feed.mu.Lock()
-			if len(feed.ring) > feed.maxWork || len(feed.ops) > maxFeedOps || len(feed.head) > feed.maxWork/8 || feed.headWork > feed.maxWork/8 {
-				t.Fatalf("feed ring %d bytes, %d ops, head %d bytes (%d of work): over the bounds", len(feed.ring), len(feed.ops), len(feed.head), feed.headWork)
-			}
-			if st := &feed.track; st.nmodes > maxTrackedModes || st.nscreens > maxTrackedScreens || len(st.sgr) > maxTrackedSGR || len(st.partial) > maxTrackedSeq {
-				t.Fatalf("dropped output's state over its bounds: %d modes, %d screens, %d SGR bytes, %d partial", st.nmodes, st.nscreens, len(st.sgr), len(st.partial))
-			}
-			feed.mu.Unlock()
-			if n := s.Emulator().ScrollbackLen(); n != 0 {
-				t.Fatalf("the emulator keeps %d scrolled-off lines after a write", n)
-			}
-		}
-		s.Write(dec.FlushView().Text)
-		if s.History().Len() > hist {
-			t.Fatalf("history of %d bytes, bound %d", s.History().Len(), hist)
-		}
-		e := s.Emulator()
-		b := NewScreen(e.Width(), e.Height(), hist)
-		defer b.Close()
-		b.Write(s.Redraw(nil, true))
+		checkScreen(t, data[:min(len(data), maxFuzzScreenInput)])
 	})
+}
+
+const (
+	// maxFuzzScreenSeed bounds FuzzScreen's seeds: over 97 bytes, so
+	// that a seed is fed in more than one write and resizes.
+	maxFuzzScreenSeed = 256
+	// maxFuzzScreenInput bounds what FuzzScreen checks of an input (a
+	// longer one's tail is cut at once by the minimizer).
+	maxFuzzScreenInput = 512
+)
+
+// screenCheckInputs returns the outputs FuzzScreen starts from and
+// TestScreenCheckLongStreams checks whole: every synthetic stream's
+// output, the recordings, and sequences that found bugs.
+func screenCheckInputs(tb testing.TB) [][]byte {
+	var ins [][]byte
+	streams := syntheticStreams()
+	for _, name := range slices.Sorted(maps.Keys(streams)) {
+		for _, st := range streams[name] {
+			if st.out != "" {
+				ins = append(ins, []byte(st.out))
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(recordings)) {
+		b, err := os.ReadFile(filepath.Join("testdata", "vt", name+".vt"))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ins = append(ins, b)
+	}
+	return append(ins,
+		[]byte("\x1b[?1049h\x1b[5;10Htitle\x1b[?2004h\x1b[?1000;1006h\x1b[3;20r\x1b[?6h\x1b[2;2Hx"),
+		[]byte("\x1b[999S\x1b[2J\x1b[3J\x1bc\x1b[6n\x1b[c\x1b]11;?\x07\x1b[?2048h"),
+		[]byte("ab\x1b[4294967297C\x1b[99999999b\x1b[38;5;300;53m\x1b[41m\x1b[2J\x1b7\x1b[?1047h\x1b[4h0123456789012345678901"),
+	)
+}
+
+// TestScreenCheckLongStreams runs FuzzScreen's check on each of its
+// starting outputs whole, the long ones too (a synthetic stream of
+// 60 KB, the recordings of a few KiB).
+func TestScreenCheckLongStreams(t *testing.T) {
+	for _, in := range screenCheckInputs(t) {
+		checkScreen(t, in)
+	}
+}
+
+// checkScreen is FuzzScreen's check of one output.
+func checkScreen(t *testing.T, data []byte) {
+	const hist = 2048
+	s := NewScreen(20, 6, hist)
+	defer s.Close()
+	feed := NewFeed(NewScreen(20, 6, hist), 20, 6, nil)
+	feed.maxWork = 300
+	defer feed.Close()
+	var dec OutputDecoder
+	for i := 0; i < len(data); i += 97 {
+		text := dec.FeedView(data[i:min(i+97, len(data))]).Text
+		s.Write(text)
+		feed.Write(text)
+		if i == 97 && len(data) > 0 && data[0]%5 == 0 {
+			s.Resize(int(data[0]%40)+1, int(data[len(data)-1]%30)+1)
+			feed.Resize(int(data[0]%40)+1, int(data[len(data)-1]%30)+1)
+		}
+		if i%(97*3) == 0 {
+			feed.Screen(func(*Screen) {})
+		}
+		feed.mu.Lock()
+		if len(feed.ring) > feed.maxWork || len(feed.ops) > maxFeedOps || len(feed.head) > feed.maxWork/8 || feed.headWork > feed.maxWork/8 {
+			t.Fatalf("feed ring %d bytes, %d ops, head %d bytes (%d of work): over the bounds", len(feed.ring), len(feed.ops), len(feed.head), feed.headWork)
+		}
+		if st := &feed.track; st.nmodes > maxTrackedModes || st.nscreens > maxTrackedScreens || len(st.sgr) > maxTrackedSGR || len(st.partial) > maxTrackedSeq {
+			t.Fatalf("dropped output's state over its bounds: %d modes, %d screens, %d SGR bytes, %d partial", st.nmodes, st.nscreens, len(st.sgr), len(st.partial))
+		}
+		feed.mu.Unlock()
+		if n := s.Emulator().ScrollbackLen(); n != 0 {
+			t.Fatalf("the emulator keeps %d scrolled-off lines after a write", n)
+		}
+	}
+	s.Write(dec.FlushView().Text)
+	if s.History().Len() > hist {
+		t.Fatalf("history of %d bytes, bound %d", s.History().Len(), hist)
+	}
+	e := s.Emulator()
+	b := NewScreen(e.Width(), e.Height(), hist)
+	defer b.Close()
+	b.Write(s.Redraw(nil, true))
 }
 
 // TestHistoryBound: the history keeps the newest whole lines within its

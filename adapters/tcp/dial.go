@@ -13,9 +13,10 @@ import (
 )
 
 // Dialer opens destinations for createTcpConnection: it resolves the
-// host, checks every resolved address against the Policy (a name that
-// resolves to any refused address is refused whole, so DNS cannot steer a
-// dial to a metadata address), then dials the allowed addresses in order
+// host, checks every resolved address with its port against the Policy
+// (a name that resolves to any refused address is refused whole, so DNS
+// cannot steer a dial to a metadata address or the daemon's own
+// listener), then dials the allowed addresses in order
 // within Timeout.
 type Dialer struct {
 	Policy  *Policy
@@ -78,7 +79,7 @@ func (d *Dialer) Dial(ctx context.Context, host string, port int) (*net.TCPConn,
 		}
 	}
 	for _, a := range addrs {
-		if reason, ok := d.Policy.Check(a); !ok {
+		if reason, ok := d.Policy.CheckDest(a, port); !ok {
 			return nil, fail(KindDenied, a.Unmap().String(), ": "+reason, nil)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -25,9 +26,9 @@ type Kind struct {
 	quota   adapters.QuotaLimits
 	quotas  *adapters.Quotas
 	failLog openFailLog
-	// stopPorts ends the ports poller; portsDone is closed once it has.
+	// stopPorts ends the ports poller; ports is its goroutine.
 	stopPorts context.CancelFunc
-	portsDone chan struct{}
+	ports     sync.WaitGroup
 }
 
 // NewKind is the TCP kind's adapters.Factory.
@@ -39,7 +40,8 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 		env.Log.Error("tcp.allow is invalid; every destination is refused", "error", err)
 		pol, _ = NewPolicy(nil)
 	}
-	k := &Kind{log: log, quotas: env.Quotas, portsDone: make(chan struct{}),
+	pol.SetOwn(env.Config.Listening) // the daemon's own listeners, refused in every spelling
+	k := &Kind{log: log, quotas: env.Quotas,
 		quota: adapters.QuotaLimits{
 			Total: cfg.MaxTotal, PerPrincipal: cfg.MaxPerPrincipal, PerClient: cfg.MaxPerClient, PerConn: cfg.MaxPerConnection,
 			Name: "TCP connection", Counted: "open", Block: "tcp", Advice: "close one first",
@@ -57,15 +59,13 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 		Seq:    env.Journal.Seq,
 		Log:    log,
 	})
-	// RootState.ports (root/portsChanged) until Shutdown.
+	// RootState.ports (root/portsChanged) until Shutdown, the first
+	// reading before the host serves anyone (bounded: StartPolling).
 	ctx, cancel := context.WithCancel(context.Background())
 	k.stopPorts = cancel
-	go func() {
-		defer close(k.portsDone)
-		PollPorts(ctx, PortsInterval, env.Root.SetPorts, func(err error) {
-			env.Log.Warn("cannot read the listening ports; RootState.ports stays as it is", "error", err)
-		})
-	}()
+	StartPolling(ctx, &k.ports, PortsInterval, env.Root.SetPorts, func(err error) {
+		env.Log.Warn("cannot read the listening ports; RootState.ports stays as it is", "error", err)
+	})
 	return k, nil
 }
 
@@ -124,7 +124,7 @@ func (k *Kind) Shutdown(ctx context.Context) {
 	done := make(chan struct{})
 	go func() {
 		k.tb.Shutdown()
-		<-k.portsDone
+		k.ports.Wait()
 		close(done)
 	}()
 	select {

@@ -2,7 +2,9 @@ package tcp
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -14,6 +16,12 @@ import (
 // and broadcast addresses are always refused.
 type Policy struct {
 	allow []netip.Prefix
+	// own are the daemon's own listening addresses (SetOwn), refused by
+	// CheckDest.
+	own []netip.AddrPort
+	// localAddrs returns the addresses of this machine's interfaces
+	// (tests replace it).
+	localAddrs func() []netip.Addr
 }
 
 // sensitive are ranges only a specific allow entry opens: metadata
@@ -78,6 +86,73 @@ func (p *Policy) Check(addr netip.Addr) (reason string, ok bool) {
 		}
 	}
 	return "not in tcp.allow", false
+}
+
+// SetOwn sets the daemon's own TCP listening addresses, as bound (the
+// listener's, the metrics listener's): CheckDest refuses them whatever
+// tcp.allow says. A TCP channel into the daemon's own listener would be a
+// connection to the daemon made by the daemon, from its own address: past
+// any firewall in front of it, counted apart from the client's own
+// connections, and a loop a client could nest. A listener on the
+// unspecified address (0.0.0.0 or ::) takes every local address on its
+// port: the loopback ones and those of the machine's interfaces. Call it
+// before the Policy is used.
+func (p *Policy) SetOwn(own []netip.AddrPort) {
+	p.own = nil
+	for _, o := range own {
+		p.own = append(p.own, netip.AddrPortFrom(o.Addr().Unmap().WithZone(""), o.Port()))
+	}
+}
+
+// CheckDest is Check for a destination's address and port: it also
+// refuses the daemon's own listeners (SetOwn), in every spelling of their
+// address (IPv4-mapped IPv6 included; a name is checked by what it
+// resolves to).
+func (p *Policy) CheckDest(addr netip.Addr, port int) (reason string, ok bool) {
+	if reason, ok := p.Check(addr); !ok {
+		return reason, false
+	}
+	addr = addr.Unmap().WithZone("")
+	for _, o := range p.own {
+		if int(o.Port()) != port {
+			continue
+		}
+		if o.Addr() == addr || (o.Addr().IsUnspecified() && p.isLocal(addr)) {
+			return fmt.Sprintf("the daemon's own listener %s (a TCP channel may not connect back into sidecar)", o), false
+		}
+	}
+	return "", true
+}
+
+// isLocal reports whether addr (unmapped) is an address of this machine:
+// loopback, or one of its interfaces'.
+func (p *Policy) isLocal(addr netip.Addr) bool {
+	if addr.IsLoopback() {
+		return true
+	}
+	local := p.localAddrs
+	if local == nil {
+		local = interfaceAddrs
+	}
+	return slices.Contains(local(), addr)
+}
+
+// interfaceAddrs returns the addresses of this machine's interfaces,
+// unmapped and without zones (none when they cannot be read).
+func interfaceAddrs() []netip.Addr {
+	ifaddrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	var addrs []netip.Addr
+	for _, ia := range ifaddrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if a, ok := netip.AddrFromSlice(n.IP); ok {
+				addrs = append(addrs, a.Unmap())
+			}
+		}
+	}
+	return addrs
 }
 
 // FirstWindowBytes is the window (UTF-16 bytes) a TCP channel is always

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	psnet "github.com/shirou/gopsutil/v4/net"
@@ -67,6 +68,42 @@ func processName(pid int32) string {
 
 // PortsInterval is how often the host reads the listening ports.
 const PortsInterval = 3 * time.Second
+
+// FirstPortsWait bounds how long StartPolling waits for the first
+// reading (a few milliseconds on most machines, more with many sockets
+// or processes).
+const FirstPortsWait = 2 * time.Second
+
+// StartPolling runs PollPorts in a goroutine that wg counts, until ctx
+// ends, and returns once its first reading has been published (or has
+// failed), or after FirstPortsWait: a host that starts it before it
+// serves anything has the ports in its first root snapshot. Started in
+// the background alone, a client that reads the root state once as soon
+// as the host is up (sidecar ls through a sidecar stdio started for it)
+// got it before the first reading, without ports.
+func StartPolling(ctx context.Context, wg *sync.WaitGroup, interval time.Duration, publish func([]rpc.ListeningPort), warn func(error)) {
+	first := make(chan struct{})
+	var once sync.Once
+	read := func() { once.Do(func() { close(first) }) }
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer read() // ctx ended before the first reading
+		PollPorts(ctx, interval, func(ports []rpc.ListeningPort) {
+			publish(ports)
+			read()
+		}, func(err error) {
+			warn(err)
+			read()
+		})
+	}()
+	t := time.NewTimer(FirstPortsWait)
+	defer t.Stop()
+	select {
+	case <-first:
+	case <-t.C:
+	}
+}
 
 // PollPorts reads the listening ports at once and then every interval
 // until ctx ends, and hands each reading to publish (which compares it

@@ -3,10 +3,13 @@ package tcp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -235,4 +238,122 @@ func TestPollPorts(t *testing.T) {
 		time.Sleep(10 * PortsInterval)
 		check("after eleven intervals", 12)
 	})
+}
+
+// TestPolicyOwn (issue 27 item 14): the daemon's own listeners are
+// refused in every spelling of their address, on their port only; one on
+// the unspecified address takes every local address on its port.
+func TestPolicyOwn(t *testing.T) {
+	def, _ := NewPolicy([]string{"127.0.0.0/8", "::1/128"})
+	wide, _ := NewPolicy([]string{"0.0.0.0/0", "::/0"})
+	for _, p := range []*Policy{def, wide} {
+		p.SetOwn([]netip.AddrPort{
+			netip.MustParseAddrPort("[::ffff:127.0.0.1]:4433"), // as a TCPAddr may give it
+			netip.MustParseAddrPort("[::]:9464"),
+			netip.MustParseAddrPort("10.9.9.9:5000"),
+		})
+		p.localAddrs = func() []netip.Addr {
+			return []netip.Addr{netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("fd00::5")}
+		}
+	}
+	for _, c := range []struct {
+		p      *Policy
+		addr   string
+		port   int
+		reason string // "" when allowed
+	}{
+		{def, "127.0.0.1", 4433, "the daemon's own listener 127.0.0.1:4433 (a TCP channel may not connect back into sidecar)"},
+		{def, "::ffff:127.0.0.1", 4433, "the daemon's own listener 127.0.0.1:4433 (a TCP channel may not connect back into sidecar)"},
+		{def, "127.0.0.1", 4434, ""},
+		{def, "127.0.0.2", 4433, ""}, // not where a listener on 127.0.0.1 accepts
+		{def, "::1", 4433, ""},
+		{def, "127.0.0.1", 9464, "the daemon's own listener [::]:9464 (a TCP channel may not connect back into sidecar)"},
+		{def, "127.3.2.1", 9464, "the daemon's own listener [::]:9464 (a TCP channel may not connect back into sidecar)"},
+		{def, "::1", 9464, "the daemon's own listener [::]:9464 (a TCP channel may not connect back into sidecar)"},
+		{def, "10.1.2.3", 9464, "not in tcp.allow"}, // the allow rule speaks first
+		{wide, "10.1.2.3", 9464, "the daemon's own listener [::]:9464 (a TCP channel may not connect back into sidecar)"},
+		{wide, "::ffff:10.1.2.3", 9464, "the daemon's own listener [::]:9464 (a TCP channel may not connect back into sidecar)"},
+		{wide, "fd00::5", 9464, "the daemon's own listener [::]:9464 (a TCP channel may not connect back into sidecar)"},
+		{wide, "10.1.2.4", 9464, ""},
+		{wide, "10.9.9.9", 5000, "the daemon's own listener 10.9.9.9:5000 (a TCP channel may not connect back into sidecar)"},
+		{wide, "10.1.2.3", 5000, ""},
+	} {
+		reason, ok := c.p.CheckDest(netip.MustParseAddr(c.addr), c.port)
+		if ok != (c.reason == "") || reason != c.reason {
+			t.Errorf("CheckDest(%s, %d) = %q, %v; want %q", c.addr, c.port, reason, ok, c.reason)
+		}
+	}
+}
+
+// TestDialOwnListener (issue 27 item 14): a name that resolves to the
+// daemon's own listener (localhost, a hosts-file alias) is refused
+// before anything is dialled, with the rule.
+func TestDialOwnListener(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	own := l.Addr().(*net.TCPAddr).AddrPort()
+	pol, _ := NewPolicy([]string{"127.0.0.0/8", "::1/128"})
+	pol.SetOwn([]netip.AddrPort{own})
+	d := &Dialer{Policy: pol, Timeout: 2 * time.Second, Resolver: fakeResolver{
+		"localhost":   {netip.MustParseAddr("::1"), netip.MustParseAddr("127.0.0.1")},
+		"sidecar.lan": {netip.MustParseAddr("::ffff:127.0.0.1")},
+	}}
+	port := int(own.Port())
+	for _, host := range []string{"127.0.0.1", "::ffff:127.0.0.1", "[::ffff:7f00:1]", "localhost", "sidecar.lan"} {
+		_, err := d.Dial(context.Background(), host, port)
+		var oe *OpenError
+		want := fmt.Sprintf("not allowed by policy: the daemon's own listener 127.0.0.1:%d (a TCP channel may not connect back into sidecar)", port)
+		if !errors.As(err, &oe) || oe.Kind != KindDenied || !strings.HasSuffix(err.Error(), want) {
+			t.Errorf("Dial(%s, %d) = %v; want KindDenied ending %q", host, port, err, want)
+		}
+	}
+	// Nothing reached the listener: an accept finds no connection.
+	_ = l.(*net.TCPListener).SetDeadline(time.Now())
+	if c, err := l.Accept(); err == nil {
+		c.Close()
+		t.Error("a refused destination was dialled")
+	}
+}
+
+// TestStartPollingFirstReading (issue 27 item 7): StartPolling returns
+// once the first reading is published (a host serving its root state
+// after it lists the ports from the first snapshot), and its goroutine
+// ends with ctx.
+func TestStartPollingFirstReading(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	if _, err := ListeningPorts(context.Background()); err != nil {
+		t.Skipf("listening ports not readable here: %v", err)
+	}
+	var mu sync.Mutex
+	var got []rpc.ListeningPort
+	readings := 0
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	StartPolling(ctx, &wg, time.Hour, func(ports []rpc.ListeningPort) {
+		mu.Lock()
+		defer mu.Unlock()
+		got, readings = ports, readings+1
+	}, func(err error) { t.Errorf("warned: %v", err) })
+	mu.Lock()
+	n, listed := readings, slices.ContainsFunc(got, func(p rpc.ListeningPort) bool { return p.Address == "127.0.0.1" && p.Port == port })
+	mu.Unlock()
+	if n != 1 || !listed {
+		t.Errorf("when StartPolling returned: %d readings published, port %d listed %v (%v); want 1 listing it", n, port, listed, got)
+	}
+	cancel()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the polling goroutine did not end with its context")
+	}
 }

@@ -38,7 +38,8 @@ Exit status: the shell's (128+n when signal n killed it). A terminal
 disposed of while you are attached (sidecar kill) has its process group
 killed with SIGHUP: attach says so ("terminal ahp-terminal:/ID was
 disposed by client ID" when the host names the client) and exits 129.
-255 when the connection fails or is lost; 2 for a usage error.`,
+4 when TERMINAL is not on the host; 255 when the connection fails or is
+lost; 2 for a usage error.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if err := cobra.RangeArgs(1, 2)(cmd, args); err != nil {
 				return err
@@ -102,7 +103,7 @@ func attach(cf *connFlags, url, id, name string) error {
 	if err != nil {
 		var re *rpc.Error
 		if errors.As(err, &re) && re.Code == rpc.CodeNotFound {
-			return &exitError{code: 255, err: noTerminal(uri, cf.lsCommand(url))}
+			return &exitError{code: exitNotFound, err: noTerminal(uri, cf.lsCommand(url))}
 		}
 		return &exitError{code: 255, err: err}
 	}

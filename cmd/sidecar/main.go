@@ -38,6 +38,15 @@ func (e *exitError) Error() string {
 
 func (e *exitError) Unwrap() error { return e.err }
 
+// exitNotFound is the exit status of kill and attach when a terminal
+// given is not on the host: 4, as systemctl exits for a unit it does not
+// know. It is apart from 255 (the connection failed, or another error),
+// 2 (a usage error) and 1 (a local failure: serve's listener, forward's
+// port), so a script can tell "gone" from "could not ask"; like every
+// status of sidecar's own it comes with a "sidecar:" line saying why
+// (README.md, "Exit status").
+const exitNotFound = 4
+
 // usageErrors makes every usage error (a flag, the arguments) exit 2,
 // with a pointer to the command's help.
 func usageErrors(root *cobra.Command) {

@@ -34,9 +34,10 @@ type metricsServer struct {
 	done chan error
 }
 
-// startMetrics binds cfg.Metrics.Listen and serves srv's metrics at
-// MetricsPath (host.MetricsHandler); nil when metrics.listen is "" (off).
-func startMetrics(cfg *config.Config, srv *host.Server, logger hclog.Logger) (*metricsServer, error) {
+// listenMetrics binds cfg.Metrics.Listen: nil when metrics.listen is ""
+// (off). serve binds it before it starts the host, which must know the
+// daemon's own listening addresses (config.Config.Listening).
+func listenMetrics(cfg *config.Config) (net.Listener, error) {
 	if cfg.Metrics.Listen == "" {
 		return nil, nil
 	}
@@ -47,6 +48,15 @@ func startMetrics(cfg *config.Config, srv *host.Server, logger hclog.Logger) (*m
 			msg += " (pick another port: metrics.listen)"
 		}
 		return nil, errors.New(msg)
+	}
+	return ln, nil
+}
+
+// startMetrics serves srv's metrics at MetricsPath (host.MetricsHandler)
+// on ln from listenMetrics; nil when ln is nil (metrics off).
+func startMetrics(ln net.Listener, srv *host.Server, logger hclog.Logger) *metricsServer {
+	if ln == nil {
+		return nil
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET "+MetricsPath, host.MetricsHandler(srv))
@@ -64,7 +74,7 @@ func startMetrics(cfg *config.Config, srv *host.Server, logger hclog.Logger) (*m
 	}
 	go func() { m.done <- m.hs.Serve(ln) }()
 	logger.Info("metrics listening", "address", m.addr.String(), "path", MetricsPath)
-	return m, nil
+	return m
 }
 
 // failed receives the error the listener failed with; never on a nil

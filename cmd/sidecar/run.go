@@ -27,7 +27,16 @@ func runCmd() *cobra.Command {
 		Long: `Run CMD in a new terminal on the host, copy its output here and exit with its
 status. With a terminal on stdin, input is typed raw (Ctrl-C goes to CMD); type ~.
 after Enter to end run at once (exit 255, CMD is ended too), even while it
-reconnects.`,
+reconnects.
+
+Exit status: CMD's, whatever it is (128+n when signal n killed it), passed
+through as it is. run's own failures are 255 (the connection failed or was
+lost, ~.), 127 and 126 (CMD not found or not executable on the host, as a
+shell says), 2 (a usage error) and 128+n (signal n ended run, and CMD with
+it). A status alone cannot tell CMD's 255 from run's, as with ssh; run's own
+failures but the signals print a "sidecar:" line on stderr saying what
+failed, while CMD's output, its stderr included, comes on stdout through the
+terminal: with CMD's status, stderr holds at most run's reconnection notices.`,
 		Example: `  sidecar run wss://127.0.0.1:4433/ahp --token T --cert-hash H -- sh -c 'echo $((6*7)); exit 3'`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()

@@ -12,6 +12,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"sync"
@@ -127,6 +128,16 @@ func serve(configFile, listen, token, stateDir string) error {
 		return &exitError{code: 1, err: errors.New(msg)}
 	}
 	addr := ln.Addr().(*net.TCPAddr)
+	metricsLn, err := listenMetrics(cfg)
+	if err != nil {
+		_ = ln.Close()
+		return &exitError{code: 1, err: err}
+	}
+	// The host refuses TCP channels to the daemon's own listeners.
+	cfg.Listening = []netip.AddrPort{addr.AddrPort()}
+	if metricsLn != nil {
+		cfg.Listening = append(cfg.Listening, metricsLn.Addr().(*net.TCPAddr).AddrPort())
+	}
 
 	// Before any terminal can start: what the programs in terminals
 	// inherit (see serveSignals).
@@ -208,15 +219,7 @@ func serve(configFile, listen, token, stateDir string) error {
 		TLSConfig:         &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12},
 		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
 	}
-	metrics, err := startMetrics(cfg, srv, logger)
-	if err != nil {
-		_ = ln.Close()
-		if wts != nil {
-			_ = wts.Close()
-		}
-		_ = srv.Shutdown(context.Background())
-		return &exitError{code: 1, err: err}
-	}
+	metrics := startMetrics(metricsLn, srv, logger)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.ServeTLS(transport.CorkListener(ln), "", "") }()
 
