@@ -54,7 +54,7 @@ func TestLogSource(t *testing.T) {
 }
 
 func testLogSource(t *testing.T) {
-	j := journal.New(journal.Limits{ChannelMaxBytes: 64}, nil)
+	j := journal.New(journal.Limits{ChannelMaxBytes: 64})
 	ch := &fakeChannel{uri: "ahp-terminal:/ls", j: j}
 	appendText(t, j, ch.uri, `{"old":1}`)
 	ls := NewLogSource(ch, j)
@@ -148,7 +148,7 @@ func (w chanWriter) WriteMessage(ctx context.Context, text []byte) error {
 // appended later, with nothing else on the path; detached (the stream
 // removed), it no longer listens.
 func TestLogSourceWakesItsStream(t *testing.T) {
-	j := journal.New(journal.Limits{ChannelMaxBytes: 1 << 20}, nil)
+	j := journal.New(journal.Limits{ChannelMaxBytes: 1 << 20})
 	ch := &fakeChannel{uri: "ahp-terminal:/wake", j: j}
 	sched := delivery.NewScheduler(delivery.SchedulerConfig{})
 	ls := NewLogSource(ch, j)

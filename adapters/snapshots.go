@@ -45,7 +45,6 @@ type Snapshots struct {
 	ch      Channel
 	j       *journal.Journal
 	onReady func()
-	maxAge  time.Duration // MaxSnapshotAge (others in tests)
 
 	mu sync.Mutex
 	// text is the newest build, taken at seq; gen counts the builds
@@ -69,7 +68,7 @@ type Snapshots struct {
 // onReady, if not nil, is called after that (on the building goroutine,
 // with no lock held).
 func NewSnapshots(ch Channel, j *journal.Journal, onReady func()) *Snapshots {
-	return &Snapshots{ch: ch, j: j, onReady: onReady, maxAge: MaxSnapshotAge}
+	return &Snapshots{ch: ch, j: j, onReady: onReady}
 }
 
 // take returns a snapshot notification for the subscriber whose source is
@@ -111,7 +110,7 @@ func (s *Snapshots) take(ls *LogSource, wait *uint64) (text []byte, seq uint64, 
 // and the journal still holds every action of the channel after it, less
 // than MaxSnapshotReplay bytes of them.
 func (s *Snapshots) fresh() bool {
-	if time.Since(s.built) >= s.maxAge {
+	if time.Since(s.built) >= MaxSnapshotAge {
 		return false
 	}
 	if _, _, err := s.j.Next(s.ch.URI(), s.seq); err != nil {

@@ -64,7 +64,7 @@ func TestSnapshotsShared(t *testing.T) {
 }
 
 func testSnapshotsShared(t *testing.T) {
-	j := journal.New(journal.Limits{ChannelMaxBytes: 64}, nil)
+	j := journal.New(journal.Limits{ChannelMaxBytes: 64})
 	ch := &countingChannel{fakeChannel: fakeChannel{uri: "ahp-terminal:/shared", j: j}}
 	appendText(t, j, ch.uri, `{"a":1}`)
 	ready := make(chan struct{}, 8)
@@ -139,7 +139,7 @@ func testSnapshotsShared(t *testing.T) {
 func TestSnapshotsPaced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const took = 40 * time.Millisecond
-		j := journal.New(journal.Limits{ChannelMaxBytes: 64}, nil)
+		j := journal.New(journal.Limits{ChannelMaxBytes: 64})
 		ch := &countingChannel{fakeChannel: fakeChannel{uri: "ahp-terminal:/paced", j: j}, took: took}
 		ready := make(chan struct{}, 8)
 		snaps := NewSnapshots(ch, j, func() { ready <- struct{}{} })
@@ -187,7 +187,7 @@ func TestSnapshotsPaced(t *testing.T) {
 // it even when the journal moved past it while it was built (a flood
 // that outruns the builds never starves a subscriber).
 func TestSnapshotsWaitedBuildTaken(t *testing.T) {
-	j := journal.New(journal.Limits{ChannelMaxBytes: 64}, nil)
+	j := journal.New(journal.Limits{ChannelMaxBytes: 64})
 	ch := &countingChannel{fakeChannel: fakeChannel{uri: "ahp-terminal:/flood", j: j}, hold: make(chan struct{})}
 	ready := make(chan struct{}, 8)
 	snaps := NewSnapshots(ch, j, func() { ready <- struct{}{} })
@@ -227,7 +227,7 @@ func TestSnapshotsWaitedBuildTaken(t *testing.T) {
 // TestSnapshotsClosed: once closed, a source builds its snapshot itself
 // (a channel going away leaves no goroutine behind).
 func TestSnapshotsClosed(t *testing.T) {
-	j := journal.New(journal.Limits{ChannelMaxBytes: 64}, nil)
+	j := journal.New(journal.Limits{ChannelMaxBytes: 64})
 	ch := &countingChannel{fakeChannel: fakeChannel{uri: "ahp-terminal:/closed", j: j}}
 	snaps := NewSnapshots(ch, j, nil)
 	snaps.Close()

@@ -96,7 +96,7 @@ func New(cfg *config.Config, log hclog.Logger, kinds ...adapters.Factory) (*Serv
 	j := journal.New(journal.Limits{
 		ChannelMaxBytes: cfg.JournalChannelBytes(),
 		MaxAge:          cfg.Journal.MaxAge,
-	}, nil)
+	})
 	s := &Server{
 		cfg:     cfg,
 		log:     log,

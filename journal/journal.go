@@ -54,7 +54,6 @@ type Journal struct {
 	limits    Limits
 	logs      map[string]*channelLog
 	listeners map[string]map[any]Listener
-	now       func() time.Time
 }
 
 type channelLog struct {
@@ -66,15 +65,13 @@ type channelLog struct {
 	floor uint64
 }
 
-// New returns an empty journal; now may be nil (time.Now).
-func New(l Limits, now func() time.Time) *Journal {
-	if now == nil {
-		now = time.Now
-	}
+// New returns an empty journal. Ages are measured on the system clock
+// (tests fake it with testing/synctest).
+func New(l Limits) *Journal {
 	if l.ChannelMaxBytes <= 0 {
 		l.ChannelMaxBytes = DefaultLimits.ChannelMaxBytes
 	}
-	return &Journal{limits: l, logs: map[string]*channelLog{}, listeners: map[string]map[any]Listener{}, now: now}
+	return &Journal{limits: l, logs: map[string]*channelLog{}, listeners: map[string]map[any]Listener{}}
 }
 
 // Seq returns the current serverSeq (the seq of the last appended action).
@@ -119,7 +116,7 @@ func (j *Journal) AppendSeq(channel string, head []byte, tail string) Entry {
 // appendLocked logs text as the entry with the next seq.
 func (j *Journal) appendLocked(channel string, text []byte) Entry {
 	j.seq++
-	e := Entry{Seq: j.seq, Text: text, at: j.now()}
+	e := Entry{Seq: j.seq, Text: text, at: time.Now()}
 	l := j.logs[channel]
 	if l == nil {
 		l = &channelLog{}

@@ -56,7 +56,7 @@ func equalSeqs(a, b []uint64) bool {
 }
 
 func TestSeqIsGlobalAndMonotonicAcrossChannels(t *testing.T) {
-	j := New(Limits{}, nil)
+	j := New(Limits{})
 	if got := j.Seq(); got != 0 {
 		t.Fatalf("Seq of empty journal = %d, want 0", got)
 	}
@@ -82,7 +82,7 @@ func TestSeqIsGlobalAndMonotonicAcrossChannels(t *testing.T) {
 }
 
 func TestEncodeErrorAssignsNoSeq(t *testing.T) {
-	j := New(Limits{}, nil)
+	j := New(Limits{})
 	mustAppend(t, j, "a", text(4))
 	boom := errors.New("boom")
 	var offered uint64
@@ -102,7 +102,7 @@ func TestEncodeErrorAssignsNoSeq(t *testing.T) {
 }
 
 func TestReadAndNextByCursor(t *testing.T) {
-	j := New(Limits{}, nil)
+	j := New(Limits{})
 	// Channel a gets seqs 1, 3, 5, 7; b gets 2, 4, 6.
 	for i := 0; i < 7; i++ {
 		ch := "a"
@@ -161,7 +161,7 @@ func TestReadAndNextByCursor(t *testing.T) {
 }
 
 func TestByteBoundPerChannel(t *testing.T) {
-	j := New(Limits{ChannelMaxBytes: 30}, nil)
+	j := New(Limits{ChannelMaxBytes: 30})
 	// Fill exactly to the bound: 3 × 10 bytes = 30 is kept whole.
 	for i := 0; i < 3; i++ {
 		mustAppend(t, j, "a", text(10))
@@ -217,7 +217,7 @@ func TestAgeBound(t *testing.T) {
 }
 
 func testAgeBound(t *testing.T) {
-	j := New(Limits{ChannelMaxBytes: 1 << 20, MaxAge: time.Minute}, nil)
+	j := New(Limits{ChannelMaxBytes: 1 << 20, MaxAge: time.Minute})
 	mustAppend(t, j, "a", text(10)) // seq 1 at t0
 	time.Sleep(30 * time.Second)
 	mustAppend(t, j, "a", text(10)) // seq 2 at t0+30s
@@ -257,7 +257,7 @@ func testAgeBound(t *testing.T) {
 // then the next append drops it.
 func TestDefaultAgeBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		j := New(DefaultLimits, nil)
+		j := New(DefaultLimits)
 		mustAppend(t, j, "a", text(10)) // seq 1 at t0
 		time.Sleep(10 * time.Minute)
 		mustAppend(t, j, "a", text(10)) // seq 2 at t0+10m: seq 1 is exactly MaxAge old
@@ -276,7 +276,7 @@ func TestDefaultAgeBound(t *testing.T) {
 }
 
 func TestTruncatedCursor(t *testing.T) {
-	j := New(Limits{ChannelMaxBytes: 20}, nil)
+	j := New(Limits{ChannelMaxBytes: 20})
 	for i := 0; i < 5; i++ {
 		mustAppend(t, j, "a", text(10))
 	}
@@ -298,7 +298,7 @@ func TestTruncatedCursor(t *testing.T) {
 }
 
 func TestDropForgetsLog(t *testing.T) {
-	j := New(Limits{}, nil)
+	j := New(Limits{})
 	mustAppend(t, j, "a", text(10))
 	j.Drop("a")
 	if j.Bytes("a") != 0 || j.Head("a") != 0 {
@@ -313,7 +313,7 @@ func TestDropForgetsLog(t *testing.T) {
 }
 
 func TestListenersInSeqOrderAndUnlisten(t *testing.T) {
-	j := New(Limits{}, nil)
+	j := New(Limits{})
 	var got []string
 	j.Listen("a", "k1", func(ch string, e Entry) {
 		got = append(got, fmt.Sprintf("k1 %s %d %s", ch, e.Seq, e.Text))
@@ -340,7 +340,7 @@ func TestListenersInSeqOrderAndUnlisten(t *testing.T) {
 }
 
 func TestListenersSeeSeqOrderUnderConcurrentAppends(t *testing.T) {
-	j := New(Limits{ChannelMaxBytes: 1 << 10}, nil)
+	j := New(Limits{ChannelMaxBytes: 1 << 10})
 	const writers, per = 8, 200
 	var mu sync.Mutex // the listener runs under the journal lock; mu is for the test's read
 	var seen []uint64
@@ -376,7 +376,7 @@ func TestListenersSeeSeqOrderUnderConcurrentAppends(t *testing.T) {
 }
 
 func TestListenSnapSeesSeqAndEveryLaterEntryOnce(t *testing.T) {
-	j := New(Limits{}, nil)
+	j := New(Limits{})
 	mustAppend(t, j, "a", text(4))
 	mustAppend(t, j, "b", text(4))
 	var snapSeq uint64
@@ -394,7 +394,7 @@ func TestListenSnapSeesSeqAndEveryLaterEntryOnce(t *testing.T) {
 	// of the channel exactly once: those ≤ snapSeq via Read, the rest pushed.
 	// The writer appends 100 entries, then goes on while the test listens,
 	// until the listener has had 100 pushed (or a bound far past that).
-	j2 := New(Limits{ChannelMaxBytes: 1 << 30}, nil)
+	j2 := New(Limits{ChannelMaxBytes: 1 << 30})
 	const maxAppends = 1_000_000
 	warm := make(chan struct{})
 	done := make(chan struct{})
@@ -447,7 +447,7 @@ func TestListenSnapSeesSeqAndEveryLaterEntryOnce(t *testing.T) {
 
 func TestMemoryStaysProportionalToRetained(t *testing.T) {
 	const entryBytes, retained = 16, 8
-	j := New(Limits{ChannelMaxBytes: entryBytes * retained}, nil)
+	j := New(Limits{ChannelMaxBytes: entryBytes * retained})
 	for i := 0; i < 100_000; i++ {
 		mustAppend(t, j, "a", text(entryBytes))
 		l := j.logs["a"]
@@ -474,7 +474,7 @@ func TestMemoryStaysProportionalToRetained(t *testing.T) {
 }
 
 func TestLockedSeesSeq(t *testing.T) {
-	j := New(Limits{}, nil)
+	j := New(Limits{})
 	mustAppend(t, j, "a", text(4))
 	var got uint64
 	j.Locked(func(seq uint64) { got = seq })
@@ -484,7 +484,7 @@ func TestLockedSeesSeq(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	j := New(Limits{ChannelMaxBytes: -5}, nil)
+	j := New(Limits{ChannelMaxBytes: -5})
 	if j.limits.ChannelMaxBytes != DefaultLimits.ChannelMaxBytes {
 		t.Fatalf("ChannelMaxBytes <= 0 gave %d, want the default %d", j.limits.ChannelMaxBytes, DefaultLimits.ChannelMaxBytes)
 	}
@@ -494,7 +494,7 @@ func TestDefaults(t *testing.T) {
 }
 
 func BenchmarkAppend(b *testing.B) {
-	j := New(Limits{ChannelMaxBytes: 64 << 10}, nil)
+	j := New(Limits{ChannelMaxBytes: 64 << 10})
 	payload := []byte(strings.Repeat("x", 256))
 	enc := func(uint64) ([]byte, error) { return payload, nil }
 	b.ReportAllocs()
@@ -508,7 +508,7 @@ func BenchmarkAppend(b *testing.B) {
 // AppendSeq copies head: the caller reuses its buffer for the next entry,
 // and no entry (nor what a listener was handed) changes.
 func TestAppendSeqCopiesHead(t *testing.T) {
-	j := New(Limits{}, nil)
+	j := New(Limits{})
 	mustAppend(t, j, "b", text(4)) // seq 1 on another channel
 	var heard []Entry
 	j.Listen("a", "k", func(_ string, e Entry) { heard = append(heard, e) }, nil)
@@ -538,7 +538,7 @@ func TestAppendSeqCopiesHead(t *testing.T) {
 
 // Next is on every windowed subscriber's path: it must not allocate.
 func TestNextDoesNotAllocate(t *testing.T) {
-	j := New(Limits{}, nil)
+	j := New(Limits{})
 	for range 10 {
 		mustAppend(t, j, "a", text(8))
 	}
@@ -555,7 +555,7 @@ func TestNextDoesNotAllocate(t *testing.T) {
 // and maxBytes (the first whatever its size), the channel's head, and
 // ErrTruncated once the cursor's next entry is gone.
 func TestPage(t *testing.T) {
-	j := New(Limits{ChannelMaxBytes: 100}, nil)
+	j := New(Limits{ChannelMaxBytes: 100})
 	var seqs []uint64
 	for i := range 6 {
 		e, _ := j.Append("a", func(uint64) ([]byte, error) { return []byte(fmt.Sprintf("%020d", i)), nil }) // 20 bytes each
@@ -598,7 +598,7 @@ func TestPage(t *testing.T) {
 // TestListeners: Listeners counts a channel's listeners by key, one per
 // key, and none once each is removed.
 func TestListeners(t *testing.T) {
-	j := New(Limits{}, nil)
+	j := New(Limits{})
 	for _, k := range []string{"a", "b", "a"} {
 		j.Listen("c", k, func(string, Entry) {}, nil)
 	}

@@ -163,8 +163,7 @@ func (k *Kind) create(ctx context.Context, c adapters.Caller, params json.RawMes
 // only counted, and the count logged when the window ends: at most two
 // lines a second per client and code.
 type openFailLog struct {
-	window time.Duration // 0: lograte.DefaultWindow
-	l      lograte.Limiter[openFailKey]
+	l lograte.Limiter[openFailKey]
 }
 
 type openFailKey struct {
@@ -175,7 +174,7 @@ type openFailKey struct {
 // first reports whether a failure of client with code is to be logged in
 // full; log gets the count of the others when the window ends.
 func (l *openFailLog) first(client string, code int64, log func(string, ...any)) bool {
-	return l.l.First(openFailKey{client, code}, l.window, func(n int, window time.Duration) {
+	return l.l.First(openFailKey{client, code}, lograte.DefaultWindow, func(n int, window time.Duration) {
 		log("createTcpConnection failed more times", "client", client, "code", code, "count", n, "within", window.String())
 	})
 }
