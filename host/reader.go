@@ -115,12 +115,15 @@ func (o *objectStream) Close() error {
 
 // takeNotification handles a client notification read by ReadObject, or
 // queues it in the lane behind the requests still in progress there (a
-// dispatchAction after the createTerminal it needs, an unsubscribe) without
-// holding up the reader; the other control messages (channel/credit, a
-// channel's reset) never wait. A returned error (a violation) has closed
-// the connection.
+// dispatchAction after the createTerminal it needs, an unsubscribe, a
+// channel's reset) without holding up the reader; channel/credit alone
+// never waits. A reset must not pass the lane: a subscribe's result can
+// reach the client before the lane has registered the subscription with
+// its channel (its data starts after its result), and a reset sent at once
+// would find no subscription and be dropped. A returned error (a violation)
+// has closed the connection.
 func (c *conn) takeNotification(h *rpc.Header, raw []byte) error {
-	if c.laneLen.Load() > 0 && (!rpc.IsControlMethod(h.Method) || h.Method == rpc.MethodUnsubscribe) {
+	if c.laneLen.Load() > 0 && h.Method != rpc.MethodChannelCredit {
 		c.enqueue(laneItem{h: h, raw: raw})
 		return nil
 	}
