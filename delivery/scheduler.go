@@ -631,6 +631,12 @@ func (s *Scheduler) pickData(streams []*Stream) Message {
 		var deficit *UTF16Bytes
 		if i == 0 {
 			s.mu.Lock()
+			if len(s.gapQ) > 0 {
+				// The FIFO collapsed since next looked: its gaps go first
+				// (an action after the collapse must not precede them).
+				s.mu.Unlock()
+				return Message{}
+			}
 			it, ok := s.ordinary.peek()
 			if ok {
 				size = it.size() // read under the lock: push may move the slice
@@ -664,6 +670,10 @@ func (s *Scheduler) pickData(streams []*Stream) Message {
 		*deficit -= size
 		if i == 0 {
 			s.mu.Lock()
+			if len(s.gapQ) > 0 { // collapsed since the peek: as above
+				s.mu.Unlock()
+				return Message{}
+			}
 			it, ok := s.ordinary.pop()
 			s.mu.Unlock()
 			if ok {

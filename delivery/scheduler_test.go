@@ -1297,3 +1297,76 @@ func TestOwnMessagesBufferBound(t *testing.T) {
 		t.Error("a small buffer was not reused")
 	}
 }
+
+// TestNoActionBeforeItsGap (issue 27 item 1): while the writer interleaves
+// a busy windowed stream with a small ordinary FIFO that keeps
+// collapsing, every action written is either the one after the previous
+// action of its channel or comes after a channel/gap whose afterSeq is
+// that previous action: nothing is ever dropped without a gap marking the
+// hole (seed 003), and a gap never claims actions the client lacks.
+func TestNoActionBeforeItsGap(t *testing.T) {
+	s := delivery.NewScheduler(delivery.SchedulerConfig{OrdinaryMessages: 4, Quantum: 1024})
+	s.AddStream("busy", delivery.Limits{WindowBytes: 1 << 40, MaximumFrameBytes: 1024}, newRepeat("busy", 1000))
+	type written struct {
+		gap bool
+		seq uint64
+	}
+	var mu sync.Mutex
+	var got []written
+	done := make(chan struct{})
+	w := writerFunc(func(_ context.Context, b []byte) error {
+		var m struct {
+			Method string
+			Params struct {
+				Channel   string
+				AfterSeq  uint64
+				ServerSeq uint64
+			}
+		}
+		if err := json.Unmarshal(b, &m); err != nil || m.Params.Channel != "ord" {
+			return nil // the busy stream's
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if m.Method == "channel/gap" {
+			got = append(got, written{gap: true, seq: m.Params.AfterSeq})
+		} else {
+			got = append(got, written{seq: m.Params.ServerSeq})
+		}
+		return nil
+	})
+	stop := run(t, s, w)
+	const n = 20000
+	go func() {
+		defer close(done)
+		for seq := uint64(1); seq <= n; seq++ {
+			text := fmt.Appendf(nil, `{"jsonrpc":"2.0","method":"action","params":{"channel":"ord","serverSeq":%d}}`, seq)
+			if err := s.PushOrdinary("ord", seq, text); err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(waitLimit):
+		t.Fatal("pushing did not end")
+	}
+	_ = stop()
+	mu.Lock()
+	defer mu.Unlock()
+	var last uint64
+	gapAt := false
+	for i, x := range got {
+		switch {
+		case x.gap:
+			if x.seq != last {
+				t.Fatalf("write %d: channel/gap afterSeq %d, but the last action written was %d", i, x.seq, last)
+			}
+			gapAt = true
+		case x.seq != last+1 && !gapAt:
+			t.Fatalf("write %d: action %d right after %d with no gap between", i, x.seq, last)
+		default:
+			last, gapAt = x.seq, false
+		}
+	}
+}
