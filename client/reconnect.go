@@ -582,13 +582,21 @@ func (s *Subscription) note(method string, params json.RawMessage, ordinary bool
 	if method == rpc.MethodChannelSnapshot || seq > s.lastApplied {
 		s.lastApplied = seq
 	}
-	resend := s.awaiting && seq >= s.awaitHead
-	if resend {
+	// A snapshot where a replay was announced (the host's journal was
+	// trimmed between its decision and the resume) replaces the state:
+	// nothing proves our unechoed input unapplied, so it is not sent
+	// again (seed 001: uncertain input must not be blindly retried).
+	replaced := s.awaiting && method == rpc.MethodChannelSnapshot
+	resend := s.awaiting && !replaced && seq >= s.awaitHead
+	if resend || replaced {
 		s.awaiting = false
 	}
 	s.mu.Unlock()
-	if resend {
+	switch {
+	case resend:
 		s.src.reconcile(true)
+	case replaced:
+		s.src.reconcile(false)
 	}
 	if ordinary && method == rpc.MethodAction {
 		s.c.mu.Lock()

@@ -486,6 +486,36 @@ func TestReconnectScriptedSnapshot(t *testing.T) {
 	out.await(t, "A"+client.TerminalReset+"\r\n[sidecar: output skipped: the terminal's journal no longer held it]\r\nline1\nline2\n$ ")
 }
 
+// TestReconnectReplayBecomesSnapshot (issue 27 item 2): a reconnect result
+// that announces a replay, followed by a channel/snapshot instead (the
+// host's journal was trimmed before the resume), replaces the state:
+// input sent before the cut without an echo is not sent again (nothing
+// proves it unapplied); input typed during the cut is.
+func TestReconnectReplayBecomesSnapshot(t *testing.T) {
+	ctx := testCtx(t)
+	st := newStatuses()
+	_, term, h, hosts, d := scriptedSetup(t, ctx, 60_000, client.Options{OnReconnect: st.on})
+	var out output
+	go func() { _, _ = term.Copy(ctx, &out, true) }()
+	out.await(t, "A")
+	_ = term.Input(ctx, []byte("y"))
+	_ = term.Input(ctx, []byte("z"))
+	dispatched(t, h.next(ctx))
+	dispatched(t, h.next(ctx))
+	d.CutLast()
+	st.await(t, client.Lost)
+	_ = term.Input(ctx, []byte("w"))
+	h2 := <-hosts
+	m := h2.expect(ctx, rpc.MethodReconnect)
+	h2.reply(ctx, m.ID, rpc.ReconnectResult{Type: rpc.ReconnectReplay, Missing: []string{}, ServerSeq: 40,
+		Windows: &rpc.ReconnectResultWindows{Items: []rpc.ReconnectResultItem{{Channel: testTerm, FlowControl: testFlow, Recovery: rpc.RecoveryReplay, HeadSeq: 40}}}})
+	st.await(t, client.Resumed)
+	h2.snapshot(ctx, 40, "line1\n$ ")
+	if seq, data, _ := dispatched(t, h2.next(ctx)); seq != 3 || data != "w" {
+		t.Fatalf("after a snapshot in place of the replay: %d %q, want only 3 \"w\" (y and z not sent again)", seq, data)
+	}
+}
+
 // TestReconnectGivesUp: each reason to stop ends the Conn with a
 // *ReconnectError matching it and ErrConnectionLost, Done closes, and
 // the terminal's Copy returns that error.
