@@ -90,10 +90,18 @@ type Resumable interface {
 	// channel for a reconnect; false when it cannot (the caller ends sub
 	// as usual).
 	Park(sub Subscriber) bool
+	// Check reports what Reclaim would return for the client's offsets
+	// peer (those of the reconnect's window item), without taking the
+	// channel: the host's offsets for the result item, or why it cannot
+	// be resumed (not kept any more, or offsets that do not match what
+	// was sent: the caller resets it and reports it missing).
+	Check(peer rpc.StreamOffsets) (rpc.StreamOffsets, error)
 	// Reclaim gives a parked channel to conn, with the client's offsets
-	// of the reconnect's window item; it returns the host's for the
-	// result item. An error means the channel could not be resumed and
-	// was reset: the caller reports it missing.
+	// (checked already), once the reconnect's result is queued (a result
+	// that never goes out leaves the channel parked for the client's
+	// retry); then Resume gives its source. It returns the host's
+	// offsets; an error means the channel ended meanwhile (it was reset:
+	// its subscription gets the reset).
 	Reclaim(conn ConnID, peer rpc.StreamOffsets) (rpc.StreamOffsets, error)
 	// Abandon resets a parked channel that was not resumed.
 	Abandon(reason string)

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -51,7 +52,21 @@ func (s *Server) SetParkedPacing(d time.Duration) { s.parkedPacing = d }
 // SetRequestHook makes hook run in each connection's lane before every
 // request other than a dial (a slow request, for tests); call it before
 // any connection.
-func (s *Server) SetRequestHook(hook func(method string)) { s.requestHook = hook }
+func (s *Server) SetRequestHook(hook func(method string)) {
+	s.requestHook = func(method string, _ func()) { hook(method) }
+}
+
+// SetRequestLoser makes the first request of method on any connection
+// lose its connection (as a failed write does) just before it is handled;
+// call it before any connection.
+func (s *Server) SetRequestLoser(method string) {
+	var once sync.Once
+	s.requestHook = func(m string, lose func()) {
+		if m == method {
+			once.Do(lose)
+		}
+	}
+}
 
 // terminal returns the terminal uri of the server's terminal kind, or nil.
 func (s *Server) terminal(uri string) *pty.Terminal { return kind[*pty.Kind](s.kinds).Terminal(uri) }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sidecar-dev/sidecar/adapters"
 	"github.com/sidecar-dev/sidecar/rpc"
+	"github.com/sidecar-dev/sidecar/transport"
 )
 
 // Handle implements jsonrpc2.Handler, on the reader: a request is
@@ -64,7 +65,10 @@ func (c *conn) handleRequest(ctx context.Context, rc *jsonrpc2.Conn, req *jsonrp
 	}
 	defer c.owed.Add(-1)
 	if c.s.requestHook != nil {
-		c.s.requestHook(req.Method)
+		c.s.requestHook(req.Method, func() {
+			c.writeLost.Store(true)
+			c.close(transport.CloseInternalError, "write failed")
+		})
 	}
 	result, after, e := c.request(req.Method, params)
 	c.inProgress.Add(-1)

@@ -155,7 +155,17 @@ func (s *Server) retain(c *conn) {
 			rf.Refresh() // its subscriber is away now
 		}
 	}
+	s.keep(r)
+	s.log.Info("client state kept for reconnect", "client", r.clientID, "grace", s.cfg.Journal.ReconnectGrace.String(), "subscriptions", len(subs), "parked", len(r.parked), "streams", len(r.streams))
+}
+
+// keep files r among the retained clients for a full grace from now (an
+// older state of the same client gives way to it, and the one lost
+// longest ago to it past maxRetained), with its timers: the grace's end,
+// and the end of its parked streams' pacing.
+func (s *Server) keep(r *retained) {
 	grace := s.cfg.Journal.ReconnectGrace
+	r.lostAt = time.Now()
 	var dropped []*retained
 	s.ret.mu.Lock()
 	if s.ret.clients == nil {
@@ -193,7 +203,6 @@ func (s *Server) retain(c *conn) {
 	for _, x := range dropped {
 		s.endRetained(x)
 	}
-	s.log.Info("client state kept for reconnect", "client", r.clientID, "grace", grace.String(), "subscriptions", len(subs), "parked", len(r.parked), "streams", len(r.streams))
 }
 
 // expire drops r, if it is still kept, once its grace has ended.
@@ -466,9 +475,8 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 		for _, it := range p.Windows.Items {
 			uri := it.Channel
 			if rs := r.streams[uri]; rs != nil {
-				delete(r.streams, uri)
 				ch := rs.(adapters.Channel)
-				item, ok := c.reclaimStream(ch, rs, it, missing)
+				item, ok := c.checkStream(ch, rs, it, missing)
 				if !ok {
 					continue
 				}
@@ -479,8 +487,17 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 				}
 				recovered = append(recovered, uri+" "+item.Recovery)
 				res.Windows.Items = append(res.Windows.Items, item)
-				limits := item.FlowControl.ClientReceive
-				after = append(after, func() { c.startResumed(ch, limits, 0) })
+				limits, peer := item.FlowControl.ClientReceive, *it.Offsets
+				after = append(after, func() {
+					// The result is queued: the stream is this
+					// connection's now (until then a lost result
+					// leaves it parked for the retry).
+					delete(r.streams, uri)
+					if _, err := rs.Reclaim(c.connID, peer); err != nil {
+						c.log.Info("stream not resumed after all", "client", p.ClientID, "channel", peerText(uri), "reason", err.Error())
+					}
+					c.startResumed(ch, limits, 0)
+				})
 				continue
 			}
 			ch := s.channel(uri, c.caller())
@@ -531,12 +548,14 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 	}, nil
 }
 
-// reclaimStream resumes a parked byte stream (TCP) for window item it:
-// limits negotiated again, the client's offsets given to the channel and
-// the host's returned in the result item (recovery "replay"). A client
-// that gives no offsets (it does not know the extension) or offsets that
-// do not match gets the channel reset and reported missing.
-func (c *conn) reclaimStream(ch adapters.Channel, rs adapters.Resumable, it rpc.ReconnectWindowItem, missing func(uri, why string)) (rpc.ReconnectResultItem, bool) {
+// checkStream answers a reconnect's window item it for a parked byte
+// stream (TCP): limits negotiated again, the client's offsets checked
+// against what was sent and the host's returned in the result item
+// (recovery "replay"), without taking the stream yet (Reclaim, once the
+// result is queued: a result that never goes out leaves it parked). A
+// client that gives no offsets (it does not know the extension) or
+// offsets that do not match gets the channel reset and reported missing.
+func (c *conn) checkStream(ch adapters.Channel, rs adapters.Resumable, it rpc.ReconnectWindowItem, missing func(uri, why string)) (rpc.ReconnectResultItem, bool) {
 	uri := it.Channel
 	maxLimits := c.s.hostMax
 	if l := ch.Traits().Limits; l != nil {
@@ -553,8 +572,9 @@ func (c *conn) reclaimStream(ch adapters.Channel, rs adapters.Resumable, it rpc.
 		missing(uri, "no offsets (windows.items tcp) to resume the stream from")
 		return rpc.ReconnectResultItem{}, false
 	}
-	ours, err := rs.Reclaim(c.connID, *it.Offsets)
+	ours, err := rs.Check(*it.Offsets)
 	if err != nil {
+		rs.Abandon("resume: " + err.Error())
 		missing(uri, "cannot resume the stream: "+err.Error())
 		return rpc.ReconnectResultItem{}, false
 	}

@@ -67,8 +67,9 @@ type Server struct {
 	parkedPacing time.Duration
 	nextConnID   atomic.Uint64
 	// requestHook, when set (tests), runs in the lane before each request
-	// other than one that runs beside it.
-	requestHook func(method string)
+	// other than one that runs beside it; lose makes the request's
+	// connection lost, as a failed write does.
+	requestHook func(method string, lose func())
 
 	mu      sync.Mutex
 	conns   map[*conn]struct{}
@@ -205,13 +206,22 @@ func (s *Server) connEnded(c *conn) (kept bool) {
 	pending := c.resumedFrom
 	c.resumedFrom = nil
 	c.mu.Unlock()
-	if pending != nil { // a reconnect whose result never went out
+	switch {
+	case pending != nil && !s.isClosing():
+		// A reconnect whose result never went out: the client sends it
+		// again (seed 000), so its state is kept as it was, for a new
+		// grace; what this connection registered meanwhile ends.
+		c.unsubscribeAll()
+		s.keep(pending)
+		s.log.Info("client state kept again: the reconnect's result did not go out", "client", pending.clientID)
+		kept = true
+	case pending != nil:
+		c.unsubscribeAll()
 		s.endRetained(pending)
-	}
-	kept = s.shouldRetain(c)
-	if kept {
+	case s.shouldRetain(c):
 		s.retain(c)
-	} else {
+		kept = true
+	default:
 		c.unsubscribeAll()
 	}
 	s.kinds.connEnded(c.connID)
@@ -290,6 +300,13 @@ func (s *Server) clientConnected(clientID string) bool {
 	s.liveMu.Lock()
 	defer s.liveMu.Unlock()
 	return s.live[clientID] > 0
+}
+
+// isClosing reports whether Shutdown has begun.
+func (s *Server) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
 }
 
 // passOnClaims tells every kind that clientID is gone for good (a

@@ -150,9 +150,21 @@ func (c *tioConn) Close(code CloseCode, reason string) error {
 
 func (c *tioConn) Peer() string { return c.s.RemoteAddr() }
 
+// internalErrorReason opens the reason of a session closed for a
+// CloseInternalError, which seed 002's table has no code for: WT_NO_ERROR
+// with this reason reads back as CloseInternalError (FromTIOClose), so a
+// client that gives a link up ("connection lost") is not taken for one
+// that left (a detach), which ends its state.
+const internalErrorReason = "internal error: "
+
 // ToTIOClose maps a MessageConn close to a session close (docs/protocol.md §1).
 func ToTIOClose(code CloseCode, reason string) (transportio.CloseCode, string) {
 	switch code {
+	case CloseInternalError:
+		if !strings.HasPrefix(reason, internalErrorReason) {
+			reason = internalErrorReason + reason
+		}
+		return transportio.CloseNoError, reason
 	case CloseProtocolError, CloseMessageTooBig:
 		return transportio.CloseProtocolError, reason
 	case ClosePeerTooSlow:
@@ -162,20 +174,24 @@ func ToTIOClose(code CloseCode, reason string) (transportio.CloseCode, string) {
 			reason = "server shutting down"
 		}
 		return transportio.CloseNoError, reason
-	default: // normal, internal error, AHP version mismatch: not transport faults
+	default: // normal, AHP version mismatch: not transport faults
 		return transportio.CloseNoError, reason
 	}
 }
 
 // FromTIOClose maps a session close code back to a CloseCode for callers
 // that read CloseStatus: 0 is CloseNormal (CloseGoingAway when the reason
-// says the server is shutting down), 1003 ClosePeerTooSlow, 1004
-// CloseProtocolError, any other code 3000+code, as on the WebSocket mapping.
+// says the server is shutting down, CloseInternalError when it starts with
+// "internal error: "), 1003 ClosePeerTooSlow, 1004 CloseProtocolError, any
+// other code 3000+code, as on the WebSocket mapping.
 func FromTIOClose(code transportio.CloseCode, reason string) CloseCode {
 	switch code {
 	case transportio.CloseNoError:
-		if reason == "server shutting down" {
+		switch {
+		case reason == "server shutting down":
 			return CloseGoingAway
+		case strings.HasPrefix(reason, internalErrorReason):
+			return CloseInternalError
 		}
 		return CloseNormal
 	case transportio.ClosePeerTooSlow:

@@ -179,7 +179,7 @@ func TestCloseMapping(t *testing.T) {
 	}{
 		{CloseNormal, 0, CloseNormal}, {CloseProtocolError, 1004, CloseProtocolError},
 		{CloseMessageTooBig, 1004, CloseProtocolError}, {ClosePeerTooSlow, 1003, ClosePeerTooSlow},
-		{CloseInternalError, 0, CloseNormal}, {CloseVersionMismatch, 0, CloseNormal},
+		{CloseInternalError, 0, CloseInternalError}, {CloseVersionMismatch, 0, CloseNormal},
 	}
 	for _, c := range cases {
 		got, r := ToTIOClose(c.in, "x")
@@ -189,6 +189,15 @@ func TestCloseMapping(t *testing.T) {
 	}
 	if FromTIOClose(transportio.CloseUnauthorized, "") != 4007 {
 		t.Error("1007 → 4007")
+	}
+	// A client that gives a link up closes 1011 "connection lost": the host
+	// reads it back as such (a loss, its state kept), not as 1000 (a
+	// detach), and the reason is said once.
+	if code, r := ToTIOClose(CloseInternalError, "connection lost"); code != 0 || r != "internal error: connection lost" {
+		t.Errorf("1011 connection lost → %d %q", code, r)
+	}
+	if _, r := ToTIOClose(CloseInternalError, "internal error: x"); r != "internal error: x" {
+		t.Errorf("reason prefixed twice: %q", r)
 	}
 }
 

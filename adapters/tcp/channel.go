@@ -417,6 +417,22 @@ func (tc *Channel) Park(sub adapters.Subscriber) bool {
 	return true
 }
 
+// Check implements adapters.Resumable: what Reclaim would return for
+// peer, without taking tc: the host's offsets (nothing the client sends
+// reaches tc while it is parked, so they stay), or why not (not kept, or
+// offsets that do not match what was sent).
+func (tc *Channel) Check(peer rpc.StreamOffsets) (rpc.StreamOffsets, error) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if !tc.parked || tc.isClosed {
+		return rpc.StreamOffsets{}, errors.New("not kept")
+	}
+	if err := tc.ret.Check(bytestream.DecodedOffset(peer.Received), peer.EOF); err != nil {
+		return rpc.StreamOffsets{}, err
+	}
+	return rpc.StreamOffsets{Received: uint64(tc.recvOff), EOF: tc.eofRecv}, nil
+}
+
 // Reclaim implements adapters.Resumable: conn takes a parked tc over for
 // a reconnect whose client has received peer of the host's direction.
 // It returns what the host has received of the client's (every byte of

@@ -100,6 +100,21 @@ func (r *Retained) Len() int { return len(r.msgs) }
 // bytes: what Resend can no longer send again.
 func (r *Retained) Released() DecodedOffset { return r.released }
 
+// Check reports whether a peer that has received every byte below
+// received, and the end of stream if eof, can be resumed from r: the
+// error Resend would return, without changing r.
+func (r *Retained) Check(received DecodedOffset, eof bool) error {
+	switch {
+	case received > r.sent:
+		return fmt.Errorf("%w: the peer says it received %d bytes, but only %d were sent", ErrProtocol, received, r.sent)
+	case received < r.released:
+		return fmt.Errorf("%w: the peer says it received %d bytes, but released %d", ErrProtocol, received, r.released)
+	case eof && !r.eofSent:
+		return fmt.Errorf("%w: the peer says it received the end of stream, which was not sent", ErrProtocol)
+	}
+	return nil
+}
+
 // Resend empties r for a new connection (its counters start at zero) and
 // returns the messages to send again, in order, for a peer that has
 // received every byte below received, and the end of stream if eof: each
@@ -109,14 +124,8 @@ func (r *Retained) Released() DecodedOffset { return r.released }
 // claims bytes never sent, or lacks bytes it released, cannot be
 // resumed: the error says which (the channel is then reset).
 func (r *Retained) Resend(received DecodedOffset, eof bool) ([]Resend, error) {
-	if received > r.sent {
-		return nil, fmt.Errorf("%w: the peer says it received %d bytes, but only %d were sent", ErrProtocol, received, r.sent)
-	}
-	if received < r.released {
-		return nil, fmt.Errorf("%w: the peer says it received %d bytes, but released %d", ErrProtocol, received, r.released)
-	}
-	if eof && !r.eofSent {
-		return nil, fmt.Errorf("%w: the peer says it received the end of stream, which was not sent", ErrProtocol)
+	if err := r.Check(received, eof); err != nil {
+		return nil, err
 	}
 	var out []Resend
 	for i, m := range r.msgs {
