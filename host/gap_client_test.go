@@ -77,7 +77,9 @@ func dialGated(t *testing.T, srv *host.Server, id string, onSync func(client.Syn
 	return c, g
 }
 
-// TestStalledClientPagesToSameOutput (issue 16): a client that stops
+// TestStalledClientPagesToSameOutput (issue 16; over the pipe only: a
+// pipe of 4 messages makes the FIFO overflow, a socket's buffers would
+// take the flood): a client that stops
 // reading while a terminal floods its ordinary subscription gets a
 // channel/gap once it reads again, pages the missing output from the
 // journal, and ends with exactly the output of a client that never

@@ -13,7 +13,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sidecar-dev/sidecar/config"
+	"github.com/sidecar-dev/sidecar/delivery/bytestream"
 	"github.com/sidecar-dev/sidecar/host"
+	"github.com/sidecar-dev/sidecar/internal/conntypes"
 	"github.com/sidecar-dev/sidecar/internal/syncbuf"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
@@ -26,7 +28,10 @@ const deadline = 10 * time.Second
 
 // msg is one message read from the host, decoded enough to route it.
 type msg struct {
+	// Raw is its text; Binary says it came in its binary form (which
+	// read turned into the text it stands for).
 	Raw    string
+	Binary bool
 	ID     json.RawMessage `json:"id"`
 	Method string          `json:"method"`
 	Params json.RawMessage `json:"params"`
@@ -56,7 +61,8 @@ func (m *msg) action() (typ string, raw json.RawMessage, env rpc.ActionEnvelope)
 
 func (m *msg) isResponse(id int) bool { return m.Method == "" && string(m.ID) == fmt.Sprint(id) }
 
-// hostConn is the client end of a Pipe served by a host.Server.
+// hostConn is the client end of a connection served by a host.Server: a
+// Pipe (connect), or one of conntypes' transports (connectOver).
 type hostConn struct {
 	t      testing.TB
 	mc     transport.MessageConn
@@ -65,6 +71,9 @@ type hostConn struct {
 	// pending holds messages read while waiting for another one, oldest
 	// first; until looks here before reading more.
 	pending []*msg
+	// lose ends the connection as a lost network does (cut); nil: a
+	// close with CloseInternalError, which a host takes for a loss.
+	lose func()
 }
 
 // newServer returns a host.Server on config.Default() changed by tweak, shut
@@ -118,6 +127,58 @@ func connect(t testing.TB, srv *host.Server) *hostConn {
 	return connectAs(t, srv, "")
 }
 
+// connectOver is connect over the transport ct: the test's listener of
+// ct (conntypes.Connect) serves the connection with srv, as `sidecar
+// serve` does.
+func connectOver(t testing.TB, srv *host.Server, ct conntypes.Type) *hostConn {
+	t.Helper()
+	return connectAsOver(t, srv, ct, "")
+}
+
+// connectAsOver is connectOver for a transport authenticated as
+// principal. The cleanup closes the connection (if the test did not) and
+// waits until the host has ended it.
+func connectAsOver(t testing.TB, srv *host.Server, ct conntypes.Type, principal string) *hostConn {
+	t.Helper()
+	hc := &hostConn{t: t, served: make(chan error, 1), nextID: 1}
+	hc.mc = conntypes.Connect(t, ct, func(ctx context.Context, mc transport.MessageConn) { hc.served <- srv.ServeConnAs(ctx, mc, principal) })
+	hc.lose = func() { conntypes.Lose(t, hc.mc) }
+	t.Cleanup(func() {
+		_ = hc.mc.Close(transport.CloseNormal, "test done")
+		select {
+		case err := <-hc.served:
+			hc.served <- err
+		case <-time.After(deadline):
+			t.Error("ServeConn did not return after the client closed")
+		}
+	})
+	return hc
+}
+
+// tioTypes are the conntypes carrying transport-io, whose close codes are
+// its own (docs/protocol.md §1): a host's close reaches their clients as
+// transport.FromTIOClose(transport.ToTIOClose(code, reason)).
+var tioTypes = map[string]bool{conntypes.TIOWebSocket.Name: true, conntypes.WebTransport.Name: true}
+
+// closeSeen returns the close code and reason a client over ct reads when
+// the host closes with code and reason: as they are on the pipe; on a
+// WebSocket the reason cut to 123 bytes; on transport-io the code mapped
+// to its own (4005, 1011 and 1001 for any other reason than "server
+// shutting down" become WT_NO_ERROR: 1000).
+func closeSeen(ct conntypes.Type, code transport.CloseCode, reason string) (transport.CloseCode, string) {
+	switch {
+	case ct.Name == conntypes.Pipe.Name:
+		return code, reason
+	case tioTypes[ct.Name]:
+		tc, r := transport.ToTIOClose(code, reason)
+		if ct.Name == conntypes.TIOWebSocket.Name {
+			r = transport.TruncateReason(r, 123)
+		}
+		return transport.FromTIOClose(tc, r), r
+	}
+	return code, transport.TruncateReason(reason, 123)
+}
+
 func (hc *hostConn) send(raw string) {
 	hc.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
@@ -127,15 +188,38 @@ func (hc *hostConn) send(raw string) {
 	}
 }
 
-// read returns the next message, or the read error (a closed pipe).
+// sendData sends data at off on the byte stream channel uri as tcp/data,
+// in its binary form where the transport carries one.
+func (hc *hostConn) sendData(uri string, off int, data []byte) {
+	hc.t.Helper()
+	enc := bytestream.NewEncoder(rpc.TCPStream, uri)
+	if !transport.CarriesBinary(hc.mc) {
+		hc.send(string(enc.AppendData(nil, bytestream.DecodedOffset(off), data)))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	b := enc.Data(bytestream.DecodedOffset(off), data, true).Binary
+	if err := hc.mc.(transport.BinaryConn).WriteBinary(ctx, b); err != nil {
+		hc.t.Fatalf("write tcp/data: %v", err)
+	}
+}
+
+// read returns the next message, or the read error (a closed
+// connection). A binary form is turned into the text it stands for.
 func (hc *hostConn) read() (*msg, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
-	raw, err := hc.mc.ReadMessage(ctx)
+	raw, binary, err := transport.ReadMessageOrBinary(ctx, hc.mc)
 	if err != nil {
 		return nil, err
 	}
-	m := &msg{Raw: string(raw)}
+	if binary {
+		if raw, err = bytestream.TextOfBinary(nil, raw, transport.ReadLimit(hc.mc)); err != nil {
+			hc.t.Fatalf("host sent a bad binary form: %v", err)
+		}
+	}
+	m := &msg{Raw: string(raw), Binary: binary}
 	if err := json.Unmarshal(raw, m); err != nil {
 		hc.t.Fatalf("host sent invalid JSON %q: %v", raw, err)
 	}
@@ -228,7 +312,8 @@ func (hc *hostConn) initialize(clientID string, initial ...string) rpc.Initializ
 	return res
 }
 
-// closed reads until the host closes the pipe and returns the close code.
+// closed reads until the host closes the connection and returns the
+// close code and reason.
 func (hc *hostConn) closed() (transport.CloseCode, string, []*msg) {
 	hc.t.Helper()
 	var seen []*msg
@@ -236,15 +321,15 @@ func (hc *hostConn) closed() (transport.CloseCode, string, []*msg) {
 	for time.Now().Before(stop) {
 		m, err := hc.read()
 		if err != nil {
-			var pe *transport.PipeCloseError
-			if !errors.As(err, &pe) {
-				hc.t.Fatalf("read error %v, want a pipe close", err)
+			code := transport.CloseStatus(err)
+			if code < 0 || errors.Is(err, context.DeadlineExceeded) {
+				hc.t.Fatalf("read error %v, want a close", err)
 			}
-			return pe.Code, pe.Reason, seen
+			return code, transport.CloseReason(err), seen
 		}
 		seen = append(seen, m)
 	}
-	hc.t.Fatalf("pipe not closed within %v (read: %s)", deadline, raws(seen))
+	hc.t.Fatalf("connection not closed within %v (read: %s)", deadline, raws(seen))
 	return 0, "", nil
 }
 

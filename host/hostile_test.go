@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sidecar-dev/sidecar/config"
+	"github.com/sidecar-dev/sidecar/internal/conntypes"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
 )
@@ -45,48 +46,62 @@ func creditOf(m *msg) (string, int64, bool) {
 // credited, and the connection stayed open.
 func TestPartialMessagesBounded(t *testing.T) {
 	t.Parallel()
-	const bound = 64 << 10
-	srv, logs := newLoggingServer(t, hclog.Info, func(c *config.Config) {
-		c.Delivery.MaxMessageBytes = bound
-		c.Delivery.MaxPartialBytes = bound
-	})
-	hc := connect(t, srv)
-	hc.initialize("fragments")
-	chans := []string{"ahp-terminal:/frag-a", "ahp-terminal:/frag-b"}
-	for _, ch := range chans {
-		hc.mustCall(rpc.MethodCreateTerminal, rpc.CreateTerminalParams{Channel: ch, Command: []string{"sleep", "300"}})
-		hc.mustCall(rpc.MethodSubscribe, windowed(ch, 1<<20, 16384))
-	}
-	data := strings.Repeat("x", 7000) // 14000 UTF-16 bytes held per fragment
-	// a, a, b, b: 56000 of 65536 held; each fragment credited at once.
-	credited := map[string]int64{}
-	for _, ch := range []string{chans[0], chans[0], chans[1], chans[1]} {
-		f := frameMsg(ch, data)
-		hc.send(f)
-		credited[ch] += int64(2 * len(f))
-	}
-	for _, ch := range chans {
-		want := credited[ch]
-		hc.until(fmt.Sprintf("credit %d for %s", want, ch), func(m *msg) bool {
-			c, n, ok := creditOf(m)
-			return ok && c == ch && n == want
+	conntypes.Run(t, func(t *testing.T, ct conntypes.Type) {
+		const bound = 64 << 10
+		srv, logs := newLoggingServer(t, hclog.Info, func(c *config.Config) {
+			c.Delivery.MaxMessageBytes = bound
+			c.Delivery.MaxPartialBytes = bound
 		})
-	}
-	// A fifth fragment would hold 70000 > 65536.
-	hc.send(frameMsg(chans[0], data))
-	code, reason, seen := hc.closed()
-	wantReason := fmt.Sprintf("delivery: partial messages over the connection's bound on %s: partial messages would hold 70000 > maximum 65536", chans[0])
-	if code != transport.CloseProtocolError || reason != wantReason {
-		t.Fatalf("closed with %d %q, want 1002 %q", code, reason, wantReason)
-	}
-	for _, m := range seen {
-		if c, n, ok := creditOf(m); ok && n > credited[c] {
-			t.Errorf("credit for the fragment beyond the bound: %s", m.Raw)
+		hc := connectOver(t, srv, ct)
+		hc.initialize("fragments")
+		chans := []string{"ahp-terminal:/frag-a", "ahp-terminal:/frag-b"}
+		for _, ch := range chans {
+			hc.mustCall(rpc.MethodCreateTerminal, rpc.CreateTerminalParams{Channel: ch, Command: []string{"sleep", "300"}})
+			hc.mustCall(rpc.MethodSubscribe, windowed(ch, 1<<20, 16384))
 		}
-	}
-	if !strings.Contains(logs.String(), "[WARN]  conn: closing connection: peer=pipe-b client=fragments error=\""+wantReason+"\"\n") {
-		t.Errorf("no log line for the violation:\n%s", logs.String())
-	}
+		data := strings.Repeat("x", 7000) // 14000 UTF-16 bytes held per fragment
+		// a, a, b, b: 56000 of 65536 held; each fragment credited at once.
+		credited := map[string]int64{}
+		for _, ch := range []string{chans[0], chans[0], chans[1], chans[1]} {
+			f := frameMsg(ch, data)
+			hc.send(f)
+			credited[ch] += int64(2 * len(f))
+		}
+		for _, ch := range chans {
+			want := credited[ch]
+			hc.until(fmt.Sprintf("credit %d for %s", want, ch), func(m *msg) bool {
+				c, n, ok := creditOf(m)
+				return ok && c == ch && n == want
+			})
+		}
+		// A fifth fragment would hold 70000 > 65536.
+		hc.send(frameMsg(chans[0], data))
+		code, reason, seen := hc.closed()
+		wantReason := fmt.Sprintf("delivery: partial messages over the connection's bound on %s: partial messages would hold 70000 > maximum 65536", chans[0])
+		// The reason as sent: a WebSocket close carries 123 bytes of it.
+		if _, sent := closeSeen(ct, transport.CloseProtocolError, wantReason); code != transport.CloseProtocolError || reason != sent {
+			t.Fatalf("closed with %d %q, want 1002 %q", code, reason, sent)
+		}
+		for _, m := range seen {
+			if c, n, ok := creditOf(m); ok && n > credited[c] {
+				t.Errorf("credit for the fragment beyond the bound: %s", m.Raw)
+			}
+		}
+		// The peer: the pipe's name, or the client's loopback address.
+		peer := "peer=pipe-b "
+		if ct.Name != conntypes.Pipe.Name {
+			peer = "peer=127.0.0.1:"
+		}
+		var line string
+		for l := range strings.Lines(logs.String()) {
+			if strings.Contains(l, "closing connection") {
+				line = l
+			}
+		}
+		if !strings.Contains(line, "[WARN]  conn: closing connection: "+peer) || !strings.HasSuffix(line, " client=fragments error=\""+wantReason+"\"\n") {
+			t.Errorf("log line for the violation %q, want [WARN] closing connection: %s... and the whole reason:\n%s", line, peer, logs.String())
+		}
+	})
 }
 
 // TestClientIDBounded (issue 16 case 3): a 1,000,000-character clientId
@@ -197,74 +212,76 @@ func TestNamesBounded(t *testing.T) {
 // the credit waited behind the slow one.
 func TestRequestsOverloaded(t *testing.T) {
 	t.Parallel()
-	entered, gate := make(chan struct{}, 1), make(chan struct{})
-	srv := newServer(t, func(c *config.Config) { c.Delivery.MaxConcurrentRequests = 4 })
-	srv.SetRequestHook(func(method string) {
-		if method == rpc.MethodPing {
-			select {
-			case entered <- struct{}{}:
-				<-gate
-			default:
+	conntypes.Run(t, func(t *testing.T, ct conntypes.Type) {
+		entered, gate := make(chan struct{}, 1), make(chan struct{})
+		srv := newServer(t, func(c *config.Config) { c.Delivery.MaxConcurrentRequests = 4 })
+		srv.SetRequestHook(func(method string) {
+			if method == rpc.MethodPing {
+				select {
+				case entered <- struct{}{}:
+					<-gate
+				default:
+				}
+			}
+		})
+		released := false
+		release := func() {
+			if !released {
+				released = true
+				close(gate)
 			}
 		}
-	})
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			close(gate)
+		t.Cleanup(release)
+		hc := connectOver(t, srv, ct)
+		hc.initialize("overloaded")
+		ch := "ahp-terminal:/flood"
+		hc.mustCall(rpc.MethodCreateTerminal, rpc.CreateTerminalParams{Channel: ch, Command: []string{"yes"}})
+		const window, frame = 4096, 1024
+		hc.mustCall(rpc.MethodSubscribe, windowed(ch, window, frame))
+		var received int64 // UTF-16 bytes of ch's data messages read
+		isData := func(m *msg) bool {
+			if m.Method != "" && m.Method != rpc.MethodChannelCredit && m.channel() == ch {
+				received += 2 * int64(len(m.Raw)) // ASCII
+				return true
+			}
+			return false
 		}
-	}
-	t.Cleanup(release)
-	hc := connect(t, srv)
-	hc.initialize("overloaded")
-	ch := "ahp-terminal:/flood"
-	hc.mustCall(rpc.MethodCreateTerminal, rpc.CreateTerminalParams{Channel: ch, Command: []string{"yes"}})
-	const window, frame = 4096, 1024
-	hc.mustCall(rpc.MethodSubscribe, windowed(ch, window, frame))
-	var received int64 // UTF-16 bytes of ch's data messages read
-	isData := func(m *msg) bool {
-		if m.Method != "" && m.Method != rpc.MethodChannelCredit && m.channel() == ch {
-			received += 2 * int64(len(m.Raw)) // ASCII
-			return true
+		for received < window {
+			hc.until("data on "+ch, isData)
 		}
-		return false
-	}
-	for received < window {
-		hc.until("data on "+ch, isData)
-	}
-	// The host may have sent window + one frame at most without credit.
+		// The host may have sent window + one frame at most without credit.
 
-	// The lane: ping 1 runs (held), pings 2-4 wait behind it.
-	for id := 100; id < 104; id++ {
-		hc.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping","params":{"channel":"ahp-root://"}}`, id))
-	}
-	<-entered
-	hc.send(`{"jsonrpc":"2.0","id":104,"method":"ping","params":{"channel":"ahp-root://"}}`)
-	m, _ := hc.until("the answer to ping 104", func(m *msg) bool { return m.isResponse(104) })
-	if m.Error == nil || m.Error.Code != rpc.CodeOverloaded || string(m.Error.Data) != `{"kind":"overloaded","retryable":true,"capacity":4}` ||
-		m.Error.Message != "overloaded: 4 requests already in progress on this connection; retry with backoff" {
-		t.Fatalf("ping beyond the bound: %s, want -32050 with capacity 4", m.Raw)
-	}
-	// A credit for everything read lets the host send past what it could
-	// without it, while ping 1 is still held.
-	hc.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"channel/credit","params":{"channel":"%s","consumedBytes":%d}}`, ch, received))
-	for received <= window+frame+512 {
-		hc.until("data after the credit", isData)
-	}
-	for _, p := range hc.pending {
-		var id int
-		if p.Method == "" && json.Unmarshal(p.ID, &id) == nil && id >= 100 && id < 104 {
-			t.Fatalf("a held request answered before its release: %s", p.Raw)
+		// The lane: ping 1 runs (held), pings 2-4 wait behind it.
+		for id := 100; id < 104; id++ {
+			hc.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping","params":{"channel":"ahp-root://"}}`, id))
 		}
-	}
-	release()
-	for id := 100; id < 104; id++ {
-		if m, _ := hc.until(fmt.Sprintf("the answer to ping %d", id), func(m *msg) bool { return m.isResponse(id) }); m.Error != nil {
-			t.Errorf("ping %d: %s", id, m.Raw)
+		<-entered
+		hc.send(`{"jsonrpc":"2.0","id":104,"method":"ping","params":{"channel":"ahp-root://"}}`)
+		m, _ := hc.until("the answer to ping 104", func(m *msg) bool { return m.isResponse(104) })
+		if m.Error == nil || m.Error.Code != rpc.CodeOverloaded || string(m.Error.Data) != `{"kind":"overloaded","retryable":true,"capacity":4}` ||
+			m.Error.Message != "overloaded: 4 requests already in progress on this connection; retry with backoff" {
+			t.Fatalf("ping beyond the bound: %s, want -32050 with capacity 4", m.Raw)
 		}
-	}
-	hc.send(`{"jsonrpc":"2.0","method":"unsubscribe","params":{"channel":"` + ch + `"}}`)
+		// A credit for everything read lets the host send past what it could
+		// without it, while ping 1 is still held.
+		hc.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"channel/credit","params":{"channel":"%s","consumedBytes":%d}}`, ch, received))
+		for received <= window+frame+512 {
+			hc.until("data after the credit", isData)
+		}
+		for _, p := range hc.pending {
+			var id int
+			if p.Method == "" && json.Unmarshal(p.ID, &id) == nil && id >= 100 && id < 104 {
+				t.Fatalf("a held request answered before its release: %s", p.Raw)
+			}
+		}
+		release()
+		for id := 100; id < 104; id++ {
+			if m, _ := hc.until(fmt.Sprintf("the answer to ping %d", id), func(m *msg) bool { return m.isResponse(id) }); m.Error != nil {
+				t.Errorf("ping %d: %s", id, m.Raw)
+			}
+		}
+		hc.send(`{"jsonrpc":"2.0","method":"unsubscribe","params":{"channel":"` + ch + `"}}`)
+	})
 }
 
 // TestThousandConcurrentRequests (issue 16): 1000 requests sent at once
@@ -272,58 +289,60 @@ func TestRequestsOverloaded(t *testing.T) {
 // with its result or error, or Overloaded with the bound (16).
 func TestThousandConcurrentRequests(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, nil)
-	hc := connect(t, srv)
-	hc.initialize("thousand")
-	const n = 1000
-	sent := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), deadline)
-		defer cancel()
-		for i := range n {
-			method := "ping"
-			if i%2 == 1 {
-				method = "no/such/method"
+	conntypes.Run(t, func(t *testing.T, ct conntypes.Type) {
+		srv := newServer(t, nil)
+		hc := connectOver(t, srv, ct)
+		hc.initialize("thousand")
+		const n = 1000
+		sent := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			for i := range n {
+				method := "ping"
+				if i%2 == 1 {
+					method = "no/such/method"
+				}
+				if err := hc.mc.WriteMessage(ctx, []byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"%s","params":{"channel":"ahp-root://"}}`, 1000+i, method))); err != nil {
+					sent <- err
+					return
+				}
 			}
-			if err := hc.mc.WriteMessage(ctx, []byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"%s","params":{"channel":"ahp-root://"}}`, 1000+i, method))); err != nil {
-				sent <- err
-				return
+			sent <- nil
+		}()
+		seen := map[int]int{}
+		overloaded := 0
+		for len(seen) < n {
+			m, err := hc.read()
+			if err != nil {
+				t.Fatalf("after %d answers: %v", len(seen), err)
+			}
+			if m.Method != "" {
+				continue
+			}
+			var id int
+			if err := json.Unmarshal(m.ID, &id); err != nil || id < 1000 || id >= 1000+n {
+				t.Fatalf("answer with id %s", m.ID)
+			}
+			switch {
+			case m.Error != nil && m.Error.Code == rpc.CodeOverloaded:
+				if string(m.Error.Data) != `{"kind":"overloaded","retryable":true,"capacity":16}` {
+					t.Fatalf("Overloaded data: %s", m.Raw)
+				}
+				overloaded++
+			case id%2 == 0 && m.Error != nil, id%2 == 1 && (m.Error == nil || m.Error.Code != rpc.CodeMethodNotFound):
+				t.Fatalf("request %d: %s", id, m.Raw)
+			}
+			if seen[id]++; seen[id] > 1 {
+				t.Fatalf("request %d answered twice", id)
 			}
 		}
-		sent <- nil
-	}()
-	seen := map[int]int{}
-	overloaded := 0
-	for len(seen) < n {
-		m, err := hc.read()
-		if err != nil {
-			t.Fatalf("after %d answers: %v", len(seen), err)
+		if err := <-sent; err != nil {
+			t.Fatal(err)
 		}
-		if m.Method != "" {
-			continue
-		}
-		var id int
-		if err := json.Unmarshal(m.ID, &id); err != nil || id < 1000 || id >= 1000+n {
-			t.Fatalf("answer with id %s", m.ID)
-		}
-		switch {
-		case m.Error != nil && m.Error.Code == rpc.CodeOverloaded:
-			if string(m.Error.Data) != `{"kind":"overloaded","retryable":true,"capacity":16}` {
-				t.Fatalf("Overloaded data: %s", m.Raw)
-			}
-			overloaded++
-		case id%2 == 0 && m.Error != nil, id%2 == 1 && (m.Error == nil || m.Error.Code != rpc.CodeMethodNotFound):
-			t.Fatalf("request %d: %s", id, m.Raw)
-		}
-		if seen[id]++; seen[id] > 1 {
-			t.Fatalf("request %d answered twice", id)
-		}
-	}
-	if err := <-sent; err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d of %d Overloaded", overloaded, n)
-	hc.mustCall(rpc.MethodPing, map[string]any{"channel": rpc.RootChannel}) // still open
+		t.Logf("%d of %d Overloaded", overloaded, n)
+		hc.mustCall(rpc.MethodPing, map[string]any{"channel": rpc.RootChannel}) // still open
+	})
 }
 
 // TestLimitsClientIDsCannotDodge (issue 16 case 7): terminals and TCP
@@ -408,7 +427,9 @@ func TestLimitsClientIDsCannotDodge(t *testing.T) {
 // network client that stops reading while it sends requests is closed
 // with 4008 only once the protected queue has stayed too full for its
 // answers for delivery.write_timeout (here 300 ms, configurable: it was a
-// fixed 30 s), every answer before then queued, none lost.
+// fixed 30 s), every answer before then queued, none lost. Over the pipe
+// only: its 8 messages fill at once; a socket's buffers would take every
+// answer and nothing would wait.
 func TestNotReadingClosedAfterWriteTimeout(t *testing.T) {
 	t.Parallel()
 	const timeout = 300 * time.Millisecond
@@ -542,7 +563,8 @@ func TestStdioNeverClosesNotReading(t *testing.T) {
 // is in progress wait behind it in the lane, at most 256
 // (laneNotifications); the next one holds the reader, so the client's
 // writes stop once the transport's buffer is full too. Released, each is
-// handled and the connection goes on.
+// handled and the connection goes on. Over the pipe only: it counts the
+// pipe's buffer (4 messages) to know which write must block.
 func TestLaneNotificationsBound(t *testing.T) {
 	t.Parallel()
 	entered, gate := make(chan struct{}, 1), make(chan struct{})

@@ -151,7 +151,10 @@ func (s scrape) check(t *testing.T, step string, want map[string]float64) {
 // terminal flooded (its backlog collapsed into channel/gap: the gaps and
 // the messages dropped against what the client read and the journal
 // kept), subscriptions and terminals open, disconnects by reason, and
-// the three results of reconnect.
+// the three results of reconnect. Over pipes only: B's FIFO overflows
+// behind a pipe of 2 messages (a socket's buffers would take it all);
+// the traffic and the transport label over every transport are
+// TestTrafficCounted's.
 func TestMetricsScrape(t *testing.T) {
 	entered, gate := make(chan struct{}, 1), make(chan struct{})
 	srv := newServer(t, func(c *config.Config) {
@@ -382,7 +385,9 @@ func TestMetricsScrape(t *testing.T) {
 // TestViolationNotRetained: a connection that ends in a protocol
 // violation (a message too big, text that is not UTF-8, a protocol error)
 // is counted as protocol_error and its client's state is not kept for a
-// reconnect: it was not lost.
+// reconnect: it was not lost. Over the pipe only: its close codes stand
+// for the transport's own verdicts, which a real client cannot send
+// (transport-io maps 1007 to a normal close).
 func TestViolationNotRetained(t *testing.T) {
 	srv := newServer(t, nil)
 	ts := httptest.NewServer(host.MetricsHandler(srv))

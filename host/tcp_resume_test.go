@@ -14,17 +14,18 @@ import (
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/host"
+	"github.com/sidecar-dev/sidecar/internal/conntypes"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
-// tcpParked opens a TCP channel for client c1, subscribes, lets the
-// destination send "hello" (read as tcp/data, never credited), cuts the
-// connection and returns the server, the resume token, the channel and
-// the destination's socket.
-func tcpParked(t *testing.T) (*host.Server, string, string, *net.TCPConn) {
+// tcpParked opens a TCP channel for client c1 over ct, subscribes, lets
+// the destination send "hello" (read as tcp/data, never credited), cuts
+// the connection and returns the server, the resume token, the channel
+// and the destination's socket.
+func tcpParked(t *testing.T, ct conntypes.Type) (*host.Server, string, string, *net.TCPConn) {
 	t.Helper()
 	srv := newServer(t, nil)
-	hc := connect(t, srv)
+	hc := connectOver(t, srv, ct)
 	init := hc.initialize("c1")
 	if init.Resume == nil {
 		t.Fatal("no resume token")
@@ -47,7 +48,9 @@ func tcpParked(t *testing.T) (*host.Server, string, string, *net.TCPConn) {
 	if _, err := io.WriteString(dest, "hello"); err != nil {
 		t.Fatal(err)
 	}
-	hc.until("tcp/data", func(m *msg) bool { return m.Method == rpc.MethodTCPData })
+	if m, _ := hc.until("tcp/data", func(m *msg) bool { return m.Method == rpc.MethodTCPData }); m.Binary != ct.Binary {
+		t.Fatalf("tcp/data in its binary form: %v, want %v", m.Binary, ct.Binary)
+	}
 	hc.cut()
 	return srv, init.Resume.Token, uri, dest
 }
@@ -58,35 +61,37 @@ func tcpParked(t *testing.T) (*host.Server, string, string, *net.TCPConn) {
 // bytes the client lacks (it said it has 2 of the 5: the whole message
 // goes, from offset 0; the client drops its head); then new data.
 func TestTCPResumeByOffsets(t *testing.T) {
-	srv, token, uri, dest := tcpParked(t)
-	hc := connect(t, srv)
-	it := window(uri, 0)
-	it.Offsets = &rpc.StreamOffsets{Received: 2}
-	m, res := hc.reconnect(resumeParams("c1", token, nil, it))
-	if m.Error != nil || len(res.Missing) != 0 || res.Windows == nil || len(res.Windows.Items) != 1 {
-		t.Fatalf("reconnect: %s", m.Raw)
-	}
-	got := res.Windows.Items[0]
-	if got.Recovery != rpc.RecoveryReplay || got.Offsets == nil || got.Offsets.Received != 0 || got.Offsets.EOF {
-		t.Fatalf("result item %+v, want replay with tcp {received 0}", got)
-	}
-	again, _ := hc.until("tcp/data again", func(m *msg) bool { return m.Method == rpc.MethodTCPData || m.Method == rpc.MethodChannelSnapshot })
-	if !strings.Contains(again.Raw, `"offset":0,"data":"aGVsbG8="`) {
-		t.Fatalf("first data message after the resume: %s", again.Raw)
-	}
-	if _, err := io.WriteString(dest, "world"); err != nil {
-		t.Fatal(err)
-	}
-	next, _ := hc.until("new tcp/data", func(m *msg) bool { return m.Method == rpc.MethodTCPData })
-	if !strings.Contains(next.Raw, `"offset":5,"data":"d29ybGQ="`) {
-		t.Fatalf("new data after the resume: %s", next.Raw)
-	}
-	// The client's direction goes on too.
-	hc.send(`{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":"` + uri + `","offset":0,"data":"aGk="}}`)
-	b := make([]byte, 2)
-	if _, err := io.ReadFull(dest, b); err != nil || string(b) != "hi" {
-		t.Fatalf("destination read %q, %v", b, err)
-	}
+	conntypes.Run(t, func(t *testing.T, ct conntypes.Type) {
+		srv, token, uri, dest := tcpParked(t, ct)
+		hc := connectOver(t, srv, ct)
+		it := window(uri, 0)
+		it.Offsets = &rpc.StreamOffsets{Received: 2}
+		m, res := hc.reconnect(resumeParams("c1", token, nil, it))
+		if m.Error != nil || len(res.Missing) != 0 || res.Windows == nil || len(res.Windows.Items) != 1 {
+			t.Fatalf("reconnect: %s", m.Raw)
+		}
+		got := res.Windows.Items[0]
+		if got.Recovery != rpc.RecoveryReplay || got.Offsets == nil || got.Offsets.Received != 0 || got.Offsets.EOF {
+			t.Fatalf("result item %+v, want replay with tcp {received 0}", got)
+		}
+		again, _ := hc.until("tcp/data again", func(m *msg) bool { return m.Method == rpc.MethodTCPData || m.Method == rpc.MethodChannelSnapshot })
+		if !strings.Contains(again.Raw, `"offset":0,"data":"aGVsbG8="`) || again.Binary != ct.Binary {
+			t.Fatalf("first data message after the resume: %s (binary form %v, want %v)", again.Raw, again.Binary, ct.Binary)
+		}
+		if _, err := io.WriteString(dest, "world"); err != nil {
+			t.Fatal(err)
+		}
+		next, _ := hc.until("new tcp/data", func(m *msg) bool { return m.Method == rpc.MethodTCPData })
+		if !strings.Contains(next.Raw, `"offset":5,"data":"d29ybGQ="`) || next.Binary != ct.Binary {
+			t.Fatalf("new data after the resume: %s (binary form %v, want %v)", next.Raw, next.Binary, ct.Binary)
+		}
+		// The client's direction goes on too.
+		hc.sendData(uri, 0, []byte("hi"))
+		b := make([]byte, 2)
+		if _, err := io.ReadFull(dest, b); err != nil || string(b) != "hi" {
+			t.Fatalf("destination read %q, %v", b, err)
+		}
+	})
 }
 
 // TestTCPResumeRefused: a TCP channel asked for without offsets, or with
@@ -105,7 +110,7 @@ func TestTCPResumeRefused(t *testing.T) {
 		{"not asked for", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv, token, uri, dest := tcpParked(t)
+			srv, token, uri, dest := tcpParked(t, conntypes.Pipe)
 			hc := connect(t, srv)
 			p := resumeParams("c1", token, nil)
 			if tc.ask {

@@ -19,6 +19,7 @@ import (
 	"github.com/sidecar-dev/sidecar/client"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/internal/conntypes"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
 )
@@ -110,25 +111,29 @@ func (h *telHarness) tick() bool {
 	return <-h.done
 }
 
-// rawPeer is a client end speaking raw JSON texts over a transport.Pipe.
+// rawPeer is a client end speaking raw JSON texts.
 type rawPeer struct {
 	t  *testing.T
 	mc transport.MessageConn
 }
 
-func (h *telHarness) dialRaw() *rawPeer {
-	a, b := transport.Pipe(256)
-	ctx, cancel := context.WithCancel(context.Background())
+func (h *telHarness) dialRaw(ct conntypes.Type) *rawPeer {
+	return &rawPeer{t: h.t, mc: h.dial(ct)}
+}
+
+// dial connects to h's server over ct (conntypes.Connect); the cleanup
+// closes the connection and waits until the host has ended it.
+func (h *telHarness) dial(ct conntypes.Type) transport.MessageConn {
 	done := make(chan struct{})
-	go func() {
+	mc := conntypes.Connect(h.t, ct, func(ctx context.Context, mc transport.MessageConn) {
 		defer close(done)
-		_ = h.s.ServeConn(ctx, b)
-	}()
+		_ = h.s.ServeConn(ctx, mc)
+	})
 	h.t.Cleanup(func() {
-		cancel()
+		_ = mc.Close(transport.CloseNormal, "")
 		<-done
 	})
-	return &rawPeer{t: h.t, mc: a}
+	return mc
 }
 
 func (p *rawPeer) send(text string) {
@@ -180,7 +185,7 @@ func (p *rawPeer) initialize() rawMsg {
 func TestTelemetryAdvertised(t *testing.T) {
 	checkLeaks(t)
 	h := newTelHarness(t)
-	p := h.dialRaw()
+	p := h.dialRaw(conntypes.Pipe)
 	m := p.initialize()
 	var res rpc.InitializeResult
 	if err := json.Unmarshal(m.Result, &res); err != nil || res.Telemetry == nil {
@@ -207,40 +212,42 @@ func TestTelemetryAdvertised(t *testing.T) {
 // otlp/exportMetrics per tick, whose payload round-trips through protojson
 // and whose time stamps increase.
 func TestTelemetryOrdinary(t *testing.T) {
-	checkLeaks(t)
-	h := newTelHarness(t)
-	p := h.dialRaw()
-	p.initialize()
-	p.send(`{"jsonrpc":"2.0","id":2,"method":"subscribe","params":{"channel":"ahp-otlp://metrics"}}`)
-	if m := decodeRaw(t, p.next()); string(m.ID) != "2" || string(m.Result) != "{}" {
-		t.Fatalf("subscribe answered %s %s", m.Result, m.Error)
-	}
-	var last uint64
-	for i := 0; i < 2; i++ {
-		if !h.tick() {
-			t.Fatal("no sample for an ordinary subscriber")
+	conntypes.Run(t, func(t *testing.T, ct conntypes.Type) {
+		checkLeaks(t)
+		h := newTelHarness(t)
+		p := h.dialRaw(ct)
+		p.initialize()
+		p.send(`{"jsonrpc":"2.0","id":2,"method":"subscribe","params":{"channel":"ahp-otlp://metrics"}}`)
+		if m := decodeRaw(t, p.next()); string(m.ID) != "2" || string(m.Result) != "{}" {
+			t.Fatalf("subscribe answered %s %s", m.Result, m.Error)
 		}
-		m := decodeRaw(t, p.next())
-		if m.Method != "otlp/exportMetrics" || m.Params.Channel != "ahp-otlp://metrics" {
-			t.Fatalf("got %s on %s", m.Method, m.Params.Channel)
+		var last uint64
+		for i := 0; i < 2; i++ {
+			if !h.tick() {
+				t.Fatal("no sample for an ordinary subscriber")
+			}
+			m := decodeRaw(t, p.next())
+			if m.Method != "otlp/exportMetrics" || m.Params.Channel != "ahp-otlp://metrics" {
+				t.Fatalf("got %s on %s", m.Method, m.Params.Channel)
+			}
+			md, err := telemetry.DecodeMetrics(m.Params.Payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts := firstTime(t, md.ResourceMetrics[0].ScopeMetrics[0].Metrics[0])
+			if ts <= last {
+				t.Errorf("time stamp %d after %d", ts, last)
+			}
+			last = ts
 		}
-		md, err := telemetry.DecodeMetrics(m.Params.Payload)
-		if err != nil {
-			t.Fatal(err)
+		if want := uint64(h.clock.Now().UnixNano()); last != want {
+			t.Errorf("batch stamped %d, want the tick's %d", last, want)
 		}
-		ts := firstTime(t, md.ResourceMetrics[0].ScopeMetrics[0].Metrics[0])
-		if ts <= last {
-			t.Errorf("time stamp %d after %d", ts, last)
+		// The sidecar's own figures see this client.
+		if st := h.s.hostStats(); st.Clients != 1 || st.Subscriptions != 1 {
+			t.Errorf("hostStats = %+v", st)
 		}
-		last = ts
-	}
-	if want := uint64(h.clock.Now().UnixNano()); last != want {
-		t.Errorf("batch stamped %d, want the tick's %d", last, want)
-	}
-	// The sidecar's own figures see this client.
-	if st := h.s.hostStats(); st.Clients != 1 || st.Subscriptions != 1 {
-		t.Errorf("hostStats = %+v", st)
-	}
+	})
 }
 
 // firstTime returns the time stamp of a metric's first data point.
@@ -256,23 +263,12 @@ func firstTime(t *testing.T, m *metricspb.Metric) uint64 {
 	return 0
 }
 
-// dialClient connects a client.Conn over a pipe with the given receive
+// dialClient connects a client.Conn over ct with the given receive
 // window and initializes it.
-func (h *telHarness) dialClient(window delivery.Limits) *client.Conn {
+func (h *telHarness) dialClient(ct conntypes.Type, window delivery.Limits) *client.Conn {
 	h.t.Helper()
-	a, b := transport.Pipe(256)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = h.s.ServeConn(ctx, b)
-	}()
-	c := client.NewConn(a, client.Options{ClientID: "tel-client", Receive: window})
-	h.t.Cleanup(func() {
-		_ = c.Close()
-		cancel()
-		<-done
-	})
+	c := client.NewConn(h.dial(ct), client.Options{ClientID: "tel-client", Receive: window})
+	h.t.Cleanup(func() { _ = c.Close() })
 	ictx, icancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer icancel()
 	if err := c.Call(ictx, rpc.MethodInitialize, rpc.InitializeParams{Channel: rpc.RootChannel,
@@ -318,61 +314,63 @@ func batchTime(t *testing.T, m *client.Message) uint64 {
 // for 3 s misses those samples (the Hub does not even sample), and once it
 // credits it gets a current sample, not an old one.
 func TestTelemetryWindowedLive(t *testing.T) {
-	checkLeaks(t)
-	h := newTelHarness(t)
-	// A window smaller than a batch (about 35 KB as UTF-16): a batch fits
-	// only while nothing is outstanding.
-	c := h.dialClient(delivery.Limits{WindowBytes: 8 << 10, MaximumFrameBytes: 4 << 10})
-	ctx := context.Background()
-	sub, err := c.Subscribe(ctx, "ahp-otlp://metrics")
-	if err != nil || !sub.Windowed {
-		t.Fatalf("subscribe: %v windowed=%v", err, sub != nil && sub.Windowed)
-	}
-	m := nextMsg(t, sub)
-	var snap rpc.ChannelSnapshotParams
-	if err := json.Unmarshal(m.Params, &snap); err != nil || m.Method != rpc.MethodChannelSnapshot ||
-		string(snap.Snapshot.State) != "{}" || snap.Snapshot.Resource != "ahp-otlp://metrics" || snap.Snapshot.FromSeq > h.s.journal.Seq() { // the ports poller may append after it
-		t.Fatalf("first message %s %s", m.Method, m.Params)
-	}
-	m.Release()
-
-	// Batch 1 arrives; it is held (not released, so not credited).
-	if !h.tick() {
-		t.Fatal("no sample")
-	}
-	held := nextMsg(t, sub)
-	batchTime(t, held)
-	if skipped := gjson.GetBytes(held.Params, "skipped"); skipped.Exists() {
-		t.Errorf("the first batch says skipped %s", skipped.Raw)
-	}
-	// Batch 1 is held: with it outstanding the window cannot take another
-	// whole batch, so the subscriber is not ready.
-	msub := subOf(h, "ahp-otlp://metrics")
-	// 3 s without credit: no sample at all.
-	for i := 0; i < 3; i++ {
-		if h.tick() {
-			t.Fatal("sampled while the only subscriber had no credit")
+	conntypes.Run(t, func(t *testing.T, ct conntypes.Type) {
+		checkLeaks(t)
+		h := newTelHarness(t)
+		// A window smaller than a batch (about 35 KB as UTF-16): a batch
+		// fits only while nothing is outstanding.
+		c := h.dialClient(ct, delivery.Limits{WindowBytes: 8 << 10, MaximumFrameBytes: 4 << 10})
+		ctx := context.Background()
+		sub, err := c.Subscribe(ctx, "ahp-otlp://metrics")
+		if err != nil || !sub.Windowed {
+			t.Fatalf("subscribe: %v windowed=%v", err, sub != nil && sub.Windowed)
 		}
-	}
-	held.Release()
-	// The release credits (the client caught up); wait until the host has
-	// the credit.
-	waitFor(t, func() bool { return h.s.telemetryChannels().Ready(msub) })
-	if !h.tick() {
-		t.Fatal("no sample after credit")
-	}
-	after := nextMsg(t, sub)
-	if got, want := batchTime(t, after), uint64(h.clock.Now().UnixNano()); got != want {
-		t.Errorf("after holding credit: batch of %d, want the current %d", got, want)
-	}
-	// The 3 samples it did not get are counted: in the batch (issue 16:
-	// nothing is dropped without a mark) and in the Hub's stats.
-	if skipped := gjson.GetBytes(after.Params, "skipped").Int(); skipped != 3 {
-		t.Errorf("the batch after 3 missed intervals says skipped %d, want 3 (%.200s)", skipped, after.Params)
-	}
-	if n := h.s.TelemetryStats().SkipsReported; n != 3 {
-		t.Errorf("SkipsReported = %d, want 3", n)
-	}
+		m := nextMsg(t, sub)
+		var snap rpc.ChannelSnapshotParams
+		if err := json.Unmarshal(m.Params, &snap); err != nil || m.Method != rpc.MethodChannelSnapshot ||
+			string(snap.Snapshot.State) != "{}" || snap.Snapshot.Resource != "ahp-otlp://metrics" || snap.Snapshot.FromSeq > h.s.journal.Seq() { // the ports poller may append after it
+			t.Fatalf("first message %s %s", m.Method, m.Params)
+		}
+		m.Release()
+
+		// Batch 1 arrives; it is held (not released, so not credited).
+		if !h.tick() {
+			t.Fatal("no sample")
+		}
+		held := nextMsg(t, sub)
+		batchTime(t, held)
+		if skipped := gjson.GetBytes(held.Params, "skipped"); skipped.Exists() {
+			t.Errorf("the first batch says skipped %s", skipped.Raw)
+		}
+		// Batch 1 is held: with it outstanding the window cannot take another
+		// whole batch, so the subscriber is not ready.
+		msub := subOf(h, "ahp-otlp://metrics")
+		// 3 s without credit: no sample at all.
+		for i := 0; i < 3; i++ {
+			if h.tick() {
+				t.Fatal("sampled while the only subscriber had no credit")
+			}
+		}
+		held.Release()
+		// The release credits (the client caught up); wait until the host has
+		// the credit.
+		waitFor(t, func() bool { return h.s.telemetryChannels().Ready(msub) })
+		if !h.tick() {
+			t.Fatal("no sample after credit")
+		}
+		after := nextMsg(t, sub)
+		if got, want := batchTime(t, after), uint64(h.clock.Now().UnixNano()); got != want {
+			t.Errorf("after holding credit: batch of %d, want the current %d", got, want)
+		}
+		// The 3 samples it did not get are counted: in the batch (issue 16:
+		// nothing is dropped without a mark) and in the Hub's stats.
+		if skipped := gjson.GetBytes(after.Params, "skipped").Int(); skipped != 3 {
+			t.Errorf("the batch after 3 missed intervals says skipped %d, want 3 (%.200s)", skipped, after.Params)
+		}
+		if n := h.s.TelemetryStats().SkipsReported; n != 3 {
+			t.Errorf("SkipsReported = %d, want 3", n)
+		}
+	})
 }
 
 // subOf returns the host-side subscription of channel on the only connection.
@@ -403,111 +401,115 @@ func waitFor(t *testing.T, cond func() bool) {
 // TestTelemetryBesideFlood: a terminal flooding output on the same
 // connection does not delay a batch beyond one interval (1 s).
 func TestTelemetryBesideFlood(t *testing.T) {
-	checkLeaks(t)
-	h := newTelHarness(t)
-	c := h.dialClient(client.DefaultReceive)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	uri := "ahp-terminal:/flood"
-	if err := c.Call(ctx, rpc.MethodCreateTerminal, rpc.CreateTerminalParams{Channel: uri,
-		Command: []string{"sh", "-c", "yes 0123456789abcdefghijklmnopqrstuvwxyz"}}, nil); err != nil {
-		t.Fatal(err)
-	}
-	term, err := c.Subscribe(ctx, uri)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var flooded sync.WaitGroup
-	var floodBytes int64
-	var fmu sync.Mutex
-	flooded.Add(1)
-	go func() { // a fast reader: everything is released at once
-		defer flooded.Done()
-		for {
-			m, err := term.Next(ctx)
-			if err != nil {
-				return
+	conntypes.Run(t, func(t *testing.T, ct conntypes.Type) {
+		checkLeaks(t)
+		h := newTelHarness(t)
+		c := h.dialClient(ct, client.DefaultReceive)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		uri := "ahp-terminal:/flood"
+		if err := c.Call(ctx, rpc.MethodCreateTerminal, rpc.CreateTerminalParams{Channel: uri,
+			Command: []string{"sh", "-c", "yes 0123456789abcdefghijklmnopqrstuvwxyz"}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		term, err := c.Subscribe(ctx, uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var flooded sync.WaitGroup
+		var floodBytes int64
+		var fmu sync.Mutex
+		flooded.Add(1)
+		go func() { // a fast reader: everything is released at once
+			defer flooded.Done()
+			for {
+				m, err := term.Next(ctx)
+				if err != nil {
+					return
+				}
+				fmu.Lock()
+				floodBytes += int64(len(m.Raw))
+				fmu.Unlock()
+				m.Release()
 			}
-			fmu.Lock()
-			floodBytes += int64(len(m.Raw))
-			fmu.Unlock()
+		}()
+		defer flooded.Wait()
+		defer cancel()
+		waitFor(t, func() bool { fmu.Lock(); defer fmu.Unlock(); return floodBytes > 1<<20 })
+
+		tel, err := c.Subscribe(ctx, "ahp-otlp://metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		nextMsg(t, tel).Release() // channel/snapshot
+		for i := 0; i < 3; i++ {
+			start := time.Now()
+			if !h.tick() {
+				t.Fatalf("no sample %d", i)
+			}
+			m := nextMsg(t, tel)
+			if d := time.Since(start); d > time.Second {
+				t.Errorf("batch %d took %v behind the flood, more than one interval", i, d)
+			}
+			batchTime(t, m)
 			m.Release()
 		}
-	}()
-	defer flooded.Wait()
-	defer cancel()
-	waitFor(t, func() bool { fmu.Lock(); defer fmu.Unlock(); return floodBytes > 1<<20 })
-
-	tel, err := c.Subscribe(ctx, "ahp-otlp://metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	nextMsg(t, tel).Release() // channel/snapshot
-	for i := 0; i < 3; i++ {
-		start := time.Now()
-		if !h.tick() {
-			t.Fatalf("no sample %d", i)
+		fmu.Lock()
+		defer fmu.Unlock()
+		if floodBytes < 1<<20 {
+			t.Errorf("the flood moved only %d bytes", floodBytes)
 		}
-		m := nextMsg(t, tel)
-		if d := time.Since(start); d > time.Second {
-			t.Errorf("batch %d took %v behind the flood, more than one interval", i, d)
-		}
-		batchTime(t, m)
-		m.Release()
-	}
-	fmu.Lock()
-	defer fmu.Unlock()
-	if floodBytes < 1<<20 {
-		t.Errorf("the flood moved only %d bytes", floodBytes)
-	}
+	})
 }
 
 // TestTelemetryLogs: ahp-otlp://logs?level=warn streams the sidecar's own
 // records at warn and above as otlp/exportLogs, ordinary and windowed.
 func TestTelemetryLogs(t *testing.T) {
-	checkLeaks(t)
-	h := newTelHarness(t)
-	p := h.dialRaw()
-	p.initialize()
-	p.send(`{"jsonrpc":"2.0","id":2,"method":"subscribe","params":{"channel":"ahp-otlp://logs?level=warn"}}`)
-	if m := decodeRaw(t, p.next()); string(m.Result) != "{}" {
-		t.Fatalf("subscribe answered %s %s", m.Result, m.Error)
-	}
-	c := h.dialClient(client.DefaultReceive)
-	sub, err := c.Subscribe(context.Background(), "ahp-otlp://logs?level=warn")
-	if err != nil || !sub.Windowed {
-		t.Fatalf("windowed subscribe: %v", err)
-	}
-	if m := nextMsg(t, sub); m.Method != rpc.MethodChannelSnapshot {
-		t.Fatalf("first windowed message %s", m.Method)
-	} else {
-		m.Release()
-	}
-	h.s.log.Named("probe").Info("not at warn")
-	h.s.log.Named("probe").Warn("disk nearly full", "mount", "/data")
-	check := func(raw []byte) {
-		t.Helper()
-		var m struct {
-			Method string
-			Params struct {
-				Channel string
-				Payload json.RawMessage
+	conntypes.Run(t, func(t *testing.T, ct conntypes.Type) {
+		checkLeaks(t)
+		h := newTelHarness(t)
+		p := h.dialRaw(ct)
+		p.initialize()
+		p.send(`{"jsonrpc":"2.0","id":2,"method":"subscribe","params":{"channel":"ahp-otlp://logs?level=warn"}}`)
+		if m := decodeRaw(t, p.next()); string(m.Result) != "{}" {
+			t.Fatalf("subscribe answered %s %s", m.Result, m.Error)
+		}
+		c := h.dialClient(ct, client.DefaultReceive)
+		sub, err := c.Subscribe(context.Background(), "ahp-otlp://logs?level=warn")
+		if err != nil || !sub.Windowed {
+			t.Fatalf("windowed subscribe: %v", err)
+		}
+		if m := nextMsg(t, sub); m.Method != rpc.MethodChannelSnapshot {
+			t.Fatalf("first windowed message %s", m.Method)
+		} else {
+			m.Release()
+		}
+		h.s.log.Named("probe").Info("not at warn")
+		h.s.log.Named("probe").Warn("disk nearly full", "mount", "/data")
+		check := func(raw []byte) {
+			t.Helper()
+			var m struct {
+				Method string
+				Params struct {
+					Channel string
+					Payload json.RawMessage
+				}
+			}
+			if err := json.Unmarshal(raw, &m); err != nil || m.Method != rpc.MethodOTLPExportLogs || m.Params.Channel != "ahp-otlp://logs?level=warn" {
+				t.Fatalf("got %.300s", raw)
+			}
+			ld := &logspb.LogsData{}
+			if err := protojson.Unmarshal(m.Params.Payload, ld); err != nil {
+				t.Fatal(err)
+			}
+			recs := ld.ResourceLogs[0].ScopeLogs[0].LogRecords
+			if len(recs) != 1 || recs[0].Body.GetStringValue() != "disk nearly full" || ld.ResourceLogs[0].ScopeLogs[0].Scope.Name != "sidecar.probe" {
+				t.Errorf("records %v", ld)
 			}
 		}
-		if err := json.Unmarshal(raw, &m); err != nil || m.Method != rpc.MethodOTLPExportLogs || m.Params.Channel != "ahp-otlp://logs?level=warn" {
-			t.Fatalf("got %.300s", raw)
-		}
-		ld := &logspb.LogsData{}
-		if err := protojson.Unmarshal(m.Params.Payload, ld); err != nil {
-			t.Fatal(err)
-		}
-		recs := ld.ResourceLogs[0].ScopeLogs[0].LogRecords
-		if len(recs) != 1 || recs[0].Body.GetStringValue() != "disk nearly full" || ld.ResourceLogs[0].ScopeLogs[0].Scope.Name != "sidecar.probe" {
-			t.Errorf("records %v", ld)
-		}
-	}
-	check(p.next())
-	m := nextMsg(t, sub)
-	check(m.Raw)
-	m.Release()
+		check(p.next())
+		m := nextMsg(t, sub)
+		check(m.Raw)
+		m.Release()
+	})
 }
