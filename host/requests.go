@@ -130,6 +130,14 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 	if c.isInitialized() {
 		return nil, nil, rpc.Errorf(rpc.CodeInvalidRequest, "already initialized")
 	}
+	if c.s.retainedFor(p.ClientID) {
+		// Its state waits for its own reconnect: an initialize never ends
+		// or takes it (another client naming it, say, from the clientIds
+		// the root catalogue lists).
+		data, _ := json.Marshal(rpc.ResumeErrorData{Kind: "clientIdInUse"})
+		return nil, nil, &rpc.Error{Code: rpc.CodeAlreadyExists, Data: data,
+			Message: fmt.Sprintf("clientId %s is in use: its state is kept for its reconnect; reconnect, or initialize with another clientId", peerText(p.ClientID))}
+	}
 	version := pickVersion(p.ProtocolVersions)
 	if version == "" {
 		data, _ := json.Marshal(rpc.UnsupportedVersionData{SupportedVersions: SupportedVersions})
@@ -147,7 +155,6 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 	c.resumeToken = newResumeToken()
 	c.mu.Unlock()
 	c.s.clientArrived(p.ClientID)
-	c.s.startedOver(p.ClientID, c.principal)
 	name := ""
 	if p.ClientInfo != nil {
 		name = strings.TrimSpace(p.ClientInfo.Name + " " + p.ClientInfo.Version)

@@ -285,6 +285,18 @@ func resumeRefused(clientID string) *rpc.Error {
 	return &rpc.Error{Code: rpc.CodePermissionDenied, Message: fmt.Sprintf("cannot resume client %s: another principal, or not its resume token", clientID), Data: data}
 }
 
+// mayResume is the rule of reconnect (docs/protocol.md "reconnect"): a
+// state (or a live connection) initialized by principal ownerPrincipal
+// with resume token ownerToken may be resumed by principal with token when
+// the principals are the same and the token is the state's, or absent: a
+// standard AHP client sends none, and the same principal could attach to
+// and kill that client's terminals anyway, so a missing token gives
+// nothing away. Another principal never resumes it, and a wrong token
+// never does (a guess).
+func mayResume(ownerPrincipal, ownerToken, principal, token string) bool {
+	return principal == ownerPrincipal && (token == "" || transport.TokenEqual(token, ownerToken))
+}
+
 // claimRetained takes clientID's retained state for a reconnect from
 // principal with token, or says why not (the state stays kept when the
 // reconnect is refused: a wrong guess destroys nothing).
@@ -295,7 +307,7 @@ func (s *Server) claimRetained(clientID, principal, token string) (*retained, *r
 	if r == nil {
 		return nil, resumeExpired(clientID)
 	}
-	if r.principal != principal || !transport.TokenEqual(token, r.token) {
+	if !mayResume(r.principal, r.token, principal, token) {
 		return nil, resumeRefused(clientID)
 	}
 	delete(s.ret.clients, clientID)
@@ -306,8 +318,8 @@ func (s *Server) claimRetained(clientID, principal, token string) (*retained, *r
 // handOver closes clientID's connections that the host still thinks open
 // (a reconnect can arrive before the old transport's loss is noticed: a
 // laptop that slept), once the reconnect proves it is theirs, and waits
-// until each is parked. A connection of another principal or token is
-// left alone and the reconnect refused.
+// until each is parked. A connection the reconnect may not resume
+// (mayResume) is left alone and the reconnect refused.
 func (s *Server) handOver(clientID, principal, token string, self *conn) *rpc.Error {
 	s.mu.Lock()
 	var old []*conn
@@ -318,7 +330,7 @@ func (s *Server) handOver(clientID, principal, token string, self *conn) *rpc.Er
 	}
 	s.mu.Unlock()
 	for _, c := range old {
-		if c.principal != principal || !transport.TokenEqual(token, c.resumeToken) {
+		if !mayResume(c.principal, c.resumeToken, principal, token) {
 			return resumeRefused(clientID)
 		}
 	}

@@ -219,6 +219,51 @@ func TestReconnectRefused(t *testing.T) {
 	})
 }
 
+// TestInitializeLeavesRetainedState (issue 27 item 12): an initialize
+// naming a clientId whose state is kept for a reconnect (another client
+// read it in the root catalogue, or the same one lost its token) is
+// refused as in use (-32010, kind clientIdInUse) and ends nothing: the
+// owner's reconnect with its token still resumes the state.
+func TestInitializeLeavesRetainedState(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	a := connectAs(t, srv, "p1")
+	init := a.initialize("victim")
+	a.cut()
+	for _, principal := range []string{"p1", "p2"} {
+		b := connectAs(t, srv, principal)
+		e := b.callErr(rpc.MethodInitialize, map[string]any{"channel": rpc.RootChannel, "protocolVersions": []string{"0.5.0"}, "clientId": "victim"}, rpc.CodeAlreadyExists)
+		var d rpc.ResumeErrorData
+		if e == nil || json.Unmarshal(e.Data, &d) != nil || d.Kind != "clientIdInUse" {
+			t.Fatalf("initialize of a kept clientId by %s: %+v, want -32010 kind clientIdInUse", principal, e)
+		}
+	}
+	c := connectAs(t, srv, "p1")
+	if m, _ := c.reconnect(resumeParams("victim", init.Resume.Token, nil)); m.Error != nil {
+		t.Fatalf("the owner's reconnect after the refused initializes: %s", m.Raw)
+	}
+}
+
+// TestReconnectWithoutToken (issue 27 item 13): a standard AHP client
+// reconnects without a resumeToken (our extension): the principal that
+// created the state resumes it; another principal never does.
+func TestReconnectWithoutToken(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	a := connectAs(t, srv, "p1")
+	a.initialize("sdk")
+	a.cut()
+	other := connectAs(t, srv, "p2")
+	if e := other.callErr(rpc.MethodReconnect, resumeParams("sdk", "", nil), rpc.CodePermissionDenied); e == nil {
+		t.Fatal("another principal resumed without a token")
+	}
+	b := connectAs(t, srv, "p1")
+	m, res := b.reconnect(resumeParams("sdk", "", nil))
+	if m.Error != nil || res.Resume == nil || res.Resume.Token == "" {
+		t.Fatalf("the same principal without a token: %s", m.Raw)
+	}
+}
+
 // TestDetachEndsState: a client that closes its connection (a detach)
 // keeps nothing: a reconnect finds its state expired, and its claim
 // passes on at once to a client still watching.

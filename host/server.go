@@ -230,22 +230,6 @@ func (s *Server) connEnded(c *conn) (kept bool) {
 	return kept || s.retainedFor(c.id())
 }
 
-// startedOver drops clientID's retained state when the same principal
-// initializes it afresh (the client gave up resuming); another
-// principal's initialize leaves it be.
-func (s *Server) startedOver(clientID, principal string) {
-	s.ret.mu.Lock()
-	r := s.ret.clients[clientID]
-	if r == nil || r.principal != principal {
-		s.ret.mu.Unlock()
-		return
-	}
-	delete(s.ret.clients, clientID)
-	s.ret.mu.Unlock()
-	s.log.Info("client state dropped", "client", clientID, "reason", "the client initialized again")
-	r.end()
-}
-
 // Shutdown stops accepting connections, closes every connection with
 // 1001 "server shutting down", shuts every kind down (terminals' process
 // groups killed, TCP connections closed, sampling stopped) and waits

@@ -172,6 +172,15 @@ async function connect(): Promise<void> {
   } catch (err) {
     busy = false;
     if (refused(err)) return;
+    if (err instanceof RpcError && (err.data as { kind?: string } | undefined)?.kind === "clientIdInUse") {
+      // Our clientId's old state waits for a reconnect we cannot make (a
+      // reload forgot its token): start afresh under a new clientId.
+      sessionStorage.removeItem(CLIENT_KEY);
+      drop("clientId in use");
+      client = null;
+      void connect();
+      return;
+    }
     drop("connect failed");
     client = null;
     scheduleRetry(String((err as Error)?.message ?? err));
