@@ -29,6 +29,16 @@ listener {
   # listener's own origin (https://ADDRESS:PORT, localhost too on loopback: the page the
   # daemon serves at /) is always allowed. Every other origin is refused (HTTP 403, logged).
   origins = []
+
+  # Client connections served at once; of them, those of one principal (one token, or
+  # stdio: every client of a token is the same principal), so that the others keep room;
+  # and of those, the ones that have not initialized yet, which initialize_timeout closes.
+  # Beyond each bound a connection is closed at once with 1013, its reason naming the
+  # bound (logged at warn, counted in sidecar_connections_refused_total).
+  max_connections               = 1024
+  max_connections_per_principal = 768
+  max_uninitialized             = 64
+  initialize_timeout            = "10s"
 }
 
 tls {

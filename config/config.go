@@ -83,6 +83,15 @@ type Listener struct {
 	// WebSocket. Requests without an Origin header (non-browser clients) are not
 	// affected. Empty: every browser origin is refused.
 	Origins []string
+	// MaxConnections bounds the client connections served at once (each costs a few
+	// goroutines and buffers); MaxConnectionsPerPrincipal those of one principal (one
+	// token, or stdio), so that the others keep room; MaxUninitialized those of one
+	// principal that have not initialized yet, which InitializeTimeout ends. Beyond
+	// each, a connection is closed at once with 1013 naming the bound.
+	MaxConnections             int
+	MaxConnectionsPerPrincipal int
+	MaxUninitialized           int
+	InitializeTimeout          time.Duration
 }
 
 // TLS is block tls. Both empty: a development certificate kept in the state directory.
@@ -298,6 +307,10 @@ func (c *Config) schema() []section {
 		{"listener", []field{
 			{"address", &c.Listener.Address},
 			{"origins", &c.Listener.Origins},
+			{"max_connections", &c.Listener.MaxConnections},
+			{"max_connections_per_principal", &c.Listener.MaxConnectionsPerPrincipal},
+			{"max_uninitialized", &c.Listener.MaxUninitialized},
+			{"initialize_timeout", &c.Listener.InitializeTimeout},
 		}},
 		{"tls", []field{
 			{"cert_file", &c.TLS.CertFile},
@@ -629,6 +642,14 @@ func (c *Config) Validate() error {
 			(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 			v.bad("listener.origins", "%q is not an origin; write \"https://host\" or \"https://host:port\" with no path", o)
 		}
+	}
+
+	v.positive("listener.max_connections", int64(c.Listener.MaxConnections), "connections")
+	v.positive("listener.max_connections_per_principal", int64(c.Listener.MaxConnectionsPerPrincipal), "connections")
+	v.positive("listener.max_uninitialized", int64(c.Listener.MaxUninitialized), "connections")
+	v.duration("listener.initialize_timeout", c.Listener.InitializeTimeout)
+	if l := c.Listener; l.MaxConnectionsPerPrincipal > l.MaxConnections && l.MaxConnections > 0 {
+		v.bad("listener.max_connections_per_principal", "(%d connections) is greater than max_connections (%d); one principal could never reach its bound", l.MaxConnectionsPerPrincipal, l.MaxConnections)
 	}
 
 	// tls

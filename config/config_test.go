@@ -51,7 +51,8 @@ func TestDefault(t *testing.T) {
 		t.Errorf("Source = %q", c.Source)
 	}
 	want := &Config{
-		Listener: Listener{Address: "127.0.0.1:4433", Origins: []string{}},
+		Listener: Listener{Address: "127.0.0.1:4433", Origins: []string{},
+			MaxConnections: 1024, MaxConnectionsPerPrincipal: 768, MaxUninitialized: 64, InitializeTimeout: 10 * time.Second},
 		Terminal: Terminal{Login: true, Term: "xterm-256color", ScrollbackBytes: 1 << 20,
 			MaxPerClient: 16, MaxTotal: 64, MaxPerPrincipal: 32, MaxPerConnection: 16, Env: map[string]string{"LANG": "C.UTF-8"}},
 		TCP: TCP{Allow: []string{"127.0.0.0/8", "::1/128"}, MaxPerClient: 256, MaxTotal: 1024, MaxPerPrincipal: 512, MaxPerConnection: 256,
@@ -123,6 +124,10 @@ state_dir = "/srv/sidecar"
 listener {
   address = "[::]:8443"
   origins = ["https://app.example.com", "http://localhost:3000"]
+  max_connections = 100
+  max_connections_per_principal = 50
+  max_uninitialized = 5
+  initialize_timeout = "3s"
 }
 tls {
   cert_file = "/etc/sidecar/cert.pem"
@@ -187,9 +192,10 @@ func TestLoadOverridesEverything(t *testing.T) {
 	}
 	want := &Config{
 		StateDir: "/srv/sidecar",
-		Listener: Listener{Address: "[::]:8443", Origins: []string{"https://app.example.com", "http://localhost:3000"}},
-		TLS:      TLS{CertFile: "/etc/sidecar/cert.pem", KeyFile: "/etc/sidecar/key.pem"},
-		Auth:     Auth{TokenFile: "/run/secrets/token"},
+		Listener: Listener{Address: "[::]:8443", Origins: []string{"https://app.example.com", "http://localhost:3000"},
+			MaxConnections: 100, MaxConnectionsPerPrincipal: 50, MaxUninitialized: 5, InitializeTimeout: 3 * time.Second},
+		TLS:  TLS{CertFile: "/etc/sidecar/cert.pem", KeyFile: "/etc/sidecar/key.pem"},
+		Auth: Auth{TokenFile: "/run/secrets/token"},
 		Terminal: Terminal{Shell: "/bin/sh", User: "root", Login: false, Term: "screen", ScrollbackBytes: 65536,
 			MaxPerClient: 2, MaxTotal: 3, MaxPerPrincipal: 6, MaxPerConnection: 7, Env: map[string]string{"FOO": "bar"}},
 		TCP: TCP{Allow: []string{"10.0.0.0/8", "192.168.1.7"}, MaxPerClient: 4, MaxTotal: 5, MaxPerPrincipal: 8, MaxPerConnection: 9,
@@ -281,6 +287,10 @@ func TestLoadErrors(t *testing.T) {
 			[]string{`total\.hcl:2:15: Invalid terminal\.max_total: max_per_client \(16 terminals\) is greater than max_total \(4 terminals\)`}},
 		{"tcp per client over total", "tcp.hcl", "tcp {\n  max_per_client = 300\n  max_total = 200\n}\n",
 			[]string{`tcp\.hcl:2:20: Invalid tcp\.max_per_client: max_per_client \(300 connections\) is greater than max_total \(200 connections\)`}},
+		{"connections per principal over total", "conns.hcl", "listener {\n  max_connections = 10\n}\n",
+			[]string{`conns\.hcl:\d+:\d+: Invalid listener\.max_connections_per_principal: \(768 connections\) is greater than max_connections \(10\)`}},
+		{"uninitialized zero", "uninit.hcl", "listener {\n  max_uninitialized = 0\n}\n",
+			[]string{`uninit\.hcl:2:\d+: Invalid listener\.max_uninitialized`}},
 		{"shell relative", "shrel.hcl", "terminal {\n  shell = \"bash\"\n}\n",
 			[]string{`shrel\.hcl:2:11: Invalid terminal\.shell: "bash" is not an absolute path`}},
 		{"shell missing", "shmiss.hcl", "terminal {\n  shell = \"/nonexistent/bin/zsh\"\n}\n",

@@ -127,9 +127,13 @@ func (c *conn) serve(parent context.Context) error {
 	defer c.stop()
 	c.log.Debug("connection open")
 	// A connection must initialize in time, or it only holds resources.
-	initTimer := time.AfterFunc(initializeTimeout, func() {
+	timeout := c.s.cfg.Listener.InitializeTimeout
+	if timeout <= 0 {
+		timeout = defaultInitializeTimeout
+	}
+	initTimer := time.AfterFunc(timeout, func() {
 		if !c.isInitialized() {
-			c.log.Warn("closing connection: no initialize", "timeout", initializeTimeout)
+			c.log.Warn("closing connection: no initialize", "timeout", timeout)
 			c.close(transport.CloseProtocolError, initTimeoutReason)
 		}
 	})
@@ -214,12 +218,13 @@ func endReason(closeErr error, readErr *error) string {
 var errVersionMismatch = errors.New("host: no common protocol version")
 
 // initTimeoutReason is the close reason of a connection that did not
-// initialize within initializeTimeout.
+// initialize within listener.initialize_timeout.
 const initTimeoutReason = "initialize not received in time"
 
-// initializeTimeout is how long a connection may stay open without
-// initialize (ping alone does not count).
-const initializeTimeout = 30 * time.Second
+// defaultInitializeTimeout is how long a connection may stay open
+// without initialize (ping alone does not count) when the config says
+// nothing (listener.initialize_timeout).
+const defaultInitializeTimeout = 10 * time.Second
 
 // readerEndWait bounds the wait for the reader to return once the
 // connection is closed (its transport is closed by then: it returns at

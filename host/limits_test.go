@@ -8,36 +8,59 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/host"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
 )
 
-// TestConnectionLimit: 1024 connections are served at once; the next one
-// is closed at once with 1013 and the others are unaffected.
-func TestConnectionLimit(t *testing.T) {
-	srv := newServer(t, nil)
-	conns := make([]*hostConn, 0, 1024)
-	for range 1024 {
-		conns = append(conns, connect(t, srv))
-	}
-	// Every one is being served: a ping round trip on each proves it was
-	// registered (ServeConn registers before it reads).
-	for i, c := range conns {
-		c.send(`{"jsonrpc":"2.0","id":1,"method":"ping","params":{"channel":"ahp-root://"}}`)
-		if m, err := c.read(); err != nil || string(m.Raw) != `{"id":1,"result":null,"jsonrpc":"2.0"}` {
-			t.Fatalf("ping on connection %d: %v %v", i+1, m, err)
+// TestConnectionBounds (issue 27 item 11): the listener block's bounds,
+// each met exactly: a principal's connections not initialized yet
+// (max_uninitialized), a principal's connections (max_connections_per_
+// principal: another principal still has room), and the host's
+// (max_connections). The one past a bound is closed at once with 1013
+// naming it; the others are unaffected, and a slot frees when its
+// connection initializes or ends.
+func TestConnectionBounds(t *testing.T) {
+	srv := newServer(t, func(c *config.Config) {
+		c.Listener.MaxConnections, c.Listener.MaxConnectionsPerPrincipal, c.Listener.MaxUninitialized = 6, 4, 2
+	})
+	refused := func(principal, want string) {
+		t.Helper()
+		a, b := transport.Pipe(4)
+		if err := srv.ServeConnAs(context.Background(), b, principal); !errors.Is(err, host.ErrTooManyConnections) {
+			t.Fatalf("%s: ServeConnAs = %v, want ErrTooManyConnections", principal, err)
+		}
+		_, rerr := a.ReadMessage(context.Background())
+		if code, reason := transport.CloseStatus(rerr), transport.CloseReason(rerr); code != transport.CloseTryAgainLater || reason != want {
+			t.Fatalf("%s: closed %v %q, want 1013 %q", principal, code, reason, want)
 		}
 	}
-	a, b := transport.Pipe(4)
-	err := srv.ServeConn(context.Background(), b)
-	if !errors.Is(err, host.ErrTooManyConnections) {
-		t.Fatalf("connection 1025: %v, want ErrTooManyConnections", err)
+	p1 := []*hostConn{connectAs(t, srv, "p1"), connectAs(t, srv, "p1")}
+	for _, c := range p1 { // served: registered before it reads
+		c.send(`{"jsonrpc":"2.0","id":1,"method":"ping"}`)
+		if _, err := c.read(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	_, rerr := a.ReadMessage(context.Background())
-	if code := transport.CloseStatus(rerr); code != transport.CloseTryAgainLater {
-		t.Fatalf("connection 1025 closed with %v (%v), want 1013", code, rerr)
+	refused("p1", "too many connections not initialized yet for this token (listener.max_uninitialized, 2)")
+	p1[0].initialize("c1")
+	p1 = append(p1, connectAs(t, srv, "p1"))
+	p1[1].initialize("c2")
+	p1[2].initialize("c3")
+	p1 = append(p1, connectAs(t, srv, "p1"))
+	p1[3].initialize("c4")
+	refused("p1", "too many connections for this token (listener.max_connections_per_principal, 4)")
+	p2 := []*hostConn{connectAs(t, srv, "p2"), connectAs(t, srv, "p2")}
+	for i, c := range p2 {
+		c.initialize("d" + strconv.Itoa(i))
 	}
+	refused("p3", "too many connections on this host (listener.max_connections, 6)")
+	// One ends: its slot is free again.
+	_ = p2[1].mc.Close(transport.CloseNormal, "")
+	<-p2[1].served
+	p2[1].served <- nil // for the cleanup
+	connectAs(t, srv, "p3").initialize("e")
 }
 
 // TestInputQueueBound: input for a program that does not read it queues

@@ -37,7 +37,7 @@ var (
 	descConnectionsTotal = desc("connections_total",
 		"Client connections accepted and served, by transport.", "transport")
 	descRefused = desc("connections_refused_total",
-		"Client connections refused before being served: limit (1024 open already, closed 1013) or shutdown.", "reason")
+		"Client connections refused before being served, closed 1013: limit (listener.max_connections open already), principal_limit (its principal's listener.max_connections_per_principal), uninitialized_limit (its principal's listener.max_uninitialized not initialized yet); or shutdown (1001).", "reason")
 	descDisconnects = desc("disconnects_total",
 		"Served client connections that ended, by reason.", "reason")
 	descSubscriptions = desc("subscriptions",

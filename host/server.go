@@ -133,13 +133,37 @@ func New(cfg *config.Config, log hclog.Logger, kinds ...adapters.Factory) (*Serv
 // Journal returns the server's journal (for tests).
 func (s *Server) Journal() *journal.Journal { return s.journal }
 
-// maxConnections bounds the connections served at once: each costs a few
-// goroutines and buffers even before it initializes (which it must within
-// initializeTimeout). Beyond it a connection is closed at once with 1013.
-const maxConnections = 1024
-
-// ErrTooManyConnections is returned by ServeConn beyond maxConnections.
+// ErrTooManyConnections is returned by ServeConn beyond a bound of the
+// listener block: listener.max_connections on the host,
+// max_connections_per_principal for one principal (so that the others
+// keep room), max_uninitialized of one principal's connections not
+// initialized yet (which initialize_timeout closes).
 var ErrTooManyConnections = errors.New("host: too many connections")
+
+// admitLocked returns why principal's new connection is refused (the
+// bound it would pass, and its refusal counter), or "" to serve it. Call
+// with s.mu held.
+func (s *Server) admitLocked(principal string) (why string, r refusal) {
+	l := s.cfg.Listener
+	total, mine, uninit := len(s.conns), 0, 0
+	for c := range s.conns {
+		if c.principal == principal {
+			mine++
+			if !c.isInitialized() {
+				uninit++
+			}
+		}
+	}
+	switch {
+	case l.MaxConnections > 0 && total >= l.MaxConnections:
+		return fmt.Sprintf("too many connections on this host (listener.max_connections, %d)", l.MaxConnections), refusedLimit
+	case l.MaxConnectionsPerPrincipal > 0 && mine >= l.MaxConnectionsPerPrincipal:
+		return fmt.Sprintf("too many connections for this token (listener.max_connections_per_principal, %d)", l.MaxConnectionsPerPrincipal), refusedPrincipalLimit
+	case l.MaxUninitialized > 0 && uninit >= l.MaxUninitialized:
+		return fmt.Sprintf("too many connections not initialized yet for this token (listener.max_uninitialized, %d)", l.MaxUninitialized), refusedUninitializedLimit
+	}
+	return "", 0
+}
 
 // ErrShuttingDown is returned by ServeConn once Shutdown has begun.
 var ErrShuttingDown = errors.New("host: shutting down")
@@ -162,11 +186,11 @@ func (s *Server) ServeConnAs(ctx context.Context, mc transport.MessageConn, prin
 		_ = mc.Close(transport.CloseGoingAway, "server shutting down")
 		return ErrShuttingDown
 	}
-	if len(s.conns) >= maxConnections {
+	if why, r := s.admitLocked(principal); why != "" {
 		s.mu.Unlock()
-		s.counts.refused[refusedLimit].Add(1)
-		s.log.Warn("connection refused: too many connections", "peer", mc.Peer(), "limit", maxConnections)
-		_ = mc.Close(transport.CloseTryAgainLater, "too many connections")
+		s.counts.refused[r].Add(1)
+		s.log.Warn("connection refused", "peer", mc.Peer(), "reason", why)
+		_ = mc.Close(transport.CloseTryAgainLater, why)
 		return ErrTooManyConnections
 	}
 	cc := s.countConn(mc)

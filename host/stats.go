@@ -68,12 +68,14 @@ var disconnectNames = [numDisconnectReasons]string{
 type refusal int
 
 const (
-	refusedLimit    refusal = iota // maxConnections open already (1013)
-	refusedShutdown                // the host is shutting down (1001)
+	refusedLimit              refusal = iota // listener.max_connections open already (1013)
+	refusedShutdown                          // the host is shutting down (1001)
+	refusedPrincipalLimit                    // listener.max_connections_per_principal of its principal (1013)
+	refusedUninitializedLimit                // listener.max_uninitialized of its principal (1013)
 	numRefusals
 )
 
-var refusalNames = [numRefusals]string{"limit", "shutdown"}
+var refusalNames = [numRefusals]string{"limit", "shutdown", "principal_limit", "uninitialized_limit"}
 
 // resumeResult is the outcome of a reconnect request.
 type resumeResult int
