@@ -276,10 +276,33 @@ func (w *wsConn) RecycleRead(b []byte) { readBufs.Put(b) }
 // the message before Write returns.
 func (w *wsConn) WriteReleases() bool { return true }
 
+// Close sends a close frame with code and reason and waits for the
+// peer's, at most closeHandshakeWait when the connection's socket is known
+// (the CorkConn under it): a peer that does not answer (a laptop that
+// slept, a client that stopped reading) then has its TCP connection closed
+// under it, instead of holding the caller for coder/websocket's 5 s.
 func (w *wsConn) Close(code CloseCode, reason string) error {
 	w.doneOnce.Do(func() { close(w.done) })
-	return w.c.Close(websocket.StatusCode(code), TruncateReason(reason, 123))
+	if w.cork == nil {
+		return w.c.Close(websocket.StatusCode(code), TruncateReason(reason, 123))
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.c.Close(websocket.StatusCode(code), TruncateReason(reason, 123)) }()
+	t := time.NewTimer(closeHandshakeWait)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		_ = w.cork.Conn.Close() // the close frame went; its answer does not come
+		return <-done
+	}
 }
+
+// closeHandshakeWait bounds how long Close waits for the peer's close
+// frame after sending its own: a peer that reads answers within a round
+// trip.
+var closeHandshakeWait = time.Second
 
 func (w *wsConn) Peer() string { return w.peer }
 

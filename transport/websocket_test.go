@@ -412,3 +412,36 @@ func TestCorruptCompressedMessage(t *testing.T) {
 		t.Errorf("ReadMessage: %v; Violation = %d, %v, want 1007", serr, code, ok)
 	}
 }
+
+// TestCloseBoundedWithoutAnswer: the host closing an /ahp connection whose
+// peer never answers the close frame (a laptop that slept) is held at most
+// closeHandshakeWait, not coder/websocket's 5 s; a peer that answers is
+// not waited for longer than its answer.
+func TestCloseBoundedWithoutAnswer(t *testing.T) {
+	closed := make(chan time.Duration, 1)
+	srv := httptest.NewUnstartedServer(AHPHandler(AcceptOptions{Token: "tok", ReadLimit: 1 << 20}, func(ctx context.Context, mc MessageConn) {
+		start := time.Now()
+		_ = mc.Close(CloseGoingAway, "resumed on another connection")
+		closed <- time.Since(start)
+	}))
+	srv.Listener = CorkListener(srv.Listener)
+	srv.Config.ConnContext = CorkContext
+	srv.Start()
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, wsURL(srv), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	// The client reads nothing: the close frame is never answered.
+	select {
+	case took := <-closed:
+		if took < closeHandshakeWait || took > closeHandshakeWait+2*time.Second {
+			t.Fatalf("Close took %v, want about closeHandshakeWait (%v)", took, closeHandshakeWait)
+		}
+	case <-ctx.Done():
+		t.Fatal("Close did not return")
+	}
+}

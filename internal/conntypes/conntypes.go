@@ -80,7 +80,11 @@ var Pipe = Type{Name: "pipe", Listen: func(t testing.TB, serve func(context.Cont
 // AHP is plain AHP over WebSocket (/ahp), the sidecar client's binary
 // subprotocol chosen.
 var AHP = Type{Name: "ahp", Binary: true, Listen: func(t testing.TB, serve func(context.Context, transport.MessageConn)) func(testing.TB) transport.MessageConn {
-	srv := httptest.NewServer(transport.AHPHandler(transport.AcceptOptions{Token: Token, ReadLimit: 2 << 20}, serve))
+	srv := httptest.NewUnstartedServer(transport.AHPHandler(transport.AcceptOptions{Token: Token, ReadLimit: 2 << 20}, serve))
+	// As sidecar serve does: each connection a CorkConn the handler finds.
+	srv.Listener = transport.CorkListener(srv.Listener)
+	srv.Config.ConnContext = transport.CorkContext
+	srv.Start()
 	t.Cleanup(srv.Close)
 	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/ahp"
 	return func(t testing.TB) transport.MessageConn {
