@@ -745,10 +745,10 @@ func TestTCPUnsubscribeAfterEOFDrains(t *testing.T) {
 			t.Fatalf("ping: %s", m.raw)
 		}
 		_ = dest.SetReadDeadline(time.Now().Add(10 * time.Second))
+		// Everything the client sent before its tcp/eof was accepted (within
+		// the window): the drain writes it all, then half-closes. A reset
+		// here would be a truncation (issue 27 item 10).
 		got, err := io.ReadAll(dest)
-		if errors.Is(err, syscall.ECONNRESET) {
-			return // a reset is allowed: never a clean end after less
-		}
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("destination read %d bytes (%v), want all %d then a clean end", len(got), err, total)
 		}
