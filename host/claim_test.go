@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,14 +15,73 @@ import (
 // host's rejectionReason ("" when accepted).
 func (hc *hostConn) claim(ch, clientID string, seq uint64) string {
 	hc.t.Helper()
-	hc.send(`{"jsonrpc":"2.0","method":"dispatchAction","params":{"channel":"` + ch + `","clientSeq":` + utoa(seq) +
-		`,"action":{"type":"terminal/claimed","claim":{"kind":"client","clientId":"` + clientID + `"}}}}`)
-	m, _ := hc.until("echo of claimed", func(m *msg) bool {
-		typ, _, env := m.action()
-		return typ == rpc.ActionTerminalClaimed && env.Channel == ch && env.Origin != nil && env.Origin.ClientSeq == seq
+	return hc.act(ch, `{"type":"terminal/claimed","claim":{"kind":"client","clientId":"`+clientID+`"}}`, seq)
+}
+
+// act dispatches action on ch as clientSeq seq and returns the host's
+// rejectionReason from its echo ("" when accepted). Every subscriber
+// gets every echo: seq must be one no other client used on ch.
+func (hc *hostConn) act(ch, action string, seq uint64) string {
+	hc.t.Helper()
+	hc.send(`{"jsonrpc":"2.0","method":"dispatchAction","params":{"channel":"` + ch + `","clientSeq":` + utoa(seq) + `,"action":` + action + `}}`)
+	m, _ := hc.until("echo of "+action, func(m *msg) bool {
+		_, _, env := m.action()
+		return env.Channel == ch && env.Origin != nil && env.Origin.ClientSeq == seq
 	})
 	_, _, env := m.action()
 	return env.RejectionReason
+}
+
+// resize dispatches terminal/resized and returns the rejectionReason.
+func (hc *hostConn) resize(ch string, cols, rows int, seq uint64) string {
+	hc.t.Helper()
+	return hc.act(ch, fmt.Sprintf(`{"type":"terminal/resized","cols":%d,"rows":%d}`, cols, rows), seq)
+}
+
+// size subscribes (ordinary) to ch and returns the cols and rows of its
+// snapshot.
+func (hc *hostConn) size(ch string) (cols, rows int) {
+	hc.t.Helper()
+	r, _ := hc.mustCall(rpc.MethodSubscribe, map[string]any{"channel": ch})
+	var res struct {
+		Snapshot struct {
+			State rpc.TerminalState `json:"state"`
+		} `json:"snapshot"`
+	}
+	if err := json.Unmarshal(r.Result, &res); err != nil {
+		hc.t.Fatal(err)
+	}
+	hc.send(`{"jsonrpc":"2.0","method":"unsubscribe","params":{"channel":"` + ch + `"}}`)
+	return res.Snapshot.State.Cols, res.Snapshot.State.Rows
+}
+
+// TestResizeOnlyByHolder: a client that shares a terminal (another holds
+// its claim) cannot resize it: its terminal/resized is rejected and the
+// size stays the holder's; the holder's is applied. (The page used to
+// resize a terminal a CLI attach held, under the attach.)
+func TestResizeOnlyByHolder(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const ch = "ahp-terminal:/resize-1"
+	a := connect(t, srv)
+	a.initialize("a")
+	a.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"cat"}, "cols": 120, "rows": 40})
+	a.watch(ch)
+	b := connect(t, srv)
+	b.initialize("b")
+	b.watch(ch)
+	if r := b.resize(ch, 75, 26, 1); r != "not claim holder" {
+		t.Fatalf("a sharer's resize: rejection %q, want \"not claim holder\"", r)
+	}
+	if c, r := b.size(ch); c != 120 || r != 40 {
+		t.Fatalf("size %dx%d after a sharer's resize, want the holder's 120x40", c, r)
+	}
+	if r := a.resize(ch, 100, 30, 2); r != "" {
+		t.Fatalf("the holder's resize rejected: %q", r)
+	}
+	if c, r := b.size(ch); c != 100 || r != 30 {
+		t.Fatalf("size %dx%d after the holder's resize, want 100x30", c, r)
+	}
 }
 
 // listedHolder waits for root/terminalsChanged listing one terminal,

@@ -699,6 +699,13 @@ func (t *Terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 			reject("terminal/resized needs cols and rows between 1 and 4096")
 			return
 		}
+		// The holder's window sets the size; a client that only shares
+		// the terminal never resizes it under the holder (it takes the
+		// claim over first).
+		if t.claim.Kind == "client" && t.claim.ClientID != origin.ClientID {
+			reject("not claim holder")
+			return
+		}
 		if !t.exited {
 			if err := t.proc.Resize(uint16(a.Cols), uint16(a.Rows)); err != nil {
 				t.log.Warn("resize failed", "error", err)
