@@ -39,7 +39,7 @@ func (hc *hostConn) resize(ch string, cols, rows int, seq uint64) string {
 }
 
 // size subscribes (ordinary) to ch and returns the cols and rows of its
-// snapshot.
+// snapshot; it then unsubscribes (from every subscription to ch).
 func (hc *hostConn) size(ch string) (cols, rows int) {
 	hc.t.Helper()
 	r, _ := hc.mustCall(rpc.MethodSubscribe, map[string]any{"channel": ch})
@@ -170,6 +170,61 @@ func TestClaimTakeover(t *testing.T) {
 	}
 	if got := srv.PacerClient(ch); got != "b" {
 		t.Fatalf("pacer %q, want b", got)
+	}
+}
+
+// takeOver dispatches terminal/claimed with our takeOver extension for
+// clientID and returns the rejectionReason.
+func (hc *hostConn) takeOver(ch, clientID string, seq uint64) string {
+	hc.t.Helper()
+	return hc.act(ch, `{"type":"terminal/claimed","claim":{"kind":"client","clientId":"`+clientID+`"},"takeOver":true}`, seq)
+}
+
+// TestClaimTakeOverConnected: with takeOver, a client takes a terminal
+// over for itself from a holder that is still connected (the page's Take
+// over): it paces the PTY and resizes it, the old holder shares it and
+// its resizes are rejected, and the old holder takes it back the same
+// way. takeOver for another client is still rejected.
+func TestClaimTakeOverConnected(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const ch = "ahp-terminal:/claim-4"
+	a := connect(t, srv)
+	a.initialize("a")
+	a.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"cat"}, "cols": 120, "rows": 40})
+	a.watch(ch)
+	b := connect(t, srv)
+	b.initialize("b", rpc.RootChannel)
+	b.watch(ch)
+	if r := b.takeOver(ch, "someone-else", 1); r != "not claim holder" {
+		t.Fatalf("takeOver for another client: rejection %q, want \"not claim holder\"", r)
+	}
+	if r := b.takeOver(ch, "b", 2); r != "" {
+		t.Fatalf("takeOver from a connected holder rejected: %q", r)
+	}
+	if got := srv.PacerClient(ch); got != "b" {
+		t.Fatalf("pacer %q after the takeOver, want b", got)
+	}
+	b.listedHolder("b")
+	if r := a.resize(ch, 75, 26, 1); r != "not claim holder" {
+		t.Fatalf("the old holder's resize: rejection %q, want \"not claim holder\"", r)
+	}
+	if r := b.resize(ch, 90, 30, 3); r != "" {
+		t.Fatalf("the new holder's resize rejected: %q", r)
+	}
+	v := connect(t, srv)
+	v.initialize("v")
+	if c, r := v.size(ch); c != 90 || r != 30 {
+		t.Fatalf("size %dx%d, want the new holder's 90x30", c, r)
+	}
+	if r := a.takeOver(ch, "a", 4); r != "" {
+		t.Fatalf("the old holder taking it back: rejected %q", r)
+	}
+	if got := srv.PacerClient(ch); got != "a" {
+		t.Fatalf("pacer %q after taking it back, want a", got)
+	}
+	if r := b.resize(ch, 60, 20, 5); r != "not claim holder" {
+		t.Fatalf("b's resize after a took it back: rejection %q, want \"not claim holder\"", r)
 	}
 }
 
