@@ -751,7 +751,7 @@ func (t *Terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 		// with no open connection has gone (detached, or its laptop
 		// slept), and whoever reattaches takes the terminal over; and a
 		// client whose user asked to take it over (our takeOver
-		// extension: the page's Take over) takes it from a
+		// extension: the page's Take over, attach's ~t) takes it from a
 		// connected holder, which then shares it.
 		if t.claim.Kind == "client" && t.claim.ClientID != origin.ClientID {
 			self := a.Claim.Kind == "client" && a.Claim.ClientID == origin.ClientID
