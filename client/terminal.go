@@ -24,7 +24,13 @@ type Terminal struct {
 	// claim on to us (its holder left while we shared the terminal), or a
 	// snapshot after a skip says we hold it; it may be told more than
 	// once.
-	OnClaim     func(error)
+	OnClaim func(error)
+	// OnClaimLost, when set before Copy, is called from Copy with the
+	// clientId of another client the claim went to: an accepted
+	// terminal/claimed naming it (a client took the terminal over, our
+	// takeOver extension), or a snapshot after a skip that names it. It
+	// is told whether or not we held the claim before.
+	OnClaimLost func(holder string)
 	claimWanted bool          // Claim was called: Copy sends it
 	claimSeq    atomic.Uint64 // its clientSeq, once sent
 	disposedBy  atomic.Pointer[string]
@@ -81,6 +87,16 @@ func (t *Terminal) Resize(ctx context.Context, cols, rows int) error {
 // before the host has started the subscription may be applied before
 // the snapshot is taken, and its answer is then lost with it.
 func (t *Terminal) Claim() { t.claimWanted = true }
+
+// TakeOver claims the terminal for this client from whoever holds it,
+// even a client that is still connected (our takeOver extension: the
+// user asked for it; that client then shares the terminal). Copy reports
+// the host's answer through OnClaim, as for Claim. Call it while Copy
+// runs.
+func (t *Terminal) TakeOver(ctx context.Context) error {
+	_, err := t.sub.dispatch(ctx, rpc.TerminalClaimedAction{Type: rpc.ActionTerminalClaimed, Claim: t.ourClaim(), TakeOver: true}, t.claimSeq.Store)
+	return err
+}
 
 // sendClaim sends the terminal/claimed Claim asked for, unless st (the
 // first snapshot's state) says the claim is ours already.
@@ -160,9 +176,13 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 			if _, err := io.WriteString(w, TerminalReset+skippedNotice+withoutQueries(screen)); err != nil {
 				return false, nil, err
 			}
-			// The claim may have passed to us in what was skipped.
+			// The claim may have passed to us, or gone to another
+			// client, in what was skipped.
 			if t.OnClaim != nil && st.Claim == t.ourClaim() {
 				t.OnClaim(nil)
+			}
+			if t.OnClaimLost != nil && st.Claim.Kind == "client" && st.Claim != t.ourClaim() {
+				t.OnClaimLost(st.Claim.ClientID)
 			}
 		}
 		first = false
@@ -217,6 +237,9 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 					return nil, err
 				}
 			case rpc.ActionTerminalClaimed:
+				if t.OnClaimLost != nil && env.RejectionReason == "" && a.Claim.Kind == "client" && a.Claim != t.ourClaim() {
+					t.OnClaimLost(a.Claim.ClientID)
+				}
 				me := t.c.ClientID()
 				switch o := env.Origin; {
 				case t.OnClaim == nil:

@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,14 +15,73 @@ import (
 // host's rejectionReason ("" when accepted).
 func (hc *hostConn) claim(ch, clientID string, seq uint64) string {
 	hc.t.Helper()
-	hc.send(`{"jsonrpc":"2.0","method":"dispatchAction","params":{"channel":"` + ch + `","clientSeq":` + utoa(seq) +
-		`,"action":{"type":"terminal/claimed","claim":{"kind":"client","clientId":"` + clientID + `"}}}}`)
-	m, _ := hc.until("echo of claimed", func(m *msg) bool {
-		typ, _, env := m.action()
-		return typ == rpc.ActionTerminalClaimed && env.Channel == ch && env.Origin != nil && env.Origin.ClientSeq == seq
+	return hc.act(ch, `{"type":"terminal/claimed","claim":{"kind":"client","clientId":"`+clientID+`"}}`, seq)
+}
+
+// act dispatches action on ch as clientSeq seq and returns the host's
+// rejectionReason from its echo ("" when accepted). Every subscriber
+// gets every echo: seq must be one no other client used on ch.
+func (hc *hostConn) act(ch, action string, seq uint64) string {
+	hc.t.Helper()
+	hc.send(`{"jsonrpc":"2.0","method":"dispatchAction","params":{"channel":"` + ch + `","clientSeq":` + utoa(seq) + `,"action":` + action + `}}`)
+	m, _ := hc.until("echo of "+action, func(m *msg) bool {
+		_, _, env := m.action()
+		return env.Channel == ch && env.Origin != nil && env.Origin.ClientSeq == seq
 	})
 	_, _, env := m.action()
 	return env.RejectionReason
+}
+
+// resize dispatches terminal/resized and returns the rejectionReason.
+func (hc *hostConn) resize(ch string, cols, rows int, seq uint64) string {
+	hc.t.Helper()
+	return hc.act(ch, fmt.Sprintf(`{"type":"terminal/resized","cols":%d,"rows":%d}`, cols, rows), seq)
+}
+
+// size subscribes (ordinary) to ch and returns the cols and rows of its
+// snapshot; it then unsubscribes (from every subscription to ch).
+func (hc *hostConn) size(ch string) (cols, rows int) {
+	hc.t.Helper()
+	r, _ := hc.mustCall(rpc.MethodSubscribe, map[string]any{"channel": ch})
+	var res struct {
+		Snapshot struct {
+			State rpc.TerminalState `json:"state"`
+		} `json:"snapshot"`
+	}
+	if err := json.Unmarshal(r.Result, &res); err != nil {
+		hc.t.Fatal(err)
+	}
+	hc.send(`{"jsonrpc":"2.0","method":"unsubscribe","params":{"channel":"` + ch + `"}}`)
+	return res.Snapshot.State.Cols, res.Snapshot.State.Rows
+}
+
+// TestResizeOnlyByHolder: a client that shares a terminal (another holds
+// its claim) cannot resize it: its terminal/resized is rejected and the
+// size stays the holder's; the holder's is applied. (The page used to
+// resize a terminal a CLI attach held, under the attach.)
+func TestResizeOnlyByHolder(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const ch = "ahp-terminal:/resize-1"
+	a := connect(t, srv)
+	a.initialize("a")
+	a.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"cat"}, "cols": 120, "rows": 40})
+	a.watch(ch)
+	b := connect(t, srv)
+	b.initialize("b")
+	b.watch(ch)
+	if r := b.resize(ch, 75, 26, 1); r != "not claim holder" {
+		t.Fatalf("a sharer's resize: rejection %q, want \"not claim holder\"", r)
+	}
+	if c, r := b.size(ch); c != 120 || r != 40 {
+		t.Fatalf("size %dx%d after a sharer's resize, want the holder's 120x40", c, r)
+	}
+	if r := a.resize(ch, 100, 30, 2); r != "" {
+		t.Fatalf("the holder's resize rejected: %q", r)
+	}
+	if c, r := b.size(ch); c != 100 || r != 30 {
+		t.Fatalf("size %dx%d after the holder's resize, want 100x30", c, r)
+	}
 }
 
 // listedHolder waits for root/terminalsChanged listing one terminal,
@@ -110,6 +170,61 @@ func TestClaimTakeover(t *testing.T) {
 	}
 	if got := srv.PacerClient(ch); got != "b" {
 		t.Fatalf("pacer %q, want b", got)
+	}
+}
+
+// takeOver dispatches terminal/claimed with our takeOver extension for
+// clientID and returns the rejectionReason.
+func (hc *hostConn) takeOver(ch, clientID string, seq uint64) string {
+	hc.t.Helper()
+	return hc.act(ch, `{"type":"terminal/claimed","claim":{"kind":"client","clientId":"`+clientID+`"},"takeOver":true}`, seq)
+}
+
+// TestClaimTakeOverConnected: with takeOver, a client takes a terminal
+// over for itself from a holder that is still connected (the page's Take
+// over): it paces the PTY and resizes it, the old holder shares it and
+// its resizes are rejected, and the old holder takes it back the same
+// way. takeOver for another client is still rejected.
+func TestClaimTakeOverConnected(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const ch = "ahp-terminal:/claim-4"
+	a := connect(t, srv)
+	a.initialize("a")
+	a.mustCall(rpc.MethodCreateTerminal, map[string]any{"channel": ch, "command": []string{"cat"}, "cols": 120, "rows": 40})
+	a.watch(ch)
+	b := connect(t, srv)
+	b.initialize("b", rpc.RootChannel)
+	b.watch(ch)
+	if r := b.takeOver(ch, "someone-else", 1); r != "not claim holder" {
+		t.Fatalf("takeOver for another client: rejection %q, want \"not claim holder\"", r)
+	}
+	if r := b.takeOver(ch, "b", 2); r != "" {
+		t.Fatalf("takeOver from a connected holder rejected: %q", r)
+	}
+	if got := srv.PacerClient(ch); got != "b" {
+		t.Fatalf("pacer %q after the takeOver, want b", got)
+	}
+	b.listedHolder("b")
+	if r := a.resize(ch, 75, 26, 1); r != "not claim holder" {
+		t.Fatalf("the old holder's resize: rejection %q, want \"not claim holder\"", r)
+	}
+	if r := b.resize(ch, 90, 30, 3); r != "" {
+		t.Fatalf("the new holder's resize rejected: %q", r)
+	}
+	v := connect(t, srv)
+	v.initialize("v")
+	if c, r := v.size(ch); c != 90 || r != 30 {
+		t.Fatalf("size %dx%d, want the new holder's 90x30", c, r)
+	}
+	if r := a.takeOver(ch, "a", 4); r != "" {
+		t.Fatalf("the old holder taking it back: rejected %q", r)
+	}
+	if got := srv.PacerClient(ch); got != "a" {
+		t.Fatalf("pacer %q after taking it back, want a", got)
+	}
+	if r := b.resize(ch, 60, 20, 5); r != "not claim holder" {
+		t.Fatalf("b's resize after a took it back: rejection %q, want \"not claim holder\"", r)
 	}
 }
 

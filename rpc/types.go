@@ -525,9 +525,15 @@ type TerminalExitedAction struct {
 }
 
 // TerminalClaimedAction sets the claim.
+//
+// TakeOver is our extension (docs/protocol.md "Taking a claim over"): a
+// client claiming a terminal for itself takes it from a holder that is
+// still connected (the user asked to: the page's Take over, attach's ~t);
+// without it such a claim is rejected while the holder is connected.
 type TerminalClaimedAction struct {
-	Type  string `json:"type"`
-	Claim Claim  `json:"claim"`
+	Type     string `json:"type"`
+	Claim    Claim  `json:"claim"`
+	TakeOver bool   `json:"takeOver,omitempty"`
 }
 
 // RootTerminalsAction replaces the terminal catalogue.

@@ -76,9 +76,15 @@ type ptyProc struct {
 
 func startInPTY(t testing.TB, args ...string) *ptyProc {
 	t.Helper()
+	return startInPTYSize(t, 80, 24, args...)
+}
+
+// startInPTYSize is startInPTY in a PTY of cols x rows.
+func startInPTYSize(t testing.TB, cols, rows uint16, args ...string) *ptyProc {
+	t.Helper()
 	cmd := exec.Command(sidecarBin, args...)
 	cmd.Env = cleanEnv()
-	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 80, Rows: 24})
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: cols, Rows: rows})
 	if err != nil {
 		t.Fatalf("start in pty: %v", err)
 	}
@@ -114,6 +120,31 @@ func (p *ptyProc) typeText(t testing.TB, s string) {
 	if _, err := p.ptmx.Write([]byte(s)); err != nil {
 		t.Fatalf("typing %q: %v", s, err)
 	}
+}
+
+// waitNotice waits (counting from offset from) for a notice of attach in
+// its long form, or the short one it shows instead when the notice comes
+// in the middle of an escape sequence or on the alternate screen; it
+// returns the index just past it.
+func (p *ptyProc) waitNotice(t testing.TB, what string, from int, long, short string) int {
+	t.Helper()
+	idx := -1
+	text, ok := p.out.waitMatch(waitTimeout, func(text string) bool {
+		if from > len(text) {
+			return false
+		}
+		for _, sub := range []string{long, short} {
+			if i := strings.Index(text[from:], sub); i >= 0 {
+				idx = from + i + len(sub)
+				return true
+			}
+		}
+		return false
+	})
+	if !ok {
+		t.Fatalf("%s: neither %q nor %q appeared within %v; got:\n%s", what, long, short, waitTimeout, tail(text, 2000))
+	}
+	return idx
 }
 
 func (p *ptyProc) wait(t testing.TB) int {
@@ -440,6 +471,38 @@ func TestAttachSharedTakesOver(t *testing.T) {
 	}
 	b.typeText(t, "exit\r")
 	if code := b.wait(t); code != 0 {
+		t.Fatalf("shell exit: status %d", code)
+	}
+}
+
+// TestAttachTakeOverEscape: ~t in an attach that shares a terminal takes
+// it over from a holder that is still connected: the taker says so and
+// its size wins; the old holder is told who took it, shares it (its
+// resize no longer applies), and takes it back with ~t.
+func TestAttachTakeOverEscape(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	a, id := attachNewShell(t, s)
+	b := startInPTYSize(t, 132, 50, append([]string{"attach", s.url, id}, s.connArgs()...)...)
+	bpos := b.out.waitFor(t, "shared notice", 0, "another connected client holds ahp-terminal:/"+id)
+	b.typeText(t, "~t")
+	bpos = b.waitNotice(t, "taker's notice", bpos, "you took ahp-terminal:/"+id+" over: you hold it now", "you took the terminal over")
+	apos := a.waitNotice(t, "old holder told", 0, " took ahp-terminal:/"+id+" over; you share it now", "another client took the terminal over")
+	// The old holder's window changes: it shares now, so the size stays the taker's.
+	if err := pty.Setsize(a.ptmx, &pty.Winsize{Rows: 30, Cols: 100}); err != nil {
+		t.Fatal(err)
+	}
+	b.typeText(t, "echo S1 $(stty size)\r")
+	bpos = b.out.waitFor(t, "taker's size", bpos, "\r\nS1 50 132\r\n")
+	apos = a.out.waitFor(t, "taker's size seen by the old holder", apos, "\r\nS1 50 132\r\n")
+	a.out.waitFor(t, "prompt", apos, "XPROMPT> ")
+	a.typeText(t, "~t")
+	apos = a.waitNotice(t, "taking it back", apos, "you took ahp-terminal:/"+id+" over: you hold it now", "you took the terminal over")
+	b.waitNotice(t, "the taker told", bpos, " took ahp-terminal:/"+id+" over; you share it now", "another client took the terminal over")
+	a.typeText(t, "echo S2 $(stty size)\r")
+	a.out.waitFor(t, "the old holder's size again", apos, "\r\nS2 30 100\r\n")
+	a.typeText(t, "exit\r")
+	if code := a.wait(t); code != 0 {
 		t.Fatalf("shell exit: status %d", code)
 	}
 }

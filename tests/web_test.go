@@ -9,6 +9,7 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -667,4 +669,252 @@ func TestWebPageHostRestarted(t *testing.T) {
 	if err := b.eval(`sidecarPage.terminal() ?? ""`, &current); err != nil || current != "" {
 		t.Errorf("the page still shows terminal %q (%v)", current, err)
 	}
+}
+
+// screenshot saves the page as a PNG named after the test and step in
+// $SIDECAR_WEB_SHOTS (a directory), for a person to look at; without it,
+// nothing is saved.
+func (b *browser) screenshot(step string) {
+	b.t.Helper()
+	dir := os.Getenv("SIDECAR_WEB_SHOTS")
+	if dir == "" {
+		return
+	}
+	var png []byte
+	if err := b.run(10*time.Second, chromedp.CaptureScreenshot(&png)); err != nil {
+		b.t.Errorf("screenshot %s: %v", step, err)
+		return
+	}
+	name := filepath.Join(dir, regexp.MustCompile(`[^A-Za-z0-9_-]+`).ReplaceAllString(b.t.Name()+"-"+step, "_")+".png")
+	if err := os.WriteFile(name, png, 0o644); err != nil {
+		b.t.Errorf("screenshot %s: %v", step, err)
+		return
+	}
+	b.t.Logf("screenshot of %s: %s", step, name)
+}
+
+// lsHolder returns the only terminal on s and the clientId holding its
+// claim, as sidecar ls --json shows them.
+func lsHolder(t *testing.T, s *server) (uri, holder string) {
+	t.Helper()
+	out, errOut, code := s.run(t, append([]string{"ls", s.url, "--json"}, s.connArgs()...)...)
+	if code != 0 {
+		t.Fatalf("ls --json: exit %d, stderr %q", code, errOut)
+	}
+	var st struct {
+		Terminals []struct {
+			Resource string `json:"resource"`
+			Claim    struct {
+				Kind     string `json:"kind"`
+				ClientID string `json:"clientId"`
+			} `json:"claim"`
+		} `json:"terminals"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.Terminals) != 1 || st.Terminals[0].Claim.Kind != "client" {
+		t.Fatalf("ls --json: want one terminal with a client claim (%v):\n%s", err, out)
+	}
+	return st.Terminals[0].Resource, st.Terminals[0].Claim.ClientID
+}
+
+// echo is one client's dispatchAction as the host echoed it to a watcher.
+type echo struct {
+	Type, Client, Data, Rejection string
+	Cols, Rows                    int
+}
+
+// echoWatch is a raw client subscribed (ordinary delivery) to a terminal:
+// it keeps, in the host's order, the echoes of the actions clients
+// dispatched there, accepted or rejected, so a test sees what went over
+// the wire (a resize the host rejected changes no PTY, but was sent).
+type echoWatch struct {
+	mu      sync.Mutex
+	echoes  []echo
+	gaps    int
+	changed chan struct{} // closed and replaced at each new echo
+}
+
+func watchEchoes(t *testing.T, s *server, uri string) *echoWatch {
+	t.Helper()
+	rc := s.dialRaw(t)
+	rc.initialize("echo-watch")
+	rc.mustCall("subscribe", map[string]any{"channel": uri})
+	w := &echoWatch{changed: make(chan struct{})}
+	go func() {
+		for m := range rc.msgs { // ends when the test's cleanup closes rc
+			if m.err != nil {
+				return
+			}
+			var n struct {
+				Method string `json:"method"`
+				Params struct {
+					Action struct {
+						Type       string `json:"type"`
+						Data       string `json:"data"`
+						Cols, Rows int
+					} `json:"action"`
+					Origin *struct {
+						ClientID string `json:"clientId"`
+					} `json:"origin"`
+					RejectionReason string `json:"rejectionReason"`
+				} `json:"params"`
+			}
+			if json.Unmarshal(m.text, &n) != nil {
+				continue
+			}
+			w.mu.Lock()
+			switch {
+			case n.Method == "channel/gap":
+				w.gaps++
+			case n.Method == "action" && n.Params.Origin != nil:
+				a := n.Params.Action
+				w.echoes = append(w.echoes, echo{Type: a.Type, Client: n.Params.Origin.ClientID, Data: a.Data, Rejection: n.Params.RejectionReason, Cols: a.Cols, Rows: a.Rows})
+				close(w.changed)
+				w.changed = make(chan struct{})
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+// until waits for the first echo that match accepts and returns the echoes
+// up to it (it included); the watcher must have missed none (no gap).
+func (w *echoWatch) until(t *testing.T, what string, match func(echo) bool) []echo {
+	t.Helper()
+	deadline := time.After(waitTimeout)
+	for {
+		w.mu.Lock()
+		for i, e := range w.echoes {
+			if match(e) {
+				got, gaps := slices.Clone(w.echoes[:i+1]), w.gaps
+				w.mu.Unlock()
+				if gaps > 0 {
+					t.Fatalf("the echo watcher missed actions (%d gaps)", gaps)
+				}
+				return got
+			}
+		}
+		changed := w.changed
+		w.mu.Unlock()
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("%s: no such echo within %v", what, waitTimeout)
+		}
+	}
+}
+
+// sharing is a JavaScript test: the page shares the terminal shown, held
+// by holder, and its notice (shown) says notice.
+func sharing(holder, notice string) string {
+	return fmt.Sprintf(`(() => { const s = sidecarPage.share(); return !!s && !s.holding && s.holder === %q && !document.getElementById("share").hidden && document.getElementById("share-text").textContent.includes(%q) && !document.getElementById("takeover").disabled; })()`, holder, notice)
+}
+
+// TestWebPageSharesHeldTerminal: a terminal that a CLI attach holds at
+// 120x40 is opened in the page as a sharer: the page says who holds it,
+// draws it at 120x40, and never sends terminal/resized (the PTY stays
+// 120x40, even when the page's window changes); Take over makes the page
+// the holder (the attach is told), and then the page's size is the
+// PTY's; the attach taking it back (~t) returns the page to sharing, which
+// it says, at the attach's size again. (The page used to resize a
+// terminal it only shared, under its holder.)
+func TestWebPageSharesHeldTerminal(t *testing.T) {
+	chromiumPath(t)
+	s := startServer(t, "")
+	a := startInPTYSize(t, 120, 40, append([]string{"attach", s.url}, s.connArgs()...)...)
+	apos := a.out.waitFor(t, "prompt", 0, "XPROMPT> ")
+	uri, cli := lsHolder(t, s)
+	w := watchEchoes(t, s, uri)
+
+	b := newBrowser(t, chromedp.WindowSize(1400, 900)) // room for 120x40 and the list
+	b.login(pageURL(s, "websocket"), s.token)
+	b.poll("connected", `document.getElementById("status").textContent === "connected (WebSocket)"`, waitTimeout)
+	var me string
+	if err := b.eval(`sessionStorage.getItem("sidecar.clientId")`, &me); err != nil || me == "" {
+		t.Fatalf("the page's clientId: %q (%v)", me, err)
+	}
+	b.poll("the terminal listed", `document.querySelectorAll("#terminals li .name").length === 1`, waitTimeout)
+	b.must("open the terminal", chromedp.Click("#terminals li .name", chromedp.ByQuery))
+
+	// The PTY keeps the holder's size, asked from the page (its input goes
+	// after any resize it sent) and seen by the attach too; and the page
+	// sent no resize at all (the host would reject one now).
+	b.typeText("echo S1 $(stty size)\r")
+	b.poll("stty size from the page", screenHas(`^S1 40 120$`), waitTimeout)
+	apos = a.out.waitFor(t, "stty size in the attach", apos, "\r\nS1 40 120\r\n")
+	noResizeFrom := func(me, line string) {
+		t.Helper()
+		for _, e := range w.until(t, "the page's "+line+" line", func(e echo) bool {
+			return e.Type == "terminal/input" && e.Client == me && strings.Contains(e.Data, line)
+		}) {
+			if e.Type == "terminal/resized" && e.Client == me {
+				t.Errorf("the page sent terminal/resized %dx%d while it shared the terminal (rejection %q)", e.Cols, e.Rows, e.Rejection)
+			}
+		}
+	}
+	noResizeFrom(me, "S1")
+
+	// It says it shares, and whose it is; it draws it at the holder's size.
+	b.poll("sharing notice naming the holder", sharing(cli, "Shared: "+cli), waitTimeout)
+	b.poll("drawn at the holder's size", `sidecarPage.size().cols === 120 && sidecarPage.size().rows === 40`, waitTimeout)
+	// Shared by the page and the echo watcher.
+	b.poll("listed as held by the CLI", fmt.Sprintf(`document.querySelector("#terminals li .who")?.textContent === %q`, "held by "+cli+", shared by 2"), waitTimeout)
+	b.screenshot("1-shared")
+
+	// The page's window shrinks: a sharer keeps the holder's size.
+	b.must("smaller window", emulation.SetDeviceMetricsOverride(900, 600, 1, false))
+	b.typeText("echo S2 $(stty size)\r")
+	b.poll("stty size after the page's window shrank", screenHas(`^S2 40 120$`), waitTimeout)
+	apos = a.out.waitFor(t, "stty size in the attach", apos, "\r\nS2 40 120\r\n")
+	noResizeFrom(me, "S2")
+	var size struct{ Cols, Rows int }
+	if err := b.eval(`sidecarPage.size()`, &size); err != nil || size.Cols != 120 || size.Rows != 40 {
+		t.Errorf("the page's terminal is %dx%d after its window shrank (%v), want the holder's 120x40", size.Cols, size.Rows, err)
+	}
+	b.screenshot("2-shared-smaller-window")
+
+	// Take over: the page holds the terminal, the attach is told, and
+	// the PTY takes the page's size.
+	b.must("take over", chromedp.Click("#takeover", chromedp.ByID))
+	b.poll("holding", `sidecarPage.share().holding && document.getElementById("share").hidden`, waitTimeout)
+	apos = a.waitNotice(t, "the attach told", apos, "client "+me+" took "+uri+" over; you share it now", "another client took the terminal over")
+	resized := w.until(t, "the page's resize once it holds the terminal", func(e echo) bool {
+		return e.Type == "terminal/resized" && e.Client == me
+	})
+	if e := resized[len(resized)-1]; e.Rejection != "" {
+		t.Fatalf("the holding page's resize was rejected: %q", e.Rejection)
+	}
+	for try := 1; ; try++ {
+		// Each try's answer is its own (H1, H2…): the layout may still settle.
+		b.typeText(fmt.Sprintf("clear; echo H$((%d)) $(stty size)\r", try))
+		b.poll("stty size, holding", screenHas(fmt.Sprintf(`^H%d \d+ \d+$`, try)), waitTimeout)
+		var got struct {
+			Screen     string
+			Cols, Rows int
+		}
+		if err := b.eval(`({screen: sidecarPage.screen(), ...sidecarPage.size()})`, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Cols == 120 && got.Rows == 40 {
+			t.Fatalf("the holding page fits its pane at 120x40, the old size: the test cannot tell")
+		}
+		if regexp.MustCompile(fmt.Sprintf(`(?m)^H%d %d %d$`, try, got.Rows, got.Cols)).MatchString(got.Screen) {
+			break
+		}
+		if try == 5 {
+			t.Fatalf("stty size printed %q, want H%d %d %d (the holding page's size)", tail(got.Screen, 300), try, got.Rows, got.Cols)
+		}
+	}
+	b.screenshot("3-taken-over")
+
+	// The attach takes it back: the page shares again, says so, and
+	// draws it at the attach's size.
+	b.must("full window", emulation.ClearDeviceMetricsOverride())
+	a.typeText(t, "~t")
+	a.waitNotice(t, "the attach took it back", apos, "you took "+uri+" over: you hold it now", "you took the terminal over")
+	b.poll("sharing again, said", sharing(cli, cli+" (sidecar CLI) took this terminal over: you share it now"), waitTimeout)
+	b.poll("drawn at the holder's size again", `sidecarPage.size().cols === 120 && sidecarPage.size().rows === 40`, waitTimeout)
+	b.typeText("clear; echo S3 $(stty size)\r")
+	b.poll("stty size after the attach took it back", screenHas(`^S3 40 120$`), waitTimeout)
+	b.screenshot("4-taken-back")
 }

@@ -699,6 +699,13 @@ func (t *Terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 			reject("terminal/resized needs cols and rows between 1 and 4096")
 			return
 		}
+		// The holder's window sets the size; a client that only shares
+		// the terminal never resizes it under the holder (it takes the
+		// claim over first).
+		if t.claim.Kind == "client" && t.claim.ClientID != origin.ClientID {
+			reject("not claim holder")
+			return
+		}
 		if !t.exited {
 			if err := t.proc.Resize(uint16(a.Cols), uint16(a.Rows)); err != nil {
 				t.log.Warn("resize failed", "error", err)
@@ -739,17 +746,21 @@ func (t *Terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 			}
 		}
 		// AHP: the host SHOULD reject a claim from a client that does
-		// not hold it. Ours takes one exception: a holder with no open
-		// connection has gone (detached, or its laptop slept), and
-		// whoever reattaches takes the terminal over for itself, pacing
-		// included.
+		// not hold it. Ours takes two exceptions, both for a client
+		// claiming the terminal for itself, pacing included: a holder
+		// with no open connection has gone (detached, or its laptop
+		// slept), and whoever reattaches takes the terminal over; and a
+		// client whose user asked to take it over (our takeOver
+		// extension: the page's Take over, attach's ~t) takes it from a
+		// connected holder, which then shares it.
 		if t.claim.Kind == "client" && t.claim.ClientID != origin.ClientID {
 			self := a.Claim.Kind == "client" && a.Claim.ClientID == origin.ClientID
-			if !self || t.cfg.Connected(t.claim.ClientID) {
+			connected := t.cfg.Connected(t.claim.ClientID)
+			if !self || (connected && !a.TakeOver) {
 				reject("not claim holder")
 				return
 			}
-			t.log.Info("terminal claim taken over", "from", t.claim.ClientID, "to", origin.ClientID)
+			t.log.Info("terminal claim taken over", "from", t.claim.ClientID, "to", origin.ClientID, "holderConnected", connected)
 		}
 		t.claim = a.Claim
 		t.echoLocked(raw, origin, "")

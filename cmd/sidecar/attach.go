@@ -32,7 +32,10 @@ Reattaching takes the terminal over from the client that left: your output is
 then paced by you, and nothing is skipped. While that client is still
 connected you share the terminal instead (said when you attach): you both
 type, its window size and pace rule, and you skip ahead when you fall behind;
-when it leaves, the terminal passes to you (said too).
+when it leaves, the terminal passes to you (said too). Type ~t after a newline
+to take it over at once (the other client then shares it); a client that takes
+it from you (the web page's Take over, another attach's ~t) is named, and ~t
+takes it back.
 
 Exit status: the shell's (128+n when signal n killed it). A terminal
 disposed of while you are attached (sidecar kill) has its process group
@@ -114,42 +117,66 @@ func attach(cf *connFlags, url, id, name string) error {
 		}
 		defer restore()
 	}
-	var holding atomic.Bool
+	// While we hold the terminal our size wins (on attach, then on every
+	// SIGWINCH); while another client holds it we share it and never
+	// resize it under its holder. ~t takes it over (takeOver).
+	var holding, takingOver atomic.Bool
+	shared := false // told we share it (OnClaim and OnClaimLost run in Copy)
+	ourSize := func() {
+		if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+			_ = t.Resize(ctx, w, h)
+		}
+	}
+	t.OnClaim = func(err error) {
+		switch {
+		case err != nil && takingOver.Swap(false):
+			screen.Notice(fmt.Sprintf("cannot take %s over: %v", uri, err), "cannot take the terminal over: "+err.Error())
+		case err != nil:
+			shared = true
+			holding.Store(false)
+			screen.Notice(fmt.Sprintf("another connected client holds %s; you share it, and output is skipped when you fall behind (~t takes it over)", uri),
+				"shared: another client holds it; output skips if you fall behind")
+		case !holding.Swap(true):
+			ourSize()
+			switch {
+			case takingOver.Swap(false):
+				screen.Notice(fmt.Sprintf("you took %s over: you hold it now", uri), "you took the terminal over")
+			case shared:
+				screen.Notice(fmt.Sprintf("the other client left: you hold %s now", uri), "the other client left: you hold the terminal now")
+			}
+			shared = false
+		}
+	}
+	t.OnClaimLost = func(holder string) {
+		if holding.Swap(false) {
+			shared = true
+			screen.Notice(fmt.Sprintf("client %s took %s over; you share it now: its window size and pace rule (~t takes it back)", printable(holder), uri),
+				"another client took the terminal over; ~t takes it back")
+		}
+	}
+	takeOver := func() bool {
+		if holding.Load() {
+			return false // ours already: "~t" is typed as it is
+		}
+		takingOver.Store(true)
+		if t.TakeOver(ctx) != nil {
+			takingOver.Store(false)
+		}
+		return true
+	}
 	if !created {
 		// Reattaching: take the terminal over from a holder that has
 		// gone, so our output is paced and none of it skipped. While
 		// another client holds it we share it, until the host passes
 		// the claim on to us when that one leaves.
-		shared := false
-		t.OnClaim = func(err error) {
-			switch {
-			case err != nil:
-				shared = true
-				holding.Store(false)
-				screen.Notice(fmt.Sprintf("another connected client holds %s; you share it, and output is skipped when you fall behind", uri),
-					"shared: another client holds it; output skips if you fall behind")
-			case !holding.Swap(true):
-				// Ours now: our size wins.
-				if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
-					_ = t.Resize(ctx, w, h)
-				}
-				if shared {
-					shared = false
-					screen.Notice(fmt.Sprintf("the other client left: you hold %s now", uri), "the other client left: you hold the terminal now")
-				}
-			}
-		}
 		t.Claim()
 	} else {
-		// Our size wins on attach; later on every SIGWINCH, while we
-		// hold the terminal (a client sharing it does not resize it
-		// under its holder).
 		holding.Store(true)
 		_ = t.Resize(ctx, cols, rows)
 	}
 	go watchResize(ctx, t, &holding)
 	detached := make(chan struct{})
-	go forwardInput(ctx, t, os.Stdin, detached, false)
+	go forwardInput(ctx, t, os.Stdin, detached, takeOver, false)
 	copyDone := make(chan struct{})
 	var code *int
 	var copyErr error

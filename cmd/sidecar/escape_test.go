@@ -47,6 +47,45 @@ func TestEscapeFilter(t *testing.T) {
 	}
 }
 
+// TestEscapeFilterTakeOver: "~t" at the start of a line calls takeOver;
+// when it acted (attach shares the terminal) nothing is sent, else (attach
+// holds it, or run, which has no takeOver) "~t" is typed as it is.
+func TestEscapeFilterTakeOver(t *testing.T) {
+	tests := []struct {
+		name   string
+		share  bool // what takeOver returns; nil takeOver when calls is -1
+		inputs []string
+		want   []string
+		calls  int
+	}{
+		{"shared: ~t is an escape", true, []string{"~t"}, []string{""}, 1},
+		{"shared: after Enter, then typing goes on", true, []string{"ls~tpwd"}, []string{"lspwd"}, 1},
+		{"shared: split ~ | t", true, []string{"~", "t"}, []string{"", ""}, 1},
+		{"shared: still at line start after ~t", true, []string{"~t~."}, []string{""}, 1},
+		{"shared: mid-line ~t is typed", true, []string{"a~t"}, []string{"a~t"}, 0},
+		{"holding: ~t is typed", false, []string{"~t"}, []string{"~t"}, 1},
+		{"no takeOver (run): ~t is typed", false, []string{"~t"}, []string{"~t"}, -1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			var f escapeFilter
+			if tc.calls >= 0 {
+				f.takeOver = func() bool { calls++; return tc.share }
+			}
+			for i, in := range tc.inputs {
+				out, _ := f.Filter([]byte(in))
+				if string(out) != tc.want[i] {
+					t.Fatalf("call %d Filter(%q) = %q, want %q", i, in, out, tc.want[i])
+				}
+			}
+			if tc.calls >= 0 && calls != tc.calls {
+				t.Fatalf("takeOver called %d times, want %d", calls, tc.calls)
+			}
+		})
+	}
+}
+
 func TestCRLFWriter(t *testing.T) {
 	tests := []struct {
 		name   string

@@ -182,7 +182,7 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 			}
 		}()
 	}
-	go forwardInput(ctx, t, os.Stdin, escape, !stdinTTY)
+	go forwardInput(ctx, t, os.Stdin, escape, nil, !stdinTTY)
 	var out io.Writer = os.Stdout
 	if !stdoutTTY {
 		out = &crlfWriter{w: os.Stdout}

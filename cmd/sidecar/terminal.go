@@ -113,10 +113,11 @@ func watchResize(ctx context.Context, t *client.Terminal, holding *atomic.Bool) 
 }
 
 // forwardInput copies r to the terminal. With detach set, "~." after a
-// newline closes it instead (ssh's escape). With eofCtrlD, the end of r
-// sends ^D so a program reading its input sees end of file.
-func forwardInput(ctx context.Context, t *client.Terminal, r io.Reader, detach chan struct{}, eofCtrlD bool) {
-	var esc escapeFilter
+// newline closes it instead (ssh's escape), and "~t" calls takeOver when
+// set (escapeFilter). With eofCtrlD, the end of r sends ^D so a program
+// reading its input sees end of file.
+func forwardInput(ctx context.Context, t *client.Terminal, r io.Reader, detach chan struct{}, takeOver func() bool, eofCtrlD bool) {
+	esc := escapeFilter{takeOver: takeOver}
 	buf := make([]byte, 4096)
 	midLine := false
 	for {

@@ -16,8 +16,8 @@ export interface Message {
 }
 
 export interface Claim {
-  kind: "client";
-  clientId: string;
+  kind: "client" | "session";
+  clientId?: string;
 }
 
 export interface TerminalInfo {
@@ -26,6 +26,8 @@ export interface TerminalInfo {
   claim?: Claim;
   exitCode?: number;
   signal?: string;
+  attached?: string[]; // our extension: the clientIds subscribed to it now
+  away?: string[]; // and those whose connection was lost, kept for a reconnect
 }
 
 export interface Port {

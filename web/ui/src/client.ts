@@ -332,17 +332,18 @@ export class Client {
     }
   }
 
-  /** dispatch sends an action; on a windowed subscription it waits for the host's window (and for a link). */
-  dispatch(channel: string, action: object): void {
+  /** dispatch sends an action and returns its clientSeq (its echo's origin carries it); on a windowed subscription it waits for the host's window (and for a link). */
+  dispatch(channel: string, action: object): number {
     const seq = ++this.clientSeq;
     const text = ahp.dispatch(channel, seq, action);
     const w = this.windowed.get(channel);
     if (!w) {
       this.link?.send(text);
-      return;
+      return seq;
     }
     w.queue.push([seq, text]);
     this.flush(channel, w);
+    return seq;
   }
 
   private flush(channel: string, w: Windowed): void {

@@ -1,5 +1,7 @@
 // The page: a token form, the host's terminals (open, new, kill), one
-// xterm.js terminal, the listening ports and a few live metrics.
+// xterm.js terminal, the listening ports and a few live metrics. A
+// terminal another client holds is shared: shown at its holder's size,
+// never resized, with a Take over (share.ts).
 
 import { Terminal } from "@xterm/xterm";
 import { FitAddon } from "@xterm/addon-fit";
@@ -8,6 +10,7 @@ import { Client, RpcError } from "./client.js";
 import { LinkError, openWebSocket, openWebTransport, type Closed, type Link } from "./link.js";
 import { WT_UNAUTHORIZED } from "./tio.js";
 import { backoff, graceLeft, refusal } from "./resume.js";
+import { Share, holderText, type Change, type Size } from "./share.js";
 
 const TOKEN_KEY = "sidecar.token"; // sessionStorage: typed once per tab, never in the URL
 const TERMINAL_KEY = "sidecar.terminal";
@@ -49,6 +52,8 @@ term.loadAddon(fit);
 let client: Client | null = null;
 let link: Link | null = null;
 let current: string | null = null; // the attached terminal
+let share: Share | null = null; // who holds it, at what size
+let sentSize: Size | null = null; // the last terminal/resized sent since the page became the holder (only it resizes)
 let terminals: ahp.TerminalInfo[] = [];
 let busy = false; // an initialize or a reconnect is under way: its own failure decides what follows
 let retry = 0; // fresh connections tried since the last success
@@ -187,7 +192,7 @@ async function connect(): Promise<void> {
     return;
   }
   // Connected: a loss from here on is lost()'s to handle.
-  fit.fit();
+  if (!share || share.holding) fit.fit();
   showRoot(init.snapshots?.find((s: any) => s.resource === ahp.ROOT)?.state as ahp.RootState | undefined);
   c.subscribe(ahp.METRICS).catch(() => {});
   const again = sessionStorage.getItem(TERMINAL_KEY);
@@ -199,6 +204,7 @@ async function connect(): Promise<void> {
     $("exit").textContent = `${current.replace("ahp-terminal:/", "")}: no longer on the host (it restarted?); open New`;
     current = null;
     sessionStorage.removeItem(TERMINAL_KEY);
+    closeShare();
     renderTerminals();
   }
 }
@@ -255,6 +261,7 @@ async function resume(): Promise<void> {
     if (current && r.missing.includes(current)) {
       $("exit").textContent = `${current.replace("ahp-terminal:/", "")}: no longer on the host`;
       current = null;
+      closeShare();
       renderTerminals();
     }
     if (r.unknownFate > 0) console.warn(`${r.unknownFate} input(s) typed before the loss may not have reached the terminal`);
@@ -277,6 +284,14 @@ function showRoot(root: ahp.RootState | undefined): void {
   terminals = root?.terminals ?? [];
   renderTerminals();
   renderPorts(root?.ports ?? []);
+  catalogued();
+}
+
+/** catalogued takes who is attached to the terminal shown from the catalogue. */
+function catalogued(): void {
+  if (!share || !current) return;
+  share.catalogue(terminals.find((t) => t.resource === current));
+  renderShare();
 }
 
 /** rootMessage follows the root channel: its actions, or a snapshot after a reconnect. */
@@ -287,6 +302,7 @@ function rootMessage(m: ahp.Message): void {
   if (a.type === "root/terminalsChanged") {
     terminals = a.terminals ?? [];
     renderTerminals();
+    catalogued();
   } else if (a.type === "root/portsChanged") {
     renderPorts(a.ports ?? []);
   }
@@ -305,6 +321,14 @@ function renderTerminals(): void {
     name.title = "open " + t.resource;
     name.onclick = () => void attach(t.resource);
     li.append(name);
+    const who = holderText(t, client?.clientId ?? "");
+    if (who) {
+      const el = document.createElement("span");
+      el.className = "who";
+      el.textContent = who;
+      el.title = [who, t.attached?.length ? "attached: " + t.attached.join(", ") : "", t.away?.length ? "away: " + t.away.join(", ") : ""].filter(Boolean).join("; ");
+      li.append(el);
+    }
     if (t.exitCode !== undefined || t.signal) {
       const ex = document.createElement("span");
       ex.className = "exited";
@@ -358,30 +382,43 @@ function showExit(e: { exitCode?: number; signal?: string }): void {
   $("exit").textContent = `${current?.replace("ahp-terminal:/", "")}: ${ahp.exitText(e)}`;
 }
 
-/** attach shows a terminal: a windowed subscription whose credit returns once xterm.js rendered the data. */
+/**
+ * attach shows a terminal: a windowed subscription whose credit returns
+ * once xterm.js rendered the data. A terminal another connected client
+ * holds is shared (docs/protocol.md "Taking a claim over"): shown at the
+ * holder's size and never resized, until Take over.
+ */
 async function attach(uri: string): Promise<void> {
   const c = client;
   if (!c) return;
   if (current && current !== uri) c.unsubscribe(current);
   current = uri;
+  const s = (share = new Share(c.clientId));
+  sentSize = null;
+  catalogued();
   sessionStorage.setItem(TERMINAL_KEY, uri);
   renderTerminals();
   $("term-title").textContent = uri;
   $("exit").textContent = "";
   term.reset();
   term.focus();
+  let first = true;
   await c.subscribeWindowed(uri, TERMINAL_WINDOW, (m, release) => {
-    if (current !== uri) return release();
+    if (current !== uri || share !== s) return release();
     if (m.method === "channel/snapshot") {
       const st = m.params.snapshot?.state ?? {};
+      changed(s.snapshot(st));
+      if (first && s.wantsClaim()) {
+        // Take the terminal over when its holder is gone (rejected while
+        // it is connected: the page then shares it).
+        s.claiming(c.dispatch(uri, { type: "terminal/claimed", claim: { kind: "client", clientId: c.clientId } }), true);
+      }
+      first = false;
       term.reset();
+      applyView(); // the holder's size before its screen is written
       const text = (st.content ?? []).map((p: { value: string }) => p.value).join("");
       term.write(text, release);
       if (st.lifecycle?.status === "exited" || st.exitCode !== undefined || st.signal) showExit(st);
-      if (st.claim?.clientId !== c.clientId) {
-        // Take the terminal over when its holder is gone (rejected while it is connected).
-        c.dispatch(uri, { type: "terminal/claimed", claim: { kind: "client", clientId: c.clientId } });
-      }
       return;
     }
     const a = m.params?.action;
@@ -389,10 +426,82 @@ async function attach(uri: string): Promise<void> {
       term.write(a.data, release); // credit once rendered: a flood paces the PTY
       return;
     }
+    if (m.method === "action" && (a?.type === "terminal/claimed" || a?.type === "terminal/resized")) {
+      const ch = s.action(a, m.params.origin, m.params.rejectionReason);
+      changed(ch);
+      if (ch.holding !== undefined || ch.size) applyView();
+      else renderShare(); // a claim answered: the notice may show, the button come back
+    }
     if (m.method === "action" && a?.type === "terminal/exited") showExit(a);
     release();
   });
-  c.dispatch(uri, { type: "terminal/resized", cols: term.cols, rows: term.rows });
+}
+
+/** changed notes what a snapshot or an action changed: a new holder sends its size afresh. */
+function changed(ch: Change): void {
+  if (ch.holding !== undefined) sentSize = null;
+}
+
+/**
+ * applyView sizes the terminal for the page's part in it: holding it, to
+ * the pane (and the host is told); sharing it, to the holder's size,
+ * drawn from the pane's top left (the rest of the pane left empty, or
+ * scrolled when the terminal is larger).
+ */
+function applyView(): void {
+  const s = share;
+  const shared = s !== null && !s.holding;
+  $("term").classList.toggle("shared", shared);
+  // Sized to its columns, xterm.js's scrollbar would cover the last ones:
+  // room for it beside them (fitting, the fit addon leaves that room).
+  const viewport = term.element?.querySelector<HTMLElement>(".xterm-viewport");
+  if (term.element) term.element.style.paddingRight = shared && viewport ? `${viewport.offsetWidth - viewport.clientWidth}px` : "";
+  if (!shared) {
+    fit.fit();
+    sendSize();
+  } else {
+    const v = s.view();
+    if (v && (v.cols !== term.cols || v.rows !== term.rows)) term.resize(v.cols, v.rows);
+  }
+  renderShare();
+}
+
+/** sendSize tells the host the terminal's size, only while the page holds it (a sharer never resizes). */
+function sendSize(): void {
+  const c = client;
+  const s = share;
+  if (!c || !current || !s?.holding) return;
+  const size = { cols: term.cols, rows: term.rows };
+  const host = sentSize ?? s.size; // what the host has, or will have once our last resize is applied
+  if (host?.cols === size.cols && host?.rows === size.rows) return;
+  sentSize = size;
+  c.dispatch(current, { type: "terminal/resized", ...size });
+}
+
+function renderShare(): void {
+  const s = share;
+  const text = s?.notice() ?? null;
+  $("share").hidden = text === null;
+  $("share-text").textContent = text ?? "";
+  const b = $<HTMLButtonElement>("takeover");
+  b.disabled = s?.takingOver ?? false;
+  b.textContent = s?.takingOver ? "Taking over…" : "Take over";
+}
+
+function closeShare(): void {
+  share = null;
+  sentSize = null;
+  applyView();
+}
+
+/** takeOver claims the terminal shown from the client that holds it (our takeOver extension). */
+function takeOver(): void {
+  const c = client;
+  const s = share;
+  if (!c || !current || !s || s.holding) return;
+  s.claiming(c.dispatch(current, { type: "terminal/claimed", claim: { kind: "client", clientId: c.clientId }, takeOver: true }), false);
+  renderShare();
+  term.focus();
 }
 
 async function newTerminal(): Promise<void> {
@@ -413,13 +522,12 @@ function main(): void {
   term.onData((data) => {
     if (client && current) client.input(current, data); // a paste may exceed a frame: split
   });
-  term.onResize(({ cols, rows }) => {
-    if (client && current) client.dispatch(current, { type: "terminal/resized", cols, rows });
-  });
+  term.onResize(() => sendSize());
   new ResizeObserver(() => {
-    if (!$("app").hidden) fit.fit();
+    if (!$("app").hidden && (share === null || share.holding)) fit.fit(); // a shared terminal keeps its holder's size
   }).observe($("term"));
   $("new").onclick = () => void newTerminal();
+  $("takeover").onclick = () => takeOver();
   $("login").onsubmit = (e) => {
     e.preventDefault();
     const input = $<HTMLInputElement>("token");
@@ -456,6 +564,8 @@ function main(): void {
     transport: () => link?.kind ?? "",
     statuses: () => statuses.slice(),
     terminal: () => current,
+    /** share: who holds the terminal shown, its size on the host, and what the page says while it shares it. */
+    share: () => (share ? { holding: share.holding, holder: share.holder, size: share.size, notice: share.notice() } : null),
     receiving: () => (client && current ? client.receiving(current) : null),
   };
   void connect();
