@@ -146,6 +146,16 @@ type Options struct {
 	// ends at once with ErrServerShutdown: right for a terminal, which
 	// the shutdown ended.
 	ReconnectAfterShutdown bool
+	// GiveUpWhenRefused ends the reconnection at once, with
+	// ErrHostGone, when an attempt's dial is refused (ECONNREFUSED:
+	// nothing listens at the host's address, so the process that held
+	// our state is gone, killed or crashed): a caller that can start a
+	// new session does so once the host answers again (forward does)
+	// instead of waiting for the grace to end. A path that does not
+	// answer at all is retried as ever. Off, a refused dial is retried
+	// like any other failure (a host restarting behind its address may
+	// come back; so may a tunnel to it).
+	GiveUpWhenRefused bool
 	// ReconnectDelay is the wait before the first reconnect attempt,
 	// doubled for each next one up to ReconnectMaxDelay, each with ±20%
 	// jitter; zero means 250 ms and 10 s.
@@ -412,7 +422,8 @@ func explainDial(u *url.URL, err error) error {
 	var recordErr tls.RecordHeaderError
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("nothing is listening at %s (connection refused): is sidecar serve running?", u.Host)
+		// Still ECONNREFUSED to errors.Is (Options.GiveUpWhenRefused).
+		return &wordedError{msg: fmt.Sprintf("nothing is listening at %s (connection refused): is sidecar serve running?", u.Host), err: err}
 	case errors.As(err, &he) && he.StatusCode == http.StatusUnauthorized:
 		return &refusalError{msg: fmt.Sprintf("%s refused the token (HTTP 401): check --token or SIDECAR_TOKEN", u.Host), err: err}
 	case errors.As(err, &he) && he.StatusCode == http.StatusForbidden:
