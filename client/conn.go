@@ -210,6 +210,7 @@ type Conn struct {
 
 	nextID    atomic.Uint64
 	clientSeq atomic.Uint64
+	heard     atomic.Int64 // unix nanoseconds of the last message read from the host (LastHeard)
 
 	mu       sync.Mutex
 	link     *link         // the link in use; nil while reconnecting
@@ -515,6 +516,18 @@ func (c *Conn) startLink(mc transport.MessageConn) *link {
 // ClientID returns the client id sent in initialize.
 func (c *Conn) ClientID() string { return c.clientID }
 
+// LastHeard returns when the last message from the host was read, on
+// any connection of the Conn (zero before the first): every action the
+// client dispatches comes back from a live host (its echo), so input
+// sent after it and no message since is input the host has not
+// answered (attach shows so).
+func (c *Conn) LastHeard() time.Time {
+	if ns := c.heard.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
 // Initialized returns the initialize result.
 func (c *Conn) Initialized() rpc.InitializeResult { return c.init }
 
@@ -647,6 +660,7 @@ func (c *Conn) readLoop(l *link) {
 			c.linkDown(l, why, lost, transport.CloseNormal)
 			return
 		}
+		c.heard.Store(time.Now().UnixNano())
 		if err := c.handle(l, raw, h); err != nil {
 			c.mu.Lock()
 			current := c.link == l
