@@ -146,6 +146,16 @@ type Options struct {
 	// ends at once with ErrServerShutdown: right for a terminal, which
 	// the shutdown ended.
 	ReconnectAfterShutdown bool
+	// GiveUpWhenRefused ends the reconnection at once, with
+	// ErrHostGone, when an attempt's dial is refused (ECONNREFUSED:
+	// nothing listens at the host's address, so the process that held
+	// our state is gone, killed or crashed): a caller that can start a
+	// new session does so once the host answers again (forward does)
+	// instead of waiting for the grace to end. A path that does not
+	// answer at all is retried as ever. Off, a refused dial is retried
+	// like any other failure (a host restarting behind its address may
+	// come back; so may a tunnel to it).
+	GiveUpWhenRefused bool
 	// ReconnectDelay is the wait before the first reconnect attempt,
 	// doubled for each next one up to ReconnectMaxDelay, each with ±20%
 	// jitter; zero means 250 ms and 10 s.
@@ -200,6 +210,7 @@ type Conn struct {
 
 	nextID    atomic.Uint64
 	clientSeq atomic.Uint64
+	heard     atomic.Int64 // unix nanoseconds of the last message read from the host (LastHeard)
 
 	mu       sync.Mutex
 	link     *link         // the link in use; nil while reconnecting
@@ -412,7 +423,8 @@ func explainDial(u *url.URL, err error) error {
 	var recordErr tls.RecordHeaderError
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("nothing is listening at %s (connection refused): is sidecar serve running?", u.Host)
+		// Still ECONNREFUSED to errors.Is (Options.GiveUpWhenRefused).
+		return &wordedError{msg: fmt.Sprintf("nothing is listening at %s (connection refused): is sidecar serve running?", u.Host), err: err}
 	case errors.As(err, &he) && he.StatusCode == http.StatusUnauthorized:
 		return &refusalError{msg: fmt.Sprintf("%s refused the token (HTTP 401): check --token or SIDECAR_TOKEN", u.Host), err: err}
 	case errors.As(err, &he) && he.StatusCode == http.StatusForbidden:
@@ -503,6 +515,18 @@ func (c *Conn) startLink(mc transport.MessageConn) *link {
 
 // ClientID returns the client id sent in initialize.
 func (c *Conn) ClientID() string { return c.clientID }
+
+// LastHeard returns when the last message from the host was read, on
+// any connection of the Conn (zero before the first): every action the
+// client dispatches comes back from a live host (its echo), so input
+// sent after it and no message since is input the host has not
+// answered (attach shows so).
+func (c *Conn) LastHeard() time.Time {
+	if ns := c.heard.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
 
 // Initialized returns the initialize result.
 func (c *Conn) Initialized() rpc.InitializeResult { return c.init }
@@ -636,6 +660,7 @@ func (c *Conn) readLoop(l *link) {
 			c.linkDown(l, why, lost, transport.CloseNormal)
 			return
 		}
+		c.heard.Store(time.Now().UnixNano())
 		if err := c.handle(l, raw, h); err != nil {
 			c.mu.Lock()
 			current := c.link == l

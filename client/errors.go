@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 )
 
 // Sentinel errors of the client's reconnection (docs/protocol.md
@@ -38,6 +39,11 @@ var (
 	// down"). It ends the Conn unless Options.ReconnectAfterShutdown is
 	// set; then it is the cause of the reconnection that follows.
 	ErrServerShutdown = errors.New("client: the server is shutting down")
+	// ErrHostGone: a reconnect attempt's dial was refused (ECONNREFUSED):
+	// nothing listens at the host's address, so the process that held our
+	// state is gone. It ends the reconnection only with
+	// Options.GiveUpWhenRefused.
+	ErrHostGone = errors.New("client: the host's address refuses connections: the process that held the session is gone")
 	// ErrNotKept: a subscription the host did not keep across a
 	// reconnect (listed in missing, or absent from windows.items: a
 	// disposed terminal, a TCP channel). Only that subscription ends.
@@ -45,8 +51,9 @@ var (
 )
 
 // ReconnectError is why a connection gave up reconnecting: Reason is one
-// of ErrUnauthorized, ErrResumeExpired, ErrResumeRefused, ErrGraceEnded
-// (or the host's error to reconnect, for one that does not support it),
+// of ErrUnauthorized, ErrResumeExpired, ErrResumeRefused, ErrGraceEnded,
+// ErrHostGone (or the host's error to reconnect, for one that does not
+// support it),
 // Cause what the last attempt (or the loss itself) failed with. It
 // matches ErrConnectionLost, Reason and Cause with errors.Is.
 type ReconnectError struct {
@@ -100,3 +107,18 @@ func (e *lostCallError) Error() string {
 }
 
 func (e *lostCallError) Unwrap() []error { return []error{ErrConnectionLost, e.cause} }
+
+// wordedError is an error worded for a person that still matches the
+// one it words.
+type wordedError struct {
+	msg string
+	err error
+}
+
+func (e *wordedError) Error() string { return e.msg }
+func (e *wordedError) Unwrap() error { return e.err }
+
+// dialRefused reports whether a dial failed because the host's address
+// refused the connection (ECONNREFUSED), not for a path that does not
+// answer or a refusal of our credentials.
+func dialRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }

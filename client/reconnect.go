@@ -210,6 +210,8 @@ func (c *Conn) attempt(deadline time.Time) (err, fatal error) {
 			// A renewed or replaced certificate stays so: say so now
 			// rather than retry until the grace ends.
 			return err, ErrCertificateMismatch
+		case c.opts.GiveUpWhenRefused && dialRefused(err):
+			return err, ErrHostGone
 		}
 		return err, nil
 	}

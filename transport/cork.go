@@ -4,6 +4,8 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/sidecar-dev/sidecar/internal/bufpool"
 )
@@ -33,6 +35,13 @@ type CorkConn struct {
 	rmu        sync.Mutex
 	rbuf       []byte
 	rpos, rend int
+
+	// lastRead (unix nanoseconds) is when a socket read last returned
+	// bytes, buffered how many of those were read ahead and not yet
+	// taken: the keepalive (websocket.go) reads both without rmu, which
+	// a blocked Read holds.
+	lastRead atomic.Int64
+	buffered atomic.Int64
 }
 
 // readAheadBytes is what one Read asks the socket for when the caller
@@ -48,10 +57,15 @@ func (c *CorkConn) Read(p []byte) (int, error) {
 	if c.rpos < c.rend {
 		n := copy(p, c.rbuf[c.rpos:c.rend])
 		c.rpos += n
+		c.buffered.Store(int64(c.rend - c.rpos))
 		return n, nil
 	}
 	if len(p) >= readAheadBytes {
-		return c.Conn.Read(p)
+		n, err := c.Conn.Read(p)
+		if n > 0 {
+			c.lastRead.Store(time.Now().UnixNano())
+		}
+		return n, err
 	}
 	if c.rbuf == nil {
 		c.rbuf = make([]byte, readAheadBytes)
@@ -60,9 +74,20 @@ func (c *CorkConn) Read(p []byte) (int, error) {
 	if n <= 0 {
 		return 0, err
 	}
+	c.lastRead.Store(time.Now().UnixNano())
 	m := copy(p, c.rbuf[:n])
 	c.rpos, c.rend = m, n
+	c.buffered.Store(int64(n - m))
 	return m, nil // an error comes again with the next socket read
+}
+
+// readState says when a socket read last returned bytes (zero: never)
+// and how many read ahead wait to be taken.
+func (c *CorkConn) readState() (last time.Time, buffered int) {
+	if ns := c.lastRead.Load(); ns != 0 {
+		last = time.Unix(0, ns)
+	}
+	return last, int(c.buffered.Load())
 }
 
 // corkMaxBytes bounds what a CorkConn holds back (UTF-8 bytes on the wire).

@@ -38,54 +38,12 @@ type wsConn struct {
 	lost     atomic.Pointer[error] // why keepalive gave up on the peer
 	done     chan struct{}         // closed by Close: stops keepalive
 	doneOnce sync.Once
-}
-
-// KeepaliveInterval and KeepaliveTimeout: an /ahp connection (either end)
-// that has read nothing for KeepaliveInterval pings its peer and gives up
-// on it when no pong came within KeepaliveTimeout (a peer that hangs with
-// its TCP connection open is otherwise never noticed, and a hung client
-// would hold its channels). The transport-io mappings have keepalives of
-// their own.
-const (
-	KeepaliveInterval = 15 * time.Second
-	KeepaliveTimeout  = 15 * time.Second
-)
-
-// keepaliveInterval and keepaliveTimeout are what DialWebSocket uses (tests
-// shorten them).
-var keepaliveInterval, keepaliveTimeout = KeepaliveInterval, KeepaliveTimeout
-
-// keepalive pings while nothing is read (see KeepaliveInterval) until
-// Close or the first failure, which closes the connection: ReadMessage
-// then says why.
-func (w *wsConn) keepalive(interval, timeout time.Duration) {
-	t := time.NewTicker(interval / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-w.done:
-			return
-		case <-t.C:
-		}
-		if time.Since(time.Unix(0, w.lastRead.Load())) < interval {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		err := w.c.Ping(ctx)
-		cancel()
-		select {
-		case <-w.done:
-			return
-		default:
-		}
-		if err != nil {
-			lost := fmt.Errorf("the peer stopped answering: no pong within %s of a ping (nothing read for %s)", timeout, interval)
-			w.lost.Store(&lost)
-			_ = w.c.CloseNow()
-			return
-		}
-		w.lastRead.Store(time.Now().UnixNano())
-	}
+	// hostEnd is set on the /ahp endpoint's end (AHPHandler): there a
+	// peer whose TCP acknowledges is alive however long it does not
+	// answer (keepalive.go).
+	hostEnd   bool
+	slow      atomic.Int64 // keepalive looks that found the peer alive but not answering
+	owedSince time.Time    // keepalive goroutine only: see silent
 }
 
 // readErr words a read failure: why keepalive gave up, or a TCP
@@ -366,7 +324,10 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 			return
 		}
 		sw := &transportio.StatusRecorder{ResponseWriter: w}
-		c, err := websocket.Accept(sw, r, accept)
+		var wc *wsConn // set before anything is read
+		ao := *accept
+		ao.OnPingReceived = func(ctx context.Context, p []byte) bool { return wc.answerPing(ctx, p) }
+		c, err := websocket.Accept(sw, r, &ao)
 		if err != nil {
 			// Accept has written the HTTP error: 403 for a foreign origin,
 			// 426 for a request that is no upgrade, 400 for a bad one.
@@ -376,8 +337,9 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 			return
 		}
 		mc := NewWebSocketConn(c, r.RemoteAddr, opts.ReadLimit)
-		wc := mc.(*wsConn)
+		wc = mc.(*wsConn)
 		wc.cork = corkFrom(r.Context())
+		wc.hostEnd = true
 		go wc.keepalive(keepaliveInterval, keepaliveTimeout)
 		serve(r.Context(), mc)
 	})
@@ -412,9 +374,11 @@ func dialCompression(compress bool) websocket.CompressionMode {
 // the upgrade returns *HTTPError.
 func DialWebSocket(ctx context.Context, url string, header http.Header, client *http.Client, readLimit int64, compress bool) (MessageConn, error) {
 	client, dialed := corkClient(client)
+	var w *wsConn // set before anything is read
 	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: header, HTTPClient: client,
 		CompressionMode: dialCompression(compress), CompressionThreshold: CompressionThreshold,
-		Subprotocols: []string{BinarySubprotocol}})
+		Subprotocols:   []string{BinarySubprotocol},
+		OnPingReceived: func(ctx context.Context, p []byte) bool { return w.answerPing(ctx, p) }})
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
 			return nil, &HTTPError{StatusCode: resp.StatusCode, Err: err}
@@ -422,7 +386,7 @@ func DialWebSocket(ctx context.Context, url string, header http.Header, client *
 		return nil, err
 	}
 	mc := NewWebSocketConn(c, url, readLimit)
-	w := mc.(*wsConn)
+	w = mc.(*wsConn)
 	w.cork = dialed()
 	w.compressed = compress && resp != nil && acceptsDeflate(resp.Header.Get("Sec-WebSocket-Extensions"))
 	go w.keepalive(keepaliveInterval, keepaliveTimeout)

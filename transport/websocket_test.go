@@ -72,9 +72,11 @@ func TestKeepaliveHungPeer(t *testing.T) {
 	}
 }
 
-// TestKeepaliveHungClient: the /ahp endpoint ends a connection whose
-// client stopped reading (so it answers no ping); the host's ReadMessage
-// says why.
+// TestKeepaliveHungClient: without the kernel's word on the socket (a
+// connection not over a CorkConn: httptest's), the /ahp endpoint ends a
+// connection whose client stopped reading (so it answers no ping); the
+// host's ReadMessage says why. Over a CorkConn on Linux the host keeps a
+// client whose TCP acknowledges (keepalive_linux_test.go).
 func TestKeepaliveHungClient(t *testing.T) {
 	keepaliveInterval, keepaliveTimeout = 150*time.Millisecond, 150*time.Millisecond
 	t.Cleanup(func() { keepaliveInterval, keepaliveTimeout = KeepaliveInterval, KeepaliveTimeout })

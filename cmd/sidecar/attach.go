@@ -76,7 +76,11 @@ func attach(cf *connFlags, url, id, name string) error {
 	// The terminal's output and our reconnection status share the
 	// screen: a status line goes between output writes, on its own line.
 	screen := newStatusOutput(os.Stdout, os.Stderr, termWidth(os.Stdout))
+	// Input the host does not answer (a link gone silent) is said within
+	// seconds, long before the keepalive gives up on the link.
+	silence := &silenceWatch{screen: screen}
 	cf.onReconnect = func(st client.ReconnectStatus) {
+		silence.onReconnect(st)
 		if l := reconnectLine(st); l != "" {
 			screen.Status(l)
 		}
@@ -86,6 +90,7 @@ func attach(cf *connFlags, url, id, name string) error {
 		return dialFailed(err, cf.dialSignal(ctx, err, caught))
 	}
 	defer conn.Close()
+	silence.heard = conn.LastHeard
 	fd := int(os.Stdin.Fd())
 	cols, rows := 80, 24
 	if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
@@ -176,8 +181,11 @@ func attach(cf *connFlags, url, id, name string) error {
 	}
 	go watchResize(ctx, t, &holding)
 	detached := make(chan struct{})
-	go forwardInput(ctx, t, os.Stdin, detached, takeOver, false)
+	go forwardInput(ctx, t, silence.tap(os.Stdin), detached, takeOver, false)
 	copyDone := make(chan struct{})
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go silence.run(wctx, copyDone)
 	var code *int
 	var copyErr error
 	go func() {

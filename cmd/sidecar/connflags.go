@@ -34,6 +34,9 @@ type connFlags struct {
 	// reconnectAfterShutdown: a host that shuts down is reconnected to
 	// (client.Options.ReconnectAfterShutdown), for forward.
 	reconnectAfterShutdown bool
+	// giveUpWhenRefused: a reconnect whose dial is refused ends at once
+	// (client.Options.GiveUpWhenRefused), for forward.
+	giveUpWhenRefused bool
 }
 
 func (f *connFlags) register(cmd *cobra.Command) {
@@ -167,7 +170,7 @@ func (f *connFlags) options() client.Options {
 	}
 	return client.Options{Token: token, CertHash: pin, Ordinary: f.ordinary, ClientName: "sidecar-cli/" + version,
 		Transport: f.transport, Via: f.via, OnReconnect: f.onReconnect, Compress: f.compress,
-		ReconnectAfterShutdown: f.reconnectAfterShutdown}
+		ReconnectAfterShutdown: f.reconnectAfterShutdown, GiveUpWhenRefused: f.giveUpWhenRefused}
 }
 
 // dial connects and initializes within --connect-timeout.

@@ -51,7 +51,11 @@ short never looks complete) and exits 0; before it has connected, 130.
 
 A lost connection to the host is resumed by itself: forwarded connections
 carry on, every byte once each way; new ones wait (64 at most, 30 s each)
-and open once resumed; those the host could not keep are reset.
+and open once resumed; those the host could not keep are reset. When the
+host's address refuses connections (its daemon was killed or crashed,
+with the state to resume), the forwarded connections are reset at once,
+new ones are reset until the host answers again, and then a new session
+starts on the same ports.
 
 Exit status: 0 after Ctrl-C, SIGTERM or SIGHUP once connected (130, 143
 or 129 while still connecting); 1 when a local port cannot be bound (in
@@ -158,6 +162,10 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 	// A daemon that shuts down is most often restarting: reconnect, and
 	// start a new session once it answers (it keeps nothing of ours).
 	cf.reconnectAfterShutdown = true
+	// A daemon whose address refuses connections is gone (killed,
+	// crashed) with our state: reset the local connections at once
+	// rather than keep them waiting for a resume that cannot come.
+	cf.giveUpWhenRefused = true
 	cf.onReconnect = func(st client.ReconnectStatus) {
 		if st.State == client.Connecting {
 			return // a log, not a status line: the attempt is announced once
@@ -220,8 +228,12 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 		if !newSessionAfter(ended) || cf.via != "" {
 			return result
 		}
-		fmt.Fprintf(os.Stderr, "sidecar: starting a new session with %s; the ports stay open\n", url)
-		conn, err = cf.dial(ctx, url)
+		if errors.Is(ended, client.ErrHostGone) {
+			fmt.Fprintf(os.Stderr, "sidecar: starting a new session with %s once it answers; the ports stay open, and connections to them are reset until then\n", url)
+		} else {
+			fmt.Fprintf(os.Stderr, "sidecar: starting a new session with %s; the ports stay open\n", url)
+		}
+		conn, err = newSession(ctx, cf, url, handoffs, errors.Is(ended, client.ErrHostGone))
 		if err != nil {
 			return dialFailed(err, cf.dialSignal(ctx, err, caught))
 		}
@@ -231,9 +243,11 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 
 // newSessionAfter reports whether a connection that ended with err is
 // worth a new session: the host answered, but keeps nothing of ours (it
-// restarted, our state's grace ended, or it refused to resume it).
+// restarted, our state's grace ended, or it refused to resume it), or its
+// address refuses connections (its daemon is gone, and our state with it).
 func newSessionAfter(err error) bool {
-	return errors.Is(err, client.ErrResumeExpired) || errors.Is(err, client.ErrResumeRefused) || errors.Is(err, client.ErrGraceEnded)
+	return errors.Is(err, client.ErrResumeExpired) || errors.Is(err, client.ErrResumeRefused) || errors.Is(err, client.ErrGraceEnded) ||
+		errors.Is(err, client.ErrHostGone)
 }
 
 // runUntil forwards until ctx ends (a signal: exit 0) or the connection

@@ -65,16 +65,18 @@ func roughly(d time.Duration) string {
 // (run with a piped stdin). width gives the terminal's width in cells, to
 // keep the status on one row (nil: 80).
 type statusOutput struct {
-	mu      sync.Mutex
-	out     io.Writer // the program's output
-	status  io.Writer // where the status line goes (the same terminal)
-	width   func() int
-	esc     escState
-	csi     []byte // the parameter bytes of the CSI sequence being read (bounded)
-	alt     bool   // the output is on the alternate screen
-	held    []byte // the output's unfinished sequence or character, not written yet
-	pending string // a status line waiting for the output to leave a long string
-	shown   bool   // a status line is on the row below the cursor (primary screen)
+	mu       sync.Mutex
+	out      io.Writer // the program's output
+	status   io.Writer // where the status line goes (the same terminal)
+	width    func() int
+	esc      escState
+	csi      []byte // the parameter bytes of the CSI sequence being read (bounded)
+	alt      bool   // the output is on the alternate screen
+	held     []byte // the output's unfinished sequence or character, not written yet
+	pending  string // a status line waiting for the output to leave a long string
+	shown    bool   // a status line is on the row below the cursor (primary screen)
+	last     string // the status line drawn last (Clear)
+	altDrawn bool   // a status line is over the alternate screen's last row, no output since
 }
 
 // Status line sequences (ECMA-48, VT100).
@@ -136,6 +138,7 @@ func (s *statusOutput) Write(p []byte) (int, error) {
 			_, _ = io.WriteString(s.status, statusErase)
 			s.shown = false
 		}
+		s.altDrawn = false // the program may have drawn over it
 		if _, err := s.out.Write(data[:cut]); err != nil {
 			return 0, err
 		}
@@ -227,12 +230,42 @@ func (s *statusOutput) print(line string) {
 	text := "sidecar: " + line
 	// One row, never the last column (no pending wrap).
 	text = runewidth.Truncate(text, max(w-1, 0), "")
+	s.last = line
 	if s.alt {
 		fmt.Fprintf(s.status, "%s%s\x1b[0m\x1b8", statusLastRow, text)
+		s.altDrawn = true
 		return
 	}
 	fmt.Fprintf(s.status, "%s%s\x1b8", statusBelow, text)
 	s.shown = true
+}
+
+// statusClearLastRow erases the alternate screen's last row: DECSC, CUP
+// to the last row, erase it, DECRC.
+const statusClearLastRow = "\x1b7\x1b[999;1H\x1b[2K\x1b8"
+
+// Clear takes back a status line that mine recognizes: one waiting is
+// dropped, one still shown is erased (on the alternate screen only while
+// the program has written nothing since: then the row is blank until it
+// redraws it). Another status drawn since, or output that erased it, is
+// left as it is.
+func (s *statusOutput) Clear(mine func(line string) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending != "" && mine(s.pending) {
+		s.pending = ""
+	}
+	if s.last == "" || !mine(s.last) {
+		return
+	}
+	switch {
+	case s.shown:
+		_, _ = io.WriteString(s.status, statusErase)
+		s.shown = false
+	case s.altDrawn && s.alt:
+		_, _ = io.WriteString(s.status, statusClearLastRow)
+	}
+	s.altDrawn = false
 }
 
 // escState tracks where a byte stream is in terms of escape sequences
