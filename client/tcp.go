@@ -536,28 +536,63 @@ func (t *TCPConn) Write(p []byte) (int, error) {
 		n = min(n, len(p))
 		// The binary form where the link carries it: the bytes as they
 		// are, never base64 built for the transport to decode again.
-		m := t.enc.Data(t.sendOff, p[:n], t.sub.Binary())
-		end := t.sendOff + bytestream.DecodedOffset(n)
-		if err := t.sub.sendStream(t.ctx, m, end, false, true); err != nil {
-			if t.isReset() {
-				return written, ErrTCPReset
-			}
-			if errors.Is(err, context.Canceled) {
-				return written, errTCPClosed
-			}
+		if err := t.sendLocked(t.enc.Data(t.sendOff, p[:n], t.sub.Binary()), n); err != nil {
 			return written, err
 		}
-		t.sendOff += bytestream.DecodedOffset(n)
 		written += n
 		p = p[n:]
 	}
-	// The credited total is the tuning's statistic (how fast a window's
-	// worth went by), not pacing: the Scheduler sends what sendSized
-	// queued as the stream's Room allows.
+	t.tuneOut()
+	return written, nil
+}
+
+// sendLocked sends m, the data message carrying the next n stream bytes
+// (t.wmu held), and advances the offset once it is queued.
+func (t *TCPConn) sendLocked(m delivery.Message, n int) error {
+	end := t.sendOff + bytestream.DecodedOffset(n)
+	if err := t.sub.sendStream(t.ctx, m, end, false, true); err != nil {
+		if t.isReset() {
+			return ErrTCPReset
+		}
+		if errors.Is(err, context.Canceled) {
+			return errTCPClosed
+		}
+		return err
+	}
+	t.sendOff = end
+	return nil
+}
+
+// tuneOut lets the tuning grow the window of what the client sends. The
+// credited total is its statistic (how fast a window's worth went by),
+// not pacing: the Scheduler sends what sendStream queued as the stream's
+// Room allows.
+func (t *TCPConn) tuneOut() {
 	if _, consumed, _ := t.sub.Window(); consumed > 0 {
 		t.maybeGrow(&t.tune.out, consumed)
 	}
-	return written, nil
+}
+
+// writePayload sends what ReadFrom read in place as one message, or
+// through Write when it no longer fits one (the frame bound shrank).
+func (t *TCPConn) writePayload(pl bytestream.Payload) (int, error) {
+	t.wmu.Lock()
+	n := pl.Len()
+	if t.wclosed || n > t.enc.MaxPayload(t.sendOff, t.sub.FrameBytes()) {
+		t.wmu.Unlock()
+		defer pl.Release()
+		return t.Write(pl.Bytes())
+	}
+	defer t.wmu.Unlock()
+	if t.isReset() {
+		pl.Release()
+		return 0, ErrTCPReset
+	}
+	if err := t.sendLocked(pl.Message(t.sendOff), n); err != nil {
+		return 0, err
+	}
+	t.tuneOut()
+	return n, nil
 }
 
 // tcpReadBuffer bounds what ReadFrom reads from r at a time (one system
@@ -566,25 +601,24 @@ func (t *TCPConn) Write(p []byte) (int, error) {
 // 256 KiB of base64 text, 192 KiB decoded).
 const tcpReadBuffer = 192 << 10
 
-// ReadFrom copies r to the connection (io.Copy uses it). Its buffer starts
-// at 4 KiB and, each time a read fills it, doubles up to one message's
-// stream bytes at the host's current maximumFrameBytes (at most
-// tcpReadBuffer), so a connection whose local side sends little (a
-// download) keeps little and a bulk upload sends whole messages.
+// ReadFrom copies r to the connection (io.Copy uses it), reading each
+// time straight into the message that carries the bytes (no copy on the
+// way to the transport). What one read may take starts at 4 KiB and, each
+// time a read fills it, doubles up to one message's stream bytes at the
+// host's current maximumFrameBytes (at most tcpReadBuffer), so a
+// connection whose local side sends little (a download) holds little and
+// a bulk upload sends whole messages.
 func (t *TCPConn) ReadFrom(r io.Reader) (int64, error) {
-	buf := make([]byte, 4<<10)
+	size := t.readBufferSize(4 << 10)
 	var total int64
 	for {
-		n, err := r.Read(buf)
-		if n == len(buf) {
-			if want := t.readBufferSize(2 * len(buf)); want > len(buf) {
-				grown := make([]byte, want)
-				copy(grown, buf[:n])
-				buf = grown
-			}
+		pl, err := t.enc.ReadPayload(r, size, t.sub.Binary())
+		n := pl.Len()
+		if n == size {
+			size = t.readBufferSize(2 * size)
 		}
 		if n > 0 {
-			w, werr := t.Write(buf[:n])
+			w, werr := t.writePayload(pl)
 			total += int64(w)
 			if werr != nil {
 				return total, werr

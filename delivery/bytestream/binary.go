@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"unicode/utf8"
 
@@ -71,6 +72,69 @@ func (e *Encoder) Data(off DecodedOffset, p []byte, binary bool) delivery.Messag
 		return delivery.Message{Binary: b, Size: size, Form: e}
 	}
 	return delivery.Message{Text: e.AppendData(Buffer(textLen), off, p), Size: size}
+}
+
+// A Payload is stream bytes read in place into the buffer of the data
+// message that will carry them (ReadPayload): in the binary form, after
+// the room left for its head, so the bytes are never copied between the
+// read and the transport's write. Message or Release ends it.
+type Payload struct {
+	e    *Encoder
+	b    []byte // the buffer: head room then the bytes (binary), or the bytes
+	head int    // the head room (binary form), or -1 (text form)
+}
+
+// ReadPayload reads once from r, at most limit stream bytes (limit >= 1),
+// into a Payload that becomes a data message in the binary form when
+// binary is true and the channel has one (Data). Its buffer is at most
+// twice what it holds (a short read is copied to one that fits). The
+// error is r's; a Payload of no bytes holds no buffer.
+func (e *Encoder) ReadPayload(r io.Reader, limit int, binary bool) (Payload, error) {
+	head := -1
+	if binary && e.binary {
+		head = binaryFixed + len(e.channel)
+	}
+	room := max(head, 0)
+	b := Buffer(room + limit)[:room+limit]
+	n, err := r.Read(b[room:])
+	if n <= 0 {
+		Recycle(b)
+		return Payload{}, err
+	}
+	if room+n <= cap(b)/2 {
+		// A short read keeps no buffer sized for long ones: the message
+		// may wait in a queue bounded by what it counts, not its buffer.
+		short := append(msgBufs.GetFit(room+n), b[:room+n]...)
+		Recycle(b)
+		b = short
+	}
+	return Payload{e: e, b: b[:room+n], head: head}, err
+}
+
+// Bytes returns the stream bytes read (valid until Message or Release).
+func (p Payload) Bytes() []byte { return p.b[max(p.head, 0):] }
+
+// Len returns the count of stream bytes read.
+func (p Payload) Len() int { return len(p.b) - max(p.head, 0) }
+
+// Message returns the data message carrying the bytes at offset off
+// (their count at most MaxPayload(off, the frame bound)), with the exact
+// size Data gives it; it owns the buffer from then on.
+func (p Payload) Message(off DecodedOffset) delivery.Message {
+	if p.head < 0 {
+		m := p.e.Data(off, p.b, false)
+		Recycle(p.b)
+		return m
+	}
+	b := appendBinary(p.b[:0], off, p.e.channel, nil)[:len(p.b)]
+	return delivery.Message{Binary: b, Size: p.e.DataSize(p.e.DataLen(off, p.Len())), Form: p.e}
+}
+
+// Release gives the buffer back without sending it.
+func (p Payload) Release() {
+	if p.b != nil {
+		Recycle(p.b)
+	}
 }
 
 func appendBinary(dst []byte, off DecodedOffset, channel string, p []byte) []byte {

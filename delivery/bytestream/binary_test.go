@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"errors"
+	"io"
 	"math"
 	"strconv"
 	"testing"
@@ -163,4 +164,40 @@ func FuzzBinary(f *testing.F) {
 			t.Fatalf("%q: back %q", text, m.Binary)
 		}
 	})
+}
+
+// TestReadPayload: bytes read in place become the very message Data builds
+// from them (binary form and text form, same size), read once and no more
+// than asked; a short read holds a buffer at most twice its message; an
+// empty read holds nothing and returns the reader's error.
+func TestReadPayload(t *testing.T) {
+	big := bytes.Repeat([]byte{0, 1, 2, 0xff, '"', '\\'}, 40000)
+	e := NewEncoder(rpc.TCPStream, "ahp-tcp:/c1")
+	for _, binary := range []bool{true, false} {
+		for _, c := range []struct{ have, limit, want int }{{1, 4 << 10, 1}, {5000, 4 << 10, 4 << 10}, {len(big), 192 << 10, 192 << 10}, {3000, 192 << 10, 3000}} {
+			r := bytes.NewReader(big[:c.have])
+			pl, err := e.ReadPayload(r, c.limit, binary)
+			if err != nil || pl.Len() != c.want || !bytes.Equal(pl.Bytes(), big[:c.want]) {
+				t.Fatalf("binary %v, %d of %d: read %d %v, want the first %d bytes", binary, c.limit, c.have, pl.Len(), err, c.want)
+			}
+			if r.Len() != c.have-c.want {
+				t.Fatalf("binary %v: %d bytes left in the reader, want %d (one read)", binary, r.Len(), c.have-c.want)
+			}
+			const off = DecodedOffset(1 << 33)
+			want := e.Data(off, big[:c.want], binary)
+			m := pl.Message(off)
+			if !bytes.Equal(m.Binary, want.Binary) || !bytes.Equal(m.Text, want.Text) || m.Size != want.Size || (m.Form == nil) != (want.Form == nil) {
+				t.Fatalf("binary %v, %d bytes: message %d+%d bytes size %d, want Data's %d+%d size %d",
+					binary, c.want, len(m.Binary), len(m.Text), m.Size, len(want.Binary), len(want.Text), want.Size)
+			}
+			if binary && cap(m.Binary) > 2*len(m.Binary) {
+				t.Fatalf("%d bytes read into a buffer of %d: a short read must not hold a long buffer", len(m.Binary), cap(m.Binary))
+			}
+		}
+	}
+	pl, err := e.ReadPayload(bytes.NewReader(nil), 4<<10, true)
+	if err != io.EOF || pl.Len() != 0 || pl.b != nil {
+		t.Fatalf("empty read: %d bytes, buffer %d, %v; want none and io.EOF", pl.Len(), cap(pl.b), err)
+	}
+	pl.Release() // nothing to give back: no panic
 }
