@@ -236,10 +236,10 @@ func Fragment(h *Header, channel string) (*delivery.Fragment, error) {
 	return &f, nil
 }
 
-// IsNotification reports whether the message is a notification (a method
-// without an id, or with "id":null which JSON-RPC treats alike).
+// IsNotification reports whether the message is a notification: a method
+// without an id (ParseHeader refuses a request with "id":null).
 func (h *Header) IsNotification() bool {
-	return h.Method != "" && (len(h.ID) == 0 || string(h.ID) == "null")
+	return h.Method != "" && len(h.ID) == 0
 }
 
 // IsRequest reports whether the message is a request.
@@ -467,7 +467,7 @@ func parseHeaderFast(raw []byte) (*Header, bool) {
 			h.JSONRPC, seenVersion = "2.0", true
 		case "id":
 			switch r.Type {
-			case gjson.Null, gjson.String:
+			case gjson.String:
 			case gjson.Number:
 				ok = validID([]byte(r.Raw))
 			default:
@@ -541,6 +541,12 @@ func parseHeaderSlow(raw []byte) (*Header, *Error) {
 	h.Params, h.Result, h.Error = members["params"], members["result"], members["error"]
 	if h.Method == "" && h.Result == nil && h.Error == nil {
 		return &h, Errorf(CodeInvalidRequest, "invalid request: no method")
+	}
+	if h.Method != "" && string(h.ID) == "null" {
+		// JSON-RPC 2.0 §4: a request with "id":null is still a request,
+		// not a notification, and null is what error responses name when
+		// the id is unknown: AHP's ids are strings or integers.
+		return &h, Errorf(CodeInvalidRequest, "invalid request: id must be a string or an integer from 0 to %d, not null (leave the id out for a notification)", MaxID)
 	}
 	if len(h.Params) > 0 && h.Params[0] == '{' {
 		h.Channel = topLevelString(h.Params, "channel")

@@ -109,7 +109,6 @@ func TestParseHeaderClassifies(t *testing.T) {
 		{"request with string id", `{"jsonrpc":"2.0","id":"a","method":"ping"}`, true, false, false, ""},
 		{"request with id 0", `{"jsonrpc":"2.0","id":0,"method":"ping"}`, true, false, false, ""},
 		{"notification", `{"jsonrpc":"2.0","method":"channel/credit","params":{"channel":"c","consumedBytes":5}}`, false, true, false, "c"},
-		{"notification with id null", `{"jsonrpc":"2.0","id":null,"method":"unsubscribe","params":{"channel":"c"}}`, false, true, false, "c"},
 		{"response result", `{"jsonrpc":"2.0","id":1,"result":{}}`, false, false, true, ""},
 		{"response result null", `{"jsonrpc":"2.0","id":1,"result":null}`, false, false, true, ""},
 		{"response error", `{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"x"}}`, false, false, true, ""},

@@ -1,6 +1,10 @@
 package rpc
 
-import "testing"
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+)
 
 func TestIsControlMethod(t *testing.T) {
 	for m, want := range map[string]bool{
@@ -18,10 +22,13 @@ func TestIsControlMethod(t *testing.T) {
 // stream's reset, through NewStreamMethods) is one from then on; its data
 // and end of stream stay data.
 func TestDeclareControlMethod(t *testing.T) {
-	if IsControlMethod("x-test/reset") {
-		t.Fatal("x-test/reset is a control method before it is declared")
+	// Declarations are for the process's life: a name of its own per run
+	// (go test -count=N).
+	k := fmt.Sprintf("x-test%d", declareRuns.Add(1))
+	if IsControlMethod(k + "/reset") {
+		t.Fatalf("%s/reset is a control method before it is declared", k)
 	}
-	m := NewStreamMethods("x-test/data", "x-test/eof", "x-test/reset")
+	m := NewStreamMethods(k+"/data", k+"/eof", k+"/reset")
 	if !IsControlMethod(m.Reset) || IsControlMethod(m.Data) || IsControlMethod(m.EOF) {
 		t.Fatalf("after NewStreamMethods: reset %v, data %v, eof %v", IsControlMethod(m.Reset), IsControlMethod(m.Data), IsControlMethod(m.EOF))
 	}
@@ -29,3 +36,5 @@ func TestDeclareControlMethod(t *testing.T) {
 		t.Fatal("tcp/reset is not a control method")
 	}
 }
+
+var declareRuns atomic.Int64
