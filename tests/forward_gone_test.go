@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -79,4 +80,32 @@ func startAgain(t *testing.T, s *server) *server {
 		t.Fatalf("the daemon came back on %s with pin %s, want %s and %s", m[2], m[4], s.host, s.hash)
 	}
 	return &server{p: p, url: m[1], host: m[2], token: s.token, hash: m[4], config: s.config}
+}
+
+// TestRunHostRestarted: `run` whose daemon is killed and started again
+// (same address, token and certificate) learns on reconnecting that the
+// host keeps nothing of its session, and the host lists no such terminal
+// (it restarted, its terminals with it): run says the command is not
+// running there, rather than that it may still be and how to attach.
+func TestRunHostRestarted(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	args := append([]string{"run", s.url}, s.connArgs()...)
+	r := start(t, append(args, "--", "sh", "-c", "echo started; while :; do sleep 1; done")...)
+	r.stdout.waitFor(t, "the command's first line", 0, "started")
+	if err := s.p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	s.p.wait(t, waitTimeout)
+	startAgain(t, s)
+	if code := r.wait(t, 60*time.Second); code != 255 {
+		t.Fatalf("run exited %d, want 255\nstderr:\n%s", code, r.stderr.String())
+	}
+	stderr := r.stderr.String()
+	if !strings.Contains(stderr, "sidecar: the host no longer has ahp-terminal:/") || !strings.Contains(stderr, "(it restarted, or the grace ended): sh is not running there") {
+		t.Fatalf("run's stderr does not say the command is gone:\n%s", stderr)
+	}
+	if strings.Contains(stderr, "may still be running") {
+		t.Fatalf("run's stderr suggests attaching to a terminal the restarted host cannot have:\n%s", stderr)
+	}
 }

@@ -206,6 +206,12 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 		if stdoutTTY {
 			fmt.Fprint(os.Stderr, "\r\n") // the output may have stopped mid-line
 		}
+		if errors.Is(err, client.ErrResumeExpired) && cf.via == "" && !hostHasTerminal(ctx, cf, url, uri) {
+			// The host answered but keeps nothing of ours, and lists no
+			// such terminal: it restarted (its terminals with it), or the
+			// grace ended and the terminal was disposed.
+			return &exitError{code: 255, err: fmt.Errorf("%w\nsidecar: the host no longer has %s (it restarted, or the grace ended): %s is not running there", err, uri, argv[0])}
+		}
 		if errors.Is(err, client.ErrConnectionLost) && !errors.Is(err, client.ErrNotKept) && cf.via == "" {
 			// Gave up reconnecting: the command runs on unless the host
 			// itself went (the dispose on the way out cannot reach it).
@@ -224,4 +230,27 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 		return &exitError{code: *code}
 	}
 	return nil
+}
+
+// hostHasTerminal reports whether the host at url lists the terminal uri,
+// asked on a connection of its own within 5 s; true when it cannot tell
+// (the hint that the command may still run stays then).
+func hostHasTerminal(ctx context.Context, cf *connFlags, url, uri string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := cf.dial(ctx, url)
+	if err != nil {
+		return true
+	}
+	defer conn.Close()
+	st, err := conn.RootState(ctx)
+	if err != nil {
+		return true
+	}
+	for _, t := range st.Terminals {
+		if t.Resource == uri {
+			return true
+		}
+	}
+	return false
 }
