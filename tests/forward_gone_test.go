@@ -6,10 +6,13 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sidecar-dev/sidecar/tests/fault"
 )
 
 // TestForwardDaemonKilled: the daemon forward talks to is killed (kill
@@ -107,5 +110,63 @@ func TestRunHostRestarted(t *testing.T) {
 	}
 	if strings.Contains(stderr, "may still be running") {
 		t.Fatalf("run's stderr suggests attaching to a terminal the restarted host cannot have:\n%s", stderr)
+	}
+}
+
+// TestForwardRelayRestarted: forward reaches a live daemon through a relay
+// (an ssh tunnel, kubectl port-forward) that is stopped and started again.
+// While it is down its address refuses, so forward resets its local
+// connection as for a killed daemon; but the daemon kept the session, and
+// with it the destination connection. Once the relay answers, forward
+// releases that session: the destination's connection ends at once
+// rather than when the grace (2 h by default) does.
+func TestForwardRelayRestarted(t *testing.T) {
+	t.Parallel()
+	ended := make(chan error, 1)
+	dest := tcpListen(t, func(c *net.TCPConn) {
+		_, _ = io.Copy(c, c)
+		_, err := c.Read(make([]byte, 1))
+		ended <- err
+	})
+	s := startServer(t, "")
+	relay, err := fault.NewTCP(s.host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := relay.Addr()[strings.LastIndexByte(relay.Addr(), ':')+1:]
+	url := "wss://" + relay.Addr() + "/ahp"
+	fw := tcpStartForwardAt(t, s, url, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", dest))
+	open := tcpDial(t, fw.addrs[0])
+	if err := echoRoundTrip(open, "before"); err != nil {
+		t.Fatal(err)
+	}
+	_ = relay.Close()
+	pos := fw.p.stderr.waitFor(t, "forward saying the address refuses", 0,
+		"the host's address refuses connections: the process that held the session is gone")
+	_ = open.SetReadDeadline(time.Now().Add(waitTimeout))
+	if b, err := io.ReadAll(open); len(b) != 0 || !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the local connection: read %q, %v; want a reset", b, err)
+	}
+	select {
+	case err := <-ended:
+		t.Fatalf("the destination's connection ended while the relay was down (%v): the daemon should still keep it", err)
+	default:
+	}
+	p, _ := strconv.Atoi(port)
+	relay, err = fault.NewTCPAt(p, s.host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = relay.Close() })
+	pos = fw.p.stderr.waitFor(t, "the new session", pos, "sidecar: new session with "+url+"\n")
+	fw.p.stderr.waitFor(t, "the release", pos, "sidecar: the host had kept the previous session")
+	select {
+	case <-ended:
+	case <-time.After(waitTimeout):
+		t.Fatalf("the destination's connection is still open %v after forward's new session\nforward's stderr:\n%s", waitTimeout, fw.p.stderr.String())
+	}
+	c := tcpDial(t, fw.addrs[0])
+	if err := echoRoundTrip(c, "after the relay restarted"); err != nil {
+		t.Fatalf("through the same -L port after the new session: %v", err)
 	}
 }

@@ -233,11 +233,33 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 		} else {
 			fmt.Fprintf(os.Stderr, "sidecar: starting a new session with %s; the ports stay open\n", url)
 		}
+		old := conn
 		conn, err = newSession(ctx, cf, url, handoffs, errors.Is(ended, client.ErrHostGone))
 		if err != nil {
 			return dialFailed(err, cf.dialSignal(ctx, err, caught))
 		}
 		fmt.Fprintf(os.Stderr, "sidecar: new session with %s\n", url)
+		if errors.Is(ended, client.ErrHostGone) {
+			releaseOld(ctx, old)
+		}
+	}
+}
+
+// releaseOld ends the session the host may still keep for old, given up
+// on when the host's address refused connections: a relay in front of a
+// live daemon (an ssh tunnel, kubectl port-forward) refuses while it
+// restarts, and the daemon would otherwise hold the destination
+// connections of what forward already reset for the whole grace. A
+// daemon that restarted holds nothing, and says so.
+func releaseOld(ctx context.Context, old *client.Conn) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	held, err := old.Release(ctx)
+	switch {
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "sidecar: could not release the previous session (the host ends it when its grace does): %v\n", err)
+	case held:
+		fmt.Fprintf(os.Stderr, "sidecar: the host had kept the previous session (something in front of it refused meanwhile, not the daemon): released it, its destination connections reset\n")
 	}
 }
 

@@ -53,6 +53,12 @@ func NewTCP(target string) (*TCP, error) {
 	return newTCPAt(0, target)
 }
 
+// NewTCPAt is NewTCP on 127.0.0.1:port: a relay started again where
+// one was closed (a tunnel that restarts).
+func NewTCPAt(port int, target string) (*TCP, error) {
+	return newTCPAt(port, target)
+}
+
 func newTCPAt(port int, target string) (*TCP, error) {
 	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
 	if err != nil {
