@@ -123,6 +123,9 @@ func cutsUntil(t *testing.T, fw *tcpForward, relay *fault.TCP, rng *rand.Rand, c
 		}
 		relay.CutAfter(int64(1000+rng.IntN(4<<20)), dir)
 		deadline := time.NewTimer(2 * waitTimeout)
+		// A direction whose transfer has ended (or crawls, on a loaded
+		// machine) may never relay the armed bytes: cut now after 10 s.
+		force := time.NewTimer(10 * time.Second)
 		for {
 			fw.p.stderr.mu.Lock()
 			text, changed := fw.p.stderr.buf.String(), fw.p.stderr.changed
@@ -135,16 +138,23 @@ func cutsUntil(t *testing.T, fw *tcpForward, relay *fault.TCP, rng *rand.Rand, c
 			select {
 			case <-changed:
 				continue
+			case <-force.C:
+				if relay.Armed(dir) {
+					relay.CutAfter(0, dir)
+				}
+				continue
 			case <-done:
 				relay.CutAfter(1<<62, fault.Up) // nothing more to cut
 				relay.CutAfter(1<<62, fault.Down)
 				deadline.Stop()
+				force.Stop()
 				return resumed
 			case <-deadline.C:
 				t.Fatalf("cut %d not resumed within %v; stderr:\n%s", resumed+1, 2*waitTimeout, tail(text, 2000))
 			}
 		}
 		deadline.Stop()
+		force.Stop()
 	}
 	return resumed
 }

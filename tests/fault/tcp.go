@@ -119,6 +119,14 @@ func (t *TCP) CutAfter(n int64, dir Direction) {
 	t.mu.Unlock()
 }
 
+// Armed reports whether a CutAfter in direction dir is still waiting for
+// its bytes (a direction whose transfer ended may never relay them).
+func (t *TCP) Armed(dir Direction) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.arm[dir] >= 0
+}
+
 // Stall models a black hole (a laptop lid closed, a dead route) while on:
 // no bytes are relayed either way and new connections are accepted but not
 // forwarded to the target, yet every connection stays open, so the peers'
