@@ -8,6 +8,7 @@ package tests
 // page under os.TempDir() and names it in the log.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -213,11 +214,12 @@ func (b *browser) heapUsed() float64 {
 	return used
 }
 
-// pageURL is the daemon's page, ?transport=websocket forcing the fallback.
+// pageURL is the daemon's page, ?transport=websocket or
+// ?transport=webtransport forcing one transport ("": the page races both).
 func pageURL(s *server, transport string) string {
 	u := "https://" + s.host + "/"
-	if transport == "websocket" {
-		u += "?transport=websocket"
+	if transport != "" {
+		u += "?transport=" + transport
 	}
 	return u
 }
@@ -342,15 +344,16 @@ func floodSeconds() time.Duration {
 }
 
 // TestWebPageWrongToken: a wrong token is refused and the page says so,
-// on both transports.
+// on either transport forced and when it races both.
 func TestWebPageWrongToken(t *testing.T) {
 	chromiumPath(t)
 	s := startServer(t, "")
-	for _, transport := range []string{"webtransport", "websocket"} {
-		t.Run(transport, func(t *testing.T) {
+	for _, transport := range []string{"webtransport", "websocket", ""} {
+		t.Run(cmp.Or(transport, "race"), func(t *testing.T) {
 			b := newBrowser(t)
 			b.login(pageURL(s, transport), "wrong-"+s.token)
 			b.poll("wrong token message", `/Wrong token/.test(document.getElementById("login-error").textContent)`, waitTimeout)
+			b.screenshot("refused")
 			var stored bool
 			if err := b.eval(`sessionStorage.getItem("sidecar.token") !== null`, &stored); err != nil || stored {
 				t.Errorf("the refused token is still stored (%v)", err)
@@ -425,7 +428,7 @@ func TestWebPageResumesWebTransport(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := newBrowser(t)
-	b.login(origin+"/", s.token)
+	b.login(origin+"/?transport=webtransport", s.token)
 	b.poll("connected", `document.getElementById("status").textContent === "connected (WebTransport)"`, waitTimeout)
 	b.must("new terminal", chromedp.Click("#new", chromedp.ByID))
 	b.poll("prompt", promptBack, waitTimeout)

@@ -235,6 +235,16 @@ type TIOOptions struct {
 	// compared in constant time; a refusal closes as WT_UNAUTHORIZED with
 	// reason "unauthorized" before the server's frame 0.
 	Token string
+	// Tickets, when set, lets a peer in with ?ticket=T instead of the token
+	// (the web page: its token never goes into a URL). The ticket is
+	// consumed by this use; a used, expired or unknown one closes as
+	// WT_UNAUTHORIZED with the TicketError's reason (ticket-used,
+	// ticket-expired, ticket-unknown), and one issued to another principal
+	// than Principal with "unauthorized".
+	Tickets *Tickets
+	// Principal is who the token authenticates, to whom the tickets
+	// accepted here must have been issued.
+	Principal string
 	// Origins, when set, is the origin rule of both mappings (checked
 	// before anything else, 403 when refused); OriginPatterns are then
 	// ignored.
@@ -263,13 +273,8 @@ func (o TIOOptions) listener() *transportio.Listener {
 		patterns = []string{"*"} // Origins decided before the listener runs
 	}
 	return &transportio.Listener{
-		Session: transportio.Config{Contract: Contract, HandshakeTimeout: o.HandshakeTimeout, PayloadsChecked: true},
-		Authorize: func(r *http.Request) error {
-			if !TokenEqual(TokenFromRequest(r), o.Token) {
-				return transportio.Refuse(RefusalReason)
-			}
-			return nil
-		},
+		Session:              transportio.Config{Contract: Contract, HandshakeTimeout: o.HandshakeTimeout, PayloadsChecked: true},
+		Authorize:            o.authorize,
 		OriginPatterns:       patterns,
 		Compression:          Compression,
 		CompressionThreshold: CompressionThreshold,
@@ -277,6 +282,29 @@ func (o TIOOptions) listener() *transportio.Listener {
 		OnRefuse:             o.OnReject,
 		OnUpgradeRefused:     o.OnUpgradeRefused,
 	}
+}
+
+// authorize is the door of both mappings: a ticket when the request
+// carries one (consumed here), else the token.
+func (o TIOOptions) authorize(r *http.Request) error {
+	if t := TicketFromRequest(r); t != "" && o.Tickets != nil {
+		p, err := o.Tickets.Redeem(t)
+		var te *TicketError
+		if errors.As(err, &te) {
+			return transportio.Refuse(te.Reason)
+		}
+		if err != nil {
+			return err
+		}
+		if p != o.Principal {
+			return transportio.Refuse(RefusalReason)
+		}
+		return nil
+	}
+	if !TokenEqual(TokenFromRequest(r), o.Token) {
+		return transportio.Refuse(RefusalReason)
+	}
+	return nil
 }
 
 // webSocket is o.WebSocket with the request's CorkConn (CorkContext) as

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/sidecar-dev/sidecar/transportio"
 )
@@ -212,13 +211,8 @@ const (
 // ("Bearer T") or, for browsers that cannot set headers, the token query
 // parameter.
 func TokenFromRequest(r *http.Request) string {
-	if h := r.Header.Get("Authorization"); h != "" {
-		if v, ok := strings.CutPrefix(h, "Bearer "); ok {
-			return strings.TrimSpace(v)
-		}
-		if v, ok := strings.CutPrefix(h, "bearer "); ok {
-			return strings.TrimSpace(v)
-		}
+	if t := BearerToken(r); t != "" {
+		return t
 	}
 	return r.URL.Query().Get("token")
 }

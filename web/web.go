@@ -8,6 +8,7 @@ package web
 import (
 	"embed"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"net/http"
 	"path"
@@ -22,6 +23,11 @@ var dist embed.FS
 // InfoPath answers the page's POST with what it needs before connecting.
 const InfoPath = "/web/info"
 
+// TicketPath exchanges the token (Authorization: Bearer, never a query)
+// for a single-use ticket the page puts in its transport-io URLs
+// (docs/protocol.md "Tickets").
+const TicketPath = "/web/ticket"
+
 // Options configure the page's handler.
 type Options struct {
 	// Origins is the listener's origin rule: /web/info answers a refused
@@ -31,6 +37,19 @@ type Options struct {
 	// browser may trust for WebTransport (serverCertificateHashes): the
 	// development certificate's, or none for one a CA signed.
 	CertHashes func() []string
+	// Token and Tickets serve POST /web/ticket: a request bearing Token is
+	// given a ticket issued to Principal. Without Tickets the path is not
+	// served.
+	Token     string
+	Principal string
+	Tickets   *transport.Tickets
+}
+
+// Ticket is the body of a /web/ticket answer: the ticket, or why none.
+type Ticket struct {
+	Ticket      string `json:"ticket,omitempty"`
+	ExpiresInMs int64  `json:"expiresInMs,omitempty"`
+	Error       string `json:"error,omitempty"`
 }
 
 // Info is the body of a /web/info answer.
@@ -44,7 +63,7 @@ type Info struct {
 const contentSecurity = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // Handler serves the page (mount it at "/"): / and /assets/ from the
-// embedded build, POST /web/info, 404 for anything else.
+// embedded build, POST /web/info, POST /web/ticket, 404 for anything else.
 func Handler(opts Options) http.Handler {
 	sub, err := fs.Sub(dist, "dist")
 	if err != nil {
@@ -59,6 +78,8 @@ func Handler(opts Options) http.Handler {
 		switch {
 		case r.URL.Path == InfoPath:
 			info(w, r, opts)
+		case r.URL.Path == TicketPath && opts.Tickets != nil:
+			ticket(w, r, opts)
 		case r.Method != http.MethodGet && r.Method != http.MethodHead:
 			h.Set("Allow", "GET, HEAD")
 			http.Error(w, "405 method not allowed", http.StatusMethodNotAllowed)
@@ -74,11 +95,14 @@ func Handler(opts Options) http.Handler {
 	})
 }
 
-func info(w http.ResponseWriter, r *http.Request, opts Options) {
+// post lets a POST from an allowed origin through, with the JSON answer's
+// headers set; it answers anything else itself (405, or 403 with body,
+// the refused origin's message in its Error).
+func post(w http.ResponseWriter, r *http.Request, opts Options, refused func(msg string) any) bool {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
 		http.Error(w, "405 method not allowed", http.StatusMethodNotAllowed)
-		return
+		return false
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -88,8 +112,15 @@ func info(w http.ResponseWriter, r *http.Request, opts Options) {
 			opts.Origins.OnRefuse(r, origin)
 		}
 		w.WriteHeader(http.StatusForbidden)
-		_ = json.NewEncoder(w).Encode(Info{CertHashes: []string{}, Error: "The daemon refuses this page's origin " + strconv.Quote(origin) +
-			": open the page at the daemon's own address, or add the origin to listener.origins in its configuration."})
+		_ = json.NewEncoder(w).Encode(refused("The daemon refuses this page's origin " + strconv.Quote(origin) +
+			": open the page at the daemon's own address, or add the origin to listener.origins in its configuration."))
+		return false
+	}
+	return true
+}
+
+func info(w http.ResponseWriter, r *http.Request, opts Options) {
+	if !post(w, r, opts, func(msg string) any { return Info{CertHashes: []string{}, Error: msg} }) {
 		return
 	}
 	out := Info{CertHashes: []string{}}
@@ -97,4 +128,32 @@ func info(w http.ResponseWriter, r *http.Request, opts Options) {
 		out.CertHashes = append(out.CertHashes, opts.CertHashes()...)
 	}
 	_ = json.NewEncoder(w).Encode(out)
+}
+
+// ticket answers POST /web/ticket: a ticket for the bearer of the token
+// in the Authorization header (a token in the URL is not looked at:
+// this exchange exists so that none is ever put there).
+func ticket(w http.ResponseWriter, r *http.Request, opts Options) {
+	if !post(w, r, opts, func(msg string) any { return Ticket{Error: msg} }) {
+		return
+	}
+	if !transport.TokenEqual(transport.BearerToken(r), opts.Token) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sidecar"`)
+		w.WriteHeader(http.StatusUnauthorized)
+		_ = json.NewEncoder(w).Encode(Ticket{Error: "missing or wrong token (send it as Authorization: Bearer TOKEN)"})
+		return
+	}
+	k, err := opts.Tickets.Issue(opts.Principal)
+	if errors.Is(err, transport.ErrTooManyTickets) {
+		w.Header().Set("Retry-After", strconv.Itoa(int(opts.Tickets.TTL().Seconds())))
+		w.WriteHeader(http.StatusTooManyRequests)
+		_ = json.NewEncoder(w).Encode(Ticket{Error: err.Error() + ": try again when some are used or expired"})
+		return
+	}
+	if err != nil {
+		w.WriteHeader(http.StatusInternalServerError)
+		_ = json.NewEncoder(w).Encode(Ticket{Error: err.Error()})
+		return
+	}
+	_ = json.NewEncoder(w).Encode(Ticket{Ticket: k, ExpiresInMs: opts.Tickets.TTL().Milliseconds()})
 }

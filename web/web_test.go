@@ -52,3 +52,73 @@ func TestHandler(t *testing.T) {
 		t.Errorf("POST %s from a foreign origin: %d %s, reported %v", InfoPath, res.StatusCode, body, refused)
 	}
 }
+
+// TestTicket: POST /web/ticket gives the bearer of the token (in the
+// Authorization header only) a ticket for its principal, not cached; a
+// wrong or missing token, or one in the URL, is a 401 with a JSON error;
+// a foreign origin a 403; past the bound on outstanding tickets a 429.
+func TestTicket(t *testing.T) {
+	origins := transport.NewOrigins(transport.SelfOrigins(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4433}), nil)
+	tickets := transport.NewTickets(0, 2, nil)
+	h := Handler(Options{Origins: origins, Token: "tok", Principal: "token:p", Tickets: tickets})
+	do := func(method, target, origin, auth string) (*http.Response, Ticket) {
+		t.Helper()
+		r := httptest.NewRequest(method, target, nil)
+		if origin != "" {
+			r.Header.Set("Origin", origin)
+		}
+		if auth != "" {
+			r.Header.Set("Authorization", auth)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		var body Ticket
+		if method == "POST" {
+			if err := json.NewDecoder(w.Result().Body).Decode(&body); err != nil {
+				t.Fatalf("%s %s: %d, body not JSON: %v", method, target, w.Code, err)
+			}
+		}
+		return w.Result(), body
+	}
+	const self = "https://127.0.0.1:4433"
+	res, k := do("POST", TicketPath, self, "Bearer tok")
+	if res.StatusCode != 200 || k.Ticket == "" || k.ExpiresInMs != transport.TicketTTL.Milliseconds() || res.Header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("POST %s: %d %+v %v", TicketPath, res.StatusCode, k, res.Header)
+	}
+	if p, err := tickets.Redeem(k.Ticket); err != nil || p != "token:p" {
+		t.Fatalf("the ticket: %q %v", p, err)
+	}
+	for _, c := range []struct{ what, target, auth string }{
+		{"wrong token", TicketPath, "Bearer wrong"},
+		{"no token", TicketPath, ""},
+		{"the token in the URL", TicketPath + "?token=tok", ""},
+	} {
+		res, k := do("POST", c.target, self, c.auth)
+		if res.StatusCode != 401 || k.Ticket != "" || !strings.Contains(k.Error, "token") || res.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("%s: %d %+v", c.what, res.StatusCode, k)
+		}
+	}
+	if res, _ := do("GET", TicketPath, self, "Bearer tok"); res.StatusCode != 405 {
+		t.Errorf("GET %s: %d", TicketPath, res.StatusCode)
+	}
+	if res, k := do("POST", TicketPath, "https://evil.example", "Bearer tok"); res.StatusCode != 403 || k.Ticket != "" || !strings.Contains(k.Error, "listener.origins") {
+		t.Errorf("foreign origin: %d %+v", res.StatusCode, k)
+	}
+	// The bound (2 here): two outstanding, the third refused.
+	for i := range 2 {
+		if res, k := do("POST", TicketPath, "", "Bearer tok"); res.StatusCode != 200 || k.Ticket == "" {
+			t.Fatalf("ticket %d: %d %+v", i+1, res.StatusCode, k)
+		}
+	}
+	if res, k := do("POST", TicketPath, "", "Bearer tok"); res.StatusCode != 429 || k.Ticket != "" || res.Header.Get("Retry-After") != "20" {
+		t.Errorf("past the bound: %d %+v %v", res.StatusCode, k, res.Header)
+	}
+	// Without a ticket store the path is not served (a POST elsewhere: 405).
+	r := httptest.NewRequest("POST", TicketPath, nil)
+	r.Header.Set("Authorization", "Bearer tok")
+	w := httptest.NewRecorder()
+	Handler(Options{Token: "tok"}).ServeHTTP(w, r)
+	if w.Code != 405 {
+		t.Errorf("no tickets: %d, want 405", w.Code)
+	}
+}

@@ -176,9 +176,15 @@ func serve(configFile, listen, token, stateDir string) error {
 	serveAHP := func(ctx context.Context, mc transport.MessageConn) {
 		_ = srv.ServeConnAs(context.WithoutCancel(ctx), mc, principal)
 	}
+	// The page's transport-io credential: a single-use ticket for the
+	// token, so the token itself is never in a URL (docs/protocol.md
+	// "Tickets").
+	tickets := transport.NewTickets(0, 0, nil)
 	tioOpts := transport.TIOOptions{
-		Token:   tok,
-		Origins: origins,
+		Token:     tok,
+		Tickets:   tickets,
+		Principal: principal,
+		Origins:   origins,
 		OnReject: func(r *http.Request, code transportio.CloseCode, reason string) {
 			refusals.warn(r, "transport-io session refused", "code", code.String(), "reason", reason)
 		},
@@ -190,7 +196,7 @@ func serve(configFile, listen, token, stateDir string) error {
 	mux.Handle(transportio.ProbePath, transport.ProbeHandler())
 	// The web page (README "The web page"); the development certificate's
 	// pin lets the browser trust it for WebTransport.
-	mux.Handle("/", web.Handler(web.Options{Origins: origins, CertHashes: func() []string {
+	mux.Handle("/", web.Handler(web.Options{Origins: origins, Token: tok, Principal: principal, Tickets: tickets, CertHashes: func() []string {
 		if !certs.dev {
 			return nil
 		}

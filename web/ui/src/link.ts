@@ -49,8 +49,8 @@ function timeout<T>(ms: number, what: string): Promise<T> {
 const KEEPALIVE_MS = 15000;
 const IDLE_MS = 45000;
 
-/** openWebSocket opens the WebSocket mapping at url (wss://HOST/transport-io?token=…). */
-export function openWebSocket(url: string, timeoutMs: number, h: Handlers): Promise<Link> {
+/** openWebSocket opens the WebSocket mapping at url (wss://HOST/PATH/transport-io?ticket=…); signal aborts it until it is open. */
+export function openWebSocket(url: string, timeoutMs: number, h: Handlers, signal?: AbortSignal): Promise<Link> {
   const ws = new WebSocket(url);
   ws.binaryType = "arraybuffer";
   const dec = new FrameDecoder();
@@ -108,6 +108,9 @@ export function openWebSocket(url: string, timeoutMs: number, h: Handlers): Prom
       }
       deliver(frames, (t) => h.onmessage(t));
     };
+    signal?.addEventListener("abort", () => {
+      if (!open) ws.close(1000);
+    });
     ws.onclose = (e: CloseEvent) => {
       clearInterval(timer);
       const code = webSocketCloseToSession(e.code);
@@ -130,10 +133,11 @@ function hexBytes(hex: string): Uint8Array {
 
 /**
  * openWebTransport opens a WebTransport session at url
- * (https://HOST/transport-io?token=…). certHashes (SHA-256 of the DER, hex)
- * let the browser trust the daemon's development certificate.
+ * (https://HOST/PATH/transport-io?ticket=…). certHashes (SHA-256 of the
+ * DER, hex) let the browser trust the daemon's development certificate.
+ * signal aborts it until it is open.
  */
-export async function openWebTransport(url: string, certHashes: string[], timeoutMs: number, h: Handlers): Promise<Link> {
+export async function openWebTransport(url: string, certHashes: string[], timeoutMs: number, h: Handlers, signal?: AbortSignal): Promise<Link> {
   const options: WebTransportOptions = {};
   if (certHashes.length > 0) {
     options.serverCertificateHashes = certHashes.map((h) => ({ algorithm: "sha-256", value: hexBytes(h) as BufferSource }));
@@ -189,8 +193,13 @@ export async function openWebTransport(url: string, certHashes: string[], timeou
     })();
     return link;
   };
+  const aborted = new Promise<never>((_, reject) => {
+    signal?.addEventListener("abort", () => {
+      if (!up) reject(new LinkError("WebTransport: given up (another transport was used)", null));
+    });
+  });
   try {
-    return await Promise.race([setup(), timeout<Link>(timeoutMs, "WebTransport")]);
+    return await Promise.race([setup(), timeout<Link>(timeoutMs, "WebTransport"), aborted]);
   } catch (err) {
     // A refused session can fail its streams before its close code
     // arrives (Chromium does): wait briefly for the close (seed 002 §4).

@@ -7,7 +7,8 @@ import { Terminal } from "@xterm/xterm";
 import { FitAddon } from "@xterm/addon-fit";
 import * as ahp from "./ahp.js";
 import { Client, RpcError } from "./client.js";
-import { LinkError, openWebSocket, openWebTransport, type Closed, type Link } from "./link.js";
+import { LinkError, type Closed, type Link } from "./link.js";
+import { connectLink, endpoint, forcedTransport } from "./connect.js";
 import { WT_UNAUTHORIZED } from "./tio.js";
 import { backoff, graceLeft, refusal } from "./resume.js";
 import { Share, holderText, type Change, type Size } from "./share.js";
@@ -18,8 +19,6 @@ const CLIENT_KEY = "sidecar.clientId";
 // A small window: what is in flight when Ctrl-C is typed must still be
 // rendered before the prompt shows, so it bounds that delay (and memory).
 const TERMINAL_WINDOW: ahp.FlowOffer = { windowBytes: 65536, maximumFrameBytes: 16384 };
-const WEBTRANSPORT_TIMEOUT_MS = 3000;
-const WEBSOCKET_TIMEOUT_MS = 10000;
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 
@@ -69,43 +68,35 @@ function showLogin(error: string): void {
   $<HTMLInputElement>("token").focus();
 }
 
-function forceWebSocket(): boolean {
-  return new URLSearchParams(location.search).get("transport") === "websocket";
-}
-
 /** info asks the daemon for its certificate pin; a POST carries Origin, so a refused origin is told here. */
 async function info(): Promise<{ certHashes: string[] }> {
-  const res = await fetch("web/info", { method: "POST" });
+  const res = await fetch(endpoint(document.baseURI, "web/info", "https:"), { method: "POST" });
   const body = await res.json().catch(() => ({}));
   if (res.status === 403) throw new Final(body.error ?? `this page's origin (${location.origin}) is not allowed by the daemon`);
   if (!res.ok) throw new Error(`web/info: HTTP ${res.status}`);
   return body;
 }
 
-/** open opens a link; its messages go to the client using it, and its loss to lost(). */
+/** open opens a link (connect.ts: a ticket per attempt, happy eyeballs); its messages go to the client using it, and its loss to lost(). */
 async function open(token: string, say: (kind: string) => void): Promise<Link> {
   const { certHashes } = await info();
-  const q = "/transport-io?token=" + encodeURIComponent(token);
-  let l: Link | null = null;
-  const h = {
-    onmessage: (t: string) => {
-      if (l && client?.carries(l)) client.receive(t);
-    },
-    onclose: (closed: Closed) => {
-      if (l && l === link) lost(closed);
-    },
-  };
-  if (!forceWebSocket() && "WebTransport" in window) {
-    say("WebTransport");
-    try {
-      return (l = await openWebTransport("https://" + location.host + q, certHashes, WEBTRANSPORT_TIMEOUT_MS, h));
-    } catch (err) {
-      if (err instanceof LinkError && err.closed?.code === WT_UNAUTHORIZED) throw err;
-      console.warn("WebTransport failed, falling back to WebSocket:", err);
-    }
-  }
-  say("WebSocket");
-  return (l = await openWebSocket("wss://" + location.host + q, WEBSOCKET_TIMEOUT_MS, h));
+  const forced = forcedTransport(location.search);
+  say(forced ?? ("WebTransport" in window ? "WebTransport, WebSocket" : "WebSocket"));
+  return connectLink({
+    token,
+    certHashes,
+    forced,
+    handlers: (self) => ({
+      onmessage: (t: string) => {
+        const l = self();
+        if (l && client?.carries(l)) client.receive(t);
+      },
+      onclose: (closed: Closed) => {
+        const l = self();
+        if (l && l === link) lost(closed);
+      },
+    }),
+  });
 }
 
 /** use makes l the link of c. */
