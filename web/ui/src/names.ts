@@ -64,3 +64,21 @@ export function terminalName(n: Naming): Name {
   const tooltip = [title || null, path, id].filter((x) => x).join("\n");
   return { name, detail, tooltip };
 }
+
+/**
+ * numbered tells apart terminals that would show the same label: in the
+ * order given (the host's catalogue, a stable order), the first keeps its
+ * name and the next ones get " 2", " 3"… It returns the suffix of each
+ * key ("" for most).
+ */
+export function numbered(items: { key: string; label: string }[]): Map<string, string> {
+  const seen = new Map<string, number>();
+  const out = new Map<string, string>();
+  for (const it of items) {
+    if (out.has(it.key)) continue;
+    const n = (seen.get(it.label) ?? 0) + 1;
+    seen.set(it.label, n);
+    out.set(it.key, n === 1 ? "" : ` ${n}`);
+  }
+  return out;
+}

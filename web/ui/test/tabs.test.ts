@@ -2,7 +2,7 @@
 // tabs and what a reload restores, the page's shortcuts and font size.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { pathFromCwd, shortPath, terminalId, terminalName } from "../src/names.js";
+import { numbered, pathFromCwd, shortPath, terminalId, terminalName } from "../src/names.js";
 import { Tabs, decodeTabs, fontSize, nextFontSize, restorable, shortcut } from "../src/tabs.js";
 
 test("a cwd from OSC 7 or terminal/cwdChanged becomes a path", () => {
@@ -106,4 +106,20 @@ test("the font size is remembered within bounds", () => {
   assert.equal(nextFontSize(32, 1), 32);
   assert.equal(nextFontSize(8, -1), 8);
   assert.equal(nextFontSize(14, 1), 15);
+});
+
+test("terminals with the same name are numbered in a stable order", () => {
+  const got = numbered([
+    { key: "a", label: "sh" },
+    { key: "b", label: "sh" },
+    { key: "c", label: "vim" },
+    { key: "d", label: "sh" },
+    { key: "b", label: "sh" },
+  ]);
+  assert.deepEqual([...got], [
+    ["a", ""],
+    ["b", " 2"],
+    ["c", ""],
+    ["d", " 3"],
+  ]);
 });
