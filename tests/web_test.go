@@ -949,8 +949,9 @@ func (b *browser) newTab(n int) {
 // TestWebPageTabs: after login the empty pane says what to do; terminals
 // open in tabs named by their title and cwd (OSC 0 and OSC 7), not their
 // ids; a search finds a line in the scrollback; the font size and the
-// open tabs survive a reload (each tab resuming its terminal); Kill asks
-// first, and Cancel kills nothing. Screenshots of each state go to
+// open tabs survive a reload (each tab resuming its terminal); a split
+// shows two at once, typing going to the side clicked; Kill asks first,
+// and Cancel kills nothing. Screenshots of each state go to
 // $SIDECAR_WEB_SHOTS.
 func TestWebPageTabs(t *testing.T) {
 	chromiumPath(t)
@@ -1003,6 +1004,19 @@ func TestWebPageTabs(t *testing.T) {
 	b.poll("first tab shown", `sidecarPage.tabs()[0].active && /^named$/m.test(sidecarPage.screen()) && !/^3000$/m.test(sidecarPage.screen())`, waitTimeout)
 	b.shortcut("BracketLeft", "{", 219)
 	b.poll("previous tab (wrapping)", `sidecarPage.tabs()[1].active && /^3000$/m.test(sidecarPage.screen())`, waitTimeout)
+
+	// Split: both terminals side by side; typing goes to the side clicked.
+	b.must("split", chromedp.Click("#split", chromedp.ByID))
+	b.poll("both shown", `sidecarPage.tabs().every((t) => t.shown) && document.querySelectorAll("#terms .term:not([hidden])").length === 2`, waitTimeout)
+	b.must("click the left side", chromedp.Click("#terms .term.left .xterm-screen", chromedp.ByQuery))
+	b.poll("the left side active", `sidecarPage.tabs()[0].active && sidecarPage.tabs()[1].shown`, waitTimeout)
+	b.typeText("echo sp''lit\r")
+	b.poll("typed on the left", screenHas(`^split$`), waitTimeout)
+	b.screenshot("2b-split")
+	b.must("unsplit", chromedp.Click("#split", chromedp.ByID))
+	b.poll("one shown", `sidecarPage.tabs()[0].shown && !sidecarPage.tabs()[1].shown`, waitTimeout)
+	b.must("second tab", chromedp.Click(`#tabs .tab:nth-child(2) .label`, chromedp.ByQuery))
+	b.poll("second tab shown", `sidecarPage.tabs()[1].active && sidecarPage.tabs()[1].shown && !sidecarPage.tabs()[0].shown`, waitTimeout)
 
 	// Font size: two steps up, remembered across a reload.
 	b.must("larger text", chromedp.Click("#font-up", chromedp.ByID), chromedp.Click("#font-up", chromedp.ByID))

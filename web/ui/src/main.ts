@@ -55,6 +55,7 @@ let terminals: ahp.TerminalInfo[] = [];
 let font = fontSize(localStorage.getItem(FONT_KEY));
 let copyOnSelect = localStorage.getItem(COPY_KEY) === "1";
 let notice = ""; // the line under the panes when no pane has one (a terminal gone)
+let split: string | null = null; // the terminal shown beside the active one, if the pane is split
 let busy = false; // an initialize or a reconnect is under way: its own failure decides what follows
 let retry = 0; // fresh connections tried since the last success
 let attempt = 0; // reconnect attempts since the link was lost
@@ -348,7 +349,7 @@ let numbers = new Map<string, string>(); // each terminal's suffix where names r
 
 /** renumber tells apart the terminals that have the same name and place, in the catalogue's order. */
 function renumber(): void {
-  const uris = [...terminals.map((t) => t.resource), ...tabs.tabs];
+  const uris = [...tabs.tabs, ...terminals.map((t) => t.resource)]; // the tabs' order first: "sh", "sh 2" from the left
   numbers = numbered(
     uris.map((uri) => {
       const n = plainName(uri);
@@ -429,7 +430,7 @@ function renderTabs(): void {
   tabs.tabs.forEach((uri, i) => {
     const p = panes.get(uri);
     if (!p) return;
-    const sig = JSON.stringify([nameOf(uri), i, uri === tabs.active, p.holding, p.exited, p.activity, p.share?.notice() ?? ""]);
+    const sig = JSON.stringify([nameOf(uri), i, uri === tabs.active, uri === split, p.holding, p.exited, p.activity, p.share?.notice() ?? ""]);
     let t = tabsDrawn.get(uri);
     if (!t) {
       t = { el: document.createElement("div"), sig: "" };
@@ -450,6 +451,7 @@ function drawTab(tab: HTMLElement, p: Pane, i: number): void {
   tab.dataset.resource = uri;
   tab.setAttribute("role", "tab");
   tab.setAttribute("aria-selected", String(uri === tabs.active));
+  tab.classList.toggle("beside", uri === split);
   tab.tabIndex = uri === tabs.active ? 0 : -1;
   tab.title = `${n.tooltip}${i < 9 ? `\n(Alt+Shift+${i + 1})` : ""}`;
   const label = document.createElement("span");
@@ -510,6 +512,8 @@ function renderPane(): void {
   const p = active();
   $("hint").hidden = p !== null;
   $("tools").hidden = p === null;
+  $("split").setAttribute("aria-pressed", String(split !== null));
+  $("split").textContent = split !== null ? "Unsplit" : "Split";
   const kill = $<HTMLButtonElement>("kill");
   kill.disabled = p?.exited ?? true;
   kill.title = p?.exited ? "This terminal has ended: close its tab" : "Kill this terminal's processes (asks first)";
@@ -563,20 +567,71 @@ function scheduleRender(): void {
 function newPane(uri: string): Pane {
   const p = new Pane(uri, paneHost, $("terms"), font);
   panes.set(uri, p);
+  // In a split, the side clicked or typed into is the active one.
+  p.el.addEventListener("focusin", () => {
+    if (tabs.active !== uri && panes.has(uri)) select(uri, false);
+  });
   return p;
 }
 
 /** select shows the tab of uri (focus: into its terminal). */
 function select(uri: string, focus = true): void {
+  if (split === uri) split = tabs.active; // the other side of the split: the two swap roles
   tabs.open(uri);
+  if (split !== null && (split === uri || !tabs.has(split))) split = null;
   notice = "";
-  for (const p of panes.values()) if (p.uri !== uri) p.show(false);
+  layout();
   const p = panes.get(uri);
-  p?.show(true);
   saveTabs();
   renderAll();
   if (focus) p?.term.focus();
   if (!$("searchbar").hidden) runSearch(0);
+}
+
+/**
+ * layout shows the active pane, and beside it the split one if any (the
+ * one earlier in the tab bar on the left); the others are hidden (their
+ * terminals still take their output, not drawn).
+ */
+function layout(): void {
+  const shown = [tabs.active, split].filter((u): u is string => u !== null);
+  shown.sort((a, b) => tabs.tabs.indexOf(a) - tabs.tabs.indexOf(b));
+  $("terms").classList.toggle("split", shown.length > 1);
+  for (const p of panes.values()) {
+    const i = shown.indexOf(p.uri);
+    p.el.classList.toggle("left", shown.length > 1 && i === 0);
+    p.el.classList.toggle("right", shown.length > 1 && i === 1);
+    p.el.classList.toggle("focused", shown.length > 1 && p.uri === tabs.active);
+    if (i < 0) p.show(false);
+  }
+  for (const uri of shown) panes.get(uri)?.show(true);
+}
+
+/** toggleSplit shows two terminals side by side (the active tab and its neighbour, or a new one), or one again. */
+async function toggleSplit(): Promise<void> {
+  if (split !== null) {
+    split = null;
+    layout();
+    renderAll();
+    active()?.term.focus();
+    return;
+  }
+  const a = tabs.active;
+  if (a === null) return;
+  if (tabs.tabs.length < 2) {
+    await newTerminal();
+    if (tabs.active !== a && tabs.has(a)) {
+      split = a;
+      layout();
+      renderAll();
+    }
+    return;
+  }
+  const i = tabs.tabs.indexOf(a);
+  split = tabs.tabs[i + 1] ?? tabs.tabs[i - 1] ?? null;
+  layout();
+  renderAll();
+  active()?.term.focus();
 }
 
 function step(delta: number, focusTab = false): void {
@@ -603,6 +658,7 @@ function closeTab(uri: string): void {
   panes.delete(uri);
   p?.close();
   tabs.close(uri);
+  if (split === uri) split = null;
   saveTabs();
   if (tabs.active) select(tabs.active);
   else renderAll();
@@ -777,6 +833,9 @@ function onShortcut(e: KeyboardEvent): boolean {
     case "find":
       openSearch();
       break;
+    case "split":
+      void toggleSplit();
+      break;
     case "font":
       setFont(nextFontSize(font, s.delta));
       break;
@@ -786,7 +845,8 @@ function onShortcut(e: KeyboardEvent): boolean {
 
 function main(): void {
   new ResizeObserver(() => {
-    if (!$("app").hidden) active()?.applyView(); // a shared terminal keeps its holder's size
+    if ($("app").hidden) return;
+    for (const p of panes.values()) if (p.visible) p.applyView(); // a shared terminal keeps its holder's size
   }).observe($("terms"));
   // Capture: the page's shortcuts are taken before xterm.js sees the key.
   window.addEventListener(
@@ -806,6 +866,7 @@ function main(): void {
   $("kill").onclick = () => {
     if (tabs.active) confirmKill(tabs.active);
   };
+  $("split").onclick = () => void toggleSplit();
   $("find").onclick = () => ($("searchbar").hidden ? openSearch() : closeSearch());
   $("copy").onclick = () => {
     const p = active();
@@ -877,7 +938,7 @@ function main(): void {
     tabs: () =>
       tabs.tabs.map((uri) => {
         const p = panes.get(uri)!;
-        return { uri, ...nameOf(uri), active: uri === tabs.active, holding: p.holding, exited: p.exited, received: p.received };
+        return { uri, ...nameOf(uri), active: uri === tabs.active, shown: p.visible, holding: p.holding, exited: p.exited, received: p.received };
       }),
     selection: () => term()?.getSelection() ?? "",
     copied: () => copied,

@@ -95,6 +95,7 @@ export type Shortcut =
   | { do: "step"; delta: number }
   | { do: "nth"; n: number }
   | { do: "find" }
+  | { do: "split" }
   | { do: "font"; delta: number };
 
 export interface Keys {
@@ -129,6 +130,8 @@ export function shortcut(k: Keys): Shortcut | null {
       return { do: "step", delta: -1 };
     case "KeyF":
       return { do: "find" };
+    case "KeyS":
+      return { do: "split" };
     case "Equal":
     case "NumpadAdd":
       return { do: "font", delta: 1 };

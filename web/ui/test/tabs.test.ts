@@ -88,6 +88,7 @@ test("shortcuts are Alt+Shift only: the shell's and the browser's keys are left 
   assert.deepEqual(shortcut(k("ArrowLeft")), { do: "step", delta: -1 });
   assert.deepEqual(shortcut(k("Digit3")), { do: "nth", n: 3 });
   assert.deepEqual(shortcut(k("KeyF")), { do: "find" });
+  assert.deepEqual(shortcut(k("KeyS")), { do: "split" });
   assert.deepEqual(shortcut(k("Equal")), { do: "font", delta: 1 });
   assert.deepEqual(shortcut(k("Minus")), { do: "font", delta: -1 });
   assert.equal(shortcut(k("KeyN", { shiftKey: false })), null, "Alt+N is the shell's");
