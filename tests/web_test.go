@@ -973,6 +973,17 @@ func TestWebPageTabs(t *testing.T) {
 	}
 	b.typeText(fmt.Sprintf("cd %s && printf '\\033]0;build-shell\\007\\033]7;file://localhost%%s\\033\\\\' \"$PWD\"; echo na''med\r", dir))
 	b.poll("named", screenHas(`^named$`), waitTimeout)
+	// Copy on select (off by default): a double click selects a word, which
+	// goes to the clipboard.
+	b.must("copy on select", chromedp.Click("#copy-on-select", chromedp.ByID))
+	var at struct{ X, Y float64 }
+	if err := b.eval(`(() => { const r = document.querySelector(".term:not([hidden]) .xterm-screen").getBoundingClientRect(); return {x: r.left + 5, y: r.top + 5}; })()`, &at); err != nil {
+		t.Fatal(err)
+	}
+	b.must("double click the first word", chromedp.MouseClickXY(at.X, at.Y, chromedp.ClickCount(2)))
+	b.poll("the word copied", `/^XPROMPT/.test(sidecarPage.copied()) && sidecarPage.selection() === sidecarPage.copied()`, waitTimeout)
+	b.must("copy on select off", chromedp.Click("#copy-on-select", chromedp.ByID))
+	b.must("focus the terminal", chromedp.Click(".term:not([hidden]) .xterm-screen", chromedp.ByQuery))
 	b.poll("the tab named by title and cwd", tabsAre(0, "build-shell — proj-dir"), waitTimeout)
 	b.poll("the list names it too", `document.querySelector("#terminals li .name").textContent === "build-shell proj-dir"`, waitTimeout)
 
@@ -989,6 +1000,10 @@ func TestWebPageTabs(t *testing.T) {
 	b.poll("the search box has the focus", `document.activeElement === document.getElementById("search")`, waitTimeout)
 	b.must("type a search", chromedp.SendKeys("#search", "1234", chromedp.ByID))
 	b.poll("found in the scrollback", `sidecarPage.selection() === "1234"`, waitTimeout)
+	var copied string
+	if err := b.eval(`sidecarPage.copied()`, &copied); err != nil || copied == "1234" {
+		t.Errorf("the match found was copied (%q, %v): only a selection the user makes is", copied, err)
+	}
 	b.must("next match", chromedp.SendKeys("#search", kb.Enter, chromedp.ByID))
 	b.poll("the next match", `sidecarPage.selection() === "1234" && document.getElementById("search-result").textContent === ""`, waitTimeout)
 	b.screenshot("3-search")

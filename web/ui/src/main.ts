@@ -805,7 +805,13 @@ function runSearch(dir: number): boolean {
     return false;
   }
   const opts = { caseSensitive: $<HTMLInputElement>("search-case").checked, incremental: dir === 0 };
-  const found = dir < 0 ? p.search.findPrevious(q, opts) : p.search.findNext(q, opts);
+  p.finding = true;
+  let found = false;
+  try {
+    found = dir < 0 ? p.search.findPrevious(q, opts) : p.search.findNext(q, opts);
+  } finally {
+    p.finding = false;
+  }
   $("search-result").textContent = found ? "" : "no match";
   $("search-result").classList.toggle("none", !found);
   return found;

@@ -63,6 +63,7 @@ export class Pane {
   visible = false;
   received = 0; // characters of output received (for tests: a flood is flowing)
   activity = false; // output arrived while the pane was hidden
+  finding = false; // a search is selecting its match
 
   constructor(
     readonly uri: string,
@@ -102,7 +103,7 @@ export class Pane {
     });
     this.term.onSelectionChange(() => {
       const text = this.term.getSelection();
-      if (text) host.selected(this, text);
+      if (text && !this.finding) host.selected(this, text); // a match found is selected too: not copied
     });
   }
 
