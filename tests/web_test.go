@@ -352,6 +352,7 @@ func TestWebPageWrongToken(t *testing.T) {
 			b := newBrowser(t)
 			b.login(pageURL(s, transport), "wrong-"+s.token)
 			b.poll("wrong token message", `/Wrong token/.test(document.getElementById("login-error").textContent)`, waitTimeout)
+			b.screenshot("login-refused")
 			var stored bool
 			if err := b.eval(`sessionStorage.getItem("sidecar.token") !== null`, &stored); err != nil || stored {
 				t.Errorf("the refused token is still stored (%v)", err)
