@@ -495,7 +495,13 @@ function drawTab(tab: HTMLElement, p: Pane, i: number): void {
     closeTab(uri);
   };
   tab.append(x);
-  tab.onclick = () => select(uri);
+  // On press, as browsers' tabs do: a tab redrawn before the button is
+  // released (new output marks it) would lose a click.
+  tab.onmousedown = (e) => {
+    if (e.button !== 0 || (e.target as Element).closest(".close")) return;
+    e.preventDefault(); // the focus goes to the terminal, not the tab
+    select(uri);
+  };
   tab.onkeydown = (e) => {
     if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
       e.preventDefault();
