@@ -1114,6 +1114,15 @@ func TestWebPageTabsFloodLatency(t *testing.T) {
 	}
 	b.screenshot("flooding-tab-behind")
 
+	// Split, the flood drawn beside the quiet terminal: logged, for the
+	// record (drawing the flood costs the page's main thread too).
+	b.must("split", chromedp.Click("#split", chromedp.ByID))
+	b.poll("both shown", `sidecarPage.tabs().every((t) => t.shown) && sidecarPage.tabs()[0].active`, waitTimeout)
+	beside := b.echoLatency(15)
+	t.Logf("keystroke echo (median of 15) with the flooding terminal drawn beside it: %v", beside)
+	b.screenshot("flooding-beside")
+	b.must("unsplit", chromedp.Click("#split", chromedp.ByID))
+
 	b.must("flood tab", chromedp.Click(`#tabs .tab:nth-child(2) .label`, chromedp.ByQuery))
 	b.ctrlC()
 	b.poll("the flood stopped", promptBack, waitTimeout)
