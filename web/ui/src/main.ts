@@ -1,24 +1,26 @@
-// The page: a token form, the host's terminals (open, new, kill), one
-// xterm.js terminal, the listening ports and a few live metrics. A
-// terminal another client holds is shared: shown at its holder's size,
-// never resized, with a Take over (share.ts).
+// The page: a token form, the host's terminals (open, new, kill), open
+// terminals in tabs (pane.ts: each its own xterm.js terminal and windowed
+// subscription), the listening ports and a few live metrics. A terminal
+// another client holds is shared: shown at its holder's size, never
+// resized, with a Take over (share.ts).
 
-import { Terminal } from "@xterm/xterm";
-import { FitAddon } from "@xterm/addon-fit";
 import * as ahp from "./ahp.js";
 import { Client, RpcError } from "./client.js";
 import { LinkError, type Closed, type Link } from "./link.js";
 import { connectLink, endpoint, forcedTransport } from "./connect.js";
 import { WT_UNAUTHORIZED } from "./tio.js";
 import { backoff, graceLeft, refusal } from "./resume.js";
-import { Share, holderText, type Change, type Size } from "./share.js";
+import { holderText } from "./share.js";
+import { numbered, terminalId, terminalName, type Name } from "./names.js";
+import { Pane, type PaneHost } from "./pane.js";
+import { Tabs, decodeTabs, fontSize, nextFontSize, restorable, shortcut, type TabState } from "./tabs.js";
 
 const TOKEN_KEY = "sidecar.token"; // sessionStorage: typed once per tab, never in the URL
-const TERMINAL_KEY = "sidecar.terminal";
+const TABS_KEY = "sidecar.tabs"; // sessionStorage: the open tabs, reopened after a reload
+const OLD_TERMINAL_KEY = "sidecar.terminal"; // the one terminal an earlier page showed
 const CLIENT_KEY = "sidecar.clientId";
-// A small window: what is in flight when Ctrl-C is typed must still be
-// rendered before the prompt shows, so it bounds that delay (and memory).
-const TERMINAL_WINDOW: ahp.FlowOffer = { windowBytes: 65536, maximumFrameBytes: 16384 };
+const FONT_KEY = "sidecar.fontSize"; // localStorage: kept across tabs and sessions
+const COPY_KEY = "sidecar.copyOnSelect"; // localStorage
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 
@@ -44,21 +46,25 @@ function clientId(): string {
 /** A refusal that retrying will not fix: it is shown, and the page stops. */
 class Final extends Error {}
 
-const term = new Terminal({ scrollback: 2000, convertEol: false, fontSize: 14 });
-const fit = new FitAddon();
-term.loadAddon(fit);
-
 let client: Client | null = null;
 let link: Link | null = null;
-let current: string | null = null; // the attached terminal
-let share: Share | null = null; // who holds it, at what size
-let sentSize: Size | null = null; // the last terminal/resized sent since the page became the holder (only it resizes)
+const tabs = new Tabs();
+const panes = new Map<string, Pane>(); // the open terminals, by URI
 let terminals: ahp.TerminalInfo[] = [];
+let font = fontSize(localStorage.getItem(FONT_KEY));
+let copyOnSelect = localStorage.getItem(COPY_KEY) === "1";
+let notice = ""; // the line under the panes when no pane has one (a terminal gone)
+let split: string | null = null; // the terminal shown beside the active one, if the pane is split
 let busy = false; // an initialize or a reconnect is under way: its own failure decides what follows
 let retry = 0; // fresh connections tried since the last success
 let attempt = 0; // reconnect attempts since the link was lost
 let lostAt = 0; // when the link was lost (0: not lost)
 let retryTimer: ReturnType<typeof setTimeout> | undefined;
+
+/** active is the pane shown, if any. */
+function active(): Pane | null {
+  return tabs.active ? (panes.get(tabs.active) ?? null) : null;
+}
 
 function showLogin(error: string): void {
   $("app").hidden = true;
@@ -142,7 +148,7 @@ function refused(err: unknown): boolean {
   return false;
 }
 
-/** connect starts a new session: initialize, the root and metrics, and the terminal shown before. */
+/** connect starts a new session: initialize, the root and metrics, and the tabs open before. */
 async function connect(): Promise<void> {
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (!token) {
@@ -183,21 +189,41 @@ async function connect(): Promise<void> {
     return;
   }
   // Connected: a loss from here on is lost()'s to handle.
-  if (!share || share.holding) fit.fit();
   showRoot(init.snapshots?.find((s: any) => s.resource === ahp.ROOT)?.state as ahp.RootState | undefined);
   c.subscribe(ahp.METRICS).catch(() => {});
-  const again = sessionStorage.getItem(TERMINAL_KEY);
-  if (again && terminals.some((t) => t.resource === again)) {
-    await attach(again).catch(showError);
-  } else if (current) {
-    // A new session on a host that no longer has the terminal shown (it
-    // restarted): say so rather than leave a dead screen taking keystrokes.
-    $("exit").textContent = `${current.replace("ahp-terminal:/", "")}: no longer on the host (it restarted?); open New`;
-    current = null;
-    sessionStorage.removeItem(TERMINAL_KEY);
-    closeShare();
-    renderTerminals();
+  reopen(c);
+}
+
+/**
+ * reopen attaches the tabs of this page (a new session after a lost one)
+ * or, after a reload, those it had open (sessionStorage), each resuming
+ * its terminal; one the host no longer has (it restarted) is closed, and
+ * the page says so rather than leave a dead screen taking keystrokes.
+ */
+function reopen(c: Client): void {
+  const onHost = (uri: string) => terminals.some((t) => t.resource === uri);
+  let want: TabState | null = tabs.tabs.length > 0 ? tabs.state() : decodeTabs(sessionStorage.getItem(TABS_KEY));
+  const old = sessionStorage.getItem(OLD_TERMINAL_KEY);
+  if (!want && old) want = { tabs: [old], active: old };
+  sessionStorage.removeItem(OLD_TERMINAL_KEY);
+  if (!want) return renderAll();
+  const { state, gone } = restorable(want, onHost);
+  for (const uri of gone) {
+    panes.get(uri)?.close();
+    panes.delete(uri);
+    tabs.close(uri);
   }
+  if (gone.length > 0) notice = `${gone.map(terminalId).join(", ")}: no longer on the host (it restarted?); open New`;
+  for (const uri of state.tabs) {
+    let p = panes.get(uri);
+    if (!p) {
+      p = newPane(uri);
+      tabs.tabs.push(uri);
+    }
+    p.attach(c).catch((err) => p.say(errorText(err)));
+  }
+  if (state.active) select(state.active);
+  else renderAll();
 }
 
 function lost(closed: Closed): void {
@@ -249,11 +275,11 @@ async function resume(): Promise<void> {
     const r = await c.reconnect();
     busy = false;
     connected(l);
-    if (current && r.missing.includes(current)) {
-      $("exit").textContent = `${current.replace("ahp-terminal:/", "")}: no longer on the host`;
-      current = null;
-      closeShare();
-      renderTerminals();
+    const gone = r.missing.filter((uri) => panes.has(uri));
+    for (const uri of gone) closeTab(uri);
+    if (gone.length > 0) {
+      notice = `${gone.map(terminalId).join(", ")}: no longer on the host`;
+      renderAll();
     }
     if (r.unknownFate > 0) console.warn(`${r.unknownFate} input(s) typed before the loss may not have reached the terminal`);
   } catch (err) {
@@ -273,16 +299,14 @@ async function resume(): Promise<void> {
 
 function showRoot(root: ahp.RootState | undefined): void {
   terminals = root?.terminals ?? [];
-  renderTerminals();
   renderPorts(root?.ports ?? []);
   catalogued();
 }
 
-/** catalogued takes who is attached to the terminal shown from the catalogue. */
+/** catalogued takes titles and who is attached to each open terminal from the catalogue. */
 function catalogued(): void {
-  if (!share || !current) return;
-  share.catalogue(terminals.find((t) => t.resource === current));
-  renderShare();
+  for (const p of panes.values()) p.catalogued(terminals.find((t) => t.resource === p.uri));
+  renderAll();
 }
 
 /** rootMessage follows the root channel: its actions, or a snapshot after a reconnect. */
@@ -292,26 +316,79 @@ function rootMessage(m: ahp.Message): void {
   if (m.method !== "action" || !a) return;
   if (a.type === "root/terminalsChanged") {
     terminals = a.terminals ?? [];
-    renderTerminals();
     catalogued();
   } else if (a.type === "root/portsChanged") {
     renderPorts(a.ports ?? []);
   }
 }
 
+/** nameOf names a terminal: from its open pane (title and cwd as they change), else from the catalogue; numbered where names repeat. */
+function nameOf(uri: string): Name {
+  const n = plainName(uri);
+  const suffix = numbers.get(uri) ?? "";
+  return suffix ? { ...n, name: n.name + suffix } : n;
+}
+
+function plainName(uri: string): Name {
+  const p = panes.get(uri);
+  if (p) return p.name;
+  const t = terminals.find((x) => x.resource === uri);
+  return terminalName({ uri, title: t?.title });
+}
+
+let numbers = new Map<string, string>(); // each terminal's suffix where names repeat
+
+/** renumber tells apart the terminals that have the same name and place, in the catalogue's order. */
+function renumber(): void {
+  const uris = [...tabs.tabs, ...terminals.map((t) => t.resource)]; // the tabs' order first: "sh", "sh 2" from the left
+  numbers = numbered(
+    uris.map((uri) => {
+      const n = plainName(uri);
+      return { key: uri, label: `${n.name}\u0000${n.detail}` };
+    }),
+  );
+}
+
+let listDrawn = ""; // what the terminal list was drawn from: redrawn only when it changes (a click must find its button)
+
 function renderTerminals(): void {
   const ul = $("terminals");
+  const sig = JSON.stringify([terminals, terminals.map((t) => nameOf(t.resource)), tabs.active, [...panes.keys()], client?.clientId]);
+  if (sig === listDrawn) return;
+  listDrawn = sig;
   ul.replaceChildren();
+  if (terminals.length === 0) {
+    const li = document.createElement("li");
+    li.className = "empty";
+    li.textContent = "none yet";
+    ul.append(li);
+  }
   for (const t of terminals) {
     const li = document.createElement("li");
     li.dataset.resource = t.resource;
-    li.classList.toggle("current", t.resource === current);
-    const name = document.createElement("span");
+    li.classList.toggle("current", t.resource === tabs.active);
+    li.classList.toggle("open", panes.has(t.resource));
+    const n = nameOf(t.resource);
+    const name = document.createElement("button");
+    name.type = "button";
     name.className = "name";
-    name.textContent = `${t.resource.replace("ahp-terminal:/", "")} ${t.title ?? ""}`;
-    name.title = "open " + t.resource;
-    name.onclick = () => void attach(t.resource);
+    name.textContent = n.name;
+    if (n.detail) {
+      const d = document.createElement("span");
+      d.className = "detail";
+      d.textContent = n.detail;
+      name.append(" ", d);
+    }
+    name.title = `${n.tooltip}\n(open in a tab)`;
+    name.onclick = () => void openTerminal(t.resource);
     li.append(name);
+    const kill = document.createElement("button");
+    kill.type = "button";
+    kill.textContent = "Kill…";
+    kill.className = "kill";
+    kill.title = `Kill ${n.name} (asks first)`;
+    kill.onclick = () => confirmKill(t.resource);
+    li.append(kill);
     const who = holderText(t, client?.clientId ?? "");
     if (who) {
       const el = document.createElement("span");
@@ -326,13 +403,299 @@ function renderTerminals(): void {
       ex.textContent = ahp.exitText(t);
       li.append(ex);
     }
-    const kill = document.createElement("button");
-    kill.textContent = "Kill";
-    kill.className = "kill";
-    kill.onclick = () => void client?.request("disposeTerminal", { channel: t.resource }).catch(showError);
-    li.append(kill);
     ul.append(li);
   }
+}
+
+const tabsDrawn = new Map<string, { el: HTMLElement; sig: string }>(); // each tab's element, redrawn only when it changes
+
+/** renderTabs draws the tab bar: each open terminal's name, where it is, whether it is shared or ended. */
+function renderTabs(): void {
+  const bar = $("tabs");
+  for (const uri of [...tabsDrawn.keys()]) {
+    if (!tabs.has(uri) || !panes.has(uri)) {
+      tabsDrawn.get(uri)!.el.remove();
+      tabsDrawn.delete(uri);
+    }
+  }
+  tabs.tabs.forEach((uri, i) => {
+    const p = panes.get(uri);
+    if (!p) return;
+    const sig = JSON.stringify([nameOf(uri), i, uri === tabs.active, uri === split, p.holding, p.exited, p.activity, p.share?.notice() ?? ""]);
+    let t = tabsDrawn.get(uri);
+    if (!t) {
+      t = { el: document.createElement("div"), sig: "" };
+      tabsDrawn.set(uri, t);
+    }
+    if (t.sig !== sig) {
+      t.sig = sig;
+      drawTab(t.el, p, i);
+    }
+    if (bar.children[i] !== t.el) bar.insertBefore(t.el, bar.children[i] ?? null);
+  });
+}
+
+function drawTab(tab: HTMLElement, p: Pane, i: number): void {
+  const uri = p.uri;
+  const n = nameOf(uri);
+  tab.className = "tab";
+  tab.dataset.resource = uri;
+  tab.setAttribute("role", "tab");
+  tab.setAttribute("aria-selected", String(uri === tabs.active));
+  tab.classList.toggle("beside", uri === split);
+  tab.tabIndex = uri === tabs.active ? 0 : -1;
+  tab.title = `${n.tooltip}${i < 9 ? `\n(Alt+Shift+${i + 1})` : ""}`;
+  const label = document.createElement("span");
+  label.className = "label";
+  label.textContent = n.name;
+  tab.replaceChildren(label);
+  if (n.detail) {
+    const d = document.createElement("span");
+    d.className = "detail";
+    d.textContent = n.detail;
+    tab.append(d);
+  }
+  if (!p.holding) {
+    const b = document.createElement("span");
+    b.className = "badge shared";
+    b.textContent = "shared";
+    b.title = p.share?.notice() ?? "another client holds this terminal";
+    tab.append(b);
+  }
+  if (p.activity && !p.exited) {
+    const b = document.createElement("span");
+    b.className = "activity";
+    b.title = "new output since you looked";
+    b.setAttribute("aria-label", "new output");
+    tab.append(b);
+  }
+  if (p.exited) {
+    const b = document.createElement("span");
+    b.className = "badge ended";
+    b.textContent = "ended";
+    tab.append(b);
+  }
+  const x = document.createElement("button");
+  x.type = "button";
+  x.className = "close";
+  x.textContent = "×";
+  x.title = "Close the tab (Alt+Shift+W): the terminal keeps running";
+  x.setAttribute("aria-label", `Close ${n.name}`);
+  x.onclick = (e) => {
+    e.stopPropagation();
+    closeTab(uri);
+  };
+  tab.append(x);
+  // On press, as browsers' tabs do: a tab redrawn before the button is
+  // released (new output marks it) would lose a click.
+  tab.onmousedown = (e) => {
+    if (e.button !== 0 || (e.target as Element).closest(".close")) return;
+    e.preventDefault(); // the focus goes to the terminal, not the tab
+    select(uri);
+  };
+  tab.onkeydown = (e) => {
+    if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
+      e.preventDefault();
+      step(e.key === "ArrowRight" ? 1 : -1, true);
+    } else if (e.key === "Enter" || e.key === " ") {
+      e.preventDefault();
+      panes.get(uri)?.term.focus();
+    }
+  };
+}
+
+/** renderPane shows what belongs to the pane shown: its share notice, its line, the tools, the hint when none is open. */
+function renderPane(): void {
+  const p = active();
+  $("hint").hidden = p !== null;
+  $("tools").hidden = p === null;
+  $("split").setAttribute("aria-pressed", String(split !== null));
+  $("split").textContent = split !== null ? "Unsplit" : "Split";
+  const kill = $<HTMLButtonElement>("kill");
+  kill.disabled = p?.exited ?? true;
+  kill.title = p?.exited ? "This terminal has ended: close its tab" : "Kill this terminal's processes (asks first)";
+  const text = p?.share?.notice() ?? null;
+  $("share").hidden = text === null;
+  $("share-text").textContent = text ?? "";
+  const b = $<HTMLButtonElement>("takeover");
+  b.disabled = p?.share?.takingOver ?? false;
+  b.textContent = p?.share?.takingOver ? "Taking over…" : "Take over";
+  $("exit").textContent = p?.message || notice;
+  $("font-size").textContent = `${font}px`;
+  $<HTMLInputElement>("copy-on-select").checked = copyOnSelect;
+  if (p === null) $("searchbar").hidden = true;
+  document.title = p ? `${nameOf(p.uri).name} · sidecar` : "sidecar";
+}
+
+function renderAll(): void {
+  renumber();
+  renderTabs();
+  renderTerminals();
+  renderPane();
+}
+
+function saveTabs(): void {
+  if (tabs.tabs.length === 0) sessionStorage.removeItem(TABS_KEY);
+  else sessionStorage.setItem(TABS_KEY, JSON.stringify(tabs.state()));
+}
+
+const paneHost: PaneHost = {
+  client: () => client,
+  changed: (p) => {
+    if (!p.closed) scheduleRender();
+  },
+  selected: (_p, text) => {
+    if (copyOnSelect) void copyText(text, false);
+  },
+};
+
+let renderQueued = false;
+
+/** scheduleRender redraws once per frame however often panes change (a title that changes in a loop). */
+function scheduleRender(): void {
+  if (renderQueued) return;
+  renderQueued = true;
+  requestAnimationFrame(() => {
+    renderQueued = false;
+    renderAll();
+  });
+}
+
+function newPane(uri: string): Pane {
+  const p = new Pane(uri, paneHost, $("terms"), font);
+  panes.set(uri, p);
+  // In a split, the side clicked or typed into is the active one.
+  p.el.addEventListener("focusin", () => {
+    if (tabs.active !== uri && panes.has(uri)) select(uri, false);
+  });
+  return p;
+}
+
+/** select shows the tab of uri (focus: into its terminal). */
+function select(uri: string, focus = true): void {
+  if (split === uri) split = tabs.active; // the other side of the split: the two swap roles
+  tabs.open(uri);
+  if (split !== null && (split === uri || !tabs.has(split))) split = null;
+  notice = "";
+  layout();
+  const p = panes.get(uri);
+  saveTabs();
+  renderAll();
+  if (focus) p?.term.focus();
+  if (!$("searchbar").hidden) runSearch(0);
+}
+
+/**
+ * layout shows the active pane, and beside it the split one if any (the
+ * one earlier in the tab bar on the left); the others are hidden (their
+ * terminals still take their output, not drawn).
+ */
+function layout(): void {
+  const shown = [tabs.active, split].filter((u): u is string => u !== null);
+  shown.sort((a, b) => tabs.tabs.indexOf(a) - tabs.tabs.indexOf(b));
+  $("terms").classList.toggle("split", shown.length > 1);
+  for (const p of panes.values()) {
+    const i = shown.indexOf(p.uri);
+    p.el.classList.toggle("left", shown.length > 1 && i === 0);
+    p.el.classList.toggle("right", shown.length > 1 && i === 1);
+    p.el.classList.toggle("focused", shown.length > 1 && p.uri === tabs.active);
+    if (i < 0) p.show(false);
+  }
+  for (const uri of shown) panes.get(uri)?.show(true);
+}
+
+/** toggleSplit shows two terminals side by side (the active tab and its neighbour, or a new one), or one again. */
+async function toggleSplit(): Promise<void> {
+  if (split !== null) {
+    split = null;
+    layout();
+    renderAll();
+    active()?.term.focus();
+    return;
+  }
+  const a = tabs.active;
+  if (a === null) return;
+  if (tabs.tabs.length < 2) {
+    await newTerminal();
+    if (tabs.active !== a && tabs.has(a)) {
+      split = a;
+      layout();
+      renderAll();
+    }
+    return;
+  }
+  const i = tabs.tabs.indexOf(a);
+  split = tabs.tabs[i + 1] ?? tabs.tabs[i - 1] ?? null;
+  layout();
+  renderAll();
+  active()?.term.focus();
+}
+
+function step(delta: number, focusTab = false): void {
+  const uri = tabs.step(delta);
+  if (!uri) return;
+  select(uri, !focusTab);
+  if (focusTab) document.querySelector<HTMLElement>(`#tabs .tab[aria-selected="true"]`)?.focus();
+}
+
+/** openTerminal opens a terminal in a tab (or shows its tab), subscribing to it. */
+async function openTerminal(uri: string): Promise<void> {
+  const c = client;
+  if (!c) return;
+  if (panes.has(uri)) return select(uri);
+  const p = newPane(uri);
+  select(uri);
+  p.catalogued(terminals.find((t) => t.resource === uri));
+  await p.attach(c).catch((err) => p.say(errorText(err)));
+}
+
+/** closeTab closes a tab: the page unsubscribes, the terminal keeps running on the host. */
+function closeTab(uri: string): void {
+  const p = panes.get(uri);
+  panes.delete(uri);
+  p?.close();
+  tabs.close(uri);
+  if (split === uri) split = null;
+  saveTabs();
+  if (tabs.active) select(tabs.active);
+  else renderAll();
+}
+
+async function newTerminal(): Promise<void> {
+  const c = client;
+  if (!c) return;
+  const uri = ahp.newTerminalUri();
+  const p = newPane(uri);
+  select(uri); // shown, so it is fitted: the terminal starts at the pane's size
+  try {
+    await c.request("createTerminal", { channel: uri, claim: { kind: "client", clientId: c.clientId }, cols: p.term.cols, rows: p.term.rows });
+    await p.attach(c);
+  } catch (err) {
+    closeTab(uri);
+    notice = errorText(err);
+    renderPane();
+  }
+}
+
+/** confirmKill asks before it kills a terminal: its processes end for everyone who shares it. */
+function confirmKill(uri: string): void {
+  const d = $<HTMLDialogElement>("confirm");
+  const n = nameOf(uri);
+  const t = terminals.find((x) => x.resource === uri);
+  const others = (t?.attached ?? []).filter((id) => id !== client?.clientId).length;
+  $("confirm-title").textContent = `Kill ${n.name}${n.detail ? ` in ${n.detail}` : ""}?`;
+  $("confirm-text").textContent =
+    `Terminal ${terminalId(uri)} and every process in it get SIGHUP, then SIGTERM and SIGKILL. ` +
+    (others > 0 ? `${others} other client${others > 1 ? "s" : ""} attached to it will see it end. ` : "") +
+    "To only stop watching it, close its tab instead.";
+  d.returnValue = "";
+  d.onclose = () => {
+    if (d.returnValue === "kill") void client?.request("disposeTerminal", { channel: uri }).catch((err) => showError(uri, err));
+    // The dialog gave the focus back to what opened it: the terminal takes it.
+    panes.get(tabs.active ?? "")?.term.focus();
+  };
+  d.showModal();
+  $("confirm-cancel").focus();
 }
 
 function renderPorts(ports: ahp.Port[]): void {
@@ -365,160 +728,176 @@ function renderMetrics(v: ahp.MetricsView): void {
   );
 }
 
-function showError(err: unknown): void {
-  $("exit").textContent = err instanceof RpcError ? `${err.message} (${err.code})` : String(err);
+function errorText(err: unknown): string {
+  return err instanceof RpcError ? `${err.message} (${err.code})` : String((err as Error)?.message ?? err);
 }
 
-function showExit(e: { exitCode?: number; signal?: string }): void {
-  $("exit").textContent = `${current?.replace("ahp-terminal:/", "")}: ${ahp.exitText(e)}`;
-}
-
-/**
- * attach shows a terminal: a windowed subscription whose credit returns
- * once xterm.js rendered the data. A terminal another connected client
- * holds is shared (docs/protocol.md "Taking a claim over"): shown at the
- * holder's size and never resized, until Take over.
- */
-async function attach(uri: string): Promise<void> {
-  const c = client;
-  if (!c) return;
-  if (current && current !== uri) c.unsubscribe(current);
-  current = uri;
-  const s = (share = new Share(c.clientId));
-  sentSize = null;
-  catalogued();
-  sessionStorage.setItem(TERMINAL_KEY, uri);
-  renderTerminals();
-  $("term-title").textContent = uri;
-  $("exit").textContent = "";
-  term.reset();
-  term.focus();
-  let first = true;
-  await c.subscribeWindowed(uri, TERMINAL_WINDOW, (m, release) => {
-    if (current !== uri || share !== s) return release();
-    if (m.method === "channel/snapshot") {
-      const st = m.params.snapshot?.state ?? {};
-      changed(s.snapshot(st));
-      if (first && s.wantsClaim()) {
-        // Take the terminal over when its holder is gone (rejected while
-        // it is connected: the page then shares it).
-        s.claiming(c.dispatch(uri, { type: "terminal/claimed", claim: { kind: "client", clientId: c.clientId } }), true);
-      }
-      first = false;
-      term.reset();
-      applyView(); // the holder's size before its screen is written
-      const text = (st.content ?? []).map((p: { value: string }) => p.value).join("");
-      term.write(text, release);
-      if (st.lifecycle?.status === "exited" || st.exitCode !== undefined || st.signal) showExit(st);
-      return;
-    }
-    const a = m.params?.action;
-    if (m.method === "action" && a?.type === "terminal/data") {
-      term.write(a.data, release); // credit once rendered: a flood paces the PTY
-      return;
-    }
-    if (m.method === "action" && (a?.type === "terminal/claimed" || a?.type === "terminal/resized")) {
-      const ch = s.action(a, m.params.origin, m.params.rejectionReason);
-      changed(ch);
-      if (ch.holding !== undefined || ch.size) applyView();
-      else renderShare(); // a claim answered: the notice may show, the button come back
-    }
-    if (m.method === "action" && a?.type === "terminal/exited") showExit(a);
-    release();
-  });
-}
-
-/** changed notes what a snapshot or an action changed: a new holder sends its size afresh. */
-function changed(ch: Change): void {
-  if (ch.holding !== undefined) sentSize = null;
-}
-
-/**
- * applyView sizes the terminal for the page's part in it: holding it, to
- * the pane (and the host is told); sharing it, to the holder's size,
- * drawn from the pane's top left (the rest of the pane left empty, or
- * scrolled when the terminal is larger).
- */
-function applyView(): void {
-  const s = share;
-  const shared = s !== null && !s.holding;
-  $("term").classList.toggle("shared", shared);
-  // Sized to its columns, xterm.js's scrollbar would cover the last ones:
-  // room for it beside them (fitting, the fit addon leaves that room).
-  const viewport = term.element?.querySelector<HTMLElement>(".xterm-viewport");
-  if (term.element) term.element.style.paddingRight = shared && viewport ? `${viewport.offsetWidth - viewport.clientWidth}px` : "";
-  if (!shared) {
-    fit.fit();
-    sendSize();
-  } else {
-    const v = s.view();
-    if (v && (v.cols !== term.cols || v.rows !== term.rows)) term.resize(v.cols, v.rows);
+function showError(uri: string, err: unknown): void {
+  const p = panes.get(uri);
+  if (p) p.say(errorText(err));
+  else {
+    notice = errorText(err);
+    renderPane();
   }
-  renderShare();
 }
 
-/** sendSize tells the host the terminal's size, only while the page holds it (a sharer never resizes). */
-function sendSize(): void {
-  const c = client;
-  const s = share;
-  if (!c || !current || !s?.holding) return;
-  const size = { cols: term.cols, rows: term.rows };
-  const host = sentSize ?? s.size; // what the host has, or will have once our last resize is applied
-  if (host?.cols === size.cols && host?.rows === size.rows) return;
-  sentSize = size;
-  c.dispatch(current, { type: "terminal/resized", ...size });
-}
-
-function renderShare(): void {
-  const s = share;
-  const text = s?.notice() ?? null;
-  $("share").hidden = text === null;
-  $("share-text").textContent = text ?? "";
-  const b = $<HTMLButtonElement>("takeover");
-  b.disabled = s?.takingOver ?? false;
-  b.textContent = s?.takingOver ? "Taking over…" : "Take over";
-}
-
-function closeShare(): void {
-  share = null;
-  sentSize = null;
-  applyView();
-}
-
-/** takeOver claims the terminal shown from the client that holds it (our takeOver extension). */
-function takeOver(): void {
-  const c = client;
-  const s = share;
-  if (!c || !current || !s || s.holding) return;
-  s.claiming(c.dispatch(current, { type: "terminal/claimed", claim: { kind: "client", clientId: c.clientId }, takeOver: true }), false);
-  renderShare();
-  term.focus();
-}
-
-async function newTerminal(): Promise<void> {
-  const c = client;
-  if (!c) return;
-  fit.fit();
-  const uri = ahp.newTerminalUri();
+/** copyText puts text on the clipboard; said: tell the user (the Copy button), not on every selection. */
+async function copyText(text: string, said: boolean): Promise<void> {
+  let ok = false;
   try {
-    await c.request("createTerminal", { channel: uri, claim: { kind: "client", clientId: c.clientId }, cols: term.cols, rows: term.rows });
-    await attach(uri);
-  } catch (err) {
-    showError(err);
+    await navigator.clipboard.writeText(text);
+    ok = true;
+  } catch {
+    // No clipboard permission (a page not focused, an old browser): the
+    // selection is still the terminal's, so ask the document to copy it.
+    ok = document.execCommand?.("copy") ?? false;
   }
+  copied = text;
+  if (said) flash($("copy"), ok ? "Copied" : "Copy failed");
+}
+
+let copied = ""; // the last text copied (for tests)
+
+function flash(b: HTMLElement, text: string): void {
+  const was = b.dataset.label ?? b.textContent ?? "";
+  b.dataset.label = was;
+  b.textContent = text;
+  setTimeout(() => {
+    b.textContent = was;
+  }, 1200);
+}
+
+function setFont(px: number): void {
+  font = px;
+  localStorage.setItem(FONT_KEY, String(px));
+  for (const p of panes.values()) {
+    p.term.options.fontSize = px;
+    if (p.visible) p.applyView();
+  }
+  renderPane();
+}
+
+function openSearch(): void {
+  if (!active()) return;
+  $("searchbar").hidden = false;
+  const input = $<HTMLInputElement>("search");
+  input.focus();
+  input.select();
+}
+
+function closeSearch(): void {
+  $("searchbar").hidden = true;
+  const p = active();
+  p?.search.clearDecorations();
+  p?.term.clearSelection();
+  p?.term.focus();
+}
+
+/** runSearch looks for the search text in the shown terminal's scrollback: dir 1 next, -1 previous, 0 as typed (from the match shown). */
+function runSearch(dir: number): boolean {
+  const p = active();
+  const q = $<HTMLInputElement>("search").value;
+  if (!p || !q) {
+    $("search-result").textContent = "";
+    return false;
+  }
+  const opts = { caseSensitive: $<HTMLInputElement>("search-case").checked, incremental: dir === 0 };
+  p.finding = true;
+  let found = false;
+  try {
+    found = dir < 0 ? p.search.findPrevious(q, opts) : p.search.findNext(q, opts);
+  } finally {
+    p.finding = false;
+  }
+  $("search-result").textContent = found ? "" : "no match";
+  $("search-result").classList.toggle("none", !found);
+  return found;
+}
+
+/** onShortcut does what an Alt+Shift shortcut asks; it returns whether the key was the page's. */
+function onShortcut(e: KeyboardEvent): boolean {
+  const s = shortcut(e);
+  if (!s || $("app").hidden || $<HTMLDialogElement>("confirm").open) return false;
+  switch (s.do) {
+    case "new":
+      void newTerminal();
+      break;
+    case "close":
+      if (tabs.active) closeTab(tabs.active);
+      break;
+    case "step":
+      step(s.delta);
+      break;
+    case "nth": {
+      const uri = tabs.nth(s.n);
+      if (uri) select(uri);
+      break;
+    }
+    case "find":
+      openSearch();
+      break;
+    case "split":
+      void toggleSplit();
+      break;
+    case "font":
+      setFont(nextFontSize(font, s.delta));
+      break;
+  }
+  return true;
 }
 
 function main(): void {
-  term.open($("term"));
-  term.onData((data) => {
-    if (client && current) client.input(current, data); // a paste may exceed a frame: split
-  });
-  term.onResize(() => sendSize());
   new ResizeObserver(() => {
-    if (!$("app").hidden && (share === null || share.holding)) fit.fit(); // a shared terminal keeps its holder's size
-  }).observe($("term"));
+    if ($("app").hidden) return;
+    for (const p of panes.values()) if (p.visible) p.applyView(); // a shared terminal keeps its holder's size
+  }).observe($("terms"));
+  // Capture: the page's shortcuts are taken before xterm.js sees the key.
+  window.addEventListener(
+    "keydown",
+    (e) => {
+      if (onShortcut(e)) {
+        e.preventDefault();
+        e.stopPropagation();
+      }
+    },
+    true,
+  );
   $("new").onclick = () => void newTerminal();
-  $("takeover").onclick = () => takeOver();
+  $("new-tab").onclick = () => void newTerminal();
+  $("hint-new").onclick = () => void newTerminal();
+  $("takeover").onclick = () => active()?.takeOver();
+  $("kill").onclick = () => {
+    if (tabs.active) confirmKill(tabs.active);
+  };
+  $("split").onclick = () => void toggleSplit();
+  $("find").onclick = () => ($("searchbar").hidden ? openSearch() : closeSearch());
+  $("copy").onclick = () => {
+    const p = active();
+    const text = p?.term.getSelection() ?? "";
+    if (text) void copyText(text, true);
+    else flash($("copy"), "Select text first");
+    p?.term.focus();
+  };
+  $<HTMLInputElement>("copy-on-select").onchange = (e) => {
+    copyOnSelect = (e.target as HTMLInputElement).checked;
+    localStorage.setItem(COPY_KEY, copyOnSelect ? "1" : "0");
+  };
+  $("font-up").onclick = () => setFont(nextFontSize(font, 1));
+  $("font-down").onclick = () => setFont(nextFontSize(font, -1));
+  const search = $<HTMLInputElement>("search");
+  search.oninput = () => runSearch(0);
+  search.onkeydown = (e) => {
+    if (e.key === "Enter") {
+      e.preventDefault();
+      runSearch(e.shiftKey ? -1 : 1);
+    } else if (e.key === "Escape") {
+      e.preventDefault();
+      closeSearch();
+    }
+  };
+  $("search-next").onclick = () => runSearch(1);
+  $("search-prev").onclick = () => runSearch(-1);
+  $("search-close").onclick = () => closeSearch();
   $("login").onsubmit = (e) => {
     e.preventDefault();
     const input = $<HTMLInputElement>("token");
@@ -533,31 +912,46 @@ function main(): void {
     link?.close();
     location.reload();
   };
-  // For tests and the curious: what the terminal shows, and how the page is connected.
+  renderPane();
+  // For tests and the curious: what the terminal shown shows, the tabs, and how the page is connected.
+  const term = () => active()?.term ?? null;
   (window as any).sidecarPage = {
     screen: () => {
-      const b = term.buffer.active;
+      const b = term()?.buffer.active;
+      if (!b) return "";
       const lines: string[] = [];
       for (let i = 0; i < b.length; i++) lines.push(b.getLine(i)?.translateToString(true) ?? "");
       return lines.join("\n").replace(/\n+$/, "");
     },
     /** cursorLine is the line the cursor is on (cheap enough to poll during a flood). */
     cursorLine: () => {
-      const b = term.buffer.active;
-      return b.getLine(b.baseY + b.cursorY)?.translateToString(true) ?? "";
+      const b = term()?.buffer.active;
+      return b?.getLine(b.baseY + b.cursorY)?.translateToString(true) ?? "";
     },
     /** beforeCursor is the cursor line up to the cursor: a character just echoed ends it. */
     beforeCursor: () => {
-      const b = term.buffer.active;
-      return b.getLine(b.baseY + b.cursorY)?.translateToString(false, 0, b.cursorX) ?? "";
+      const b = term()?.buffer.active;
+      return b?.getLine(b.baseY + b.cursorY)?.translateToString(false, 0, b.cursorX) ?? "";
     },
-    size: () => ({ cols: term.cols, rows: term.rows }),
+    size: () => ({ cols: term()?.cols ?? 0, rows: term()?.rows ?? 0 }),
     transport: () => link?.kind ?? "",
     statuses: () => statuses.slice(),
-    terminal: () => current,
+    terminal: () => tabs.active,
+    /** tabs: the open tabs in order, as named on the page. */
+    tabs: () =>
+      tabs.tabs.map((uri) => {
+        const p = panes.get(uri)!;
+        return { uri, ...nameOf(uri), active: uri === tabs.active, shown: p.visible, holding: p.holding, exited: p.exited, received: p.received };
+      }),
+    selection: () => term()?.getSelection() ?? "",
+    copied: () => copied,
+    fontSize: () => term()?.options.fontSize ?? font,
     /** share: who holds the terminal shown, its size on the host, and what the page says while it shares it. */
-    share: () => (share ? { holding: share.holding, holder: share.holder, size: share.size, notice: share.notice() } : null),
-    receiving: () => (client && current ? client.receiving(current) : null),
+    share: () => {
+      const s = active()?.share;
+      return s ? { holding: s.holding, holder: s.holder, size: s.size, notice: s.notice() } : null;
+    },
+    receiving: () => (client && tabs.active ? client.receiving(tabs.active) : null),
   };
   void connect();
 }
