@@ -27,6 +27,7 @@ import (
 
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/host"
+	"github.com/sidecar-dev/sidecar/internal/redact"
 	"github.com/sidecar-dev/sidecar/transport"
 	"github.com/sidecar-dev/sidecar/transport/tlscert"
 	"github.com/sidecar-dev/sidecar/transportio"
@@ -115,7 +116,12 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	if err := cfg.Validate(); err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	logger, err := cfg.Logger(os.Stderr, term.IsTerminal(int(os.Stderr.Fd())))
+	// No log line carries a credential: not the token (once known,
+	// below), nor a token= or ticket= query parameter, whatever logs it
+	// (our lines, net/http's ErrorLog, libraries through the standard
+	// logger: all write here).
+	logOut := redact.NewWriter(os.Stderr)
+	logger, err := cfg.Logger(logOut, term.IsTerminal(int(os.Stderr.Fd())))
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
@@ -127,6 +133,7 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	logOut.AddSecret(tok)
 	certs, err := newCertSource(cfg, logger)
 	if err != nil {
 		return &exitError{code: 1, err: err}
