@@ -119,10 +119,18 @@ type Options struct {
 	// ClientName is sent as clientInfo.name.
 	ClientName string
 	// Transport picks the transport for https:// URLs: "auto" (default:
-	// WebTransport, falling back to the transport-io WebSocket mapping when
-	// the QUIC path fails, never retrying a WT_UNAUTHORIZED refusal),
-	// "webtransport", "websocket", or "ahp" (plain AHP on /ahp).
+	// WebTransport and the transport-io WebSocket mapping dialled at once,
+	// the first to complete its handshake used, WebTransport preferred
+	// when it completes within 150 ms of WebSocket; a WT_UNAUTHORIZED
+	// refusal is final), "webtransport", "websocket", or "ahp" (plain AHP
+	// on /ahp).
 	Transport string
+	// TransportMemory is the file in which auto remembers, per origin
+	// (scheme, host, port, base path), which transport connected, so
+	// that the next dial tries it first and starts the other only 250 ms
+	// later or when it fails (a remembered WebSocket is trusted for an
+	// hour). "" remembers nothing; the CLI uses DefaultTransportMemory.
+	TransportMemory string
 	// Via, when set, is a command (run with sh -c) whose stdin and stdout
 	// carry transport-io, e.g. "docker exec -i C sidecar stdio"; the URL is
 	// then not dialled.
@@ -398,7 +406,7 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 		var mc transport.MessageConn
 		var err error
 		if tio {
-			mc, err = dialTransportIO(ctx, u, opts.Transport, tlsConf, header, hc, opts.Compress)
+			mc, err = dialTransportIO(ctx, u, opts.Transport, tlsConf, header, hc, opts.Compress, memoryAt(opts.TransportMemory))
 		} else {
 			mc, err = transport.DialWebSocket(ctx, u.String(), header, hc, utf8Limit(opts.MaxMessageBytes), opts.Compress)
 			if err != nil {
