@@ -162,17 +162,21 @@ func dialAuto(ctx context.Context, u *url.URL, wt, ws func(context.Context) (tra
 			switch {
 			case r.err != nil:
 				errs[r.transport] = r.err
-				if transport.IsUnauthorized(r.err) || r.transport == TransportWebSocket && errors.Is(r.err, syscall.ECONNREFUSED) {
+				switch {
+				case transport.IsUnauthorized(r.err) || r.transport == TransportWebSocket && errors.Is(r.err, syscall.ECONNREFUSED):
 					final = r.err
-				} else if secondAt != nil {
-					secondAt = nil // the first failed: no point waiting
-					startAttempt(second)
-				} else if wsWaiting != nil {
+				case wsWaiting != nil:
 					winner = wsWaiting // WebTransport failed in the grace
-				} else if r.transport == TransportWebSocket && cancels[TransportWebTransport] != nil && errs[TransportWebTransport] == nil {
-					t := time.NewTimer(webTransportAfterWebSocket)
-					defer t.Stop()
-					wtGiveUp = t.C
+				default:
+					if secondAt != nil {
+						secondAt = nil // the first failed: no point waiting
+						startAttempt(second)
+					}
+					if r.transport == TransportWebSocket && wtGiveUp == nil {
+						t := time.NewTimer(webTransportAfterWebSocket)
+						defer t.Stop()
+						wtGiveUp = t.C
+					}
 				}
 			case r.transport == TransportWebTransport:
 				winner = &r
@@ -187,8 +191,10 @@ func dialAuto(ctx context.Context, u *url.URL, wt, ws func(context.Context) (tra
 		case <-graceEnd:
 			winner = wsWaiting
 		case <-wtGiveUp:
-			wtGiveUp = nil
-			cancels[TransportWebTransport]() // its result follows, canceled
+			// WebTransport is running: the WebSocket failed while it was,
+			// or it started when the WebSocket failed. Its result follows,
+			// canceled.
+			cancels[TransportWebTransport]()
 		case <-ctx.Done():
 			final = ctx.Err()
 		}

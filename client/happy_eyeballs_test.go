@@ -274,6 +274,25 @@ func TestDialAutoRemembered(t *testing.T) {
 			t.Errorf("remembered %q, want websocket now", got)
 		}
 	})
+	t.Run("remembered WebSocket fails, WebTransport silent", func(t *testing.T) {
+		mem := testMemory(t)
+		if err := mem.remember(key, TransportWebSocket, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		wt, ws := newFakeDial("wt"), newFakeDial("ws")
+		out := autoRace(t, raceURL, wt, ws, mem)
+		waitClosed(t, ws.started, "WebSocket to start")
+		failed := time.Now()
+		ws.release <- &transport.HTTPError{StatusCode: http.StatusNotFound, Err: errors.New("expected 101")}
+		waitClosed(t, wt.started, "WebTransport to start once WebSocket failed")
+		r := waitChan(t, out, "dialAuto")
+		if r.err == nil || !strings.Contains(r.err.Error(), "(HTTP 404)") {
+			t.Fatalf("dialAuto = %v; want the WebSocket's 404", r.err)
+		}
+		if waited := time.Since(failed); !wt.wasCanceled() || waited < webTransportAfterWebSocket {
+			t.Errorf("WebTransport canceled %v after %v; want canceled after %v, not waited out", wt.wasCanceled(), waited, webTransportAfterWebSocket)
+		}
+	})
 	t.Run("an old WebSocket outcome races again", func(t *testing.T) {
 		mem := testMemory(t)
 		if err := mem.remember(key, TransportWebSocket, time.Now().Add(-rememberWebSocketFor-time.Minute)); err != nil {
