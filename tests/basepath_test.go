@@ -102,3 +102,27 @@ func TestBasePath(t *testing.T) {
 		}
 	})
 }
+
+// TestServeBasePathFlag: serve --base-path overrides listener.base_path
+// (the attach line shows it), and an invalid one is a usage error (exit
+// 2) that says what is wrong before anything listens.
+func TestServeBasePathFlag(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	p := start(t, "serve", "--listen", "127.0.0.1:0", "--token", "tok-basepathflag", "--state-dir", dir, "--base-path", "/team/vm2/")
+	var m []string
+	text, ok := p.stdout.waitMatch(waitTimeout, func(text string) bool {
+		m = attachLine.FindStringSubmatch(text)
+		return m != nil
+	})
+	if !ok {
+		t.Fatalf("no attach line within %v\nstdout:\n%s\nstderr:\n%s", waitTimeout, text, tail(p.stderr.String(), 3000))
+	}
+	if want := "wss://" + m[2] + "/team/vm2/ahp"; m[1] != want {
+		t.Errorf("attach line URL %s, want %s", m[1], want)
+	}
+	bad := start(t, "serve", "--listen", "127.0.0.1:0", "--token", "tok-basepathflag", "--state-dir", dir, "--base-path", "vm2")
+	if code := bad.wait(t, waitTimeout); code != 2 || !strings.Contains(bad.stderr.String(), `--base-path: "vm2" must start with "/"`) {
+		t.Errorf("--base-path vm2: exit %d, stderr %q; want 2 and what is wrong", code, bad.stderr.String())
+	}
+}
