@@ -219,7 +219,7 @@ func dialAuto(ctx context.Context, u *url.URL, wt, ws func(context.Context) (tra
 	}
 	if winner != nil {
 		defer cancels[winner.transport]()
-		if winner.transport != remembered || remembered == "" {
+		if winner.transport != remembered {
 			_ = mem.remember(originKey(u), winner.transport, time.Now())
 		}
 		return winner.mc, nil
