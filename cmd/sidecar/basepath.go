@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -11,10 +12,11 @@ import (
 // slash). A request under base+"/" reaches inner with base taken off its
 // path (http.StripPrefix: everything the page serves, whatever its
 // handler adds, moves along); base itself, without its slash, is
-// redirected there (307, query kept: a POST stays one); anything else is
+// redirected there (307, query kept: a POST stays one); the paths in
+// atRoot are served at the root as well, as they are; anything else is
 // 404, the old root paths included, so that a proxy that should have kept
 // the prefix, or a client with the wrong URL, hears so at once.
-func underBase(base string, inner http.Handler) http.Handler {
+func underBase(base string, inner http.Handler, atRoot ...string) http.Handler {
 	if base == "" {
 		return inner
 	}
@@ -33,6 +35,8 @@ func underBase(base string, inner http.Handler) http.Handler {
 			w.WriteHeader(http.StatusTemporaryRedirect)
 		case strings.HasPrefix(p, base+"/"):
 			stripped.ServeHTTP(w, r)
+		case slices.Contains(atRoot, p):
+			inner.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}

@@ -9,12 +9,13 @@ import (
 
 // underBase serves every root endpoint under the base path with the base
 // taken off, redirects the bare base to base/ (query and method kept),
-// and answers 404 outside it, the old root paths included.
+// serves the paths asked for at the root too, and answers 404 for the
+// rest, the old root paths included.
 func TestUnderBase(t *testing.T) {
 	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, r.Method+" "+r.URL.Path+" "+r.URL.RawQuery)
 	})
-	h := underBase("/vm1", inner)
+	h := underBase("/vm1", inner, "/.well-known/transport-io")
 	for _, tt := range []struct {
 		method, target string
 		status         int
@@ -33,6 +34,9 @@ func TestUnderBase(t *testing.T) {
 		{"GET", "/transport-io", 404, "404 page not found\n", ""},
 		{"GET", "/vm10/", 404, "404 page not found\n", ""},
 		{"GET", "/vm2/ahp", 404, "404 page not found\n", ""},
+		// The probe is also where seed 002 has clients look: the origin's root.
+		{"HEAD", "/.well-known/transport-io", 200, "HEAD /.well-known/transport-io ", ""},
+		{"GET", "/.well-known/transport-io/x", 404, "404 page not found\n", ""},
 	} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(tt.method, tt.target, nil))

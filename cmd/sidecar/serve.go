@@ -236,7 +236,10 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 		go func() { _ = wts.Serve(udp) }()
 	}
 	hs := &http.Server{
-		Handler:           underBase(base, mux),
+		// The probe stays at the root too: seed 002 §10.3 has clients
+		// probe the origin's /.well-known/transport-io (WT_UDP_UNREACHABLE),
+		// wherever their endpoint is.
+		Handler:           underBase(base, mux, transportio.ProbePath),
 		ConnContext:       transport.CorkContext,
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12},
