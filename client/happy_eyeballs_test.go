@@ -217,18 +217,26 @@ func TestDialAutoRemembered(t *testing.T) {
 			t.Fatal(err)
 		}
 		wt, ws := newFakeDial("wt"), newFakeDial("ws")
+		start := time.Now()
 		out := autoRace(t, raceURL, wt, ws, mem)
 		waitClosed(t, ws.started, "WebSocket to start")
 		ws.release <- nil
 		r := waitChan(t, out, "dialAuto")
+		took := time.Since(start)
 		if r.err != nil || r.mc != ws.conn {
 			t.Fatalf("dialAuto = %v, %v; want WebSocket", r.mc, r.err)
 		}
-		// Won within attemptDelay (the fake answered at once) without
-		// waiting for a grace: WebTransport never started. On a machine
-		// so loaded that the race took longer, it may have.
-		if wt.wasStarted() && !wt.wasCanceled() {
+		// Won within attemptDelay (the fake answers at once), with no
+		// grace to wait: WebTransport never started. (On a machine so
+		// loaded that the race took longer, it may have, and then it
+		// must have been canceled.)
+		switch {
+		case took < attemptDelay && wt.wasStarted():
+			t.Errorf("WebTransport started though WebSocket won in %v, within the attempt delay", took)
+		case wt.wasStarted() && !wt.wasCanceled():
 			t.Error("WebTransport started and was not canceled")
+		case took >= webTransportGrace && !wt.wasStarted():
+			t.Errorf("a remembered WebSocket took %v: it waited for a grace", took)
 		}
 	})
 	t.Run("remembered WebTransport fails now", func(t *testing.T) {
