@@ -23,6 +23,14 @@ listener {
   # every interface (for example in a Kubernetes pod). Port 0 picks a free port.
   address = "127.0.0.1:4433"
 
+  # Path prefix every endpoint is served under, for a reverse proxy that passes the
+  # prefix on (nginx `location /vm1/ { proxy_pass https://127.0.0.1:4433; }`, no
+  # trailing slash after the address): with "/vm1" the page is at /vm1/, plain AHP at
+  # /vm1/ahp, transport-io at /vm1/transport-io (WebSocket and WebTransport), the probe
+  # at /vm1/.well-known/transport-io, and /vm1 redirects to /vm1/. Nothing is served
+  # outside it. "" or "/": none (a proxy that strips its prefix needs none either).
+  base_path = ""
+
   # Browser origins allowed to connect (WebSocket and WebTransport), as
   # "scheme://host[:port]", for example ["https://app.example.com"]. Checked only when a
   # request carries an Origin header (browsers always do; the sidecar CLI does not). The

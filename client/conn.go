@@ -119,10 +119,18 @@ type Options struct {
 	// ClientName is sent as clientInfo.name.
 	ClientName string
 	// Transport picks the transport for https:// URLs: "auto" (default:
-	// WebTransport, falling back to the transport-io WebSocket mapping when
-	// the QUIC path fails, never retrying a WT_UNAUTHORIZED refusal),
-	// "webtransport", "websocket", or "ahp" (plain AHP on /ahp).
+	// WebTransport and the transport-io WebSocket mapping dialled at once,
+	// the first to complete its handshake used, WebTransport preferred
+	// when it completes within 150 ms of WebSocket; a WT_UNAUTHORIZED
+	// refusal is final), "webtransport", "websocket", or "ahp" (plain AHP
+	// on /ahp).
 	Transport string
+	// TransportMemory is the file in which auto remembers, per origin
+	// (scheme, host, port, base path), which transport connected, so
+	// that the next dial tries it first and starts the other only 250 ms
+	// later or when it fails (a remembered WebSocket is trusted for an
+	// hour). "" remembers nothing; the CLI uses DefaultTransportMemory.
+	TransportMemory string
 	// Via, when set, is a command (run with sh -c) whose stdin and stdout
 	// carry transport-io, e.g. "docker exec -i C sidecar stdio"; the URL is
 	// then not dialled.
@@ -261,11 +269,11 @@ type response struct {
 func CheckURL(rawURL, transportMode string) (*url.URL, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("invalid URL %q: want https://HOST:PORT/transport-io or wss://HOST:PORT/ahp", rawURL)
+		return nil, fmt.Errorf("invalid URL %q: want https://HOST:PORT/ (transport-io) or wss://HOST:PORT/ahp (plain AHP), with the daemon's base path before them when it has one (https://HOST/vm1/)", rawURL)
 	}
 	switch u.Scheme {
 	case "wss", "ws":
-		if u.Path != transport.TIOPath && transportMode != "" && transportMode != TransportAHP && transportMode != TransportAuto {
+		if _, ep := splitEndpoint(u.Path); ep != endpointTIO && transportMode != "" && transportMode != TransportAHP && transportMode != TransportAuto {
 			return nil, fmt.Errorf("%s: --transport %s needs an https:// URL, or wss:// with the path %s (wss://…/ahp is plain AHP)", rawURL, transportMode, transport.TIOPath)
 		}
 	case "https", "http":
@@ -283,9 +291,16 @@ func CheckURL(rawURL, transportMode string) (*url.URL, error) {
 	return u, nil
 }
 
-// Dial connects to the host at rawURL (wss://host:port/ahp, or ws:// on
-// loopback) and initializes the AHP session with the root catalogue as the
-// initial subscription. Errors say what a person can do about them.
+// Dial connects to the host at rawURL and initializes the AHP session with
+// the root catalogue as the initial subscription. rawURL is
+// https://HOST:PORT/ (transport-io at /transport-io, Options.Transport
+// choosing how), wss://HOST:PORT/ahp (plain AHP), or either with the
+// daemon's base path (listener.base_path, or a proxy's location) before
+// the endpoint: https://HOST/vm1/ (or /vm1) dials /vm1/transport-io,
+// wss://HOST/vm1/ahp is dialled as given; a path that ends at /ahp or
+// /transport-io names that endpoint. http:// and ws:// are the same
+// without TLS. Errors say what a person can do about them (a 404 names
+// the URLs to use).
 func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 	if opts.MaxMessageBytes <= 0 {
 		opts.MaxMessageBytes = 16 << 20
@@ -332,9 +347,10 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 	}
 	typed := u.Scheme // as given: the switch below rewrites u
 	tio := false
+	base, ep := splitEndpoint(u.Path)
 	switch u.Scheme {
 	case "wss", "ws":
-		if u.Path == transport.TIOPath {
+		if ep == endpointTIO {
 			// The transport-io WebSocket mapping, named by its path.
 			tio = true
 			u.Scheme = map[string]string{"wss": "https", "ws": "http"}[u.Scheme]
@@ -344,24 +360,30 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 			break
 		}
 	case "https", "http":
-		if u.Path == "/ahp" && (opts.Transport == "" || opts.Transport == TransportAuto) {
+		if ep == endpointAHP && (opts.Transport == "" || opts.Transport == TransportAuto) {
 			opts.Transport = TransportAHP // plain AHP, named by its path
 		}
 		if opts.Transport == TransportAHP {
 			u.Scheme = map[string]string{"https": "wss", "http": "ws"}[u.Scheme]
-			if u.Path == "" || u.Path == "/" || u.Path == transport.TIOPath {
-				u.Path = "/ahp"
+			if ep != endpointAHP {
+				u.Path = base + ahpPath
 			}
 		} else {
+			// https://HOST/ and https://HOST/vm1/ (or /vm1): the
+			// daemon's base path, transport-io beneath it.
 			tio = true
+			if ep != endpointTIO {
+				u.Path = base + transport.TIOPath
+			}
 		}
 	}
 	if u.Path == "" || u.Path == "/" {
-		u.Path = "/ahp"
-		if tio {
-			u.Path = transport.TIOPath
-		}
+		// wss://HOST: plain AHP at its root path. Any other wss://
+		// path is dialled as given (a proxy may map one of its own to
+		// /ahp); a 404 there says which URLs to use (explainDial).
+		u.Path = ahpPath
 	}
+	u.RawPath = "" // Path is what is dialled
 	tlsConf := &tls.Config{}
 	if opts.CertHash != "" {
 		pin, err := tlscert.ParsePin(opts.CertHash)
@@ -371,7 +393,11 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 		tlsConf.InsecureSkipVerify = true // the pin replaces chain verification
 		tlsConf.VerifyPeerCertificate = tlscert.VerifyPin(pin)
 	}
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf, Proxy: http.ProxyFromEnvironment}}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf, Proxy: http.ProxyFromEnvironment},
+		// A WebSocket upgrade is not redirected: an answer other than
+		// 101 (a redirect to the page at the base path: wss://HOST/vm1)
+		// is the error, which explainDial words.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	header := http.Header{}
 	if opts.Token != "" {
 		header.Set("Authorization", "Bearer "+opts.Token)
@@ -380,7 +406,7 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 		var mc transport.MessageConn
 		var err error
 		if tio {
-			mc, err = dialTransportIO(ctx, u, opts.Transport, tlsConf, header, hc, opts.Compress)
+			mc, err = dialTransportIO(ctx, u, opts.Transport, tlsConf, header, hc, opts.Compress, memoryAt(opts.TransportMemory))
 		} else {
 			mc, err = transport.DialWebSocket(ctx, u.String(), header, hc, utf8Limit(opts.MaxMessageBytes), opts.Compress)
 			if err != nil {
@@ -414,6 +440,43 @@ func dialed(ctx context.Context, mc transport.MessageConn, opts Options) (*Conn,
 	return c, nil
 }
 
+// ahpPath is where the daemon serves plain AHP, under its base path.
+const ahpPath = "/ahp"
+
+// The endpoints a URL's path may end at (splitEndpoint).
+const (
+	endpointNone = iota // the path is the base path (or none): https://HOST/vm1/
+	endpointAHP         // …/ahp
+	endpointTIO         // …/transport-io
+)
+
+// splitEndpoint splits URL path p into the daemon's base path (no
+// trailing slash: "" or "/vm1") and the endpoint it ends at, if any:
+// "/vm1/ahp" is ("/vm1", endpointAHP), "/vm1/" and "/vm1" are ("/vm1",
+// endpointNone), "/" is ("", endpointNone).
+func splitEndpoint(p string) (base string, endpoint int) {
+	switch {
+	case strings.HasSuffix(p, ahpPath):
+		return strings.TrimSuffix(p, ahpPath), endpointAHP
+	case strings.HasSuffix(p, transport.TIOPath):
+		return strings.TrimSuffix(p, transport.TIOPath), endpointTIO
+	}
+	return strings.TrimSuffix(p, "/"), endpointNone
+}
+
+// whichURLs says which URLs reach a sidecar at u's host under the base
+// path u's path suggests (after a 404 or a page where an endpoint was
+// expected): the daemon's listener.base_path, or the location of a proxy
+// in front of it, comes before every endpoint.
+func whichURLs(u *url.URL) string {
+	base, _ := splitEndpoint(u.Path)
+	root := fmt.Sprintf("https://%s/ (transport-io, also the web page) or wss://%s/ahp (plain AHP)", u.Host, u.Host)
+	if base == "" {
+		return "is it a sidecar? One answers at " + root + "; one served under a base path (listener.base_path, or a proxy's location /vm1/) at https://" + u.Host + "/vm1/ and wss://" + u.Host + "/vm1/ahp"
+	}
+	return fmt.Sprintf("for a sidecar under %s/ (its listener.base_path, or a proxy's location), use https://%s%s/ (transport-io, also the web page) or wss://%s%s/ahp (plain AHP); for one with no base path, %s", base, u.Host, base, u.Host, base, root)
+}
+
 // explainDial turns a dial error into one a person can act on.
 func explainDial(u *url.URL, err error) error {
 	var he *transport.HTTPError
@@ -430,7 +493,11 @@ func explainDial(u *url.URL, err error) error {
 	case errors.As(err, &he) && he.StatusCode == http.StatusForbidden:
 		return fmt.Errorf("%s refused the connection (HTTP 403): origin not allowed", u.Host)
 	case errors.As(err, &he) && he.StatusCode == http.StatusNotFound:
-		return fmt.Errorf("%s has no endpoint %s (HTTP 404): is it a sidecar? (one answers at https://%s and wss://%s/ahp)", u.Host, u.Path, u.Host, u.Host)
+		return fmt.Errorf("%s has no endpoint %s (HTTP 404): %s", u.Host, u.Path, whichURLs(u))
+	case errors.As(err, &he) && he.StatusCode < 400:
+		// A page (200) or a redirect to one (wss://HOST/vm1 of a
+		// daemon under /vm1 redirects to its page at /vm1/).
+		return fmt.Errorf("%s answered %s with HTTP %d, not a WebSocket upgrade: %s", u.Host, u.Path, he.StatusCode, whichURLs(u))
 	case errors.As(err, &he):
 		return fmt.Errorf("%s refused the connection: %v", u.Host, he)
 	case strings.Contains(err.Error(), "certificate pin mismatch"):

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -27,15 +28,36 @@ const (
 	TransportAHP          = "ahp"          // plain AHP over wss://HOST:PORT/ahp
 )
 
-// webTransportBudget bounds the WebTransport attempt of --transport auto: a
-// path that drops UDP fails only by timing out, and the fallback must not
-// wait for the whole connect timeout.
-const webTransportBudget = 3 * time.Second
+// Happy eyeballs (RFC 8305's idea) for --transport auto: WebTransport and
+// the WebSocket mapping are dialled at once, and the first whose
+// transport-io handshake completes is used, WebTransport preferred.
+const (
+	// webTransportGrace is how long auto still waits for WebTransport
+	// once the WebSocket mapping's handshake has completed: on a path that
+	// carries UDP both complete within a round trip or two of each other,
+	// and WebTransport is worth that (no head-of-line blocking between
+	// channels, datagrams); on one that drops UDP it is all the wait costs.
+	webTransportGrace = 150 * time.Millisecond
+	// attemptDelay is how long a remembered transport is tried alone
+	// before the other one starts too (RFC 8305 §5's Connection Attempt
+	// Delay): long enough for a loopback or LAN handshake to win without
+	// a second attempt, short enough that a remembered transport that no
+	// longer answers (UDP blocked since) costs a quarter second.
+	attemptDelay = 250 * time.Millisecond
+	// webTransportAfterWebSocket bounds how long WebTransport is still
+	// waited for once the WebSocket mapping has failed (an HTTP status, a
+	// TLS refusal: the host answered over TCP, and would over QUIC within
+	// a round trip or two): on a path that drops UDP, QUIC only times
+	// out, and the WebSocket error is the one to report without waiting
+	// for the whole --connect-timeout. A handshake and its CONNECT take
+	// two round trips: this covers round trips up to 400 ms or so.
+	webTransportAfterWebSocket = time.Second
+)
 
-// dialTransportIO connects to an https:// URL with transport-io. auto tries
-// WebTransport first and falls back to the WebSocket mapping when the QUIC
-// path fails; a WT_UNAUTHORIZED refusal is final and never retried.
-func dialTransportIO(ctx context.Context, u *url.URL, mode string, tlsConf *tls.Config, header http.Header, hc *http.Client, compress bool) (transport.MessageConn, error) {
+// dialTransportIO connects to an https:// URL with transport-io. auto
+// races WebTransport and the WebSocket mapping (dialAuto); a WT_UNAUTHORIZED
+// refusal is final and never retried.
+func dialTransportIO(ctx context.Context, u *url.URL, mode string, tlsConf *tls.Config, header http.Header, hc *http.Client, compress bool, mem *transportMemory) (transport.MessageConn, error) {
 	wsURL := *u
 	wsURL.Scheme = "wss"
 	if u.Scheme == "http" {
@@ -46,77 +68,194 @@ func dialTransportIO(ctx context.Context, u *url.URL, mode string, tlsConf *tls.
 		// WebSocket mapping, in plain text.
 		mode = TransportWebSocket
 	}
+	dialWT := func(ctx context.Context) (transport.MessageConn, error) {
+		return transport.DialWebTransport(ctx, u.String(), header, tlsConf.Clone())
+	}
+	dialWS := func(ctx context.Context) (transport.MessageConn, error) {
+		return transport.DialTIOWebSocket(ctx, wsURL.String(), header, hc, compress)
+	}
 	switch mode {
 	case TransportWebTransport:
-		mc, err := transport.DialWebTransport(ctx, u.String(), header, tlsConf.Clone())
+		mc, err := dialWT(ctx)
 		if err != nil && errors.Is(err, context.DeadlineExceeded) {
 			return nil, noQUICAnswer(u) // the --connect-timeout, not quic-go's
 		}
 		return mc, explainTIO(u, err)
 	case TransportWebSocket:
-		mc, err := transport.DialTIOWebSocket(ctx, wsURL.String(), header, hc, compress)
+		mc, err := dialWS(ctx)
 		return mc, explainTIO(u, err)
 	case TransportAuto, "":
-		budget := webTransportBudget
-		if dl, ok := ctx.Deadline(); ok {
-			// Leave the WebSocket fallback at least half of a short
-			// --connect-timeout.
-			budget = min(budget, time.Until(dl)/2)
-		}
-		wctx, cancel := context.WithTimeout(ctx, budget)
-		refused := probeRefused(wctx, cancel, u)
-		mc, err := transport.DialWebTransport(wctx, u.String(), header, tlsConf.Clone())
-		cancel()
-		if perr := <-refused; perr != nil && err != nil {
-			return nil, explainTIO(u, perr) // nothing listens: do not wait for QUIC
-		}
-		if err == nil || transport.IsUnauthorized(err) || ctx.Err() != nil {
-			return mc, explainTIO(u, err)
-		}
-		mc, werr := transport.DialTIOWebSocket(ctx, wsURL.String(), header, hc, compress)
-		if werr != nil && errors.Is(werr, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("%s did not answer in time, neither over WebTransport (QUIC, UDP port %s) nor over WebSocket (TCP): is it a sidecar, and is it overloaded?", u.Host, portOf(u))
-		}
-		if werr != nil && strings.Contains(werr.Error(), "certificate pin mismatch") && strings.Contains(err.Error(), "certificate pin mismatch") {
-			return nil, explainTIO(u, werr) // the same refusal twice: say it once
-		}
-		if werr != nil {
-			first := err.Error()
-			if transport.IsNoQUICAnswer(err) || errors.Is(err, context.DeadlineExceeded) {
-				first = "no answer over QUIC, UDP port " + portOf(u)
-			}
-			return nil, explainTIO(u, fmt.Errorf("%w (WebTransport failed first: %s)", werr, first))
-		}
-		return mc, nil
+		return dialAuto(ctx, u, dialWT, dialWS, mem)
 	}
 	return nil, fmt.Errorf("unknown --transport %q: want auto, webtransport, websocket or ahp", mode)
 }
 
-// probeRefused connects to u's TCP port while the WebTransport attempt
-// runs under ctx: QUIC gets no answer from a port nothing listens on and
-// would wait out webTransportBudget, but TCP is refused at once (the
-// sidecar serves WebSocket on TCP and WebTransport on UDP at the same
-// port). A refusal cancels the attempt (cancel) and is sent on the
-// returned channel; anything else (connected, timed out, canceled) sends
-// nil and leaves the attempt alone. The channel always gets exactly one
-// value, once the probe has ended: receiving it waits for the goroutine.
-func probeRefused(ctx context.Context, cancel context.CancelFunc, u *url.URL) <-chan error {
-	addr := net.JoinHostPort(u.Hostname(), portOf(u))
-	done := make(chan error, 1)
-	go func() {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err == nil {
-			_ = c.Close()
+// originKey is what the transport memory remembers u under: scheme,
+// host, port and the daemon's base path (u's path without TIOPath).
+func originKey(u *url.URL) string {
+	return u.Scheme + "://" + strings.ToLower(net.JoinHostPort(u.Hostname(), portOf(u))) + strings.TrimSuffix(u.Path, transport.TIOPath)
+}
+
+// attempt is the outcome of one transport's dial in dialAuto.
+type attempt struct {
+	transport string // TransportWebTransport or TransportWebSocket
+	mc        transport.MessageConn
+	err       error
+}
+
+// dialAuto races WebTransport (wt) and the WebSocket mapping (ws) to u:
+// both start at once, or the transport mem remembers for u's origin
+// first and the other attemptDelay later (or as soon as the first fails).
+// The first handshake to complete wins, except that a WebSocket one waits
+// webTransportGrace for WebTransport's. The loser is canceled, or closed
+// (1000) when its handshake completed too, and waited for: nothing of it
+// outlives the call. The winner is remembered when the race chose it.
+//
+// A refused token ends the race at once (it is the same token on both),
+// and so does a refused TCP connection (nothing listens: QUIC would only
+// time out); once the WebSocket mapping has failed otherwise, WebTransport
+// gets webTransportAfterWebSocket more. When both fail, the error says why
+// each did.
+func dialAuto(ctx context.Context, u *url.URL, wt, ws func(context.Context) (transport.MessageConn, error), mem *transportMemory) (transport.MessageConn, error) {
+	remembered := mem.lookup(originKey(u), time.Now())
+	first, second := TransportWebTransport, TransportWebSocket
+	if remembered == TransportWebSocket {
+		first, second = second, first
+	}
+	dials := map[string]func(context.Context) (transport.MessageConn, error){TransportWebTransport: wt, TransportWebSocket: ws}
+	results := make(chan attempt, 2)
+	cancels := map[string]context.CancelFunc{}
+	running := 0
+	startAttempt := func(kind string) {
+		actx, cancel := context.WithCancel(ctx)
+		cancels[kind] = cancel
+		running++
+		go func() {
+			mc, err := dials[kind](actx)
+			results <- attempt{kind, mc, err}
+		}()
+	}
+	startAttempt(first)
+	var secondAt <-chan time.Time // nil once the second has started
+	if remembered == "" {
+		startAttempt(second)
+	} else {
+		t := time.NewTimer(attemptDelay)
+		defer t.Stop()
+		secondAt = t.C
+	}
+	var (
+		winner    *attempt
+		wsWaiting *attempt         // a WebSocket that completed, in its grace
+		graceEnd  <-chan time.Time // while wsWaiting
+		wtGiveUp  <-chan time.Time // once the WebSocket mapping failed
+		errs      = map[string]error{}
+		final     error // ends the race: a refused token, nothing listening
+	)
+	for winner == nil && final == nil && (running > 0 || secondAt != nil) {
+		select {
+		case <-secondAt:
+			secondAt = nil
+			startAttempt(second)
+		case r := <-results:
+			running--
+			switch {
+			case r.err != nil:
+				errs[r.transport] = r.err
+				switch {
+				case transport.IsUnauthorized(r.err) || r.transport == TransportWebSocket && errors.Is(r.err, syscall.ECONNREFUSED):
+					final = r.err
+				case wsWaiting != nil:
+					winner = wsWaiting // WebTransport failed in the grace
+				default:
+					if secondAt != nil {
+						secondAt = nil // the first failed: no point waiting
+						startAttempt(second)
+					}
+					if r.transport == TransportWebSocket && wtGiveUp == nil {
+						t := time.NewTimer(webTransportAfterWebSocket)
+						defer t.Stop()
+						wtGiveUp = t.C
+					}
+				}
+			case r.transport == TransportWebTransport:
+				winner = &r
+			case cancels[TransportWebTransport] == nil || errs[TransportWebTransport] != nil:
+				winner = &r // WebTransport not started (or failed): nothing to wait for
+			default:
+				wsWaiting = &r
+				t := time.NewTimer(webTransportGrace)
+				defer t.Stop()
+				graceEnd = t.C
+			}
+		case <-graceEnd:
+			winner = wsWaiting
+		case <-wtGiveUp:
+			// WebTransport is running: the WebSocket failed while it was,
+			// or it started when the WebSocket failed. Its result follows,
+			// canceled.
+			cancels[TransportWebTransport]()
+		case <-ctx.Done():
+			final = ctx.Err()
 		}
-		if errors.Is(err, syscall.ECONNREFUSED) {
+	}
+	// Cancel and wait for the others: a handshake that completed anyway
+	// is closed, so the host drops it at once.
+	for kind, cancel := range cancels {
+		if winner == nil || kind != winner.transport {
 			cancel()
-			done <- err
-			return
 		}
-		done <- nil
-	}()
-	return done
+	}
+	if wsWaiting != nil && wsWaiting != winner {
+		_ = wsWaiting.mc.Close(transport.CloseNormal, "another transport won")
+	}
+	for ; running > 0; running-- {
+		r := <-results
+		if r.err == nil {
+			_ = r.mc.Close(transport.CloseNormal, "another transport won")
+		} else if _, ok := errs[r.transport]; !ok {
+			errs[r.transport] = r.err
+		}
+	}
+	if winner != nil {
+		defer cancels[winner.transport]()
+		if winner.transport != remembered {
+			_ = mem.remember(originKey(u), winner.transport, time.Now())
+		}
+		return winner.mc, nil
+	}
+	return nil, autoError(ctx, u, final, errs)
+}
+
+// autoError words the failure of dialAuto: final when one ended the
+// race, else why each transport failed.
+func autoError(ctx context.Context, u *url.URL, final error, errs map[string]error) error {
+	if final != nil && !errors.Is(final, context.DeadlineExceeded) && !errors.Is(final, context.Canceled) {
+		return explainTIO(u, final)
+	}
+	werr, wtErr := errs[TransportWebSocket], errs[TransportWebTransport]
+	timedOut := func(err error) bool {
+		return err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || transport.IsNoQUICAnswer(err)
+	}
+	switch {
+	case ctx.Err() != nil && timedOut(werr) && timedOut(wtErr):
+		return fmt.Errorf("%s did not answer in time, neither over WebTransport (QUIC, UDP port %s) nor over WebSocket (TCP): is it a sidecar, and is it overloaded?", u.Host, portOf(u))
+	case werr == nil:
+		return explainTIO(u, cmp.Or(wtErr, final))
+	case wtErr == nil:
+		return explainTIO(u, werr)
+	case strings.Contains(werr.Error(), "certificate pin mismatch") && strings.Contains(wtErr.Error(), "certificate pin mismatch"):
+		return explainTIO(u, werr) // the same refusal twice: say it once
+	}
+	var he *transport.HTTPError
+	if errors.As(werr, &he) && errors.As(wtErr, &he) {
+		return explainTIO(u, werr) // both answered the same HTTP status: say it once
+	}
+	first := wtErr.Error()
+	if timedOut(wtErr) {
+		first = "no answer over QUIC, UDP port " + portOf(u)
+	}
+	return explainTIO(u, fmt.Errorf("%w (WebTransport failed too: %s)", werr, first))
 }
 
 func explainTIO(u *url.URL, err error) error {

@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"os"
 	"os/user"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -79,6 +80,10 @@ type Listener struct {
 	// Address is host:port for both TCP (WebSocket) and UDP (WebTransport). Port 0
 	// picks a free port.
 	Address string
+	// BasePath is the path prefix every endpoint is served under ("/vm1": the page
+	// at /vm1/, /vm1/ahp, /vm1/transport-io), for a reverse proxy that passes the
+	// prefix on. "" or "/" means none. See BasePathPrefix and CleanBasePath.
+	BasePath string
 	// Origins lists the browser origins ("https://app.example.com") allowed to open a
 	// WebSocket. Requests without an Origin header (non-browser clients) are not
 	// affected. Empty: every browser origin is refused.
@@ -306,6 +311,7 @@ func (c *Config) schema() []section {
 		{"", []field{{"state_dir", &c.StateDir}}},
 		{"listener", []field{
 			{"address", &c.Listener.Address},
+			{"base_path", &c.Listener.BasePath},
 			{"origins", &c.Listener.Origins},
 			{"max_connections", &c.Listener.MaxConnections},
 			{"max_connections_per_principal", &c.Listener.MaxConnectionsPerPrincipal},
@@ -594,6 +600,41 @@ func checkListenAddress(addr, example string) error {
 	return nil
 }
 
+// CleanBasePath returns base path p (listener.base_path, serve --base-path)
+// as the prefix the daemon serves under: "" for none ("" or "/"), else
+// "/a/b" with no trailing slash ("/a/b/" is the same). A p that does not
+// start with "/", holds a query, a fragment, white space or control
+// characters, or is not in its clean form ("//a", "/a/../b", "/a/./b":
+// path.Clean would change it) is an error that says what to write.
+func CleanBasePath(p string) (string, error) {
+	if p == "" || p == "/" {
+		return "", nil
+	}
+	if !strings.HasPrefix(p, "/") {
+		return "", fmt.Errorf("%q must start with \"/\", for example \"/vm1\"", p)
+	}
+	if strings.ContainsAny(p, "?#") {
+		return "", fmt.Errorf("%q is a path only: no query (?) or fragment (#)", p)
+	}
+	for _, r := range p {
+		if r <= ' ' || r == 0x7f || r == '\\' || r == '%' {
+			return "", fmt.Errorf("%q may not contain white space, control characters, %% or \\ (write the path as it appears in the URL, unescaped)", p)
+		}
+	}
+	trimmed := strings.TrimSuffix(p, "/")
+	if clean := path.Clean(trimmed); clean != trimmed {
+		return "", fmt.Errorf("%q is not a clean path; write %q", p, clean)
+	}
+	return trimmed, nil
+}
+
+// BasePathPrefix is CleanBasePath of l.BasePath, "" when it is none (or
+// invalid: Validate reports that).
+func (l Listener) BasePathPrefix() string {
+	p, _ := CleanBasePath(l.BasePath)
+	return p
+}
+
 // sameListenAddress reports whether listen addresses a and b (both valid)
 // would bind the same TCP port: the same port other than 0, and the same
 // host or either one every interface.
@@ -616,7 +657,8 @@ func validPort(port string) bool {
 // delivery.maximum_frame_bytes in [MinMaximumFrameBytes, MaxMaximumFrameBytes],
 // delivery.transport_queue_frames at most MaxTransportQueueFrames,
 // delivery.max_partial_bytes at least delivery.max_message_bytes, listener.address a
-// host:port, listener.origins "scheme://host[:port]", tcp.allow entries CIDRs or IPs,
+// host:port, listener.base_path a clean absolute path (CleanBasePath),
+// listener.origins "scheme://host[:port]", tcp.allow entries CIDRs or IPs,
 // log.level one of trace/debug/info/warn/error, log.format auto/text/json, tls.cert_file
 // and tls.key_file both set or both empty, auth.token and auth.token_file not both set,
 // terminal.env names non-empty without "=" or NUL, max_per_client at most max_total
@@ -635,6 +677,9 @@ func (c *Config) Validate() error {
 	// listener
 	if err := CheckListenAddress(c.Listener.Address); err != nil {
 		v.bad("listener.address", "%v", err)
+	}
+	if _, err := CleanBasePath(c.Listener.BasePath); err != nil {
+		v.bad("listener.base_path", "%v", err)
 	}
 	for _, o := range c.Listener.Origins {
 		u, err := url.Parse(o)

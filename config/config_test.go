@@ -123,6 +123,7 @@ const full = `
 state_dir = "/srv/sidecar"
 listener {
   address = "[::]:8443"
+  base_path = "/vm1/"
   origins = ["https://app.example.com", "http://localhost:3000"]
   max_connections = 100
   max_connections_per_principal = 50
@@ -192,7 +193,7 @@ func TestLoadOverridesEverything(t *testing.T) {
 	}
 	want := &Config{
 		StateDir: "/srv/sidecar",
-		Listener: Listener{Address: "[::]:8443", Origins: []string{"https://app.example.com", "http://localhost:3000"},
+		Listener: Listener{Address: "[::]:8443", BasePath: "/vm1/", Origins: []string{"https://app.example.com", "http://localhost:3000"},
 			MaxConnections: 100, MaxConnectionsPerPrincipal: 50, MaxUninitialized: 5, InitializeTimeout: 3 * time.Second},
 		TLS:  TLS{CertFile: "/etc/sidecar/cert.pem", KeyFile: "/etc/sidecar/key.pem"},
 		Auth: Auth{TokenFile: "/run/secrets/token"},
@@ -289,6 +290,8 @@ func TestLoadErrors(t *testing.T) {
 			[]string{`tcp\.hcl:2:20: Invalid tcp\.max_per_client: max_per_client \(300 connections\) is greater than max_total \(200 connections\)`}},
 		{"connections per principal over total", "conns.hcl", "listener {\n  max_connections = 10\n}\n",
 			[]string{`conns\.hcl:\d+:\d+: Invalid listener\.max_connections_per_principal: \(768 connections\) is greater than max_connections \(10\)`}},
+		{"base path relative", "base.hcl", "listener {\n  base_path = \"vm1/\"\n}\n",
+			[]string{`base\.hcl:2:\d+: Invalid listener\.base_path: "vm1/" must start with "/"`}},
 		{"uninitialized zero", "uninit.hcl", "listener {\n  max_uninitialized = 0\n}\n",
 			[]string{`uninit\.hcl:2:\d+: Invalid listener\.max_uninitialized`}},
 		{"shell relative", "shrel.hcl", "terminal {\n  shell = \"bash\"\n}\n",
@@ -448,6 +451,45 @@ func TestValidateAccepts(t *testing.T) {
 		c.Listener.Address = addr
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s accepted", addr)
+		}
+	}
+}
+
+// TestCleanBasePath checks listener.base_path's normal form and what it
+// refuses, and that Validate reports a refused one.
+func TestCleanBasePath(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"", ""}, {"/", ""}, {"/vm1", "/vm1"}, {"/vm1/", "/vm1"}, {"/a/b-c_d.e~f", "/a/b-c_d.e~f"}, {"/a/b/", "/a/b"},
+	} {
+		got, err := CleanBasePath(tt.in)
+		if err != nil || got != tt.want {
+			t.Errorf("CleanBasePath(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+		c := Default()
+		c.Listener.BasePath = tt.in
+		if err := c.Validate(); err != nil || c.Listener.BasePathPrefix() != tt.want {
+			t.Errorf("base_path %q: Validate %v, prefix %q", tt.in, err, c.Listener.BasePathPrefix())
+		}
+	}
+	for _, tt := range []struct{ in, want string }{
+		{"vm1", `must start with "/"`},
+		{"/vm1?x=1", "no query"},
+		{"/vm1#top", "no query (?) or fragment"},
+		{"//vm1", `write "/vm1"`},
+		{"/a/../b", `write "/b"`},
+		{"/a/./b", `write "/a/b"`},
+		{"/a//b/", `write "/a/b"`},
+		{"/a b", "white space"},
+		{"/a%20b", "unescaped"},
+	} {
+		_, err := CleanBasePath(tt.in)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("CleanBasePath(%q) = %v; want an error with %q", tt.in, err, tt.want)
+		}
+		c := Default()
+		c.Listener.BasePath = tt.in
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "listener.base_path") {
+			t.Errorf("base_path %q: Validate = %v", tt.in, err)
 		}
 	}
 }

@@ -158,15 +158,17 @@ func startCmd(t testing.TB, cmd *exec.Cmd, stderr *os.File) *proc {
 }
 
 // cleanEnv is the test's environment without SIDECAR_* settings that
-// would change what the CLI does.
+// would change what the CLI does, and with XDG_CACHE_HOME in the run's
+// own directory (clientCache), so that the CLI's memory of transports
+// (client.DefaultTransportMemory) is the run's, not the user's.
 func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SIDECAR_") {
+		if !strings.HasPrefix(kv, "SIDECAR_") && !strings.HasPrefix(kv, "XDG_CACHE_HOME=") {
 			env = append(env, kv)
 		}
 	}
-	return env
+	return append(env, "XDG_CACHE_HOME="+clientCache)
 }
 
 // kill ends the process: SIGTERM first (so sidecar serve can end its
@@ -237,7 +239,9 @@ const terminalConfig = `terminal {
 }
 `
 
-var attachLine = regexp.MustCompile(`sidecar attach (wss://(127\.0\.0\.1:\d+)/ahp) --token (\S+) --cert-hash ([0-9a-f]{64})\n`)
+// attachLine is the line sidecar serve prints; its URL has the base path
+// (listener.base_path) before /ahp when one is set.
+var attachLine = regexp.MustCompile(`sidecar attach (wss://(127\.0\.0\.1:\d+)(?:/\S*)?/ahp) --token (\S+) --cert-hash ([0-9a-f]{64})\n`)
 
 // startServer starts `sidecar serve` on 127.0.0.1:0 with its own config
 // file (the terminal block above plus extra) and state directory, and

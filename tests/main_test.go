@@ -16,6 +16,10 @@ import (
 // sidecarBin is the binary built by TestMain.
 var sidecarBin string
 
+// clientCache is the XDG_CACHE_HOME of every command the tests start
+// (cleanEnv), in TestMain's directory.
+var clientCache string
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "sidecar-e2e-")
 	if err != nil {
@@ -23,6 +27,7 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	sidecarBin = filepath.Join(dir, "sidecar")
+	clientCache = filepath.Join(dir, "cache")
 	build := exec.Command("go", "build", "-o", sidecarBin, "./cmd/sidecar")
 	build.Dir = ".." // the module root
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr

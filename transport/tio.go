@@ -259,6 +259,10 @@ type TIOOptions struct {
 	// HTTP status before any session (a request that is no upgrade, a
 	// foreign origin).
 	OnUpgradeRefused func(r *http.Request, status int, reason string)
+	// Path is where NewWebTransportServer serves sessions: TIOPath when
+	// empty, the base path and TIOPath under listener.base_path. (The
+	// WebSocket mapping is mounted by its caller.)
+	Path string
 	// HandshakeTimeout and WebSocket override the protocol's timings (tests).
 	HandshakeTimeout time.Duration
 	WebSocket        transportio.WebSocketOptions

@@ -20,7 +20,7 @@ import (
 )
 
 // WebTransportServer serves transport-io on WebTransport over HTTP/3 (UDP)
-// at TIOPath. It never offers WebTransport over HTTP/2 (seed 002 §2).
+// at TIOPath, or TIOOptions.Path. It never offers WebTransport over HTTP/2 (seed 002 §2).
 type WebTransportServer struct {
 	wts      *webtransport.Server
 	mu       sync.Mutex
@@ -52,7 +52,11 @@ func NewWebTransportServer(tlsConf *tls.Config, opts TIOOptions, checkOrigin fun
 	if opts.Origins != nil {
 		h = opts.Origins.Wrap(h)
 	}
-	mux.Handle(TIOPath, h)
+	p := opts.Path
+	if p == "" {
+		p = TIOPath
+	}
+	mux.Handle(p, h)
 	return s
 }
 

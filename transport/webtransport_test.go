@@ -118,6 +118,38 @@ func TestWebTransportMessageConn(t *testing.T) {
 	}
 }
 
+// TIOOptions.Path moves the WebTransport endpoint (listener.base_path):
+// sessions are served there, and TIOPath itself answers 404.
+func TestWebTransportPath(t *testing.T) {
+	cert, pin := devCert(t)
+	pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewWebTransportServer(&tls.Config{Certificates: []tls.Certificate{cert}}, TIOOptions{Token: "tok", Path: "/vm1" + TIOPath}, nil, echoServe)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(pc) }()
+	defer func() {
+		srv.Close()
+		<-served
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	base := "https://" + pc.LocalAddr().String()
+	auth := http.Header{"Authorization": {"Bearer tok"}}
+	mc, err := DialWebTransport(ctx, base+"/vm1"+TIOPath, auth, pinned(t, pin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, mc)
+	mc.Close(CloseNormal, "")
+	_, err = DialWebTransport(ctx, base+TIOPath, auth, pinned(t, pin))
+	var he *HTTPError
+	if !errors.As(err, &he) || he.StatusCode != http.StatusNotFound {
+		t.Fatalf("dial at the root path: %v, want HTTP 404", err)
+	}
+}
+
 // The WebSocket mapping behind the token, and the close-code mapping seen
 // through CloseStatus.
 func TestTIOWebSocketMessageConn(t *testing.T) {

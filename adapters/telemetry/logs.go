@@ -14,6 +14,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
+
+	"github.com/sidecar-dev/sidecar/internal/redact"
 )
 
 // LevelFatal is the {level} value "fatal": above every hclog level, so a
@@ -147,7 +149,12 @@ func (r *Ring) Read(after uint64, min hclog.Level, limit int) (recs []Record, cu
 // Dropped returns how many records readers missed because they fell behind.
 func (r *Ring) Dropped() uint64 { return r.dropped.Load() }
 
+// truncate cuts s to maxLogValueBytes, after taking the values of token=
+// and ticket= parameters out of it (internal/redact): the ring is read by
+// clients of the logs channel, and a credential never leaves in a record,
+// as it never reaches the log output.
 func truncate(s string) string {
+	s = redact.Text(s)
 	if len(s) > maxLogValueBytes {
 		return s[:maxLogValueBytes] + "…"
 	}

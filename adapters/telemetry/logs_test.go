@@ -93,3 +93,25 @@ func TestParseLevel(t *testing.T) {
 		t.Error("loud accepted")
 	}
 }
+
+// TestRingRedacts: a record's message and attributes reach the logs
+// channel with the values of token= and ticket= parameters taken out.
+func TestRingRedacts(t *testing.T) {
+	r := NewRing(4, func() time.Time { return time.Unix(5, 0) })
+	r.SetMinLevel(hclog.Debug)
+	r.Accept("x", hclog.Warn, "refused /ahp?token=s3cret", "origin", "https://e.example/?ticket=t1ck3t", "error", errors.New("GET /x?a=1&token=s3cret"))
+	recs, _, _ := r.Read(0, hclog.Debug, 10)
+	if len(recs) != 1 {
+		t.Fatalf("%d records", len(recs))
+	}
+	text := recs[0].Msg
+	for _, a := range recs[0].Attrs {
+		text += " " + a.GetKey() + "=" + a.GetValue().GetStringValue()
+	}
+	if strings.Contains(text, "s3cret") || strings.Contains(text, "t1ck3t") {
+		t.Errorf("a credential in the record: %s", text)
+	}
+	if want := "refused /ahp?token=REDACTED origin=https://e.example/?ticket=REDACTED error=GET /x?a=1&token=REDACTED"; text != want {
+		t.Errorf("record %q, want %q", text, want)
+	}
+}

@@ -41,8 +41,8 @@ func TestClientArgsChecked(t *testing.T) {
 		flags []string
 		want  string // "" for none
 	}{
-		{"127.0.0.1:5533", nil, `invalid URL "127.0.0.1:5533": want https://HOST:PORT/transport-io or wss://HOST:PORT/ahp`},
-		{"localhost:5533", nil, `invalid URL "localhost:5533": want https://HOST:PORT/transport-io or wss://HOST:PORT/ahp`},
+		{"127.0.0.1:5533", nil, `invalid URL "127.0.0.1:5533": want https://HOST:PORT/ (transport-io) or wss://HOST:PORT/ahp (plain AHP), with the daemon's base path before them when it has one (https://HOST/vm1/)`},
+		{"localhost:5533", nil, `invalid URL "localhost:5533": want https://HOST:PORT/ (transport-io) or wss://HOST:PORT/ahp (plain AHP), with the daemon's base path before them when it has one (https://HOST/vm1/)`},
 		{"ftp://x", nil, `invalid URL "ftp://x": scheme must be https:// (transport-io) or wss:// (plain AHP), or http:// or ws:// for a peer without TLS`},
 		{"wss://h/ahp", []string{"--transport", "webtransport"}, "wss://h/ahp: --transport webtransport needs an https:// URL, or wss:// with the path /transport-io (wss://…/ahp is plain AHP)"},
 		{"wss://h/ahp", []string{"--transport", "websocket"}, "wss://h/ahp: --transport websocket needs an https:// URL, or wss:// with the path /transport-io (wss://…/ahp is plain AHP)"},
@@ -54,6 +54,8 @@ func TestClientArgsChecked(t *testing.T) {
 		// Accepted: what Dial takes.
 		{"wss://h/ahp", []string{"--cert-hash", pin, "--connect-timeout", "1ms"}, ""},
 		{"wss://h/transport-io", []string{"--transport", "webtransport"}, ""},
+		{"wss://h/vm1/transport-io", []string{"--transport", "websocket"}, ""},
+		{"https://h/vm1/", []string{"--transport", "webtransport"}, ""},
 		{"https://h:4433", []string{"--transport", "webtransport"}, ""},
 		{"http://h:4433/", nil, ""},
 		{"ws://h/ahp", []string{"--transport", "ahp"}, ""},

@@ -45,7 +45,7 @@ func (f *connFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.certHash, "cert-hash", "", "SHA-256 pin of the server certificate, hex (default $SIDECAR_CERT_HASH)")
 	fs.BoolVar(&f.ordinary, "ordinary", false, "use ordinary delivery instead of windowed delivery (for debugging)")
 	fs.DurationVar(&f.timeout, "connect-timeout", 15*time.Second, "time allowed to connect and initialize")
-	fs.StringVar(&f.transport, "transport", client.TransportAuto, "for https:// URLs: auto (WebTransport, falling back to WebSocket), webtransport, websocket, or ahp (plain /ahp)")
+	fs.StringVar(&f.transport, "transport", client.TransportAuto, "for https:// URLs: auto (WebTransport and WebSocket at once, WebTransport preferred; what worked is remembered per host), webtransport, websocket, or ahp (plain /ahp)")
 	fs.BoolVar(&f.compress, "compress", false, "offer WebSocket compression (permessage-deflate): pays for compressible streams (text, logs) on slow links; costs CPU on fast ones")
 	fs.StringVar(&f.via, "via", "", "command whose stdin/stdout carry transport-io instead of a network connection, e.g. 'docker exec -i C sidecar stdio'; no URL is given then (or "+viaURL+")")
 	// With --via there is nothing to dial: a missing URL becomes "stdio:".
@@ -169,7 +169,7 @@ func (f *connFlags) options() client.Options {
 		pin = os.Getenv("SIDECAR_CERT_HASH")
 	}
 	return client.Options{Token: token, CertHash: pin, Ordinary: f.ordinary, ClientName: "sidecar-cli/" + version,
-		Transport: f.transport, Via: f.via, OnReconnect: f.onReconnect, Compress: f.compress,
+		Transport: f.transport, TransportMemory: client.DefaultTransportMemory(), Via: f.via, OnReconnect: f.onReconnect, Compress: f.compress,
 		ReconnectAfterShutdown: f.reconnectAfterShutdown, GiveUpWhenRefused: f.giveUpWhenRefused}
 }
 

@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/host"
+	"github.com/sidecar-dev/sidecar/internal/redact"
 	"github.com/sidecar-dev/sidecar/transport"
 	"github.com/sidecar-dev/sidecar/transport/tlscert"
 	"github.com/sidecar-dev/sidecar/transportio"
@@ -33,21 +35,26 @@ import (
 )
 
 func serveCmd() *cobra.Command {
-	var configFile, listen, token, stateDir string
+	var configFile, listen, token, stateDir, basePath string
 	cmd := &cobra.Command{
-		Use:   "serve [--config FILE] [--listen HOST:PORT] [--token TOKEN] [--state-dir DIR]",
+		Use:   "serve [--config FILE] [--listen HOST:PORT] [--base-path /PREFIX] [--token TOKEN] [--state-dir DIR]",
 		Short: "Run the daemon (embedded default config when no --config)",
 		Long: `Run the sidecar daemon. With no --config it uses the embedded default:
 listen on 127.0.0.1:4433 with a development certificate and a random token,
 and print the command that attaches to it. SIDECAR_TOKEN works like --token.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serve(configFile, listen, token, stateDir)
+			var base *string
+			if cmd.Flags().Changed("base-path") {
+				base = &basePath
+			}
+			return serve(configFile, listen, token, stateDir, base)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "configuration file (HCL); default: the embedded default")
 	f.StringVar(&listen, "listen", "", "address to listen on, HOST:PORT (overrides listener.address)")
+	f.StringVar(&basePath, "base-path", "", "path prefix every endpoint is served under, for a proxy that keeps it, e.g. /vm1 (overrides listener.base_path; \"/\" for none)")
 	f.StringVar(&token, "token", "", "token clients must present (overrides auth; default $SIDECAR_TOKEN or random)")
 	f.StringVar(&stateDir, "state-dir", "", "directory for the development certificate (overrides state_dir)")
 	return cmd
@@ -82,7 +89,7 @@ func serveSignals() (sigs chan os.Signal, ignoredAtStart map[os.Signal]bool) {
 // MiB each; bench/README.md).
 const serveGCPercent = 50
 
-func serve(configFile, listen, token, stateDir string) error {
+func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	setGCPercent(serveGCPercent)
 	cfg, err := config.Load(configFile)
 	if err != nil {
@@ -97,13 +104,24 @@ func serve(configFile, listen, token, stateDir string) error {
 	if stateDir != "" {
 		cfg.StateDir = stateDir
 	}
+	if basePath != nil {
+		if _, err := config.CleanBasePath(*basePath); err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("--base-path: %v", err)}
+		}
+		cfg.Listener.BasePath = *basePath
+	}
 	if token != "" {
 		cfg.Auth.Token, cfg.Auth.TokenFile = token, ""
 	}
 	if err := cfg.Validate(); err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	logger, err := cfg.Logger(os.Stderr, term.IsTerminal(int(os.Stderr.Fd())))
+	// No log line carries a credential: not the token (once known,
+	// below), nor a token= or ticket= query parameter, whatever logs it
+	// (our lines, net/http's ErrorLog, libraries through the standard
+	// logger: all write here).
+	logOut := redact.NewWriter(os.Stderr)
+	logger, err := cfg.Logger(logOut, term.IsTerminal(int(os.Stderr.Fd())))
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
@@ -115,6 +133,7 @@ func serve(configFile, listen, token, stateDir string) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	logOut.AddSecret(tok)
 	certs, err := newCertSource(cfg, logger)
 	if err != nil {
 		return &exitError{code: 1, err: err}
@@ -164,6 +183,9 @@ func serve(configFile, listen, token, stateDir string) error {
 	origins.OnRefuse = func(r *http.Request, origin string) {
 		refusals.warn(r, "browser origin refused", "origin", headerText(origin), "status", http.StatusForbidden, "allowed", "the listener's own origin and listener.origins")
 	}
+	// Every endpoint is mounted at the root of mux, and served under
+	// listener.base_path (underBase); WebTransport has its own server.
+	base := cfg.Listener.BasePathPrefix()
 	mux := http.NewServeMux()
 	mux.Handle("/ahp", transport.AHPHandler(transport.AcceptOptions{
 		Token:     tok,
@@ -189,6 +211,7 @@ func serve(configFile, listen, token, stateDir string) error {
 			refusals.warn(r, "transport-io session refused", "code", code.String(), "reason", reason)
 		},
 		OnUpgradeRefused: upgradeRefused,
+		Path:             base + transport.TIOPath,
 	}
 	// transport-io over the §3.3 WebSocket mapping, and the reference
 	// client's UDP-unreachable probe.
@@ -219,7 +242,10 @@ func serve(configFile, listen, token, stateDir string) error {
 		go func() { _ = wts.Serve(udp) }()
 	}
 	hs := &http.Server{
-		Handler:           mux,
+		// The probe stays at the root too: seed 002 §10.3 has clients
+		// probe the origin's /.well-known/transport-io (WT_UDP_UNREACHABLE),
+		// wherever their endpoint is.
+		Handler:           underBase(base, mux, transportio.ProbePath),
 		ConnContext:       transport.CorkContext,
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12},
@@ -233,8 +259,10 @@ func serve(configFile, listen, token, stateDir string) error {
 	if addr.IP.IsUnspecified() {
 		connectHost = "127.0.0.1"
 	}
-	url := fmt.Sprintf("wss://%s/ahp", net.JoinHostPort(connectHost, fmt.Sprint(addr.Port)))
-	logger.Info("listening", "address", addr.String(), "config", cfg.Source, "version", version, "token_generated", generated)
+	origin := "https://" + net.JoinHostPort(connectHost, fmt.Sprint(addr.Port))
+	url := "wss" + strings.TrimPrefix(origin, "https") + base + "/ahp"
+
+	logger.Info("listening", "address", addr.String(), "base_path", base, "config", cfg.Source, "version", version, "token_generated", generated)
 	// The token is printed only when the daemon made it up at start: one
 	// the operator chose (--token, auth, token_file, SIDECAR_TOKEN) never
 	// reaches stdout, which under systemd is the journal.
@@ -243,7 +271,8 @@ func serve(configFile, listen, token, stateDir string) error {
 		shown = tok
 	}
 	fmt.Fprintf(os.Stdout, "%s attach %s --token %s --cert-hash %s\n", selfName(), url, shown, certs.pin())
-	logger.Info("transport-io", "url", fmt.Sprintf("https://%s%s", net.JoinHostPort(connectHost, fmt.Sprint(addr.Port)), transport.TIOPath), "webtransport", wts != nil)
+	logger.Info("transport-io", "url", origin+base+transport.TIOPath, "webtransport", wts != nil)
+	logger.Info("web page", "url", origin+base+"/")
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS=listening on "+addr.String())
 
 	for stop := false; !stop; {
