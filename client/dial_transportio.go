@@ -76,7 +76,13 @@ func dialTransportIO(ctx context.Context, u *url.URL, mode string, tlsConf *tls.
 	}
 	switch mode {
 	case TransportWebTransport:
-		mc, err := dialWT(ctx)
+		wctx, cancel := context.WithCancel(ctx)
+		refused := probeRefused(wctx, cancel, u)
+		mc, err := dialWT(wctx)
+		cancel()
+		if perr := <-refused; perr != nil && err != nil {
+			return nil, explainTIO(u, perr) // nothing listens: do not wait for QUIC
+		}
 		if err != nil && errors.Is(err, context.DeadlineExceeded) {
 			return nil, noQUICAnswer(u) // the --connect-timeout, not quic-go's
 		}
@@ -427,4 +433,33 @@ func descendants(pid int) []int {
 		queue = append(queue, children[queue[0]]...)
 	}
 	return out
+}
+
+// probeRefused connects to u's TCP port while a WebTransport attempt runs
+// under ctx: QUIC gets no answer from a port nothing listens on and waits
+// out its handshake timeout, but TCP is refused at once (the sidecar
+// serves the WebSocket mapping on TCP and WebTransport on UDP at the same
+// port), so a killed daemon is told from a silent path (forward's
+// Options.GiveUpWhenRefused). A refusal cancels the attempt (cancel) and
+// is sent on the returned channel; anything else (connected, timed out,
+// canceled) sends nil and leaves the attempt alone. The channel always
+// gets exactly one value, once the probe has ended: receiving it waits
+// for the goroutine.
+func probeRefused(ctx context.Context, cancel context.CancelFunc, u *url.URL) <-chan error {
+	addr := net.JoinHostPort(u.Hostname(), portOf(u))
+	done := make(chan error, 1)
+	go func() {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			_ = c.Close()
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			cancel()
+			done <- err
+			return
+		}
+		done <- nil
+	}()
+	return done
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -118,14 +120,42 @@ func TestDialNoEndpoint(t *testing.T) {
 // nothing answers on says so, within the caller's deadline, with what to
 // check (not quic-go's "no recent network activity").
 func TestDialWebTransportNoAnswer(t *testing.T) {
-	addr := closedLoopbackPort(t)
+	// TCP listens (a refused TCP port says nothing listens at all:
+	// TestDialWebTransportNothingListening); UDP does not answer.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	addr := l.Addr().String()
 	_, port, _ := net.SplitHostPort(addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	_, err := Dial(ctx, "https://"+addr+"/", Options{Transport: TransportWebTransport, ClientName: "no-answer-test"})
+	_, err = Dial(ctx, "https://"+addr+"/", Options{Transport: TransportWebTransport, ClientName: "no-answer-test"})
 	want := addr + " did not answer over WebTransport (QUIC, UDP port " + port + ")"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Dial: %v; want %q", err, want)
+	}
+}
+
+// TestDialWebTransportNothingListening: --transport webtransport to a
+// port nothing listens on, TCP refused (a killed daemon), fails at once
+// as refused, ECONNREFUSED to errors.Is (forward's GiveUpWhenRefused
+// needs it), instead of waiting out QUIC's handshake timeout.
+func TestDialWebTransportNothingListening(t *testing.T) {
+	addr := closedLoopbackPort(t)
+	limit := 2 * time.Second // well under QUIC's handshake timeout
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	start := time.Now()
+	_, err := Dial(ctx, "https://"+addr+"/", Options{Transport: TransportWebTransport, ClientName: "refused-test"})
+	elapsed := time.Since(start)
+	want := "nothing is listening at " + addr + " (connection refused)"
+	if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("Dial: %v; want %q, ECONNREFUSED to errors.Is", err, want)
+	}
+	if elapsed >= limit {
+		t.Errorf("Dial took %v, want well under %v", elapsed, limit)
 	}
 }
 

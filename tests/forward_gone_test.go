@@ -25,43 +25,61 @@ import (
 // forwards again, without a restart of forward.
 func TestForwardDaemonKilled(t *testing.T) {
 	t.Parallel()
-	echo := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c) })
-	s := startServer(t, "")
-	fw := tcpStartForward(t, s, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", echo))
-	open := tcpDial(t, fw.addrs[0])
-	if err := echoRoundTrip(open, "before"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.p.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	s.p.wait(t, waitTimeout)
+	for _, tc := range []struct {
+		name string
+		url  func(s *server) string
+		flag []string
+		// reset bounds the wait for the reset: the loss is noticed at
+		// once over TCP, after QUIC's idle timeout (15 s) over UDP.
+		reset time.Duration
+	}{
+		{"ahp", func(s *server) string { return s.url }, nil, 10 * time.Second},
+		// UDP refuses nothing: the daemon's TCP port, the same number,
+		// tells that nothing listens.
+		{"WebTransport", func(s *server) string { return "https://" + s.host + "/transport-io" }, []string{"--transport webtransport"}, 25 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			echo := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c) })
+			s := startServer(t, "")
+			url := tc.url(s)
+			fw := tcpStartForwardAt(t, s, url, append(tc.flag, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", echo))...)
+			open := tcpDial(t, fw.addrs[0])
+			if err := echoRoundTrip(open, "before"); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.p.cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			s.p.wait(t, waitTimeout)
 
-	// Reset promptly: within 10 s (the first reconnect attempt goes after
-	// about 250 ms), not when a deadline ends the read.
-	_ = open.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if b, err := io.ReadAll(open); len(b) != 0 || !errors.Is(err, syscall.ECONNRESET) {
-		t.Fatalf("the connection open when the daemon was killed: read %q, %v; want a reset within 10 s\nforward's stderr:\n%s", b, err, fw.p.stderr.String())
-	}
-	pos := fw.p.stderr.waitFor(t, "forward saying the host is gone", 0,
-		"the host's address refuses connections: the process that held the session is gone")
-	pos = fw.p.stderr.waitFor(t, "the reset count", pos, "sidecar: reset 1 forwarded connection(s) still open\n")
-	pos = fw.p.stderr.waitFor(t, "the wait for the daemon", pos,
-		"sidecar: starting a new session with "+s.url+" once it answers; the ports stay open, and connections to them are reset until then\n")
+			// Reset promptly: the first reconnect attempt goes about 250 ms
+			// after the loss is noticed, not when a deadline ends the read.
+			_ = open.SetReadDeadline(time.Now().Add(tc.reset))
+			if b, err := io.ReadAll(open); len(b) != 0 || !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("the connection open when the daemon was killed: read %q, %v; want a reset within %v\nforward's stderr:\n%s", b, err, tc.reset, fw.p.stderr.String())
+			}
+			pos := fw.p.stderr.waitFor(t, "forward saying the host is gone", 0,
+				"the host's address refuses connections: the process that held the session is gone")
+			pos = fw.p.stderr.waitFor(t, "the reset count", pos, "sidecar: reset 1 forwarded connection(s) still open\n")
+			pos = fw.p.stderr.waitFor(t, "the wait for the daemon", pos,
+				"sidecar: starting a new session with "+url+" once it answers; the ports stay open, and connections to them are reset until then\n")
 
-	// The port still accepts; what it accepts now is reset at once.
-	fwDialReset(t, "a connection while the daemon is down", fw.addrs[0])
+			// The port still accepts; what it accepts now is reset at once.
+			fwDialReset(t, "a connection while the daemon is down", fw.addrs[0])
 
-	startAgain(t, s)
-	fw.p.stderr.waitFor(t, "the new session", pos, "sidecar: new session with "+s.url+"\n")
-	c := tcpDial(t, fw.addrs[0])
-	if err := echoRoundTrip(c, "after the restart"); err != nil {
-		t.Fatalf("through the same -L port after the new session: %v\nforward's stderr:\n%s", err, fw.p.stderr.String()[pos:])
-	}
-	select {
-	case <-fw.p.done:
-		t.Fatalf("forward exited:\n%s", fw.p.stderr.String())
-	default:
+			startAgain(t, s)
+			fw.p.stderr.waitFor(t, "the new session", pos, "sidecar: new session with "+url+"\n")
+			c := tcpDial(t, fw.addrs[0])
+			if err := echoRoundTrip(c, "after the restart"); err != nil {
+				t.Fatalf("through the same -L port after the new session: %v\nforward's stderr:\n%s", err, fw.p.stderr.String()[pos:])
+			}
+			select {
+			case <-fw.p.done:
+				t.Fatalf("forward exited:\n%s", fw.p.stderr.String())
+			default:
+			}
+		})
 	}
 }
 
