@@ -11,8 +11,10 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -45,8 +47,10 @@ func nginxPath(t *testing.T) string {
 }
 
 // nginxRoute is one location of the proxy: requests under Prefix go to
-// Upstream (an https:// URL ending in "/", which nginx puts in place of
-// the prefix: the prefix is stripped).
+// Upstream: an https:// URL ending in "/", which nginx puts in place of
+// the prefix (the prefix is stripped), or one without a path, to which
+// nginx passes the request's path as it came (the prefix is kept: the
+// daemon's listener.base_path).
 type nginxRoute struct {
 	Prefix   string // "/vm1/"
 	Upstream string // "https://127.0.0.1:PORT/"
@@ -55,6 +59,7 @@ type nginxRoute struct {
 // nginxProxy is a running nginx.
 type nginxProxy struct {
 	Addr      string // 127.0.0.1:PORT, TLS (a self-signed certificate)
+	CertHash  string // its certificate's SHA-256, hex: the CLI's --cert-hash through the proxy
 	Config    string // the configuration it runs, as written
 	AccessLog string // path of the access log (nginx's default "combined" format)
 	ErrorLog  string
@@ -136,7 +141,7 @@ func startNginx(t *testing.T, port int, routes ...nginxRoute) *nginxProxy {
 	t.Helper()
 	bin := nginxPath(t)
 	dir := t.TempDir()
-	writeSelfSigned(t, filepath.Join(dir, "proxy.crt"), filepath.Join(dir, "proxy.key"))
+	hash := writeSelfSigned(t, filepath.Join(dir, "proxy.crt"), filepath.Join(dir, "proxy.key"))
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	var conf strings.Builder
 	if err := nginxConfig.Execute(&conf, map[string]any{"Dir": dir, "Addr": addr, "Routes": routes}); err != nil {
@@ -159,7 +164,7 @@ func startNginx(t *testing.T, port int, routes ...nginxRoute) *nginxProxy {
 		_ = cmd.Wait()
 		close(done)
 	}()
-	n := &nginxProxy{Addr: addr, Config: conf.String(), AccessLog: filepath.Join(dir, "access.log"), ErrorLog: filepath.Join(dir, "error.log")}
+	n := &nginxProxy{Addr: addr, CertHash: hash, Config: conf.String(), AccessLog: filepath.Join(dir, "access.log"), ErrorLog: filepath.Join(dir, "error.log")}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt) // SIGINT: nginx's fast shutdown
 		select {
@@ -196,7 +201,9 @@ func startNginx(t *testing.T, port int, routes ...nginxRoute) *nginxProxy {
 
 // writeSelfSigned writes a self-signed ECDSA certificate for 127.0.0.1
 // and localhost, and its key, as PEM.
-func writeSelfSigned(t *testing.T, certFile, keyFile string) {
+// It returns the SHA-256 of the certificate's DER, hex (what --cert-hash
+// pins).
+func writeSelfSigned(t *testing.T, certFile, keyFile string) string {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -226,6 +233,8 @@ func writeSelfSigned(t *testing.T, certFile, keyFile string) {
 	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	sum := sha256.Sum256(der)
+	return hex.EncodeToString(sum[:])
 }
 
 // blackHoleUDP binds UDP 127.0.0.1:port and drops whatever arrives there
