@@ -53,7 +53,7 @@ func QUICConfig() *quic.Config {
 // wtCarrier carries a session on WebTransport over HTTP/3: every lane.
 type wtCarrier struct {
 	s       *webtransport.Session
-	onClose func()
+	onClose func(*SessionError)
 
 	done   chan struct{}
 	once   sync.Once
@@ -63,9 +63,9 @@ type wtCarrier struct {
 }
 
 // NewWebTransportCarrier wraps an established WebTransport session. onClose,
-// if set, runs once after the session ended (a dialler closes its
-// webtransport.Transport there).
-func NewWebTransportCarrier(s *webtransport.Session, onClose func()) Carrier {
+// if set, runs once after the session ended, with how it ended, before
+// Wait returns (a dialler closes its QUIC connection there).
+func NewWebTransportCarrier(s *webtransport.Session, onClose func(*SessionError)) Carrier {
 	c := &wtCarrier{s: s, onClose: onClose, done: make(chan struct{}), emitCh: make(chan *webtransport.ReceiveStream, 1)}
 	c.wg.Add(1)
 	go c.acceptUni()
@@ -95,11 +95,24 @@ func (c *wtCarrier) Close(code CloseCode, reason string) error {
 	return nil
 }
 
+// peerClosedNoError is the text of the peer's CONNECTION_CLOSE without an
+// error (H3_NO_ERROR), as http3 wraps it.
+var peerClosedNoError = (&quic.ApplicationError{Remote: true, ErrorCode: quic.ApplicationErrorCode(http3.ErrCodeNoError)}).Error()
+
 // convertErr turns a webtransport error into how the session ended.
 func convertErr(err error) *SessionError {
 	var se *webtransport.SessionError
 	if errors.As(err, &se) {
 		return &SessionError{Code: CloseCode(se.ErrorCode), Reason: se.Message, Remote: se.Remote}
+	}
+	if ae, ok := errors.AsType[*quic.ApplicationError](err); ok && ae.Remote && ae.ErrorCode == quic.ApplicationErrorCode(http3.ErrCodeNoError) ||
+		strings.Contains(err.Error(), peerClosedNoError) {
+		// (http3 passes it on as text only, as the idle timeout below.)
+		// The peer closed its QUIC connection on purpose, without an
+		// error (a dialler does once its session ended): a close, not a
+		// loss, even when the session's close capsule did not come first
+		// (a client process that exits right after its close).
+		return &SessionError{Code: CloseNoError, Remote: true, Reason: "the peer closed its QUIC connection"}
 	}
 	// http3 may pass the idle timeout on as text only (an H3_DATAGRAM_ERROR
 	// whose message is the quic-go error's).
@@ -118,7 +131,7 @@ func (c *wtCarrier) acceptUni() {
 	defer c.wg.Done()
 	defer func() {
 		if c.onClose != nil {
-			c.onClose()
+			c.onClose(c.err.Load())
 		}
 	}()
 	n := 0
@@ -342,10 +355,33 @@ func DialWebTransport(ctx context.Context, rawURL string, header http.Header, tl
 		return nil, err
 	}
 	cfg.Role = RoleClient
-	return Start(NewWebTransportCarrier(sess, func() {
-		// Let the close capsule reach the peer before the connection goes.
-		time.AfterFunc(CloseCapsuleGrace, closeConn)
-	}), cfg), nil
+	car := NewWebTransportCarrier(sess, func(e *SessionError) {
+		// Runs before the session's Wait returns, so a process that exits
+		// right after its close still tells the peer. The capsule (the
+		// code and reason) and what the last emits left in QUIC's buffers
+		// get closeWait to go out, unless the peer ends the connection
+		// sooner; then a CONNECTION_CLOSE without an error, which the
+		// peer reads as a close even if the capsule was lost.
+		t := time.NewTimer(closeWait(qconn.ConnectionStats()))
+		select {
+		case <-qconn.Context().Done():
+		case <-t.C:
+		}
+		t.Stop()
+		closeConn()
+	})
+	return Start(car, cfg), nil
+}
+
+// closeWait is how long a dialled connection stays open after its session
+// ended, for the close capsule and the last emits to go out: two probe
+// timeouts (RFC 9002 §6.2.1: smoothed RTT + 4 × its deviation + the
+// 25 ms maximum ACK delay), so that a packet lost once is sent again, and
+// at most CloseCapsuleGrace. About 50 ms on loopback, which every command
+// over WebTransport waits before it exits.
+func closeWait(st quic.ConnectionStats) time.Duration {
+	pto := st.SmoothedRTT + 4*st.MeanDeviation + 25*time.Millisecond
+	return min(2*pto, CloseCapsuleGrace)
 }
 
 // IsNoAnswer reports whether err is a QUIC dial that got no answer at all

@@ -160,7 +160,9 @@ var WebTransport = Type{Name: "webtransport", Binary: true, Listen: func(t testi
 			// would wait for.
 			_ = qconn.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "")
 		})
-		losable(t, mc, func() { _ = qconn.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "conntypes: lost") })
+		// Not H3_NO_ERROR: the peer reads that as a close (a client that
+		// exited right after its own), not a loss.
+		losable(t, mc, func() { _ = qconn.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeInternalError), "conntypes: lost") })
 		return mc
 	}
 }}
@@ -301,7 +303,7 @@ func dialWebTransport(ctx context.Context, rawURL string, tlsConf *tls.Config) (
 		closeConn()
 		return nil, nil, nil, err
 	}
-	s := transportio.Start(transportio.NewWebTransportCarrier(sess, func() {
+	s := transportio.Start(transportio.NewWebTransportCarrier(sess, func(*transportio.SessionError) {
 		time.AfterFunc(transportio.CloseCapsuleGrace, closeConn) // the close capsule first, as transportio's dial does
 	}), transportio.Config{Contract: transport.Contract, PayloadsChecked: true, Role: transportio.RoleClient})
 	if err := s.WaitHandshake(ctx); err != nil {
