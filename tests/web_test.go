@@ -1074,9 +1074,11 @@ func TestWebPageTabs(t *testing.T) {
 }
 
 // TestWebPageTabsFloodLatency: two tabs on one page, each its own
-// subscription with its own window: while one floods (yes), keystroke
-// echo in the other stays within twice its idle latency (or idle + 50 ms,
-// as a few milliseconds idle would make twice that noise).
+// subscription with its own window: while one floods (yes) behind,
+// keystroke echo in the other stays within twice its idle latency (or
+// idle + 20 ms, as a few milliseconds idle would make twice that noise).
+// The hidden tab's credit is paced, so its flood waits on the host rather
+// than taking the page's main thread.
 func TestWebPageTabsFloodLatency(t *testing.T) {
 	chromiumPath(t)
 	s := startServer(t, "")
@@ -1110,10 +1112,12 @@ func TestWebPageTabsFloodLatency(t *testing.T) {
 	}
 	rate := float64(after-before) / took.Seconds() / 1e6
 	t.Logf("keystroke echo in one tab (median of 15): idle %v, while the other tab floods %v (the flood received meanwhile: %.1f M characters/s)", idle, busy, rate)
-	if after-before < 128<<10 { // two windows' worth: the flood kept flowing, credit after credit
-		t.Errorf("the other tab received only %d characters during the measurement: no flood to measure against", after-before)
+	// Hidden, the flood is credited at 256 KiB/s (web/ui/src/pace.ts): it
+	// must still flow at that pace, credit after credit.
+	if float64(after-before) < 0.5*256*1024*took.Seconds() {
+		t.Errorf("the other tab received only %d characters in %v: no flood to measure against", after-before, took)
 	}
-	if limit := max(2*idle, idle+50*time.Millisecond); busy > limit {
+	if limit := max(2*idle, idle+20*time.Millisecond); busy > limit {
 		t.Errorf("echo during the other tab's flood %v, over %v (idle %v)", busy, limit, idle)
 	}
 	b.screenshot("flooding-tab-behind")

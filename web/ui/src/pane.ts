@@ -11,6 +11,7 @@ import * as ahp from "./ahp.js";
 import type { Client } from "./client.js";
 import { terminalId, terminalName, type Name } from "./names.js";
 import { Share, type Change, type Size } from "./share.js";
+import { Pacer } from "./pace.js";
 
 // A small window: what is in flight when Ctrl-C is typed must still be
 // rendered before the prompt shows, so it bounds that delay (and memory).
@@ -64,6 +65,7 @@ export class Pane {
   received = 0; // characters of output received (for tests: a flood is flowing)
   activity = false; // output arrived while the pane was hidden
   finding = false; // a search is selecting its match
+  private pacer = new Pacer(); // a hidden pane's credit, paced (pace.ts)
 
   constructor(
     readonly uri: string,
@@ -182,7 +184,10 @@ export class Pane {
           this.activity = true;
           this.host.changed(this);
         }
-        this.term.write(a.data, release); // credit once parsed: a flood paces the PTY
+        // Credit once parsed: a flood paces the PTY. Hidden, at most
+        // HIDDEN_RATE, so it never takes the main thread from the tab in view.
+        const n = a.data.length;
+        this.term.write(a.data, this.visible ? release : () => this.pacer.credit(n, release));
         return;
       }
       if (m.method === "action" && (a?.type === "terminal/claimed" || a?.type === "terminal/resized")) {
@@ -211,6 +216,7 @@ export class Pane {
     this.visible = visible;
     this.el.hidden = !visible;
     if (visible) {
+      this.pacer.flush();
       this.activity = false;
       this.applyView();
     }
@@ -275,6 +281,7 @@ export class Pane {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    this.pacer.flush(); // no timer outlives the pane
     this.host.client()?.unsubscribe(this.uri);
     this.term.dispose();
     this.el.remove();
