@@ -162,7 +162,9 @@ var WebTransport = Type{Name: "webtransport", Binary: true, Listen: func(t testi
 		})
 		// Not H3_NO_ERROR: the peer reads that as a close (a client that
 		// exited right after its own), not a loss.
-		losable(t, mc, func() { _ = qconn.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeInternalError), "conntypes: lost") })
+		losable(t, mc, func() {
+			_ = qconn.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeInternalError), "conntypes: lost")
+		})
 		return mc
 	}
 }}
