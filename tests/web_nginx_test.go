@@ -130,6 +130,26 @@ func TestWebPageThroughNginx(t *testing.T) {
 		t.Errorf("both pages show terminal %s", terminals[0])
 	}
 
+	// One browser tab, both daemons in turn: sessionStorage is the
+	// origin's, shared by /vm1/ and /vm2/, yet vm1's token and tabs are
+	// kept for /vm1/ only: /vm2/ asks for its own token (vm1's is never
+	// sent to it), and /vm1/ is connected again, its tab back, after.
+	{
+		b := newBrowser(t)
+		b.login(proxy+"/vm1/", vms[0].s.token)
+		b.poll("vm1 connected", `document.getElementById("status").textContent === "connected (WebSocket)"`, waitTimeout)
+		b.must("new terminal", chromedp.Click("#new", chromedp.ByID))
+		b.poll("prompt", promptBack, waitTimeout)
+		b.must("open vm2 in the same tab", chromedp.Navigate(proxy+"/vm2/"), chromedp.WaitVisible("#token", chromedp.ByID))
+		b.must("back to vm1", chromedp.Navigate(proxy+"/vm1/"))
+		b.poll("vm1 connected again, its tab back", `document.getElementById("status").textContent === "connected (WebSocket)" && sidecarPage.tabs().length === 1`, waitTimeout)
+		b.must("leave", chromedp.Navigate("about:blank"))
+		// (vm2's own page, above, got its tickets: 200.)
+		if log := n.AccessLogText(t); regexp.MustCompile(`"POST /vm2/web/ticket [^"]*" 401`).MatchString(log) {
+			t.Errorf("vm1's page sent its token to vm2:\n%s", log)
+		}
+	}
+
 	// Direct, for comparison: WebTransport.
 	direct := vms[0].s
 	b := newBrowser(t)

@@ -15,10 +15,13 @@ import { numbered, terminalId, terminalName, type Name } from "./names.js";
 import { Pane, type PaneHost } from "./pane.js";
 import { Tabs, decodeTabs, fontSize, nextFontSize, restorable, shortcut, type TabState } from "./tabs.js";
 
-const TOKEN_KEY = "sidecar.token"; // sessionStorage: typed once per tab, never in the URL
-const TABS_KEY = "sidecar.tabs"; // sessionStorage: the open tabs, reopened after a reload
-const OLD_TERMINAL_KEY = "sidecar.terminal"; // the one terminal an earlier page showed
-const CLIENT_KEY = "sidecar.clientId";
+// sessionStorage belongs to the origin, not the path: daemons behind one
+// proxy under /vm1/ and /vm2/ share it, so what is kept there is kept per
+// page path, and one daemon's token, tabs or clientId never reach another.
+const SCOPE = new URL(".", document.baseURI).pathname; // "/", "/vm1/"
+const TOKEN_KEY = "sidecar.token:" + SCOPE; // sessionStorage: typed once per tab, never in the URL
+const TABS_KEY = "sidecar.tabs:" + SCOPE; // sessionStorage: the open tabs, reopened after a reload
+const CLIENT_KEY = "sidecar.clientId:" + SCOPE;
 const FONT_KEY = "sidecar.fontSize"; // localStorage: kept across tabs and sessions
 const COPY_KEY = "sidecar.copyOnSelect"; // localStorage
 
@@ -203,9 +206,6 @@ async function connect(): Promise<void> {
 function reopen(c: Client): void {
   const onHost = (uri: string) => terminals.some((t) => t.resource === uri);
   let want: TabState | null = tabs.tabs.length > 0 ? tabs.state() : decodeTabs(sessionStorage.getItem(TABS_KEY));
-  const old = sessionStorage.getItem(OLD_TERMINAL_KEY);
-  if (!want && old) want = { tabs: [old], active: old };
-  sessionStorage.removeItem(OLD_TERMINAL_KEY);
   if (!want) return renderAll();
   const { state, gone } = restorable(want, onHost);
   for (const uri of gone) {
