@@ -58,6 +58,21 @@ func TestLogsNoToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = resp.Body.Close()
+	// The page's ticket exchange with a wrong token: refused, and logged.
+	req, err := http.NewRequest(http.MethodPost, origin+"/web/ticket", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+wrong)
+	req.Header.Set("Origin", origin)
+	resp, err = hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("POST /web/ticket with a wrong token: HTTP %d, want 401", resp.StatusCode)
+	}
 
 	// Shut down (every line written), then read the log.
 	_ = s.p.cmd.Process.Signal(syscall.SIGTERM)
@@ -72,5 +87,13 @@ func TestLogsNoToken(t *testing.T) {
 	}
 	if !strings.Contains(log, "browser origin refused") || !strings.Contains(log, "REDACTED") {
 		t.Errorf("the log has no refused origin with a credential taken out: the test did not exercise the redaction\n%s", tail(log, 4000))
+	}
+	// What is said instead: a token in a URL is warned of (the path only),
+	// a wrong token at the ticket exchange is logged.
+	for _, want := range []string{`"@message":"token in the URL query: it ends up in proxies' access logs; send it as Authorization: Bearer, or a ticket"`,
+		`"@message":"web ticket refused"`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the log has no %s\n%s", want, tail(log, 4000))
+		}
 	}
 }

@@ -43,6 +43,10 @@ type Options struct {
 	Token     string
 	Principal string
 	Tickets   *transport.Tickets
+	// OnRefused, if set, is told of every ticket request refused (a
+	// wrong or missing token: 401; the bound reached: 429), to log it
+	// (at a bounded rate: a guesser may send many).
+	OnRefused func(r *http.Request, status int, why string)
 }
 
 // Ticket is the body of a /web/ticket answer: the ticket, or why none.
@@ -130,6 +134,12 @@ func info(w http.ResponseWriter, r *http.Request, opts Options) {
 	_ = json.NewEncoder(w).Encode(out)
 }
 
+func (o Options) refused(r *http.Request, status int, why string) {
+	if o.OnRefused != nil {
+		o.OnRefused(r, status, why)
+	}
+}
+
 // ticket answers POST /web/ticket: a ticket for the bearer of the token
 // in the Authorization header (a token in the URL is not looked at:
 // this exchange exists so that none is ever put there).
@@ -138,6 +148,7 @@ func ticket(w http.ResponseWriter, r *http.Request, opts Options) {
 		return
 	}
 	if !transport.TokenEqual(transport.BearerToken(r), opts.Token) {
+		opts.refused(r, http.StatusUnauthorized, "missing or wrong token")
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sidecar"`)
 		w.WriteHeader(http.StatusUnauthorized)
 		_ = json.NewEncoder(w).Encode(Ticket{Error: "missing or wrong token (send it as Authorization: Bearer TOKEN)"})
@@ -145,6 +156,7 @@ func ticket(w http.ResponseWriter, r *http.Request, opts Options) {
 	}
 	k, err := opts.Tickets.Issue(opts.Principal)
 	if errors.Is(err, transport.ErrTooManyTickets) {
+		opts.refused(r, http.StatusTooManyRequests, err.Error())
 		w.Header().Set("Retry-After", strconv.Itoa(int(opts.Tickets.TTL().Seconds())))
 		w.WriteHeader(http.StatusTooManyRequests)
 		_ = json.NewEncoder(w).Encode(Ticket{Error: err.Error() + ": try again when some are used or expired"})

@@ -48,3 +48,17 @@ func (l *refusalLog) stop() {
 // headerText is peer-supplied text (an Origin header, a path: an HTTP
 // header may be a megabyte) for a log line, cut and escaped.
 func headerText(s string) string { return textsafe.Log(s) }
+
+// queryTokenWarning passes every request to next, and logs (at refusals'
+// bounded rate, the path only) one that carries a token in its URL query:
+// accepted, for clients that can do nothing else, but the URL ends up in
+// proxies' access logs and browsers' history. The page never does this
+// (it trades the token for a ticket, docs/protocol.md "Tickets").
+func queryTokenWarning(l *refusalLog, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("token") {
+			l.warn(r, "token in the URL query: it ends up in proxies' access logs; send it as Authorization: Bearer, or a ticket")
+		}
+		next.ServeHTTP(w, r)
+	})
+}

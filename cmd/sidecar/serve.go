@@ -219,7 +219,9 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	mux.Handle(transportio.ProbePath, transport.ProbeHandler())
 	// The web page (README "The web page"); the development certificate's
 	// pin lets the browser trust it for WebTransport.
-	mux.Handle("/", web.Handler(web.Options{Origins: origins, Token: tok, Principal: principal, Tickets: tickets, CertHashes: func() []string {
+	mux.Handle("/", web.Handler(web.Options{Origins: origins, Token: tok, Principal: principal, Tickets: tickets, OnRefused: func(r *http.Request, status int, why string) {
+		refusals.warn(r, "web ticket refused", "status", status, "reason", why)
+	}, CertHashes: func() []string {
 		if !certs.dev {
 			return nil
 		}
@@ -245,7 +247,7 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 		// The probe stays at the root too: seed 002 §10.3 has clients
 		// probe the origin's /.well-known/transport-io (WT_UDP_UNREACHABLE),
 		// wherever their endpoint is.
-		Handler:           underBase(base, mux, transportio.ProbePath),
+		Handler:           queryTokenWarning(refusals, underBase(base, mux, transportio.ProbePath)),
 		ConnContext:       transport.CorkContext,
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12},
