@@ -43,7 +43,7 @@ var (
 	// nothing listens at the host's address, so the process that held our
 	// state is gone. It ends the reconnection only with
 	// Options.GiveUpWhenRefused.
-	ErrHostGone = errors.New("client: the host's address refuses connections: the process that held the session is gone")
+	ErrHostGone = errors.New("client: the host's address refuses connections: its daemon is gone (or a tunnel or proxy in front of it is down)")
 	// ErrNotKept: a subscription the host did not keep across a
 	// reconnect (listed in missing, or absent from windows.items: a
 	// disposed terminal, a TCP channel). Only that subscription ends.

@@ -60,7 +60,7 @@ func TestForwardDaemonKilled(t *testing.T) {
 				t.Fatalf("the connection open when the daemon was killed: read %q, %v; want a reset within %v\nforward's stderr:\n%s", b, err, tc.reset, fw.p.stderr.String())
 			}
 			pos := fw.p.stderr.waitFor(t, "forward saying the host is gone", 0,
-				"the host's address refuses connections: the process that held the session is gone")
+				"the host's address refuses connections: its daemon is gone (or a tunnel or proxy in front of it is down)")
 			pos = fw.p.stderr.waitFor(t, "the reset count", pos, "sidecar: reset 1 forwarded connection(s) still open\n")
 			pos = fw.p.stderr.waitFor(t, "the wait for the daemon", pos,
 				"sidecar: starting a new session with "+url+" once it answers; the ports stay open, and connections to them are reset until then\n")
@@ -160,7 +160,7 @@ func TestForwardRelayRestarted(t *testing.T) {
 	}
 	_ = relay.Close()
 	pos := fw.p.stderr.waitFor(t, "forward saying the address refuses", 0,
-		"the host's address refuses connections: the process that held the session is gone")
+		"the host's address refuses connections: its daemon is gone (or a tunnel or proxy in front of it is down)")
 	_ = open.SetReadDeadline(time.Now().Add(waitTimeout))
 	if b, err := io.ReadAll(open); len(b) != 0 || !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("the local connection: read %q, %v; want a reset", b, err)

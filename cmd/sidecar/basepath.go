@@ -38,7 +38,9 @@ func underBase(base string, inner http.Handler, atRoot ...string) http.Handler {
 		case slices.Contains(atRoot, p):
 			inner.ServeHTTP(w, r)
 		default:
-			http.NotFound(w, r)
+			// Say where it serves: a route that forgot the prefix (or a
+			// URL without it) reads what to use instead.
+			http.Error(w, "404 page not found: this sidecar serves under "+base+"/ (listener.base_path): the page at "+base+"/, "+base+"/ahp, "+base+"/transport-io", http.StatusNotFound)
 		}
 	})
 }

@@ -16,6 +16,7 @@ func TestUnderBase(t *testing.T) {
 		_, _ = io.WriteString(w, r.Method+" "+r.URL.Path+" "+r.URL.RawQuery)
 	})
 	h := underBase("/vm1", inner, "/.well-known/transport-io")
+	const notHere = "404 page not found: this sidecar serves under /vm1/ (listener.base_path): the page at /vm1/, /vm1/ahp, /vm1/transport-io\n"
 	for _, tt := range []struct {
 		method, target string
 		status         int
@@ -29,14 +30,14 @@ func TestUnderBase(t *testing.T) {
 		{"POST", "/vm1/web/info", 200, "POST /web/info ", ""},
 		{"GET", "/vm1", http.StatusTemporaryRedirect, "", "/vm1/"},
 		{"POST", "/vm1?a=b", http.StatusTemporaryRedirect, "", "/vm1/?a=b"},
-		{"GET", "/", 404, "404 page not found\n", ""},
-		{"GET", "/ahp", 404, "404 page not found\n", ""},
-		{"GET", "/transport-io", 404, "404 page not found\n", ""},
-		{"GET", "/vm10/", 404, "404 page not found\n", ""},
-		{"GET", "/vm2/ahp", 404, "404 page not found\n", ""},
+		{"GET", "/", 404, notHere, ""},
+		{"GET", "/ahp", 404, notHere, ""},
+		{"GET", "/transport-io", 404, notHere, ""},
+		{"GET", "/vm10/", 404, notHere, ""},
+		{"GET", "/vm2/ahp", 404, notHere, ""},
 		// The probe is also where seed 002 has clients look: the origin's root.
 		{"HEAD", "/.well-known/transport-io", 200, "HEAD /.well-known/transport-io ", ""},
-		{"GET", "/.well-known/transport-io/x", 404, "404 page not found\n", ""},
+		{"GET", "/.well-known/transport-io/x", 404, notHere, ""},
 	} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(tt.method, tt.target, nil))
