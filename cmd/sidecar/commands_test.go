@@ -24,6 +24,7 @@ func TestClientArgsChecked(t *testing.T) {
 	pin := strings.Repeat("ab", 32)
 	commands := map[string]func() *cobra.Command{
 		"ls": lsCmd, "attach": attachCmd, "run": runCmd, "kill": killCmd, "top": topCmd, "forward": forwardCmd,
+		"connect": connectCmd,
 	}
 	// args are completed per command: the URL first, then what it needs.
 	complete := func(name string, url string, flags []string) []string {
@@ -33,6 +34,8 @@ func TestClientArgsChecked(t *testing.T) {
 			a = append(a, "t1")
 		case "run":
 			a = append(a, "--", "true")
+		case "connect":
+			a = append(a, "localhost:22")
 		}
 		return append(flags, a...)
 	}
@@ -119,6 +122,8 @@ func TestClientArgsChecked(t *testing.T) {
 			{"kill", []string{"wss://h/ahp", "t1"}, exclusive("wss://h/ahp")},
 			{"run", []string{"wss://h/ahp", "--", "true"}, exclusive("wss://h/ahp")},
 			{"run", []string{"x", "--", "true"}, `unexpected argument "x": with --via no URL is given (--via's command is the connection)`},
+			{"connect", []string{"wss://h/ahp", "localhost:22"}, exclusive("wss://h/ahp")},
+			{"connect", nil, `missing HOST:PORT after "stdio:": sidecar connect URL HOST:PORT`},
 			// Accepted.
 			{"ls", nil, ""},
 			{"ls", []string{"stdio:"}, ""},
@@ -132,6 +137,9 @@ func TestClientArgsChecked(t *testing.T) {
 			{"kill", []string{"ahp-terminal:/t1"}, ""},
 			{"run", []string{"--", "wss://h/ahp"}, ""}, // the program, not a URL
 			{"run", []string{"stdio:", "--", "true"}, ""},
+			{"connect", []string{"localhost:22"}, ""},
+			{"connect", []string{"::1:22"}, ""},
+			{"connect", []string{"stdio:", "localhost:22"}, ""},
 		} {
 			cmd := commands[tt.name]()
 			args := append([]string{"--via", "cat"}, tt.args...)

@@ -1,0 +1,322 @@
+package tests
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The end-to-end tests of `sidecar connect` (issue 29): standard input
+// and output as one forwarded TCP connection, for ssh's ProxyCommand.
+// Each starts the real binary with a pipe on its standard input and one
+// on its standard output, and the token and pin in the environment.
+
+// connectProc is a running `sidecar connect`: write to in (its standard
+// input), read from out (its standard output); its stderr and exit are
+// in p.
+type connectProc struct {
+	p   *proc
+	in  *os.File
+	out *os.File
+}
+
+// startConnect runs `sidecar connect args...` with $SIDECAR_TOKEN and
+// $SIDECAR_CERT_HASH from s.
+func startConnect(t *testing.T, s *server, args ...string) *connectProc {
+	t.Helper()
+	cmd := exec.Command(sidecarBin, append([]string{"connect"}, args...)...)
+	cmd.Env = append(cleanEnv(), "SIDECAR_TOKEN="+s.token, "SIDECAR_CERT_HASH="+s.hash)
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdin, cmd.Stdout = inR, outW
+	p := &proc{cmd: cmd, stdout: newStreamBuf(), stderr: newStreamBuf(), done: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_ = inR.Close()
+	_ = outW.Close()
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	// Reads and writes of the test are bounded: past the deadline they
+	// fail instead of blocking.
+	_ = outR.SetDeadline(time.Now().Add(4 * waitTimeout))
+	_ = inW.SetDeadline(time.Now().Add(4 * waitTimeout))
+	t.Cleanup(func() {
+		p.kill(t)
+		_ = inW.Close()
+		_ = outR.Close()
+		if t.Failed() {
+			t.Logf("sidecar connect stderr:\n%s", tail(p.stderr.String(), 4000))
+		}
+	})
+	return &connectProc{p: p, in: inW, out: outR}
+}
+
+// TestConnectBulk: 16 MiB each way at once through `sidecar connect` to a
+// destination that sends while it reads: the end of standard input
+// reaches the destination as its end of file, the destination's end
+// closes standard output, every byte arrives once (SHA-256 at both ends),
+// connect exits 0, and its standard error stays empty.
+func TestConnectBulk(t *testing.T) {
+	t.Parallel()
+	const size = 16 << 20
+	const up, down = 2901, 2902
+	port, got := bulkDestination(t, size, down)
+	s := startServer(t, "")
+	c := startConnect(t, s, s.url, fmt.Sprintf("127.0.0.1:%d", port))
+	werr := make(chan error, 1)
+	go func() {
+		_, err := streamSum(c.in, size, up)
+		if err == nil {
+			err = c.in.Close()
+		}
+		werr <- err
+	}()
+	n, sum, err := readSum(c.out)
+	if err != nil || n != size || sum != wantSum(size, down) {
+		t.Errorf("standard output: %d bytes, error %v, sum match %v", n, err, sum == wantSum(size, down))
+	}
+	if err := <-werr; err != nil {
+		t.Errorf("standard input: %v", err)
+	}
+	select {
+	case d := <-got:
+		if d.err != nil || d.n != size || d.sum != wantSum(size, up) {
+			t.Errorf("destination: %d bytes, error %v, sum match %v", d.n, d.err, d.sum == wantSum(size, up))
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("the destination did not finish")
+	}
+	if code := c.p.wait(t, waitTimeout); code != 0 {
+		t.Errorf("connect exited %d, want 0", code)
+	}
+	if e := c.p.stderr.String(); e != "" {
+		t.Errorf("connect wrote to standard error:\n%s", e)
+	}
+}
+
+// TestConnectHalfClose: each side's end of file is a half-close, the
+// other direction going on: the destination answers only after the end
+// of standard input; and when the destination ends first, connect closes
+// standard output but still carries standard input until its end.
+func TestConnectHalfClose(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	t.Run("standard input ends first", func(t *testing.T) {
+		port := tcpListen(t, func(c *net.TCPConn) {
+			req, err := io.ReadAll(c)
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "got %d bytes: %s", len(req), bytes.ToUpper(req))
+		})
+		c := startConnect(t, s, s.url, fmt.Sprintf("127.0.0.1:%d", port))
+		if _, err := c.in.Write([]byte("question")); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.in.Close()
+		answer, err := io.ReadAll(c.out)
+		if err != nil || string(answer) != "got 8 bytes: QUESTION" {
+			t.Fatalf("answer %q, %v", answer, err)
+		}
+		if code := c.p.wait(t, waitTimeout); code != 0 {
+			t.Fatalf("connect exited %d, want 0", code)
+		}
+	})
+	t.Run("the destination ends first", func(t *testing.T) {
+		later := make(chan string, 1)
+		port := tcpListen(t, func(c *net.TCPConn) {
+			_, _ = c.Write([]byte("hello"))
+			_ = c.CloseWrite()
+			b, _ := io.ReadAll(c)
+			later <- string(b)
+		})
+		c := startConnect(t, s, s.url, fmt.Sprintf("127.0.0.1:%d", port))
+		if hello, err := io.ReadAll(c.out); err != nil || string(hello) != "hello" {
+			t.Fatalf("standard output %q, %v", hello, err)
+		}
+		// Still carried: connect did not end with standard output.
+		if _, err := c.in.Write([]byte("after the end of output")); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.in.Close()
+		select {
+		case b := <-later:
+			if b != "after the end of output" {
+				t.Fatalf("the destination read %q", b)
+			}
+		case <-time.After(waitTimeout):
+			t.Fatal("the destination's read did not end")
+		}
+		if code := c.p.wait(t, waitTimeout); code != 0 {
+			t.Fatalf("connect exited %d, want 0", code)
+		}
+	})
+}
+
+// TestConnectFailures: what does not end in order exits non-zero with a
+// line naming why, and nothing on standard output: a destination that
+// refuses or that the host's policy forbids (1), one that resets the
+// connection (1), a host that is not there (255), a usage error (2).
+func TestConnectFailures(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	closed := tcpClosedPort(t)
+	reset := tcpListen(t, func(c *net.TCPConn) {
+		_, _ = io.ReadFull(c, make([]byte, 4))
+		_ = c.SetLinger(0) // the deferred Close sends an RST
+	})
+	for _, tc := range []struct {
+		name, url, dest string
+		send            string // written to standard input, which stays open
+		code            int
+		line            string
+	}{
+		{"refused", s.url, fmt.Sprintf("127.0.0.1:%d", closed), "", 1,
+			fmt.Sprintf("sidecar: 127.0.0.1:%d: open failed: connect to 127.0.0.1:%d refused\n", closed, closed)},
+		{"not allowed", s.url, "10.255.255.1:22", "", 1,
+			"sidecar: 10.255.255.1:22: open failed: connect to 10.255.255.1:22 not allowed by policy"},
+		{"destination resets", s.url, fmt.Sprintf("127.0.0.1:%d", reset), "ping", 1,
+			fmt.Sprintf("sidecar: 127.0.0.1:%d: connection reset by the destination\n", reset)},
+		{"no host", "wss://" + freePort(t) + "/ahp", "127.0.0.1:22", "", 255,
+			"sidecar: nothing is listening at 127.0.0.1:"},
+		{"bad destination", s.url, "127.0.0.1", "", 2,
+			`sidecar: bad HOST:PORT "127.0.0.1": want host:port`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startConnect(t, s, tc.url, tc.dest)
+			if tc.send != "" {
+				if _, err := c.in.Write([]byte(tc.send)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if code := c.p.wait(t, waitTimeout); code != tc.code {
+				t.Errorf("connect exited %d, want %d", code, tc.code)
+			}
+			if e := c.p.stderr.String(); !strings.Contains(e, tc.line) || strings.Count(e, "\n") != 1 {
+				t.Errorf("standard error:\n%s\nwant one line with %q", e, tc.line)
+			}
+			if out, err := io.ReadAll(c.out); len(out) != 0 || err != nil {
+				t.Errorf("standard output %q, %v; want nothing", out, err)
+			}
+		})
+	}
+}
+
+// TestConnectSurvivesCuts: 32 MiB each way through `sidecar connect -v`
+// while the link to the host is cut at random points (mid-frame,
+// mid-message, between a message and its credit); every byte arrives
+// once, in order, both ways, and connect exits 0. A link whose address
+// then refuses connections (the daemon gone with the connection's state)
+// ends connect at once with 255 and a line saying so, rather than after
+// the host's grace.
+func TestConnectSurvivesCuts(t *testing.T) {
+	t.Parallel()
+	t.Run("cuts", func(t *testing.T) {
+		t.Parallel()
+		const size = 32 << 20
+		const up, down = 2911, 2912
+		port, got := bulkDestination(t, size, down)
+		s := startServer(t, "")
+		relay, url := relayed(t, s)
+		c := startConnect(t, s, url, fmt.Sprintf("127.0.0.1:%d", port), "-v")
+		c.p.stderr.waitFor(t, "the connected line", 0, "sidecar: connected to "+url+" over ")
+		werr := make(chan error, 1)
+		go func() {
+			_, err := streamSum(c.in, size, up)
+			if err == nil {
+				err = c.in.Close()
+			}
+			werr <- err
+		}()
+		type result struct {
+			n   int64
+			sum [32]byte
+			err error
+		}
+		read := make(chan result, 1)
+		done := make(chan struct{})
+		go func() {
+			n, sum, err := readSum(c.out)
+			read <- result{n, sum, err}
+			close(done)
+		}()
+		cuts := cutsUntil(t, &tcpForward{p: c.p}, relay, rand.New(rand.NewPCG(29, 32)), 6, done)
+		r := <-read
+		if r.err != nil || r.n != size || r.sum != wantSum(size, down) {
+			t.Errorf("standard output: %d bytes, error %v, sum match %v", r.n, r.err, r.sum == wantSum(size, down))
+		}
+		if err := <-werr; err != nil {
+			t.Errorf("standard input: %v", err)
+		}
+		select {
+		case d := <-got:
+			if d.err != nil || d.n != size || d.sum != wantSum(size, up) {
+				t.Errorf("destination: %d bytes, error %v, sum match %v", d.n, d.err, d.sum == wantSum(size, up))
+			}
+		case <-time.After(waitTimeout):
+			t.Fatal("the destination did not finish")
+		}
+		if code := c.p.wait(t, waitTimeout); code != 0 {
+			t.Errorf("connect exited %d, want 0", code)
+		}
+		t.Logf("32 MiB each way through %d cuts", cuts)
+		if cuts < 2 {
+			t.Errorf("only %d cuts fell in the transfer", cuts)
+		}
+	})
+	t.Run("host gone", func(t *testing.T) {
+		t.Parallel()
+		echo := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c) })
+		s := startServer(t, "")
+		relay, url := relayed(t, s)
+		c := startConnect(t, s, url, fmt.Sprintf("127.0.0.1:%d", echo))
+		if _, err := c.in.Write([]byte("before")); err != nil {
+			t.Fatal(err)
+		}
+		if b := make([]byte, 6); func() error { _, err := io.ReadFull(c.out, b); return err }() != nil || string(b) != "before" {
+			t.Fatalf("echoed %q", b)
+		}
+		_ = relay.Close() // its port now refuses, as a killed daemon's does
+		if code := c.p.wait(t, waitTimeout); code != 255 {
+			t.Errorf("connect exited %d, want 255", code)
+		}
+		if e := c.p.stderr.String(); !strings.Contains(e, "the host's address refuses connections") {
+			t.Errorf("standard error:\n%s\nwant a line saying the host's address refuses connections", e)
+		}
+	})
+}
+
+// TestConnectVia: through --via's command (`sidecar stdio`), no URL.
+func TestConnectVia(t *testing.T) {
+	t.Parallel()
+	echo := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c) })
+	s := &server{} // nothing to authenticate: the pipe is the connection
+	c := startConnect(t, s, "--via", sidecarBin+" stdio", fmt.Sprintf("127.0.0.1:%d", echo))
+	if _, err := c.in.Write([]byte("through stdio")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.in.Close()
+	if got, err := io.ReadAll(c.out); err != nil || string(got) != "through stdio" {
+		t.Fatalf("standard output %q, %v", got, err)
+	}
+	if code := c.p.wait(t, waitTimeout); code != 0 {
+		t.Fatalf("connect --via exited %d, want 0", code)
+	}
+}
