@@ -33,6 +33,22 @@ func startConnect(t *testing.T, s *server, args ...string) *connectProc {
 	t.Helper()
 	cmd := exec.Command(sidecarBin, append([]string{"connect"}, args...)...)
 	cmd.Env = append(cleanEnv(), "SIDECAR_TOKEN="+s.token, "SIDECAR_CERT_HASH="+s.hash)
+	p, in, out := startPiped(t, cmd)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s stderr:\n%s", cmd.Args[0], tail(p.stderr.String(), 4000))
+		}
+	})
+	return &connectProc{p: p, in: in, out: out}
+}
+
+// startPiped starts cmd with a pipe on its standard input (in: write to
+// it) and one on its standard output (out: read from it), stderr
+// collected in p.stderr. Reads and writes of the test through them fail
+// past a deadline rather than block; the process is killed (if still
+// running) at cleanup.
+func startPiped(t *testing.T, cmd *exec.Cmd) (p *proc, in, out *os.File) {
+	t.Helper()
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +58,7 @@ func startConnect(t *testing.T, s *server, args ...string) *connectProc {
 		t.Fatal(err)
 	}
 	cmd.Stdin, cmd.Stdout = inR, outW
-	p := &proc{cmd: cmd, stdout: newStreamBuf(), stderr: newStreamBuf(), done: make(chan struct{})}
+	p = &proc{cmd: cmd, stdout: newStreamBuf(), stderr: newStreamBuf(), done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -53,19 +69,14 @@ func startConnect(t *testing.T, s *server, args ...string) *connectProc {
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
-	// Reads and writes of the test are bounded: past the deadline they
-	// fail instead of blocking.
 	_ = outR.SetDeadline(time.Now().Add(4 * waitTimeout))
 	_ = inW.SetDeadline(time.Now().Add(4 * waitTimeout))
 	t.Cleanup(func() {
 		p.kill(t)
 		_ = inW.Close()
 		_ = outR.Close()
-		if t.Failed() {
-			t.Logf("sidecar connect stderr:\n%s", tail(p.stderr.String(), 4000))
-		}
 	})
-	return &connectProc{p: p, in: inW, out: outR}
+	return p, inW, outR
 }
 
 // TestConnectBulk: 16 MiB each way at once through `sidecar connect` to a
