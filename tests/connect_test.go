@@ -2,6 +2,8 @@ package tests
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -9,8 +11,11 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sidecar-dev/sidecar/tests/fault"
 )
 
 // The end-to-end tests of `sidecar connect` (issue 29): standard input
@@ -79,6 +84,59 @@ func startPiped(t *testing.T, cmd *exec.Cmd) (p *proc, in, out *os.File) {
 	return p, inW, outR
 }
 
+// transfer is a bulk transfer through a running connect: size bytes
+// (seed up) written to its standard input, which is then closed, while
+// its standard output is read to its end.
+type transfer struct {
+	c    *connectProc
+	size int64
+	werr chan error
+	read chan exchange
+	done chan struct{} // closed once standard output has ended
+}
+
+func (c *connectProc) transfer(size int64, up uint64) *transfer {
+	tr := &transfer{c: c, size: size, werr: make(chan error, 1), read: make(chan exchange, 1), done: make(chan struct{})}
+	go func() {
+		_, err := streamSum(c.in, size, up)
+		if err == nil {
+			err = c.in.Close()
+		}
+		tr.werr <- err
+	}()
+	go func() {
+		n, sum, err := readSum(c.out)
+		tr.read <- exchange{n: n, sum: sum, err: err}
+		close(tr.done)
+	}()
+	return tr
+}
+
+// check fails t unless every byte arrived once both ways (standard output
+// got seed down, the destination, which reports on got, seed up) and
+// connect exited 0.
+func (tr *transfer) check(t *testing.T, up, down uint64, got <-chan exchange) {
+	t.Helper()
+	size := tr.size
+	if r := <-tr.read; r.err != nil || r.n != size || r.sum != wantSum(size, down) {
+		t.Errorf("standard output: %d bytes, error %v, sum match %v", r.n, r.err, r.sum == wantSum(size, down))
+	}
+	if err := <-tr.werr; err != nil {
+		t.Errorf("standard input: %v", err)
+	}
+	select {
+	case d := <-got:
+		if d.err != nil || d.n != size || d.sum != wantSum(size, up) {
+			t.Errorf("destination: %d bytes, error %v, sum match %v", d.n, d.err, d.sum == wantSum(size, up))
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("the destination did not finish")
+	}
+	if code := tr.c.p.wait(t, waitTimeout); code != 0 {
+		t.Errorf("connect exited %d, want 0", code)
+	}
+}
+
 // TestConnectBulk: 16 MiB each way at once through `sidecar connect` to a
 // destination that sends while it reads: the end of standard input
 // reaches the destination as its end of file, the destination's end
@@ -91,32 +149,7 @@ func TestConnectBulk(t *testing.T) {
 	port, got := bulkDestination(t, size, down)
 	s := startServer(t, "")
 	c := startConnect(t, s, s.url, fmt.Sprintf("127.0.0.1:%d", port))
-	werr := make(chan error, 1)
-	go func() {
-		_, err := streamSum(c.in, size, up)
-		if err == nil {
-			err = c.in.Close()
-		}
-		werr <- err
-	}()
-	n, sum, err := readSum(c.out)
-	if err != nil || n != size || sum != wantSum(size, down) {
-		t.Errorf("standard output: %d bytes, error %v, sum match %v", n, err, sum == wantSum(size, down))
-	}
-	if err := <-werr; err != nil {
-		t.Errorf("standard input: %v", err)
-	}
-	select {
-	case d := <-got:
-		if d.err != nil || d.n != size || d.sum != wantSum(size, up) {
-			t.Errorf("destination: %d bytes, error %v, sum match %v", d.n, d.err, d.sum == wantSum(size, up))
-		}
-	case <-time.After(waitTimeout):
-		t.Fatal("the destination did not finish")
-	}
-	if code := c.p.wait(t, waitTimeout); code != 0 {
-		t.Errorf("connect exited %d, want 0", code)
-	}
+	c.transfer(size, up).check(t, up, down, got)
 	if e := c.p.stderr.String(); e != "" {
 		t.Errorf("connect wrote to standard error:\n%s", e)
 	}
@@ -233,7 +266,9 @@ func TestConnectFailures(t *testing.T) {
 // TestConnectSurvivesCuts: 32 MiB each way through `sidecar connect -v`
 // while the link to the host is cut at random points (mid-frame,
 // mid-message, between a message and its credit); every byte arrives
-// once, in order, both ways, and connect exits 0. A link whose address
+// once, in order, both ways, and connect exits 0. So it does across a
+// black hole (16 MiB each way): the link goes silent until connect says it
+// is reconnecting, then comes back. A link whose address
 // then refuses connections (the daemon gone with the connection's state)
 // ends connect at once with 255 and a line saying so, rather than after
 // the host's grace.
@@ -248,49 +283,39 @@ func TestConnectSurvivesCuts(t *testing.T) {
 		relay, url := relayed(t, s)
 		c := startConnect(t, s, url, fmt.Sprintf("127.0.0.1:%d", port), "-v")
 		c.p.stderr.waitFor(t, "the connected line", 0, "sidecar: connected to "+url+" over ")
-		werr := make(chan error, 1)
-		go func() {
-			_, err := streamSum(c.in, size, up)
-			if err == nil {
-				err = c.in.Close()
-			}
-			werr <- err
-		}()
-		type result struct {
-			n   int64
-			sum [32]byte
-			err error
-		}
-		read := make(chan result, 1)
-		done := make(chan struct{})
-		go func() {
-			n, sum, err := readSum(c.out)
-			read <- result{n, sum, err}
-			close(done)
-		}()
-		cuts := cutsUntil(t, &tcpForward{p: c.p}, relay, rand.New(rand.NewPCG(29, 32)), 6, done)
-		r := <-read
-		if r.err != nil || r.n != size || r.sum != wantSum(size, down) {
-			t.Errorf("standard output: %d bytes, error %v, sum match %v", r.n, r.err, r.sum == wantSum(size, down))
-		}
-		if err := <-werr; err != nil {
-			t.Errorf("standard input: %v", err)
-		}
-		select {
-		case d := <-got:
-			if d.err != nil || d.n != size || d.sum != wantSum(size, up) {
-				t.Errorf("destination: %d bytes, error %v, sum match %v", d.n, d.err, d.sum == wantSum(size, up))
-			}
-		case <-time.After(waitTimeout):
-			t.Fatal("the destination did not finish")
-		}
-		if code := c.p.wait(t, waitTimeout); code != 0 {
-			t.Errorf("connect exited %d, want 0", code)
-		}
+		tr := c.transfer(size, up)
+		cuts := cutsUntil(t, &tcpForward{p: c.p}, relay, rand.New(rand.NewPCG(29, 32)), 6, tr.done)
+		tr.check(t, up, down, got)
 		t.Logf("32 MiB each way through %d cuts", cuts)
 		if cuts < 2 {
 			t.Errorf("only %d cuts fell in the transfer", cuts)
 		}
+	})
+	t.Run("black hole", func(t *testing.T) {
+		t.Parallel()
+		const size = 16 << 20
+		const up, down = 2921, 2922
+		port, got := bulkDestination(t, size, down)
+		s := startServer(t, "")
+		relay, url := relayed(t, s)
+		c := startConnect(t, s, url, fmt.Sprintf("127.0.0.1:%d", port), "-v")
+		pos := c.p.stderr.waitFor(t, "the connected line", 0, "sidecar: connected to "+url+" over ")
+		tr := c.transfer(size, up)
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		if err := relay.Await(ctx, func() bool { return relay.Bytes(fault.Up) > 4<<20 && relay.Bytes(fault.Down) > 4<<20 }); err != nil {
+			t.Fatalf("no data through the relay: %v", err)
+		}
+		relay.Stall(true)
+		// The keepalive gives up on the silent path after some 30 s.
+		lost := "sidecar: connection lost, reconnecting"
+		if text, ok := c.p.stderr.waitMatch(3*waitTimeout, func(text string) bool { return strings.Contains(text[pos:], lost) }); !ok {
+			relay.Stall(false)
+			t.Fatalf("no %q line within %v:\n%s", lost, 3*waitTimeout, text)
+		}
+		relay.Stall(false)
+		c.p.stderr.waitFor(t, "the resumed line", pos, "sidecar: resumed\n")
+		tr.check(t, up, down, got)
 	})
 	t.Run("host gone", func(t *testing.T) {
 		t.Parallel()
@@ -330,4 +355,76 @@ func TestConnectVia(t *testing.T) {
 	if code := c.p.wait(t, waitTimeout); code != 0 {
 		t.Fatalf("connect --via exited %d, want 0", code)
 	}
+}
+
+// TestConnectCutShort: a connect ended before the connection did resets
+// it, so that the destination never takes a cut stream for a complete
+// one: a signal (SIGHUP, as ssh sends its ProxyCommand when it exits)
+// exits 129 without a line; a reader of standard output that went away
+// exits 1 with a line naming standard output.
+func TestConnectCutShort(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	// ended reports how each destination connection's read ended.
+	ended := make(chan error, 4)
+	echo := tcpListen(t, func(c *net.TCPConn) {
+		_, err := io.Copy(c, c)
+		if err == nil {
+			err = io.EOF
+		}
+		ended <- err
+	})
+	flood := tcpListen(t, func(c *net.TCPConn) {
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := c.Write(buf); err != nil {
+				ended <- err
+				return
+			}
+		}
+	})
+	wantReset := func(t *testing.T) {
+		t.Helper()
+		select {
+		case err := <-ended:
+			if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+				t.Errorf("the destination's connection ended with %v, want a reset", err)
+			}
+		case <-time.After(waitTimeout):
+			t.Fatal("the destination's connection did not end")
+		}
+	}
+	t.Run("SIGHUP", func(t *testing.T) {
+		c := startConnect(t, s, s.url, fmt.Sprintf("127.0.0.1:%d", echo))
+		if _, err := c.in.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c.out, make([]byte, 4)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if code := c.p.wait(t, waitTimeout); code != 129 {
+			t.Errorf("connect exited %d, want 129", code)
+		}
+		if e := c.p.stderr.String(); e != "" {
+			t.Errorf("standard error:\n%s\nwant nothing", e)
+		}
+		wantReset(t)
+	})
+	t.Run("standard output gone", func(t *testing.T) {
+		c := startConnect(t, s, s.url, fmt.Sprintf("127.0.0.1:%d", flood))
+		if _, err := io.ReadFull(c.out, make([]byte, 1<<20)); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.out.Close()
+		if code := c.p.wait(t, waitTimeout); code != 1 {
+			t.Errorf("connect exited %d, want 1", code)
+		}
+		if e := c.p.stderr.String(); !strings.HasPrefix(e, "sidecar: standard output: ") || !strings.Contains(e, "broken pipe") || strings.Count(e, "\n") != 1 {
+			t.Errorf("standard error:\n%s\nwant one line on standard output's broken pipe", e)
+		}
+		wantReset(t)
+	})
 }
