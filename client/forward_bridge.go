@@ -111,7 +111,13 @@ func (fw *Forwarder) bridge(ctx context.Context, in io.Reader, out io.WriteClose
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-fw.done:
+		}
+		select {
+		case <-fw.done:
+			// Closed: Close's reset of the channel is what a copy
+			// failed with, if one did.
 			err = fmt.Errorf("client: forwarder closed: %w", net.ErrClosed)
+		default:
 		}
 		if err != nil {
 			remote.Reset()

@@ -51,6 +51,7 @@ func bridgeDest(t *testing.T, handle func(c *net.TCPConn)) int {
 // bridged runs Bridge to 127.0.0.1:port with pipes for its local end:
 // write to in, read from out; err gets Bridge's result.
 type bridged struct {
+	fw  *client.Forwarder
 	in  *io.PipeWriter
 	out *io.PipeReader
 	err chan error
@@ -64,7 +65,7 @@ func startBridge(t *testing.T, port int) *bridged {
 	fw := client.NewForwarder(c, client.ForwarderOptions{})
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	b := &bridged{in: inW, out: outR, err: make(chan error, 1)}
+	b := &bridged{fw: fw, in: inW, out: outR, err: make(chan error, 1)}
 	go func() { b.err <- fw.Bridge(ctx, inR, outW, "127.0.0.1", port) }()
 	// Bounded: a test that waits on out past its deadline reads an error.
 	stop := context.AfterFunc(ctx, func() { _ = outR.CloseWithError(ctx.Err()) })
@@ -151,8 +152,8 @@ func TestBridgeRemoteEOFFirst(t *testing.T) {
 
 // TestBridgeFailures: a refused destination is an *OpenError carrying the
 // host's code; a destination that resets is ErrTCPReset; a local writer
-// that fails is a *LocalError and resets the destination. out is closed
-// each time.
+// that fails is a *LocalError and resets the destination; Close resets
+// it too, and Bridge says it was closed. out is closed each time.
 func TestBridgeFailures(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
 		l, err := net.Listen("tcp4", "127.0.0.1:0")
@@ -207,6 +208,30 @@ func TestBridgeFailures(t *testing.T) {
 		}
 		if err := <-destErr; !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
 			t.Fatalf("the destination's write failed with %v, want a reset", err)
+		}
+	})
+	t.Run("forwarder closed", func(t *testing.T) {
+		destErr := make(chan error, 1)
+		port := bridgeDest(t, func(c *net.TCPConn) {
+			_, err := io.Copy(c, c)
+			if err == nil {
+				err = io.EOF
+			}
+			destErr <- err
+		})
+		b := startBridge(t, port)
+		if _, err := b.in.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(b.out, make([]byte, 4)); err != nil {
+			t.Fatal(err)
+		}
+		b.fw.Close()
+		if err := b.result(t); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Bridge: %v, want net.ErrClosed", err)
+		}
+		if err := <-destErr; !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("the destination's connection ended with %v, want a reset", err)
 		}
 	})
 }
