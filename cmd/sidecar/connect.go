@@ -22,9 +22,9 @@ import (
 // 128+n (signal n).
 const (
 	// exitConnectStream: the forwarded connection itself failed: the
-	// destination refused it (or the host's policy did), reset it, or the
-	// host could not keep it across a reconnect; or writing standard
-	// output failed. Its end was not an orderly one: what came out may be
+	// destination refused it (or the host's policy did), reset it, or a
+	// resumed session lacked it (client.ErrNotKept); or reading standard
+	// input or writing standard output failed. Its end was not an orderly one: what came out may be
 	// cut short.
 	exitConnectStream = 1
 )
@@ -61,10 +61,11 @@ happened. Standard error says something only when something goes wrong
 
 Exit status: 0 when both directions ended; 1 when the forwarded
 connection failed: the destination refused it or the host's policy did,
-the destination reset it, or the host could not keep it across a
-reconnect (standard output may then be cut short); 255 when the
-connection to the host could not be made or was lost for good; 2 for a
-usage error; 128+n when signal n ended it (ssh sends SIGHUP to its
+the destination reset it, a resumed session lacked it, or standard
+output could not be written (standard output may then be cut short);
+255 when the connection to the host could not be made or was lost for
+good (the host's grace ended, the daemon restarted, or its address
+refuses connections: given up on at once); 2 for a usage error; 128+n when signal n ended it (ssh sends SIGHUP to its
 ProxyCommand as it exits: 129, silently), the connection reset.`,
 		Example: `  SIDECAR_TOKEN=… sidecar connect wss://127.0.0.1:4433/ahp localhost:22
   sidecar connect --via 'kubectl exec -i POD -c sidecar -- sidecar stdio' localhost:22`,
@@ -160,11 +161,11 @@ func connect(cf *connFlags, url, host string, port int, verbose bool) error {
 	fw := client.NewForwarder(conn, client.ForwarderOptions{})
 	defer fw.Close()
 	err = fw.Bridge(ctx, os.Stdin, os.Stdout, host, port)
-	return connectEnded(err, ctx, caught(), conn, dest)
+	return connectEnded(ctx, err, caught(), conn, dest)
 }
 
 // connectEnded is connect's exit for Bridge's result err.
-func connectEnded(err error, ctx context.Context, sig syscall.Signal, conn *client.Conn, dest string) error {
+func connectEnded(ctx context.Context, err error, sig syscall.Signal, conn *client.Conn, dest string) error {
 	var oe *client.OpenError
 	var le *client.LocalError
 	switch {
