@@ -123,7 +123,7 @@ func parseDest(s string) (string, int, error) {
 
 func connect(cf *connFlags, url, host string, port int, verbose bool) error {
 	if cf.ordinary {
-		return &exitError{code: 2, err: errors.New("--ordinary cannot connect: TCP channels need windowed delivery")}
+		return &exitError{code: 2, err: errors.New("--ordinary is not for connect: TCP channels need windowed delivery")}
 	}
 	setGCPercent(forwardGCPercent)
 	dest := net.JoinHostPort(host, strconv.Itoa(port))
