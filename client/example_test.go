@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"log"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -210,4 +212,32 @@ func ExampleForwarder() {
 	fmt.Print(answer)
 	// Output:
 	// echo: through the forwarder
+}
+
+// closingBuffer is a bytes.Buffer with a Close, for Bridge's writer.
+type closingBuffer struct{ bytes.Buffer }
+
+func (*closingBuffer) Close() error { return nil }
+
+// Bridge is one forwarded connection whose local end is a reader and a
+// writer, as sidecar connect makes of its standard input and output (for
+// ssh's ProxyCommand). The reader's end is a half-close; Bridge returns
+// once the destination has ended too, or says why the stream was cut.
+func ExampleForwarder_Bridge() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, stop := exampleHost(ctx)
+	defer stop()
+	port, stopEcho := exampleEcho() // a port on the host's side
+	defer stopEcho()
+
+	fw := client.NewForwarder(conn, client.ForwarderOptions{})
+	defer fw.Close()
+	var out closingBuffer
+	if err := fw.Bridge(ctx, strings.NewReader("through a bridge\n"), &out, "127.0.0.1", port); err != nil {
+		log.Fatal(err) // an *OpenError, ErrTCPReset, ...: what was written to out may be cut short
+	}
+	fmt.Print(out.String())
+	// Output:
+	// echo: through a bridge
 }

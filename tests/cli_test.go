@@ -188,6 +188,12 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"attach", wss, ""}, "empty terminal id"},
 		{[]string{"kill", wss, "t1", ""}, "empty terminal id"},
 		{[]string{"bogus", wss}, `unknown command "bogus" for "sidecar" (see sidecar --help)`},
+		{[]string{"connect", wss}, `missing HOST:PORT after "` + wss + `"`},
+		{[]string{"connect", wss, "localhost"}, `bad HOST:PORT "localhost": want host:port`},
+		{[]string{"connect", wss, "localhost:22", "--ordinary"}, "--ordinary is not for connect"},
+		{[]string{"connect", wss, "localhost:22", "--via", "cat"}, wss + " and --via are exclusive"},
+		{[]string{"connect", wss, "localhost:22", "--token", "x", "--token-file", "/dev/null"}, "--token and --token-file are exclusive"},
+		{[]string{"connect", wss, "localhost:22", "--token-file", "/dev/null"}, "--token-file: /dev/null is empty"},
 	} {
 		p := start(t, tc.args...)
 		if code := p.wait(t, 10*time.Second); code != 2 {
@@ -227,6 +233,7 @@ func TestCtrlCWhileConnecting(t *testing.T) {
 		"top":     {"top"},
 		"ls":      {"ls"},
 		"kill":    {"kill", "t1"},
+		"connect": {"connect", "localhost:22"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

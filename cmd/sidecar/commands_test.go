@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -24,6 +25,7 @@ func TestClientArgsChecked(t *testing.T) {
 	pin := strings.Repeat("ab", 32)
 	commands := map[string]func() *cobra.Command{
 		"ls": lsCmd, "attach": attachCmd, "run": runCmd, "kill": killCmd, "top": topCmd, "forward": forwardCmd,
+		"connect": connectCmd,
 	}
 	// args are completed per command: the URL first, then what it needs.
 	complete := func(name string, url string, flags []string) []string {
@@ -33,6 +35,8 @@ func TestClientArgsChecked(t *testing.T) {
 			a = append(a, "t1")
 		case "run":
 			a = append(a, "--", "true")
+		case "connect":
+			a = append(a, "localhost:22")
 		}
 		return append(flags, a...)
 	}
@@ -119,6 +123,8 @@ func TestClientArgsChecked(t *testing.T) {
 			{"kill", []string{"wss://h/ahp", "t1"}, exclusive("wss://h/ahp")},
 			{"run", []string{"wss://h/ahp", "--", "true"}, exclusive("wss://h/ahp")},
 			{"run", []string{"x", "--", "true"}, `unexpected argument "x": with --via no URL is given (--via's command is the connection)`},
+			{"connect", []string{"wss://h/ahp", "localhost:22"}, exclusive("wss://h/ahp")},
+			{"connect", nil, `missing HOST:PORT after "stdio:": sidecar connect URL HOST:PORT`},
 			// Accepted.
 			{"ls", nil, ""},
 			{"ls", []string{"stdio:"}, ""},
@@ -132,6 +138,9 @@ func TestClientArgsChecked(t *testing.T) {
 			{"kill", []string{"ahp-terminal:/t1"}, ""},
 			{"run", []string{"--", "wss://h/ahp"}, ""}, // the program, not a URL
 			{"run", []string{"stdio:", "--", "true"}, ""},
+			{"connect", []string{"localhost:22"}, ""},
+			{"connect", []string{"::1:22"}, ""},
+			{"connect", []string{"stdio:", "localhost:22"}, ""},
 		} {
 			cmd := commands[tt.name]()
 			args := append([]string{"--via", "cat"}, tt.args...)
@@ -410,5 +419,59 @@ func TestPrintedCommandsHideToken(t *testing.T) {
 		if !strings.Contains(got, ` --token "$SIDECAR_TOKEN" --cert-hash AB12 --transport websocket`) {
 			t.Errorf("printed command %q lacks the connection flags", got)
 		}
+	}
+}
+
+// TestTokenFile: --token-file's content, white space trimmed, is the
+// token, before $SIDECAR_TOKEN; a file that cannot be read or is empty,
+// or one given with --token, is a usage error found before dialling; a
+// printed command repeats the flag, never the token.
+func TestTokenFile(t *testing.T) {
+	t.Setenv("SIDECAR_TOKEN", "from-env")
+	t.Setenv("SIDECAR_CERT_HASH", "")
+	dir := t.TempDir()
+	good := filepath.Join(dir, "token")
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(good, []byte("  s3cret-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		flags     []string
+		wantErr   string // "" for none
+		wantToken string
+	}{
+		{[]string{"--token-file", good}, "", "s3cret-file"},
+		{nil, "", "from-env"},
+		{[]string{"--token-file", empty}, "--token-file: " + empty + " is empty", ""},
+		{[]string{"--token-file", filepath.Join(dir, "none")}, "--token-file: open " + filepath.Join(dir, "none") + ": no such file or directory", ""},
+		{[]string{"--token-file", good, "--token", "x"}, "--token and --token-file are exclusive: give one", ""},
+	} {
+		var cf connFlags
+		cmd := &cobra.Command{Use: "x", Args: cobra.ExactArgs(1), RunE: func(*cobra.Command, []string) error { return nil }}
+		cf.register(cmd)
+		if err := cmd.ParseFlags(append(tt.flags, "wss://h/ahp")); err != nil {
+			t.Fatal(err)
+		}
+		err := cmd.ValidateArgs(cmd.Flags().Args())
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tt.wantErr {
+			t.Errorf("%q: error %q, want %q", tt.flags, got, tt.wantErr)
+			continue
+		}
+		if err == nil {
+			if tok := cf.options().Token; tok != tt.wantToken {
+				t.Errorf("%q: token %q, want %q", tt.flags, tok, tt.wantToken)
+			}
+		}
+	}
+	f := &connFlags{tokenFile: good, fileToken: "s3cret-file"}
+	if got := f.lsCommandFull("wss://h/ahp"); strings.Contains(got, "s3cret") || !strings.Contains(got, fmt.Sprintf(" --token-file %q", good)) {
+		t.Errorf("printed command %q: want --token-file and no token", got)
 	}
 }

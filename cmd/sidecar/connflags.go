@@ -21,6 +21,9 @@ import (
 // connFlags are the connection options every client command takes.
 type connFlags struct {
 	token     string
+	tokenFile string
+	// fileToken is what tokenFile holds, read by check.
+	fileToken string
 	certHash  string
 	ordinary  bool
 	timeout   time.Duration
@@ -41,7 +44,8 @@ type connFlags struct {
 
 func (f *connFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringVar(&f.token, "token", "", "token (default $SIDECAR_TOKEN)")
+	fs.StringVar(&f.token, "token", "", "token (default $SIDECAR_TOKEN); --token-file keeps it off the command line")
+	fs.StringVar(&f.tokenFile, "token-file", "", "read the token from this file (white space trimmed), as serve's auth.token_file; for commands others start, such as ssh's ProxyCommand")
 	fs.StringVar(&f.certHash, "cert-hash", "", "SHA-256 pin of the server certificate, hex (default $SIDECAR_CERT_HASH)")
 	fs.BoolVar(&f.ordinary, "ordinary", false, "use ordinary delivery instead of windowed delivery (for debugging)")
 	fs.DurationVar(&f.timeout, "connect-timeout", 15*time.Second, "time allowed to connect and initialize")
@@ -135,8 +139,21 @@ func viaUnexpected(arg string) error {
 
 // check rejects flag values that cannot work: an unknown --transport, a
 // --connect-timeout that is not positive, a pin (--cert-hash or
-// $SIDECAR_CERT_HASH) that is no SHA-256.
+// $SIDECAR_CERT_HASH) that is no SHA-256, a --token-file that cannot be
+// read or is empty, or given with --token. It reads the token file.
 func (f *connFlags) check() error {
+	if f.tokenFile != "" {
+		if f.token != "" {
+			return errors.New("--token and --token-file are exclusive: give one")
+		}
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return fmt.Errorf("--token-file: %v", err)
+		}
+		if f.fileToken = strings.TrimSpace(string(b)); f.fileToken == "" {
+			return fmt.Errorf("--token-file: %s is empty", f.tokenFile)
+		}
+	}
 	switch f.transport {
 	case client.TransportAuto, client.TransportWebTransport, client.TransportWebSocket, client.TransportAHP:
 	default:
@@ -157,10 +174,14 @@ func (f *connFlags) check() error {
 	return nil
 }
 
-// options are the client options these flags give; the token and the pin
-// default to $SIDECAR_TOKEN and $SIDECAR_CERT_HASH.
+// options are the client options these flags give; the token (unless
+// given by --token or --token-file) and the pin default to $SIDECAR_TOKEN
+// and $SIDECAR_CERT_HASH.
 func (f *connFlags) options() client.Options {
 	token := f.token
+	if token == "" {
+		token = f.fileToken
+	}
 	if token == "" {
 		token = os.Getenv("SIDECAR_TOKEN")
 	}
@@ -338,6 +359,9 @@ func (f *connFlags) explicitFlags() string {
 	var b strings.Builder
 	if f.token != "" {
 		b.WriteString(` --token "$SIDECAR_TOKEN"`)
+	}
+	if f.tokenFile != "" {
+		fmt.Fprintf(&b, " --token-file %q", f.tokenFile)
 	}
 	if f.certHash != "" {
 		fmt.Fprintf(&b, " --cert-hash %s", f.certHash)

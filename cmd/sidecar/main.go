@@ -138,9 +138,9 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCmd(), runCmd(), attachCmd(), lsCmd(), tokenCmd(), certCmd(), forwardCmd(), stdioCmd(), topCmd(), killCmd())
+	root.AddCommand(serveCmd(), runCmd(), attachCmd(), lsCmd(), tokenCmd(), certCmd(), forwardCmd(), connectCmd(), stdioCmd(), topCmd(), killCmd())
 	usageErrors(root)
-	survivePipes(root, "serve", "forward")
+	survivePipes(root, "serve", "forward", "connect")
 	stopProfile := startProfile()
 	ran, err := root.ExecuteC()
 	stopProfile()
