@@ -65,7 +65,10 @@ func TestSnapshotsShared(t *testing.T) {
 
 func testSnapshotsShared(t *testing.T) {
 	j := journal.New(journal.Limits{ChannelMaxBytes: 64})
-	ch := &countingChannel{fakeChannel: fakeChannel{uri: "ahp-terminal:/shared", j: j}}
+	// Each build waits for the test's word (hold): the build runs beside
+	// the subscribers, and one that finished before the next Next would
+	// be taken there, so that "nothing yet" could not be checked.
+	ch := &countingChannel{fakeChannel: fakeChannel{uri: "ahp-terminal:/shared", j: j}, hold: make(chan struct{})}
 	appendText(t, j, ch.uri, `{"a":1}`)
 	ready := make(chan struct{}, 8)
 	snaps := NewSnapshots(ch, j, func() { ready <- struct{}{} })
@@ -82,6 +85,7 @@ func testSnapshotsShared(t *testing.T) {
 	if a.LagBelow(1 << 20) {
 		t.Error("a snapshot being built is not a lag")
 	}
+	ch.hold <- struct{}{}
 	waitReady(t, ready)
 	want := `{"jsonrpc":"2.0","method":"channel/snapshot","params":{"channel":"ahp-terminal:/shared","snapshot":{"resource":"ahp-terminal:/shared","state":{"build":1},"fromSeq":1}}}`
 	for name, ls := range map[string]*LogSource{"a": a, "b": b} {
@@ -109,6 +113,7 @@ func testSnapshotsShared(t *testing.T) {
 	if m := e.Next(); !m.IsZero() {
 		t.Fatalf("a snapshot MaxSnapshotAge old was reused: %s", m.Text)
 	}
+	ch.hold <- struct{}{}
 	waitReady(t, ready)
 	if got := string(e.Next().Text); !strings.Contains(got, `"build":2`) || !strings.Contains(got, `"fromSeq":2`) {
 		t.Fatalf("got %s, want build 2 at seq 2", got)
@@ -122,6 +127,7 @@ func testSnapshotsShared(t *testing.T) {
 	if m := d.Next(); !m.IsZero() {
 		t.Fatalf("a snapshot the journal no longer follows was reused: %s", m.Text)
 	}
+	ch.hold <- struct{}{}
 	waitReady(t, ready)
 	if got := string(d.Next().Text); !strings.Contains(got, `"build":3`) || !strings.Contains(got, `"fromSeq":12`) {
 		t.Fatalf("got %s, want build 3 at seq 12", got)
