@@ -489,7 +489,7 @@ func explainDial(u *url.URL, err error) error {
 		// Still ECONNREFUSED to errors.Is (Options.GiveUpWhenRefused).
 		return &wordedError{msg: fmt.Sprintf("nothing is listening at %s (connection refused): is sidecar serve running?", u.Host), err: err}
 	case errors.As(err, &he) && he.StatusCode == http.StatusUnauthorized:
-		return &refusalError{msg: fmt.Sprintf("%s refused the token (HTTP 401): check --token or SIDECAR_TOKEN", u.Host), err: err}
+		return &refusalError{msg: fmt.Sprintf("%s refused the token (HTTP 401): check --token, --token-file or SIDECAR_TOKEN", u.Host), err: err}
 	case errors.As(err, &he) && he.StatusCode == http.StatusForbidden:
 		return fmt.Errorf("%s refused the connection (HTTP 403): origin not allowed", u.Host)
 	case errors.As(err, &he) && he.StatusCode == http.StatusNotFound:

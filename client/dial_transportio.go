@@ -269,7 +269,7 @@ func explainTIO(u *url.URL, err error) error {
 		return nil
 	}
 	if transport.IsUnauthorized(err) {
-		return &refusalError{msg: fmt.Sprintf("%s refused the token (WT_UNAUTHORIZED: %s): check --token or SIDECAR_TOKEN", u.Host, transport.CloseReason(err)), err: err}
+		return &refusalError{msg: fmt.Sprintf("%s refused the token (WT_UNAUTHORIZED: %s): check --token, --token-file or SIDECAR_TOKEN", u.Host, transport.CloseReason(err)), err: err}
 	}
 	var ce *transport.TIOCloseError
 	if errors.As(err, &ce) {
