@@ -63,21 +63,37 @@ func (e *LocalError) Unwrap() error { return e.Err }
 //
 // Close resets a bridged connection as it resets the others (Bridge
 // returns an error matching net.ErrClosed).
+//
+// An out with a method CloseWithError(error) error is closed on a
+// failure with that, given the error Bridge returns: the caller can say
+// why before whoever reads out sees its end (ssh ends its ProxyCommand
+// as soon as it does, and the reason would be lost).
 func (fw *Forwarder) Bridge(ctx context.Context, in io.Reader, out io.WriteCloser, host string, port int) error {
 	dest := net.JoinHostPort(host, strconv.Itoa(port))
 	remote, err := fw.dialTCP(ctx, host, port, false)
 	if err != nil {
-		_ = out.Close()
 		switch {
 		case ctx.Err() != nil:
-			return ctx.Err()
+			err = ctx.Err()
 		case fw.conn.Err() != nil:
-			return fw.conn.Err()
+			err = fw.conn.Err()
+		default:
+			err = &OpenError{Dest: dest, Message: fw.openMessage(err), Err: err}
 		}
-		return &OpenError{Dest: dest, Message: fw.openMessage(err), Err: err}
+		closeWithError(out, err)
+		return err
 	}
 	defer fw.untrackChannel(remote)
 	return fw.bridge(ctx, in, out, remote)
+}
+
+// closeWithError closes out after a failure err (Bridge).
+func closeWithError(out io.WriteCloser, err error) {
+	if c, ok := out.(interface{ CloseWithError(error) error }); ok {
+		_ = c.CloseWithError(err)
+		return
+	}
+	_ = out.Close()
 }
 
 // bridge pipes in to remote and remote to out until both directions
@@ -121,7 +137,7 @@ func (fw *Forwarder) bridge(ctx context.Context, in io.Reader, out io.WriteClose
 		}
 		if err != nil {
 			remote.Reset()
-			_ = out.Close()
+			closeWithError(out, err)
 			return err
 		}
 	}

@@ -169,8 +169,9 @@ func TestBridgeFailures(t *testing.T) {
 		if !errors.As(err, &oe) || !errors.As(err, &re) || re.Code != rpc.CodeTCPConnectionOpenFailed {
 			t.Fatalf("Bridge: %v, want an *OpenError with code %d", err, rpc.CodeTCPConnectionOpenFailed)
 		}
-		if _, err := b.out.Read(make([]byte, 1)); err != io.EOF {
-			t.Fatalf("out read %v, want EOF", err)
+		// An io.PipeWriter has CloseWithError: the reader learns why.
+		if _, err := b.out.Read(make([]byte, 1)); !errors.As(err, &oe) {
+			t.Fatalf("out read %v, want the *OpenError", err)
 		}
 	})
 	t.Run("destination resets", func(t *testing.T) {
@@ -185,8 +186,8 @@ func TestBridgeFailures(t *testing.T) {
 		if err := b.result(t); !errors.Is(err, client.ErrTCPReset) {
 			t.Fatalf("Bridge: %v, want ErrTCPReset", err)
 		}
-		if _, err := io.ReadAll(b.out); err != nil {
-			t.Fatalf("out: %v", err)
+		if _, err := io.ReadAll(b.out); !errors.Is(err, client.ErrTCPReset) {
+			t.Fatalf("out: %v, want ErrTCPReset (closed with Bridge's error)", err)
 		}
 	})
 	t.Run("local write fails", func(t *testing.T) {

@@ -160,8 +160,35 @@ func connect(cf *connFlags, url, host string, port int, verbose bool) error {
 	}
 	fw := client.NewForwarder(conn, client.ForwarderOptions{})
 	defer fw.Close()
-	err = fw.Bridge(ctx, os.Stdin, os.Stdout, host, port)
+	out := &connectStdout{said: func(err error) error { return connectEnded(ctx, err, caught(), conn, dest) }}
+	err = fw.Bridge(ctx, os.Stdin, out, host, port)
+	if out.ended != nil {
+		return out.ended
+	}
 	return connectEnded(ctx, err, caught(), conn, dest)
+}
+
+// connectStdout is connect's standard output for Bridge. On a failure it
+// prints why before it closes: ssh ends its ProxyCommand (SIGHUP) as soon
+// as our output ends, and the line would otherwise never be written.
+type connectStdout struct {
+	said  func(error) error // the exit for Bridge's error (connectEnded)
+	ended error             // that exit, its line printed already
+}
+
+func (o *connectStdout) Write(p []byte) (int, error) { return os.Stdout.Write(p) }
+func (o *connectStdout) Close() error                { return os.Stdout.Close() }
+
+// CloseWithError prints err's line (if it has one) and closes.
+func (o *connectStdout) CloseWithError(err error) error {
+	var ee *exitError
+	if errors.As(o.said(err), &ee) {
+		if ee.err != nil {
+			fmt.Fprintln(os.Stderr, "sidecar:", ee.err)
+		}
+		o.ended = &exitError{code: ee.code}
+	}
+	return os.Stdout.Close()
 }
 
 // connectEnded is connect's exit for Bridge's result err.
