@@ -438,6 +438,10 @@ func TestTokenFile(t *testing.T) {
 	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	twoLines := filepath.Join(dir, "two")
+	if err := os.WriteFile(twoLines, []byte("tok\nsecond\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		flags     []string
 		wantErr   string // "" for none
@@ -448,6 +452,8 @@ func TestTokenFile(t *testing.T) {
 		{[]string{"--token-file", empty}, "--token-file: " + empty + " is empty", ""},
 		{[]string{"--token-file", filepath.Join(dir, "none")}, "--token-file: open " + filepath.Join(dir, "none") + ": no such file or directory", ""},
 		{[]string{"--token-file", good, "--token", "x"}, "--token and --token-file are exclusive: give one", ""},
+		{[]string{"--token-file", twoLines}, "--token-file: " + twoLines + " holds more than the token (white space or a second line inside it)", ""},
+		{[]string{"--token-file="}, "--token-file: give the file's path", ""},
 	} {
 		var cf connFlags
 		cmd := &cobra.Command{Use: "x", Args: cobra.ExactArgs(1), RunE: func(*cobra.Command, []string) error { return nil }}

@@ -24,12 +24,15 @@ type connFlags struct {
 	tokenFile string
 	// fileToken is what tokenFile holds, read by check.
 	fileToken string
-	certHash  string
-	ordinary  bool
-	timeout   time.Duration
-	transport string
-	via       string
-	compress  bool
+	// tokenFileGiven: --token-file was on the command line (an empty
+	// value, --token-file=, is then a mistake, not "none").
+	tokenFileGiven func() bool
+	certHash       string
+	ordinary       bool
+	timeout        time.Duration
+	transport      string
+	via            string
+	compress       bool
 
 	// onReconnect, when set before dial, is told each step of a
 	// reconnection (client.Options.OnReconnect).
@@ -44,6 +47,7 @@ type connFlags struct {
 
 func (f *connFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
+	f.tokenFileGiven = func() bool { return fs.Changed("token-file") }
 	fs.StringVar(&f.token, "token", "", "token (default $SIDECAR_TOKEN); --token-file keeps it off the command line")
 	fs.StringVar(&f.tokenFile, "token-file", "", "read the token from this file (white space trimmed), as serve's auth.token_file; for commands others start, such as ssh's ProxyCommand")
 	fs.StringVar(&f.certHash, "cert-hash", "", "SHA-256 pin of the server certificate, hex (default $SIDECAR_CERT_HASH)")
@@ -142,6 +146,9 @@ func viaUnexpected(arg string) error {
 // $SIDECAR_CERT_HASH) that is no SHA-256, a --token-file that cannot be
 // read or is empty, or given with --token. It reads the token file.
 func (f *connFlags) check() error {
+	if f.tokenFile == "" && f.tokenFileGiven != nil && f.tokenFileGiven() {
+		return errors.New("--token-file: give the file's path")
+	}
 	if f.tokenFile != "" {
 		if f.token != "" {
 			return errors.New("--token and --token-file are exclusive: give one")
@@ -152,6 +159,11 @@ func (f *connFlags) check() error {
 		}
 		if f.fileToken = strings.TrimSpace(string(b)); f.fileToken == "" {
 			return fmt.Errorf("--token-file: %s is empty", f.tokenFile)
+		}
+		if strings.ContainsFunc(f.fileToken, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+			// A second line, or a space inside: no token has one, and
+			// it would not go into an Authorization header.
+			return fmt.Errorf("--token-file: %s holds more than the token (white space or a second line inside it)", f.tokenFile)
 		}
 	}
 	switch f.transport {
