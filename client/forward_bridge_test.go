@@ -16,9 +16,10 @@ import (
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
-// bridgeDest listens on loopback and runs handle for each connection;
-// closed, and its handlers waited for, at cleanup.
-func bridgeDest(t *testing.T, handle func(c *net.TCPConn)) int {
+// loopbackServer listens on loopback and runs handle for each connection
+// (a destination for forwarded and bridged connections); it returns the
+// port. The listener is closed, and its handlers waited for, at cleanup.
+func loopbackServer(t *testing.T, handle func(c *net.TCPConn)) int {
 	t.Helper()
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -95,7 +96,7 @@ func (b *bridged) result(t *testing.T) error {
 // EOF, the destination answers only then, and its EOF closes out; Bridge
 // returns nil. 1 MiB goes up, its SHA-256 comes down.
 func TestBridgeHalfClose(t *testing.T) {
-	port := bridgeDest(t, func(c *net.TCPConn) {
+	port := loopbackServer(t, func(c *net.TCPConn) {
 		h := sha256.New()
 		n, err := io.Copy(h, c)
 		if err != nil {
@@ -123,7 +124,7 @@ func TestBridgeHalfClose(t *testing.T) {
 // was sent after arrives.
 func TestBridgeRemoteEOFFirst(t *testing.T) {
 	got := make(chan string, 1)
-	port := bridgeDest(t, func(c *net.TCPConn) {
+	port := loopbackServer(t, func(c *net.TCPConn) {
 		_, _ = c.Write([]byte("hello"))
 		_ = c.CloseWrite()
 		b, _ := io.ReadAll(c)
@@ -175,7 +176,7 @@ func TestBridgeFailures(t *testing.T) {
 		}
 	})
 	t.Run("destination resets", func(t *testing.T) {
-		port := bridgeDest(t, func(c *net.TCPConn) {
+		port := loopbackServer(t, func(c *net.TCPConn) {
 			_, _ = io.ReadFull(c, make([]byte, 4))
 			_ = c.SetLinger(0)
 		})
@@ -192,7 +193,7 @@ func TestBridgeFailures(t *testing.T) {
 	})
 	t.Run("local write fails", func(t *testing.T) {
 		destErr := make(chan error, 1)
-		port := bridgeDest(t, func(c *net.TCPConn) {
+		port := loopbackServer(t, func(c *net.TCPConn) {
 			for {
 				if _, err := c.Write(make([]byte, 32<<10)); err != nil {
 					destErr <- err
@@ -213,7 +214,7 @@ func TestBridgeFailures(t *testing.T) {
 	})
 	t.Run("forwarder closed", func(t *testing.T) {
 		destErr := make(chan error, 1)
-		port := bridgeDest(t, func(c *net.TCPConn) {
+		port := loopbackServer(t, func(c *net.TCPConn) {
 			_, err := io.Copy(c, c)
 			if err == nil {
 				err = io.EOF

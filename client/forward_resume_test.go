@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,31 +27,7 @@ func (l *lineLog) Write(p []byte) (int, error) {
 // connection open at the cut carries on after it.
 func TestForwardOpensOnceResumed(t *testing.T) {
 	ctx := testCtx(t)
-	echo, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		_ = echo.Close()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			}()
-		}
-	}()
+	echoPort := loopbackServer(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c) })
 	h := newRealHost(t, nil)
 	st := newStatuses()
 	c := h.connect(ctx, st)
@@ -62,7 +37,7 @@ func TestForwardOpensOnceResumed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := fw.ServeLocal(l, "127.0.0.1", echo.Addr().(*net.TCPAddr).Port); err != nil {
+	if err := fw.ServeLocal(l, "127.0.0.1", echoPort); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
@@ -122,7 +97,7 @@ func TestForwardOpensOnceResumed(t *testing.T) {
 	}
 	defer sc.Close()
 	_ = sc.SetDeadline(time.Now().Add(testDeadline))
-	port := echo.Addr().(*net.TCPAddr).Port
+	port := echoPort
 	if _, err := sc.Write([]byte{5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1, byte(port >> 8), byte(port)}); err != nil {
 		t.Fatal(err)
 	}
