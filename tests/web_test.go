@@ -941,6 +941,15 @@ func tabsAre(act int, names ...string) string {
 	return fmt.Sprintf(`(() => { const t = sidecarPage.tabs(); const want = %s; return t.length === want.length && t.every((x, i) => (x.detail ? x.name + " — " + x.detail : x.name) === want[i] && x.active === (i === %d)) && document.querySelectorAll("#tabs .tab").length === want.length; })()`, js, act)
 }
 
+// clickTab clicks the n-th tab (from 1). The tab's element, not its
+// label: a tab is redrawn in place when its state changes (new output
+// marks it), its label replaced, and chromedp would then click a node
+// that is gone ("Could not find node with given id").
+func (b *browser) clickTab(what string, n int) {
+	b.t.Helper()
+	b.must(what, chromedp.Click(fmt.Sprintf(`#tabs .tab:nth-child(%d)`, n), chromedp.ByQuery))
+}
+
 // newTab opens a new terminal in a tab with the tab bar's + and waits for
 // its prompt: n tabs are then open.
 func (b *browser) newTab(n int) {
@@ -1018,7 +1027,7 @@ func TestWebPageTabs(t *testing.T) {
 	b.poll("search closed, the terminal focused", `document.getElementById("searchbar").hidden && document.activeElement?.classList.contains("xterm-helper-textarea")`, waitTimeout)
 
 	// Tabs by click and by Alt+Shift+[: each shows its own terminal.
-	b.must("first tab", chromedp.Click(`#tabs .tab:nth-child(1) .label`, chromedp.ByQuery))
+	b.clickTab("first tab", 1)
 	b.poll("first tab shown", `sidecarPage.tabs()[0].active && /^named$/m.test(sidecarPage.screen()) && !/^3000$/m.test(sidecarPage.screen())`, waitTimeout)
 	b.shortcut("BracketLeft", "{", 219)
 	b.poll("previous tab (wrapping)", `sidecarPage.tabs()[1].active && /^3000$/m.test(sidecarPage.screen())`, waitTimeout)
@@ -1033,7 +1042,7 @@ func TestWebPageTabs(t *testing.T) {
 	b.screenshot("2b-split")
 	b.must("unsplit", chromedp.Click("#split", chromedp.ByID))
 	b.poll("one shown", `sidecarPage.tabs()[0].shown && !sidecarPage.tabs()[1].shown`, waitTimeout)
-	b.must("second tab", chromedp.Click(`#tabs .tab:nth-child(2) .label`, chromedp.ByQuery))
+	b.clickTab("second tab", 2)
 	b.poll("second tab shown", `sidecarPage.tabs()[1].active && sidecarPage.tabs()[1].shown && !sidecarPage.tabs()[0].shown`, waitTimeout)
 
 	// Font size: two steps up, remembered across a reload.
@@ -1052,7 +1061,7 @@ func TestWebPageTabs(t *testing.T) {
 	b.poll("font size remembered", `sidecarPage.fontSize() === 16`, waitTimeout)
 	b.typeText("echo af''ter\r")
 	b.poll("typing after the reload", screenHas(`^after$`), waitTimeout)
-	b.must("first tab", chromedp.Click(`#tabs .tab:nth-child(1) .label`, chromedp.ByQuery))
+	b.clickTab("first tab", 1)
 	b.poll("the first tab's screen back", `sidecarPage.tabs()[0].active && /^named$/m.test(sidecarPage.screen())`, waitTimeout)
 	b.typeText("echo fi''rst\r")
 	b.poll("typing in the first tab", screenHas(`^first$`), waitTimeout)
@@ -1088,17 +1097,17 @@ func TestWebPageTabsFloodLatency(t *testing.T) {
 	b.newTab(1)
 	b.newTab(2)
 
-	b.must("quiet tab", chromedp.Click(`#tabs .tab:nth-child(1) .label`, chromedp.ByQuery))
+	b.clickTab("quiet tab", 1)
 	b.poll("quiet tab shown", `sidecarPage.tabs()[0].active`, waitTimeout)
 	b.echoLatency(3) // warm up
 	idle := b.echoLatency(15)
 	b.typeText("\x15") // Ctrl-U: drop the typed line
 
-	b.must("flood tab", chromedp.Click(`#tabs .tab:nth-child(2) .label`, chromedp.ByQuery))
+	b.clickTab("flood tab", 2)
 	b.poll("flood tab shown", `sidecarPage.tabs()[1].active`, waitTimeout)
 	b.typeText("yes\r")
 	b.poll("flood", screenHas(`^y\ny\ny$`), waitTimeout)
-	b.must("quiet tab", chromedp.Click(`#tabs .tab:nth-child(1) .label`, chromedp.ByQuery))
+	b.clickTab("quiet tab", 1)
 	b.poll("quiet tab shown", `sidecarPage.tabs()[0].active`, waitTimeout)
 	var before, after int64
 	if err := b.eval(`sidecarPage.tabs()[1].received`, &before); err != nil {
@@ -1131,7 +1140,7 @@ func TestWebPageTabsFloodLatency(t *testing.T) {
 	b.screenshot("flooding-beside")
 	b.must("unsplit", chromedp.Click("#split", chromedp.ByID))
 
-	b.must("flood tab", chromedp.Click(`#tabs .tab:nth-child(2) .label`, chromedp.ByQuery))
+	b.clickTab("flood tab", 2)
 	b.ctrlC()
 	b.poll("the flood stopped", promptBack, waitTimeout)
 }
