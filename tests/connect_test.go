@@ -372,7 +372,8 @@ func TestConnectVia(t *testing.T) {
 // TestConnectCutShort: a connect ended before the connection did resets
 // it, so that the destination never takes a cut stream for a complete
 // one: a signal (SIGHUP, as ssh sends its ProxyCommand when it exits)
-// exits 129 without a line; a reader of standard output that went away
+// while standard input is open exits 129 without a line (after the end
+// of input, the orderly close finishes first); a reader of standard output that went away
 // exits 1 with a line naming standard output.
 func TestConnectCutShort(t *testing.T) {
 	t.Parallel()
@@ -424,6 +425,42 @@ func TestConnectCutShort(t *testing.T) {
 			t.Errorf("standard error:\n%s\nwant nothing", e)
 		}
 		wantReset(t)
+	})
+	t.Run("SIGHUP after the end of input", func(t *testing.T) {
+		// As ssh exits: its last bytes and the end of standard input
+		// come just before the signal. They go through, and the close
+		// is an orderly one, not a reset.
+		c := startConnect(t, s, s.url, fmt.Sprintf("127.0.0.1:%d", echo))
+		if _, err := c.in.Write([]byte("ping")); err != nil { // connect is up, its signals caught
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c.out, make([]byte, 4)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.in.Write([]byte("bye")); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.in.Close()
+		if err := c.p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := io.ReadAll(c.out); err != nil || string(got) != "bye" {
+			t.Errorf("standard output %q, %v; want %q", got, err, "bye")
+		}
+		if code := c.p.wait(t, waitTimeout); code != 0 {
+			t.Errorf("connect exited %d, want 0", code)
+		}
+		if e := c.p.stderr.String(); e != "" {
+			t.Errorf("standard error:\n%s\nwant nothing", e)
+		}
+		select {
+		case err := <-ended:
+			if err != io.EOF {
+				t.Errorf("the destination's connection ended with %v, want end of file", err)
+			}
+		case <-time.After(waitTimeout):
+			t.Fatal("the destination's connection did not end")
+		}
 	})
 	t.Run("standard output gone", func(t *testing.T) {
 		c := startConnect(t, s, s.url, fmt.Sprintf("127.0.0.1:%d", flood))

@@ -7,9 +7,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -65,8 +68,11 @@ the destination reset it, a resumed session lacked it, or standard
 output could not be written (standard output may then be cut short);
 255 when the connection to the host could not be made or was lost for
 good (the host's grace ended, the daemon restarted, or its address
-refuses connections: given up on at once); 2 for a usage error; 128+n when signal n ended it (ssh sends SIGHUP to its
-ProxyCommand as it exits: 129, silently), the connection reset.`,
+refuses connections: given up on at once); 2 for a usage error; 128+n
+when signal n ended it, the connection reset. ssh closes standard input
+and then sends its ProxyCommand SIGHUP as it exits: after SIGHUP,
+connect lets that orderly close finish for up to 2 s (exit 0 when it
+does), and resets what is left then (129, silently).`,
 		Example: `  SIDECAR_TOKEN=… sidecar connect wss://127.0.0.1:4433/ahp localhost:22
   sidecar connect --via 'kubectl exec -i POD -c sidecar -- sidecar stdio' localhost:22`,
 		Args: connectArgs,
@@ -127,8 +133,16 @@ func connect(cf *connFlags, url, host string, port int, verbose bool) error {
 	}
 	setGCPercent(forwardGCPercent)
 	dest := net.JoinHostPort(host, strconv.Itoa(port))
-	ctx, caught, stop := signalContext(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	sigCtx, caughtSig, stop := signalContext(os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	ctx, caughtHup, stopHup := hangupContext(sigCtx, hupDrain)
+	defer stopHup()
+	caught := func() syscall.Signal {
+		if sig := caughtSig(); sig != 0 {
+			return sig
+		}
+		return caughtHup()
+	}
 	// A daemon whose address refuses connections is gone with the state
 	// that could resume the connection: say so at once rather than keep
 	// ssh waiting for the grace (2 h by default), as forward does.
@@ -166,6 +180,54 @@ func connect(cf *connFlags, url, host string, port int, verbose bool) error {
 		return out.ended
 	}
 	return connectEnded(ctx, err, caught(), conn, dest)
+}
+
+// hupDrain bounds how long connect goes on after SIGHUP. ssh closes its
+// ends of our standard input and output and then sends its ProxyCommand
+// SIGHUP at once: its last bytes (the disconnect) are still in our
+// standard input, its end of file right behind them. Reset at the
+// signal, the destination (sshd) would see a reset where ssh had closed
+// in order; so connect lets the close finish, standard input's end of
+// file going through as a half-close, and resets only what is not done
+// by then.
+const hupDrain = 2 * time.Second
+
+// hangupContext returns a context derived from parent that ends drain
+// after the first SIGHUP, and which signal ended it (SIGHUP, or 0).
+func hangupContext(parent context.Context, drain time.Duration) (ctx context.Context, caught func() syscall.Signal, stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGHUP)
+	var got atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+		t := time.NewTimer(drain)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			got.Store(true) // before cancel: ctx.Err() by the drain implies caught
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	caught = func() syscall.Signal {
+		if got.Load() {
+			return syscall.SIGHUP
+		}
+		return 0
+	}
+	stop = func() {
+		signal.Stop(ch)
+		cancel()
+		<-done
+	}
+	return ctx, caught, stop
 }
 
 // connectStdout is connect's standard output for Bridge. On a failure it
