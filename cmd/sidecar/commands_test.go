@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -424,7 +425,8 @@ func TestPrintedCommandsHideToken(t *testing.T) {
 
 // TestTokenFile: --token-file's content, white space trimmed, is the
 // token, before $SIDECAR_TOKEN; a file that cannot be read or is empty,
-// or one given with --token, is a usage error found before dialling; a
+// or one given with --token, one others may read (as ssh refuses such a
+// key), or one far larger than a token, is a usage error found before dialling; a
 // printed command repeats the flag, never the token.
 func TestTokenFile(t *testing.T) {
 	t.Setenv("SIDECAR_TOKEN", "from-env")
@@ -442,12 +444,25 @@ func TestTokenFile(t *testing.T) {
 	if err := os.WriteFile(twoLines, []byte("tok\nsecond\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	open := filepath.Join(dir, "open")
+	if err := os.WriteFile(open, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge")
+	if err := os.WriteFile(huge, bytes.Repeat([]byte("t"), maxTokenFile+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		flags     []string
 		wantErr   string // "" for none
 		wantToken string
 	}{
 		{[]string{"--token-file", good}, "", "s3cret-file"},
+		{[]string{"--token-file", open}, "--token-file: " + open + " may be read or written by others (mode 0640): chmod 600 " + open, ""},
+		{[]string{"--token-file", huge}, fmt.Sprintf("--token-file: %s is larger than %d bytes: not a token", huge, maxTokenFile), ""},
 		{nil, "", "from-env"},
 		{[]string{"--token-file", empty}, "--token-file: " + empty + " is empty", ""},
 		{[]string{"--token-file", filepath.Join(dir, "none")}, "--token-file: open " + filepath.Join(dir, "none") + ": no such file or directory", ""},

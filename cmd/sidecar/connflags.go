@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -141,6 +142,38 @@ func viaUnexpected(arg string) error {
 	return fmt.Errorf("unexpected argument %q: with --via no URL is given (--via's command is the connection)", arg)
 }
 
+// maxTokenFile bounds what --token-file reads: a token is 43 characters
+// (config.NewToken); a larger file is not a token file.
+const maxTokenFile = 4 << 10
+
+// readTokenFile reads a --token-file. As ssh does with a private key, it
+// refuses a regular file that others than its owner may read or write
+// (a token is as good as a key to the host): the error names the mode
+// and the chmod that fixes it. Pipes and the like (<(pass show …),
+// /dev/stdin) are read as they are. A file over maxTokenFile is refused.
+func readTokenFile(path string) ([]byte, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Mode().IsRegular() && st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%s may be read or written by others (mode %04o): chmod 600 %s", path, st.Mode().Perm(), path)
+	}
+	b, err := io.ReadAll(io.LimitReader(fh, maxTokenFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxTokenFile {
+		return nil, fmt.Errorf("%s is larger than %d bytes: not a token", path, maxTokenFile)
+	}
+	return b, nil
+}
+
 // check rejects flag values that cannot work: an unknown --transport, a
 // --connect-timeout that is not positive, a pin (--cert-hash or
 // $SIDECAR_CERT_HASH) that is no SHA-256, a --token-file that cannot be
@@ -153,7 +186,7 @@ func (f *connFlags) check() error {
 		if f.token != "" {
 			return errors.New("--token and --token-file are exclusive: give one")
 		}
-		b, err := os.ReadFile(f.tokenFile)
+		b, err := readTokenFile(f.tokenFile)
 		if err != nil {
 			return fmt.Errorf("--token-file: %v", err)
 		}
