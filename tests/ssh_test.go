@@ -11,8 +11,11 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sidecar-dev/sidecar/tests/fault"
 )
@@ -114,8 +117,8 @@ LogLevel VERBOSE
 
 // TestSSHThroughConnect: `ssh -o ProxyCommand='sidecar connect URL
 // %h:%p'` runs a command on the sshd through the daemon, the token from
-// --token-file and the pin from $SIDECAR_CERT_HASH; scp copies 8 MiB up
-// and 8 MiB down through it, SHA-256 compared; and sidecar connect says
+// --token-file and the pin from $SIDECAR_CERT_HASH; scp copies 64 MiB up
+// and 64 MiB down through it, SHA-256 compared; and sidecar connect says
 // nothing on ssh's standard error (not even when ssh ends it with SIGHUP).
 func TestSSHThroughConnect(t *testing.T) {
 	t.Parallel()
@@ -153,7 +156,7 @@ func TestSSHThroughConnect(t *testing.T) {
 	}
 	run("ssh true", ssh, append(common, "-p", srv.port, target, "true")...)
 
-	const size = 8 << 20
+	const size = 64 << 20
 	rng := rand.NewChaCha8([32]byte{29, 8})
 	up, down := make([]byte, size), make([]byte, size)
 	_, _ = rng.Read(up)
@@ -236,6 +239,221 @@ func TestSSHSessionSurvivesCuts(t *testing.T) {
 		t.Fatalf("after the end of input: %d bytes more, %v", len(rest), err)
 	}
 	if code := p.wait(t, waitTimeout); code != 0 {
+		t.Fatalf("ssh exited %d, want 0", code)
+	}
+}
+
+// sshCommon is the ssh options of a test: no user config, the private
+// sshd's key, a ProxyCommand of proxy (%h and %p as ssh gives them).
+func sshCommon(srv *sshServer, proxy string) []string {
+	return []string{"-F", "/dev/null",
+		"-o", "ProxyCommand=" + proxy,
+		"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
+		"-o", "IdentitiesOnly=yes", "-o", "LogLevel=ERROR", "-i", srv.key}
+}
+
+// TestRsyncThroughConnect: rsync -a over ssh through `sidecar connect`
+// copies a tree (nested directories, 300 files of assorted sizes, modes
+// 0600 to 0755, a symbolic link, an empty directory) to the sshd and
+// back; both copies are the same as the original (diff -r, and each
+// entry's mode, size and link target), and a second rsync finds nothing
+// to send.
+func TestRsyncThroughConnect(t *testing.T) {
+	t.Parallel()
+	sshd, _, _, keygen := sshTools(t)
+	rsync, err := exec.LookPath("rsync")
+	if err != nil {
+		msg := fmt.Sprintf("no rsync (apt-get install rsync): %v", err)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	srv := startSSHD(t, sshd, keygen)
+	s := startServer(t, "")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	rng := rand.New(rand.NewPCG(29, 300))
+	modes := []os.FileMode{0o600, 0o644, 0o640, 0o755, 0o700}
+	for i := range 300 {
+		sub := filepath.Join(src, fmt.Sprintf("d%d", i%7), fmt.Sprintf("e%d", i%3))
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		data := make([]byte, rng.IntN(64<<10))
+		for j := range data {
+			data[j] = byte(rng.UintN(256))
+		}
+		name := filepath.Join(sub, fmt.Sprintf("f%03d", i))
+		if err := os.WriteFile(name, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(name, modes[i%len(modes)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("d1/e1/f001", filepath.Join(src, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(src, "empty"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	ssh := strings.Join(append([]string{"ssh"}, quoteAll(sshCommon(srv, fmt.Sprintf("%s connect %s %%h:%%p", sidecarBin, s.url)))...), " ")
+	target := srv.user + "@127.0.0.1:"
+	rsyncRun := func(what string, args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, rsync, append([]string{"-a", "--stats", "-e", ssh + " -p " + srv.port}, args...)...)
+		cmd.Env = append(cleanEnv(), "SIDECAR_TOKEN="+s.token, "SIDECAR_CERT_HASH="+s.hash)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", what, err, tail(string(out), 3000))
+		}
+		return string(out)
+	}
+	// The sshd is on this machine: the "remote" tree is in dir too.
+	rsyncRun("rsync up", src+"/", target+filepath.Join(dir, "there"))
+	rsyncRun("rsync down", target+filepath.Join(dir, "there")+"/", filepath.Join(dir, "back"))
+	for _, d := range []string{"there", "back"} {
+		if out, err := exec.Command("diff", "-r", "--no-dereference", src, filepath.Join(dir, d)).CombinedOutput(); err != nil {
+			t.Errorf("diff -r src %s: %v\n%s", d, err, tail(string(out), 2000))
+		}
+		if want, got := treeEntries(t, src), treeEntries(t, filepath.Join(dir, d)); want != got {
+			t.Errorf("%s: modes, sizes or links differ from the original's:\n%s", d, firstLineDiff(want, got))
+		}
+	}
+	if out := rsyncRun("rsync again", src+"/", target+filepath.Join(dir, "there")); !strings.Contains(out, "Number of regular files transferred: 0") {
+		t.Errorf("a second rsync sent files again:\n%s", tail(out, 1500))
+	}
+}
+
+// quoteAll quotes each argument for rsync's -e, which splits its value
+// as a shell would.
+func quoteAll(args []string) []string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return q
+}
+
+// treeEntries lists a tree's entries, one line each: the path, its type
+// and mode, a file's size, a link's target.
+func treeEntries(t *testing.T, root string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		fmt.Fprintf(&b, "%s %v", rel, fi.Mode())
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, " -> %s", target)
+		case fi.Mode().IsRegular():
+			fmt.Fprintf(&b, " %d", fi.Size())
+		}
+		b.WriteByte('\n')
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// firstLineDiff is the first line where two listings differ.
+func firstLineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := range max(len(w), len(g)) {
+		var a, b string
+		if i < len(w) {
+			a = w[i]
+		}
+		if i < len(g) {
+			b = g[i]
+		}
+		if a != b {
+			return fmt.Sprintf("line %d: want %q, got %q", i+1, a, b)
+		}
+	}
+	return ""
+}
+
+// TestSSHInteractiveSurvivesCutsAndBlackHole: an interactive ssh session
+// (a shell on a PTY, ssh -tt in a terminal) through `sidecar connect`
+// goes on across 3 cuts of the link to the daemon and a 40 s black hole
+// (a laptop asleep: nothing gets through, nothing is reset): a command
+// typed before the hole and its output after it are there once, the
+// output the shell wrote meanwhile whole, and the session ends as it
+// should (exit, ssh exits 0). Plain ssh over that link would have died
+// at the first cut.
+func TestSSHInteractiveSurvivesCutsAndBlackHole(t *testing.T) {
+	t.Parallel()
+	sshd, ssh, _, keygen := sshTools(t)
+	srv := startSSHD(t, sshd, keygen)
+	s := startServer(t, "")
+	relay, url := relayed(t, s)
+	cmd := exec.Command(ssh, append(sshCommon(srv, fmt.Sprintf("%s connect -v %s %%h:%%p", sidecarBin, url)),
+		"-tt", "-p", srv.port, srv.user+"@127.0.0.1", `env PS1='SSHPROMPT> ' bash --norc --noprofile -i`)...)
+	cmd.Env = append(cleanEnv(), "SIDECAR_TOKEN="+s.token, "SIDECAR_CERT_HASH="+s.hash)
+	p := startCmdInPTY(t, cmd, 100, 30)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the terminal:\n%s", tail(p.out.String(), 4000))
+		}
+	})
+	p.out.waitFor(t, "connect's connected line", 0, "sidecar: connected to "+url)
+	pos := p.out.waitFor(t, "prompt", 0, "SSHPROMPT> ")
+	for i := 1; i <= 3; i++ {
+		relay.Cut()
+		pos = p.out.waitFor(t, fmt.Sprintf("resume %d", i), pos, "sidecar: resumed")
+		p.typeText(t, fmt.Sprintf("echo CUT-$((%d*11))\r", i))
+		pos = p.out.waitFor(t, fmt.Sprintf("output after cut %d", i), pos, fmt.Sprintf("CUT-%d\r\n", i*11))
+	}
+	relay.Stall(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	hole := time.Now()
+	// Typed into the hole: it waits in connect (and the shell's output on
+	// the host), none of it lost.
+	p.typeText(t, "seq 1 3000; echo AFTER-$((2+2))\r")
+	<-time.After(40*time.Second - time.Since(hole)) // the hole's length is what is tested, not a synchronization
+	if err := ctx.Err(); err != nil {
+		t.Fatal(err)
+	}
+	relay.Stall(false)
+	end := p.out.waitFor(t, "output after the hole", pos, "\r\nAFTER-4\r\n")
+	// The remote shell's output, its lines ending in CR LF (the remote
+	// PTY's), with connect's own lines (LF: ssh's terminal is raw)
+	// taken out: 1 to 3000, each once, in order, then AFTER-4.
+	out := regexp.MustCompile(`sidecar: [^\r\n]*\n`).ReplaceAllString(p.out.String()[pos:end], "")
+	i := strings.Index(out, "1\r\n2\r\n3\r\n")
+	if i < 0 {
+		t.Fatalf("after the hole: no seq output; got: %q", tail(out, 600))
+	}
+	lines := strings.Split(out[i:], "\r\n")
+	for n := 1; n <= 3001; n++ {
+		want := strconv.Itoa(n)
+		if n == 3001 {
+			want = "AFTER-4"
+		}
+		if n > len(lines) || lines[n-1] != want {
+			t.Fatalf("after the hole: line %d of the output is not %q; got: %q", n, want, tail(out, 600))
+		}
+	}
+	p.typeText(t, "exit\r")
+	if code := p.wait(t); code != 0 {
 		t.Fatalf("ssh exited %d, want 0", code)
 	}
 }

@@ -84,6 +84,13 @@ func startInPTYSize(t testing.TB, cols, rows uint16, args ...string) *ptyProc {
 	t.Helper()
 	cmd := exec.Command(sidecarBin, args...)
 	cmd.Env = cleanEnv()
+	return startCmdInPTY(t, cmd, cols, rows)
+}
+
+// startCmdInPTY starts cmd in a new PTY of cols x rows, its output
+// collected; it is ended (SIGTERM, then SIGKILL) at cleanup.
+func startCmdInPTY(t testing.TB, cmd *exec.Cmd, cols, rows uint16) *ptyProc {
+	t.Helper()
 	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: cols, Rows: rows})
 	if err != nil {
 		t.Fatalf("start in pty: %v", err)
