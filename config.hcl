@@ -138,6 +138,10 @@ tcp {
 telemetry {
   # Time between two system metric samples sent on ahp-otlp://metrics.
   interval = "1s"
+  # Let clients send a signal to a process (processes/signal: `sidecar top`'s k key, the
+  # page's process list). Only to processes of the terminals' user (terminal.user), as a
+  # shell of theirs could; never pid 1 nor the daemon itself. Listing is always allowed.
+  process_signals = true
 }
 
 delivery {

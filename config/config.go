@@ -162,6 +162,10 @@ type TCP struct {
 // Telemetry is block telemetry.
 type Telemetry struct {
 	Interval time.Duration // time between two metric samples
+	// ProcessSignals lets clients signal processes (processes/signal):
+	// those of the terminals' user (terminal.user), as a shell of theirs
+	// could, never pid 1 nor the daemon itself.
+	ProcessSignals bool
 }
 
 // Delivery is block delivery: the limits the host accepts and offers for windowed
@@ -351,6 +355,7 @@ func (c *Config) schema() []section {
 		}},
 		{"telemetry", []field{
 			{"interval", &c.Telemetry.Interval},
+			{"process_signals", &c.Telemetry.ProcessSignals},
 		}},
 		{"delivery", []field{
 			{"window_bytes", &c.Delivery.WindowBytes},

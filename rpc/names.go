@@ -63,6 +63,9 @@ const (
 	// Telemetry (ahp.md §6).
 	MethodOTLPExportMetrics = "otlp/exportMetrics"
 	MethodOTLPExportLogs    = "otlp/exportLogs"
+	// Processes (our extension, docs/protocol.md "Processes").
+	MethodProcessesList   = "processes/list"
+	MethodProcessesSignal = "processes/signal"
 )
 
 // IsControlMethod reports whether method is a control message, which

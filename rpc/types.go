@@ -68,6 +68,75 @@ type TelemetryCapability struct {
 	Metrics string `json:"metrics,omitempty"`
 }
 
+// ProcessesCapability is our extension to the initialize result: the
+// host answers processes/list, and processes/signal when Signal is true
+// (telemetry.process_signals).
+type ProcessesCapability struct {
+	Signal bool `json:"signal"`
+}
+
+// ProcessesListParams is processes/list (our extension): the host's
+// processes sorted by SortBy ("cpu", the default, "memory", "pid",
+// "start": newest first, or "command"), the first Limit of them (1 to
+// MaxProcessesListed; 0 means 50).
+type ProcessesListParams struct {
+	SortBy string `json:"sortBy,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
+}
+
+// MaxProcessesListed bounds ProcessesListParams.Limit.
+const MaxProcessesListed = 1000
+
+// ProcessesListResult answers processes/list: Processes, at most the
+// limit asked for, of Total processes on the host, sampled at
+// SampledAtUnixNano; CPU use is measured over the IntervalMs before it.
+type ProcessesListResult struct {
+	Processes         []ProcessInfo `json:"processes"`
+	Total             int           `json:"total"`
+	SampledAtUnixNano int64         `json:"sampledAtUnixNano"`
+	IntervalMs        int64         `json:"intervalMs"`
+}
+
+// ProcessInfo is one process, its fields named after OpenTelemetry's
+// process semantic conventions (process.pid, process.parent_pid,
+// process.owner, process.command, process.command_line,
+// process.cpu.utilization, process.memory.usage, process.status,
+// process.creation.time).
+type ProcessInfo struct {
+	PID       int32  `json:"pid"`
+	ParentPID int32  `json:"parentPid"`
+	Owner     string `json:"owner"`
+	// Command is the executable's name (the kernel's comm, at most 15
+	// bytes); CommandLine its arguments joined by spaces, at most
+	// MaxCommandLine bytes (cut at a UTF-8 boundary, "…" appended).
+	Command     string `json:"command"`
+	CommandLine string `json:"commandLine"`
+	// CPUUtilization is the CPU time used over the interval divided by
+	// its length: 1 is one CPU busy all along (top's 100 %).
+	CPUUtilization float64 `json:"cpuUtilization"`
+	// MemoryUsageBytes is the resident set size, in bytes.
+	MemoryUsageBytes uint64 `json:"memoryUsageBytes"`
+	// Status is the kernel's state: "running", "sleep", "stop", "idle",
+	// "zombie", "wait", "lock" (gopsutil's names).
+	Status string `json:"status"`
+	// StartTimeUnixNano is when the process started.
+	StartTimeUnixNano int64 `json:"startTimeUnixNano"`
+}
+
+// MaxCommandLine bounds ProcessInfo.CommandLine, in UTF-8 bytes.
+const MaxCommandLine = 1024
+
+// ProcessesSignalParams is processes/signal (our extension): send Signal
+// ("SIGTERM", "SIGKILL", "SIGINT", "SIGHUP", "SIGQUIT", "SIGSTOP",
+// "SIGCONT", "SIGUSR1" or "SIGUSR2") to the process PID, whose start
+// time must be StartTimeUnixNano when given (so that a pid reused since
+// the list was read is not signalled). The result is null.
+type ProcessesSignalParams struct {
+	PID               int32  `json:"pid"`
+	Signal            string `json:"signal"`
+	StartTimeUnixNano int64  `json:"startTimeUnixNano,omitempty"`
+}
+
 // InitializeResult answers initialize. Snapshots is never nil.
 type InitializeResult struct {
 	ProtocolVersion  string               `json:"protocolVersion"`
@@ -77,6 +146,8 @@ type InitializeResult struct {
 	DefaultDirectory string               `json:"defaultDirectory,omitempty"`
 	Telemetry        *TelemetryCapability `json:"telemetry,omitempty"`
 	TCPConnections   *struct{}            `json:"tcpConnections,omitempty"`
+	// Processes is our extension (docs/protocol.md "Processes").
+	Processes *ProcessesCapability `json:"processes,omitempty"`
 	// Resume is our extension (docs/protocol.md "reconnect"): what a
 	// reconnect of this clientId must present, and for how long.
 	Resume *Resume `json:"resume,omitempty"`

@@ -16,12 +16,17 @@ import (
 // tees the host's logger into the logs channel (adapters.LogTee), so it is
 // registered first. Register it with NewKind.
 type Kind struct {
-	ts *Channels
+	ts    *Channels
+	procs *Processes
 }
 
 // NewKind is the telemetry kind's adapters.Factory.
 func NewKind(env adapters.Env) (adapters.Kind, error) {
-	return &Kind{ts: NewChannels(ChannelsConfig{
+	procs, err := NewProcesses(env.Config.Telemetry.ProcessSignals, env.Config.Terminal.User)
+	if err != nil {
+		return nil, err
+	}
+	return &Kind{procs: procs, ts: NewChannels(ChannelsConfig{
 		Interval:       env.Config.Telemetry.Interval,
 		ServiceVersion: env.Version,
 		Self:           env.Host,
@@ -54,11 +59,16 @@ func (k *Kind) Lookup(uri string, _ adapters.Caller) adapters.Channel {
 	return nil
 }
 
-// Requests implements adapters.Kind: none (the channels always exist).
-func (k *Kind) Requests() []adapters.Request { return nil }
+// Requests implements adapters.Kind: processes/list and processes/signal
+// (the channels always exist: no request creates them).
+func (k *Kind) Requests() []adapters.Request { return k.procs.Requests() }
 
-// Advertise implements adapters.Kind: the telemetry capability.
-func (k *Kind) Advertise(res *rpc.InitializeResult) { res.Telemetry = k.ts.Capability() }
+// Advertise implements adapters.Kind: the telemetry capability, and
+// processes (our extension).
+func (k *Kind) Advertise(res *rpc.InitializeResult) {
+	res.Telemetry = k.ts.Capability()
+	res.Processes = k.procs.Capability()
+}
 
 // ConnEnded implements adapters.Kind: nothing (subscriptions end alone).
 func (k *Kind) ConnEnded(adapters.ConnID) {}
