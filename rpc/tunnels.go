@@ -109,6 +109,23 @@ type TunnelPort struct {
 	Meta                   json.RawMessage `json:"_meta,omitempty"`
 }
 
+// MarshalJSON writes a hostToClient entry's clients even when it has
+// none (the field is required there, absent on clientToHost).
+func (p TunnelPort) MarshalJSON() ([]byte, error) {
+	type plain TunnelPort
+	if p.Direction != TunnelHostToClient {
+		return json.Marshal(plain(p))
+	}
+	clients := p.Clients
+	if clients == nil {
+		clients = []TunnelClient{}
+	}
+	return json.Marshal(struct {
+		plain
+		Clients []TunnelClient `json:"clients"`
+	}{plain(p), clients})
+}
+
 // TunnelsState is the tunnels channel's state.
 type TunnelsState struct {
 	Ports []TunnelPort `json:"ports"`
