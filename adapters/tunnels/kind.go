@@ -81,6 +81,15 @@ type listener struct {
 	ln                 *net.TCPListener
 	res                *adapters.Reservation
 	waiting            []*waiter
+	// room is closed (and replaced) when a waiting connection is taken
+	// or dropped, or the listener closes: its accept loop may go on.
+	room chan struct{}
+}
+
+// roomLocked wakes l's accept loop, paused at tunnels.max_waiting.
+func (l *listener) roomLocked() {
+	close(l.room)
+	l.room = make(chan struct{})
 }
 
 // waiter is one accepted connection waiting for tunnel/accept.
@@ -372,7 +381,7 @@ func (k *Kind) listenLocked(p *rpc.TunnelPort, caller adapters.Caller) (*listene
 		res.Release()
 		return nil, fmt.Errorf("cannot listen on %s: %v", ap, unwrapSyscall(err))
 	}
-	l := &listener{resource: p.Resource, clientID: caller.ClientID, ln: ln, res: res}
+	l := &listener{resource: p.Resource, clientID: caller.ClientID, ln: ln, res: res, room: make(chan struct{})}
 	k.listeners[p.Resource] = l
 	k.wg.Add(1)
 	go k.acceptLoop(l)
@@ -412,6 +421,7 @@ func (k *Kind) closeListenerLocked(l *listener, why string) {
 		k.log.Info("reverse-forwarded connections reset", "resource", l.resource, "count", n, "reason", "listener closed: "+why)
 	}
 	l.waiting = nil
+	l.roomLocked()
 	for _, o := range k.offers {
 		if o.resource == l.resource {
 			k.dropOfferLocked(o, "listener closed: "+why)
@@ -426,6 +436,16 @@ func (k *Kind) acceptLoop(l *listener) {
 	defer k.wg.Done()
 	var delay time.Duration
 	for {
+		// Past tunnels.max_waiting, accepting pauses: later connections
+		// wait in the kernel's listen backlog, none is refused.
+		k.mu.Lock()
+		for len(l.waiting) >= k.cfg.MaxWaiting && k.listeners[l.resource] == l {
+			room := l.room
+			k.mu.Unlock()
+			<-room
+			k.mu.Lock()
+		}
+		k.mu.Unlock()
 		c, err := l.ln.AcceptTCP()
 		if err != nil {
 			k.mu.Lock()
@@ -446,10 +466,6 @@ func (k *Kind) acceptLoop(l *listener) {
 		switch {
 		case k.listeners[l.resource] != l:
 			resetSock(c)
-		case len(l.waiting) >= k.cfg.MaxWaiting:
-			resetSock(c)
-			k.log.Warn("reverse-forwarded connection reset", "client", l.clientID, "resource", l.resource,
-				"reason", fmt.Sprintf("%d connections already wait for the client (tunnels.max_waiting)", k.cfg.MaxWaiting))
 		default:
 			w := &waiter{sock: c}
 			w.timer = time.AfterFunc(k.cfg.WaitTimeout, func() { k.expire(l, w) })
@@ -467,6 +483,7 @@ func (k *Kind) expire(l *listener, w *waiter) {
 	for i, x := range l.waiting {
 		if x == w {
 			l.waiting = append(l.waiting[:i:i], l.waiting[i+1:]...)
+			l.roomLocked()
 			resetSock(w.sock)
 			k.log.Warn("reverse-forwarded connection reset", "client", l.clientID, "resource", l.resource,
 				"reason", "its client did not take it within "+k.cfg.WaitTimeout.String()+" (tunnels.wait_timeout)")
@@ -572,6 +589,7 @@ func (k *Kind) takeLocked(c adapters.Caller, resource string) *rpc.TunnelAcceptR
 		}
 		w := l.waiting[0]
 		l.waiting = l.waiting[1:]
+		l.roomLocked()
 		w.timer.Stop()
 		k.nextConn++
 		id := strings.TrimPrefix(l.resource, rpc.TunnelScheme+"/")
