@@ -152,7 +152,7 @@ func TestReverseForwardBindRefused(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, "")
 	for spec, want := range map[string]string{
-		"*:0:127.0.0.1:1":         "tunnels.allow_non_loopback is false",
+		"*:0:127.0.0.1:1":          "tunnels.allow_non_loopback is false",
 		"127.0.0.1:80:127.0.0.1:1": "tunnels.allow_privileged_ports is false",
 	} {
 		_, stderr, code := s.run(t, append([]string{"forward", s.url, "-R", spec}, s.connArgs()...)...)

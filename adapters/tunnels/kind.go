@@ -121,8 +121,6 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 		wakes: map[string]chan struct{}{}, accepts: map[adapters.ConnID]int{}, offers: map[string]*offer{},
 		ports: []rpc.TunnelPort{},
 	}
-	k.listenQuota.Name = "reverse-forward listener"
-	k.connQuota.Name = "reverse-forwarded connection"
 	tc := env.Config.TCP
 	k.tb = tcp.NewTable(tcp.TableConfig{
 		Quotas: env.Quotas,
@@ -392,17 +390,13 @@ func (k *Kind) listenLocked(p *rpc.TunnelPort, caller adapters.Caller) (*listene
 
 // unwrapSyscall is err's innermost cause ("address already in use").
 func unwrapSyscall(err error) error {
-	var oe *net.OpError
 	for {
-		if o, ok := err.(*net.OpError); ok {
-			oe = o
-			err = o.Err
-			continue
+		oe, ok := err.(*net.OpError)
+		if !ok {
+			return err
 		}
-		break
+		err = oe.Err
 	}
-	_ = oe
-	return err
 }
 
 // closeListenerLocked closes l and resets the connections waiting on it.
