@@ -135,6 +135,25 @@ tcp {
   window_bytes_per_client = 67108864
 }
 
+
+tunnels {
+  # Reverse forwards (sidecar forward -R, the tunnels channel's clientToHost entries): the
+  # daemon listens on this machine and hands each connection to the client that asked,
+  # which dials the destination from its own machine. Listeners bind loopback only unless
+  # allow_non_loopback is true (like sshd's GatewayPorts), and ports below 1024 only if
+  # allow_privileged_ports is true.
+  allow_non_loopback     = false
+  allow_privileged_ports = false
+  # Entries of the tunnels channel (forwards of every client, both directions).
+  max_entries = 256
+  # Reverse-forward listeners, and their connections, of the clients of one principal.
+  max_listeners_per_principal   = 16
+  max_connections_per_principal = 256
+  # Connections one listener accepted that wait for their client (its link is lost, say):
+  # at most this many, each for at most wait_timeout; past either it is reset.
+  max_waiting  = 32
+  wait_timeout = "30s"
+}
 telemetry {
   # Time between two system metric samples sent on ahp-otlp://metrics.
   interval = "1s"

@@ -210,9 +210,10 @@ type Message struct {
 	// Sub is the sender's subscription to the channel, nil if it has none
 	// (dispatchAction needs no subscription).
 	Sub Subscriber
-	// ClientID and Conn name the sender.
-	ClientID string
-	Conn     ConnID
+	// ClientID, Principal and Conn name the sender.
+	ClientID  string
+	Principal string
+	Conn      ConnID
 	// Header is the message, parsed (rpc.ParseHeader).
 	Header *rpc.Header
 	// Release must be called exactly once, when the message's bytes are

@@ -119,6 +119,8 @@ type Forwarder struct {
 	listeners []net.Listener
 	active    map[*net.TCPConn]struct{} // local connections not yet released
 	channels  map[*TCPConn]struct{}     // channels open
+
+	rev reverse // ServeRemote's forwards
 }
 
 // NewForwarder returns a Forwarder whose channels go through conn, which

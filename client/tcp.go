@@ -277,6 +277,23 @@ func (c *Conn) DialTCP(ctx context.Context, host string, port int) (*TCPConn, er
 	if err := c.createTCP(ctx, rpc.CreateTCPConnectionParams{Channel: uri, Host: host, Port: &port}); err != nil {
 		return nil, err
 	}
+	return c.openTCP(ctx, uri, host, port)
+}
+
+// AcceptTCP subscribes to uri, the ahp-tcp: channel of a connection a
+// reverse forward's listener accepted on the host (tunnel/accept,
+// docs/protocol.md "Tunnels"), and returns its stream, which behaves as
+// DialTCP's; peer is the connecting program's address on the host.
+func (c *Conn) AcceptTCP(ctx context.Context, uri string, peer rpc.TunnelAddress) (*TCPConn, error) {
+	if c.opts.Ordinary {
+		return nil, errors.New("client: TCP connections need windowed delivery (do not use --ordinary)")
+	}
+	return c.openTCP(ctx, uri, peer.Host, peer.Port)
+}
+
+// openTCP subscribes to the TCP channel uri, created already, whose far
+// end is host:port.
+func (c *Conn) openTCP(ctx context.Context, uri, host string, port int) (*TCPConn, error) {
 	recv := c.opts.TCPReceive
 	start := time.Now()
 	sub, err := c.subscribe(ctx, uri, recv, true)

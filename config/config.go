@@ -55,6 +55,7 @@ type Config struct {
 	Auth      Auth
 	Terminal  Terminal
 	TCP       TCP
+	Tunnels   Tunnels
 	Telemetry Telemetry
 	Delivery  Delivery
 	Journal   Journal
@@ -157,6 +158,29 @@ type TCP struct {
 	// forwarded connections hold on the host (about half a window of text
 	// per direction: UTF-8 of UTF-16 counted bytes).
 	WindowBytesPerClient int64
+}
+
+// Tunnels is block tunnels: the tunnels channel's entries (ahp-tunnels://)
+// and the listeners of reverse forwards (clientToHost, sidecar forward -R).
+type Tunnels struct {
+	// AllowNonLoopback lets a reverse forward listen on an address other
+	// than loopback (like sshd's GatewayPorts); false: only loopback.
+	AllowNonLoopback bool
+	// AllowPrivilegedPorts lets a reverse forward listen on a port below
+	// 1024; false: refused.
+	AllowPrivilegedPorts bool
+	// MaxEntries bounds the entries of the tunnels channel on the host.
+	MaxEntries int
+	// MaxListenersPerPrincipal bounds the reverse forwards' listeners of
+	// the clients of one principal; MaxConnectionsPerPrincipal their
+	// connections (waiting for their client, or open).
+	MaxListenersPerPrincipal   int
+	MaxConnectionsPerPrincipal int
+	// MaxWaiting bounds the accepted connections of one listener that
+	// wait for their client (its link lost, or not asking yet); past it a
+	// new one is reset. WaitTimeout bounds how long one waits.
+	MaxWaiting  int
+	WaitTimeout time.Duration
 }
 
 // Telemetry is block telemetry.
@@ -352,6 +376,15 @@ func (c *Config) schema() []section {
 			{"window_bytes", &c.TCP.WindowBytes},
 			{"maximum_frame_bytes", &c.TCP.MaximumFrameBytes},
 			{"window_bytes_per_client", &c.TCP.WindowBytesPerClient},
+		}},
+		{"tunnels", []field{
+			{"allow_non_loopback", &c.Tunnels.AllowNonLoopback},
+			{"allow_privileged_ports", &c.Tunnels.AllowPrivilegedPorts},
+			{"max_entries", &c.Tunnels.MaxEntries},
+			{"max_listeners_per_principal", &c.Tunnels.MaxListenersPerPrincipal},
+			{"max_connections_per_principal", &c.Tunnels.MaxConnectionsPerPrincipal},
+			{"max_waiting", &c.Tunnels.MaxWaiting},
+			{"wait_timeout", &c.Tunnels.WaitTimeout},
 		}},
 		{"telemetry", []field{
 			{"interval", &c.Telemetry.Interval},
@@ -764,6 +797,11 @@ func (c *Config) Validate() error {
 	v.positive("tcp.max_per_connection", int64(c.TCP.MaxPerConnection), "connections")
 	v.atMost("tcp", c.TCP.MaxPerClient, c.TCP.MaxTotal, "connections")
 	v.duration("tcp.dial_timeout", c.TCP.DialTimeout)
+	v.positive("tunnels.max_entries", int64(c.Tunnels.MaxEntries), "entries")
+	v.positive("tunnels.max_listeners_per_principal", int64(c.Tunnels.MaxListenersPerPrincipal), "listeners")
+	v.positive("tunnels.max_connections_per_principal", int64(c.Tunnels.MaxConnectionsPerPrincipal), "connections")
+	v.positive("tunnels.max_waiting", int64(c.Tunnels.MaxWaiting), "connections")
+	v.duration("tunnels.wait_timeout", c.Tunnels.WaitTimeout)
 	if c.TCP.WindowBytes < MinTCPWindowBytes {
 		v.bad("tcp.window_bytes", "must be at least %d UTF-16 bytes (a forwarded connection carries at most a window, 3/8 of it in stream bytes, per round trip), got %d",
 			MinTCPWindowBytes, c.TCP.WindowBytes)

@@ -57,6 +57,8 @@ func TestDefault(t *testing.T) {
 			MaxPerClient: 16, MaxTotal: 64, MaxPerPrincipal: 32, MaxPerConnection: 16, Env: map[string]string{"LANG": "C.UTF-8"}},
 		TCP: TCP{Allow: []string{"127.0.0.0/8", "::1/128"}, MaxPerClient: 256, MaxTotal: 1024, MaxPerPrincipal: 512, MaxPerConnection: 256,
 			DialTimeout: 10 * time.Second, WindowBytes: 32 << 20, MaximumFrameBytes: 512 << 10, WindowBytesPerClient: 64 << 20},
+		Tunnels: Tunnels{MaxEntries: 256, MaxListenersPerPrincipal: 16, MaxConnectionsPerPrincipal: 256, MaxWaiting: 32,
+			WaitTimeout: 30 * time.Second},
 		Telemetry: Telemetry{Interval: time.Second, ProcessSignals: true},
 		Delivery: Delivery{WindowBytes: 262144, MaximumFrameBytes: 16384, MaxMessageBytes: 16 << 20, MaxPartialBytes: 16 << 20,
 			TransportQueueFrames: 32, OrdinaryQueueMessages: 1024, ProtectedQueueMessages: 256, WriteTimeout: 30 * time.Second,
@@ -160,6 +162,15 @@ tcp {
   maximum_frame_bytes = 1025
   window_bytes_per_client = 131072
 }
+tunnels {
+  allow_non_loopback = true
+  allow_privileged_ports = true
+  max_entries = 3
+  max_listeners_per_principal = 4
+  max_connections_per_principal = 5
+  max_waiting = 6
+  wait_timeout = "7s"
+}
 telemetry {
   interval        = "250ms"
   process_signals = false
@@ -204,6 +215,8 @@ func TestLoadOverridesEverything(t *testing.T) {
 			MaxPerClient: 2, MaxTotal: 3, MaxPerPrincipal: 6, MaxPerConnection: 7, Env: map[string]string{"FOO": "bar"}},
 		TCP: TCP{Allow: []string{"10.0.0.0/8", "192.168.1.7"}, MaxPerClient: 4, MaxTotal: 5, MaxPerPrincipal: 8, MaxPerConnection: 9,
 			DialTimeout: 1500 * time.Millisecond, WindowBytes: 65537, MaximumFrameBytes: 1025, WindowBytesPerClient: 131072},
+		Tunnels: Tunnels{AllowNonLoopback: true, AllowPrivilegedPorts: true, MaxEntries: 3, MaxListenersPerPrincipal: 4,
+			MaxConnectionsPerPrincipal: 5, MaxWaiting: 6, WaitTimeout: 7 * time.Second},
 		Telemetry: Telemetry{Interval: 250 * time.Millisecond, ProcessSignals: false},
 		Delivery: Delivery{WindowBytes: 512, MaximumFrameBytes: 1024, MaxMessageBytes: 4096, MaxPartialBytes: 8192,
 			TransportQueueFrames: 8, OrdinaryQueueMessages: 9, ProtectedQueueMessages: 10, WriteTimeout: 5 * time.Second,

@@ -9,6 +9,7 @@ import (
 	"github.com/sidecar-dev/sidecar/adapters/pty"
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/adapters/telemetry"
+	"github.com/sidecar-dev/sidecar/adapters/tunnels"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -20,6 +21,7 @@ var Kinds = []adapters.Factory{
 	telemetry.NewKind,
 	pty.NewKind,
 	tcp.NewKind,
+	tunnels.NewKind,
 }
 
 // registry is a Server's kinds, and the requests they serve by method.

@@ -148,6 +148,7 @@ type InitializeResult struct {
 	TCPConnections   *struct{}            `json:"tcpConnections,omitempty"`
 	// Processes is our extension (docs/protocol.md "Processes").
 	Processes *ProcessesCapability `json:"processes,omitempty"`
+	Tunnels   *TunnelsCapability   `json:"tunnels,omitempty"`
 	// Resume is our extension (docs/protocol.md "reconnect"): what a
 	// reconnect of this clientId must present, and for how long.
 	Resume *Resume `json:"resume,omitempty"`

@@ -223,16 +223,7 @@ func (tb *Table) Open(ctx context.Context, caller adapters.Caller, params json.R
 		tb.mu.Unlock()
 		return e, nil
 	}
-	tc := &Channel{
-		tb: tb, id: p.Channel, owner: caller.Conn, clientID: caller.ClientID, res: res,
-		enc:      bytestream.NewEncoder(rpc.TCPStream, p.Channel),
-		log:      tb.cfg.Log.With("channel", p.Channel, "client", caller.ClientID),
-		closed:   make(chan struct{}),
-		halfDone: make(chan struct{}),
-		readDone: make(chan struct{}),
-		wake:     make(chan struct{}, 1),
-		wqWake:   make(chan struct{}, 1),
-	}
+	tc := tb.newChannel(p.Channel, caller, res)
 	// Reserve the URI while dialing (outside the lock).
 	tb.conns[p.Channel] = tc
 	tb.mu.Unlock()
@@ -283,6 +274,69 @@ func (tb *Table) Open(ctx context.Context, caller adapters.Caller, params json.R
 	go tc.writeLoop()
 	return nil, nil
 }
+
+// newChannel returns the channel uri of caller's connection, holding res,
+// with no socket yet.
+func (tb *Table) newChannel(uri string, caller adapters.Caller, res *adapters.Reservation) *Channel {
+	return &Channel{
+		tb: tb, id: uri, owner: caller.Conn, clientID: caller.ClientID, res: res,
+		enc:      bytestream.NewEncoder(rpc.TCPStream, uri),
+		log:      tb.cfg.Log.With("channel", uri, "client", caller.ClientID),
+		closed:   make(chan struct{}),
+		halfDone: make(chan struct{}),
+		readDone: make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		wqWake:   make(chan struct{}, 1),
+	}
+}
+
+// Adopt makes sock, a connection the host accepted rather than dialled
+// (a reverse forward's listener: adapters/tunnels), the TCP channel uri
+// of caller's connection, exactly as Open makes a dialled one: it holds
+// an entry of the Table's quota, waits SubscribeLease for caller's
+// windowed subscription, and resumes by offsets (Park, Reclaim) as any
+// other. The refusals: the host is shutting down (-32603), uri is taken
+// (AlreadyExists), a quota is reached (PermissionDenied, naming it); the
+// caller then still owns sock. On success the Table owns it.
+func (tb *Table) Adopt(caller adapters.Caller, uri string, sock *net.TCPConn) (*Channel, *rpc.Error) {
+	tb.mu.Lock()
+	if tb.shutdown {
+		tb.mu.Unlock()
+		return nil, rpc.Errorf(rpc.CodeInternalError, "server is shutting down")
+	}
+	if _, exists := tb.conns[uri]; exists {
+		tb.mu.Unlock()
+		return nil, rpc.Errorf(rpc.CodeAlreadyExists, "TCP connection already exists: %s", uri)
+	}
+	res, e := tb.cfg.Quotas.Reserve(tb.cfg.Quota, caller)
+	if e != nil {
+		tb.mu.Unlock()
+		return nil, e
+	}
+	tc := tb.newChannel(uri, caller, res)
+	tc.sock = sock
+	tb.conns[uri] = tc
+	tb.wg.Add(2)
+	tb.mu.Unlock()
+	tc.mu.Lock()
+	tc.lease = time.AfterFunc(SubscribeLease, func() {
+		tc.mu.Lock()
+		subscribed := tc.sub != nil
+		tc.mu.Unlock()
+		if !subscribed {
+			tc.close("not subscribed within " + SubscribeLease.String())
+		}
+	})
+	tc.mu.Unlock()
+	tc.log.Debug("accepted TCP connection adopted", "remote", sock.RemoteAddr().String())
+	go tc.readLoop()
+	go tc.writeLoop()
+	return tc, nil
+}
+
+// OwnedBy reports whether conn owns tc (created or resumed it) and tc is
+// not parked for a reconnect: a kind's Lookup shows tc to conn only.
+func (tc *Channel) OwnedBy(conn adapters.ConnID) bool { return tc.ownedBy(conn) }
 
 // Channel is one ahp-tcp:/<id> channel and its socket. It belongs to the
 // connection that created it; only that connection's windowed

@@ -22,10 +22,10 @@ const forwardDrain = 3 * time.Second
 
 func forwardCmd() *cobra.Command {
 	var cf connFlags
-	var locals, dynamics []string
+	var locals, dynamics, remotes []string
 	cmd := &cobra.Command{
-		Use:   "forward URL -L [bind:]port:host:hostport ... [-D [bind:]port ...]",
-		Short: "Forward local TCP ports through the host, like ssh -L and ssh -D",
+		Use:   "forward URL -L [bind:]port:host:hostport ... [-D [bind:]port ...] [-R [bind:]port:host:hostport ...]",
+		Short: "Forward TCP ports through the host, like ssh -L, -D and -R",
 		Long: `Forward local TCP ports through the host, as ssh -L and -D do.
 
 -L [bind:]port:host:hostport listens on bind:port and opens, for every
@@ -45,6 +45,17 @@ use fails at once.
 connections go out from the host, names resolved there (SOCKS4 clients
 get SOCKS4's rejection). Its bind address is as -L's.
 
+-R [bind:]port:host:hostport makes the host listen on bind:port on its
+machine (127.0.0.1 when no bind is given; another address only where its
+tunnels.allow_non_loopback allows, ports below 1024 only where
+tunnels.allow_privileged_ports does) and forwards every connection
+accepted there to host:hostport dialled from this machine, as ssh -R.
+Port 0 lets the host pick; the address it listens on is printed. A
+refusal (policy, a limit, the port in use) is printed and exits 1. While
+the connection to the host is lost the host keeps listening, and the
+connections it accepts wait for it to resume (bounded by the host's
+tunnels.max_waiting and wait_timeout).
+
 Both may be given several times; everything shares one connection to the
 host. Ctrl-C resets every forwarded connection still open (a download cut
 short never looks complete) and exits 0; before it has connected, 130.
@@ -62,10 +73,11 @@ or 129 while still connecting); 1 when a local port cannot be bound (in
 use, say: nothing is dialled then); 255 when the connection cannot be
 made, or is lost and cannot be resumed; 2 for a usage error.`,
 		Example: `  sidecar forward wss://127.0.0.1:4433/ahp -L 8080:127.0.0.1:3000 -L 127.0.0.1:5433:db:5432
-  sidecar forward wss://127.0.0.1:4433/ahp -D 1080`,
+  sidecar forward wss://127.0.0.1:4433/ahp -D 1080
+  sidecar forward wss://127.0.0.1:4433/ahp -R 9000:localhost:3000`,
 		Args: forwardArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return forward(&cf, args[0], locals, dynamics)
+			return forward(&cf, args[0], locals, dynamics, remotes)
 		},
 	}
 	cf.register(cmd)
@@ -74,6 +86,7 @@ made, or is lost and cannot be resumed; 2 for a usage error.`,
 	_ = cmd.Flags().MarkHidden("ordinary")
 	cmd.Flags().StringArrayVarP(&locals, "local", "L", nil, "forward [bind:]port to host:hostport on the host's side (repeatable)")
 	cmd.Flags().StringArrayVarP(&dynamics, "dynamic", "D", nil, "SOCKS5 proxy on [bind:]port, connecting from the host (repeatable)")
+	cmd.Flags().StringArrayVarP(&remotes, "remote", "R", nil, "listen on [bind:]port on the host and forward to host:hostport from here (repeatable)")
 	return cmd
 }
 
@@ -106,9 +119,9 @@ func forwardArgs(_ *cobra.Command, args []string) error {
 // connections was.
 const forwardGCPercent = 25
 
-func forward(cf *connFlags, url string, locals, dynamics []string) error {
-	if len(locals) == 0 && len(dynamics) == 0 {
-		return &exitError{code: 2, err: errors.New("nothing to forward: give -L [bind:]port:host:hostport or -D [bind:]port")}
+func forward(cf *connFlags, url string, locals, dynamics, remotes []string) error {
+	if len(locals) == 0 && len(dynamics) == 0 && len(remotes) == 0 {
+		return &exitError{code: 2, err: errors.New("nothing to forward: give -L [bind:]port:host:hostport, -D [bind:]port or -R [bind:]port:host:hostport")}
 	}
 	if cf.ordinary {
 		return &exitError{code: 2, err: errors.New("--ordinary cannot forward: TCP channels need windowed delivery")}
@@ -130,6 +143,14 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 			return &exitError{code: 2, err: err}
 		}
 		binds, given = append(binds, d), append(given, "-D "+g)
+	}
+	var rfs []remoteForward
+	for _, s := range remotes {
+		f, err := parseRemote(s)
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		rfs = append(rfs, f)
 	}
 	if msg := sameLocalPort(binds, given); msg != "" {
 		return &exitError{code: 2, err: errors.New(msg)}
@@ -223,6 +244,11 @@ func forward(cf *connFlags, url string, locals, dynamics []string) error {
 			} else {
 				_ = fw.ServeSOCKS(handoffs[i].Listen())
 			}
+		}
+		if err := serveSession(ctx, conn, fw, bound, rfs); err != nil {
+			fw.Close()
+			_ = conn.Close()
+			return err
 		}
 		result, ended := runUntil(ctx, conn, fw)
 		if !newSessionAfter(ended) || cf.via != "" {

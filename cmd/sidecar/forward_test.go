@@ -255,7 +255,7 @@ func TestForwardListensBeforeDialing(t *testing.T) {
 		"-L after a good one": {{"127.0.0.1:0:127.0.0.1:80", bind + ":127.0.0.1:80"}, nil},
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := forward(cf, url, args[0], args[1])
+			err := forward(cf, url, args[0], args[1], nil)
 			var ee *exitError
 			given := "-L " + bind
 			if name == "-D" {
@@ -287,7 +287,7 @@ func TestForwardListensBeforeDialing(t *testing.T) {
 		}
 		closedURL := "wss://" + closed.Addr().String() + "/ahp"
 		_ = closed.Close()
-		err = forward(cf, closedURL, []string{bind + ":127.0.0.1:80"}, nil)
+		err = forward(cf, closedURL, []string{bind + ":127.0.0.1:80"}, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), "nothing is listening") {
 			t.Fatalf("forward to %s: %v, want nothing is listening", closedURL, err)
 		}
@@ -392,7 +392,7 @@ func TestForwardSamePortTwice(t *testing.T) {
 		{nil, []string{":" + port, port}, "-D :" + port + " and -D " + port + " listen on the same port"},
 		{nil, []string{"[::1]:" + port, "[::]:" + port}, "-D [::1]:" + port + " and -D [::]:" + port + " listen on the same port"},
 	} {
-		err := forward(cf, "wss://127.0.0.1:1/ahp", tt.locals, tt.dynamics)
+		err := forward(cf, "wss://127.0.0.1:1/ahp", tt.locals, tt.dynamics, nil)
 		var ee *exitError
 		if !errors.As(err, &ee) || ee.code != 2 || err.Error() != tt.want {
 			t.Errorf("-L %q -D %q: %v, want exit 2 and %q", tt.locals, tt.dynamics, err, tt.want)
@@ -525,7 +525,7 @@ func TestForwardSameAddressResolved(t *testing.T) {
 		{[]string{p + ":127.0.0.1:80"}, []string{"localhost:" + p},
 			"-L " + p + " and -D localhost:" + p + " listen on the same port"},
 	} {
-		err := forward(cf, url, tt.locals, tt.dynamics)
+		err := forward(cf, url, tt.locals, tt.dynamics, nil)
 		var ee *exitError
 		if !errors.As(err, &ee) || ee.code != 2 || err.Error() != tt.want {
 			t.Errorf("-L %q -D %q: %v, want exit 2 and %q", tt.locals, tt.dynamics, err, tt.want)
@@ -545,7 +545,7 @@ func TestForwardSameAddressResolved(t *testing.T) {
 	defer l.Close()
 
 	// Held by someone else (l): not ours to name.
-	err = forward(cf, url, []string{"localhost:" + p + ":127.0.0.1:80"}, nil)
+	err = forward(cf, url, []string{"localhost:" + p + ":127.0.0.1:80"}, nil, nil)
 	var ee *exitError
 	want := "-L localhost:" + p + ": cannot listen on 127.0.0.1:" + p + " (localhost): address already in use (another program holds it: pick another local port, or 0 for any free one)"
 	if !errors.As(err, &ee) || ee.code != 1 || err.Error() != want {

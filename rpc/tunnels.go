@@ -1,0 +1,161 @@
+package rpc
+
+import "encoding/json"
+
+// The tunnels channel (upstream AHP docs/specification/tunnels-channel.md,
+// types/channels-tunnels): the host's authoritative list of port
+// forwards and each participant's lifecycle, journaled like the root
+// channel. Our extension tunnel/accept (docs/protocol.md "Tunnels") hands
+// the bytes of a connection a clientToHost listener accepted to its
+// client on an ahp-tcp: channel.
+
+// Tunnels channel names.
+const (
+	// TunnelsChannel is the tunnels channel, advertised in
+	// InitializeResult.Tunnels.
+	TunnelsChannel = "ahp-tunnels://"
+	// TunnelScheme prefixes an entry's resource: ahp-tunnel:/<id>.
+	TunnelScheme = "ahp-tunnel:"
+
+	ActionTunnelPortSet           = "tunnel/portSet"
+	ActionTunnelPortClientSet     = "tunnel/portClientSet"
+	ActionTunnelPortClientUpdated = "tunnel/portClientUpdated"
+	ActionTunnelPortClientRemoved = "tunnel/portClientRemoved"
+	ActionTunnelPortRemoved       = "tunnel/portRemoved"
+
+	// MethodTunnelAccept is our extension's request: the next connection
+	// one of the caller's clientToHost listeners accepted, as an ahp-tcp:
+	// channel to subscribe to.
+	MethodTunnelAccept = "tunnel/accept"
+)
+
+// Tunnel directions (TunnelPortDirectionKind).
+const (
+	TunnelHostToClient = "hostToClient"
+	TunnelClientToHost = "clientToHost"
+)
+
+// Tunnel participant statuses (TunnelPortClientStatus).
+const (
+	TunnelPending     = "pending"
+	TunnelAccepted    = "accepted"
+	TunnelReady       = "ready"
+	TunnelDeclined    = "declined"
+	TunnelFailed      = "failed"
+	TunnelUnavailable = "unavailable"
+)
+
+// TunnelsCapability is InitializeResult.tunnels (TunnelingCapabilities).
+type TunnelsCapability struct {
+	Channel string `json:"channel"`
+}
+
+// ClientTunnelsCapability is ClientCapabilities.tunnels: each direction
+// the client can establish is present as {}.
+type ClientTunnelsCapability struct {
+	HostToClient *struct{} `json:"hostToClient,omitempty"`
+	ClientToHost *struct{} `json:"clientToHost,omitempty"`
+}
+
+// TunnelAddress is one TCP address of a forward; Port 0 in a request asks
+// for any free port.
+type TunnelAddress struct {
+	Host string `json:"host"`
+	Port int    `json:"port"`
+}
+
+// TunnelErrorInfo is AHP's ErrorInfo, as a failed state carries it.
+type TunnelErrorInfo struct {
+	ErrorType string `json:"errorType"`
+	Message   string `json:"message"`
+}
+
+// TunnelClientState is a participant's lifecycle (TunnelPortClientState):
+// Status, and what that status carries.
+type TunnelClientState struct {
+	Status        string           `json:"status"`
+	LocalAddress  *TunnelAddress   `json:"localAddress,omitempty"`  // ready
+	RemoteAddress *TunnelAddress   `json:"remoteAddress,omitempty"` // ready
+	Reason        string           `json:"reason,omitempty"`        // declined, unavailable
+	Error         *TunnelErrorInfo `json:"error,omitempty"`         // failed
+}
+
+// TunnelClient is one participant (TunnelPortClient).
+type TunnelClient struct {
+	ClientID string            `json:"clientId"`
+	State    TunnelClientState `json:"state"`
+}
+
+// TunnelRequester is TunnelPort.requestedBy: Kind "host", or "client"
+// with ClientID.
+type TunnelRequester struct {
+	Kind     string `json:"kind"`
+	ClientID string `json:"clientId,omitempty"`
+}
+
+// TunnelPort is one entry of TunnelsState.ports: a hostToClient entry
+// has Clients, a clientToHost one exactly one Client.
+type TunnelPort struct {
+	Resource               string          `json:"resource"`
+	Direction              string          `json:"direction"`
+	RequestedLocalAddress  TunnelAddress   `json:"requestedLocalAddress"`
+	RequestedRemoteAddress TunnelAddress   `json:"requestedRemoteAddress"`
+	Title                  string          `json:"title,omitempty"`
+	Protocol               string          `json:"protocol,omitempty"`
+	RequestedBy            TunnelRequester `json:"requestedBy"`
+	CreatedAt              string          `json:"createdAt"`
+	Clients                []TunnelClient  `json:"clients,omitempty"`
+	Client                 *TunnelClient   `json:"client,omitempty"`
+	Meta                   json.RawMessage `json:"_meta,omitempty"`
+}
+
+// MarshalJSON writes a hostToClient entry's clients even when it has
+// none (the field is required there, absent on clientToHost).
+func (p TunnelPort) MarshalJSON() ([]byte, error) {
+	type plain TunnelPort
+	if p.Direction != TunnelHostToClient {
+		return json.Marshal(plain(p))
+	}
+	clients := p.Clients
+	if clients == nil {
+		clients = []TunnelClient{}
+	}
+	return json.Marshal(struct {
+		plain
+		Clients []TunnelClient `json:"clients"`
+	}{plain(p), clients})
+}
+
+// TunnelsState is the tunnels channel's state.
+type TunnelsState struct {
+	Ports []TunnelPort `json:"ports"`
+}
+
+// TunnelAction is every tunnel/* action in one shape: Type says which
+// fields it has (portSet: Port; portClientSet: Resource, Client;
+// portClientUpdated: Resource, ClientID, State; portClientRemoved:
+// Resource, ClientID; portRemoved: Resource).
+type TunnelAction struct {
+	Type     string             `json:"type"`
+	Port     *TunnelPort        `json:"port,omitempty"`
+	Resource string             `json:"resource,omitempty"`
+	Client   *TunnelClient      `json:"client,omitempty"`
+	ClientID string             `json:"clientId,omitempty"`
+	State    *TunnelClientState `json:"state,omitempty"`
+}
+
+// TunnelAcceptParams is tunnel/accept's params: empty (the next
+// connection of any of the caller's listeners) or one entry's resource.
+type TunnelAcceptParams struct {
+	Resource string `json:"resource,omitempty"`
+}
+
+// TunnelAcceptResult is tunnel/accept's result: the entry whose listener
+// accepted, the ahp-tcp: channel that carries the connection (subscribe
+// to it, windowed, within tcp's subscribe lease), and the peer's address
+// on the host.
+type TunnelAcceptResult struct {
+	Resource string        `json:"resource"`
+	Channel  string        `json:"channel"`
+	Peer     TunnelAddress `json:"peer"`
+}
