@@ -71,6 +71,25 @@ type TableConfig struct {
 	// Seq returns the journal's serverSeq, for the snapshot's fromSeq.
 	Seq func() uint64
 	Log hclog.Logger
+	// Label is the channels' adapters.Traits.Label; "tcp" when empty.
+	// Another byte-stream kind that attaches its own endpoints (Attach)
+	// names its own.
+	Label string
+}
+
+// Endpoint is the far end of a byte-stream channel: a TCP socket
+// (*net.TCPConn), or what another kind attaches (Table.Attach: a file).
+// Read gives the bytes for the client (io.EOF: the stream's end, then
+// tcp/eof); Write takes the client's; CloseWrite follows the client's
+// tcp/eof once every byte before it was written; SetLinger(0) before
+// Close says the stream was cut short (an RST for a socket), -1 that it
+// ended gracefully. Read and Write run on different goroutines.
+type Endpoint interface {
+	io.Reader
+	io.Writer
+	CloseWrite() error
+	SetLinger(sec int) error
+	Close() error
 }
 
 // Table is the host's TCP channels: every open connection by URI, the
@@ -209,34 +228,10 @@ func (tb *Table) Open(ctx context.Context, caller adapters.Caller, params json.R
 	if *p.Port < 1 || *p.Port > 65535 {
 		return rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "port" must be between 1 and 65535`), nil
 	}
-	tb.mu.Lock()
-	if tb.shutdown {
-		tb.mu.Unlock()
-		return rpc.Errorf(rpc.CodeInternalError, "server is shutting down"), nil
-	}
-	if _, exists := tb.conns[p.Channel]; exists {
-		tb.mu.Unlock()
-		return rpc.Errorf(rpc.CodeAlreadyExists, "TCP connection already exists: %s", p.Channel), nil
-	}
-	res, e := tb.cfg.Quotas.Reserve(tb.cfg.Quota, caller)
+	tc, e := tb.reserve(caller, p.Channel, rpc.TCPStream)
 	if e != nil {
-		tb.mu.Unlock()
 		return e, nil
 	}
-	tc := &Channel{
-		tb: tb, id: p.Channel, owner: caller.Conn, clientID: caller.ClientID, res: res,
-		enc:      bytestream.NewEncoder(rpc.TCPStream, p.Channel),
-		log:      tb.cfg.Log.With("channel", p.Channel, "client", caller.ClientID),
-		closed:   make(chan struct{}),
-		halfDone: make(chan struct{}),
-		readDone: make(chan struct{}),
-		wake:     make(chan struct{}, 1),
-		wqWake:   make(chan struct{}, 1),
-	}
-	// Reserve the URI while dialing (outside the lock).
-	tb.conns[p.Channel] = tc
-	tb.mu.Unlock()
-
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -252,11 +247,75 @@ func (tb *Table) Open(ctx context.Context, caller adapters.Caller, params json.R
 		}
 		return rpc.Errorf(code, "%s", err.Error()), err
 	}
+	if !tc.start(sock, ctx.Err() != nil) {
+		return rpc.Errorf(rpc.CodeInternalError, "connection closed while dialing"), nil
+	}
+	tc.log.Debug("TCP connection opened", "host", host, "port", *p.Port, "remote", sock.RemoteAddr().String())
+	return nil, nil
+}
+
+// Attach is Open for an endpoint another kind opened already (a file):
+// uri is reserved for caller under the Table's quota and its loops
+// start; the reader waits for caller's windowed subscription (within
+// SubscribeLease), and the channel's messages are methods' (whose data
+// and end of stream may be TCP's: the binary form needs tcp/data). On an
+// error ep is closed.
+func (tb *Table) Attach(caller adapters.Caller, uri string, methods rpc.StreamMethods, ep Endpoint) *rpc.Error {
+	tc, e := tb.reserve(caller, uri, methods)
+	if e != nil {
+		_ = ep.Close()
+		return e
+	}
+	if !tc.start(ep, false) {
+		return rpc.Errorf(rpc.CodeInternalError, "server is shutting down")
+	}
+	return nil
+}
+
+// reserve checks the limits and reserves uri for caller: a Channel
+// without its endpoint yet.
+func (tb *Table) reserve(caller adapters.Caller, uri string, methods rpc.StreamMethods) (*Channel, *rpc.Error) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	if tb.shutdown {
+		return nil, rpc.Errorf(rpc.CodeInternalError, "server is shutting down")
+	}
+	if _, exists := tb.conns[uri]; exists {
+		what := "TCP connection"
+		if methods != rpc.TCPStream || !strings.HasPrefix(uri, rpc.TCPScheme) {
+			what = "channel"
+		}
+		return nil, rpc.Errorf(rpc.CodeAlreadyExists, "%s already exists: %s", what, uri)
+	}
+	res, e := tb.cfg.Quotas.Reserve(tb.cfg.Quota, caller)
+	if e != nil {
+		return nil, e
+	}
+	tc := &Channel{
+		tb: tb, id: uri, owner: caller.Conn, clientID: caller.ClientID, res: res,
+		enc:      bytestream.NewEncoder(methods, uri),
+		log:      tb.cfg.Log.With("channel", uri, "client", caller.ClientID),
+		closed:   make(chan struct{}),
+		halfDone: make(chan struct{}),
+		readDone: make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		wqWake:   make(chan struct{}, 1),
+	}
+	tb.conns[uri] = tc
+	return tc, nil
+}
+
+// start gives a reserved tc its endpoint and starts its loops, and the
+// lease for its subscription; false (sock closed, tc freed) when the
+// creating connection ended meanwhile (gone) or the host is shutting
+// down.
+func (tc *Channel) start(sock Endpoint, gone bool) bool {
+	tb := tc.tb
 	// The connection may have ended (or the host begun to shut down)
 	// while we dialed: then nobody will subscribe.
 	tc.mu.Lock()
 	tb.mu.Lock()
-	gone := tc.isClosed || tb.shutdown || ctx.Err() != nil
+	gone = gone || tc.isClosed || tb.shutdown
 	if !gone {
 		tc.sock = sock
 		tb.wg.Add(2)
@@ -276,12 +335,11 @@ func (tb *Table) Open(ctx context.Context, caller adapters.Caller, params json.R
 	if gone {
 		_ = sock.Close()
 		tc.close("client connection closed while dialing")
-		return rpc.Errorf(rpc.CodeInternalError, "connection closed while dialing"), nil
+		return false
 	}
-	tc.log.Debug("TCP connection opened", "host", host, "port", *p.Port, "remote", sock.RemoteAddr().String())
 	go tc.readLoop()
 	go tc.writeLoop()
-	return nil, nil
+	return true
 }
 
 // Channel is one ahp-tcp:/<id> channel and its socket. It belongs to the
@@ -304,7 +362,7 @@ type Channel struct {
 	res  *adapters.Reservation
 	enc  *bytestream.Encoder
 	log  hclog.Logger
-	sock *net.TCPConn // nil while dialing; set under tb.mu and tc.mu
+	sock Endpoint // nil while dialing; set under tb.mu and tc.mu
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed when the connection is closed or reset
@@ -369,7 +427,11 @@ func (tc *Channel) URI() string { return tc.id }
 // Traits implements adapters.Channel: windowed only, with the tcp
 // block's limits, within the client's window budget.
 func (tc *Channel) Traits() adapters.Traits {
-	return adapters.Traits{Delivery: adapters.WindowedOnly, Label: "tcp", Limits: &tc.tb.cfg.Limits, Budget: &tc.tb.cfg.Budget}
+	label := tc.tb.cfg.Label
+	if label == "" {
+		label = "tcp"
+	}
+	return adapters.Traits{Delivery: adapters.WindowedOnly, Label: label, Limits: &tc.tb.cfg.Limits, Budget: &tc.tb.cfg.Budget}
 }
 
 // ownedBy reports whether conn owns tc and tc is not parked.
@@ -550,8 +612,9 @@ func (tc *Channel) Receive(m adapters.Message) {
 		return
 	}
 	tc.mu.Unlock()
+	methods := tc.enc.Methods()
 	switch m.Header.Method {
-	case rpc.MethodTCPData:
+	case methods.Data:
 		p, data, err := bytestream.AppendMessageData(bufs.Get(16<<10), m.Header.Params, m.Header.Binary)
 		buf := data[:0] // the buffer, grown if it had to
 		if err != nil {
@@ -586,7 +649,7 @@ func (tc *Channel) Receive(m adapters.Message) {
 		tc.wq = append(tc.wq, write{data: data, buf: buf, release: release})
 		tc.mu.Unlock()
 		signal(tc.wqWake)
-	case rpc.MethodTCPEOF:
+	case methods.EOF:
 		p, err := bytestream.ParseEOF(m.Header.Params)
 		tc.mu.Lock()
 		switch {
@@ -616,7 +679,7 @@ func (tc *Channel) Control(sub adapters.Subscriber, h *rpc.Header) {
 	tc.mu.Lock()
 	mine := sub != nil && sub == tc.sub
 	tc.mu.Unlock()
-	if mine && h.Method == rpc.MethodTCPReset {
+	if mine && h.Method == tc.enc.Methods().Reset {
 		tc.abort("reset by the client", false)
 	}
 }
