@@ -55,6 +55,7 @@ type Config struct {
 	Auth      Auth
 	Terminal  Terminal
 	TCP       TCP
+	Files     Files
 	Telemetry Telemetry
 	Delivery  Delivery
 	Journal   Journal
@@ -157,6 +158,20 @@ type TCP struct {
 	// forwarded connections hold on the host (about half a window of text
 	// per direction: UTF-8 of UTF-16 counted bytes).
 	WindowBytesPerClient int64
+}
+
+// Files is block files: the file channel (sidecar cp). Its windows are
+// the tcp block's (window_bytes, maximum_frame_bytes,
+// window_bytes_per_client).
+type Files struct {
+	// Read and Write list the directories (absolute, cleaned) under which
+	// a principal may read and write files; ["/"] by default: what the
+	// daemon's user may, as a shell would. Empty refuses everything.
+	Read, Write []string
+	// MaxPerPrincipal bounds the transfers (open files) of the clients
+	// of one principal; MaxTotal all of them.
+	MaxPerPrincipal int
+	MaxTotal        int
 }
 
 // Telemetry is block telemetry.
@@ -348,6 +363,12 @@ func (c *Config) schema() []section {
 			{"window_bytes", &c.TCP.WindowBytes},
 			{"maximum_frame_bytes", &c.TCP.MaximumFrameBytes},
 			{"window_bytes_per_client", &c.TCP.WindowBytesPerClient},
+		}},
+		{"files", []field{
+			{"read", &c.Files.Read},
+			{"write", &c.Files.Write},
+			{"max_per_principal", &c.Files.MaxPerPrincipal},
+			{"max_total", &c.Files.MaxTotal},
 		}},
 		{"telemetry", []field{
 			{"interval", &c.Telemetry.Interval},
@@ -759,6 +780,21 @@ func (c *Config) Validate() error {
 	v.positive("tcp.max_per_connection", int64(c.TCP.MaxPerConnection), "connections")
 	v.atMost("tcp", c.TCP.MaxPerClient, c.TCP.MaxTotal, "connections")
 	v.duration("tcp.dial_timeout", c.TCP.DialTimeout)
+	for _, list := range []struct {
+		name  string
+		paths []string
+	}{{"files.read", c.Files.Read}, {"files.write", c.Files.Write}} {
+		for _, p := range list.paths {
+			if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+				v.bad(list.name, "%q must be an absolute, clean path (%q)", p, filepath.Clean("/"+p))
+			}
+		}
+	}
+	v.positive("files.max_per_principal", int64(c.Files.MaxPerPrincipal), "transfers")
+	v.positive("files.max_total", int64(c.Files.MaxTotal), "transfers")
+	if c.Files.MaxPerPrincipal > c.Files.MaxTotal && c.Files.MaxTotal > 0 {
+		v.bad("files.max_per_principal", "max_per_principal (%d transfers) is greater than max_total (%d)", c.Files.MaxPerPrincipal, c.Files.MaxTotal)
+	}
 	if c.TCP.WindowBytes < MinTCPWindowBytes {
 		v.bad("tcp.window_bytes", "must be at least %d UTF-16 bytes (a forwarded connection carries at most a window, 3/8 of it in stream bytes, per round trip), got %d",
 			MinTCPWindowBytes, c.TCP.WindowBytes)

@@ -57,6 +57,7 @@ func TestDefault(t *testing.T) {
 			MaxPerClient: 16, MaxTotal: 64, MaxPerPrincipal: 32, MaxPerConnection: 16, Env: map[string]string{"LANG": "C.UTF-8"}},
 		TCP: TCP{Allow: []string{"127.0.0.0/8", "::1/128"}, MaxPerClient: 256, MaxTotal: 1024, MaxPerPrincipal: 512, MaxPerConnection: 256,
 			DialTimeout: 10 * time.Second, WindowBytes: 32 << 20, MaximumFrameBytes: 512 << 10, WindowBytesPerClient: 64 << 20},
+		Files:     Files{Read: []string{"/"}, Write: []string{"/"}, MaxPerPrincipal: 16, MaxTotal: 64},
 		Telemetry: Telemetry{Interval: time.Second},
 		Delivery: Delivery{WindowBytes: 262144, MaximumFrameBytes: 16384, MaxMessageBytes: 16 << 20, MaxPartialBytes: 16 << 20,
 			TransportQueueFrames: 32, OrdinaryQueueMessages: 1024, ProtectedQueueMessages: 256, WriteTimeout: 30 * time.Second,
@@ -160,6 +161,12 @@ tcp {
   maximum_frame_bytes = 1025
   window_bytes_per_client = 131072
 }
+files {
+  read = ["/srv", "/tmp"]
+  write = ["/tmp"]
+  max_per_principal = 3
+  max_total = 4
+}
 telemetry { interval = "250ms" }
 delivery {
   window_bytes = 512
@@ -201,6 +208,7 @@ func TestLoadOverridesEverything(t *testing.T) {
 			MaxPerClient: 2, MaxTotal: 3, MaxPerPrincipal: 6, MaxPerConnection: 7, Env: map[string]string{"FOO": "bar"}},
 		TCP: TCP{Allow: []string{"10.0.0.0/8", "192.168.1.7"}, MaxPerClient: 4, MaxTotal: 5, MaxPerPrincipal: 8, MaxPerConnection: 9,
 			DialTimeout: 1500 * time.Millisecond, WindowBytes: 65537, MaximumFrameBytes: 1025, WindowBytesPerClient: 131072},
+		Files:     Files{Read: []string{"/srv", "/tmp"}, Write: []string{"/tmp"}, MaxPerPrincipal: 3, MaxTotal: 4},
 		Telemetry: Telemetry{Interval: 250 * time.Millisecond},
 		Delivery: Delivery{WindowBytes: 512, MaximumFrameBytes: 1024, MaxMessageBytes: 4096, MaxPartialBytes: 8192,
 			TransportQueueFrames: 8, OrdinaryQueueMessages: 9, ProtectedQueueMessages: 10, WriteTimeout: 5 * time.Second,
@@ -730,6 +738,8 @@ func cloneDefault() *Config {
 	c.Listener.Origins = slices.Clone(c.Listener.Origins)
 	c.Terminal.Env = maps.Clone(c.Terminal.Env)
 	c.TCP.Allow = slices.Clone(c.TCP.Allow)
+	c.Files.Read = slices.Clone(c.Files.Read)
+	c.Files.Write = slices.Clone(c.Files.Write)
 	c.Listening = slices.Clone(c.Listening)
 	return &c
 }
@@ -756,7 +766,7 @@ func TestCloneDefaultDeep(t *testing.T) {
 	}
 	walk("", reflect.TypeFor[Config]())
 	// pos is replaced by checkDecode before decoding.
-	if want := []string{"Listener.Origins", "Terminal.Env", "TCP.Allow", "Listening", "pos"}; !slices.Equal(refs, want) {
+	if want := []string{"Listener.Origins", "Terminal.Env", "TCP.Allow", "Files.Read", "Files.Write", "Listening", "pos"}; !slices.Equal(refs, want) {
 		t.Errorf("Config's reference fields %v, cloneDefault copies %v: copy the new ones", refs, want)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/adapters/files"
 	"github.com/sidecar-dev/sidecar/adapters/pty"
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/adapters/telemetry"
@@ -20,6 +21,7 @@ var Kinds = []adapters.Factory{
 	telemetry.NewKind,
 	pty.NewKind,
 	tcp.NewKind,
+	files.NewKind,
 }
 
 // registry is a Server's kinds, and the requests they serve by method.

@@ -77,6 +77,8 @@ type InitializeResult struct {
 	DefaultDirectory string               `json:"defaultDirectory,omitempty"`
 	Telemetry        *TelemetryCapability `json:"telemetry,omitempty"`
 	TCPConnections   *struct{}            `json:"tcpConnections,omitempty"`
+	// Files is our extension: the file channel (rpc/files.go).
+	Files *FilesCapability `json:"files,omitempty"`
 	// Resume is our extension (docs/protocol.md "reconnect"): what a
 	// reconnect of this clientId must present, and for how long.
 	Resume *Resume `json:"resume,omitempty"`

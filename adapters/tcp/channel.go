@@ -154,7 +154,7 @@ func (tb *Table) CloseConn(conn adapters.ConnID, reason string) {
 	tb.mu.Lock()
 	var mine []*Channel
 	for _, tc := range tb.conns {
-		if tc.ownedBy(conn) {
+		if tc.OwnedBy(conn) {
 			mine = append(mine, tc)
 		}
 	}
@@ -434,8 +434,8 @@ func (tc *Channel) Traits() adapters.Traits {
 	return adapters.Traits{Delivery: adapters.WindowedOnly, Label: label, Limits: &tc.tb.cfg.Limits, Budget: &tc.tb.cfg.Budget}
 }
 
-// ownedBy reports whether conn owns tc and tc is not parked.
-func (tc *Channel) ownedBy(conn adapters.ConnID) bool {
+// OwnedBy reports whether conn owns tc and tc is not parked.
+func (tc *Channel) OwnedBy(conn adapters.ConnID) bool {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	return tc.owner == conn && !tc.parked
@@ -558,7 +558,7 @@ func (tc *Channel) Source(sub adapters.Subscriber) delivery.Source {
 // starts the socket; anybody else's is answered with tcp/reset (only the
 // creating client and transport may use a TCP channel).
 func (tc *Channel) Subscribe(sub adapters.Subscriber) {
-	if !tc.ownedBy(sub.Conn()) || sub.Stream() == nil {
+	if !tc.OwnedBy(sub.Conn()) || sub.Stream() == nil {
 		tc.log.Warn("subscription from another connection refused", "client", sub.ClientID())
 		sub.PushControl(tc.enc.Reset())
 		return
@@ -581,7 +581,7 @@ func (tc *Channel) Subscribe(sub adapters.Subscriber) {
 // Release implements adapters.Channel: unsubscribe before any subscribe
 // releases the socket at once (ahp.md §6b).
 func (tc *Channel) Release(conn adapters.ConnID) {
-	if tc.ownedBy(conn) {
+	if tc.OwnedBy(conn) {
 		tc.close("unsubscribed")
 	}
 }
