@@ -10,6 +10,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/sidecar-dev/sidecar/adapters/tcp"
 )
 
 // PartialSuffix ends the name of a partial file: ".<name>.sidecar-part"
@@ -60,6 +62,10 @@ type writer struct {
 	mtime  time.Time
 	offset int64 // bytes of the file written (partial included)
 	done   func()
+	// ch is the writer's channel once attached (set under Kind.mu);
+	// closed is closed once done ran.
+	ch     *tcp.Channel
+	closed chan struct{}
 
 	result    chan struct{} // closed once outcome is set
 	outcome   []byte        // what Read returns: the reason of a failure, or nothing

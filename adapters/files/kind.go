@@ -37,7 +37,7 @@ type Kind struct {
 	quotas *adapters.Quotas
 
 	mu      sync.Mutex
-	writing map[string]bool // partial files being written, by path
+	writing map[string]*writer // partial files being written, by path
 }
 
 // NewKind is the file kind's adapters.Factory: the files block's policy
@@ -45,7 +45,7 @@ type Kind struct {
 func NewKind(env adapters.Env) (adapters.Kind, error) {
 	cfg := env.Config
 	log := env.Log.Named("files")
-	k := &Kind{log: log, quotas: env.Quotas, writing: map[string]bool{},
+	k := &Kind{log: log, quotas: env.Quotas, writing: map[string]*writer{},
 		pol: Policy{Read: cfg.Files.Read, Write: cfg.Files.Write},
 		quota: adapters.QuotaLimits{
 			Total: cfg.Files.MaxTotal, PerPrincipal: cfg.Files.MaxPerPrincipal,
@@ -294,18 +294,39 @@ func (k *Kind) openWrite(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Er
 	}
 	part := PartialName(base)
 	partPath := filepath.Join(filepath.Dir(full), part)
+	// A transfer of the same file whose client was lost (parked for a
+	// reconnect that a killed client never makes) gives way to this one:
+	// its partial file is what this one continues.
+	var oldCh *tcp.Channel
+	var oldClosed chan struct{}
 	k.mu.Lock()
-	if k.writing[partPath] {
+	if old := k.writing[partPath]; old != nil {
+		oldCh, oldClosed = old.ch, old.closed
+	}
+	k.mu.Unlock()
+	if oldCh != nil && oldCh.Parked() {
+		oldCh.Abandon("taken over by a new transfer of " + full)
+		select {
+		case <-oldClosed:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	w := &writer{closed: make(chan struct{})}
+	k.mu.Lock()
+	if k.writing[partPath] != nil {
 		k.mu.Unlock()
 		dir.Close()
 		return nil, rpc.Errorf(rpc.CodeAlreadyExists, "%s is being written by another transfer", full)
 	}
-	k.writing[partPath] = true
+	k.writing[partPath] = w
 	k.mu.Unlock()
 	done := sync.OnceFunc(func() {
 		k.mu.Lock()
-		delete(k.writing, partPath)
+		if k.writing[partPath] == w {
+			delete(k.writing, partPath)
+		}
 		k.mu.Unlock()
+		close(w.closed)
 	})
 	fail := func(e *rpc.Error) (any, *rpc.Error) {
 		dir.Close()
@@ -346,11 +367,14 @@ func (k *Kind) openWrite(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Er
 		f.Close()
 		return fail(fsError(partPath, err))
 	}
-	w := &writer{dir: dir, base: base, f: f, h: h, size: *p.Size, sum: p.SHA256, mode: mode, mtime: mtime,
-		offset: have, done: done, result: make(chan struct{})}
+	w.dir, w.base, w.f, w.h, w.size, w.sum, w.mode, w.mtime = dir, base, f, h, *p.Size, p.SHA256, mode, mtime
+	w.offset, w.done, w.result = have, done, make(chan struct{})
 	if e := k.tb.Attach(c, p.Channel, rpc.FileStream, w); e != nil {
 		return nil, e
 	}
+	k.mu.Lock()
+	w.ch = k.tb.Channel(p.Channel)
+	k.mu.Unlock()
 	k.log.Debug("file opened for writing", "client", c.ClientID, "path", full, "offset", have, "size", *p.Size)
 	return res, nil
 }

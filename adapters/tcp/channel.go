@@ -441,6 +441,13 @@ func (tc *Channel) OwnedBy(conn adapters.ConnID) bool {
 	return tc.owner == conn && !tc.parked
 }
 
+// Parked reports whether tc waits for a reconnect (Park).
+func (tc *Channel) Parked() bool {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	return tc.parked
+}
+
 // Snapshot implements adapters.Channel: a TCP channel's state is empty.
 func (tc *Channel) Snapshot(fn func(rpc.Snapshot)) {
 	fn(rpc.Snapshot{Resource: tc.id, State: json.RawMessage(`{}`), FromSeq: tc.tb.cfg.Seq()})

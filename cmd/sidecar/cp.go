@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -131,6 +132,10 @@ func cp(cf *connFlags, a, b string, recursive bool) error {
 	if conn.Initialized().Files == nil {
 		return &exitError{code: 255, err: fmt.Errorf("%s does not offer file transfers (no files in its capabilities)", url)}
 	}
+	// A signal stops the copy at once: the streams end with the
+	// connection, leaving the partial files for the next cp.
+	stopped := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	defer stopped()
 	prog := newProgress(os.Stderr)
 	opts := client.CopyOptions{Recursive: recursive, Progress: prog.add, Planned: prog.plan}
 	start := time.Now()
