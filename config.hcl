@@ -154,6 +154,20 @@ tunnels {
   max_waiting  = 32
   wait_timeout = "30s"
 }
+
+files {
+  # Directories under which clients may read and write files (sidecar cp): absolute
+  # paths. Everything the daemon's user may read or write by default, as a shell gives;
+  # narrow it, e.g. read = ["/srv", "/tmp"], write = ["/tmp"]. A path is checked after
+  # symbolic links are resolved. Windows are the tcp block's.
+  read  = ["/"]
+  write = ["/"]
+  # Transfers (each holds one open file) the clients of one principal may have at once,
+  # and in total.
+  max_per_principal = 16
+  max_total         = 64
+}
+
 telemetry {
   # Time between two system metric samples sent on ahp-otlp://metrics.
   interval = "1s"

@@ -294,6 +294,21 @@ func (c *Conn) AcceptTCP(ctx context.Context, uri string, peer rpc.TunnelAddress
 // openTCP subscribes to the TCP channel uri, created already, whose far
 // end is host:port.
 func (c *Conn) openTCP(ctx context.Context, uri, host string, port int) (*TCPConn, error) {
+	t, err := c.subscribeStream(ctx, uri, rpc.TCPStream)
+	if err != nil {
+		return nil, err
+	}
+	t.remote = &net.TCPAddr{Port: port}
+	if a, err := netip.ParseAddr(host); err == nil {
+		t.remote.IP = a.AsSlice()
+	}
+	return t, nil
+}
+
+// subscribeStream subscribes (windowed) to uri, a byte-stream channel
+// the host has created for us (a TCP connection, a file), and returns
+// the stream.
+func (c *Conn) subscribeStream(ctx context.Context, uri string, methods rpc.StreamMethods) (*TCPConn, error) {
 	recv := c.opts.TCPReceive
 	start := time.Now()
 	sub, err := c.subscribe(ctx, uri, recv, true)
@@ -303,13 +318,10 @@ func (c *Conn) openTCP(ctx context.Context, uri, host string, port int) (*TCPCon
 	}
 	if !sub.Windowed {
 		_ = sub.Unsubscribe()
-		return nil, errors.New("client: the host declined windowed delivery for a TCP channel")
+		return nil, errors.New("client: the host declined windowed delivery for a byte-stream channel")
 	}
-	t := &TCPConn{c: c, sub: sub, enc: bytestream.NewEncoder(rpc.TCPStream, uri), remote: &net.TCPAddr{Port: port}}
+	t := &TCPConn{c: c, sub: sub, enc: bytestream.NewEncoder(methods, uri), remote: &net.TCPAddr{}}
 	t.tune.init(time.Since(start), sub.ClientReceive, c.opts.TCPReceiveMax)
-	if a, err := netip.ParseAddr(host); err == nil {
-		t.remote.IP = a.AsSlice()
-	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t, nil
 }

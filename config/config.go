@@ -56,6 +56,7 @@ type Config struct {
 	Terminal  Terminal
 	TCP       TCP
 	Tunnels   Tunnels
+	Files     Files
 	Telemetry Telemetry
 	Delivery  Delivery
 	Journal   Journal
@@ -181,6 +182,20 @@ type Tunnels struct {
 	// new one is reset. WaitTimeout bounds how long one waits.
 	MaxWaiting  int
 	WaitTimeout time.Duration
+}
+
+// Files is block files: the file channel (sidecar cp). Its windows are
+// the tcp block's (window_bytes, maximum_frame_bytes,
+// window_bytes_per_client).
+type Files struct {
+	// Read and Write list the directories (absolute, cleaned) under which
+	// a principal may read and write files; ["/"] by default: what the
+	// daemon's user may, as a shell would. Empty refuses everything.
+	Read, Write []string
+	// MaxPerPrincipal bounds the transfers (open files) of the clients
+	// of one principal; MaxTotal all of them.
+	MaxPerPrincipal int
+	MaxTotal        int
 }
 
 // Telemetry is block telemetry.
@@ -385,6 +400,12 @@ func (c *Config) schema() []section {
 			{"max_connections_per_principal", &c.Tunnels.MaxConnectionsPerPrincipal},
 			{"max_waiting", &c.Tunnels.MaxWaiting},
 			{"wait_timeout", &c.Tunnels.WaitTimeout},
+		}},
+		{"files", []field{
+			{"read", &c.Files.Read},
+			{"write", &c.Files.Write},
+			{"max_per_principal", &c.Files.MaxPerPrincipal},
+			{"max_total", &c.Files.MaxTotal},
 		}},
 		{"telemetry", []field{
 			{"interval", &c.Telemetry.Interval},
@@ -802,6 +823,21 @@ func (c *Config) Validate() error {
 	v.positive("tunnels.max_connections_per_principal", int64(c.Tunnels.MaxConnectionsPerPrincipal), "connections")
 	v.positive("tunnels.max_waiting", int64(c.Tunnels.MaxWaiting), "connections")
 	v.duration("tunnels.wait_timeout", c.Tunnels.WaitTimeout)
+	for _, list := range []struct {
+		name  string
+		paths []string
+	}{{"files.read", c.Files.Read}, {"files.write", c.Files.Write}} {
+		for _, p := range list.paths {
+			if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+				v.bad(list.name, "%q must be an absolute, clean path (%q)", p, filepath.Clean("/"+p))
+			}
+		}
+	}
+	v.positive("files.max_per_principal", int64(c.Files.MaxPerPrincipal), "transfers")
+	v.positive("files.max_total", int64(c.Files.MaxTotal), "transfers")
+	if c.Files.MaxPerPrincipal > c.Files.MaxTotal && c.Files.MaxTotal > 0 {
+		v.bad("files.max_per_principal", "max_per_principal (%d transfers) is greater than max_total (%d)", c.Files.MaxPerPrincipal, c.Files.MaxTotal)
+	}
 	if c.TCP.WindowBytes < MinTCPWindowBytes {
 		v.bad("tcp.window_bytes", "must be at least %d UTF-16 bytes (a forwarded connection carries at most a window, 3/8 of it in stream bytes, per round trip), got %d",
 			MinTCPWindowBytes, c.TCP.WindowBytes)

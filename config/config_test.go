@@ -59,6 +59,7 @@ func TestDefault(t *testing.T) {
 			DialTimeout: 10 * time.Second, WindowBytes: 32 << 20, MaximumFrameBytes: 512 << 10, WindowBytesPerClient: 64 << 20},
 		Tunnels: Tunnels{MaxEntries: 256, MaxListenersPerPrincipal: 16, MaxConnectionsPerPrincipal: 256, MaxWaiting: 32,
 			WaitTimeout: 30 * time.Second},
+		Files:     Files{Read: []string{"/"}, Write: []string{"/"}, MaxPerPrincipal: 16, MaxTotal: 64},
 		Telemetry: Telemetry{Interval: time.Second, ProcessSignals: true},
 		Delivery: Delivery{WindowBytes: 262144, MaximumFrameBytes: 16384, MaxMessageBytes: 16 << 20, MaxPartialBytes: 16 << 20,
 			TransportQueueFrames: 32, OrdinaryQueueMessages: 1024, ProtectedQueueMessages: 256, WriteTimeout: 30 * time.Second,
@@ -171,6 +172,12 @@ tunnels {
   max_waiting = 6
   wait_timeout = "7s"
 }
+files {
+  read = ["/srv", "/tmp"]
+  write = ["/tmp"]
+  max_per_principal = 3
+  max_total = 4
+}
 telemetry {
   interval        = "250ms"
   process_signals = false
@@ -217,6 +224,7 @@ func TestLoadOverridesEverything(t *testing.T) {
 			DialTimeout: 1500 * time.Millisecond, WindowBytes: 65537, MaximumFrameBytes: 1025, WindowBytesPerClient: 131072},
 		Tunnels: Tunnels{AllowNonLoopback: true, AllowPrivilegedPorts: true, MaxEntries: 3, MaxListenersPerPrincipal: 4,
 			MaxConnectionsPerPrincipal: 5, MaxWaiting: 6, WaitTimeout: 7 * time.Second},
+		Files:     Files{Read: []string{"/srv", "/tmp"}, Write: []string{"/tmp"}, MaxPerPrincipal: 3, MaxTotal: 4},
 		Telemetry: Telemetry{Interval: 250 * time.Millisecond, ProcessSignals: false},
 		Delivery: Delivery{WindowBytes: 512, MaximumFrameBytes: 1024, MaxMessageBytes: 4096, MaxPartialBytes: 8192,
 			TransportQueueFrames: 8, OrdinaryQueueMessages: 9, ProtectedQueueMessages: 10, WriteTimeout: 5 * time.Second,
@@ -746,6 +754,8 @@ func cloneDefault() *Config {
 	c.Listener.Origins = slices.Clone(c.Listener.Origins)
 	c.Terminal.Env = maps.Clone(c.Terminal.Env)
 	c.TCP.Allow = slices.Clone(c.TCP.Allow)
+	c.Files.Read = slices.Clone(c.Files.Read)
+	c.Files.Write = slices.Clone(c.Files.Write)
 	c.Listening = slices.Clone(c.Listening)
 	return &c
 }
@@ -772,7 +782,7 @@ func TestCloneDefaultDeep(t *testing.T) {
 	}
 	walk("", reflect.TypeFor[Config]())
 	// pos is replaced by checkDecode before decoding.
-	if want := []string{"Listener.Origins", "Terminal.Env", "TCP.Allow", "Listening", "pos"}; !slices.Equal(refs, want) {
+	if want := []string{"Listener.Origins", "Terminal.Env", "TCP.Allow", "Files.Read", "Files.Write", "Listening", "pos"}; !slices.Equal(refs, want) {
 		t.Errorf("Config's reference fields %v, cloneDefault copies %v: copy the new ones", refs, want)
 	}
 }

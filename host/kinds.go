@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/adapters/files"
 	"github.com/sidecar-dev/sidecar/adapters/pty"
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/adapters/telemetry"
@@ -22,6 +23,7 @@ var Kinds = []adapters.Factory{
 	pty.NewKind,
 	tcp.NewKind,
 	tunnels.NewKind,
+	files.NewKind,
 }
 
 // registry is a Server's kinds, and the requests they serve by method.

@@ -149,6 +149,8 @@ type InitializeResult struct {
 	// Processes is our extension (docs/protocol.md "Processes").
 	Processes *ProcessesCapability `json:"processes,omitempty"`
 	Tunnels   *TunnelsCapability   `json:"tunnels,omitempty"`
+	// Files is our extension: the file channel (rpc/files.go).
+	Files *FilesCapability `json:"files,omitempty"`
 	// Resume is our extension (docs/protocol.md "reconnect"): what a
 	// reconnect of this clientId must present, and for how long.
 	Resume *Resume `json:"resume,omitempty"`

@@ -71,6 +71,25 @@ type TableConfig struct {
 	// Seq returns the journal's serverSeq, for the snapshot's fromSeq.
 	Seq func() uint64
 	Log hclog.Logger
+	// Label is the channels' adapters.Traits.Label; "tcp" when empty.
+	// Another byte-stream kind that attaches its own endpoints (Attach)
+	// names its own.
+	Label string
+}
+
+// Endpoint is the far end of a byte-stream channel: a TCP socket
+// (*net.TCPConn), or what another kind attaches (Table.Attach: a file).
+// Read gives the bytes for the client (io.EOF: the stream's end, then
+// tcp/eof); Write takes the client's; CloseWrite follows the client's
+// tcp/eof once every byte before it was written; SetLinger(0) before
+// Close says the stream was cut short (an RST for a socket), -1 that it
+// ended gracefully. Read and Write run on different goroutines.
+type Endpoint interface {
+	io.Reader
+	io.Writer
+	CloseWrite() error
+	SetLinger(sec int) error
+	Close() error
 }
 
 // Table is the host's TCP channels: every open connection by URI, the
@@ -135,7 +154,7 @@ func (tb *Table) CloseConn(conn adapters.ConnID, reason string) {
 	tb.mu.Lock()
 	var mine []*Channel
 	for _, tc := range tb.conns {
-		if tc.ownedBy(conn) {
+		if tc.OwnedBy(conn) {
 			mine = append(mine, tc)
 		}
 	}
@@ -209,25 +228,10 @@ func (tb *Table) Open(ctx context.Context, caller adapters.Caller, params json.R
 	if *p.Port < 1 || *p.Port > 65535 {
 		return rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "port" must be between 1 and 65535`), nil
 	}
-	tb.mu.Lock()
-	if tb.shutdown {
-		tb.mu.Unlock()
-		return rpc.Errorf(rpc.CodeInternalError, "server is shutting down"), nil
-	}
-	if _, exists := tb.conns[p.Channel]; exists {
-		tb.mu.Unlock()
-		return rpc.Errorf(rpc.CodeAlreadyExists, "TCP connection already exists: %s", p.Channel), nil
-	}
-	res, e := tb.cfg.Quotas.Reserve(tb.cfg.Quota, caller)
+	tc, e := tb.reserve(caller, p.Channel, rpc.TCPStream)
 	if e != nil {
-		tb.mu.Unlock()
 		return e, nil
 	}
-	tc := tb.newChannel(p.Channel, caller, res)
-	// Reserve the URI while dialing (outside the lock).
-	tb.conns[p.Channel] = tc
-	tb.mu.Unlock()
-
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -243,11 +247,75 @@ func (tb *Table) Open(ctx context.Context, caller adapters.Caller, params json.R
 		}
 		return rpc.Errorf(code, "%s", err.Error()), err
 	}
+	if !tc.start(sock, ctx.Err() != nil) {
+		return rpc.Errorf(rpc.CodeInternalError, "connection closed while dialing"), nil
+	}
+	tc.log.Debug("TCP connection opened", "host", host, "port", *p.Port, "remote", sock.RemoteAddr().String())
+	return nil, nil
+}
+
+// Attach is Open for an endpoint another kind opened already (a file):
+// uri is reserved for caller under the Table's quota and its loops
+// start; the reader waits for caller's windowed subscription (within
+// SubscribeLease), and the channel's messages are methods' (whose data
+// and end of stream may be TCP's: the binary form needs tcp/data). On an
+// error ep is closed.
+func (tb *Table) Attach(caller adapters.Caller, uri string, methods rpc.StreamMethods, ep Endpoint) *rpc.Error {
+	tc, e := tb.reserve(caller, uri, methods)
+	if e != nil {
+		_ = ep.Close()
+		return e
+	}
+	if !tc.start(ep, false) {
+		return rpc.Errorf(rpc.CodeInternalError, "server is shutting down")
+	}
+	return nil
+}
+
+// reserve checks the limits and reserves uri for caller: a Channel
+// without its endpoint yet.
+func (tb *Table) reserve(caller adapters.Caller, uri string, methods rpc.StreamMethods) (*Channel, *rpc.Error) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	if tb.shutdown {
+		return nil, rpc.Errorf(rpc.CodeInternalError, "server is shutting down")
+	}
+	if _, exists := tb.conns[uri]; exists {
+		what := "TCP connection"
+		if methods != rpc.TCPStream || !strings.HasPrefix(uri, rpc.TCPScheme) {
+			what = "channel"
+		}
+		return nil, rpc.Errorf(rpc.CodeAlreadyExists, "%s already exists: %s", what, uri)
+	}
+	res, e := tb.cfg.Quotas.Reserve(tb.cfg.Quota, caller)
+	if e != nil {
+		return nil, e
+	}
+	tc := &Channel{
+		tb: tb, id: uri, owner: caller.Conn, clientID: caller.ClientID, res: res,
+		enc:      bytestream.NewEncoder(methods, uri),
+		log:      tb.cfg.Log.With("channel", uri, "client", caller.ClientID),
+		closed:   make(chan struct{}),
+		halfDone: make(chan struct{}),
+		readDone: make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		wqWake:   make(chan struct{}, 1),
+	}
+	tb.conns[uri] = tc
+	return tc, nil
+}
+
+// start gives a reserved tc its endpoint and starts its loops, and the
+// lease for its subscription; false (sock closed, tc freed) when the
+// creating connection ended meanwhile (gone) or the host is shutting
+// down.
+func (tc *Channel) start(sock Endpoint, gone bool) bool {
+	tb := tc.tb
 	// The connection may have ended (or the host begun to shut down)
 	// while we dialed: then nobody will subscribe.
 	tc.mu.Lock()
 	tb.mu.Lock()
-	gone := tc.isClosed || tb.shutdown || ctx.Err() != nil
+	gone = gone || tc.isClosed || tb.shutdown
 	if !gone {
 		tc.sock = sock
 		tb.wg.Add(2)
@@ -267,27 +335,11 @@ func (tb *Table) Open(ctx context.Context, caller adapters.Caller, params json.R
 	if gone {
 		_ = sock.Close()
 		tc.close("client connection closed while dialing")
-		return rpc.Errorf(rpc.CodeInternalError, "connection closed while dialing"), nil
+		return false
 	}
-	tc.log.Debug("TCP connection opened", "host", host, "port", *p.Port, "remote", sock.RemoteAddr().String())
 	go tc.readLoop()
 	go tc.writeLoop()
-	return nil, nil
-}
-
-// newChannel returns the channel uri of caller's connection, holding res,
-// with no socket yet.
-func (tb *Table) newChannel(uri string, caller adapters.Caller, res *adapters.Reservation) *Channel {
-	return &Channel{
-		tb: tb, id: uri, owner: caller.Conn, clientID: caller.ClientID, res: res,
-		enc:      bytestream.NewEncoder(rpc.TCPStream, uri),
-		log:      tb.cfg.Log.With("channel", uri, "client", caller.ClientID),
-		closed:   make(chan struct{}),
-		halfDone: make(chan struct{}),
-		readDone: make(chan struct{}),
-		wake:     make(chan struct{}, 1),
-		wqWake:   make(chan struct{}, 1),
-	}
+	return true
 }
 
 // Adopt makes sock, a connection the host accepted rather than dialled
@@ -295,48 +347,21 @@ func (tb *Table) newChannel(uri string, caller adapters.Caller, res *adapters.Re
 // of caller's connection, exactly as Open makes a dialled one: it holds
 // an entry of the Table's quota, waits SubscribeLease for caller's
 // windowed subscription, and resumes by offsets (Park, Reclaim) as any
-// other. The refusals: the host is shutting down (-32603), uri is taken
-// (AlreadyExists), a quota is reached (PermissionDenied, naming it); the
-// caller then still owns sock. On success the Table owns it.
+// other. The refusals: uri is taken (AlreadyExists), a quota is reached
+// (PermissionDenied, naming it): the caller then still owns sock; the
+// host is shutting down (-32603): sock is closed. On success the Table
+// owns it.
 func (tb *Table) Adopt(caller adapters.Caller, uri string, sock *net.TCPConn) (*Channel, *rpc.Error) {
-	tb.mu.Lock()
-	if tb.shutdown {
-		tb.mu.Unlock()
-		return nil, rpc.Errorf(rpc.CodeInternalError, "server is shutting down")
-	}
-	if _, exists := tb.conns[uri]; exists {
-		tb.mu.Unlock()
-		return nil, rpc.Errorf(rpc.CodeAlreadyExists, "TCP connection already exists: %s", uri)
-	}
-	res, e := tb.cfg.Quotas.Reserve(tb.cfg.Quota, caller)
+	tc, e := tb.reserve(caller, uri, rpc.TCPStream)
 	if e != nil {
-		tb.mu.Unlock()
 		return nil, e
 	}
-	tc := tb.newChannel(uri, caller, res)
-	tc.sock = sock
-	tb.conns[uri] = tc
-	tb.wg.Add(2)
-	tb.mu.Unlock()
-	tc.mu.Lock()
-	tc.lease = time.AfterFunc(SubscribeLease, func() {
-		tc.mu.Lock()
-		subscribed := tc.sub != nil
-		tc.mu.Unlock()
-		if !subscribed {
-			tc.close("not subscribed within " + SubscribeLease.String())
-		}
-	})
-	tc.mu.Unlock()
+	if !tc.start(sock, false) {
+		return nil, rpc.Errorf(rpc.CodeInternalError, "server is shutting down")
+	}
 	tc.log.Debug("accepted TCP connection adopted", "remote", sock.RemoteAddr().String())
-	go tc.readLoop()
-	go tc.writeLoop()
 	return tc, nil
 }
-
-// OwnedBy reports whether conn owns tc (created or resumed it) and tc is
-// not parked for a reconnect: a kind's Lookup shows tc to conn only.
-func (tc *Channel) OwnedBy(conn adapters.ConnID) bool { return tc.ownedBy(conn) }
 
 // Channel is one ahp-tcp:/<id> channel and its socket. It belongs to the
 // connection that created it; only that connection's windowed
@@ -358,7 +383,7 @@ type Channel struct {
 	res  *adapters.Reservation
 	enc  *bytestream.Encoder
 	log  hclog.Logger
-	sock *net.TCPConn // nil while dialing; set under tb.mu and tc.mu
+	sock Endpoint // nil while dialing; set under tb.mu and tc.mu
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed when the connection is closed or reset
@@ -423,14 +448,25 @@ func (tc *Channel) URI() string { return tc.id }
 // Traits implements adapters.Channel: windowed only, with the tcp
 // block's limits, within the client's window budget.
 func (tc *Channel) Traits() adapters.Traits {
-	return adapters.Traits{Delivery: adapters.WindowedOnly, Label: "tcp", Limits: &tc.tb.cfg.Limits, Budget: &tc.tb.cfg.Budget}
+	label := tc.tb.cfg.Label
+	if label == "" {
+		label = "tcp"
+	}
+	return adapters.Traits{Delivery: adapters.WindowedOnly, Label: label, Limits: &tc.tb.cfg.Limits, Budget: &tc.tb.cfg.Budget}
 }
 
-// ownedBy reports whether conn owns tc and tc is not parked.
-func (tc *Channel) ownedBy(conn adapters.ConnID) bool {
+// OwnedBy reports whether conn owns tc and tc is not parked.
+func (tc *Channel) OwnedBy(conn adapters.ConnID) bool {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	return tc.owner == conn && !tc.parked
+}
+
+// Parked reports whether tc waits for a reconnect (Park).
+func (tc *Channel) Parked() bool {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	return tc.parked
 }
 
 // Snapshot implements adapters.Channel: a TCP channel's state is empty.
@@ -550,7 +586,7 @@ func (tc *Channel) Source(sub adapters.Subscriber) delivery.Source {
 // starts the socket; anybody else's is answered with tcp/reset (only the
 // creating client and transport may use a TCP channel).
 func (tc *Channel) Subscribe(sub adapters.Subscriber) {
-	if !tc.ownedBy(sub.Conn()) || sub.Stream() == nil {
+	if !tc.OwnedBy(sub.Conn()) || sub.Stream() == nil {
 		tc.log.Warn("subscription from another connection refused", "client", sub.ClientID())
 		sub.PushControl(tc.enc.Reset())
 		return
@@ -573,7 +609,7 @@ func (tc *Channel) Subscribe(sub adapters.Subscriber) {
 // Release implements adapters.Channel: unsubscribe before any subscribe
 // releases the socket at once (ahp.md §6b).
 func (tc *Channel) Release(conn adapters.ConnID) {
-	if tc.ownedBy(conn) {
+	if tc.OwnedBy(conn) {
 		tc.close("unsubscribed")
 	}
 }
@@ -604,8 +640,9 @@ func (tc *Channel) Receive(m adapters.Message) {
 		return
 	}
 	tc.mu.Unlock()
+	methods := tc.enc.Methods()
 	switch m.Header.Method {
-	case rpc.MethodTCPData:
+	case methods.Data:
 		p, data, err := bytestream.AppendMessageData(bufs.Get(16<<10), m.Header.Params, m.Header.Binary)
 		buf := data[:0] // the buffer, grown if it had to
 		if err != nil {
@@ -640,7 +677,7 @@ func (tc *Channel) Receive(m adapters.Message) {
 		tc.wq = append(tc.wq, write{data: data, buf: buf, release: release})
 		tc.mu.Unlock()
 		signal(tc.wqWake)
-	case rpc.MethodTCPEOF:
+	case methods.EOF:
 		p, err := bytestream.ParseEOF(m.Header.Params)
 		tc.mu.Lock()
 		switch {
@@ -670,7 +707,7 @@ func (tc *Channel) Control(sub adapters.Subscriber, h *rpc.Header) {
 	tc.mu.Lock()
 	mine := sub != nil && sub == tc.sub
 	tc.mu.Unlock()
-	if mine && h.Method == rpc.MethodTCPReset {
+	if mine && h.Method == tc.enc.Methods().Reset {
 		tc.abort("reset by the client", false)
 	}
 }

@@ -82,7 +82,7 @@ func (k *Kind) Labels() []string { return []string{"tcp"} }
 // Lookup implements adapters.Kind: an open TCP channel exists only for
 // the connection that created it (or resumed it).
 func (k *Kind) Lookup(uri string, caller adapters.Caller) adapters.Channel {
-	if tc := k.tb.Channel(uri); tc != nil && tc.ownedBy(caller.Conn) {
+	if tc := k.tb.Channel(uri); tc != nil && tc.OwnedBy(caller.Conn) {
 		return tc
 	}
 	return nil

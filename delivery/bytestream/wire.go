@@ -72,6 +72,9 @@ func (e *Encoder) Binary() bool { return e.binary }
 // Channel returns the channel URI.
 func (e *Encoder) Channel() string { return e.channel }
 
+// Methods returns the stream's method names.
+func (e *Encoder) Methods() rpc.StreamMethods { return e.methods }
+
 // AppendData appends the data message carrying p (non-empty) at offset
 // off to dst: its text.
 func (e *Encoder) AppendData(dst []byte, off DecodedOffset, p []byte) []byte {

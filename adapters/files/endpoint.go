@@ -1,0 +1,164 @@
+package files
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sidecar-dev/sidecar/adapters/tcp"
+)
+
+// PartialSuffix ends the name of a partial file: ".<name>.sidecar-part"
+// beside its target.
+const PartialSuffix = ".sidecar-part"
+
+// PartialName is the partial file of a target's base name.
+func PartialName(base string) string { return "." + base + PartialSuffix }
+
+// reader is the Endpoint of a file being read: the channel's stream is
+// the file from its offset on; the client sends nothing (a byte it sends
+// resets the channel).
+type reader struct {
+	f    *os.File
+	done func()
+	once sync.Once
+}
+
+func (r *reader) Read(p []byte) (int, error) { return r.f.Read(p) }
+
+func (r *reader) Write([]byte) (int, error) {
+	return 0, errors.New("a file channel opened for reading takes no data")
+}
+
+func (r *reader) CloseWrite() error   { return nil }
+func (r *reader) SetLinger(int) error { return nil }
+func (r *reader) Close() error {
+	r.once.Do(func() {
+		_ = r.f.Close()
+		r.done()
+	})
+	return nil
+}
+
+// writer is the Endpoint of a file being written: the client's bytes go
+// to the partial file; after its end of stream the size and SHA-256 are
+// checked and the partial file renamed onto the target. The stream toward
+// the client then ends: empty on success, else the reason as UTF-8 text
+// (then tcp/eof).
+type writer struct {
+	dir    *os.Root // the target's directory
+	base   string   // the target's name in dir
+	f      *os.File // the partial file
+	h      hash.Hash
+	size   int64 // stated
+	sum    string
+	mode   os.FileMode
+	mtime  time.Time
+	offset int64 // bytes of the file written (partial included)
+	done   func()
+	// ch is the writer's channel once attached (set under Kind.mu);
+	// closed is closed once done ran.
+	ch     *tcp.Channel
+	closed chan struct{}
+
+	result    chan struct{} // closed once outcome is set
+	outcome   []byte        // what Read returns: the reason of a failure, or nothing
+	closeOnce sync.Once
+	rmu       sync.Mutex
+	committed bool
+}
+
+func (w *writer) Write(p []byte) (int, error) {
+	if w.offset+int64(len(p)) > w.size {
+		return 0, fmt.Errorf("more than the %d bytes stated for %s", w.size, w.base)
+	}
+	n, err := w.f.Write(p)
+	w.h.Write(p[:n])
+	w.offset += int64(n)
+	return n, err
+}
+
+// CloseWrite is the client's end of stream, after every byte: verify and
+// rename into place.
+func (w *writer) CloseWrite() error {
+	err := w.commit()
+	w.rmu.Lock()
+	if err != nil {
+		w.outcome = []byte(err.Error())
+	} else {
+		w.committed = true
+	}
+	w.rmu.Unlock()
+	w.closeOnce.Do(func() { close(w.result) })
+	return nil
+}
+
+func (w *writer) commit() error {
+	if w.offset != w.size {
+		return fmt.Errorf("%s: %d bytes received, %d stated; the partial file is kept", w.base, w.offset, w.size)
+	}
+	if got := hex.EncodeToString(w.h.Sum(nil)); got != w.sum {
+		_ = w.f.Truncate(0)
+		return fmt.Errorf("%s: SHA-256 %s of the bytes received differs from the %s stated; the partial file is discarded", w.base, got, w.sum)
+	}
+	if err := w.f.Chmod(w.mode); err != nil {
+		return fmt.Errorf("%s: %v", w.base, err)
+	}
+	if err := w.f.Sync(); err != nil {
+		return fmt.Errorf("%s: %v", w.base, err)
+	}
+	part := PartialName(w.base)
+	if err := w.dir.Chtimes(part, w.mtime, w.mtime); err != nil {
+		return fmt.Errorf("%s: %v", w.base, err)
+	}
+	if err := w.dir.Rename(part, w.base); err != nil {
+		return fmt.Errorf("%s: %v", w.base, err)
+	}
+	return nil
+}
+
+// Read waits for the outcome: the reason of a failure, then io.EOF.
+func (w *writer) Read(p []byte) (int, error) {
+	<-w.result
+	w.rmu.Lock()
+	defer w.rmu.Unlock()
+	if len(w.outcome) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, w.outcome)
+	w.outcome = w.outcome[n:]
+	return n, nil
+}
+
+func (w *writer) SetLinger(int) error { return nil }
+
+// Close ends the transfer: a file not committed stays partial, for a
+// later resume.
+func (w *writer) Close() error {
+	w.rmu.Lock()
+	if !w.committed && len(w.outcome) == 0 {
+		w.outcome = nil
+	}
+	w.rmu.Unlock()
+	w.closeOnce.Do(func() { close(w.result) })
+	_ = w.f.Close()
+	_ = w.dir.Close()
+	w.done()
+	return nil
+}
+
+// hashPrefix feeds h the first n bytes of f, from its start.
+func hashPrefix(f *os.File, n int64, h hash.Hash) error {
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, n)); err != nil {
+		return err
+	}
+	return nil
+}
+
+func newHash() hash.Hash { return sha256.New() }

@@ -1,0 +1,623 @@
+package client
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+// PartialSuffix ends a partial file's name: ".<name>.sidecar-part" beside
+// its target, on either end (adapters/files.PartialName).
+const PartialSuffix = ".sidecar-part"
+
+func partialName(base string) string { return "." + base + PartialSuffix }
+
+// CopyOptions configure Download and Upload.
+type CopyOptions struct {
+	// Recursive copies a directory as a tree (cp -r).
+	Recursive bool
+	// Progress, when set, is told the bytes of file content copied as
+	// they are (from several goroutines at once).
+	Progress func(n int64)
+	// Planned, when set, is told the total bytes to copy once known.
+	Planned func(total int64)
+	// Parallel bounds the files copied at once (4 when 0).
+	Parallel int
+}
+
+// CopyError is one entry not copied: its path (the source's) and why.
+type CopyError struct {
+	Path string
+	Err  error
+}
+
+func (e CopyError) Error() string { return e.Path + ": " + e.Err.Error() }
+
+// CopyResult is what a copy did: the files, bytes and entries copied,
+// and each entry not copied.
+type CopyResult struct {
+	Files, Entries int
+	Bytes          int64
+	Failed         []CopyError
+}
+
+// copyAttempts bounds the tries of one file whose stream was lost (not
+// kept across a reconnect): each continues from the partial file.
+const copyAttempts = 5
+
+// copyRetryable reports whether err may go away on another try: not a
+// refusal of the host (an *rpc.Error) nor a verification failure.
+func copyRetryable(err error) bool {
+	var re *rpc.Error
+	var ve verifyError
+	return err != nil && !errors.As(err, &re) && !errors.As(err, &ve) && !errors.Is(err, context.Canceled)
+}
+
+type verifyError struct{ error }
+
+// progressWriter counts bytes written through it.
+type progressWriter struct{ fn func(int64) }
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	if p.fn != nil {
+		p.fn(int64(len(b)))
+	}
+	return len(b), nil
+}
+
+// Download copies remote (a path on the host) to local: into local when
+// it is an existing directory, else as local. With opts.Recursive a
+// directory is copied as a tree. The error is for the copy as a whole
+// (the source cannot be read); entries not copied are in the result.
+func Download(ctx context.Context, c *Conn, remote, local string, opts CopyOptions) (CopyResult, error) {
+	var res CopyResult
+	fi, err := c.StatFile(ctx, remote, false)
+	if err != nil {
+		return res, err
+	}
+	if fi.Type == rpc.FileSymlink { // a named link is followed, as cp does
+		if fi, err = c.StatFile(ctx, remote+"/.", false); err != nil {
+			return res, err
+		}
+		fi.Name = path.Base(remote)
+	}
+	dest := local
+	if st, err := os.Stat(local); err == nil && st.IsDir() {
+		dest = filepath.Join(local, path.Base(remote))
+	}
+	switch fi.Type {
+	case rpc.FileRegular:
+	case rpc.FileDir:
+		if !opts.Recursive {
+			return res, fmt.Errorf("%s is a directory (use -r)", remote)
+		}
+		return downloadTree(ctx, c, remote, dest, opts)
+	default:
+		return res, fmt.Errorf("%s is not a regular file (%s): refused", remote, fi.Type)
+	}
+	if opts.Planned != nil {
+		opts.Planned(fi.Size)
+	}
+	dir, err := os.OpenRoot(filepath.Dir(dest))
+	if err != nil {
+		return res, err
+	}
+	defer dir.Close()
+	n, err := downloadFile(ctx, c, remote, "", dir, filepath.Base(dest), opts.Progress)
+	res.Bytes = n
+	if err != nil {
+		res.Failed = append(res.Failed, CopyError{Path: remote, Err: err})
+	} else {
+		res.Files, res.Entries = 1, 1
+	}
+	return res, nil
+}
+
+// downloadFile copies the host's path (with entry, inside it) to base in
+// dir, through a partial file that a later try continues, trying again
+// while the stream is lost. It returns the bytes received.
+func downloadFile(ctx context.Context, c *Conn, remote, entry string, dir *os.Root, base string, progress func(int64)) (int64, error) {
+	var total int64
+	var err error
+	for try := 0; try < copyAttempts; try++ {
+		var n int64
+		n, err = downloadOnce(ctx, c, remote, entry, dir, base, progress)
+		total += n
+		if !copyRetryable(err) {
+			return total, err
+		}
+	}
+	return total, err
+}
+
+func downloadOnce(ctx context.Context, c *Conn, remote, entry string, dir *os.Root, base string, progress func(int64)) (int64, error) {
+	part := partialName(base)
+	f, err := dir.OpenFile(part, os.O_RDWR|os.O_CREATE|noFollow, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	p := rpc.FilesOpenParams{Path: remote, Entry: entry, Mode: "read"}
+	if st, err := f.Stat(); err == nil && st.Size() > 0 {
+		if _, err := io.Copy(h, io.NewSectionReader(f, 0, st.Size())); err != nil {
+			return 0, err
+		}
+		p.Prefix = &rpc.FilesPrefix{Size: st.Size(), SHA256: hex.EncodeToString(h.Sum(nil))}
+	}
+	stream, res, err := c.OpenFile(ctx, p)
+	if err != nil {
+		return 0, err
+	}
+	defer stream.Close()
+	if res.Offset == 0 {
+		h.Reset()
+	}
+	if err := f.Truncate(res.Offset); err != nil {
+		stream.Reset()
+		return 0, err
+	}
+	if _, err := f.Seek(res.Offset, io.SeekStart); err != nil {
+		stream.Reset()
+		return 0, err
+	}
+	if progress != nil && res.Offset > 0 {
+		progress(res.Offset)
+	}
+	n, err := stream.WriteTo(io.MultiWriter(f, h, progressWriter{progress}))
+	if err != nil {
+		stream.Reset()
+		return n, err
+	}
+	if got := res.Offset + n; got != res.Size {
+		return n, verifyError{fmt.Errorf("received %d bytes, the file had %d when opened (it changed meanwhile?); run again", got, res.Size)}
+	}
+	name := remote
+	if entry != "" {
+		name = path.Join(remote, entry)
+	}
+	st, err := c.StatFile(ctx, name, true)
+	if err != nil {
+		return n, err
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); st.SHA256 != sum {
+		_ = f.Truncate(0)
+		return n, verifyError{fmt.Errorf("SHA-256 %s received differs from the host's %s (the file changed meanwhile?); run again", sum, st.SHA256)}
+	}
+	if err := f.Chmod(modeOf(res.FileMode)); err != nil {
+		return n, err
+	}
+	if err := f.Sync(); err != nil {
+		return n, err
+	}
+	mt := time.Unix(0, res.MtimeNs)
+	if err := dir.Chtimes(part, mt, mt); err != nil {
+		return n, err
+	}
+	if fi, err := dir.Lstat(base); err == nil && fi.IsDir() {
+		return n, fmt.Errorf("%s is a directory: refused", base)
+	}
+	return n, dir.Rename(part, base)
+}
+
+// modeOf is a wire mode (permission bits with setuid 04000, setgid 02000,
+// sticky 01000) as an os.FileMode.
+func modeOf(m uint32) os.FileMode {
+	mode := os.FileMode(m & 0o777)
+	if m&0o4000 != 0 {
+		mode |= os.ModeSetuid
+	}
+	if m&0o2000 != 0 {
+		mode |= os.ModeSetgid
+	}
+	if m&0o1000 != 0 {
+		mode |= os.ModeSticky
+	}
+	return mode
+}
+
+// wireMode is m as a wire mode.
+func wireMode(m os.FileMode) uint32 {
+	b := uint32(m.Perm())
+	if m&os.ModeSetuid != 0 {
+		b |= 0o4000
+	}
+	if m&os.ModeSetgid != 0 {
+		b |= 0o2000
+	}
+	if m&os.ModeSticky != 0 {
+		b |= 0o1000
+	}
+	return b
+}
+
+// treeEntry is one entry of a tree copy: its relative name, and what it
+// is.
+type treeEntry struct {
+	name string
+	info rpc.FileInfo
+}
+
+// downloadTree copies the host's directory remote to the local dest
+// (created), entry by entry; every name and link target is checked as
+// the receiver must (rpc.CheckEntry, rpc.CheckLinkTarget), and an
+// os.Root keeps every write inside dest.
+func downloadTree(ctx context.Context, c *Conn, remote, dest string, opts CopyOptions) (CopyResult, error) {
+	var res CopyResult
+	var entries []treeEntry
+	var walk func(rel string) error
+	walk = func(rel string) error {
+		return c.ListDir(ctx, path.Join(remote, rel), func(page []rpc.FileInfo) error {
+			for _, fi := range page {
+				name := path.Join(rel, fi.Name)
+				if err := rpc.CheckEntry(name); err != nil || fi.Name == "" || slices.Contains([]byte(fi.Name), '/') {
+					res.Failed = append(res.Failed, CopyError{Path: path.Join(remote, rel, fi.Name), Err: fmt.Errorf("hostile name refused: %q", fi.Name)})
+					continue
+				}
+				entries = append(entries, treeEntry{name, fi})
+				if fi.Type == rpc.FileDir {
+					if err := walk(name); err != nil {
+						res.Failed = append(res.Failed, CopyError{Path: path.Join(remote, name), Err: err})
+					}
+				}
+			}
+			return nil
+		})
+	}
+	top, err := c.StatFile(ctx, remote, false)
+	if err != nil {
+		return res, err
+	}
+	if err := walk(""); err != nil {
+		return res, err
+	}
+	var planned int64
+	for _, e := range entries {
+		if e.info.Type == rpc.FileRegular {
+			planned += e.info.Size
+		}
+	}
+	if opts.Planned != nil {
+		opts.Planned(planned)
+	}
+	if err := os.MkdirAll(dest, 0o700); err != nil {
+		return res, err
+	}
+	root, err := os.OpenRoot(dest)
+	if err != nil {
+		return res, err
+	}
+	defer root.Close()
+	var mu sync.Mutex
+	fail := func(name string, err error) {
+		mu.Lock()
+		res.Failed = append(res.Failed, CopyError{Path: path.Join(remote, name), Err: err})
+		mu.Unlock()
+	}
+	var files []treeEntry
+	for _, e := range entries {
+		switch e.info.Type {
+		case rpc.FileDir:
+			if err := root.Mkdir(e.name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+				fail(e.name, err)
+				continue
+			}
+			res.Entries++
+		case rpc.FileSymlink:
+			if err := rpc.CheckLinkTarget(e.name, e.info.Target); err != nil {
+				fail(e.name, fmt.Errorf("refused: %v", err))
+				continue
+			}
+			_ = root.Remove(e.name)
+			if err := root.Symlink(e.info.Target, e.name); err != nil {
+				fail(e.name, err)
+				continue
+			}
+			res.Entries++
+		case rpc.FileRegular:
+			files = append(files, e)
+		default:
+			fail(e.name, errors.New("not a regular file, directory or symbolic link (a device?): refused"))
+		}
+	}
+	work := make(chan treeEntry)
+	var wg sync.WaitGroup
+	for range max(opts.Parallel, 4) {
+		wg.Go(func() {
+			for e := range work {
+				dir, err := openParent(root, e.name)
+				if err != nil {
+					fail(e.name, err)
+					continue
+				}
+				n, err := downloadFile(ctx, c, remote, e.name, dir, path.Base(e.name), opts.Progress)
+				dir.Close()
+				mu.Lock()
+				res.Bytes += n
+				if err != nil {
+					res.Failed = append(res.Failed, CopyError{Path: path.Join(remote, e.name), Err: err})
+				} else {
+					res.Files++
+					res.Entries++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, e := range files {
+		work <- e
+	}
+	close(work)
+	wg.Wait()
+	// Directories last, deepest first: their modes and times, once their
+	// contents no longer change them.
+	for _, e := range slices.Backward(entries) {
+		if e.info.Type == rpc.FileDir {
+			setDir(root, e.name, e.info, fail)
+		}
+	}
+	setDir(root, ".", top, fail)
+	return res, nil
+}
+
+func setDir(root *os.Root, name string, fi rpc.FileInfo, fail func(string, error)) {
+	if err := root.Chmod(name, modeOf(fi.FileMode)); err != nil {
+		fail(name, err)
+	}
+	mt := time.Unix(0, fi.MtimeNs)
+	if err := root.Chtimes(name, mt, mt); err != nil {
+		fail(name, err)
+	}
+}
+
+// openParent opens the directory of entry name inside root (never
+// outside it).
+func openParent(root *os.Root, name string) (*os.Root, error) {
+	d := path.Dir(name)
+	return root.OpenRoot(d)
+}
+
+// Upload copies local to the host's remote path: into remote when it is
+// an existing directory there, else as remote. With opts.Recursive a
+// directory is copied as a tree.
+func Upload(ctx context.Context, c *Conn, local, remote string, opts CopyOptions) (CopyResult, error) {
+	var res CopyResult
+	st, err := os.Stat(local)
+	if err != nil {
+		return res, err
+	}
+	dest, entry := remote, ""
+	if fi, err := c.StatFile(ctx, remote, false); err == nil && (fi.Type == rpc.FileDir || fi.Type == rpc.FileSymlink) {
+		if fi.Type == rpc.FileDir || st.Mode().IsRegular() {
+			dest, entry = remote, filepath.Base(local)
+		}
+	}
+	switch {
+	case st.Mode().IsRegular():
+	case st.IsDir():
+		if !opts.Recursive {
+			return res, fmt.Errorf("%s is a directory (use -r)", local)
+		}
+		if entry != "" {
+			dest = path.Join(dest, entry)
+		}
+		return uploadTree(ctx, c, local, dest, st, opts)
+	default:
+		return res, fmt.Errorf("%s is not a regular file: refused", local)
+	}
+	if opts.Planned != nil {
+		opts.Planned(st.Size())
+	}
+	n, err := uploadFile(ctx, c, local, dest, entry, opts.Progress)
+	res.Bytes = n
+	if err != nil {
+		res.Failed = append(res.Failed, CopyError{Path: local, Err: err})
+	} else {
+		res.Files, res.Entries = 1, 1
+	}
+	return res, nil
+}
+
+// uploadFile sends the local file to the host's path (with entry,
+// inside it), continuing the partial file the host kept when its prefix
+// is ours, trying again while the stream is lost.
+func uploadFile(ctx context.Context, c *Conn, local, remote, entry string, progress func(int64)) (int64, error) {
+	f, err := os.Open(local)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	if !st.Mode().IsRegular() {
+		return 0, errors.New("not a regular file: refused")
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return 0, err
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	var total int64
+	for try := 0; try < copyAttempts; try++ {
+		var n int64
+		n, err = uploadOnce(ctx, c, f, st, sum, remote, entry, progress)
+		total += n
+		if !copyRetryable(err) {
+			return total, err
+		}
+	}
+	return total, err
+}
+
+func uploadOnce(ctx context.Context, c *Conn, f *os.File, st os.FileInfo, sum, remote, entry string, progress func(int64)) (int64, error) {
+	size, mode, mt := st.Size(), wireMode(st.Mode()), st.ModTime().UnixNano()
+	p := rpc.FilesOpenParams{Path: remote, Entry: entry, Mode: "write", Size: &size, SHA256: sum, FileMode: &mode, MtimeNs: &mt, Resume: true}
+	stream, res, err := c.OpenFile(ctx, p)
+	if err != nil {
+		return 0, err
+	}
+	if res.Offset > 0 && !prefixMatches(f, res.Offset, res.PrefixSHA256) {
+		stream.Reset()
+		p.Resume = false
+		if stream, res, err = c.OpenFile(ctx, p); err != nil {
+			return 0, err
+		}
+	}
+	defer stream.Close()
+	if progress != nil && res.Offset > 0 {
+		progress(res.Offset)
+	}
+	n, err := stream.ReadFrom(io.TeeReader(io.NewSectionReader(f, res.Offset, size-res.Offset), progressWriter{progress}))
+	if err != nil {
+		stream.Reset()
+		return n, err
+	}
+	if err := stream.CloseWrite(); err != nil {
+		stream.Reset()
+		return n, err
+	}
+	why, err := io.ReadAll(io.LimitReader(stream, 4096))
+	if err != nil {
+		stream.Reset()
+		return n, err
+	}
+	if len(why) > 0 {
+		return n, verifyError{errors.New(string(why))}
+	}
+	return n, nil
+}
+
+// prefixMatches reports whether f's first n bytes have SHA-256 sum.
+func prefixMatches(f *os.File, n int64, sum string) bool {
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, n)); err != nil {
+		return false
+	}
+	return hex.EncodeToString(h.Sum(nil)) == sum
+}
+
+// uploadTree sends the local directory to dest on the host, entry by
+// entry: directories and symbolic links with files/put, files each on
+// their own channel (opts.Parallel at once); a device, socket or pipe is
+// not copied (named in the result).
+func uploadTree(ctx context.Context, c *Conn, local, dest string, top os.FileInfo, opts CopyOptions) (CopyResult, error) {
+	var res CopyResult
+	type ent struct {
+		name string
+		fi   os.FileInfo
+	}
+	var entries []ent
+	var planned int64
+	err := filepath.WalkDir(local, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			res.Failed = append(res.Failed, CopyError{Path: p, Err: err})
+			return nil
+		}
+		if p == local {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			res.Failed = append(res.Failed, CopyError{Path: p, Err: err})
+			return nil
+		}
+		rel, _ := filepath.Rel(local, p)
+		entries = append(entries, ent{filepath.ToSlash(rel), fi})
+		if fi.Mode().IsRegular() {
+			planned += fi.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	if opts.Planned != nil {
+		opts.Planned(planned)
+	}
+	if err := c.PutEntry(ctx, rpc.FilesPutParams{Path: dest, Type: rpc.FileDir}); err != nil {
+		return res, err
+	}
+	var mu sync.Mutex
+	fail := func(name string, err error) {
+		mu.Lock()
+		res.Failed = append(res.Failed, CopyError{Path: filepath.Join(local, name), Err: err})
+		mu.Unlock()
+	}
+	var files []ent
+	for _, e := range entries {
+		m := e.fi.Mode()
+		switch {
+		case m.IsDir():
+			if err := c.PutEntry(ctx, rpc.FilesPutParams{Path: dest, Entry: e.name, Type: rpc.FileDir}); err != nil {
+				fail(e.name, err)
+				continue
+			}
+			res.Entries++
+		case m&fs.ModeSymlink != 0:
+			target, err := os.Readlink(filepath.Join(local, e.name))
+			if err != nil {
+				fail(e.name, err)
+				continue
+			}
+			if err := c.PutEntry(ctx, rpc.FilesPutParams{Path: dest, Entry: e.name, Type: rpc.FileSymlink, Target: target}); err != nil {
+				fail(e.name, err)
+				continue
+			}
+			res.Entries++
+		case m.IsRegular():
+			files = append(files, e)
+		default:
+			fail(e.name, errors.New("not a regular file, directory or symbolic link (a device?): not copied"))
+		}
+	}
+	work := make(chan ent)
+	var wg sync.WaitGroup
+	for range max(opts.Parallel, 4) {
+		wg.Go(func() {
+			for e := range work {
+				n, err := uploadFile(ctx, c, filepath.Join(local, e.name), dest, e.name, opts.Progress)
+				mu.Lock()
+				res.Bytes += n
+				if err != nil {
+					res.Failed = append(res.Failed, CopyError{Path: filepath.Join(local, e.name), Err: err})
+				} else {
+					res.Files++
+					res.Entries++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, e := range files {
+		work <- e
+	}
+	close(work)
+	wg.Wait()
+	putDir := func(name string, fi os.FileInfo) {
+		m, t := wireMode(fi.Mode()), fi.ModTime().UnixNano()
+		if err := c.PutEntry(ctx, rpc.FilesPutParams{Path: dest, Entry: name, Type: rpc.FileDir, FileMode: &m, MtimeNs: &t}); err != nil {
+			fail(name, err)
+		}
+	}
+	for _, e := range slices.Backward(entries) {
+		if e.fi.IsDir() {
+			putDir(e.name, e.fi)
+		}
+	}
+	putDir("", top)
+	return res, nil
+}
