@@ -1,14 +1,18 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,18 +22,23 @@ import (
 	"golang.org/x/term"
 
 	"github.com/sidecar-dev/sidecar/client"
+	"github.com/sidecar-dev/sidecar/rpc"
 )
 
 func topCmd() *cobra.Command {
 	var cf connFlags
 	var once, asJSON bool
 	var interval time.Duration
+	var sortBy string
 	cmd := &cobra.Command{
 		Use:   "top URL",
-		Short: "Live view of the host's CPU, memory, load, disks and network",
+		Short: "Live view of the host's CPU, memory, load, disks, network and processes",
 		Long: "top subscribes to the host's ahp-otlp://metrics channel and redraws a view that fits the\n" +
-			"terminal every batch. --once prints one batch and exits; with --json that batch is the\n" +
-			"OTLP/JSON ExportMetricsServiceRequest exactly as the host sent it, for scripts.",
+			"terminal every batch, the host's processes below it (processes/list), sorted by --sort;\n" +
+			"in the live view the keys P (CPU), M (memory), N (pid), S (start, newest first) and\n" +
+			"C (command) sort them, as in top. --once prints one batch and the first 15 processes and\n" +
+			"exits; with --json that batch is the OTLP/JSON ExportMetricsServiceRequest exactly as\n" +
+			"the host sent it, for scripts.",
 		Example: "  sidecar top wss://127.0.0.1:4433/ahp\n  sidecar top wss://127.0.0.1:4433/ahp --once --json | jq .",
 		Args: func(cmd *cobra.Command, args []string) error {
 			// Not given: the host's telemetry.interval. Given, it must be
@@ -37,10 +46,13 @@ func topCmd() *cobra.Command {
 			if cmd.Flags().Changed("interval") && interval <= 0 {
 				return fmt.Errorf("--interval %s: must be positive", interval)
 			}
+			if !slices.Contains(topSortKeys, sortBy) {
+				return fmt.Errorf("--sort %q: want one of %s", sortBy, strings.Join(topSortKeys, ", "))
+			}
 			return cobra.ExactArgs(1)(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runTop(&cf, args[0], once, asJSON, interval)
+			return runTop(&cf, args[0], once, asJSON, interval, sortBy)
 		},
 	}
 	cf.register(cmd)
@@ -48,10 +60,21 @@ func topCmd() *cobra.Command {
 	fs.BoolVar(&once, "once", false, "print one batch and exit")
 	fs.BoolVar(&asJSON, "json", false, "with --once: print the batch as OTLP/JSON")
 	fs.DurationVar(&interval, "interval", 0, "ask for a batch this often (at least the host's telemetry.interval)")
+	fs.StringVar(&sortBy, "sort", "cpu", "sort the processes by cpu, memory, pid, start (newest first) or command")
 	return cmd
 }
 
-func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration) error {
+// topSortKeys are the process orders of processes/list, and topSortByKey
+// the live view's keys for them (top's P, M, N; S start, C command).
+var (
+	topSortKeys  = []string{"cpu", "memory", "pid", "start", "command"}
+	topSortByKey = map[byte]string{'P': "cpu", 'M': "memory", 'N': "pid", 'S': "start", 'C': "command"}
+)
+
+// topOnceProcesses is how many processes --once prints.
+const topOnceProcesses = 15
+
+func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration, sortBy string) error {
 	if asJSON && !once {
 		return &exitError{code: 2, err: errors.New("--json needs --once")}
 	}
@@ -79,9 +102,11 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 
 	live := !once && term.IsTerminal(int(os.Stdout.Fd()))
 	var v *topView
-	var quit <-chan struct{} // closed on q or Ctrl-C; nil (never) without raw mode
+	var keys <-chan byte // q, Ctrl-C and the sort keys; nil (never) without raw mode
+	procs := newProcFetcher(conn, sortBy)
 	if !asJSON {
 		v = newTopView(os.Stdout, live)
+		v.sortBy = sortBy
 		if live {
 			v.hint = "Ctrl-C to quit"
 			// Raw stdin, so that q is read here at once rather than left in the tty's
@@ -89,8 +114,8 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 			if fd := int(os.Stdin.Fd()); term.IsTerminal(fd) {
 				if old, err := term.MakeRaw(fd); err == nil {
 					defer func() { _ = term.Restore(fd, old) }()
-					quit = readQuitKeys(os.Stdin)
-					v.hint = "q to quit"
+					keys = readTopKeys(os.Stdin)
+					v.hint = "q to quit · sort processes: P cpu, M memory, N pid, S start, C command"
 				}
 			}
 			v.baseHint = v.hint
@@ -126,8 +151,21 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-quit:
-			return nil
+		case k := <-keys:
+			if k == 'q' || k == 'Q' || k == 0x03 {
+				return nil
+			}
+			if by, ok := topSortByKey[k&^0x20]; ok && by != v.sortBy { // either case
+				v.sortBy = by
+				v.procs = sortProcesses(v.procs, by)
+				v.draw()
+				procs.fetch(ctx, by, v.processRows())
+			}
+		case res := <-procs.results:
+			if res.sortBy == v.sortBy {
+				v.procs, v.procsErr = res.list, res.err
+				v.draw()
+			}
 		case <-winch:
 			v.draw()
 		case st := <-recon:
@@ -162,10 +200,15 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 			}
 			v.update(b.Data)
 			v.skipped += b.Skipped
-			v.draw()
 			if once {
+				// One listing, waited for (a host measures CPU use over
+				// 250 ms when nobody listed lately).
+				v.procs, v.procsErr = conn.Processes(ctx, v.sortBy, topOnceProcesses)
+				v.draw()
 				return nil
 			}
+			v.draw()
+			procs.fetch(ctx, v.sortBy, v.processRows())
 		}
 	}
 }
@@ -173,15 +216,18 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 // readQuitKeys reads keys from r (a terminal in raw mode) and closes the returned
 // channel at q, Q or Ctrl-C; other keys are dropped. The goroutine stays blocked in
 // Read until the process exits, which is soon after the view ends.
-func readQuitKeys(r io.Reader) <-chan struct{} {
-	quit := make(chan struct{})
+func readTopKeys(r io.Reader) <-chan byte {
+	keys := make(chan byte, 16)
 	go func() {
 		buf := make([]byte, 64)
 		for {
 			n, err := r.Read(buf)
 			for _, b := range buf[:n] {
+				select {
+				case keys <- b:
+				default: // keys typed faster than drawn: dropped
+				}
 				if b == 'q' || b == 'Q' || b == 0x03 {
-					close(quit)
 					return
 				}
 			}
@@ -190,7 +236,67 @@ func readQuitKeys(r io.Reader) <-chan struct{} {
 			}
 		}
 	}()
-	return quit
+	return keys
+}
+
+// procFetcher lists the host's processes beside the view's loop, at most
+// one request in flight (a fetch asked meanwhile is skipped: the next
+// batch asks again); results arrive on results.
+type procFetcher struct {
+	conn     *client.Conn
+	offered  bool
+	inFlight atomic.Bool
+	results  chan procResult
+}
+
+type procResult struct {
+	sortBy string
+	list   *rpc.ProcessesListResult
+	err    error
+}
+
+func newProcFetcher(conn *client.Conn, _ string) *procFetcher {
+	return &procFetcher{conn: conn, offered: conn.Initialized().Processes != nil, results: make(chan procResult, 1)}
+}
+
+// fetch starts a listing of limit processes sorted by sortBy unless one
+// is in flight or the host offers none.
+func (f *procFetcher) fetch(ctx context.Context, sortBy string, limit int) {
+	if !f.offered || limit <= 0 || !f.inFlight.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer f.inFlight.Store(false)
+		list, err := f.conn.Processes(ctx, sortBy, min(limit, rpc.MaxProcessesListed))
+		select {
+		case f.results <- procResult{sortBy, list, err}:
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// sortProcesses reorders a listing at once when the sort key changes
+// (the next listing brings the host's own order, and the top ones).
+func sortProcesses(res *rpc.ProcessesListResult, by string) *rpc.ProcessesListResult {
+	if res == nil {
+		return nil
+	}
+	out := *res
+	out.Processes = slices.Clone(res.Processes)
+	slices.SortStableFunc(out.Processes, func(a, b rpc.ProcessInfo) int {
+		switch by {
+		case "memory":
+			return cmp.Compare(b.MemoryUsageBytes, a.MemoryUsageBytes)
+		case "pid":
+			return cmp.Compare(a.PID, b.PID)
+		case "start":
+			return cmp.Compare(b.StartTimeUnixNano, a.StartTimeUnixNano)
+		case "command":
+			return strings.Compare(a.Command, b.Command)
+		}
+		return cmp.Compare(b.CPUUtilization, a.CPUUtilization)
+	})
+	return &out
 }
 
 // topView renders batches; it keeps the previous one for rates.
@@ -201,6 +307,14 @@ type topView struct {
 	baseHint  string // the hint a reconnection status gives way to again
 	cur, prev *snapshotView
 	skipped   uint64 // samples the host could not send us (the batches' "skipped"), in all
+	// The processes: the last listing (nil before the first, or when the
+	// host offers none), its error, and the order asked for.
+	procs    *rpc.ProcessesListResult
+	procsErr error
+	sortBy   string
+	// rows is the height the last draw had for the view (0: not live),
+	// summaryLines the lines above the process table.
+	rows, summaryLines int
 }
 
 // snapshotView is one batch, indexed for drawing.
@@ -412,7 +526,39 @@ func (v *topView) layout(width int) []string {
 		add("")
 		add("sidecar %s: %d clients, %d subscriptions", s.res["service.version"], int(c), int(subs))
 	}
+	v.summaryLines = len(lines)
+	return v.processTable(lines, width)
+}
+
+// processTable adds the process listing to lines: a header naming the
+// order, then one line per process (pid, owner, CPU % of one CPU, RSS,
+// state, command line cut to the width).
+func (v *topView) processTable(lines []string, width int) []string {
+	switch {
+	case v.procsErr != nil && !errors.Is(v.procsErr, client.ErrProcessesNotOffered):
+		return append(lines, "", "processes: "+printable(v.procsErr.Error()))
+	case v.procs == nil:
+		return lines
+	}
+	lines = append(lines, "", fmt.Sprintf("%7s %-10s %6s %8s %-8s %s   (%d processes, by %s)", "PID", "USER", "CPU%", "RSS", "STATE", "COMMAND", v.procs.Total, v.sortBy))
+	for _, p := range v.procs.Processes {
+		cmdline := p.CommandLine
+		if cmdline == "" {
+			cmdline = "[" + p.Command + "]" // a kernel thread, or a zombie
+		}
+		l := fmt.Sprintf("%7d %-10s %6.1f %8s %-8s %s", p.PID, trunc(printable(p.Owner), 10), p.CPUUtilization*100, bytesH(float64(p.MemoryUsageBytes)), trunc(p.Status, 8), printable(cmdline))
+		lines = append(lines, trunc(l, max(width, 40)))
+	}
 	return lines
+}
+
+// processRows is how many processes fit below the summary in the live
+// view (a screenful at most; 0 before the first draw).
+func (v *topView) processRows() int {
+	if v.rows == 0 {
+		return topOnceProcesses
+	}
+	return max(v.rows-v.summaryLines-2, 1)
 }
 
 // totalPoint reports whether utilization has the machine's total (points
@@ -447,6 +593,7 @@ func (v *topView) draw() {
 		if v.hint != "" && height > 1 {
 			rows = height - 1 // the bottom line is the hint's
 		}
+		v.rows = rows
 		if rows > 0 && len(lines) > rows {
 			lines = lines[:rows]
 		}
