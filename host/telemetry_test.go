@@ -474,6 +474,13 @@ func TestTelemetryLogs(t *testing.T) {
 		if m := decodeRaw(t, p.next()); string(m.Result) != "{}" {
 			t.Fatalf("subscribe answered %s %s", m.Result, m.Error)
 		}
+		// The channel is live only: a record logged before the
+		// subscription is registered (just after its result is queued)
+		// is not for it. A ping answered after it is after that.
+		p.send(`{"jsonrpc":"2.0","id":3,"method":"ping","params":{}}`)
+		if m := decodeRaw(t, p.next()); m.Error != nil {
+			t.Fatalf("ping answered %s", m.Error)
+		}
 		c := h.dialClient(ct, client.DefaultReceive)
 		sub, err := c.Subscribe(context.Background(), "ahp-otlp://logs?level=warn")
 		if err != nil || !sub.Windowed {

@@ -231,7 +231,8 @@ func (ch *Channel) Subscribe(s adapters.Subscriber) {
 	ts := ch.ts
 	os := ts.subFor(ch, s)
 	if ch.logs {
-		os.cursor.Store(ts.ring.Head()) // live: records from now on
+		// Live: records from when the subscription was made (subFor),
+		// which for a windowed one precedes its channel/snapshot.
 		ts.mu.Lock()
 		ts.logSubs[os] = struct{}{}
 		ts.updateLogLevelLocked()
@@ -270,6 +271,13 @@ func (ts *Channels) subFor(ch *Channel, s adapters.Subscriber) *sub {
 	if os == nil {
 		os = &sub{ch: ch, s: s}
 		os.snapDue.Store(true)
+		if ch.logs {
+			// Live: records from now on. A windowed subscription's
+			// Source is made before Subscribe registers it with the
+			// pump, and its channel/snapshot may go out in between: a
+			// record logged after the snapshot is the subscriber's.
+			os.cursor.Store(ts.ring.Head())
+		}
 		ts.subs[s] = os
 	}
 	return os
