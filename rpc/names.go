@@ -66,6 +66,9 @@ const (
 	// Processes (our extension, docs/protocol.md "Processes").
 	MethodProcessesList   = "processes/list"
 	MethodProcessesSignal = "processes/signal"
+	// MethodTelemetryHistory is our extension (docs/protocol.md
+	// "Telemetry history").
+	MethodTelemetryHistory = "telemetry/history"
 )
 
 // IsControlMethod reports whether method is a control message, which

@@ -66,6 +66,9 @@ type TelemetryCapability struct {
 	Logs    string `json:"logs,omitempty"`
 	Traces  string `json:"traces,omitempty"`
 	Metrics string `json:"metrics,omitempty"`
+	// HistorySeconds is our extension: the host answers
+	// telemetry/history, reaching back this many seconds.
+	HistorySeconds int64 `json:"historySeconds,omitempty"`
 }
 
 // ProcessesCapability is our extension to the initialize result: the
@@ -135,6 +138,30 @@ type ProcessesSignalParams struct {
 	PID               int32  `json:"pid"`
 	Signal            string `json:"signal"`
 	StartTimeUnixNano int64  `json:"startTimeUnixNano,omitempty"`
+}
+
+// TelemetryHistoryParams is telemetry/history (our extension): the
+// points after SinceUnixNano (0: all the host keeps).
+type TelemetryHistoryParams struct {
+	SinceUnixNano int64 `json:"sinceUnixNano,omitempty"`
+}
+
+// TelemetryHistoryResult answers telemetry/history: the host's recent
+// summary of the machine, one point per IntervalMs, oldest first, in
+// columns of equal length. Each point covers the interval that ends at
+// its time: CPUUtilization the busy share of all CPUs (0 to 1); memory
+// in bytes; network (every interface but loopback) and disk (whole
+// block devices) in bytes per second.
+type TelemetryHistoryResult struct {
+	IntervalMs       int64     `json:"intervalMs"`
+	TimeUnixNano     []int64   `json:"timeUnixNano"`
+	CPUUtilization   []float64 `json:"cpuUtilization"`
+	MemoryUsageBytes []uint64  `json:"memoryUsageBytes"`
+	MemoryLimitBytes []uint64  `json:"memoryLimitBytes"`
+	NetworkReceive   []uint64  `json:"networkReceiveBytesPerSecond"`
+	NetworkTransmit  []uint64  `json:"networkTransmitBytesPerSecond"`
+	DiskRead         []uint64  `json:"diskReadBytesPerSecond"`
+	DiskWrite        []uint64  `json:"diskWriteBytesPerSecond"`
 }
 
 // InitializeResult answers initialize. Snapshots is never nil.

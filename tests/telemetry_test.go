@@ -2,14 +2,20 @@ package tests
 
 import (
 	"bufio"
+	"context"
 	"os"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/sidecar-dev/sidecar/rpc"
 )
 
 // TestTopOnceJSON: `sidecar top URL --once --json` prints one OTLP/JSON
@@ -78,5 +84,57 @@ func TestTopOnceJSON(t *testing.T) {
 	}
 	if res["service.name"] != "sidecar" || res["host.name"] == "" || res["os.type"] != "linux" {
 		t.Errorf("resource %v", res)
+	}
+}
+
+// TestTelemetryHistory: a client that connects after a CPU burst sees
+// the burst in telemetry/history (the host samples whether or not anyone
+// subscribes), with the machine's memory total, and the capability says
+// how far back the history reaches (its bound, 3600 points, of 100 ms).
+func TestTelemetryHistory(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "telemetry {\n  interval = \"100ms\"\n}\n")
+	// The burst: every CPU busy for a second, before any client.
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range runtime.NumCPU() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < time.Second {
+			}
+		}()
+	}
+	wg.Wait()
+	end := time.Now()
+	c := tcpClient(t, s)
+	if hs := c.Initialized().Telemetry.HistorySeconds; hs != 360 {
+		t.Errorf("historySeconds %d, want 360", hs)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	var h rpc.TelemetryHistoryResult
+	if err := c.Call(ctx, rpc.MethodTelemetryHistory, rpc.TelemetryHistoryParams{}, &h); err != nil {
+		t.Fatal(err)
+	}
+	if h.IntervalMs != 100 || len(h.TimeUnixNano) < 5 || len(h.CPUUtilization) != len(h.TimeUnixNano) || len(h.DiskWrite) != len(h.TimeUnixNano) {
+		t.Fatalf("history of %d ms, %d points, %d CPU figures", h.IntervalMs, len(h.TimeUnixNano), len(h.CPUUtilization))
+	}
+	meminfo, _ := os.ReadFile("/proc/meminfo")
+	m := regexp.MustCompile(`(?m)^MemTotal:\s+(\d+) kB`).FindSubmatch(meminfo)
+	kb, _ := strconv.ParseUint(string(m[1]), 10, 64)
+	busiest := 0.0
+	for i, at := range h.TimeUnixNano {
+		// Points that end inside the burst (one interval in, so that the
+		// whole interval is the burst's).
+		if at > start.Add(150*time.Millisecond).UnixNano() && at <= end.UnixNano() {
+			busiest = max(busiest, h.CPUUtilization[i])
+		}
+		if h.MemoryLimitBytes[i] != kb*1024 {
+			t.Fatalf("point %d: memory limit %d, want MemTotal %d kB × 1024", i, h.MemoryLimitBytes[i], kb)
+		}
+	}
+	if busiest < 0.8 {
+		t.Errorf("the busiest point of the burst: %.3f of the CPUs, want at least 0.8\n%v\n%v", busiest, h.TimeUnixNano, h.CPUUtilization)
 	}
 }

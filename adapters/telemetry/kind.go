@@ -16,8 +16,9 @@ import (
 // tees the host's logger into the logs channel (adapters.LogTee), so it is
 // registered first. Register it with NewKind.
 type Kind struct {
-	ts    *Channels
-	procs *Processes
+	ts      *Channels
+	procs   *Processes
+	history *History
 }
 
 // NewKind is the telemetry kind's adapters.Factory.
@@ -26,7 +27,9 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Kind{procs: procs, ts: NewChannels(ChannelsConfig{
+	history := NewHistory(env.Config.Telemetry.Interval)
+	history.Start()
+	return &Kind{procs: procs, history: history, ts: NewChannels(ChannelsConfig{
 		Interval:       env.Config.Telemetry.Interval,
 		ServiceVersion: env.Version,
 		Self:           env.Host,
@@ -59,14 +62,18 @@ func (k *Kind) Lookup(uri string, _ adapters.Caller) adapters.Channel {
 	return nil
 }
 
-// Requests implements adapters.Kind: processes/list and processes/signal
-// (the channels always exist: no request creates them).
-func (k *Kind) Requests() []adapters.Request { return k.procs.Requests() }
+// Requests implements adapters.Kind: processes/list, processes/signal and
+// telemetry/history (the channels always exist: no request creates
+// them).
+func (k *Kind) Requests() []adapters.Request {
+	return append(k.procs.Requests(), k.history.Request())
+}
 
 // Advertise implements adapters.Kind: the telemetry capability, and
 // processes (our extension).
 func (k *Kind) Advertise(res *rpc.InitializeResult) {
 	res.Telemetry = k.ts.Capability()
+	res.Telemetry.HistorySeconds = int64(k.history.Window().Seconds())
 	res.Processes = k.procs.Capability()
 }
 
@@ -86,7 +93,10 @@ func (k *Kind) Metrics() []adapters.Metric {
 }
 
 // Shutdown implements adapters.Kind: sampling and the logs pump stop.
-func (k *Kind) Shutdown(context.Context) { k.ts.Close() }
+func (k *Kind) Shutdown(context.Context) {
+	k.ts.Close()
+	k.history.Close()
+}
 
 var (
 	_ adapters.Kind   = (*Kind)(nil)
