@@ -10,17 +10,36 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
-// TestTopProcesses: `sidecar top --once` prints the host's processes
-// below its summary, sorted by CPU: a busy loop this test started (the
+// TestTopProcesses: `sidecar top --once` prints sparklines of the host's
+// history and its processes below its summary, sorted by CPU: a busy loop this test started (the
 // daemon's machine is this one) is there with its pid, owner and command
 // line, busy.
 func TestTopProcesses(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, "")
+	s := startServer(t, "telemetry {\n  interval = \"100ms\"\n}\n")
+	// The history has points to draw (the host samples from its start).
+	c := tcpClient(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	for {
+		var h rpc.TelemetryHistoryResult
+		if err := c.Call(ctx, rpc.MethodTelemetryHistory, nil, &h); err != nil {
+			t.Fatal(err)
+		}
+		if len(h.TimeUnixNano) >= 3 {
+			break
+		}
+		select { // a bounded poll of the host, one interval apart
+		case <-ctx.Done():
+			t.Fatalf("the history has %d points after %v", len(h.TimeUnixNano), waitTimeout)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	busy := exec.Command("sh", "-c", "while :; do :; done", "top-test-busy-loop")
 	if err := busy.Start(); err != nil {
 		t.Fatal(err)
@@ -32,6 +51,10 @@ func TestTopProcesses(t *testing.T) {
 	out, errOut, code := s.run(t, append([]string{"top", s.url, "--once"}, s.connArgs()...)...)
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %s", code, errOut)
+	}
+	// The history's sparklines (telemetry/history) above the table.
+	if !regexp.MustCompile(`(?m)^HISTORY \(last \d+s\)\nCPU   [▁▂▃▄▅▆▇█]+ +[\d.]+%\nMem   [▁▂▃▄▅▆▇█]+ `).MatchString(out) {
+		t.Errorf("no history sparklines:\n%s", out)
 	}
 	if !regexp.MustCompile(`(?m)^\s+PID USER\s+CPU%\s+RSS STATE\s+COMMAND\s+\(\d+ processes, by cpu\)$`).MatchString(out) {
 		t.Fatalf("no process table header:\n%s", out)

@@ -104,6 +104,7 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 	var v *topView
 	var keys <-chan byte // q, Ctrl-C and the sort keys; nil (never) without raw mode
 	procs := newProcFetcher(conn, sortBy)
+	hist := newHistFetcher(conn)
 	if !asJSON {
 		v = newTopView(os.Stdout, live)
 		v.sortBy = sortBy
@@ -161,6 +162,11 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 				v.draw()
 				procs.fetch(ctx, by, v.processRows())
 			}
+		case res := <-hist.results:
+			if v != nil {
+				v.hist.add(res)
+				v.draw()
+			}
 		case res := <-procs.results:
 			if res.sortBy == v.sortBy {
 				v.procs, v.procsErr = res.list, res.err
@@ -202,13 +208,20 @@ func runTop(cf *connFlags, url string, once, asJSON bool, interval time.Duration
 			v.skipped += b.Skipped
 			if once {
 				// One listing, waited for (a host measures CPU use over
-				// 250 ms when nobody listed lately).
+				// 250 ms when nobody listed lately), and the history.
 				v.procs, v.procsErr = conn.Processes(ctx, v.sortBy, topOnceProcesses)
+				if hist.offered {
+					var res rpc.TelemetryHistoryResult
+					if err := conn.Call(ctx, rpc.MethodTelemetryHistory, rpc.TelemetryHistoryParams{}, &res); err == nil {
+						v.hist.add(&res)
+					}
+				}
 				v.draw()
 				return nil
 			}
 			v.draw()
 			procs.fetch(ctx, v.sortBy, v.processRows())
+			hist.fetch(ctx, v.hist.last())
 		}
 	}
 }
@@ -275,6 +288,105 @@ func (f *procFetcher) fetch(ctx context.Context, sortBy string, limit int) {
 	}()
 }
 
+// histFetcher reads the host's telemetry/history beside the view's loop:
+// all of it first, then the points since the last one, at most one
+// request in flight.
+type histFetcher struct {
+	conn     *client.Conn
+	offered  bool
+	inFlight atomic.Bool
+	results  chan *rpc.TelemetryHistoryResult
+}
+
+func newHistFetcher(conn *client.Conn) *histFetcher {
+	tc := conn.Initialized().Telemetry
+	return &histFetcher{conn: conn, offered: tc != nil && tc.HistorySeconds > 0, results: make(chan *rpc.TelemetryHistoryResult, 1)}
+}
+
+// fetch asks for the points after since (0: all) unless a request is in
+// flight or the host keeps no history. A failure is dropped: the next
+// batch asks again.
+func (f *histFetcher) fetch(ctx context.Context, since int64) {
+	if !f.offered || !f.inFlight.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer f.inFlight.Store(false)
+		var res rpc.TelemetryHistoryResult
+		if err := f.conn.Call(ctx, rpc.MethodTelemetryHistory, rpc.TelemetryHistoryParams{SinceUnixNano: since}, &res); err != nil {
+			return
+		}
+		select {
+		case f.results <- &res:
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// history is what the view keeps of the host's history, newest last, at
+// most maxHistory points.
+type history struct {
+	at               []int64
+	cpu, mem, net, d []float64 // CPU share, memory share, network and disk bytes/s
+}
+
+const maxHistory = 3600
+
+// add appends res's points after the last one kept.
+func (h *history) add(res *rpc.TelemetryHistoryResult) {
+	for i, at := range res.TimeUnixNano {
+		if n := len(h.at); n > 0 && at <= h.at[n-1] || i >= len(res.CPUUtilization) || i >= len(res.MemoryLimitBytes) ||
+			i >= len(res.NetworkReceive) || i >= len(res.NetworkTransmit) || i >= len(res.DiskRead) || i >= len(res.DiskWrite) {
+			continue
+		}
+		mem := 0.0
+		if l := res.MemoryLimitBytes[i]; l > 0 {
+			mem = float64(res.MemoryUsageBytes[i]) / float64(l)
+		}
+		h.at = append(h.at, at)
+		h.cpu = append(h.cpu, res.CPUUtilization[i])
+		h.mem = append(h.mem, mem)
+		h.net = append(h.net, float64(res.NetworkReceive[i]+res.NetworkTransmit[i]))
+		h.d = append(h.d, float64(res.DiskRead[i]+res.DiskWrite[i]))
+	}
+	if n := len(h.at); n > maxHistory {
+		cut := n - maxHistory
+		h.at, h.cpu, h.mem, h.net, h.d = h.at[cut:], h.cpu[cut:], h.mem[cut:], h.net[cut:], h.d[cut:]
+	}
+}
+
+// last is the time of the newest point, 0 if none.
+func (h *history) last() int64 {
+	if len(h.at) == 0 {
+		return 0
+	}
+	return h.at[len(h.at)-1]
+}
+
+// sparkline draws the last width values of vs, one cell each, newest at
+// the right: a share (top 1) as is, a rate against the highest shown.
+func sparkline(vs []float64, width int, share bool) (string, float64) {
+	vs = vs[max(0, len(vs)-width):]
+	top := 1.0
+	if !share {
+		top = 0
+		for _, v := range vs {
+			top = max(top, v)
+		}
+	}
+	const ticks = "▁▂▃▄▅▆▇█"
+	cells := []rune(ticks)
+	var b strings.Builder
+	for _, v := range vs {
+		i := 0
+		if top > 0 {
+			i = int(min(max(v/top, 0), 1)*float64(len(cells)-1) + 0.5)
+		}
+		b.WriteRune(cells[i])
+	}
+	return b.String(), top
+}
+
 // sortProcesses reorders a listing at once when the sort key changes
 // (the next listing brings the host's own order, and the top ones).
 func sortProcesses(res *rpc.ProcessesListResult, by string) *rpc.ProcessesListResult {
@@ -312,6 +424,9 @@ type topView struct {
 	procs    *rpc.ProcessesListResult
 	procsErr error
 	sortBy   string
+	// hist is the host's recent history (telemetry/history), for the
+	// sparklines.
+	hist history
 	// rows is the height the last draw had for the view (0: not live),
 	// summaryLines the lines above the process table.
 	rows, summaryLines int
@@ -499,6 +614,22 @@ func (v *topView) layout(width int) []string {
 			cpuUse = fmt.Sprintf(" using %.2f", r)
 		}
 		add("Container  mem %s / %s  cpu%s of %s", bytesH(cu), lim, cpuUse, cpuLim)
+	}
+
+	if n := len(v.hist.at); n > 1 {
+		w := max(10, width-22)
+		shown := min(n, w)
+		span := time.Duration(v.hist.at[n-1]-v.hist.at[n-shown]) * time.Nanosecond
+		add("")
+		add("HISTORY (last %s)", span.Round(time.Second))
+		cpuLine, _ := sparkline(v.hist.cpu, w, true)
+		add("CPU   %s %5.1f%%", cpuLine, v.hist.cpu[n-1]*100)
+		memLine, _ := sparkline(v.hist.mem, w, true)
+		add("Mem   %s %5.1f%%", memLine, v.hist.mem[n-1]*100)
+		netLine, netTop := sparkline(v.hist.net, w, false)
+		add("Net   %s %s/s max", netLine, bytesH(netTop))
+		diskLine, diskTop := sparkline(v.hist.d, w, false)
+		add("Disk  %s %s/s max", diskLine, bytesH(diskTop))
 	}
 
 	add("")

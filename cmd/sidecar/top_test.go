@@ -8,6 +8,8 @@ import (
 
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
+
+	"github.com/sidecar-dev/sidecar/rpc"
 )
 
 // point is a data point of v with string attributes kv (key, value, ...).
@@ -58,5 +60,52 @@ func TestTopShowsSkipped(t *testing.T) {
 	v.skipped = 6
 	if got := v.layout(100)[0]; !strings.HasSuffix(got, "  (6 samples skipped)") {
 		t.Fatalf("first line %q, want it to end with the samples skipped", got)
+	}
+}
+
+// TestTopHistory: history keeps the host's points once each, in order,
+// at most maxHistory; sparklines scale a share to 1 and a rate to the
+// highest value shown, newest at the right, one cell per point.
+func TestTopHistory(t *testing.T) {
+	var h history
+	res := &rpc.TelemetryHistoryResult{
+		IntervalMs:     1000,
+		TimeUnixNano:   []int64{1, 2, 3},
+		CPUUtilization: []float64{0, 0.5, 1}, MemoryUsageBytes: []uint64{1, 2, 4}, MemoryLimitBytes: []uint64{4, 4, 4},
+		NetworkReceive: []uint64{0, 100, 50}, NetworkTransmit: []uint64{0, 100, 50},
+		DiskRead: []uint64{0, 0, 0}, DiskWrite: []uint64{0, 0, 8},
+	}
+	h.add(res)
+	h.add(res) // the same points again: kept once
+	if len(h.at) != 3 || h.last() != 3 || h.mem[2] != 1 || h.net[1] != 200 {
+		t.Fatalf("history %+v", h)
+	}
+	if got, top := sparkline(h.cpu, 10, true); got != "▁▅█" || top != 1 {
+		t.Errorf("CPU sparkline %q (top %v)", got, top)
+	}
+	if got, top := sparkline(h.net, 2, false); got != "█▅" || top != 200 {
+		t.Errorf("network sparkline, 2 cells: %q (top %v)", got, top)
+	}
+	big := &rpc.TelemetryHistoryResult{}
+	for i := range maxHistory + 10 {
+		big.TimeUnixNano = append(big.TimeUnixNano, int64(10+i))
+		big.CPUUtilization = append(big.CPUUtilization, 0)
+		big.MemoryUsageBytes = append(big.MemoryUsageBytes, 0)
+		big.MemoryLimitBytes = append(big.MemoryLimitBytes, 1)
+		big.NetworkReceive = append(big.NetworkReceive, 0)
+		big.NetworkTransmit = append(big.NetworkTransmit, 0)
+		big.DiskRead = append(big.DiskRead, 0)
+		big.DiskWrite = append(big.DiskWrite, 0)
+	}
+	h.add(big)
+	if len(h.at) != maxHistory || h.last() != int64(10+maxHistory+9) || len(h.cpu) != maxHistory {
+		t.Errorf("after %d points more: %d kept, last %d", maxHistory+10, len(h.at), h.last())
+	}
+	// Columns of unequal length (a hostile host): the points without
+	// every figure are dropped, nothing panics.
+	h2 := history{}
+	h2.add(&rpc.TelemetryHistoryResult{TimeUnixNano: []int64{1, 2}, CPUUtilization: []float64{0.5}})
+	if len(h2.at) != 0 {
+		t.Errorf("points without every column kept: %+v", h2)
 	}
 }
