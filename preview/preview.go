@@ -254,7 +254,10 @@ func parsePort(s string) (int, bool) {
 		return 0, false
 	}
 	n, err := strconv.Atoi(s)
-	return n, err == nil && n >= 1 && n <= 65535
+	if err != nil || n < 1 || n > 65535 {
+		return 0, false
+	}
+	return n, true
 }
 
 // serve checks, authenticates and bounds one preview request, then
