@@ -466,3 +466,47 @@ func TestPreviewSubdomain(t *testing.T) {
 	expect(t, do(t, c, "GET", root+"/", nil, nil), 200, "")
 	app.neverSawCredentials(t, s.token, sc.Value)
 }
+
+// TestPreviewLs: sidecar ls prints each listening port's preview URL,
+// and ls --json has it, under the daemon's base path; the URL serves the
+// app to the token.
+func TestPreviewLs(t *testing.T) {
+	app := startPreviewApp(t)
+	s := startServerListener(t, "  base_path = \"/vm1\"\n", "")
+	want := s.previewURL(app.port, "/")
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		out, stderr, code := s.run(t, append([]string{"ls", s.url, "--json"}, s.connArgs()...)...)
+		if code != 0 {
+			t.Fatalf("ls --json: exit %d: %s", code, stderr)
+		}
+		var st struct {
+			Ports []struct {
+				Port    int    `json:"port"`
+				Preview string `json:"preview"`
+			} `json:"ports"`
+		}
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("ls --json: %v\n%s", err, out)
+		}
+		found := ""
+		for _, p := range st.Ports {
+			if p.Port == app.port {
+				found = p.Preview
+			}
+		}
+		if found == want {
+			break
+		}
+		if found != "" || time.Now().After(deadline) {
+			t.Fatalf("ls --json: port %d has preview %q, want %q\n%s", app.port, found, want, out)
+		}
+		<-time.After(200 * time.Millisecond) // the host reads its ports every 3 s
+	}
+	out, _, code := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
+	if code != 0 || !strings.Contains(out, "PREVIEW") || !strings.Contains(out, want) {
+		t.Fatalf("ls: exit %d, no %s:\n%s", code, want, out)
+	}
+	c := s.previewClient(t)
+	expect(t, do(t, c, "GET", want, nil, http.Header{"Authorization": {"Bearer " + s.token}}), 200, appHTML)
+}
