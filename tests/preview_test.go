@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/target"
+	"github.com/chromedp/chromedp"
 	"github.com/coder/websocket"
 )
 
@@ -509,4 +511,71 @@ func TestPreviewLs(t *testing.T) {
 	}
 	c := s.previewClient(t)
 	expect(t, do(t, c, "GET", want, nil, http.Header{"Authorization": {"Bearer " + s.token}}), 200, appHTML)
+}
+
+// TestWebPagePreview: headless Chromium logged in to the page sees the
+// app's port as a link, clicks it, and the app loads in a new tab
+// through the preview: its page, the relative stylesheet and script,
+// server-sent events, a WebSocket echo; the absolute script reaches the
+// daemon instead, and back on the page the port says it looks broken
+// under the prefix. The session cookie is HttpOnly (the app's scripts do
+// not see it) and never reaches the app.
+func TestWebPagePreview(t *testing.T) {
+	chromiumPath(t)
+	app := startPreviewApp(t)
+	s := startServer(t, "")
+	b := newBrowser(t)
+	b.login(pageURL(s, "websocket"), s.token)
+	b.poll("connected", `document.getElementById("status").textContent === "connected (WebSocket)"`, waitTimeout)
+	link := fmt.Sprintf(`#ports a.preview[data-port="%d"]`, app.port)
+	b.poll("the port's preview link", fmt.Sprintf(`document.querySelector(%q) !== null`, link), waitTimeout)
+	var href string
+	if err := b.eval(fmt.Sprintf(`document.querySelector(%q).href`, link), &href); err != nil || href != s.previewURL(app.port, "/") {
+		t.Fatalf("link href %q (%v), want %q", href, err, s.previewURL(app.port, "/"))
+	}
+	// The daemon's own port is not linked.
+	_, own, _ := strings.Cut(s.host, ":")
+	var ownLinked bool
+	if err := b.eval(fmt.Sprintf(`document.querySelector('#ports a.preview[data-port="%s"]') !== null`, own), &ownLinked); err != nil || ownLinked {
+		t.Errorf("the daemon's own port %s is linked (%v)", own, err)
+	}
+
+	opened := chromedp.WaitNewTarget(b.ctx, func(info *target.Info) bool { return strings.Contains(info.URL, "/ports/") })
+	b.must("click the port", chromedp.Click(link, chromedp.ByQuery))
+	var id target.ID
+	select {
+	case id = <-opened:
+	case <-time.After(waitTimeout):
+		t.Fatal("clicking the port opened no tab")
+	}
+	tabCtx, cancel := chromedp.NewContext(b.ctx, chromedp.WithTargetID(id))
+	defer cancel()
+	// Attached with the tab's own context: a first Run with a context
+	// that ends (a timeout) would detach from it.
+	if err := chromedp.Run(tabCtx); err != nil {
+		t.Fatalf("attach to the preview tab: %v", err)
+	}
+	tab := &browser{t: t, ctx: tabCtx}
+	tab.poll("the app's page with its relative stylesheet and script",
+		`document.title === "preview app" && window.relLoaded === true && getComputedStyle(document.getElementById("title")).color === "rgb(1, 2, 3)"`, waitTimeout)
+	tab.poll("server-sent events", `JSON.stringify(window.sse) === '["event 0","event 1","event 2"]'`, waitTimeout)
+	tab.poll("the WebSocket echo", `window.wsEcho === "hello through the preview"`, waitTimeout)
+	var state struct {
+		Abs    bool   `json:"abs"`
+		Cookie string `json:"cookie"`
+		URL    string `json:"url"`
+	}
+	if err := tab.eval(`({abs: window.absLoaded === true, cookie: document.cookie, url: location.href})`, &state); err != nil {
+		t.Fatal(err)
+	}
+	if state.Abs || strings.Contains(state.Cookie, "sidecar_preview") || state.URL != s.previewURL(app.port, "/") {
+		t.Errorf("in the preview tab: %+v (want the absolute script not loaded, no session cookie visible, at %s)", state, s.previewURL(app.port, "/"))
+	}
+
+	// Back on the page: the port says it looks broken under the prefix.
+	b.must("back to the page", chromedp.ActionFunc(func(ctx context.Context) error {
+		return target.ActivateTarget(chromedp.FromContext(b.ctx).Target.TargetID).Do(ctx)
+	}))
+	b.poll("the broken-under-the-prefix hint", fmt.Sprintf(`(document.querySelector(%q)?.parentElement.querySelector(".port-hint")?.textContent ?? "").includes("/abs.js")`, link), waitTimeout)
+	app.neverSawCredentials(t, s.token)
 }
