@@ -184,7 +184,8 @@ func TestPreviewProxiesApp(t *testing.T) {
 
 			// What the app is told, and not told: with the cookie (and an
 			// app cookie beside it), and with the token.
-			hdr := http.Header{"Cookie": {"app=1; " + sc.Name + "=" + sc.Value + "; other=x"}}
+			hdr := http.Header{"Cookie": {"app=1; " + sc.Name + "=" + sc.Value + "; other=x"},
+				"Connection": {"X-Hop"}, "X-Hop": {"1"}, "X-Forwarded-Prefix": {"/forged"}}
 			body := expect(t, do(t, c, "GET", s.previewURL(app.port, "/headers"), nil, hdr), 200, "")
 			var got struct {
 				Host   string
@@ -195,7 +196,8 @@ func TestPreviewProxiesApp(t *testing.T) {
 			}
 			if got.Host != "localhost:"+strconv.Itoa(app.port) || got.Header.Get("Cookie") != "app=1; other=x" ||
 				got.Header.Get("X-Forwarded-Prefix") != prefix || got.Header.Get("X-Forwarded-Host") != s.host ||
-				got.Header.Get("X-Forwarded-Proto") != "https" || got.Header.Get("X-Forwarded-For") != "127.0.0.1" {
+				got.Header.Get("X-Forwarded-Proto") != "https" || got.Header.Get("X-Forwarded-For") != "127.0.0.1" ||
+				got.Header.Get("X-Hop") != "" || len(got.Header.Values("X-Forwarded-Prefix")) != 1 {
 				t.Errorf("the app got Host %q and headers %v", got.Host, got.Header)
 			}
 			expect(t, do(t, c, "GET", s.previewURL(app.port, "/headers"), nil, http.Header{"Authorization": {"Bearer " + s.token}}), 200, "")
