@@ -307,11 +307,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, port int, prefix,
 	if r.Header.Get("Upgrade") != "" {
 		s.stats.upgrades.Add(1)
 	}
+	// Deferred: a response cut by the app (or the idle timeout) ends the
+	// proxy with http.ErrAbortHandler, a panic the server recovers.
+	defer func() {
+		if failed < 0 {
+			failed = resultProxied
+		}
+		s.stats.results[failed].Add(1)
+	}()
 	s.proxy.ServeHTTP(w, out)
-	if failed < 0 {
-		failed = resultProxied
-	}
-	s.stats.results[failed].Add(1)
 }
 
 // headerBytes is about what r's request line and headers took on the wire.

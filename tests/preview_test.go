@@ -581,3 +581,33 @@ func TestWebPagePreview(t *testing.T) {
 	b.poll("the broken-under-the-prefix hint", fmt.Sprintf(`(document.querySelector(%q)?.parentElement.querySelector(".port-hint")?.textContent ?? "").includes("/abs.js")`, link), waitTimeout)
 	app.neverSawCredentials(t, s.token)
 }
+
+// TestPreviewBounds: request headers over preview.max_header_bytes are
+// refused (431) before the app; a proxied stream on which nothing moves
+// for preview.idle_timeout is closed, and its place given back.
+func TestPreviewBounds(t *testing.T) {
+	app := startPreviewApp(t)
+	s := startServer(t, "preview {\n  max_header_bytes = 2000\n  idle_timeout = \"1s\"\n  max_connections_per_principal = 1\n}\n")
+	c := s.previewClient(t)
+	sc := s.previewLogin(t, c)
+	before := len(app.requests())
+	hdr := cookieHeader(sc)
+	hdr.Set("X-Big", strings.Repeat("b", 2000))
+	expect(t, do(t, c, "GET", s.previewURL(app.port, "/headers"), nil, hdr), http.StatusRequestHeaderFieldsTooLarge, "")
+	if n := len(app.requests()) - before; n != 0 {
+		t.Errorf("the app got %d requests over the header bound", n)
+	}
+
+	// One event, then silence: the idle timeout (1 s) cuts the stream.
+	start := time.Now()
+	resp := do(t, c, "GET", s.previewURL(app.port, "/sse?n=1&hold=1"), nil, cookieHeader(sc))
+	timer := time.AfterFunc(waitTimeout, func() { resp.Body.Close() })
+	b, err := io.ReadAll(resp.Body)
+	timer.Stop()
+	took := time.Since(start)
+	if string(b) != "data: event 0\n\n" || err == nil || took < time.Second || took > waitTimeout/2 {
+		t.Fatalf("idle stream: %q, %v after %v; want the event, then an error after about 1 s", b, err, took)
+	}
+	// Its place (max_connections_per_principal = 1) is free again.
+	expect(t, do(t, c, "GET", s.previewURL(app.port, "/rel.css"), nil, cookieHeader(sc)), 200, appRelCSS)
+}
