@@ -1,6 +1,7 @@
 package preview
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -16,8 +17,9 @@ import (
 // session cookie: the page opens
 // https://<port>.<subdomain>[:port]/.sidecar/login?ticket=T with a ticket
 // of POST /web/ticket, which the subdomain redeems (single use, 20 s) for
-// a session and answers with a 303 to / (Referrer-Policy: no-referrer, so
-// the spent ticket goes nowhere).
+// a session and answers with a page that moves on to / at once (a meta
+// refresh; Referrer-Policy: no-referrer, so the spent ticket goes
+// nowhere).
 func (s *Server) Subdomain(next http.Handler) http.Handler {
 	domain := strings.ToLower(s.opts.Config.Subdomain)
 	if domain == "" {
@@ -61,5 +63,15 @@ func (s *Server) subdomainLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, s.cookie(id, "/", int(s.sessions.TTL().Seconds())))
-	http.Redirect(w, r, "/", http.StatusSeeOther)
+	// Not a 303: a redirect stays part of the navigation the page started,
+	// cross-site when the page is on another site than the subdomains,
+	// and a SameSite=Strict cookie is not sent on it. A refresh is the
+	// subdomain's own navigation.
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'")
+	_, _ = io.WriteString(w, loginPage)
 }
+
+// loginPage moves on to the app, at /, replacing the ticket's URL.
+const loginPage = `<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0; url=/"><title>sidecar preview</title><a href="/">Open the app</a>
+`

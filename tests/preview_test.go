@@ -425,7 +425,8 @@ func TestPreviewPolicyRefusesPort(t *testing.T) {
 
 // TestPreviewSubdomain: with preview.subdomain, port N is served at
 // https://N.<subdomain>/ (the Host header; loopback), after a ticket of
-// /web/ticket is redeemed at /.sidecar/login for a host-only cookie; the
+// /web/ticket is redeemed at /.sidecar/login for a host-only cookie and a
+// page that moves on to /; the
 // absolute asset works there; without the cookie, refused.
 func TestPreviewSubdomain(t *testing.T) {
 	app := startPreviewApp(t)
@@ -443,9 +444,8 @@ func TestPreviewSubdomain(t *testing.T) {
 		t.Fatalf("ticket: %v %q", err, tk)
 	}
 	resp = do(t, c, "GET", root+"/.sidecar/login?ticket="+tk.Ticket, nil, http.Header{"Host": {host}})
-	expect(t, resp, http.StatusSeeOther, "")
-	if resp.Header.Get("Location") != "/" || resp.Header.Get("Referrer-Policy") != "no-referrer" {
-		t.Errorf("login answer: Location %q, Referrer-Policy %q", resp.Header.Get("Location"), resp.Header.Get("Referrer-Policy"))
+	if page := expect(t, resp, 200, ""); !strings.Contains(page, `<meta http-equiv="refresh" content="0; url=/">`) || resp.Header.Get("Referrer-Policy") != "no-referrer" {
+		t.Errorf("login answer: Referrer-Policy %q, page %q; want a refresh to /", resp.Header.Get("Referrer-Policy"), page)
 	}
 	var sc *http.Cookie
 	for _, k := range resp.Cookies() {
@@ -610,4 +610,40 @@ func TestPreviewBounds(t *testing.T) {
 	}
 	// Its place (max_connections_per_principal = 1) is free again.
 	expect(t, do(t, c, "GET", s.previewURL(app.port, "/rel.css"), nil, cookieHeader(sc)), 200, appRelCSS)
+}
+
+// TestWebPagePreviewSubdomain: in subdomain mode (Chromium resolves
+// *.preview.test to 127.0.0.1), the page's "own origin" button opens the
+// port at https://N.preview.test:PORT/ with a ticket, and the app loads
+// at /, its absolute script included, SSE and WebSocket too.
+func TestWebPagePreviewSubdomain(t *testing.T) {
+	chromiumPath(t)
+	app := startPreviewApp(t)
+	s := startServer(t, "preview {\n  subdomain = \"preview.test\"\n}\n")
+	b := newBrowser(t, chromedp.Flag("host-resolver-rules", "MAP *.preview.test 127.0.0.1"))
+	b.login(pageURL(s, "websocket"), s.token)
+	b.poll("connected", `document.getElementById("status").textContent === "connected (WebSocket)"`, waitTimeout)
+	button := fmt.Sprintf(`#ports a.preview[data-port="%d"] ~ button.own-origin`, app.port)
+	b.poll("the port's own-origin button", fmt.Sprintf(`document.querySelector(%q) !== null`, button), waitTimeout)
+	_, port, _ := strings.Cut(s.host, ":")
+	origin := fmt.Sprintf("https://%d.preview.test:%s", app.port, port)
+	opened := chromedp.WaitNewTarget(b.ctx, func(info *target.Info) bool { return strings.HasPrefix(info.URL, origin) || info.URL == "about:blank" })
+	b.must("click own origin", chromedp.Click(button, chromedp.ByQuery))
+	var id target.ID
+	select {
+	case id = <-opened:
+	case <-time.After(waitTimeout):
+		t.Fatal("the button opened no tab")
+	}
+	tabCtx, cancel := chromedp.NewContext(b.ctx, chromedp.WithTargetID(id))
+	defer cancel()
+	if err := chromedp.Run(tabCtx); err != nil {
+		t.Fatalf("attach to the preview tab: %v", err)
+	}
+	tab := &browser{t: t, ctx: tabCtx}
+	tab.poll("the app at / on its own origin, its absolute script loaded",
+		fmt.Sprintf(`location.href === %q && window.relLoaded === true && window.absLoaded === true`, origin+"/"), waitTimeout)
+	tab.poll("server-sent events", `JSON.stringify(window.sse) === '["event 0","event 1","event 2"]'`, waitTimeout)
+	tab.poll("the WebSocket echo", `window.wsEcho === "hello through the preview"`, waitTimeout)
+	app.neverSawCredentials(t, s.token)
 }
