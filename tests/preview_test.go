@@ -154,6 +154,9 @@ func TestPreviewProxiesApp(t *testing.T) {
 			expect(t, do(t, c, "GET", s.previewURL(app.port, "/"), nil, ck), 200, appHTML)
 			expect(t, do(t, c, "GET", s.previewURL(app.port, "/rel.css"), nil, ck), 200, appRelCSS)
 			expect(t, do(t, c, "GET", s.previewURL(app.port, "/abs.js"), nil, ck), 200, appAbsJS)
+			// An app's own ?token= (Jupyter's) is passed on, and the daemon
+			// does not take it for its own (no warning about the URL).
+			expect(t, do(t, c, "GET", s.previewURL(app.port, "/rel.css?token=apps-own"), nil, ck), 200, appRelCSS)
 			// Without its slash: redirected to it, the query kept.
 			resp := do(t, c, "GET", s.previewURL(app.port, "")+"?q=1", nil, ck)
 			expect(t, resp, http.StatusPermanentRedirect, "")
@@ -279,6 +282,9 @@ func TestPreviewProxiesApp(t *testing.T) {
 			t.Logf("download of %d MiB through the preview: %v", n>>20, time.Since(start).Round(time.Millisecond))
 
 			app.neverSawCredentials(t, s.token, sc.Value)
+			if strings.Contains(s.p.stderr.String(), "token in the URL query") {
+				t.Error("the app's ?token= was taken for the daemon's")
+			}
 
 			// The traffic is counted.
 			var m []string
@@ -295,11 +301,11 @@ func TestPreviewProxiesApp(t *testing.T) {
 			if v := mt["sidecar_preview_sent_bytes_total"]; v < float64(up) {
 				t.Errorf("sidecar_preview_sent_bytes_total %v, want at least the upload's %d", v, up)
 			}
-			// 3 GETs of the page and assets, 2 redirects, setcookie, 2
+			// 4 GETs of the page and assets, 2 redirects, setcookie, 2
 			// headers, SSE, WebSocket, upload, download (the 308 is the
 			// daemon's own).
-			if v := mt[`sidecar_preview_requests_total{result="proxied"}`]; v != 12 {
-				t.Errorf(`sidecar_preview_requests_total{result="proxied"} %v, want 12`, v)
+			if v := mt[`sidecar_preview_requests_total{result="proxied"}`]; v != 13 {
+				t.Errorf(`sidecar_preview_requests_total{result="proxied"} %v, want 13`, v)
 			}
 			if v := mt["sidecar_preview_upgrades_total"]; v != 1 {
 				t.Errorf("sidecar_preview_upgrades_total %v, want 1", v)

@@ -237,14 +237,24 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	outer := http.Handler(underBase(base, mux, transportio.ProbePath))
+	inner := http.Handler(underBase(base, mux, transportio.ProbePath))
+	outer := queryTokenWarning(refusals, inner)
 	if prev != nil {
 		defer prev.Close()
 		mux.Handle(preview.PortsPath, prev.Handler())
 		for _, p := range []string{preview.SessionPath, preview.LogoutPath, preview.StatusPath} {
 			mux.Handle(p, prev.SessionHandler())
 		}
-		outer = prev.Subdomain(prev.WatchOutside(outer))
+		// A ?token= under /ports/ is the app's own (Jupyter's): no
+		// warning about the daemon's token there.
+		warned, ports := prev.WatchOutside(outer), base+preview.PortsPath
+		outer = prev.Subdomain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasPrefix(r.URL.Path, ports) {
+				inner.ServeHTTP(w, r)
+				return
+			}
+			warned.ServeHTTP(w, r)
+		}))
 	}
 	// transport-io over WebTransport: UDP, same host and port number.
 	var wts *transport.WebTransportServer
@@ -266,7 +276,7 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 		// The probe stays at the root too: seed 002 §10.3 has clients
 		// probe the origin's /.well-known/transport-io (WT_UDP_UNREACHABLE),
 		// wherever their endpoint is.
-		Handler:           queryTokenWarning(refusals, outer),
+		Handler:           outer,
 		ConnContext:       transport.CorkContext,
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12},
