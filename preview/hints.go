@@ -101,12 +101,15 @@ func (h *hints) snapshot() map[string]*PortStatus {
 
 // WatchOutside wraps the daemon's whole handler (the base path not taken
 // off): a request for a path outside base+PortsPath whose Referer is a
-// preview page of this daemon is noted for that port (StatusPath), then
-// served by next as usual. Nothing else is looked at or changed.
+// preview page of this daemon, and which carries a valid session cookie
+// (what a browser sends along from a preview with no base path; the page
+// shows these paths, so nobody else may plant one), is noted for that
+// port (StatusPath), then served by next as usual. Nothing else is looked
+// at or changed.
 func (s *Server) WatchOutside(next http.Handler) http.Handler {
 	prefix := s.opts.Base + PortsPath
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if ref := r.Header.Get("Referer"); ref != "" && !strings.HasPrefix(r.URL.Path, prefix) {
+		if ref := r.Header.Get("Referer"); ref != "" && !strings.HasPrefix(r.URL.Path, prefix) && s.hasSession(r) {
 			if site := r.Header.Get("Sec-Fetch-Site"); site == "" || site == "same-origin" {
 				if u, err := url.Parse(ref); err == nil && strings.HasPrefix(u.Path, prefix) {
 					ps, _, _ := strings.Cut(strings.TrimPrefix(u.Path, prefix), "/")
@@ -118,6 +121,17 @@ func (s *Server) WatchOutside(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// hasSession reports whether r carries a valid session cookie (not
+// renewed by this).
+func (s *Server) hasSession(r *http.Request) bool {
+	for _, c := range r.CookiesNamed(CookieName) {
+		if _, ok, _ := s.sessions.Check(c.Value, false); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // status answers GET StatusPath for the page (session cookie) or a
@@ -132,13 +146,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "403 Forbidden: "+why, http.StatusForbidden)
 		return
 	}
-	authorized := transport.TokenEqual(transport.BearerToken(r), s.opts.Token)
-	for _, c := range r.CookiesNamed(CookieName) {
-		if _, ok, _ := s.sessions.Check(c.Value, false); ok {
-			authorized = true
-		}
-	}
-	if !authorized {
+	if !transport.TokenEqual(transport.BearerToken(r), s.opts.Token) && !s.hasSession(r) {
 		http.Error(w, "401 Unauthorized: log in first", http.StatusUnauthorized)
 		return
 	}

@@ -168,23 +168,29 @@ func TestHintsBound(t *testing.T) {
 	}
 }
 
-// TestWatchOutside: a request outside the previews with a preview page's
-// Referer is noted for that port; other requests are not.
+// TestWatchOutside: a logged-in request outside the previews with a
+// preview page's Referer is noted for that port; other requests are not.
 func TestWatchOutside(t *testing.T) {
 	s := New(Options{Base: "/vm1", Token: "tok", Principal: "p", Config: config.Default().Preview})
 	defer s.Close()
+	id, _ := s.sessions.Create("p")
 	h := s.WatchOutside(http.NotFoundHandler())
-	for _, tc := range []struct{ path, ref, site string }{
-		{"/abs.js", "https://d/vm1/ports/3000/", "same-origin"},
-		{"/abs.js", "https://d/vm1/ports/3000/page", ""},
-		{"/vm1/ports/3000/x.js", "https://d/vm1/ports/3000/", "same-origin"}, // inside: not noted
-		{"/other.js", "https://d/vm1/", "same-origin"},                       // not from a preview
-		{"/evil.js", "https://d/vm1/ports/3000/", "cross-site"},              // another site's claim
+	for _, tc := range []struct{ path, ref, site, cookie string }{
+		{"/abs.js", "https://d/vm1/ports/3000/", "same-origin", id},
+		{"/abs.js", "https://d/vm1/ports/3000/page", "", id},
+		{"/vm1/ports/3000/x.js", "https://d/vm1/ports/3000/", "same-origin", id}, // inside: not noted
+		{"/other.js", "https://d/vm1/", "same-origin", id},                       // not from a preview
+		{"/evil.js", "https://d/vm1/ports/3000/", "cross-site", id},              // another site's claim
+		{"/planted.js", "https://d/vm1/ports/3000/", "", ""},                     // no login
+		{"/planted.js", "https://d/vm1/ports/3000/", "", "bogus"},                // no valid login
 	} {
 		r := httptest.NewRequest("GET", tc.path, nil)
 		r.Header.Set("Referer", tc.ref)
 		if tc.site != "" {
 			r.Header.Set("Sec-Fetch-Site", tc.site)
+		}
+		if tc.cookie != "" {
+			r.AddCookie(&http.Cookie{Name: CookieName, Value: tc.cookie})
 		}
 		h.ServeHTTP(httptest.NewRecorder(), r)
 	}
