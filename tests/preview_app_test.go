@@ -86,6 +86,7 @@ type seen struct {
 	Path   string
 	Header http.Header
 	Host   string
+	Remote string // the proxy's address: one for requests on one kept-alive connection
 }
 
 type previewApp struct {
@@ -205,7 +206,7 @@ func startPreviewApp(t *testing.T) *previewApp {
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			a.mu.Lock()
-			a.reqs = append(a.reqs, seen{Path: r.URL.Path, Header: r.Header.Clone(), Host: r.Host})
+			a.reqs = append(a.reqs, seen{Path: r.URL.Path, Header: r.Header.Clone(), Host: r.Host, Remote: r.RemoteAddr})
 			a.mu.Unlock()
 			mux.ServeHTTP(w, r)
 		}),

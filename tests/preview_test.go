@@ -154,6 +154,10 @@ func TestPreviewProxiesApp(t *testing.T) {
 			expect(t, do(t, c, "GET", s.previewURL(app.port, "/"), nil, ck), 200, appHTML)
 			expect(t, do(t, c, "GET", s.previewURL(app.port, "/rel.css"), nil, ck), 200, appRelCSS)
 			expect(t, do(t, c, "GET", s.previewURL(app.port, "/abs.js"), nil, ck), 200, appAbsJS)
+			// Kept alive: the three came on one connection to the app.
+			if r := app.requests(); len(r) != 3 || r[0].Remote != r[1].Remote || r[1].Remote != r[2].Remote {
+				t.Errorf("the app got %d requests from %v, want 3 on one kept-alive connection", len(r), r)
+			}
 			// An app's own ?token= (Jupyter's) is passed on, and the daemon
 			// does not take it for its own (no warning about the URL).
 			expect(t, do(t, c, "GET", s.previewURL(app.port, "/rel.css?token=apps-own"), nil, ck), 200, appRelCSS)
