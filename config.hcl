@@ -260,3 +260,27 @@ metrics {
   # free one (logged as "metrics listening"). Must not be listener.address's port.
   listen = ""
 }
+
+preview {
+  # Port preview: the page links each listening port to <base>/ports/<port>/, a reverse
+  # proxy to the workload's 127.0.0.1:<port> (or [::1]) under tcp.allow, behind the
+  # page's login (a session cookie) or Authorization: Bearer TOKEN. The previewed app
+  # shares the page's origin: run only apps you trust (docs/operations.md "Port preview").
+  enabled = true
+  # Also serve port N at https://N.<subdomain>/ (same listener port), each app at its own
+  # origin and at / (apps with absolute asset paths work). Needs a wildcard DNS name and
+  # certificate for *.<subdomain>. "" (the default): off.
+  subdomain = ""
+  # Life of a preview session cookie; renewed while it is used.
+  session_ttl = "15m"
+  # Sessions kept at most; at the bound the one nearest its expiry is forgotten.
+  max_sessions = 256
+  # Proxied requests (WebSockets included) one principal may have in progress; more: 429.
+  max_connections_per_principal = 64
+  # A proxied connection with no byte either way for this long is closed.
+  idle_timeout = "10m"
+  # Largest request body sent to an app (bytes); responses stream, unbounded.
+  max_body_bytes = 1073741824
+  # Largest request or app response header (bytes).
+  max_header_bytes = 65536
+}

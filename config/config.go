@@ -62,6 +62,7 @@ type Config struct {
 	Journal   Journal
 	Log       Log
 	Metrics   Metrics
+	Preview   Preview
 	// Source is the file the configuration came from, DefaultSource for the default.
 	Source string
 	// Listening is never read from a file: the TCP addresses the daemon
@@ -242,6 +243,36 @@ type Metrics struct {
 	// exposition at /metrics. "" (the default): no listener. Port 0 picks
 	// a free port (logged as "metrics listening").
 	Listen string
+}
+
+// Preview is block preview: the port preview, a workload's web server
+// opened from the page at <base>/ports/<port>/ (docs/protocol.md "Port
+// preview"), proxied by the daemon under tcp.allow.
+type Preview struct {
+	// Enabled serves <base>/ports/ and the preview session endpoints.
+	Enabled bool
+	// Subdomain, when set ("preview.example.com"), also serves port N at
+	// https://N.<subdomain>[:listener port]/ (a wildcard DNS name and
+	// certificate): each app at its own origin, at /. "" (the default): off.
+	Subdomain string
+	// SessionTTL is the life of a preview session cookie, renewed while
+	// it is used.
+	SessionTTL time.Duration
+	// MaxSessions bounds the sessions the daemon keeps; at the bound the
+	// one nearest its expiry is forgotten.
+	MaxSessions int
+	// MaxConnectionsPerPrincipal bounds the proxied requests (WebSockets
+	// included) one principal has in progress at once; more are answered 429.
+	MaxConnectionsPerPrincipal int
+	// IdleTimeout closes a proxied connection with no byte either way for
+	// this long.
+	IdleTimeout time.Duration
+	// MaxBodyBytes bounds a request body sent to an app (bytes); a larger
+	// one is cut and answered 413. Responses stream, unbounded.
+	MaxBodyBytes int64
+	// MaxHeaderBytes bounds a proxied request's and an app response's
+	// headers (bytes); beyond, 431 or 502.
+	MaxHeaderBytes int
 }
 
 // Diagnostic is one problem in a configuration. Line and Column are 1-based; they are 0
@@ -434,6 +465,16 @@ func (c *Config) schema() []section {
 		}},
 		{"metrics", []field{
 			{"listen", &c.Metrics.Listen},
+		}},
+		{"preview", []field{
+			{"enabled", &c.Preview.Enabled},
+			{"subdomain", &c.Preview.Subdomain},
+			{"session_ttl", &c.Preview.SessionTTL},
+			{"max_sessions", &c.Preview.MaxSessions},
+			{"max_connections_per_principal", &c.Preview.MaxConnectionsPerPrincipal},
+			{"idle_timeout", &c.Preview.IdleTimeout},
+			{"max_body_bytes", &c.Preview.MaxBodyBytes},
+			{"max_header_bytes", &c.Preview.MaxHeaderBytes},
 		}},
 	}
 }
@@ -887,6 +928,20 @@ func (c *Config) Validate() error {
 			v.bad("metrics.listen", "%v", err)
 		} else if sameListenAddress(m, c.Listener.Address) {
 			v.bad("metrics.listen", "%q is listener.address too; give the metrics another port (for example \"127.0.0.1:9464\")", m)
+		}
+	}
+
+	// preview
+	pv := c.Preview
+	v.duration("preview.session_ttl", pv.SessionTTL)
+	v.positive("preview.max_sessions", int64(pv.MaxSessions), "sessions")
+	v.positive("preview.max_connections_per_principal", int64(pv.MaxConnectionsPerPrincipal), "connections")
+	v.duration("preview.idle_timeout", pv.IdleTimeout)
+	v.positive("preview.max_body_bytes", pv.MaxBodyBytes, "bytes")
+	v.positive("preview.max_header_bytes", int64(pv.MaxHeaderBytes), "bytes")
+	if d := pv.Subdomain; d != "" {
+		if strings.Trim(d, ".") != d || strings.ContainsAny(d, "/:*@ ") || !strings.Contains(d, ".") && d != "localhost" {
+			v.bad("preview.subdomain", "%q is not a DNS name such as \"preview.example.com\" (no scheme, port, path or wildcard)", d)
 		}
 	}
 

@@ -66,6 +66,8 @@ func TestDefault(t *testing.T) {
 			MaxConcurrentRequests: 16, MaxSubscriptions: 256},
 		Journal: Journal{MaxBytes: 8 << 20, MaxAge: 2 * time.Hour, ReconnectGrace: 2 * time.Hour},
 		Log:     Log{Level: "info", Format: "auto"},
+		Preview: Preview{Enabled: true, SessionTTL: 15 * time.Minute, MaxSessions: 256, MaxConnectionsPerPrincipal: 64,
+			IdleTimeout: 10 * time.Minute, MaxBodyBytes: 1 << 30, MaxHeaderBytes: 64 << 10},
 	}
 	if !same(c, want) {
 		t.Errorf("Default() =\n%+v\nwant\n%+v", *c, *want)
@@ -204,6 +206,16 @@ log {
   format = "json"
 }
 metrics { listen = "127.0.0.1:9464" }
+preview {
+  enabled = false
+  subdomain = "preview.example.com"
+  session_ttl = "5m"
+  max_sessions = 3
+  max_connections_per_principal = 4
+  idle_timeout = "30s"
+  max_body_bytes = 1000
+  max_header_bytes = 2000
+}
 `
 
 func TestLoadOverridesEverything(t *testing.T) {
@@ -232,6 +244,8 @@ func TestLoadOverridesEverything(t *testing.T) {
 		Journal: Journal{MaxBytes: 1000, MaxAge: time.Hour, ReconnectGrace: 30 * time.Second},
 		Log:     Log{Level: "debug", Format: "json"},
 		Metrics: Metrics{Listen: "127.0.0.1:9464"},
+		Preview: Preview{Enabled: false, Subdomain: "preview.example.com", SessionTTL: 5 * time.Minute, MaxSessions: 3,
+			MaxConnectionsPerPrincipal: 4, IdleTimeout: 30 * time.Second, MaxBodyBytes: 1000, MaxHeaderBytes: 2000},
 	}
 	if !same(c, want) {
 		t.Errorf("got\n%+v\nwant\n%+v", *c, *want)

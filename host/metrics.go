@@ -181,14 +181,16 @@ func (h hostCollector) Collect(ch chan<- prometheus.Metric) {
 
 // MetricsRegistry returns a Prometheus registry of its own (not the
 // global default) holding the host's metrics (Collector), the Go
-// runtime's (go_*) and the process's (process_*).
-func MetricsRegistry(s *Server) *prometheus.Registry {
+// runtime's (go_*), the process's (process_*), and extra (the port
+// preview's sidecar_preview_*, from sidecar serve).
+func MetricsRegistry(s *Server, extra ...prometheus.Collector) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		s.Collector(),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	reg.MustRegister(extra...)
 	return reg
 }
 
@@ -197,8 +199,8 @@ func MetricsRegistry(s *Server) *prometheus.Registry {
 // what `sidecar serve` serves at /metrics on its metrics listener
 // (config block metrics). At most metricsMaxInFlight scrapes run at
 // once, each within metricsTimeout (503 beyond either).
-func MetricsHandler(s *Server) http.Handler {
-	reg := MetricsRegistry(s)
+func MetricsHandler(s *Server, extra ...prometheus.Collector) http.Handler {
+	reg := MetricsRegistry(s, extra...)
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		Registry:            reg, // promhttp_metric_handler_errors_total
 		ErrorHandling:       promhttp.ContinueOnError,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -36,11 +37,16 @@ ATTACHED column lists their client ids) and "detached" when none is
 (reattach with sidecar attach URL ID); one whose program has ended shows how
 ("exited (0)", "killed (SIGKILL)"). --json prints the root state with each
 terminal's "attached" client ids and a "status": "attached", "detached" or
-"exited".`,
+"exited".
+
+Each listening port's preview URL (PREVIEW; "preview" in --json) is where
+the daemon serves it as a web page, https://HOST:PORT/BASE/ports/N/, for a
+browser logged in to the daemon's page or a script sending
+Authorization: Bearer TOKEN (docs/operations.md "Port preview").`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cf.withConn(args[0], func(ctx context.Context, conn *client.Conn) error {
-				return listHost(ctx, conn, asJSON)
+				return listHost(ctx, conn, asJSON, previewPrefix(args[0]))
 			})
 		},
 	}
@@ -50,7 +56,7 @@ terminal's "attached" client ids and a "status": "attached", "detached" or
 }
 
 // listHost prints the terminals and listening ports of the host.
-func listHost(ctx context.Context, conn *client.Conn, asJSON bool) error {
+func listHost(ctx context.Context, conn *client.Conn, asJSON bool, preview string) error {
 	st, err := conn.RootState(ctx)
 	for try := 1; try < 3 && errors.Is(err, client.ErrConnectionLost) && conn.Err() == nil; try++ {
 		// Lost while in flight: the Conn reconnects by itself and a
@@ -60,7 +66,32 @@ func listHost(ctx context.Context, conn *client.Conn, asJSON bool) error {
 	if err != nil {
 		return &exitError{code: 255, err: err}
 	}
-	return writeHost(os.Stdout, st, asJSON)
+	return writeHost(os.Stdout, st, asJSON, preview)
+}
+
+// previewPrefix is where the daemon at url serves its port previews
+// (docs/protocol.md "Port preview"): https://HOST:PORT/BASE/ports/ for a
+// wss://HOST:PORT/BASE/ahp or https://HOST:PORT/BASE[/transport-io] URL
+// (http for ws:// and http://), "" for any other (--via, stdio).
+func previewPrefix(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	scheme := map[string]string{"wss": "https", "https": "https", "ws": "http", "http": "http"}[u.Scheme]
+	if scheme == "" {
+		return ""
+	}
+	p := strings.TrimSuffix(u.Path, "/")
+	p = strings.TrimSuffix(strings.TrimSuffix(p, "/ahp"), "/transport-io")
+	return scheme + "://" + u.Host + strings.TrimSuffix(p, "/") + "/ports/"
+}
+
+// lsPort is one listening port of ls --json: the host's entry with its
+// preview URL (when ls knows the daemon's address).
+type lsPort struct {
+	rpc.ListeningPort
+	Preview string `json:"preview,omitempty"`
 }
 
 // Terminal statuses in ls --json's "status" (and, for running terminals,
@@ -95,8 +126,10 @@ type lsTerminal struct {
 
 // writeHost writes st as ls does: two tables (terminals, then listening
 // ports if any), every peer's text escaped (printable), or with asJSON the
-// root state as JSON with a "status" for every terminal.
-func writeHost(w io.Writer, st rpc.RootState, asJSON bool) error {
+// root state as JSON with a "status" for every terminal. With preview
+// (previewPrefix) each port has its preview URL: a PREVIEW column, a
+// "preview" field.
+func writeHost(w io.Writer, st rpc.RootState, asJSON bool, preview string) error {
 	if asJSON {
 		// The root state as the host sent it, its terminals with a status.
 		var fields map[string]json.RawMessage
@@ -114,6 +147,18 @@ func writeHost(w io.Writer, st rpc.RootState, asJSON bool) error {
 		}
 		if fields["terminals"], err = json.Marshal(terms); err != nil {
 			return err
+		}
+		if len(st.Ports) > 0 {
+			ports := make([]lsPort, len(st.Ports))
+			for i, p := range st.Ports {
+				ports[i].ListeningPort = p
+				if preview != "" {
+					ports[i].Preview = preview + strconv.Itoa(p.Port) + "/"
+				}
+			}
+			if fields["ports"], err = json.Marshal(ports); err != nil {
+				return err
+			}
 		}
 		b, err = json.MarshalIndent(fields, "", "  ")
 		if err != nil {
@@ -147,9 +192,17 @@ func writeHost(w io.Writer, st rpc.RootState, asJSON bool) error {
 	if len(st.Ports) > 0 {
 		fmt.Fprintln(w)
 		var ports table
-		ports.row("LISTENING", "PROCESS")
+		if preview == "" {
+			ports.row("LISTENING", "PROCESS")
+		} else {
+			ports.row("LISTENING", "PROCESS", "PREVIEW")
+		}
 		for _, p := range st.Ports {
-			ports.row(printable(net.JoinHostPort(p.Address, strconv.Itoa(p.Port))), printable(p.Process))
+			cells := []string{printable(net.JoinHostPort(p.Address, strconv.Itoa(p.Port))), printable(p.Process)}
+			if preview != "" {
+				cells = append(cells, printable(preview+strconv.Itoa(p.Port)+"/"))
+			}
+			ports.row(cells...)
 		}
 		return ports.write(w)
 	}

@@ -27,7 +27,7 @@ func lsState() rpc.RootState {
 // and the client ids in ATTACHED), escaping the ids as every peer's text.
 func TestLsTable(t *testing.T) {
 	var out bytes.Buffer
-	if err := writeHost(&out, lsState(), false); err != nil {
+	if err := writeHost(&out, lsState(), false, ""); err != nil {
 		t.Fatal(err)
 	}
 	want := `TERMINAL  TITLE  CLAIM      ATTACHED      STATUS
@@ -46,7 +46,7 @@ t-k       sleep  client:c1  -             killed (SIGKILL)
 // detached, exited) beside the host's fields, "attached" included.
 func TestLsJSON(t *testing.T) {
 	var out bytes.Buffer
-	if err := writeHost(&out, lsState(), true); err != nil {
+	if err := writeHost(&out, lsState(), true, ""); err != nil {
 		t.Fatal(err)
 	}
 	var got struct {
@@ -75,5 +75,58 @@ func TestLsJSON(t *testing.T) {
 	}
 	if c := got.Terminals[3].ExitCode; c == nil || *c != 3 {
 		t.Errorf("exitCode of t-3: %v, want 3", c)
+	}
+}
+
+// TestLsPreview: with the daemon's address known, every listening port
+// has its preview URL, in the table and in --json.
+func TestLsPreview(t *testing.T) {
+	st := rpc.RootState{Agents: []json.RawMessage{}, Terminals: []rpc.TerminalInfo{},
+		Ports: []rpc.ListeningPort{{Address: "127.0.0.1", Port: 3000, Process: "node"}, {Address: "::", Port: 8080}}}
+	pre := previewPrefix("wss://h.example:4433/vm1/ahp")
+	var out bytes.Buffer
+	if err := writeHost(&out, st, false, pre); err != nil {
+		t.Fatal(err)
+	}
+	want := `TERMINAL  TITLE  CLAIM  ATTACHED  STATUS
+
+LISTENING       PROCESS  PREVIEW
+127.0.0.1:3000  node     https://h.example:4433/vm1/ports/3000/
+[::]:8080                https://h.example:4433/vm1/ports/8080/
+`
+	if out.String() != want {
+		t.Errorf("ls printed\n%s\nwant\n%s", out.String(), want)
+	}
+	out.Reset()
+	if err := writeHost(&out, st, true, pre); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Ports []struct {
+			Port    int    `json:"port"`
+			Process string `json:"process"`
+			Preview string `json:"preview"`
+		} `json:"ports"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got.Ports) != 2 ||
+		got.Ports[0].Preview != "https://h.example:4433/vm1/ports/3000/" || got.Ports[0].Process != "node" || got.Ports[1].Port != 8080 {
+		t.Errorf("ls --json: %v %+v\n%s", err, got, out.String())
+	}
+}
+
+func TestPreviewPrefix(t *testing.T) {
+	for in, want := range map[string]string{
+		"wss://127.0.0.1:4433/ahp":     "https://127.0.0.1:4433/ports/",
+		"wss://h:1/vm1/ahp":            "https://h:1/vm1/ports/",
+		"https://h:1/vm1/":             "https://h:1/vm1/ports/",
+		"https://h:1/vm1/transport-io": "https://h:1/vm1/ports/",
+		"https://h:1":                  "https://h:1/ports/",
+		"ws://127.0.0.1:8080/ahp":      "http://127.0.0.1:8080/ports/",
+		"ssh://h":                      "",
+		"not a url":                    "",
+	} {
+		if got := previewPrefix(in); got != want {
+			t.Errorf("previewPrefix(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/host"
@@ -54,12 +55,13 @@ func listenMetrics(cfg *config.Config) (net.Listener, error) {
 
 // startMetrics serves srv's metrics at MetricsPath (host.MetricsHandler)
 // on ln from listenMetrics; nil when ln is nil (metrics off).
-func startMetrics(ln net.Listener, srv *host.Server, logger hclog.Logger) *metricsServer {
+// extra are more collectors (the port preview's).
+func startMetrics(ln net.Listener, srv *host.Server, logger hclog.Logger, extra ...prometheus.Collector) *metricsServer {
 	if ln == nil {
 		return nil
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET "+MetricsPath, host.MetricsHandler(srv))
+	mux.Handle("GET "+MetricsPath, host.MetricsHandler(srv, extra...))
 	m := &metricsServer{
 		hs: &http.Server{
 			Handler:           mux,

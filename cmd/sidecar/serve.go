@@ -22,12 +22,15 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/host"
 	"github.com/sidecar-dev/sidecar/internal/redact"
+	"github.com/sidecar-dev/sidecar/preview"
 	"github.com/sidecar-dev/sidecar/transport"
 	"github.com/sidecar-dev/sidecar/transport/tlscert"
 	"github.com/sidecar-dev/sidecar/transportio"
@@ -227,6 +230,32 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 		}
 		return []string{certs.pin()}
 	}}))
+	// The port preview (docs/protocol.md "Port preview"): <base>/ports/N/
+	// proxied to the workload's port under tcp.allow, behind the page's
+	// session cookie or the token.
+	prev, err := newPreview(cfg, base, tok, principal, tickets, origins, logger)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	inner := http.Handler(underBase(base, mux, transportio.ProbePath))
+	outer := queryTokenWarning(refusals, inner)
+	if prev != nil {
+		defer prev.Close()
+		mux.Handle(preview.PortsPath, prev.Handler())
+		for _, p := range []string{preview.SessionPath, preview.LogoutPath, preview.StatusPath} {
+			mux.Handle(p, prev.SessionHandler())
+		}
+		// A ?token= under /ports/ is the app's own (Jupyter's): no
+		// warning about the daemon's token there.
+		warned, ports := prev.WatchOutside(outer), base+preview.PortsPath
+		outer = prev.Subdomain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasPrefix(r.URL.Path, ports) {
+				inner.ServeHTTP(w, r)
+				return
+			}
+			warned.ServeHTTP(w, r)
+		}))
+	}
 	// transport-io over WebTransport: UDP, same host and port number.
 	var wts *transport.WebTransportServer
 	if udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: addr.IP, Port: addr.Port}); err != nil {
@@ -247,13 +276,17 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 		// The probe stays at the root too: seed 002 §10.3 has clients
 		// probe the origin's /.well-known/transport-io (WT_UDP_UNREACHABLE),
 		// wherever their endpoint is.
-		Handler:           queryTokenWarning(refusals, underBase(base, mux, transportio.ProbePath)),
+		Handler:           outer,
 		ConnContext:       transport.CorkContext,
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12},
 		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
 	}
-	metrics := startMetrics(metricsLn, srv, logger)
+	var extra []prometheus.Collector
+	if prev != nil {
+		extra = append(extra, prev.Collector())
+	}
+	metrics := startMetrics(metricsLn, srv, logger, extra...)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.ServeTLS(transport.CorkListener(ln), "", "") }()
 
@@ -308,6 +341,26 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	metrics.stop(ctx) // last: a scrape during the shutdown still sees it
 	logger.Info("stopped")
 	return nil
+}
+
+// newPreview returns the port preview of cfg (nil when preview.enabled is
+// false), dialing under the TCP channel's policy: tcp.allow, the daemon's
+// own listeners (cfg.Listening) refused.
+func newPreview(cfg *config.Config, base, tok, principal string, tickets *transport.Tickets, origins *transport.Origins, logger hclog.Logger) (*preview.Server, error) {
+	if !cfg.Preview.Enabled {
+		return nil, nil
+	}
+	pol, err := tcp.NewPolicy(cfg.TCP.Allow)
+	if err != nil {
+		return nil, err
+	}
+	pol.SetOwn(cfg.Listening)
+	return preview.New(preview.Options{
+		Base: base, Token: tok, Principal: principal, Tickets: tickets, Origins: origins,
+		Dialer: &tcp.Dialer{Policy: pol, Timeout: cfg.TCP.DialTimeout},
+		Config: cfg.Preview,
+		Log:    logger.Named("preview"),
+	}), nil
 }
 
 // certSource serves the configured certificate, or the development one,

@@ -13,6 +13,7 @@ import { backoff, graceLeft, refusal } from "./resume.js";
 import { holderText } from "./share.js";
 import { numbered, terminalId, terminalName, type Name } from "./names.js";
 import { Pane, type PaneHost } from "./pane.js";
+import { brokenHint, previewHref, previewable, subdomainLogin, type PreviewStatus } from "./preview.js";
 import { Tabs, decodeTabs, fontSize, nextFontSize, restorable, shortcut, type TabState } from "./tabs.js";
 
 // sessionStorage belongs to the origin, not the path: daemons behind one
@@ -63,6 +64,9 @@ let retry = 0; // fresh connections tried since the last success
 let attempt = 0; // reconnect attempts since the link was lost
 let lostAt = 0; // when the link was lost (0: not lost)
 let retryTimer: ReturnType<typeof setTimeout> | undefined;
+let sessionTimer: ReturnType<typeof setTimeout> | undefined; // renews the preview's session cookie
+let previewStatus: PreviewStatus | null = null; // GET web/preview: null while off or unknown
+let lastPorts: ahp.Port[] = [];
 
 /** active is the pane shown, if any. */
 function active(): Pane | null {
@@ -127,6 +131,7 @@ function drop(why: string): void {
 }
 
 function connected(l: Link): void {
+  void previewLogin();
   retry = 0;
   attempt = 0;
   lostAt = 0;
@@ -698,12 +703,99 @@ function confirmKill(uri: string): void {
   $("confirm-cancel").focus();
 }
 
+/**
+ * previewLogin exchanges the token (in a header) for the port preview's
+ * session cookie (HttpOnly: the page never sees it), then renews it at
+ * half its life while the page is open; a daemon without the preview
+ * (404) is left alone.
+ */
+async function previewLogin(): Promise<void> {
+  clearTimeout(sessionTimer);
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (!token) return;
+  let again = 30_000;
+  try {
+    const res = await fetch(endpoint(document.baseURI, "web/session", "https:"), { method: "POST", headers: { Authorization: `Bearer ${token}` } });
+    if (res.status === 404) return;
+    const body = await res.json().catch(() => ({}));
+    if (res.ok && body.expiresInMs > 0) {
+      again = body.expiresInMs / 2;
+      await refreshPreview();
+    }
+  } catch {
+    // offline: try again later
+  }
+  sessionTimer = setTimeout(() => void previewLogin(), again);
+}
+
+/** refreshPreview reads what the daemon noticed of the previewed apps, and redraws the ports. */
+async function refreshPreview(): Promise<void> {
+  try {
+    const res = await fetch(endpoint(document.baseURI, "web/preview", "https:"));
+    previewStatus = res.ok ? ((await res.json()) as PreviewStatus) : null;
+  } catch {
+    return;
+  }
+  renderPorts(lastPorts);
+}
+
+/** openSubdomain opens port on its own origin (subdomain mode) with a fresh single-use ticket. */
+async function openSubdomain(port: number, subdomain: string): Promise<void> {
+  const w = window.open("about:blank", "_blank");
+  if (!w) return;
+  w.opener = null;
+  try {
+    const res = await fetch(endpoint(document.baseURI, "web/ticket", "https:"), {
+      method: "POST",
+      headers: { Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY) ?? ""}` },
+    });
+    const { ticket } = await res.json();
+    w.location.href = subdomainLogin(port, subdomain, location, ticket);
+  } catch (err) {
+    w.close();
+    status(`cannot open port ${port}: ${(err as Error)?.message ?? err}`, "error");
+  }
+}
+
 function renderPorts(ports: ahp.Port[]): void {
+  lastPorts = ports;
   const ul = $("ports");
   ul.replaceChildren(
     ...ports.map((p) => {
       const li = document.createElement("li");
-      li.textContent = `${p.address.includes(":") ? `[${p.address}]` : p.address}:${p.port}${p.process ? " " + p.process : ""}`;
+      const text = `${p.address.includes(":") ? `[${p.address}]` : p.address}:${p.port}${p.process ? " " + p.process : ""}`;
+      if (!previewStatus || !previewable(p.port, location)) {
+        li.textContent = text;
+        return li;
+      }
+      // The preview: the daemon proxies the port's web server under ports/N/.
+      const a = document.createElement("a");
+      a.className = "preview";
+      a.href = previewHref(p.port);
+      a.target = "_blank";
+      a.rel = "noopener noreferrer";
+      a.dataset.port = String(p.port);
+      a.title = `Open port ${p.port}'s web server in a new tab, proxied by the daemon`;
+      a.textContent = text;
+      li.append(a);
+      const sub = previewStatus.subdomain;
+      if (sub) {
+        const b = document.createElement("button");
+        b.type = "button";
+        b.className = "own-origin";
+        b.textContent = "own origin";
+        b.title = `Open port ${p.port} at https://${p.port}.${sub}/ (its own origin, at /)`;
+        b.onclick = () => void openSubdomain(p.port, sub);
+        li.append(b);
+      }
+      const hint = brokenHint(previewStatus.ports[String(p.port)], sub);
+      if (hint) {
+        const d = document.createElement("div");
+        d.className = "port-hint";
+        d.setAttribute("role", "note");
+        d.textContent = hint;
+        li.append(d);
+      }
       return li;
     }),
   );
@@ -910,8 +1002,15 @@ function main(): void {
   $("logout").onclick = () => {
     sessionStorage.removeItem(TOKEN_KEY);
     link?.close();
-    location.reload();
+    clearTimeout(sessionTimer);
+    // The preview's session is revoked too (its cookie cleared).
+    void fetch(endpoint(document.baseURI, "web/logout", "https:"), { method: "POST", keepalive: true })
+      .catch(() => {})
+      .finally(() => location.reload());
   };
+  // What the daemon noticed of the previewed apps: on coming back to the page, and now and then.
+  window.addEventListener("focus", () => void (previewStatus && refreshPreview()));
+  setInterval(() => void (previewStatus && !document.hidden && refreshPreview()), 5000);
   renderPane();
   // For tests and the curious: what the terminal shown shows, the tabs, and how the page is connected.
   const term = () => active()?.term ?? null;
@@ -952,6 +1051,8 @@ function main(): void {
       return s ? { holding: s.holding, holder: s.holder, size: s.size, notice: s.notice() } : null;
     },
     receiving: () => (client && tabs.active ? client.receiving(tabs.active) : null),
+    /** preview: what GET web/preview said last (null: off or not known yet). */
+    preview: () => previewStatus,
   };
   void connect();
 }

@@ -1,0 +1,126 @@
+package preview
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"sync"
+	"time"
+)
+
+// Sessions are the preview's browser credentials: a navigation cannot
+// carry the token in a header, so POST <base>/web/session exchanges it
+// (Authorization: Bearer) for a session cookie (CookieName) that
+// <base>/ports/ checks. A session is 32 random bytes (base64url), kept by
+// its SHA-256 digest only, bound to the principal it was made for, valid
+// for ttl after it was made or last renewed (Renew, on use past half its
+// life) and forgotten on logout (Revoke).
+//
+// At most max are kept: a new one past the bound forgets the expired
+// ones, then the one nearest its expiry (a person's older tab logs in
+// again; the daemon's memory stays bounded, ~100 bytes a session). The
+// zero value is not usable: use NewSessions.
+type Sessions struct {
+	ttl time.Duration
+	max int
+	now func() time.Time
+
+	mu   sync.Mutex
+	byID map[[sha256.Size]byte]*session
+}
+
+type session struct {
+	principal string
+	expires   time.Time
+}
+
+// sessionBytes is the random part of a session id, before base64url.
+const sessionBytes = 32
+
+// NewSessions returns an empty store of sessions valid for ttl, at most
+// max kept, time read from now (time.Now when nil; tests inject a clock).
+func NewSessions(ttl time.Duration, max int, now func() time.Time) *Sessions {
+	if now == nil {
+		now = time.Now
+	}
+	if max < 1 {
+		max = 1
+	}
+	return &Sessions{ttl: ttl, max: max, now: now, byID: map[[sha256.Size]byte]*session{}}
+}
+
+// TTL is a session's life from its creation or last renewal.
+func (ss *Sessions) TTL() time.Duration { return ss.ttl }
+
+// Create returns a new session id for principal, valid for TTL.
+func (ss *Sessions) Create(principal string) (string, error) {
+	var raw [sessionBytes]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	id := base64.RawURLEncoding.EncodeToString(raw[:])
+	now := ss.now()
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if len(ss.byID) >= ss.max {
+		for k, s := range ss.byID {
+			if !now.Before(s.expires) {
+				delete(ss.byID, k)
+			}
+		}
+	}
+	for len(ss.byID) >= ss.max {
+		var oldest [sha256.Size]byte
+		var at time.Time
+		for k, s := range ss.byID {
+			if at.IsZero() || s.expires.Before(at) {
+				oldest, at = k, s.expires
+			}
+		}
+		delete(ss.byID, oldest)
+	}
+	ss.byID[sha256.Sum256([]byte(id))] = &session{principal: principal, expires: now.Add(ss.ttl)}
+	return id, nil
+}
+
+// Check returns the principal of session id and whether it is valid now;
+// when renew, a valid session past half its life is renewed (valid for
+// TTL from now) and renewed is true: the caller sends its cookie again.
+func (ss *Sessions) Check(id string, renew bool) (principal string, ok, renewed bool) {
+	if id == "" {
+		return "", false, false
+	}
+	k := sha256.Sum256([]byte(id))
+	now := ss.now()
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	s := ss.byID[k]
+	if s == nil {
+		return "", false, false
+	}
+	if !now.Before(s.expires) {
+		delete(ss.byID, k)
+		return "", false, false
+	}
+	if renew && s.expires.Sub(now) < ss.ttl/2 {
+		s.expires = now.Add(ss.ttl)
+		renewed = true
+	}
+	return s.principal, true, renewed
+}
+
+// Revoke forgets session id (logout); an unknown id is no error.
+func (ss *Sessions) Revoke(id string) {
+	k := sha256.Sum256([]byte(id))
+	ss.mu.Lock()
+	delete(ss.byID, k)
+	ss.mu.Unlock()
+}
+
+// Len returns how many sessions are kept (expired ones not yet forgotten
+// included).
+func (ss *Sessions) Len() int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return len(ss.byID)
+}
