@@ -27,6 +27,7 @@ import (
 // telemetry subscription recovers live).
 type History struct {
 	interval time.Duration
+	size     int // the ring's bound, in points
 	read     func() (counters, error)
 	now      func() time.Time
 
@@ -72,14 +73,14 @@ type counters struct {
 func NewHistory(interval time.Duration) *History {
 	n := max(1, min(int(HistoryWindow/max(interval, time.Millisecond)), MaxHistoryPoints))
 	return &History{
-		interval: interval, read: readCounters, now: time.Now,
+		interval: interval, size: n, read: readCounters, now: time.Now,
 		ring: make([]HistoryPoint, 0, n),
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
 }
 
 // Window is how far back the history reaches once full.
-func (h *History) Window() time.Duration { return time.Duration(cap(h.ring)) * h.interval }
+func (h *History) Window() time.Duration { return time.Duration(h.size) * h.interval }
 
 // Start starts sampling; Close stops it and waits.
 func (h *History) Start() {
@@ -146,7 +147,7 @@ func rate(before, after uint64, dt float64) float64 {
 }
 
 func (h *History) push(p HistoryPoint) {
-	if len(h.ring) < cap(h.ring) {
+	if len(h.ring) < h.size {
 		h.ring = append(h.ring, p)
 		return
 	}

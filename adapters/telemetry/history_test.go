@@ -13,8 +13,8 @@ import (
 // its newest points, oldest first, and Points filters by time.
 func TestHistoryPoints(t *testing.T) {
 	h := NewHistory(HistoryWindow / 3) // room for 3 points
-	if cap(h.ring) != 3 || h.Window() != HistoryWindow {
-		t.Fatalf("ring of %d, window %v", cap(h.ring), h.Window())
+	if h.size != 3 || h.Window() != HistoryWindow {
+		t.Fatalf("ring of %d, window %v", h.size, h.Window())
 	}
 	t0 := time.Unix(1_800_000_000, 0)
 	readings := []struct {

@@ -89,8 +89,8 @@ func TestProcessesList(t *testing.T) {
 		t.Errorf("the sleep used %.2f of a CPU", got.CPUUtilization)
 	}
 
-	// By CPU: the loop is busy (at least a tenth of a CPU on a loaded
-	// machine) and comes first of the two.
+	// By CPU: the loop is busy (at least 2 % of a CPU even on a machine
+	// loaded many times over; a sleep uses none) and comes first of the two.
 	res, err = p.List(ctx, rpc.ProcessesListParams{SortBy: "cpu", Limit: rpc.MaxProcessesListed})
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func TestProcessesList(t *testing.T) {
 		switch int(pr.PID) {
 		case busy.Process.Pid:
 			ib = i
-			if pr.CPUUtilization < 0.1 {
+			if pr.CPUUtilization < 0.02 {
 				t.Errorf("the busy loop used %.2f of a CPU", pr.CPUUtilization)
 			}
 		case sleep.Process.Pid:
