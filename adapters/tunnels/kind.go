@@ -208,8 +208,14 @@ func (k *Kind) ConnEnded(conn adapters.ConnID) {
 			continue
 		}
 		delete(k.conns, id)
-		k.setClientStatesLocked(id, &rpc.TunnelClientState{Status: rpc.TunnelUnavailable,
-			Reason: "the client's connection was lost; its forwards resume if it reconnects within the grace"})
+		k.setClientStatesLocked(id, func(p *rpc.TunnelPort) *rpc.TunnelClientState {
+			why := "the client's connection was lost; its forwards resume if it reconnects within the grace"
+			if l := k.listeners[p.Resource]; l != nil {
+				why = fmt.Sprintf("the client's connection was lost; still listening on %s, connections wait for it (at most %d, each %v: tunnels.max_waiting, tunnels.wait_timeout)",
+					l.ln.Addr(), k.cfg.MaxWaiting, k.cfg.WaitTimeout)
+			}
+			return &rpc.TunnelClientState{Status: rpc.TunnelUnavailable, Reason: why}
+		})
 	}
 }
 
@@ -303,13 +309,18 @@ func (k *Kind) findLocked(res string) *rpc.TunnelPort {
 	return nil
 }
 
-// setClientStatesLocked sets every participant of clientID to st (the
-// host's own actions: unavailable when its link is lost), remembering a
-// ready state to restore when it is back.
-func (k *Kind) setClientStatesLocked(clientID string, st *rpc.TunnelClientState) {
+// setClientStatesLocked sets every participant of clientID to the state
+// stateOf gives for its entry (the host's own actions: unavailable when
+// its link is lost), remembering a ready state to restore when it is
+// back.
+func (k *Kind) setClientStatesLocked(clientID string, stateOf func(*rpc.TunnelPort) *rpc.TunnelClientState) {
 	for _, p := range append([]rpc.TunnelPort(nil), k.ports...) {
 		for _, c := range participants(&p) {
-			if c.ClientID != clientID || c.State.Status == st.Status {
+			if c.ClientID != clientID {
+				continue
+			}
+			st := stateOf(&p)
+			if c.State.Status == st.Status {
 				continue
 			}
 			if c.State.Status == rpc.TunnelReady {
