@@ -7,6 +7,7 @@ import (
 	"net"
 	"regexp"
 	"testing"
+	"time"
 )
 
 // lsForwards runs `sidecar ls --json` against s and returns the entries
@@ -32,7 +33,8 @@ func lsForwards(t *testing.T, s *server, args ...string) []tunnelPort {
 }
 
 // awaitTunnelStatus reads rc's tunnels channel (subscribed) until the
-// host has set clientID's participant of each of n entries to status.
+// host has set clientID's participant (any client's with "") of each of
+// n entries to status.
 func awaitTunnelStatus(t *testing.T, rc *rawConn, clientID, status string, n int) {
 	t.Helper()
 	seen := map[string]bool{}
@@ -49,7 +51,7 @@ func awaitTunnelStatus(t *testing.T, rc *rawConn, clientID, status string, n int
 			} `json:"action"`
 		}
 		_ = json.Unmarshal(m.Params, &e)
-		if a := e.Action; a.Type == "tunnel/portClientUpdated" && a.ClientID == clientID && a.State != nil && a.State.Status == status {
+		if a := e.Action; a.Type == "tunnel/portClientUpdated" && (clientID == "" || a.ClientID == clientID) && a.State != nil && a.State.Status == status {
 			seen[a.Resource] = true
 		}
 	}
@@ -142,5 +144,19 @@ func TestLsListsForwards(t *testing.T) {
 	// Through --via: its host's (empty) tunnels channel.
 	if ports := lsForwards(t, s, "--via", sidecarBin+" stdio"); len(ports) != 0 {
 		t.Errorf("ls --via lists %d forwards of a fresh host: %+v", len(ports), ports)
+	}
+}
+
+// until calls cond every 20 ms until it holds, failing the test after
+// waitTimeout: for what no event tells (a count on the host, a kernel
+// queue).
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, waitTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
