@@ -287,3 +287,37 @@ func TestReverseForwardOfferLease(t *testing.T) {
 		t.Errorf("%d connections wait on the host after the lease, want 0", n)
 	}
 }
+
+// TestTunnelsUndeclaredClient: a client that declared no tunnels in
+// initialize's capabilities still sees the channel (the host advertises
+// it to all), but the host makes it a participant of no forward: its -R
+// entry is rejected, naming the capability, and nothing listens.
+func TestTunnelsUndeclaredClient(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "")
+	rc := s.dialRaw(t)
+	defer rc.close()
+	init := rc.initialize("undeclared")
+	if !strings.Contains(string(init.Result), `"tunnels":{"channel":"ahp-tunnels://"}`) {
+		t.Fatalf("initialize result without tunnels: %s", init.Result)
+	}
+	rc.mustCall("subscribe", map[string]any{"channel": "ahp-tunnels://"})
+	rc.sendJSON(map[string]any{"jsonrpc": "2.0", "method": "dispatchAction", "params": map[string]any{
+		"channel": "ahp-tunnels://", "clientSeq": 1, "action": map[string]any{"type": "tunnel/portSet", "port": map[string]any{
+			"resource": "ahp-tunnel:/undeclared", "direction": "clientToHost",
+			"requestedLocalAddress": map[string]any{"host": "127.0.0.1", "port": 0}, "requestedRemoteAddress": map[string]any{"host": "localhost", "port": 80},
+			"requestedBy": map[string]any{"kind": "client", "clientId": "undeclared"}, "createdAt": "2025-01-01T00:00:00Z",
+			"client": map[string]any{"clientId": "undeclared", "state": map[string]any{"status": "accepted"}}}}}})
+	m := rc.waitNotification("the echo", func(m message) bool { return m.Method == "action" && m.channelOf() == "ahp-tunnels://" })
+	var e struct {
+		RejectionReason string `json:"rejectionReason"`
+	}
+	_ = json.Unmarshal(m.Params, &e)
+	if want := "this client did not declare capabilities.tunnels.clientToHost in initialize: it takes part in no clientToHost forward"; e.RejectionReason != want {
+		t.Errorf("rejectionReason %q, want %q", e.RejectionReason, want)
+	}
+	s.p.stderr.waitFor(t, "the rejection in the log", 0, `"@message":"tunnel action rejected"`)
+	if strings.Contains(s.p.stderr.String(), "reverse forward listening") {
+		t.Errorf("the host listened for a client that did not declare clientToHost:\n%s", tail(s.p.stderr.String(), 2000))
+	}
+}
