@@ -146,11 +146,12 @@ tunnels {
   allow_privileged_ports = false
   # Entries of the tunnels channel (forwards of every client, both directions).
   max_entries = 256
-  # Reverse-forward listeners, and their connections, of the clients of one principal.
+  # Reverse-forward listeners, and their open connections, of the clients of one principal.
   max_listeners_per_principal   = 16
   max_connections_per_principal = 256
   # Connections one listener accepted that wait for their client (its link is lost, say):
-  # at most this many, each for at most wait_timeout; past either it is reset.
+  # at most this many (past it accepting pauses: the kernel's backlog holds the next ones),
+  # each for at most wait_timeout (past it, it is reset).
   max_waiting  = 32
   wait_timeout = "30s"
 }

@@ -30,6 +30,8 @@
 package adapters
 
 import (
+	"encoding/json"
+
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -214,6 +216,8 @@ type Message struct {
 	ClientID  string
 	Principal string
 	Conn      ConnID
+	// Capabilities is the sender's ClientCapabilities (Caller's).
+	Capabilities json.RawMessage
 	// Header is the message, parsed (rpc.ParseHeader).
 	Header *rpc.Header
 	// Release must be called exactly once, when the message's bytes are

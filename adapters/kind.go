@@ -103,6 +103,9 @@ type Caller struct {
 	Principal string
 	// Conn is the connection.
 	Conn ConnID
+	// Capabilities is the client's ClientCapabilities as initialize
+	// gave it (raw JSON, nil if none; a reconnect keeps them).
+	Capabilities json.RawMessage
 }
 
 // Env is what the host gives a kind when it creates it.

@@ -1,6 +1,7 @@
 package adapters
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -33,6 +34,10 @@ type QuotaLimits struct {
 	// reached: 64 terminals on this host (terminal.max_total); dispose
 	// one first".
 	Name, Counted, Block, Advice string
+	// Subject, if set, names the settings max_<Subject>_total,
+	// max_<Subject>_per_principal, ... ("listeners":
+	// tunnels.max_listeners_per_principal) instead of max_total, ...
+	Subject string
 }
 
 // Reservation is one entry of the catalogue, held until Release.
@@ -70,8 +75,12 @@ func (q *Quotas) Reserve(l *QuotaLimits, caller Caller) (*Reservation, *rpc.Erro
 		{conn, l.PerConn, "on this connection", "max_per_connection"},
 	} {
 		if b.max > 0 && b.n >= b.max {
+			key := b.key
+			if l.Subject != "" {
+				key = "max_" + l.Subject + "_" + strings.TrimPrefix(key, "max_")
+			}
 			return nil, rpc.Errorf(rpc.CodePermissionDenied, "%s limit reached: %d %s %s (%s.%s); %s",
-				l.Name, b.max, l.Counted, b.where, l.Block, b.key, l.Advice)
+				l.Name, b.max, l.Counted, b.where, l.Block, key, l.Advice)
 		}
 	}
 	r := &Reservation{q: q, l: l, caller: caller}

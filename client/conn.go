@@ -1074,6 +1074,10 @@ func (c *Conn) reconnecting() bool {
 	return c.link == nil && !c.ended
 }
 
+// clientCapabilities is what initialize declares (ClientCapabilities):
+// tunnels in both directions (-L, and -R through tunnel/accept).
+var clientCapabilities = json.RawMessage(`{"tunnels":{"hostToClient":{},"clientToHost":{}}}`)
+
 func (c *Conn) initialize(ctx context.Context) error {
 	name := c.opts.ClientName
 	if name == "" {
@@ -1081,7 +1085,7 @@ func (c *Conn) initialize(ctx context.Context) error {
 	}
 	err := c.Call(ctx, rpc.MethodInitialize, rpc.InitializeParams{
 		Channel: rpc.RootChannel, ProtocolVersions: ProtocolVersions, ClientID: c.clientID,
-		ClientInfo: &rpc.ClientInfo{Name: name},
+		ClientInfo: &rpc.ClientInfo{Name: name}, Capabilities: clientCapabilities,
 	}, &c.init)
 	var re *rpc.Error
 	if errors.As(err, &re) && re.Code == rpc.CodeUnsupportedProtocolVersion {

@@ -33,9 +33,14 @@ type Tunnels struct {
 	announced map[string]rpc.TunnelClientState // hostToClient entries Announce set: their ready state
 	err       error
 	done      chan struct{}
+	synced    chan struct{} // closed once the first snapshot is applied
+	syncOnce  sync.Once
 }
 
-// OpenTunnels subscribes to the tunnels channel.
+// OpenTunnels subscribes to the tunnels channel and returns once its
+// snapshot is applied (a windowed subscription's comes as
+// channel/snapshot after the result), so that Ports is the host's list
+// from then on; it fails with ctx, or if the subscription ends first.
 func (c *Conn) OpenTunnels(ctx context.Context) (*Tunnels, error) {
 	if c.init.Tunnels == nil {
 		return nil, ErrTunnelsNotOffered
@@ -45,12 +50,20 @@ func (c *Conn) OpenTunnels(ctx context.Context) (*Tunnels, error) {
 		return nil, err
 	}
 	t := &Tunnels{c: c, sub: sub, changed: make(chan struct{}), echoes: map[uint64]chan string{},
-		announced: map[string]rpc.TunnelClientState{}, done: make(chan struct{})}
+		announced: map[string]rpc.TunnelClientState{}, done: make(chan struct{}), synced: make(chan struct{})}
 	if s := sub.Snapshot; s != nil {
 		t.setState(s.State)
 	}
 	go t.run()
-	return t, nil
+	select {
+	case <-t.synced:
+		return t, nil
+	case <-t.done:
+		return nil, fmt.Errorf("client: tunnels channel ended before its snapshot: %w", t.errOr())
+	case <-ctx.Done():
+		_ = t.Close()
+		return nil, ctx.Err()
+	}
 }
 
 // Ports returns a copy of the entries as the host last reported them.
@@ -83,6 +96,7 @@ func (t *Tunnels) setState(raw json.RawMessage) {
 	t.ports = st.Ports
 	t.changedLocked()
 	t.mu.Unlock()
+	t.syncOnce.Do(func() { close(t.synced) })
 }
 
 func (t *Tunnels) changedLocked() {

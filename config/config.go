@@ -175,12 +175,15 @@ type Tunnels struct {
 	MaxEntries int
 	// MaxListenersPerPrincipal bounds the reverse forwards' listeners of
 	// the clients of one principal; MaxConnectionsPerPrincipal their
-	// connections (waiting for their client, or open).
+	// open connections (those waiting for their client are bounded by
+	// MaxWaiting per listener).
 	MaxListenersPerPrincipal   int
 	MaxConnectionsPerPrincipal int
 	// MaxWaiting bounds the accepted connections of one listener that
-	// wait for their client (its link lost, or not asking yet); past it a
-	// new one is reset. WaitTimeout bounds how long one waits.
+	// wait for their client (its link lost, or not asking yet); past it the
+	// listener stops accepting and the kernel's listen backlog holds the
+	// next ones, none refused. WaitTimeout bounds how long one waits;
+	// past it, it is reset.
 	MaxWaiting  int
 	WaitTimeout time.Duration
 }

@@ -99,6 +99,9 @@ type conn struct {
 	clientID    string
 	version     string // the negotiated protocol version
 	resumeToken string // what a reconnect of this client must present
+	// capabilities are the client's ClientCapabilities from initialize
+	// (raw JSON; a reconnect keeps them), given to kinds in Caller.
+	capabilities json.RawMessage
 	// resumedFrom is the retained state a reconnect took, until its
 	// subscriptions are resumed (the result queued).
 	resumedFrom *retained
@@ -274,7 +277,9 @@ func (c *conn) failLater(err error) {
 
 // caller is what kinds see of the connection (adapters.Caller).
 func (c *conn) caller() adapters.Caller {
-	return adapters.Caller{ClientID: c.id(), Principal: c.principal, Conn: c.connID}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return adapters.Caller{ClientID: c.clientID, Principal: c.principal, Conn: c.connID, Capabilities: c.capabilities}
 }
 
 func (c *conn) id() string {

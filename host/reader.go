@@ -200,7 +200,8 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 			sub.in.Release(size)
 		}
 	}
-	m := adapters.Message{ClientID: c.id(), Principal: c.principal, Conn: c.connID, Header: h, Release: release}
+	caller := c.caller()
+	m := adapters.Message{ClientID: caller.ClientID, Principal: caller.Principal, Conn: caller.Conn, Capabilities: caller.Capabilities, Header: h, Release: release}
 	var ch adapters.Channel
 	if sub != nil {
 		m.Sub, ch = sub, sub.ch

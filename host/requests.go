@@ -151,6 +151,7 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 	c.mu.Lock()
 	c.initialized = true
 	c.clientID = p.ClientID
+	c.capabilities = p.Capabilities
 	c.version = version
 	c.resumeToken = newResumeToken()
 	c.mu.Unlock()

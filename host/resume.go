@@ -50,7 +50,10 @@ type retained struct {
 	principal string
 	token     string
 	version   string
-	lostAt    time.Time
+	// capabilities are the client's from initialize, which a reconnect
+	// does not repeat.
+	capabilities json.RawMessage
+	lostAt       time.Time
 	// parked are its windowed subscriptions to journaled channels (the
 	// root, terminals), still registered with their channels: a parked
 	// terminal subscription keeps its place and its claim holder's pacing
@@ -133,7 +136,7 @@ func (s *Server) shouldRetain(c *conn) bool {
 // resume by byte offsets.
 func (s *Server) retain(c *conn) {
 	r := &retained{
-		clientID: c.id(), principal: c.principal, token: c.resumeToken, version: c.version,
+		clientID: c.id(), principal: c.principal, token: c.resumeToken, version: c.version, capabilities: c.capabilities,
 		lostAt: time.Now(), parked: map[string]*subscription{}, streams: map[string]adapters.Resumable{},
 	}
 	c.mu.Lock()
@@ -404,6 +407,7 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 	c.initialized = true
 	c.clientID = p.ClientID
 	c.version = r.version
+	c.capabilities = r.capabilities
 	c.resumeToken = r.token
 	c.resumedFrom = r // until after has run: connEnded ends it otherwise
 	c.mu.Unlock()

@@ -50,11 +50,24 @@ type TunnelsCapability struct {
 	Channel string `json:"channel"`
 }
 
-// ClientTunnelsCapability is ClientCapabilities.tunnels: each direction
-// the client can establish is present as {}.
+// ClientTunnelsCapability is ClientCapabilities.tunnels
+// (ClientTunnelingCapabilities): each direction the client can establish
+// is present as {}.
 type ClientTunnelsCapability struct {
 	HostToClient *struct{} `json:"hostToClient,omitempty"`
 	ClientToHost *struct{} `json:"clientToHost,omitempty"`
+}
+
+// ClientTunnels returns ClientCapabilities.tunnels of capabilities (the
+// raw InitializeParams.capabilities), or nil if absent or not an object.
+func ClientTunnels(capabilities json.RawMessage) *ClientTunnelsCapability {
+	var c struct {
+		Tunnels *ClientTunnelsCapability `json:"tunnels"`
+	}
+	if len(capabilities) == 0 || json.Unmarshal(capabilities, &c) != nil {
+		return nil
+	}
+	return c.Tunnels
 }
 
 // TunnelAddress is one TCP address of a forward; Port 0 in a request asks

@@ -227,14 +227,17 @@ type tunnelPort struct {
 // the entries of another client's -R and -L with their lifecycle (-R:
 // accepted, then ready with the address the host listens on), and the
 // host rejects its update of the other client's participant, its claim
-// of another clientId, and a listener on a non-loopback address.
+// of another clientId, a listener on a non-loopback address, and an -L
+// entry (hostToClient) with itself ready, a direction it did not declare
+// in initialize's capabilities.tunnels.
 func TestTunnelsChannelRaw(t *testing.T) {
 	t.Parallel()
 	echo := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c) })
 	s := startServer(t, "")
 	rc := s.dialRaw(t)
 	defer rc.close()
-	init := rc.initialize("raw-tunnels")
+	init := rc.mustCall("initialize", map[string]any{"channel": "ahp-root://", "protocolVersions": []string{"0.5.0"}, "clientId": "raw-tunnels",
+		"capabilities": map[string]any{"tunnels": map[string]any{"clientToHost": map[string]any{}}}})
 	var ir struct {
 		Tunnels struct {
 			Channel string `json:"channel"`
@@ -324,6 +327,11 @@ func TestTunnelsChannelRaw(t *testing.T) {
 			"requestedLocalAddress": map[string]any{"host": "0.0.0.0", "port": 0}, "requestedRemoteAddress": map[string]any{"host": "localhost", "port": 80},
 			"requestedBy": map[string]any{"kind": "client", "clientId": "raw-tunnels"}, "createdAt": "2025-01-01T00:00:00Z",
 			"client": map[string]any{"clientId": "raw-tunnels", "state": map[string]any{"status": "accepted"}}}}, "tunnels.allow_non_loopback"},
+		{map[string]any{"type": "tunnel/portSet", "port": map[string]any{"resource": "ahp-tunnel:/local", "direction": "hostToClient",
+			"requestedLocalAddress": map[string]any{"host": "127.0.0.1", "port": 5000}, "requestedRemoteAddress": map[string]any{"host": "localhost", "port": 80},
+			"requestedBy": map[string]any{"kind": "client", "clientId": "raw-tunnels"}, "createdAt": "2025-01-01T00:00:00Z",
+			"clients": []any{map[string]any{"clientId": "raw-tunnels", "state": map[string]any{"status": "accepted"}}}}},
+			"did not declare capabilities.tunnels.hostToClient in initialize"},
 	} {
 		seq := 100 + i
 		rc.sendJSON(map[string]any{"jsonrpc": "2.0", "method": "dispatchAction", "params": map[string]any{

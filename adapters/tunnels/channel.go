@@ -69,7 +69,7 @@ func (ch *channel) Receive(m adapters.Message) {
 		k.log.Warn("bad dispatchAction", "client", m.ClientID, "error", e.Message)
 		return
 	}
-	caller := adapters.Caller{ClientID: m.ClientID, Principal: m.Principal, Conn: m.Conn}
+	caller := adapters.Caller{ClientID: m.ClientID, Principal: m.Principal, Conn: m.Conn, Capabilities: m.Capabilities}
 	if m.Sub != nil {
 		caller.Conn = m.Sub.Conn()
 	}
@@ -108,6 +108,11 @@ func (k *Kind) applyLocked(a *rpc.TunnelAction, caller adapters.Caller) error {
 		if err := checkPort(a.Port, me); err != nil {
 			return err
 		}
+		if a.Port.Direction == rpc.TunnelClientToHost || len(a.Port.Clients) > 0 {
+			if err := checkDeclared(caller, a.Port.Direction); err != nil {
+				return err
+			}
+		}
 		old := k.findLocked(a.Port.Resource)
 		if old == nil {
 			if len(k.ports) >= k.cfg.MaxEntries {
@@ -138,6 +143,9 @@ func (k *Kind) applyLocked(a *rpc.TunnelAction, caller adapters.Caller) error {
 			return fmt.Errorf("a client may set only its own participant, not %q", a.Client.ClientID)
 		}
 		if err := checkState(&a.Client.State); err != nil {
+			return err
+		}
+		if err := checkDeclared(caller, rpc.TunnelHostToClient); err != nil {
 			return err
 		}
 		p := k.findLocked(a.Resource)
@@ -220,4 +228,17 @@ func (k *Kind) afterLocked(a *rpc.TunnelAction, caller adapters.Caller) {
 			k.closeListenerLocked(l, "removed by its client")
 		}
 	}
+}
+
+// checkDeclared reports a caller that did not declare direction in
+// ClientCapabilities.tunnels at initialize: AHP's initialize says a host
+// must assume a client does not support what it did not declare, so it
+// is made a participant of no forward of that direction (observing the
+// channel needs no capability).
+func checkDeclared(caller adapters.Caller, direction string) error {
+	c := rpc.ClientTunnels(caller.Capabilities)
+	if c != nil && (direction == rpc.TunnelHostToClient && c.HostToClient != nil || direction == rpc.TunnelClientToHost && c.ClientToHost != nil) {
+		return nil
+	}
+	return fmt.Errorf("this client did not declare capabilities.tunnels.%s in initialize: it takes part in no %s forward", direction, direction)
 }

@@ -114,9 +114,9 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 	log := env.Log.Named("tunnels")
 	k := &Kind{log: log, j: env.Journal, cfg: cfg, quotas: env.Quotas,
 		listenQuota: adapters.QuotaLimits{PerPrincipal: cfg.MaxListenersPerPrincipal,
-			Name: "reverse-forward listener", Counted: "listeners", Block: "tunnels", Advice: "remove one first"},
+			Name: "reverse-forward listener", Counted: "listeners", Block: "tunnels", Subject: "listeners", Advice: "remove one first"},
 		connQuota: adapters.QuotaLimits{PerPrincipal: cfg.MaxConnectionsPerPrincipal,
-			Name: "reverse-forwarded connection", Counted: "open", Block: "tunnels", Advice: "close one first"},
+			Name: "reverse-forwarded connection", Counted: "open", Block: "tunnels", Subject: "connections", Advice: "close one first"},
 		listeners: map[string]*listener{}, conns: map[string]adapters.ConnID{}, lastReady: map[string]rpc.TunnelClientState{},
 		wakes: map[string]chan struct{}{}, accepts: map[adapters.ConnID]int{}, offers: map[string]*offer{},
 		ports: []rpc.TunnelPort{},
@@ -208,8 +208,14 @@ func (k *Kind) ConnEnded(conn adapters.ConnID) {
 			continue
 		}
 		delete(k.conns, id)
-		k.setClientStatesLocked(id, &rpc.TunnelClientState{Status: rpc.TunnelUnavailable,
-			Reason: "the client's connection was lost; its forwards resume if it reconnects within the grace"})
+		k.setClientStatesLocked(id, func(p *rpc.TunnelPort) *rpc.TunnelClientState {
+			why := "the client's connection was lost; its forwards resume if it reconnects within the grace"
+			if l := k.listeners[p.Resource]; l != nil {
+				why = fmt.Sprintf("the client's connection was lost; still listening on %s, connections wait for it (at most %d, each %v: tunnels.max_waiting, tunnels.wait_timeout)",
+					l.ln.Addr(), k.cfg.MaxWaiting, k.cfg.WaitTimeout)
+			}
+			return &rpc.TunnelClientState{Status: rpc.TunnelUnavailable, Reason: why}
+		})
 	}
 }
 
@@ -303,13 +309,18 @@ func (k *Kind) findLocked(res string) *rpc.TunnelPort {
 	return nil
 }
 
-// setClientStatesLocked sets every participant of clientID to st (the
-// host's own actions: unavailable when its link is lost), remembering a
-// ready state to restore when it is back.
-func (k *Kind) setClientStatesLocked(clientID string, st *rpc.TunnelClientState) {
+// setClientStatesLocked sets every participant of clientID to the state
+// stateOf gives for its entry (the host's own actions: unavailable when
+// its link is lost), remembering a ready state to restore when it is
+// back.
+func (k *Kind) setClientStatesLocked(clientID string, stateOf func(*rpc.TunnelPort) *rpc.TunnelClientState) {
 	for _, p := range append([]rpc.TunnelPort(nil), k.ports...) {
 		for _, c := range participants(&p) {
-			if c.ClientID != clientID || c.State.Status == st.Status {
+			if c.ClientID != clientID {
+				continue
+			}
+			st := stateOf(&p)
+			if c.State.Status == st.Status {
 				continue
 			}
 			if c.State.Status == rpc.TunnelReady {
@@ -535,9 +546,9 @@ func (k *Kind) accept(ctx context.Context, c adapters.Caller, params json.RawMes
 			k.mu.Unlock()
 			return nil, rpc.Errorf(rpc.CodeInternalError, "server is shutting down")
 		}
-		if r := k.takeLocked(c, p.Resource); r != nil {
+		if r, e := k.takeLocked(c, p.Resource); r != nil || e != nil {
 			k.mu.Unlock()
-			return r, nil
+			return r, e
 		}
 		any := false
 		for _, l := range k.listeners {
@@ -568,13 +579,15 @@ func (k *Kind) accept(ctx context.Context, c adapters.Caller, params json.RawMes
 }
 
 // takeLocked hands out a connection for c: first one handed out before to
-// a connection that ended, else the oldest waiting one.
-func (k *Kind) takeLocked(c adapters.Caller, resource string) *rpc.TunnelAcceptResult {
+// a connection that ended, else the oldest waiting one; or, when c's
+// principal has tunnels.max_connections_per_principal open, resets the
+// oldest waiting one and returns the refusal naming that rule.
+func (k *Kind) takeLocked(c adapters.Caller, resource string) (*rpc.TunnelAcceptResult, *rpc.Error) {
 	for _, o := range k.offers {
 		if o.clientID == c.ClientID && o.conn == 0 && (resource == "" || o.resource == resource) {
 			o.conn = c.Conn
 			o.timer.Reset(OfferLease)
-			return offerResult(o)
+			return offerResult(o), nil
 		}
 	}
 	for _, l := range k.listeners {
@@ -585,6 +598,15 @@ func (k *Kind) takeLocked(c adapters.Caller, resource string) *rpc.TunnelAcceptR
 		l.waiting = l.waiting[1:]
 		l.roomLocked()
 		w.timer.Stop()
+		// The quota is taken when the client subscribes (Table.Adopt);
+		// asked here too, so that a refusal reaches the client, named.
+		r, e := k.quotas.Reserve(&k.connQuota, c)
+		if e != nil {
+			resetSock(w.sock)
+			k.log.Warn("reverse-forwarded connection reset", "client", c.ClientID, "resource", l.resource, "reason", e.Message)
+			return nil, e
+		}
+		r.Release()
 		k.nextConn++
 		id := strings.TrimPrefix(l.resource, rpc.TunnelScheme+"/")
 		o := &offer{uri: rpc.TCPScheme + "/tunnel." + id + "." + strconv.FormatUint(k.nextConn, 10),
@@ -595,9 +617,9 @@ func (k *Kind) takeLocked(c adapters.Caller, resource string) *rpc.TunnelAcceptR
 			k.dropOfferLocked(o, "not subscribed within "+OfferLease.String())
 		})
 		k.offers[o.uri] = o
-		return offerResult(o)
+		return offerResult(o), nil
 	}
-	return nil
+	return nil, nil
 }
 
 func offerResult(o *offer) *rpc.TunnelAcceptResult {

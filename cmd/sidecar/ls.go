@@ -25,7 +25,7 @@ func lsCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "ls URL",
-		Short: "List the host's terminals and listening TCP ports",
+		Short: "List the host's terminals, listening TCP ports and forwards",
 		Long: `List the host's terminals (id, title, who claims them, the clients attached,
 status) and the TCP ports listening on the host, with the process that owns each where the host
 may see it (the ports to give sidecar forward -L). The host reads its
@@ -38,6 +38,16 @@ ATTACHED column lists their client ids) and "detached" when none is
 ("exited (0)", "killed (SIGKILL)"). --json prints the root state with each
 terminal's "attached" client ids and a "status": "attached", "detached" or
 "exited".
+
+Then every forward on the host's tunnels channel (ahp-tunnels://), of
+every client: -L (hostToClient: a port of the host reached through a
+listener on a client) and -R (clientToHost: a listener on the host whose
+connections reach a service on the client), who asked for it (BY), the
+client that runs it (CLIENT: one row for each), where it listens, where
+it leads (TO) and its lifecycle (STATE: pending, accepted, ready, declined,
+failed, or unavailable while its client's link is lost, with the reason).
+--json adds "tunnels", the channel's TunnelsState ({"ports": [...]}) as the
+host sent it; it is absent where the host offers no tunnels channel.
 
 Each listening port's preview URL (PREVIEW; "preview" in --json) is where
 the daemon serves it as a web page, https://HOST:PORT/BASE/ports/N/, for a
@@ -66,7 +76,14 @@ func listHost(ctx context.Context, conn *client.Conn, asJSON bool, preview strin
 	if err != nil {
 		return &exitError{code: 255, err: err}
 	}
-	return writeHost(os.Stdout, st, asJSON, preview)
+	ports, err := listTunnels(ctx, conn)
+	for try := 1; try < 3 && errors.Is(err, client.ErrConnectionLost) && conn.Err() == nil; try++ {
+		ports, err = listTunnels(ctx, conn)
+	}
+	if err != nil {
+		return &exitError{code: 255, err: fmt.Errorf("cannot read the tunnels channel: %w", err)}
+	}
+	return writeHost(os.Stdout, st, ports, asJSON, preview)
 }
 
 // previewPrefix is where the daemon at url serves its port previews
@@ -92,6 +109,24 @@ func previewPrefix(raw string) string {
 type lsPort struct {
 	rpc.ListeningPort
 	Preview string `json:"preview,omitempty"`
+}
+
+// listTunnels returns the entries of the host's tunnels channel (its
+// snapshot), or nil where the host offers none.
+func listTunnels(ctx context.Context, conn *client.Conn) ([]rpc.TunnelPort, error) {
+	if conn.Initialized().Tunnels == nil {
+		return nil, nil
+	}
+	tun, err := conn.OpenTunnels(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tun.Close()
+	ports := tun.Ports()
+	if ports == nil {
+		ports = []rpc.TunnelPort{}
+	}
+	return ports, nil
 }
 
 // Terminal statuses in ls --json's "status" (and, for running terminals,
@@ -124,12 +159,13 @@ type lsTerminal struct {
 	Status string `json:"status"`
 }
 
-// writeHost writes st as ls does: two tables (terminals, then listening
-// ports if any), every peer's text escaped (printable), or with asJSON the
-// root state as JSON with a "status" for every terminal. With preview
-// (previewPrefix) each port has its preview URL: a PREVIEW column, a
-// "preview" field.
-func writeHost(w io.Writer, st rpc.RootState, asJSON bool, preview string) error {
+// writeHost writes st and the tunnels channel's entries (nil: the host
+// offers none) as ls does: three tables (terminals, then listening ports
+// and forwards if any), every peer's text escaped (printable), or with
+// asJSON the root state as JSON with a "status" for every terminal and
+// "tunnels": {"ports": tunnels}. With preview (previewPrefix) each port
+// has its preview URL: a PREVIEW column, a "preview" field.
+func writeHost(w io.Writer, st rpc.RootState, tunnels []rpc.TunnelPort, asJSON bool, preview string) error {
 	if asJSON {
 		// The root state as the host sent it, its terminals with a status.
 		var fields map[string]json.RawMessage
@@ -157,6 +193,11 @@ func writeHost(w io.Writer, st rpc.RootState, asJSON bool, preview string) error
 				}
 			}
 			if fields["ports"], err = json.Marshal(ports); err != nil {
+				return err
+			}
+		}
+		if tunnels != nil {
+			if fields["tunnels"], err = json.Marshal(rpc.TunnelsState{Ports: tunnels}); err != nil {
 				return err
 			}
 		}
@@ -204,9 +245,67 @@ func writeHost(w io.Writer, st rpc.RootState, asJSON bool, preview string) error
 			}
 			ports.row(cells...)
 		}
-		return ports.write(w)
+		if err := ports.write(w); err != nil {
+			return err
+		}
+	}
+	if len(tunnels) > 0 {
+		fmt.Fprintln(w)
+		return forwardsTable(tunnels).write(w)
 	}
 	return nil
+}
+
+// forwardsTable is ls's table of the tunnels channel's entries: a row for
+// each participant (a hostToClient entry with none has one, "-"), where
+// it listens and leads as its ready state says, else as requested.
+func forwardsTable(ports []rpc.TunnelPort) *table {
+	var t table
+	t.row("FORWARD", "DIRECTION", "BY", "CLIENT", "LISTEN", "TO", "STATE")
+	for _, p := range ports {
+		dir := p.Direction
+		switch dir {
+		case rpc.TunnelHostToClient:
+			dir = "-L"
+		case rpc.TunnelClientToHost:
+			dir = "-R"
+		}
+		by := p.RequestedBy.Kind
+		if p.RequestedBy.ClientID != "" {
+			by = p.RequestedBy.ClientID
+		}
+		parts := p.Clients
+		if p.Client != nil {
+			parts = []rpc.TunnelClient{*p.Client}
+		}
+		if len(parts) == 0 {
+			parts = []rpc.TunnelClient{{ClientID: "-", State: rpc.TunnelClientState{Status: "-"}}}
+		}
+		for _, c := range parts {
+			listen, to := p.RequestedLocalAddress, p.RequestedRemoteAddress
+			if s := c.State; s.Status == rpc.TunnelReady && s.LocalAddress != nil && s.RemoteAddress != nil {
+				listen, to = *s.LocalAddress, *s.RemoteAddress
+			}
+			t.row(printable(strings.TrimPrefix(p.Resource, rpc.TunnelScheme+"/")), printable(dir), printable(by), printable(c.ClientID),
+				printable(net.JoinHostPort(listen.Host, strconv.Itoa(listen.Port))), printable(net.JoinHostPort(to.Host, strconv.Itoa(to.Port))),
+				printable(tunnelStatus(c.State)))
+		}
+	}
+	return &t
+}
+
+// tunnelStatus is a participant's status with why, where its state says:
+// "failed (cannot connect)", "unavailable (the client's connection was
+// lost; ...)".
+func tunnelStatus(s rpc.TunnelClientState) string {
+	why := s.Reason
+	if s.Error != nil {
+		why = s.Error.Message
+	}
+	if why == "" {
+		return s.Status
+	}
+	return s.Status + " (" + why + ")"
 }
 
 // printable is printable.String: peer text made safe for the terminal.

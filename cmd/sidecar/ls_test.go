@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -27,7 +28,7 @@ func lsState() rpc.RootState {
 // and the client ids in ATTACHED), escaping the ids as every peer's text.
 func TestLsTable(t *testing.T) {
 	var out bytes.Buffer
-	if err := writeHost(&out, lsState(), false, ""); err != nil {
+	if err := writeHost(&out, lsState(), nil, false, ""); err != nil {
 		t.Fatal(err)
 	}
 	want := `TERMINAL  TITLE  CLAIM      ATTACHED      STATUS
@@ -46,7 +47,7 @@ t-k       sleep  client:c1  -             killed (SIGKILL)
 // detached, exited) beside the host's fields, "attached" included.
 func TestLsJSON(t *testing.T) {
 	var out bytes.Buffer
-	if err := writeHost(&out, lsState(), true, ""); err != nil {
+	if err := writeHost(&out, lsState(), nil, true, ""); err != nil {
 		t.Fatal(err)
 	}
 	var got struct {
@@ -78,6 +79,96 @@ func TestLsJSON(t *testing.T) {
 	}
 }
 
+// lsTunnels is a tunnels state with a -R of each lifecycle the host
+// reports and a -L with two participants.
+func lsTunnels() []rpc.TunnelPort {
+	addr := func(h string, p int) *rpc.TunnelAddress { return &rpc.TunnelAddress{Host: h, Port: p} }
+	me := rpc.TunnelRequester{Kind: "client", ClientID: "c1"}
+	return []rpc.TunnelPort{
+		{Resource: "ahp-tunnel:/r1", Direction: rpc.TunnelClientToHost, RequestedLocalAddress: rpc.TunnelAddress{Host: "127.0.0.1"},
+			RequestedRemoteAddress: rpc.TunnelAddress{Host: "localhost", Port: 8080}, RequestedBy: me,
+			Client: &rpc.TunnelClient{ClientID: "c1", State: rpc.TunnelClientState{Status: rpc.TunnelReady,
+				LocalAddress: addr("127.0.0.1", 41000), RemoteAddress: addr("localhost", 8080)}}},
+		{Resource: "ahp-tunnel:/r2", Direction: rpc.TunnelClientToHost, RequestedLocalAddress: rpc.TunnelAddress{Host: "127.0.0.1", Port: 9000},
+			RequestedRemoteAddress: rpc.TunnelAddress{Host: "127.0.0.1", Port: 5432}, RequestedBy: rpc.TunnelRequester{Kind: "client", ClientID: "c2"},
+			Client: &rpc.TunnelClient{ClientID: "c2", State: rpc.TunnelClientState{Status: rpc.TunnelUnavailable, Reason: "link lost\x1b[2J"}}},
+		{Resource: "ahp-tunnel:/l1", Direction: rpc.TunnelHostToClient, RequestedLocalAddress: rpc.TunnelAddress{Host: "127.0.0.1", Port: 3000},
+			RequestedRemoteAddress: rpc.TunnelAddress{Host: "127.0.0.1", Port: 3000}, RequestedBy: me,
+			Clients: []rpc.TunnelClient{
+				{ClientID: "c1", State: rpc.TunnelClientState{Status: rpc.TunnelReady, LocalAddress: addr("127.0.0.1", 3001), RemoteAddress: addr("127.0.0.1", 3000)}},
+				{ClientID: "c3", State: rpc.TunnelClientState{Status: rpc.TunnelFailed, Error: &rpc.TunnelErrorInfo{ErrorType: "bind", Message: "address in use"}}},
+			}},
+		{Resource: "ahp-tunnel:/h1", Direction: rpc.TunnelHostToClient, RequestedLocalAddress: rpc.TunnelAddress{Host: "::1", Port: 5000},
+			RequestedRemoteAddress: rpc.TunnelAddress{Host: "::1", Port: 5000}, RequestedBy: rpc.TunnelRequester{Kind: "host"}},
+	}
+}
+
+// TestLsForwards: ls lists every forward of the tunnels channel, both
+// directions, who asked, each participant with where it listens (the
+// effective address once ready) and its lifecycle with the reason, peer
+// text escaped.
+func TestLsForwards(t *testing.T) {
+	var out bytes.Buffer
+	st := lsState()
+	st.Terminals = st.Terminals[:1]
+	if err := writeHost(&out, st, lsTunnels(), false, ""); err != nil {
+		t.Fatal(err)
+	}
+	want := `TERMINAL  TITLE  CLAIM      ATTACHED      STATUS
+t-att     sh     client:c1  c1,c2\x1b[2J  attached
+
+FORWARD  DIRECTION  BY    CLIENT  LISTEN           TO              STATE
+r1       -R         c1    c1      127.0.0.1:41000  localhost:8080  ready
+r2       -R         c2    c2      127.0.0.1:9000   127.0.0.1:5432  unavailable (link lost\x1b[2J)
+l1       -L         c1    c1      127.0.0.1:3001   127.0.0.1:3000  ready
+l1       -L         c1    c3      127.0.0.1:3000   127.0.0.1:3000  failed (address in use)
+h1       -L         host  -       [::1]:5000       [::1]:5000      -
+`
+	if out.String() != want {
+		t.Errorf("ls printed\n%s\nwant\n%s", out.String(), want)
+	}
+}
+
+// TestLsForwardsJSON: ls --json has "tunnels", the TunnelsState with
+// every entry as the host sent it (a hostToClient entry's "clients" even
+// when empty); without a tunnels channel it has none.
+func TestLsForwardsJSON(t *testing.T) {
+	var out bytes.Buffer
+	if err := writeHost(&out, lsState(), lsTunnels(), true, ""); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Tunnels *struct {
+			Ports []json.RawMessage `json:"ports"`
+		} `json:"tunnels"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("ls --json: %v\n%s", err, out.String())
+	}
+	if got.Tunnels == nil || len(got.Tunnels.Ports) != 4 {
+		t.Fatalf("ls --json tunnels: %s", out.String())
+	}
+	for i, p := range lsTunnels() {
+		want, _ := json.Marshal(p)
+		var a, b any
+		_ = json.Unmarshal(want, &a)
+		_ = json.Unmarshal(got.Tunnels.Ports[i], &b)
+		if aj, bj := fmt.Sprint(a), fmt.Sprint(b); aj != bj {
+			t.Errorf("entry %d: %s, want %s", i, got.Tunnels.Ports[i], want)
+		}
+	}
+	if !bytes.Contains(got.Tunnels.Ports[3], []byte(`"clients": []`)) {
+		t.Errorf("host-requested entry lacks \"clients\": []: %s", got.Tunnels.Ports[3])
+	}
+	out.Reset()
+	if err := writeHost(&out, lsState(), nil, true, ""); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(out.Bytes(), []byte(`"tunnels"`)) {
+		t.Errorf("ls --json without a tunnels channel has \"tunnels\":\n%s", out.String())
+	}
+}
+
 // TestLsPreview: with the daemon's address known, every listening port
 // has its preview URL, in the table and in --json.
 func TestLsPreview(t *testing.T) {
@@ -85,7 +176,7 @@ func TestLsPreview(t *testing.T) {
 		Ports: []rpc.ListeningPort{{Address: "127.0.0.1", Port: 3000, Process: "node"}, {Address: "::", Port: 8080}}}
 	pre := previewPrefix("wss://h.example:4433/vm1/ahp")
 	var out bytes.Buffer
-	if err := writeHost(&out, st, false, pre); err != nil {
+	if err := writeHost(&out, st, nil, false, pre); err != nil {
 		t.Fatal(err)
 	}
 	want := `TERMINAL  TITLE  CLAIM  ATTACHED  STATUS
@@ -98,7 +189,7 @@ LISTENING       PROCESS  PREVIEW
 		t.Errorf("ls printed\n%s\nwant\n%s", out.String(), want)
 	}
 	out.Reset()
-	if err := writeHost(&out, st, true, pre); err != nil {
+	if err := writeHost(&out, st, nil, true, pre); err != nil {
 		t.Fatal(err)
 	}
 	var got struct {
