@@ -113,7 +113,11 @@ func TestPartialMessagesBounded(t *testing.T) {
 // a bounded amount of log.
 func TestClientIDBounded(t *testing.T) {
 	t.Parallel()
-	srv, logs := newLoggingServer(t, hclog.Info, nil)
+	// The connection never initializes; what it sends (two 1 MB
+	// messages, then 200 bad ones) must all be answered before
+	// initialize_timeout closes it, which on a machine loaded many times
+	// over (race detector on) took more than the default 10 s.
+	srv, logs := newLoggingServer(t, hclog.Info, func(c *config.Config) { c.Listener.InitializeTimeout = time.Minute })
 	hc := connect(t, srv)
 	huge := strings.Repeat("c", 1000000)
 	e := hc.callErr(rpc.MethodInitialize, rpc.InitializeParams{Channel: rpc.RootChannel, ProtocolVersions: []string{"0.5.0"}, ClientID: huge}, rpc.CodeInvalidParams)
