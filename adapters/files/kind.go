@@ -479,9 +479,47 @@ func (k *Kind) stat(_ context.Context, _ adapters.Caller, params json.RawMessage
 	return res, nil
 }
 
+// listBatch is how many names files/list reads from a directory at once.
+const listBatch = 256
+
+// pageNames reads d's names in batches of listBatch and returns the
+// smallest limit of those after cursor, in order, and whether more
+// follow. It never holds more than 2×limit+listBatch names (held is the
+// most it held), whatever the directory's size: past 2×limit the names
+// are sorted and cut to limit, and a name above the last kept one is
+// dropped as read.
+func pageNames(d interface{ Readdirnames(int) ([]string, error) }, cursor string, limit int) (names []string, more bool, held int, err error) {
+	ceiling := "" // once more: names above it are not on this page
+	for {
+		batch, err := d.Readdirnames(listBatch)
+		for _, n := range batch {
+			if n > cursor && (!more || n < ceiling) {
+				names = append(names, n)
+			}
+		}
+		held = max(held, len(names))
+		if len(names) > 2*limit {
+			slices.Sort(names)
+			names, more = names[:limit], true
+			ceiling = names[limit-1]
+		}
+		if err == io.EOF || len(batch) == 0 {
+			break
+		}
+		if err != nil {
+			return nil, false, held, err
+		}
+	}
+	slices.Sort(names)
+	if len(names) > limit {
+		names, more = names[:limit], true
+	}
+	return names, more, held, nil
+}
+
 // list is files/list: the names after the cursor are read in batches and
-// only the smallest limit of them kept (memory bounded by the page, not
-// the directory).
+// only the smallest limit of them kept (pageNames: memory bounded by the
+// page, not the directory).
 func (k *Kind) list(_ context.Context, _ adapters.Caller, params json.RawMessage) (any, *rpc.Error) {
 	var p rpc.FilesListParams
 	if e := rpc.DecodeParams(params, &p); e != nil {
@@ -502,29 +540,9 @@ func (k *Kind) list(_ context.Context, _ adapters.Caller, params json.RawMessage
 		return nil, fsError(p.Path, err)
 	}
 	defer d.Close()
-	var names []string
-	more := false
-	for {
-		batch, err := d.Readdirnames(256)
-		for _, n := range batch {
-			if n > p.Cursor {
-				names = append(names, n)
-			}
-		}
-		if len(names) > 2*limit {
-			slices.Sort(names)
-			names, more = names[:limit], true
-		}
-		if err == io.EOF || len(batch) == 0 {
-			break
-		}
-		if err != nil {
-			return nil, fsError(p.Path, err)
-		}
-	}
-	slices.Sort(names)
-	if len(names) > limit {
-		names, more = names[:limit], true
+	names, more, _, err := pageNames(d, p.Cursor, limit)
+	if err != nil {
+		return nil, fsError(p.Path, err)
 	}
 	res := rpc.FilesListResult{Entries: make([]rpc.FileInfo, 0, len(names))}
 	for _, n := range names {
