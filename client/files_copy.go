@@ -217,8 +217,11 @@ func downloadOnce(ctx context.Context, c *Conn, remote, entry string, dir *os.Ro
 	if entry != "" {
 		name = path.Join(remote, entry)
 	}
-	st, err := c.StatFile(ctx, name, true)
-	if err != nil {
+	// The host hashed what it sent as it read it (the prefix we kept
+	// included): its sum, with the file unchanged since the open, is
+	// checked against ours without reading the file again.
+	var st rpc.FileInfo
+	if err := c.Call(ctx, rpc.MethodFilesStat, rpc.FilesStatParams{Path: name, SHA256: true, Channel: stream.Channel()}, &st); err != nil {
 		return n, err
 	}
 	if sum := hex.EncodeToString(h.Sum(nil)); st.SHA256 != sum {
