@@ -357,6 +357,10 @@ func downloadTree(ctx context.Context, c *Conn, remote, dest string, opts CopyOp
 				fail(e.name, err)
 				continue
 			}
+			if err := lchtimesIn(root, e.name, time.Unix(0, e.info.MtimeNs)); err != nil {
+				fail(e.name, err)
+				continue
+			}
 			res.Entries++
 		case rpc.FileRegular:
 			files = append(files, e)
@@ -594,7 +598,8 @@ func uploadTree(ctx context.Context, c *Conn, local, dest string, top os.FileInf
 				fail(e.name, err)
 				continue
 			}
-			if err := c.PutEntry(ctx, rpc.FilesPutParams{Path: dest, Entry: e.name, Type: rpc.FileSymlink, Target: target}); err != nil {
+			mt := e.fi.ModTime().UnixNano()
+			if err := c.PutEntry(ctx, rpc.FilesPutParams{Path: dest, Entry: e.name, Type: rpc.FileSymlink, Target: target, MtimeNs: &mt}); err != nil {
 				fail(e.name, err)
 				continue
 			}

@@ -141,7 +141,7 @@ type FilesListResult struct {
 // Path itself, without Entry) as a directory (Type FileDir: made if
 // missing, then given FileMode and MtimeNs) or a symbolic link to
 // Target (FileSymlink: a Target that would lead out of Path is
-// refused).
+// refused; MtimeNs is the link's own, not its target's).
 type FilesPutParams struct {
 	Path     string  `json:"path"`
 	Entry    string  `json:"entry,omitempty"`

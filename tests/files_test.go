@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sidecar-dev/sidecar/tests/fault"
 )
 
@@ -314,6 +316,12 @@ func TestCPTree(t *testing.T) {
 	if err := os.Symlink("../e1", filepath.Join(src, "d01", "e0", "up")); err != nil {
 		t.Fatal(err)
 	}
+	for i, l := range []string{"link", "d01/e0/up"} { // links keep their own mtime
+		tv := []unix.Timeval{{Sec: 1_600_000_000 + int64(i)}, {Sec: 1_600_000_000 + int64(i), Usec: 250_000}}
+		if err := unix.Lutimes(filepath.Join(src, l), tv); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := os.Chmod(filepath.Join(src, "d02"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +340,7 @@ func TestCPTree(t *testing.T) {
 			t.Fatalf("diff -r %s %s: %v\n%s", src, d, err, tail(string(out), 2000))
 		}
 		stats := func(root string) string {
-			out, err := exec.Command("sh", "-c", "cd "+root+" && { find . ! -type l -printf '%p %M %T@\\n'; find . -type l -printf '%p %l\\n'; } | sort").Output()
+			out, err := exec.Command("sh", "-c", "cd "+root+" && { find . ! -type l -printf '%p %M %T@\\n'; find . -type l -printf '%p %l %T@\\n'; } | sort").Output()
 			if err != nil {
 				t.Fatal(err)
 			}

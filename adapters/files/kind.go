@@ -630,6 +630,11 @@ func (k *Kind) put(_ context.Context, _ adapters.Caller, params json.RawMessage)
 		if err := dir.Symlink(p.Target, base); err != nil {
 			return nil, fsError(full, err)
 		}
+		if p.MtimeNs != nil {
+			if err := Lchtimes(dir, base, time.Unix(0, *p.MtimeNs)); err != nil {
+				return nil, fsError(full, err)
+			}
+		}
 	case rpc.FileDir:
 		if err := dir.Mkdir(base, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 			return nil, fsError(full, err)
