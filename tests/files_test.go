@@ -72,7 +72,7 @@ func tcpCuts(r *fault.TCP) faulter {
 	return faulter{
 		traffic: func() int64 { return r.Bytes(fault.Up) + r.Bytes(fault.Down) },
 		fault:   func(*testing.T) { r.Cut() },
-		every:   cpFileSize / (cpFaults + 2),
+		every:   cpFileSize / (cpFaults + 4),
 	}
 }
 
@@ -95,8 +95,8 @@ func udpFaults(u *fault.UDP) faulter {
 			}
 		},
 		// Up to 1,400 payload bytes a datagram one way (and fewer ACKs
-		// the other): at least cpFaults+2 intervals in one copy.
-		every: cpFileSize / 1400 / (cpFaults + 2),
+		// the other): at least cpFaults+4 intervals in one copy.
+		every: cpFileSize / 1400 / (cpFaults + 4),
 	}
 }
 
