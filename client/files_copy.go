@@ -33,8 +33,37 @@ type CopyOptions struct {
 	Progress func(n int64)
 	// Planned, when set, is told the total bytes to copy once known.
 	Planned func(total int64)
-	// Parallel bounds the files copied at once (4 when 0).
+	// Parallel bounds the files of a tree copied at once, each on its
+	// own channel (DefaultParallel when 0 or less).
 	Parallel int
+}
+
+// DefaultParallel is how many files of a tree are copied at once by
+// default: enough to hide a round trip per small file, few enough that
+// the host's files.max_per_principal (16 by default) leaves room for
+// other transfers.
+const DefaultParallel = 4
+
+// copyEach calls fn for every item, at most parallel at once
+// (DefaultParallel when 0 or less), and returns when all calls have.
+func copyEach[T any](parallel int, items []T, fn func(T)) {
+	if parallel <= 0 {
+		parallel = DefaultParallel
+	}
+	work := make(chan T)
+	var wg sync.WaitGroup
+	for range min(parallel, len(items)) {
+		wg.Go(func() {
+			for it := range work {
+				fn(it)
+			}
+		})
+	}
+	for _, it := range items {
+		work <- it
+	}
+	close(work)
+	wg.Wait()
 }
 
 // CopyError is one entry not copied: its path (the source's) and why.
@@ -188,8 +217,11 @@ func downloadOnce(ctx context.Context, c *Conn, remote, entry string, dir *os.Ro
 	if entry != "" {
 		name = path.Join(remote, entry)
 	}
-	st, err := c.StatFile(ctx, name, true)
-	if err != nil {
+	// The host hashed what it sent as it read it (the prefix we kept
+	// included): its sum, with the file unchanged since the open, is
+	// checked against ours without reading the file again.
+	var st rpc.FileInfo
+	if err := c.Call(ctx, rpc.MethodFilesStat, rpc.FilesStatParams{Path: name, SHA256: true, Channel: stream.Channel()}, &st); err != nil {
 		return n, err
 	}
 	if sum := hex.EncodeToString(h.Sum(nil)); st.SHA256 != sum {
@@ -325,6 +357,10 @@ func downloadTree(ctx context.Context, c *Conn, remote, dest string, opts CopyOp
 				fail(e.name, err)
 				continue
 			}
+			if err := lchtimesIn(root, e.name, time.Unix(0, e.info.MtimeNs)); err != nil {
+				fail(e.name, err)
+				continue
+			}
 			res.Entries++
 		case rpc.FileRegular:
 			files = append(files, e)
@@ -332,35 +368,24 @@ func downloadTree(ctx context.Context, c *Conn, remote, dest string, opts CopyOp
 			fail(e.name, errors.New("not a regular file, directory or symbolic link (a device?): refused"))
 		}
 	}
-	work := make(chan treeEntry)
-	var wg sync.WaitGroup
-	for range max(opts.Parallel, 4) {
-		wg.Go(func() {
-			for e := range work {
-				dir, err := openParent(root, e.name)
-				if err != nil {
-					fail(e.name, err)
-					continue
-				}
-				n, err := downloadFile(ctx, c, remote, e.name, dir, path.Base(e.name), opts.Progress)
-				dir.Close()
-				mu.Lock()
-				res.Bytes += n
-				if err != nil {
-					res.Failed = append(res.Failed, CopyError{Path: path.Join(remote, e.name), Err: err})
-				} else {
-					res.Files++
-					res.Entries++
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	for _, e := range files {
-		work <- e
-	}
-	close(work)
-	wg.Wait()
+	copyEach(opts.Parallel, files, func(e treeEntry) {
+		dir, err := openParent(root, e.name)
+		if err != nil {
+			fail(e.name, err)
+			return
+		}
+		n, err := downloadFile(ctx, c, remote, e.name, dir, path.Base(e.name), opts.Progress)
+		dir.Close()
+		mu.Lock()
+		res.Bytes += n
+		if err != nil {
+			res.Failed = append(res.Failed, CopyError{Path: path.Join(remote, e.name), Err: err})
+		} else {
+			res.Files++
+			res.Entries++
+		}
+		mu.Unlock()
+	})
 	// Directories last, deepest first: their modes and times, once their
 	// contents no longer change them.
 	for _, e := range slices.Backward(entries) {
@@ -573,7 +598,8 @@ func uploadTree(ctx context.Context, c *Conn, local, dest string, top os.FileInf
 				fail(e.name, err)
 				continue
 			}
-			if err := c.PutEntry(ctx, rpc.FilesPutParams{Path: dest, Entry: e.name, Type: rpc.FileSymlink, Target: target}); err != nil {
+			mt := e.fi.ModTime().UnixNano()
+			if err := c.PutEntry(ctx, rpc.FilesPutParams{Path: dest, Entry: e.name, Type: rpc.FileSymlink, Target: target, MtimeNs: &mt}); err != nil {
 				fail(e.name, err)
 				continue
 			}
@@ -584,29 +610,18 @@ func uploadTree(ctx context.Context, c *Conn, local, dest string, top os.FileInf
 			fail(e.name, errors.New("not a regular file, directory or symbolic link (a device?): not copied"))
 		}
 	}
-	work := make(chan ent)
-	var wg sync.WaitGroup
-	for range max(opts.Parallel, 4) {
-		wg.Go(func() {
-			for e := range work {
-				n, err := uploadFile(ctx, c, filepath.Join(local, e.name), dest, e.name, opts.Progress)
-				mu.Lock()
-				res.Bytes += n
-				if err != nil {
-					res.Failed = append(res.Failed, CopyError{Path: filepath.Join(local, e.name), Err: err})
-				} else {
-					res.Files++
-					res.Entries++
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	for _, e := range files {
-		work <- e
-	}
-	close(work)
-	wg.Wait()
+	copyEach(opts.Parallel, files, func(e ent) {
+		n, err := uploadFile(ctx, c, filepath.Join(local, e.name), dest, e.name, opts.Progress)
+		mu.Lock()
+		res.Bytes += n
+		if err != nil {
+			res.Failed = append(res.Failed, CopyError{Path: filepath.Join(local, e.name), Err: err})
+		} else {
+			res.Files++
+			res.Entries++
+		}
+		mu.Unlock()
+	})
 	putDir := func(name string, fi os.FileInfo) {
 		m, t := wireMode(fi.Mode()), fi.ModTime().UnixNano()
 		if err := c.PutEntry(ctx, rpc.FilesPutParams{Path: dest, Entry: name, Type: rpc.FileDir, FileMode: &m, MtimeNs: &t}); err != nil {

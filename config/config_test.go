@@ -800,3 +800,41 @@ func TestCloneDefaultDeep(t *testing.T) {
 		t.Errorf("Config's reference fields %v, cloneDefault copies %v: copy the new ones", refs, want)
 	}
 }
+
+// TestValidateFiles: the files block's paths must be absolute and clean
+// (the clean form is suggested), its bounds positive and per principal
+// at most the total; a loaded file's diagnostic points at the attribute.
+func TestValidateFiles(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		edit func(c *Config)
+		want string // "" for valid, else the whole diagnostic
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"empty lists refuse everything", func(c *Config) { c.Files.Read, c.Files.Write = []string{}, nil }, ""},
+		{"several", func(c *Config) { c.Files.Read, c.Files.Write = []string{"/srv", "/tmp"}, []string{"/tmp"} }, ""},
+		{"read relative", func(c *Config) { c.Files.Read = []string{"srv"} }, `Invalid files.read: "srv" must be an absolute, clean path ("/srv")`},
+		{"write not clean", func(c *Config) { c.Files.Write = []string{"/srv/../tmp/"} }, `Invalid files.write: "/srv/../tmp/" must be an absolute, clean path ("/tmp")`},
+		{"per principal zero", func(c *Config) { c.Files.MaxPerPrincipal = 0 }, "Invalid files.max_per_principal: must be greater than 0 transfers, got 0"},
+		{"total negative", func(c *Config) { c.Files.MaxTotal = -1 }, "Invalid files.max_total: must be greater than 0 transfers, got -1"},
+		{"per principal equal", func(c *Config) { c.Files.MaxPerPrincipal, c.Files.MaxTotal = 8, 8 }, ""},
+		{"per principal over", func(c *Config) { c.Files.MaxPerPrincipal, c.Files.MaxTotal = 9, 8 }, "Invalid files.max_per_principal: max_per_principal (9 transfers) is greater than max_total (8)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.edit(c)
+			err := c.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("Validate: %v", err)
+			case tt.want != "" && (err == nil || err.Error() != tt.want):
+				t.Errorf("Validate: %v\nwant %q", err, tt.want)
+			}
+		})
+	}
+	p := writeFile(t, "files.hcl", "files {\n  read = [\"/\"]\n  write = [\"tmp\"]\n}\n")
+	_, err := Load(p)
+	if want := p + `:3:11: Invalid files.write: "tmp" must be an absolute, clean path ("/tmp")`; err == nil || err.Error() != want {
+		t.Errorf("Load: %v\nwant %q", err, want)
+	}
+}

@@ -95,10 +95,15 @@ type FilesOpenResult struct {
 
 // FilesStatParams is files/stat: Path (absolute; a symbolic link is
 // described, not followed). With SHA256 the result has the regular
-// file's SHA-256.
+// file's SHA-256. With SHA256 and Channel, a file channel of this client
+// that read Path to its end, the SHA-256 is of the bytes that channel
+// sent (hashed as they were read, so the file is not read again), when
+// the file's size and modification time did not change meanwhile; else
+// the file is hashed now.
 type FilesStatParams struct {
-	Path   string `json:"path"`
-	SHA256 bool   `json:"sha256,omitempty"`
+	Path    string `json:"path"`
+	SHA256  bool   `json:"sha256,omitempty"`
+	Channel string `json:"channel,omitempty"`
 }
 
 // FileInfo describes one file: its Name (in a listing; the base name in
@@ -136,7 +141,7 @@ type FilesListResult struct {
 // Path itself, without Entry) as a directory (Type FileDir: made if
 // missing, then given FileMode and MtimeNs) or a symbolic link to
 // Target (FileSymlink: a Target that would lead out of Path is
-// refused).
+// refused; MtimeNs is the link's own, not its target's).
 type FilesPutParams struct {
 	Path     string  `json:"path"`
 	Entry    string  `json:"entry,omitempty"`

@@ -23,14 +23,30 @@ func PartialName(base string) string { return "." + base + PartialSuffix }
 
 // reader is the Endpoint of a file being read: the channel's stream is
 // the file from its offset on; the client sends nothing (a byte it sends
-// resets the channel).
+// resets the channel). The bytes are hashed as they are read (h holds
+// the prefix the client kept); at the end of the file the sum is given
+// to ended, with whether the file's size and modification time are
+// still those of the open.
 type reader struct {
-	f    *os.File
-	done func()
-	once sync.Once
+	f     *os.File
+	h     hash.Hash
+	size  int64
+	mtime time.Time
+	ended func(sum string, unchanged bool)
+	done  func()
+	once  sync.Once
 }
 
-func (r *reader) Read(p []byte) (int, error) { return r.f.Read(p) }
+func (r *reader) Read(p []byte) (int, error) {
+	n, err := r.f.Read(p)
+	r.h.Write(p[:n])
+	if err == io.EOF && r.ended != nil {
+		fi, serr := r.f.Stat()
+		r.ended(hex.EncodeToString(r.h.Sum(nil)), serr == nil && fi.Size() == r.size && fi.ModTime().Equal(r.mtime))
+		r.ended = nil
+	}
+	return n, err
+}
 
 func (r *reader) Write([]byte) (int, error) {
 	return 0, errors.New("a file channel opened for reading takes no data")

@@ -38,6 +38,8 @@ type Kind struct {
 
 	mu      sync.Mutex
 	writing map[string]*writer // partial files being written, by path
+
+	sent sentSums // what read channels sent, for files/stat
 }
 
 // NewKind is the file kind's adapters.Factory: the files block's policy
@@ -109,8 +111,9 @@ func (k *Kind) Advertise(res *rpc.InitializeResult) {
 // except those parked for a reconnect.
 func (k *Kind) ConnEnded(conn adapters.ConnID) { k.tb.CloseConn(conn, "client connection closed") }
 
-// ClientGone implements adapters.Kind: nothing.
-func (k *Kind) ClientGone(string) {}
+// ClientGone implements adapters.Kind: the sums of what the client's
+// read channels sent are forgotten.
+func (k *Kind) ClientGone(clientID string) { k.sent.forget(clientID) }
 
 // Metrics implements adapters.Kind: sidecar_file_transfers.
 func (k *Kind) Metrics() []adapters.Metric {
@@ -239,21 +242,29 @@ func (k *Kind) openRead(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Err
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "%s is %s, not a regular file: refused", full, describe(fi.Mode()))
 	}
 	res := rpc.FilesOpenResult{Size: fi.Size(), FileMode: uint32(fi.Mode()&(fs.ModePerm)) | setBits(fi.Mode()), MtimeNs: fi.ModTime().UnixNano()}
+	h := newHash()
 	if pr := p.Prefix; pr != nil && pr.Size > 0 && pr.Size <= fi.Size() {
-		h := newHash()
 		if err := hashPrefix(f, pr.Size, h); err != nil {
 			f.Close()
 			return nil, fsError(full, err)
 		}
 		if hex.EncodeToString(h.Sum(nil)) == pr.SHA256 {
 			res.Offset = pr.Size
+		} else {
+			h.Reset()
 		}
 	}
 	if _, err := f.Seek(res.Offset, io.SeekStart); err != nil {
 		f.Close()
 		return nil, fsError(full, err)
 	}
-	if e := k.tb.Attach(c, p.Channel, rpc.FileStream, &reader{f: f, done: func() {}}); e != nil {
+	r := &reader{f: f, h: h, size: fi.Size(), mtime: fi.ModTime(), done: func() {}}
+	r.ended = func(sum string, unchanged bool) {
+		if unchanged {
+			k.sent.put(p.Channel, sentSum{clientID: c.ClientID, path: full, sha256: sum})
+		}
+	}
+	if e := k.tb.Attach(c, p.Channel, rpc.FileStream, r); e != nil {
 		return nil, e
 	}
 	k.log.Debug("file opened for reading", "client", c.ClientID, "path", full, "offset", res.Offset)
@@ -445,7 +456,7 @@ func info(name string, fi fs.FileInfo) rpc.FileInfo {
 }
 
 // stat is files/stat.
-func (k *Kind) stat(_ context.Context, _ adapters.Caller, params json.RawMessage) (any, *rpc.Error) {
+func (k *Kind) stat(_ context.Context, c adapters.Caller, params json.RawMessage) (any, *rpc.Error) {
 	var p rpc.FilesStatParams
 	if e := rpc.DecodeParams(params, &p); e != nil {
 		return nil, e
@@ -464,6 +475,12 @@ func (k *Kind) stat(_ context.Context, _ adapters.Caller, params json.RawMessage
 	if res.Type == rpc.FileSymlink {
 		res.Target, _ = os.Readlink(p.Path)
 	}
+	if p.SHA256 && res.Type == rpc.FileRegular && p.Channel != "" {
+		if s, ok := k.sent.take(p.Channel, c.ClientID, p.Path); ok {
+			res.SHA256 = s
+			return res, nil
+		}
+	}
 	if p.SHA256 && res.Type == rpc.FileRegular {
 		f, err := os.OpenFile(p.Path, os.O_RDONLY|syscallNoFollow|syscallNonblock, 0)
 		if err != nil {
@@ -479,9 +496,47 @@ func (k *Kind) stat(_ context.Context, _ adapters.Caller, params json.RawMessage
 	return res, nil
 }
 
+// listBatch is how many names files/list reads from a directory at once.
+const listBatch = 256
+
+// pageNames reads d's names in batches of listBatch and returns the
+// smallest limit of those after cursor, in order, and whether more
+// follow. It never holds more than 2×limit+listBatch names (held is the
+// most it held), whatever the directory's size: past 2×limit the names
+// are sorted and cut to limit, and a name above the last kept one is
+// dropped as read.
+func pageNames(d interface{ Readdirnames(int) ([]string, error) }, cursor string, limit int) (names []string, more bool, held int, err error) {
+	ceiling := "" // once more: names above it are not on this page
+	for {
+		batch, err := d.Readdirnames(listBatch)
+		for _, n := range batch {
+			if n > cursor && (!more || n < ceiling) {
+				names = append(names, n)
+			}
+		}
+		held = max(held, len(names))
+		if len(names) > 2*limit {
+			slices.Sort(names)
+			names, more = names[:limit], true
+			ceiling = names[limit-1]
+		}
+		if err == io.EOF || len(batch) == 0 {
+			break
+		}
+		if err != nil {
+			return nil, false, held, err
+		}
+	}
+	slices.Sort(names)
+	if len(names) > limit {
+		names, more = names[:limit], true
+	}
+	return names, more, held, nil
+}
+
 // list is files/list: the names after the cursor are read in batches and
-// only the smallest limit of them kept (memory bounded by the page, not
-// the directory).
+// only the smallest limit of them kept (pageNames: memory bounded by the
+// page, not the directory).
 func (k *Kind) list(_ context.Context, _ adapters.Caller, params json.RawMessage) (any, *rpc.Error) {
 	var p rpc.FilesListParams
 	if e := rpc.DecodeParams(params, &p); e != nil {
@@ -502,29 +557,9 @@ func (k *Kind) list(_ context.Context, _ adapters.Caller, params json.RawMessage
 		return nil, fsError(p.Path, err)
 	}
 	defer d.Close()
-	var names []string
-	more := false
-	for {
-		batch, err := d.Readdirnames(256)
-		for _, n := range batch {
-			if n > p.Cursor {
-				names = append(names, n)
-			}
-		}
-		if len(names) > 2*limit {
-			slices.Sort(names)
-			names, more = names[:limit], true
-		}
-		if err == io.EOF || len(batch) == 0 {
-			break
-		}
-		if err != nil {
-			return nil, fsError(p.Path, err)
-		}
-	}
-	slices.Sort(names)
-	if len(names) > limit {
-		names, more = names[:limit], true
+	names, more, _, err := pageNames(d, p.Cursor, limit)
+	if err != nil {
+		return nil, fsError(p.Path, err)
 	}
 	res := rpc.FilesListResult{Entries: make([]rpc.FileInfo, 0, len(names))}
 	for _, n := range names {
@@ -594,6 +629,11 @@ func (k *Kind) put(_ context.Context, _ adapters.Caller, params json.RawMessage)
 		}
 		if err := dir.Symlink(p.Target, base); err != nil {
 			return nil, fsError(full, err)
+		}
+		if p.MtimeNs != nil {
+			if err := Lchtimes(dir, base, time.Unix(0, *p.MtimeNs)); err != nil {
+				return nil, fsError(full, err)
+			}
 		}
 	case rpc.FileDir:
 		if err := dir.Mkdir(base, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {

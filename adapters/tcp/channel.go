@@ -445,6 +445,15 @@ var bufs = bufpool.New(8, 16<<10, 1<<20)
 // URI implements adapters.Channel.
 func (tc *Channel) URI() string { return tc.id }
 
+// what names the channel in log lines: "file" for a file channel
+// (TableConfig.Label "file"), else "TCP connection".
+func (tc *Channel) what() string {
+	if tc.tb.cfg.Label == "file" {
+		return "file"
+	}
+	return "TCP connection"
+}
+
 // Traits implements adapters.Channel: windowed only, with the tcp
 // block's limits, within the client's window budget.
 func (tc *Channel) Traits() adapters.Traits {
@@ -503,7 +512,7 @@ func (tc *Channel) Park(sub adapters.Subscriber) bool {
 	}
 	tc.sub = nil
 	tc.parked = true
-	tc.log.Debug("TCP connection parked for a reconnect", "retained", tc.ret.Size(), "read", tc.readOff, "received", tc.recvOff)
+	tc.log.Debug(tc.what()+" parked for a reconnect", "retained", tc.ret.Size(), "read", tc.readOff, "received", tc.recvOff)
 	return true
 }
 
@@ -559,7 +568,7 @@ func (tc *Channel) Reclaim(conn adapters.ConnID, peer rpc.StreamOffsets) (rpc.St
 	tc.res.Move(conn)
 	ours := rpc.StreamOffsets{Received: uint64(tc.recvOff), EOF: tc.eofRecv}
 	tc.mu.Unlock()
-	tc.log.Debug("TCP connection resumed", "resend", len(again), "resend_bytes", total, "from", peer.Received)
+	tc.log.Debug(tc.what()+" resumed", "resend", len(again), "resend_bytes", total, "from", peer.Received)
 	return ours, nil
 }
 
@@ -1026,9 +1035,9 @@ func (tc *Channel) end(reason string, reset, tell bool) {
 		_ = sock.Close()
 	}
 	if reset { // routine (clients and destinations reset all the time): debug
-		tc.log.Debug("TCP connection reset", "reason", reason)
+		tc.log.Debug(tc.what()+" reset", "reason", reason)
 	} else {
-		tc.log.Debug("TCP connection closed", "reason", reason)
+		tc.log.Debug(tc.what()+" closed", "reason", reason)
 	}
 	if tell && sub != nil {
 		sub.PushControl(tc.enc.Reset())

@@ -64,7 +64,12 @@ usage error; 255 when the connection cannot be made.`,
 }
 
 // splitRemote splits a URL:PATH argument (or :PATH with via), PATH
-// absolute; ok false when arg is local.
+// absolute; ok false when arg is local: it does not start with a URL
+// scheme and "://" (a local name may hold "://" further on). The path
+// starts at the first ":/" after the scheme's "://", so a URL that holds
+// ":/" itself (in its path or query) cannot be written here. A remote
+// argument without ":/" gives what follows the last ':' after the host
+// as a relative path, which the caller refuses by name.
 func splitRemote(arg string, via bool) (url, path string, ok bool) {
 	if via && strings.HasPrefix(arg, ":/") {
 		return viaURL, arg[1:], true
@@ -73,14 +78,21 @@ func splitRemote(arg string, via bool) (url, path string, ok bool) {
 		return viaURL, arg[len(viaURL)+1:], true
 	}
 	i := strings.Index(arg, "://")
-	if i < 0 {
+	if i <= 0 || strings.IndexFunc(arg[:i], func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '+' || r == '-' || r == '.')
+	}) >= 0 {
 		return "", "", false
 	}
-	j := strings.Index(arg[i+3:], ":/")
-	if j < 0 {
-		return arg, "", true // no path: refused by the caller
+	rest := arg[i+3:]
+	if j := strings.Index(rest, ":/"); j >= 0 {
+		return arg[:i+3+j], rest[j+1:], true
 	}
-	return arg[:i+3+j], arg[i+3+j+1:], true
+	if slash := strings.IndexByte(rest, '/'); slash >= 0 {
+		if k := strings.LastIndexByte(rest, ':'); k > slash {
+			return arg[:i+3+k], rest[k+1:], true // relative: refused by the caller
+		}
+	}
+	return arg, "", true // no path: refused by the caller
 }
 
 func cp(cf *connFlags, a, b string, recursive bool) error {
