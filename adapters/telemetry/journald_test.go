@@ -63,7 +63,11 @@ func TestJournalFollowRestart(t *testing.T) {
 	s := newOrdSub("c", true)
 	ch.Subscribe(s)
 	waitFor(t, "backlog", s, func() bool { b, _ := s.bodies(t); return len(b) == 2 })
-	appendFile(t, journal, entryJSON("c4", "a.service", 7, "f1")+entryJSON("c5", "other.service", 7, "f-other"))
+	// Append once the follow runs (else the backlog's cat may read it).
+	waitFor(t, "journalctl --follow", s, func() bool {
+		return strings.Count(readFile(t, filepath.Join(dir, "args")), "\n") == 2
+	})
+	appendFile(t, journal, entryJSON("c4", "other.service", 7, "f-other")+entryJSON("c5", "a.service", 7, "f1"))
 	waitFor(t, "follow", s, func() bool { b, _ := s.bodies(t); return len(b) == 3 })
 	if b, _ := s.bodies(t); strings.Join(b, ",") != "b1,b3,f1" {
 		t.Fatalf("got %v", b)
