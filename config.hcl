@@ -176,6 +176,15 @@ telemetry {
   # page's process list). Only to processes of the terminals' user (terminal.user), as a
   # shell of theirs could; never pid 1 nor the daemon itself. Listing is always allowed.
   process_signals = true
+  # Files clients may tail as OTLP logs (ahp-otlp://logs/files, `sidecar logs --file`):
+  # absolute paths or globs, followed across rotation and truncation. Nothing by default;
+  # a client may subscribe only to a path listed or matched here.
+  # log_files = ["/var/log/app/*.log"]
+  log_files = []
+  # The systemd journal as OTLP logs (ahp-otlp://logs/journal, `sidecar logs --unit`),
+  # read with journalctl: "auto" offers it where /run/systemd/journal exists, "on" wherever
+  # journalctl runs (a container with the host's journal mounted), "off" never.
+  journal = "auto"
 }
 
 delivery {

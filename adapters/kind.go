@@ -165,6 +165,14 @@ type LogTee interface {
 	Logger() hclog.Logger
 }
 
+// Refuser is implemented by a kind that can say why Lookup found no
+// channel for a URI of its scheme (a log file outside the configuration,
+// a bad filter): subscribe answers that error instead of "no such
+// channel". Refuse returns nil when it has no more to say.
+type Refuser interface {
+	Refuse(uri string, caller Caller) *rpc.Error
+}
+
 // Refresher is implemented by a journaled channel that lists who is
 // attached (a terminal): Refresh is called when that changed without a
 // subscribe or an unsubscribe (a subscription parked for a reconnect is

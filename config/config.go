@@ -209,6 +209,14 @@ type Telemetry struct {
 	// those of the terminals' user (terminal.user), as a shell of theirs
 	// could, never pid 1 nor the daemon itself.
 	ProcessSignals bool
+	// LogFiles are the absolute paths or globs (filepath.Match syntax) of
+	// the files clients may tail on ahp-otlp://logs/files (nothing by
+	// default): a client may subscribe only to what they match.
+	LogFiles []string
+	// Journal is "auto" (the journal channel is offered where journalctl
+	// runs and /run/systemd/journal exists), "on" (wherever journalctl
+	// runs: a container with the host's journal mounted) or "off".
+	Journal string
 }
 
 // Delivery is block delivery: the limits the host accepts and offers for windowed
@@ -444,6 +452,8 @@ func (c *Config) schema() []section {
 		{"telemetry", []field{
 			{"interval", &c.Telemetry.Interval},
 			{"process_signals", &c.Telemetry.ProcessSignals},
+			{"log_files", &c.Telemetry.LogFiles},
+			{"journal", &c.Telemetry.Journal},
 		}},
 		{"delivery", []field{
 			{"window_bytes", &c.Delivery.WindowBytes},
@@ -894,6 +904,16 @@ func (c *Config) Validate() error {
 
 	// telemetry
 	v.duration("telemetry.interval", c.Telemetry.Interval)
+	for _, p := range c.Telemetry.LogFiles {
+		if _, err := filepath.Match(p, ""); err != nil || !filepath.IsAbs(p) || filepath.Clean(p) != p {
+			v.bad("telemetry.log_files", "%q must be an absolute, clean path or glob (%q)", p, filepath.Clean("/"+p))
+		}
+	}
+	switch c.Telemetry.Journal {
+	case "auto", "on", "off":
+	default:
+		v.bad("telemetry.journal", "must be \"auto\", \"on\" or \"off\", got %q", c.Telemetry.Journal)
+	}
 
 	// delivery
 	d := c.Delivery

@@ -60,7 +60,7 @@ func TestDefault(t *testing.T) {
 		Tunnels: Tunnels{MaxEntries: 256, MaxListenersPerPrincipal: 16, MaxConnectionsPerPrincipal: 256, MaxWaiting: 32,
 			WaitTimeout: 30 * time.Second},
 		Files:     Files{Read: []string{"/"}, Write: []string{"/"}, MaxPerPrincipal: 16, MaxTotal: 64},
-		Telemetry: Telemetry{Interval: time.Second, ProcessSignals: true},
+		Telemetry: Telemetry{Interval: time.Second, ProcessSignals: true, LogFiles: []string{}, Journal: "auto"},
 		Delivery: Delivery{WindowBytes: 262144, MaximumFrameBytes: 16384, MaxMessageBytes: 16 << 20, MaxPartialBytes: 16 << 20,
 			TransportQueueFrames: 32, OrdinaryQueueMessages: 1024, ProtectedQueueMessages: 256, WriteTimeout: 30 * time.Second,
 			MaxConcurrentRequests: 16, MaxSubscriptions: 256},
@@ -183,6 +183,8 @@ files {
 telemetry {
   interval        = "250ms"
   process_signals = false
+  log_files       = ["/var/log/app/*.log"]
+  journal         = "on"
 }
 delivery {
   window_bytes = 512
@@ -237,7 +239,7 @@ func TestLoadOverridesEverything(t *testing.T) {
 		Tunnels: Tunnels{AllowNonLoopback: true, AllowPrivilegedPorts: true, MaxEntries: 3, MaxListenersPerPrincipal: 4,
 			MaxConnectionsPerPrincipal: 5, MaxWaiting: 6, WaitTimeout: 7 * time.Second},
 		Files:     Files{Read: []string{"/srv", "/tmp"}, Write: []string{"/tmp"}, MaxPerPrincipal: 3, MaxTotal: 4},
-		Telemetry: Telemetry{Interval: 250 * time.Millisecond, ProcessSignals: false},
+		Telemetry: Telemetry{Interval: 250 * time.Millisecond, ProcessSignals: false, LogFiles: []string{"/var/log/app/*.log"}, Journal: "on"},
 		Delivery: Delivery{WindowBytes: 512, MaximumFrameBytes: 1024, MaxMessageBytes: 4096, MaxPartialBytes: 8192,
 			TransportQueueFrames: 8, OrdinaryQueueMessages: 9, ProtectedQueueMessages: 10, WriteTimeout: 5 * time.Second,
 			MaxConcurrentRequests: 9, MaxSubscriptions: 12},
@@ -595,6 +597,9 @@ func TestValidateTerminal(t *testing.T) {
 		{"tcp window too small", func(c *Config) { c.TCP.WindowBytes = 100 }, "Invalid tcp.window_bytes: must be at least 65536 UTF-16 bytes"},
 		{"tcp window smallest", func(c *Config) { c.TCP.WindowBytes, c.TCP.WindowBytesPerClient = 65536, 65536 }, ""},
 		{"tcp per client under window", func(c *Config) { c.TCP.WindowBytesPerClient = c.TCP.WindowBytes - 1 }, "Invalid tcp.window_bytes_per_client: must be at least window_bytes (33554432 UTF-16 bytes)"},
+		{"log file relative", func(c *Config) { c.Telemetry.LogFiles = []string{"app/*.log"} }, `Invalid telemetry.log_files: "app/*.log" must be an absolute, clean path or glob ("/app/*.log")`},
+		{"log file bad glob", func(c *Config) { c.Telemetry.LogFiles = []string{"/var/log/[x.log"} }, `Invalid telemetry.log_files: "/var/log/[x.log" must be an absolute`},
+		{"journal mode", func(c *Config) { c.Telemetry.Journal = "yes" }, `Invalid telemetry.journal: must be "auto", "on" or "off", got "yes"`},
 		{"zero total reported once", func(c *Config) { c.TCP.MaxTotal = 0 }, "Invalid tcp.max_total: must be greater than 0"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -770,6 +775,7 @@ func cloneDefault() *Config {
 	c.TCP.Allow = slices.Clone(c.TCP.Allow)
 	c.Files.Read = slices.Clone(c.Files.Read)
 	c.Files.Write = slices.Clone(c.Files.Write)
+	c.Telemetry.LogFiles = slices.Clone(c.Telemetry.LogFiles)
 	c.Listening = slices.Clone(c.Listening)
 	return &c
 }
@@ -796,7 +802,7 @@ func TestCloneDefaultDeep(t *testing.T) {
 	}
 	walk("", reflect.TypeFor[Config]())
 	// pos is replaced by checkDecode before decoding.
-	if want := []string{"Listener.Origins", "Terminal.Env", "TCP.Allow", "Files.Read", "Files.Write", "Listening", "pos"}; !slices.Equal(refs, want) {
+	if want := []string{"Listener.Origins", "Terminal.Env", "TCP.Allow", "Files.Read", "Files.Write", "Telemetry.LogFiles", "Listening", "pos"}; !slices.Equal(refs, want) {
 		t.Errorf("Config's reference fields %v, cloneDefault copies %v: copy the new ones", refs, want)
 	}
 }

@@ -77,6 +77,19 @@ func (reg *registry) lookup(uri string, caller adapters.Caller) adapters.Channel
 	return nil
 }
 
+// refusal returns why a kind refuses uri for caller (adapters.Refuser),
+// or nil.
+func (reg *registry) refusal(uri string, caller adapters.Caller) *rpc.Error {
+	for _, k := range reg.kinds {
+		if r, ok := k.(adapters.Refuser); ok {
+			if e := r.Refuse(uri, caller); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
 // advertise lets every kind add its capability to res.
 func (reg *registry) advertise(res *rpc.InitializeResult) {
 	for _, k := range reg.kinds {

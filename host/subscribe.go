@@ -19,6 +19,9 @@ func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
 	}
 	ch := c.s.channel(p.Channel, c.caller())
 	if ch == nil {
+		if e := c.s.kinds.refusal(p.Channel, c.caller()); e != nil {
+			return nil, nil, e
+		}
 		return nil, nil, rpc.Errorf(rpc.CodeNotFound, "no such channel: %s", p.Channel)
 	}
 	traits := ch.Traits()

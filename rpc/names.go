@@ -31,6 +31,14 @@ const (
 	// initialize result advertises it (with the optional level filter).
 	LogsChannel = "ahp-otlp://logs"
 	LogsPattern = "ahp-otlp://logs{?level}"
+	// LogFilesChannel and JournalChannel are the machine's logs (our
+	// extension, docs/protocol.md "The machine's logs"): configured files
+	// and the systemd journal; the Patterns are how initialize advertises
+	// them.
+	LogFilesChannel = "ahp-otlp://logs/files"
+	LogFilesPattern = "ahp-otlp://logs/files{?path*}"
+	JournalChannel  = "ahp-otlp://logs/journal"
+	JournalPattern  = "ahp-otlp://logs/journal{?unit,priority,since,until}"
 )
 
 // Methods of the control plane and of delivery (seed 000, ahp.md §2-§3).

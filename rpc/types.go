@@ -69,6 +69,14 @@ type TelemetryCapability struct {
 	// HistorySeconds is our extension: the host answers
 	// telemetry/history, reaching back this many seconds.
 	HistorySeconds int64 `json:"historySeconds,omitempty"`
+	// LogFiles is our extension: the files channel (LogFilesPattern),
+	// offered when telemetry.log_files lists any; LogFilePaths are those
+	// entries (paths and globs), what a path= may name or match.
+	LogFiles     string   `json:"logFiles,omitempty"`
+	LogFilePaths []string `json:"logFilePaths,omitempty"`
+	// Journal is our extension: the systemd journal channel
+	// (JournalPattern), offered where the host has a journal.
+	Journal string `json:"journal,omitempty"`
 }
 
 // ProcessesCapability is our extension to the initialize result: the

@@ -19,6 +19,7 @@ type Kind struct {
 	ts      *Channels
 	procs   *Processes
 	history *History
+	logs    *HostLogs
 }
 
 // NewKind is the telemetry kind's adapters.Factory.
@@ -29,14 +30,34 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 	}
 	history := NewHistory(env.Config.Telemetry.Interval)
 	history.Start()
-	return &Kind{procs: procs, history: history, ts: NewChannels(ChannelsConfig{
+	k := &Kind{procs: procs, history: history, ts: NewChannels(ChannelsConfig{
 		Interval:       env.Config.Telemetry.Interval,
 		ServiceVersion: env.Version,
 		Self:           env.Host,
 		Seq:            env.Journal.Seq,
 		Log:            env.Log,
-	})}, nil
+	})}
+	mode := env.Config.Telemetry.Journal
+	if mode == "" {
+		mode = "auto"
+	}
+	journal, why := JournalAvailable(mode, "journalctl")
+	log := k.ts.Logger().Named("telemetry")
+	if !journal {
+		log.Debug("no journal channel", "reason", why)
+	}
+	k.logs = NewHostLogs(HostLogsConfig{
+		Files:    env.Config.Telemetry.LogFiles,
+		Journal:  journal,
+		Resource: k.ts.sampler.Resource,
+		Seq:      env.Journal.Seq,
+		Log:      log,
+	})
+	return k, nil
 }
+
+// HostLogs returns the machine's log channels (tests).
+func (k *Kind) HostLogs() *HostLogs { return k.logs }
 
 // Channels returns the kind's channels (tests set the Hub's clock).
 func (k *Kind) Channels() *Channels { return k.ts }
@@ -45,7 +66,7 @@ func (k *Kind) Channels() *Channels { return k.ts }
 func (k *Kind) Name() string { return "telemetry" }
 
 // Labels implements adapters.Kind.
-func (k *Kind) Labels() []string { return []string{"metrics", "logs"} }
+func (k *Kind) Labels() []string { return []string{"metrics", "logs", "log_files", "journal"} }
 
 // Logger implements adapters.LogTee.
 func (k *Kind) Logger() hclog.Logger { return k.ts.Logger() }
@@ -59,7 +80,20 @@ func (k *Kind) Lookup(uri string, _ adapters.Caller) adapters.Channel {
 	if ch := k.ts.Channel(uri); ch != nil {
 		return ch
 	}
+	if ch, _ := k.logs.Channel(uri); ch != nil {
+		return ch
+	}
 	return nil
+}
+
+// Refuse implements adapters.Refuser: why a machine log channel is
+// refused (a file outside telemetry.log_files, a bad filter, no journal).
+func (k *Kind) Refuse(uri string, _ adapters.Caller) *rpc.Error {
+	if !strings.HasPrefix(uri, rpc.TelemetryScheme) {
+		return nil
+	}
+	_, e := k.logs.Channel(uri)
+	return e
 }
 
 // Requests implements adapters.Kind: processes/list, processes/signal and
@@ -75,6 +109,13 @@ func (k *Kind) Advertise(res *rpc.InitializeResult) {
 	res.Telemetry = k.ts.Capability()
 	res.Telemetry.HistorySeconds = int64(k.history.Window().Seconds())
 	res.Processes = k.procs.Capability()
+	if len(k.logs.cfg.Files) > 0 {
+		res.Telemetry.LogFiles = rpc.LogFilesPattern
+		res.Telemetry.LogFilePaths = k.logs.cfg.Files
+	}
+	if k.logs.cfg.Journal {
+		res.Telemetry.Journal = rpc.JournalPattern
+	}
 }
 
 // ConnEnded implements adapters.Kind: nothing (subscriptions end alone).
@@ -89,16 +130,21 @@ func (k *Kind) Metrics() []adapters.Metric {
 	return []adapters.Metric{
 		{Name: "dropped_total", Label: "reason", LabelValue: "telemetry_batch", Value: float64(k.ts.Stats().Missed), Counter: true},
 		{Name: "dropped_total", Label: "reason", LabelValue: "log_record", Value: float64(k.ts.LogRecordsMissed()), Counter: true},
+		{Name: "dropped_total", Label: "reason", LabelValue: "host_log_record", Value: float64(k.logs.Skipped()), Counter: true},
+		{Name: "log_lines_truncated_total", Help: "Records of the machine's log channels cut at 16 KiB (lines of files, journal messages), or journal entries over 1 MiB skipped.",
+			Value: float64(k.logs.Truncated()), Counter: true},
 	}
 }
 
 // Shutdown implements adapters.Kind: sampling and the logs pump stop.
 func (k *Kind) Shutdown(context.Context) {
+	k.logs.Close()
 	k.ts.Close()
 	k.history.Close()
 }
 
 var (
-	_ adapters.Kind   = (*Kind)(nil)
-	_ adapters.LogTee = (*Kind)(nil)
+	_ adapters.Kind    = (*Kind)(nil)
+	_ adapters.LogTee  = (*Kind)(nil)
+	_ adapters.Refuser = (*Kind)(nil)
 )
