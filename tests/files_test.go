@@ -163,7 +163,7 @@ func cpThroughFaults(t *testing.T, url string, args []string, f faulter) {
 		if got := fileSHA(t, c.got); got != want {
 			t.Fatalf("%s: SHA-256 %s, want %s", c.name, got, want)
 		}
-		if !strings.Contains(p.stderr.String(), "copied 1 file(s)") {
+		if !strings.Contains(p.stderr.String(), "copied 1 file, ") {
 			t.Errorf("%s: no summary line:\n%s", c.name, p.stderr.String())
 		}
 	}

@@ -166,7 +166,11 @@ func cp(cf *connFlags, a, b string, recursive bool) error {
 		return &exitError{code: 1, err: describeCopyError(err)}
 	}
 	took := time.Since(start)
-	fmt.Fprintf(os.Stderr, "sidecar: copied %d file(s), %d entr%s, %s in %s (%s/s)\n", res.Files, res.Entries, plural(res.Entries, "y", "ies"),
+	what := fmt.Sprintf("%d file%s", res.Files, plural(res.Files, "", "s"))
+	if other := res.Entries - res.Files; other > 0 {
+		what += fmt.Sprintf(" and %d other entr%s (directories, links)", other, plural(other, "y", "ies"))
+	}
+	fmt.Fprintf(os.Stderr, "sidecar: copied %s, %s in %s (%s/s)\n", what,
 		sizeString(res.Bytes), took.Round(time.Millisecond), sizeString(int64(float64(res.Bytes)/max(took.Seconds(), 1e-3))))
 	if len(res.Failed) > 0 {
 		for _, f := range res.Failed {
