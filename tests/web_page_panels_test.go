@@ -141,7 +141,7 @@ func TestWebPageFiles(t *testing.T) {
 	if got := sha256.Sum256(body); res.StatusCode != 200 || hex.EncodeToString(got[:]) != sum || res.Header.Get("Content-Length") != strconv.Itoa(5<<20+123) {
 		t.Fatalf("download: %d, %d bytes, Content-Length %s", res.StatusCode, len(body), res.Header.Get("Content-Length"))
 	}
-	if cd := res.Header.Get("Content-Disposition"); !strings.HasPrefix(cd, "attachment;") || !strings.Contains(cd, "up%20load.bin") {
+	if cd := res.Header.Get("Content-Disposition"); !strings.HasPrefix(cd, "attachment;") || !strings.Contains(cd, `filename="up load.bin"`) {
 		t.Errorf("Content-Disposition %q", cd)
 	}
 	all, _ := os.ReadFile(src)

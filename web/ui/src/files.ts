@@ -135,53 +135,80 @@ export class Files {
     });
   }
 
+  private drawn = new Map<Upload, { li: HTMLLIElement; sig: string }>(); // each upload's item, updated in place (a click or the focus stays on it)
+
   private render(): void {
     const ul = $("uploads");
     ul.hidden = this.uploads.length === 0;
-    ul.replaceChildren(
-      ...this.uploads.map((u) => {
-        const li = document.createElement("li");
-        li.dataset.phase = u.phase;
-        li.dataset.target = u.target;
-        const name = document.createElement("span");
-        name.className = "name";
-        name.textContent = u.name;
-        name.title = u.target;
-        const bar = document.createElement("progress");
-        bar.max = 1;
-        bar.value = u.fraction;
-        bar.setAttribute("aria-label", `Upload of ${u.name} to ${u.dir}`);
-        const what = document.createElement("span");
-        what.className = "what";
-        const pct = `${Math.floor(100 * u.fraction)} %`;
-        what.textContent =
-          u.phase === "hashing" ? `hashing ${pct}` : u.phase === "sending" ? `sending ${pct}` : u.phase === "verifying" ? "verifying…" : u.phase === "done" ? `uploaded to ${u.dir}` : u.phase === "cancelled" ? "cancelled" : `failed: ${u.error}`;
-        li.append(name, bar, what);
-        const b = document.createElement("button");
-        b.type = "button";
-        if (u.phase === "hashing" || u.phase === "sending" || u.phase === "verifying") {
-          b.className = "cancel";
-          b.textContent = "Cancel";
-          b.setAttribute("aria-label", `Cancel the upload of ${u.name}`);
-          b.onclick = () => {
-            u.cancel();
-            if (u.phase === "hashing" && u.hashed === 0) u.phase = "cancelled"; // still queued
-            this.render();
-          };
-        } else {
-          b.className = "dismiss icon";
-          b.textContent = "×";
-          b.setAttribute("aria-label", `Dismiss ${u.name}`);
-          b.onclick = () => {
-            this.uploads.splice(this.uploads.indexOf(u), 1);
-            this.render();
-            this.host.focusBack();
-          };
-        }
-        li.append(b);
-        return li;
-      }),
-    );
+    for (const [u, d] of this.drawn) {
+      if (!this.uploads.includes(u)) {
+        d.li.remove();
+        this.drawn.delete(u);
+      }
+    }
+    this.uploads.forEach((u, i) => {
+      let d = this.drawn.get(u);
+      if (!d) {
+        d = { li: this.item(u), sig: "" };
+        this.drawn.set(u, d);
+      }
+      this.update(u, d);
+      if (ul.children[i] !== d.li) ul.insertBefore(d.li, ul.children[i] ?? null);
+    });
+  }
+
+  private item(u: Upload): HTMLLIElement {
+    const li = document.createElement("li");
+    li.dataset.target = u.target;
+    const name = document.createElement("span");
+    name.className = "name";
+    name.textContent = u.name;
+    name.title = u.target;
+    const bar = document.createElement("progress");
+    bar.max = 1;
+    bar.setAttribute("aria-label", `Upload of ${u.name} to ${u.dir}`);
+    const what = document.createElement("span");
+    what.className = "what";
+    const b = document.createElement("button");
+    b.type = "button";
+    li.append(name, bar, what, b);
+    return li;
+  }
+
+  private update(u: Upload, d: { li: HTMLLIElement; sig: string }): void {
+    const pct = `${Math.floor(100 * u.fraction)} %`;
+    const text =
+      u.phase === "hashing" ? `hashing ${pct}` : u.phase === "sending" ? `sending ${pct}` : u.phase === "verifying" ? "verifying…" : u.phase === "done" ? `uploaded to ${u.dir}` : u.phase === "cancelled" ? "cancelled" : `failed: ${u.error}`;
+    const sig = `${u.phase}\u0000${text}`;
+    if (sig === d.sig) return;
+    d.sig = sig;
+    const li = d.li;
+    li.dataset.phase = u.phase;
+    li.querySelector("progress")!.value = u.fraction;
+    li.querySelector(".what")!.textContent = text;
+    const b = li.querySelector("button")!;
+    const live = u.phase === "hashing" || u.phase === "sending" || u.phase === "verifying";
+    if (live && b.className !== "cancel") {
+      b.className = "cancel";
+      b.textContent = "Cancel";
+      b.setAttribute("aria-label", `Cancel the upload of ${u.name}`);
+      b.onclick = () => {
+        u.cancel();
+        if (u.phase === "hashing" && u.hashed === 0) u.phase = "cancelled"; // still queued
+        this.render();
+      };
+    } else if (!live && b.className !== "dismiss icon") {
+      const had = document.activeElement === b;
+      b.className = "dismiss icon";
+      b.textContent = "×";
+      b.setAttribute("aria-label", `Dismiss ${u.name}`);
+      b.onclick = () => {
+        this.uploads.splice(this.uploads.indexOf(u), 1);
+        this.render();
+        this.host.focusBack();
+      };
+      if (had) b.focus();
+    }
   }
 
   private openBrowser(): void {
