@@ -35,6 +35,7 @@ import (
 	"github.com/sidecar-dev/sidecar/transport/tlscert"
 	"github.com/sidecar-dev/sidecar/transportio"
 	"github.com/sidecar-dev/sidecar/web"
+	"github.com/sidecar-dev/sidecar/web/download"
 )
 
 func serveCmd() *cobra.Command {
@@ -236,6 +237,16 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	prev, err := newPreview(cfg, base, tok, principal, tickets, origins, logger)
 	if err != nil {
 		return &exitError{code: 2, err: err}
+	}
+	// File downloads (docs/protocol.md "File downloads"): the file
+	// channel's policy and quotas, the preview's session cookie.
+	if fk := srv.Files(); fk != nil {
+		dl := download.Options{Open: fk.OpenDownload, Log: logger.Named("download"),
+			Authenticate: download.BearerOnly(tok, principal), SameSite: download.SameOrigin(origins.Allowed)}
+		if prev != nil {
+			dl.Authenticate, dl.SameSite = prev.Authenticate, prev.SameSite
+		}
+		mux.Handle(download.Path, download.Handler(dl))
 	}
 	inner := http.Handler(underBase(base, mux, transportio.ProbePath))
 	outer := queryTokenWarning(refusals, inner)

@@ -31,6 +31,7 @@ interface Windowed {
   lastApplied: number; // serverSeq of the newest action (or snapshot) received
   awaitHead: number; // after a replay: sends wait until lastApplied reaches it, the unechoed go first
   handler: DataHandler;
+  waiters: { resolve: () => void; reject: (e: Error) => void }[]; // writable() callers waiting for room in the host's window
 }
 
 interface Pending {
@@ -92,7 +93,10 @@ export class Client {
     if (typeof channel !== "string") return;
     const w = this.windowed.get(channel);
     if (w && m.method === "channel/credit") {
-      if (w.send?.credit(m.params.consumedBytes)) this.flush(channel, w);
+      if (w.send?.credit(m.params.consumedBytes)) {
+        this.flush(channel, w);
+        this.wake(w);
+      }
       return;
     }
     if (w && ahp.countsAgainstWindow(m)) return this.data(channel, w, m, text);
@@ -151,7 +155,10 @@ export class Client {
     this.link = null;
     for (const p of this.pending.values()) p.reject(new Error(why));
     this.pending.clear();
-    for (const w of this.windowed.values()) w.send = null;
+    for (const w of this.windowed.values()) {
+      w.send = null;
+      for (const x of w.waiters.splice(0)) x.reject(new Error(why));
+    }
   }
 
   /**
@@ -286,7 +293,7 @@ export class Client {
 
   /** subscribeWindowed subscribes with a receive window; handler gets each data message. */
   async subscribeWindowed(channel: string, offer: ahp.FlowOffer, handler: DataHandler): Promise<void> {
-    const w: Windowed = { offer, recv: new Receiver(offer.windowBytes), send: null, frame: offer.maximumFrameBytes, queue: [], unechoed: new Unechoed(), lastApplied: 0, awaitHead: 0, handler };
+    const w: Windowed = { offer, recv: new Receiver(offer.windowBytes), send: null, frame: offer.maximumFrameBytes, queue: [], unechoed: new Unechoed(), lastApplied: 0, awaitHead: 0, handler, waiters: [] };
     this.windowed.set(channel, w); // data may follow the result at once
     const result = await this.request("subscribe", { channel, flowControl: { receive: offer } }).catch((err) => {
       // Refused: forget it. Lost: the host may have it, a reconnect asks.
@@ -302,10 +309,49 @@ export class Client {
   }
 
   unsubscribe(channel: string): void {
+    for (const x of this.windowed.get(channel)?.waiters.splice(0) ?? []) x.reject(new Error(`${channel}: unsubscribed`));
     this.windowed.delete(channel);
     this.ordinary.delete(channel);
     this.frames.drop(channel);
     this.link?.send(ahp.notification("unsubscribe", { channel }));
+  }
+
+  /**
+   * writable resolves once a data message may go on the windowed
+   * subscription channel (the host's window has room), and rejects when
+   * the link is lost or the subscription ends: a sender that awaits it
+   * before it reads its next chunk holds at most one chunk beyond the
+   * window.
+   */
+  writable(channel: string): Promise<void> {
+    const w = this.windowed.get(channel);
+    if (!w) return Promise.reject(new Error(`${channel}: not subscribed`));
+    if (this.link && w.send?.canSend()) return Promise.resolve();
+    if (!this.link || !w.send) return Promise.reject(new Error("not connected"));
+    return new Promise((resolve, reject) => w.waiters.push({ resolve, reject }));
+  }
+
+  /** frameOf is the host's maximumFrameBytes (UTF-16 bytes) for what we send on channel. */
+  frameOf(channel: string): number {
+    return this.windowed.get(channel)?.frame ?? 16384;
+  }
+
+  /** sendData sends a data notification (tcp/data, tcp/eof) on a windowed subscription, counted against the host's window: call it once writable() resolved. */
+  sendData(channel: string, method: string, params: object): void {
+    const w = this.windowed.get(channel);
+    if (!w?.send || !this.link) throw new Error(`${channel}: not connected`);
+    const text = ahp.notification(method, { channel, ...params });
+    w.send.send(utf16Bytes(text));
+    this.link.send(text);
+  }
+
+  /** control sends a control notification (tcp/reset: not counted against a window). */
+  control(channel: string, method: string, params: object = {}): void {
+    this.link?.send(ahp.notification(method, { channel, ...params }));
+  }
+
+  private wake(w: Windowed): void {
+    while (w.waiters.length > 0 && this.link && w.send?.canSend()) w.waiters.shift()!.resolve();
   }
 
   /** receiving describes our window on a windowed subscription (for tests and the curious): UTF-16 bytes and bytes per millisecond. */

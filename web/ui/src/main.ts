@@ -14,6 +14,9 @@ import { holderText } from "./share.js";
 import { numbered, terminalId, terminalName, type Name } from "./names.js";
 import { Pane, type PaneHost } from "./pane.js";
 import { brokenHint, previewHref, previewable, subdomainLogin, type PreviewStatus } from "./preview.js";
+import { Files } from "./files.js";
+import { Machine } from "./machine.js";
+import { pathFromCwd } from "./names.js";
 import { Tabs, decodeTabs, fontSize, nextFontSize, restorable, shortcut, type TabState } from "./tabs.js";
 
 // sessionStorage belongs to the origin, not the path: daemons behind one
@@ -67,6 +70,7 @@ let retryTimer: ReturnType<typeof setTimeout> | undefined;
 let sessionTimer: ReturnType<typeof setTimeout> | undefined; // renews the preview's session cookie
 let previewStatus: PreviewStatus | null = null; // GET web/preview: null while off or unknown
 let lastPorts: ahp.Port[] = [];
+let initResult: any = null; // the last initialize result: its capabilities and defaultDirectory
 
 /** active is the pane shown, if any. */
 function active(): Pane | null {
@@ -174,7 +178,9 @@ async function connect(): Promise<void> {
     use(c, l);
     c.on(ahp.ROOT, (m) => rootMessage(m));
     c.on(ahp.METRICS, (m) => {
-      if (m.method === "otlp/exportMetrics") renderMetrics(ahp.readMetrics(m.params.payload));
+      if (m.method !== "otlp/exportMetrics") return;
+      renderMetrics(ahp.readMetrics(m.params.payload));
+      machine.onMetrics();
     });
     init = await c.initialize();
     busy = false;
@@ -197,8 +203,10 @@ async function connect(): Promise<void> {
     return;
   }
   // Connected: a loss from here on is lost()'s to handle.
+  initResult = init;
   showRoot(init.snapshots?.find((s: any) => s.resource === ahp.ROOT)?.state as ahp.RootState | undefined);
   c.subscribe(ahp.METRICS).catch(() => {});
+  machine.connected(c, init);
   reopen(c);
 }
 
@@ -543,6 +551,24 @@ function saveTabs(): void {
   if (tabs.tabs.length === 0) sessionStorage.removeItem(TABS_KEY);
   else sessionStorage.setItem(TABS_KEY, JSON.stringify(tabs.state()));
 }
+
+/** focusBack gives the focus back to the terminal shown (a dialog or panel closed). */
+function focusBack(): void {
+  active()?.term.focus();
+}
+
+const files = new Files({
+  client: () => client,
+  cwd: (target) => {
+    const el = target instanceof Element ? target.closest<HTMLElement>(".term") : null;
+    const p = (el?.dataset.resource ? panes.get(el.dataset.resource) : null) ?? active();
+    return pathFromCwd(p?.cwd);
+  },
+  home: () => pathFromCwd(initResult?.defaultDirectory) ?? "/",
+  focusBack,
+});
+
+const machine = new Machine({ client: () => client, focusBack });
 
 const paneHost: PaneHost = {
   client: () => client,
@@ -909,7 +935,7 @@ function runSearch(dir: number): boolean {
 /** onShortcut does what an Alt+Shift shortcut asks; it returns whether the key was the page's. */
 function onShortcut(e: KeyboardEvent): boolean {
   const s = shortcut(e);
-  if (!s || $("app").hidden || $<HTMLDialogElement>("confirm").open) return false;
+  if (!s || $("app").hidden || document.querySelector("dialog[open]")) return false;
   switch (s.do) {
     case "new":
       void newTerminal();
@@ -1051,6 +1077,14 @@ function main(): void {
       return s ? { holding: s.holding, holder: s.holder, size: s.size, notice: s.notice() } : null;
     },
     receiving: () => (client && tabs.active ? client.receiving(tabs.active) : null),
+    /** uploads: each upload's target, phase and bytes. */
+    uploads: () => files.uploads.map((u) => ({ target: u.target, phase: u.phase, size: u.size, hashed: u.hashed, sent: u.sent, error: u.error })),
+    /** sparks: the points of each sparkline drawn. */
+    sparks: () => Object.fromEntries([...document.querySelectorAll<SVGPolylineElement>("#sparks .spark polyline")].map((l) => [l.closest<HTMLElement>(".spark")!.dataset.key, l.getAttribute("points")?.split(" ").filter(Boolean).length ?? 0])),
+    /** processes: the pids listed. */
+    processes: () => machine.processes.map((p) => p.pid),
+    /** forwards: the tunnels channel's entries as the page shows them. */
+    forwards: () => [...document.querySelectorAll<HTMLElement>("#forwards li[data-resource]")].map((li) => ({ resource: li.dataset.resource, direction: li.dataset.direction, state: li.dataset.state, text: li.textContent })),
     /** preview: what GET web/preview said last (null: off or not known yet). */
     preview: () => previewStatus,
   };

@@ -1,0 +1,49 @@
+package files
+
+import (
+	"io/fs"
+	"os"
+
+	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/rpc"
+)
+
+// OpenDownload opens the regular file at path (absolute, clean) for
+// principal's HTTP download (docs/protocol.md "File downloads"), under
+// the same rules as files/open mode read: files.read, and one of the
+// files block's transfers (files.max_per_principal, files.max_total)
+// held until release is called. The caller closes f before release.
+// Errors are the file channel's: -32602 (bad path, not a regular file),
+// -32008 (no such file), -32009 (policy, quota, permission).
+func (k *Kind) OpenDownload(principal, path string) (f *os.File, fi fs.FileInfo, release func(), e *rpc.Error) {
+	dir, base, full, e := target(path, "")
+	if e != nil {
+		return nil, nil, nil, e
+	}
+	defer dir.Close()
+	if e := k.pol.Check(full, false); e != nil {
+		return nil, nil, nil, e
+	}
+	res, e := k.quotas.Reserve(&k.quota, adapters.Caller{Principal: principal, ClientID: "http download"})
+	if e != nil {
+		return nil, nil, nil, e
+	}
+	f, err := dir.OpenFile(base, os.O_RDONLY|syscallNonblock, 0)
+	if err != nil {
+		res.Release()
+		return nil, nil, nil, fsError(full, err)
+	}
+	fi, err = f.Stat()
+	if err != nil {
+		f.Close()
+		res.Release()
+		return nil, nil, nil, fsError(full, err)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		res.Release()
+		return nil, nil, nil, rpc.Errorf(rpc.CodeInvalidParams, "%s is %s, not a regular file: refused", full, describe(fi.Mode()))
+	}
+	k.log.Debug("file opened for an HTTP download", "principal", principal, "path", full)
+	return f, fi, res.Release, nil
+}

@@ -1,0 +1,215 @@
+// Uploading a file of the browser to the workload through a file channel
+// (docs/protocol.md "File channels": files/open mode write, a windowed
+// subscription, tcp/data and tcp/eof). The file is read in slices
+// (Blob.slice) twice, never whole: once to hash it (SHA-256, incremental:
+// WebCrypto cannot hash a stream, @noble/hashes can), since files/open
+// states the hash first, then to send it, one slice per data message and
+// each only once the host's window has room, so what the page holds is
+// one slice beyond the window.
+
+import { sha256 } from "@noble/hashes/sha2.js";
+import type { FlowOffer, Message } from "./ahp.js";
+
+/** What an upload needs of the client (client.ts). */
+export interface UploadClient {
+  request<T = unknown>(method: string, params: object): Promise<T>;
+  subscribeWindowed(channel: string, offer: FlowOffer, handler: (m: Message, release: () => void) => void): Promise<void>;
+  writable(channel: string): Promise<void>;
+  frameOf(channel: string): number;
+  sendData(channel: string, method: string, params: object): void;
+  control(channel: string, method: string, params?: object): void;
+  unsubscribe(channel: string): void;
+}
+
+/** The window the page offers a file channel: 4 MiB in flight, 512 KiB messages (the tcp block's maximum). */
+export const FILE_WINDOW: FlowOffer = { windowBytes: 4 << 20, maximumFrameBytes: 512 << 10 };
+/** HASH_SLICE is the slice read at a time to hash the file. */
+export const HASH_SLICE = 1 << 20;
+
+export type Phase = "hashing" | "sending" | "verifying" | "done" | "failed" | "cancelled";
+
+/** A file to upload: a File, or anything with its shape (tests). */
+export interface Source {
+  name: string;
+  size: number;
+  lastModified: number;
+  slice(start: number, end: number): { arrayBuffer(): Promise<ArrayBuffer> };
+}
+
+/**
+ * sliceBytes is the most file bytes one tcp/data message carries within
+ * frame UTF-16 bytes: its base64 (4 characters per 3 bytes) and the
+ * envelope (channel, offset) together, 2 bytes a character.
+ */
+export function sliceBytes(frame: number, channel: string): number {
+  const envelope = `{"jsonrpc":"2.0","method":"tcp/data","params":{"channel":${JSON.stringify(channel)},"offset":9007199254740991,"data":""}}`.length;
+  return Math.max(3, Math.floor((Math.floor(frame / 2) - envelope) / 4) * 3);
+}
+
+const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/** base64 is RFC 4648 §4 padded base64 (what tcp/data carries). */
+export function base64(b: Uint8Array): string {
+  const parts: string[] = [];
+  const CH = 3 * 8192;
+  for (let start = 0; start < b.length; start += CH) {
+    const end = Math.min(b.length, start + CH);
+    let s = "";
+    let i = start;
+    for (; i + 2 < end; i += 3) {
+      const n = (b[i]! << 16) | (b[i + 1]! << 8) | b[i + 2]!;
+      s += B64[n >> 18]! + B64[(n >> 12) & 63]! + B64[(n >> 6) & 63]! + B64[n & 63]!;
+    }
+    if (i < end) {
+      const n = (b[i]! << 16) | ((i + 1 < end ? b[i + 1]! : 0) << 8);
+      s += B64[n >> 18]! + B64[(n >> 12) & 63]! + (i + 1 < end ? B64[(n >> 6) & 63]! : "=") + "=";
+    }
+    parts.push(s);
+  }
+  return parts.join("");
+}
+
+/** hex is lowercase hexadecimal. */
+export function hex(b: Uint8Array): string {
+  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
+/** joinPath is dir/name for a POSIX absolute dir. */
+export function joinPath(dir: string, name: string): string {
+  return dir.endsWith("/") ? dir + name : `${dir}/${name}`;
+}
+
+/** uploadName refuses a name the host would refuse as an entry (docs/protocol.md "entry"): empty, ".", "..", a slash or NUL. */
+export function uploadName(name: string): string | null {
+  if (name === "" || name === "." || name === ".." || name.includes("/") || name.includes("\u0000")) return null;
+  return name;
+}
+
+let seq = 0;
+
+/**
+ * Upload sends one file into dir on the workload as name. run() resolves
+ * when the host has it in place, and rejects with the host's reason (or
+ * "cancelled"); cancel() stops it at any point: the host resets the
+ * channel and never renames its partial file onto the target.
+ */
+export class Upload {
+  phase: Phase = "hashing";
+  hashed = 0; // bytes hashed
+  sent = 0; // bytes sent
+  error = "";
+  readonly channel: string;
+  private cancelled = false;
+  private opened = false;
+  private outcome: { resolve: () => void; reject: (e: Error) => void } | null = null;
+
+  constructor(
+    private c: UploadClient,
+    readonly file: Source,
+    readonly dir: string,
+    readonly name: string,
+    private onProgress: (u: Upload) => void = () => {},
+  ) {
+    this.channel = `ahp-file:/up-${Date.now().toString(36)}-${(++seq).toString(36)}`;
+  }
+
+  get size(): number {
+    return this.file.size;
+  }
+
+  get target(): string {
+    return joinPath(this.dir, this.name);
+  }
+
+  /** fraction done, 0 to 1: the hash pass counts for a fifth. */
+  get fraction(): number {
+    if (this.size === 0) return this.phase === "done" ? 1 : 0;
+    return (0.2 * this.hashed + 0.8 * this.sent) / this.size;
+  }
+
+  async run(): Promise<void> {
+    try {
+      await this.transfer();
+      this.phase = "done";
+    } catch (err) {
+      this.phase = this.cancelled ? "cancelled" : "failed";
+      this.error = this.cancelled ? "cancelled" : String((err as Error)?.message ?? err);
+      this.end();
+      throw err;
+    } finally {
+      this.onProgress(this);
+    }
+    this.end();
+  }
+
+  cancel(): void {
+    if (this.cancelled || this.phase === "done" || this.phase === "failed") return;
+    this.cancelled = true;
+    if (this.opened) this.c.control(this.channel, "tcp/reset");
+    this.outcome?.reject(new Error("cancelled"));
+  }
+
+  private check(): void {
+    if (this.cancelled) throw new Error("cancelled");
+  }
+
+  private end(): void {
+    if (this.opened) this.c.unsubscribe(this.channel);
+    this.opened = false;
+  }
+
+  private async transfer(): Promise<void> {
+    const f = this.file;
+    const h = sha256.create();
+    for (let off = 0; off < f.size; ) {
+      this.check();
+      const end = Math.min(f.size, off + HASH_SLICE);
+      h.update(new Uint8Array(await f.slice(off, end).arrayBuffer()));
+      this.hashed = off = end;
+      this.onProgress(this);
+    }
+    this.check();
+    const sum = hex(h.digest());
+    await this.c.request("files/open", {
+      channel: this.channel,
+      path: this.dir,
+      entry: this.name,
+      mode: "write",
+      size: f.size,
+      sha256: sum,
+      fileMode: 0o644,
+      mtimeNs: Math.max(0, Math.round(f.lastModified)) * 1e6,
+    });
+    this.opened = true;
+    this.check();
+    const reason: string[] = [];
+    const done = new Promise<void>((resolve, reject) => (this.outcome = { resolve, reject }));
+    done.catch(() => {}); // awaited below; a failure before then is not unhandled
+    const utf8 = new TextDecoder();
+    await this.c.subscribeWindowed(this.channel, FILE_WINDOW, (m, release) => {
+      release();
+      const p = m.params ?? {};
+      if (m.method === "tcp/data" && typeof p.data === "string") reason.push(utf8.decode(Uint8Array.from(atob(p.data), (ch) => ch.charCodeAt(0))));
+      else if (m.method === "tcp/eof") reason.length > 0 ? this.outcome?.reject(new Error(reason.join(""))) : this.outcome?.resolve();
+      else if (m.method === "tcp/reset") this.outcome?.reject(new Error(reason.join("") || `the host reset the transfer of ${this.name}`));
+    });
+    this.phase = "sending";
+    const most = sliceBytes(this.c.frameOf(this.channel), this.channel);
+    for (let off = 0; off < f.size; ) {
+      await Promise.race([this.c.writable(this.channel), done]);
+      this.check();
+      const end = Math.min(f.size, off + most);
+      const data = new Uint8Array(await f.slice(off, end).arrayBuffer());
+      this.check();
+      this.c.sendData(this.channel, "tcp/data", { offset: off, data: base64(data) });
+      this.sent = off = end;
+      this.onProgress(this);
+    }
+    await Promise.race([this.c.writable(this.channel), done]);
+    this.check();
+    this.c.sendData(this.channel, "tcp/eof", { offset: f.size });
+    this.phase = "verifying";
+    this.onProgress(this);
+    await done;
+  }
+}

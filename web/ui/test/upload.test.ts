@@ -1,0 +1,153 @@
+// Unit tests of upload.ts: the bytes, the hash and the window an upload keeps to.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { Upload, base64, sliceBytes, uploadName, type UploadClient } from "../src/upload.js";
+import type { Message } from "../src/ahp.js";
+
+function source(bytes: Uint8Array, name = "a.bin") {
+  let biggest = 0;
+  return {
+    name,
+    size: bytes.length,
+    lastModified: 1700000000000,
+    biggest: () => biggest,
+    slice(start: number, end: number) {
+      biggest = Math.max(biggest, end - start);
+      return { arrayBuffer: async () => bytes.slice(start, end).buffer };
+    },
+  };
+}
+
+/** A fake host: a window of `window` UTF-16 bytes it credits when told; records what it got. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+function fakeHost(window: number, frame: number, answer?: (h: any) => void) {
+  const h = {
+    opened: null as any,
+    sent: 0,
+    credited: 0,
+    maxOutstanding: 0,
+    got: [] as Buffer[],
+    eof: -1,
+    resets: 0,
+    unsubscribed: false,
+    handler: null as null | ((m: Message, release: () => void) => void),
+    waiters: [] as (() => void)[],
+    credit(n: number) {
+      h.credited = Math.min(h.sent, h.credited + n);
+      while (h.waiters.length > 0 && h.sent - h.credited < window) h.waiters.shift()!();
+    },
+    push(method: string, params: object) {
+      h.handler?.({ jsonrpc: "2.0", method, params: { channel: h.opened.channel, ...params } }, () => {});
+    },
+  };
+  const c: UploadClient = {
+    async request(method: string, params: any) {
+      assert.equal(method, "files/open");
+      h.opened = params;
+      return {} as any;
+    },
+    async subscribeWindowed(_ch, _offer, handler) {
+      h.handler = handler;
+    },
+    writable() {
+      return h.sent - h.credited < window ? Promise.resolve() : new Promise<void>((r) => h.waiters.push(r));
+    },
+    frameOf: () => frame,
+    sendData(channel, method, params: any) {
+      const text = JSON.stringify({ jsonrpc: "2.0", method, params: { channel, ...params } });
+      assert.ok(2 * text.length <= frame, `a message of ${2 * text.length} UTF-16 bytes over the frame ${frame}`);
+      h.sent += 2 * text.length;
+      h.maxOutstanding = Math.max(h.maxOutstanding, h.sent - h.credited);
+      if (method === "tcp/data") {
+        assert.equal(params.offset, Buffer.concat(h.got).length);
+        h.got.push(Buffer.from(params.data, "base64"));
+      } else {
+        h.eof = params.offset;
+        answer?.(h);
+      }
+    },
+    control(_ch, method) {
+      if (method === "tcp/reset") h.resets++;
+    },
+    unsubscribe() {
+      h.unsubscribed = true;
+    },
+  };
+  return Object.assign(h, { c });
+}
+
+test("base64 is Node's", () => {
+  for (const n of [0, 1, 2, 3, 4, 5, 100, 24577, 3 * 8192 + 1]) {
+    const b = new Uint8Array(n).map((_, i) => (i * 7919) & 255);
+    assert.equal(base64(b), Buffer.from(b).toString("base64"), `${n} bytes`);
+  }
+});
+
+test("sliceBytes fills a frame without passing it", () => {
+  const ch = "ahp-file:/up-x";
+  for (const frame of [16384, 524288]) {
+    const n = sliceBytes(frame, ch);
+    const text = JSON.stringify({ jsonrpc: "2.0", method: "tcp/data", params: { channel: ch, offset: 2 ** 40, data: "A".repeat((4 * n) / 3) } });
+    assert.ok(2 * text.length <= frame, `${frame}: ${2 * text.length}`);
+    assert.ok(2 * text.length > frame - 16, `${frame}: ${2 * text.length} leaves room`);
+  }
+});
+
+test("uploadName refuses what the host would", () => {
+  for (const bad of ["", ".", "..", "a/b", "a\u0000"]) assert.equal(uploadName(bad), null);
+  assert.equal(uploadName("ok.txt"), "ok.txt");
+});
+
+test("an upload sends every byte once, in order, with the file's SHA-256, within the window", async () => {
+  const bytes = new Uint8Array(3 * 1024 * 1024 + 17).map((_, i) => (i * 31 + (i >> 9)) & 255);
+  const window = 256 * 1024;
+  const h = fakeHost(window, 64 * 1024, (h) => setTimeout(() => h.push("tcp/eof", { offset: 0 })));
+  const src = source(bytes);
+  const u = new Upload(h.c, src, "/srv/up", "a.bin");
+  const done = u.run();
+  // Credit as a host would, a message at a time, until the end.
+  while (u.phase !== "done" && u.phase !== "failed") {
+    await new Promise((r) => setTimeout(r, 0));
+    h.credit(64 * 1024);
+  }
+  await done;
+  assert.equal(h.opened.path, "/srv/up");
+  assert.equal(h.opened.entry, "a.bin");
+  assert.equal(h.opened.mode, "write");
+  assert.equal(h.opened.size, bytes.length);
+  assert.equal(h.opened.sha256, createHash("sha256").update(bytes).digest("hex"));
+  assert.equal(h.opened.mtimeNs, 1700000000000 * 1e6);
+  assert.ok(Buffer.concat(h.got).equals(Buffer.from(bytes)));
+  assert.equal(h.eof, bytes.length);
+  assert.ok(h.maxOutstanding < window + 64 * 1024, `outstanding ${h.maxOutstanding}`);
+  assert.ok(src.biggest() <= 1 << 20, `read ${src.biggest()} bytes at once`);
+  assert.equal(u.phase, "done");
+  assert.equal(u.fraction, 1);
+  assert.ok(h.unsubscribed);
+});
+
+test("the host's reason fails an upload", async () => {
+  const h = fakeHost(1 << 20, 64 * 1024, (h) => {
+    h.push("tcp/data", { offset: 0, data: Buffer.from("a.bin: SHA-256 differs").toString("base64") });
+    h.push("tcp/eof", { offset: 22 });
+  });
+  const u = new Upload(h.c, source(new Uint8Array(10)), "/srv", "a.bin");
+  await assert.rejects(u.run(), /SHA-256 differs/);
+  assert.equal(u.phase, "failed");
+  assert.equal(u.error, "a.bin: SHA-256 differs");
+});
+
+test("cancel resets the channel and never ends the stream", async () => {
+  const bytes = new Uint8Array(1 << 20);
+  const h = fakeHost(64 * 1024, 16 * 1024); // no credit: the upload waits for the window
+  const u = new Upload(h.c, source(bytes), "/srv", "a.bin");
+  const done = u.run();
+  while (u.phase !== "sending" || h.sent === 0) await new Promise((r) => setTimeout(r, 0));
+  u.cancel();
+  await assert.rejects(done, /cancelled/);
+  assert.equal(u.phase, "cancelled");
+  assert.equal(h.resets, 1);
+  assert.equal(h.eof, -1);
+  assert.ok(h.unsubscribed);
+});
