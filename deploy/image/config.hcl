@@ -7,9 +7,9 @@ state_dir = "/var/lib/sidecar"
 listener {
   # TCP (WebSocket) and UDP (WebTransport) on the same port.
   address = "0.0.0.0:4433"
-  # -1: the ordinal ending the pod's host name (a StatefulSet's sidecar-3: 3), so that
-  # sidecars of one deployment never share transport-io origins. Other hosts: 0 unless
-  # set (SIDECAR_CONFIG mounts may set it explicitly).
+  # transport-io host ordinal: distinct for every sidecar behind one proxy (mount a
+  # config with its own), or -1 for the number ending the host name (a StatefulSet's
+  # pod demo-3: 3; deploy/kubernetes/configmap.yaml).
   host_ordinal = 0
   # Kubernetes: the endpoints controller needs a few seconds to take a terminating pod
   # out of its Service; /readyz answers 503 meanwhile.

@@ -293,3 +293,24 @@ func TestManifests(t *testing.T) {
 		t.Errorf("NetworkPolicy lets in %s, want 4433/TCP 4433/UDP 9464/TCP", got)
 	}
 }
+
+// The image's own config.hcl (deploy/image) loads, and listens where the
+// Containerfile's EXPOSE and the manifests' ports say.
+func TestImageConfig(t *testing.T) {
+	cfg, err := config.Load("../image/config.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listener.Address != "0.0.0.0:4433" || cfg.Metrics.Listen != "0.0.0.0:9464" || cfg.StateDir != "/var/lib/sidecar" {
+		t.Errorf("image config: listen %s, metrics %s, state %s", cfg.Listener.Address, cfg.Metrics.Listen, cfg.StateDir)
+	}
+	cf, err := os.ReadFile("../../Containerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"EXPOSE 4433/tcp 4433/udp 9464/tcp", `VOLUME ["/var/lib/sidecar"]`, "USER 10001:10001", "FROM scratch"} {
+		if !strings.Contains(string(cf), want) {
+			t.Errorf("Containerfile has no %q", want)
+		}
+	}
+}
