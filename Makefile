@@ -12,7 +12,7 @@ LDFLAGS := -X main.version=$(VERSION)
 CONFDIR := $(DESTDIR)/etc/sidecar
 UNITDIR := $(DESTDIR)/etc/systemd/system
 
-.PHONY: all build run test interop-deps web web-deps web-test bench lint install clean help
+.PHONY: all build run test interop-deps web web-deps web-test bench lint install clean help image
 
 all: build
 
@@ -26,10 +26,25 @@ help:
 	@echo "bench    run every benchmark"
 	@echo "lint     gofmt, go vet and staticcheck (go tool staticcheck: the version pinned in go.mod)"
 	@echo "install  install binary, systemd unit and (if absent) /etc/sidecar/config.hcl"
+	@echo "image    build the OCI image \$$(IMAGE) (FROM scratch: static binary, busybox-static,"
+	@echo "         CA certificates; podman build, nothing pulled; see Containerfile)"
 	@echo "clean    remove bin/"
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/sidecar
+
+# The OCI image (Containerfile): FROM scratch, so nothing is pulled. Needs
+# Debian's podman (or buildah: PODMAN=buildah), busybox-static and
+# ca-certificates. The context is laid out in $(IMAGE_DIR).
+IMAGE     ?= localhost/sidecar:$(VERSION)
+IMAGE_DIR ?= bin/image
+PODMAN    ?= podman
+
+image:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(IMAGE_DIR)/sidecar ./cmd/sidecar
+	deploy/image/rootfs.sh $(IMAGE_DIR) $(IMAGE_DIR)/sidecar
+	$(PODMAN) build --pull=never -f $(IMAGE_DIR)/Containerfile -t $(IMAGE) $(IMAGE_DIR)
+	@echo "built $(IMAGE)"
 
 run: build
 	./$(BIN) serve $(ARGS)

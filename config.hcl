@@ -47,6 +47,17 @@ listener {
   max_connections_per_principal = 768
   max_uninitialized             = 64
   initialize_timeout            = "10s"
+
+  # transport-io host ordinal (seed 002 §7.3): the high 10 bits of every datagram origin
+  # this daemon issues. Several sidecars of one deployment (behind one proxy, the pods of
+  # a StatefulSet) need distinct ones, 0..1023, so their origins never collide. -1 takes
+  # it from the host name's trailing -N: a StatefulSet pod sidecar-3 is ordinal 3.
+  host_ordinal = 0
+
+  # After SIGTERM, keep serving this long with /readyz (metrics listener) answering 503,
+  # then close the listeners and tell clients (1001): time for a load balancer or
+  # Kubernetes to stop sending new connections. "0s": close at once.
+  drain_delay = "0s"
 }
 
 tls {

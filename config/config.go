@@ -100,7 +100,47 @@ type Listener struct {
 	MaxConnectionsPerPrincipal int
 	MaxUninitialized           int
 	InitializeTimeout          time.Duration
+	// HostOrdinal is this daemon's transport-io host ordinal, the high 10
+	// bits of every datagram origin it issues (seed 002 §7.3): 0..1023,
+	// distinct for every sidecar of one deployment (several behind one
+	// proxy, a StatefulSet's pods), so their origins never collide.
+	// HostOrdinalFromHostname (-1) takes it from the host name's trailing
+	// "-N", a StatefulSet pod's name (ResolveHostOrdinal).
+	HostOrdinal int
+	// DrainDelay is how long sidecar serve keeps serving after SIGTERM
+	// with /readyz answering 503, before it closes its listeners and tells
+	// its clients (1001): time for a load balancer or Kubernetes to take
+	// it out of rotation. 0 (the default): close at once.
+	DrainDelay time.Duration
 }
+
+// HostOrdinalFromHostname is listener.host_ordinal's "from the host
+// name" value: the number after the name's last "-" (web-3: 3).
+const HostOrdinalFromHostname = -1
+
+// ResolveHostOrdinal returns the host ordinal of listener.host_ordinal:
+// the value itself, or for HostOrdinalFromHostname the decimal number
+// after the last "-" of hostname (a StatefulSet pod "sidecar-3": 3). It
+// fails when that hostname has no such number, or it is 1024 or more.
+func (c *Config) ResolveHostOrdinal(hostname string) (int, error) {
+	o := c.Listener.HostOrdinal
+	if o != HostOrdinalFromHostname {
+		return o, nil
+	}
+	i := strings.LastIndexByte(hostname, '-')
+	n, err := strconv.Atoi(hostname[i+1:])
+	if i < 0 || err != nil || n < 0 || hostname[i+1:] != strconv.Itoa(n) {
+		return 0, fmt.Errorf("listener.host_ordinal = -1 takes the ordinal from a host name ending in -N (a StatefulSet pod), not %q; set it explicitly", hostname)
+	}
+	if n >= maxHostOrdinals {
+		return 0, fmt.Errorf("listener.host_ordinal: host name %q gives ordinal %d, outside 0..%d", hostname, n, maxHostOrdinals-1)
+	}
+	return n, nil
+}
+
+// maxHostOrdinals is transportio.MaxHostOrdinals (config imports no
+// transport package).
+const maxHostOrdinals = 1024
 
 // TLS is block tls. Both empty: a development certificate kept in the state directory.
 type TLS struct {
@@ -402,6 +442,8 @@ func (c *Config) schema() []section {
 			{"max_connections_per_principal", &c.Listener.MaxConnectionsPerPrincipal},
 			{"max_uninitialized", &c.Listener.MaxUninitialized},
 			{"initialize_timeout", &c.Listener.InitializeTimeout},
+			{"host_ordinal", &c.Listener.HostOrdinal},
+			{"drain_delay", &c.Listener.DrainDelay},
 		}},
 		{"tls", []field{
 			{"cert_file", &c.TLS.CertFile},
@@ -806,6 +848,12 @@ func (c *Config) Validate() error {
 	v.positive("listener.max_connections_per_principal", int64(c.Listener.MaxConnectionsPerPrincipal), "connections")
 	v.positive("listener.max_uninitialized", int64(c.Listener.MaxUninitialized), "connections")
 	v.duration("listener.initialize_timeout", c.Listener.InitializeTimeout)
+	if o := c.Listener.HostOrdinal; o < HostOrdinalFromHostname || o >= maxHostOrdinals {
+		v.bad("listener.host_ordinal", "must be 0..%d, or -1 for the number ending the host name (a StatefulSet pod), got %d", maxHostOrdinals-1, o)
+	}
+	if c.Listener.DrainDelay < 0 {
+		v.bad("listener.drain_delay", "must be a duration of 0 or more, got %q", c.Listener.DrainDelay.String())
+	}
 	if l := c.Listener; l.MaxConnectionsPerPrincipal > l.MaxConnections && l.MaxConnections > 0 {
 		v.bad("listener.max_connections_per_principal", "(%d connections) is greater than max_connections (%d); one principal could never reach its bound", l.MaxConnectionsPerPrincipal, l.MaxConnections)
 	}

@@ -134,6 +134,8 @@ listener {
   max_connections_per_principal = 50
   max_uninitialized = 5
   initialize_timeout = "3s"
+  host_ordinal = 7
+  drain_delay = "4s"
 }
 tls {
   cert_file = "/etc/sidecar/cert.pem"
@@ -229,7 +231,8 @@ func TestLoadOverridesEverything(t *testing.T) {
 	want := &Config{
 		StateDir: "/srv/sidecar",
 		Listener: Listener{Address: "[::]:8443", BasePath: "/vm1/", Origins: []string{"https://app.example.com", "http://localhost:3000"},
-			MaxConnections: 100, MaxConnectionsPerPrincipal: 50, MaxUninitialized: 5, InitializeTimeout: 3 * time.Second},
+			MaxConnections: 100, MaxConnectionsPerPrincipal: 50, MaxUninitialized: 5, InitializeTimeout: 3 * time.Second,
+			HostOrdinal: 7, DrainDelay: 4 * time.Second},
 		TLS:  TLS{CertFile: "/etc/sidecar/cert.pem", KeyFile: "/etc/sidecar/key.pem"},
 		Auth: Auth{TokenFile: "/run/secrets/token"},
 		Terminal: Terminal{Shell: "/bin/sh", User: "root", Login: false, Term: "screen", ScrollbackBytes: 65536,
@@ -842,5 +845,54 @@ func TestValidateFiles(t *testing.T) {
 	_, err := Load(p)
 	if want := p + `:3:11: Invalid files.write: "tmp" must be an absolute, clean path ("/tmp")`; err == nil || err.Error() != want {
 		t.Errorf("Load: %v\nwant %q", err, want)
+	}
+}
+
+// listener.host_ordinal: 0..1023, or -1 for a StatefulSet pod's ordinal
+// from its host name; anything else is refused with the line.
+func TestHostOrdinal(t *testing.T) {
+	for _, c := range []struct {
+		value string
+		bad   string
+	}{
+		{"0", ""}, {"1023", ""}, {"-1", ""},
+		{"1024", "listener.host_ordinal: must be 0..1023"},
+		{"-2", "listener.host_ordinal: must be 0..1023"},
+	} {
+		p := writeFile(t, "o.hcl", "listener {\n  host_ordinal = "+c.value+"\n}\n")
+		_, err := Load(p)
+		if c.bad == "" && err != nil {
+			t.Errorf("%s: %v", c.value, err)
+		}
+		if c.bad != "" && (err == nil || !strings.Contains(err.Error(), c.bad) || !strings.Contains(err.Error(), ":2:")) {
+			t.Errorf("%s: error %v, want %q at line 2", c.value, err, c.bad)
+		}
+	}
+	c := Default()
+	c.Listener.HostOrdinal = 12
+	if o, err := c.ResolveHostOrdinal("sidecar-3"); o != 12 || err != nil {
+		t.Errorf("explicit: %d %v", o, err)
+	}
+	c.Listener.HostOrdinal = HostOrdinalFromHostname
+	for host, want := range map[string]int{"sidecar-3": 3, "web-app-0": 0, "a-1023": 1023} {
+		if o, err := c.ResolveHostOrdinal(host); o != want || err != nil {
+			t.Errorf("%s: %d %v, want %d", host, o, err, want)
+		}
+	}
+	for _, host := range []string{"sidecar", "sidecar-", "sidecar-x", "sidecar-1024", "sidecar-03", "sidecar-+3"} {
+		if o, err := c.ResolveHostOrdinal(host); err == nil {
+			t.Errorf("%s: ordinal %d, want an error", host, o)
+		}
+	}
+}
+
+// listener.drain_delay may be 0 (the default) but not negative.
+func TestDrainDelay(t *testing.T) {
+	if d := Default().Listener.DrainDelay; d != 0 {
+		t.Errorf("default drain_delay %v", d)
+	}
+	p := writeFile(t, "d.hcl", "listener {\n  drain_delay = \"-1s\"\n}\n")
+	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), "listener.drain_delay") {
+		t.Errorf("negative drain_delay: %v", err)
 	}
 }

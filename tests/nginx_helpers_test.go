@@ -63,6 +63,10 @@ type nginxProxy struct {
 	Config    string // the configuration it runs, as written
 	AccessLog string // path of the access log (nginx's default "combined" format)
 	ErrorLog  string
+
+	bin, dir, confFile string
+	cmd                *exec.Cmd // nil while stopped
+	done               chan struct{}
 }
 
 // Origin is the proxy's origin, as a browser sends it.
@@ -111,8 +115,8 @@ http {
             proxy_set_header Upgrade $http_upgrade;
             proxy_set_header Connection $connection_upgrade;
             proxy_ssl_verify off;     # the daemon's development certificate
-            proxy_read_timeout 1h;    # terminals sit idle for long
-            proxy_send_timeout 1h;
+            proxy_read_timeout {{$.ReadTimeout}};    # terminals sit idle for long
+            proxy_send_timeout {{$.ReadTimeout}};
             proxy_buffering off;
         }
 {{end}}
@@ -139,21 +143,53 @@ func freeLoopbackPort(t *testing.T) int {
 // answers.
 func startNginx(t *testing.T, port int, routes ...nginxRoute) *nginxProxy {
 	t.Helper()
+	return startNginxOpts(t, port, nginxOptions{}, routes...)
+}
+
+// nginxOptions change the configuration of startNginxOpts.
+type nginxOptions struct {
+	// ReadTimeout is every route's proxy_read_timeout and
+	// proxy_send_timeout (nginx's syntax: "5s"); "" is docs/operations.md's 1h.
+	ReadTimeout string
+}
+
+// startNginxOpts is startNginx with opts.
+func startNginxOpts(t *testing.T, port int, opts nginxOptions, routes ...nginxRoute) *nginxProxy {
+	t.Helper()
 	bin := nginxPath(t)
 	dir := t.TempDir()
 	hash := writeSelfSigned(t, filepath.Join(dir, "proxy.crt"), filepath.Join(dir, "proxy.key"))
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	if opts.ReadTimeout == "" {
+		opts.ReadTimeout = "1h"
+	}
 	var conf strings.Builder
-	if err := nginxConfig.Execute(&conf, map[string]any{"Dir": dir, "Addr": addr, "Routes": routes}); err != nil {
+	if err := nginxConfig.Execute(&conf, map[string]any{"Dir": dir, "Addr": addr, "Routes": routes, "ReadTimeout": opts.ReadTimeout}); err != nil {
 		t.Fatal(err)
 	}
 	confFile := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(confFile, []byte(conf.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	n := &nginxProxy{Addr: addr, CertHash: hash, Config: conf.String(), AccessLog: filepath.Join(dir, "access.log"), ErrorLog: filepath.Join(dir, "error.log"),
+		bin: bin, dir: dir, confFile: confFile}
+	n.run(t)
+	t.Cleanup(func() {
+		n.stop()
+		if t.Failed() {
+			b, _ := os.ReadFile(n.ErrorLog)
+			t.Logf("nginx error log:\n%s", tail(string(b), 3000))
+		}
+	})
+	return n
+}
+
+// run starts nginx and returns once it accepts connections.
+func (n *nginxProxy) run(t *testing.T) {
+	t.Helper()
 	// -e: the error log from the start (before the configuration is read,
 	// nginx would try /var/log/nginx/error.log).
-	cmd := exec.Command(bin, "-p", dir, "-c", confFile, "-e", filepath.Join(dir, "error.log"))
+	cmd := exec.Command(n.bin, "-p", n.dir, "-c", n.confFile, "-e", n.ErrorLog)
 	out := newStreamBuf()
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -164,27 +200,14 @@ func startNginx(t *testing.T, port int, routes ...nginxRoute) *nginxProxy {
 		_ = cmd.Wait()
 		close(done)
 	}()
-	n := &nginxProxy{Addr: addr, CertHash: hash, Config: conf.String(), AccessLog: filepath.Join(dir, "access.log"), ErrorLog: filepath.Join(dir, "error.log")}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt) // SIGINT: nginx's fast shutdown
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(n.ErrorLog)
-			t.Logf("nginx error log:\n%s", tail(string(b), 3000))
-		}
-	})
+	n.cmd, n.done = cmd, done
 	// Ready once it accepts connections (bounded; exits early if nginx did).
 	deadline := time.Now().Add(waitTimeout)
 	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
+		c, err := net.DialTimeout("tcp", n.Addr, time.Second)
 		if err == nil {
 			_ = c.Close()
-			return n
+			return
 		}
 		select {
 		case <-done:
@@ -193,10 +216,35 @@ func startNginx(t *testing.T, port int, routes ...nginxRoute) *nginxProxy {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("nginx not listening on %s within %v: %v", addr, waitTimeout, err)
+			t.Fatalf("nginx not listening on %s within %v: %v", n.Addr, waitTimeout, err)
 		}
 		time.Sleep(10 * time.Millisecond) // a bounded poll for the port, not a synchronisation
 	}
+}
+
+// stop ends nginx with its fast shutdown (SIGINT: every connection
+// closed at once), killing it after 10 s.
+func (n *nginxProxy) stop() {
+	if n.cmd == nil {
+		return
+	}
+	_ = n.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-n.done:
+	case <-time.After(10 * time.Second):
+		_ = n.cmd.Process.Kill()
+		<-n.done
+	}
+	n.cmd = nil
+}
+
+// restart stops nginx (its connections cut) and starts it again on the
+// same address with the same configuration, as a deployment that restarts
+// its proxy does.
+func (n *nginxProxy) restart(t *testing.T) {
+	t.Helper()
+	n.stop()
+	n.run(t)
 }
 
 // writeSelfSigned writes a self-signed ECDSA certificate for 127.0.0.1

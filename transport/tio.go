@@ -263,6 +263,12 @@ type TIOOptions struct {
 	// empty, the base path and TIOPath under listener.base_path. (The
 	// WebSocket mapping is mounted by its caller.)
 	Path string
+	// DatagramOrigins is the daemon's one datagram origin allocator (seed
+	// 002 §7.3), shared by its WebSocket and WebTransport mappings so
+	// their peers never share an origin; its host ordinal is
+	// listener.host_ordinal. Nil: each mapping allocates on its own in
+	// ordinal 0 (tests).
+	DatagramOrigins *transportio.SharedOrigins
 	// HandshakeTimeout and WebSocket override the protocol's timings (tests).
 	HandshakeTimeout time.Duration
 	WebSocket        transportio.WebSocketOptions
@@ -285,6 +291,7 @@ func (o TIOOptions) listener() *transportio.Listener {
 		WebSocket:            o.webSocket(),
 		OnRefuse:             o.OnReject,
 		OnUpgradeRefused:     o.OnUpgradeRefused,
+		Origins:              o.DatagramOrigins,
 	}
 }
 

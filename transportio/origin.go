@@ -2,6 +2,7 @@ package transportio
 
 import (
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -61,6 +62,42 @@ func (a *OriginAllocator) Release(v uint32, now time.Time) {
 	}
 	delete(a.live, v)
 	a.held = append(a.held, heldOrigin{v: v, until: now.Add(OriginQuarantine)})
+}
+
+// SharedOrigins is an OriginAllocator safe for concurrent use, on the
+// wall clock: the one allocator of a session host, shared by every
+// Listener of it (Listener.Origins), so that its WebSocket and its
+// WebTransport peers never get the same origin (§7.3).
+type SharedOrigins struct {
+	mu sync.Mutex
+	a  *OriginAllocator
+}
+
+// NewSharedOrigins returns the allocator of host ordinal (0..1023; see
+// NewOriginAllocator for the error).
+func NewSharedOrigins(ordinal int) (*SharedOrigins, error) {
+	a, err := NewOriginAllocator(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	return &SharedOrigins{a: a}, nil
+}
+
+// Ordinal is the host ordinal in the high 10 bits of every origin issued.
+func (s *SharedOrigins) Ordinal() int { return int(s.a.ordinal) }
+
+// Allocate returns a fresh origin, or ErrOriginsExhausted.
+func (s *SharedOrigins) Allocate() (uint32, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.a.Allocate(time.Now())
+}
+
+// Release quarantines v for OriginQuarantine.
+func (s *SharedOrigins) Release(v uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.a.Release(v, time.Now())
 }
 
 // OrdinalPool hands out host ordinals for a multi-host deployment, holding

@@ -360,8 +360,14 @@ type Listener struct {
 	Compression          websocket.CompressionMode
 	CompressionThreshold int
 	WebSocket            WebSocketOptions
-	// HostOrdinal partitions datagram origins across hosts (0 for one).
+	// HostOrdinal partitions datagram origins across hosts (0 for one):
+	// the allocator made on first use when Origins is nil.
 	HostOrdinal int
+	// Origins, when set, is the allocator this listener shares with the
+	// other listeners of the same session host (the WebSocket and the
+	// WebTransport mapping of one daemon), so that no two of its peers
+	// get the same origin (§7.3); HostOrdinal is then not used.
+	Origins *SharedOrigins
 	// OnRefuse is told about each refused or failed door decision.
 	OnRefuse func(r *http.Request, code CloseCode, reason string)
 	// OnUpgradeRefused is told about each WebSocket upgrade refused before
@@ -369,26 +375,37 @@ type Listener struct {
 	OnUpgradeRefused func(r *http.Request, status int, reason string)
 
 	mu      sync.Mutex
-	origins *OriginAllocator
+	origins *SharedOrigins
 }
 
-func (l *Listener) allocateOrigin() (uint32, error) {
+func (l *Listener) sharedOrigins() (*SharedOrigins, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.origins == nil {
-		a, err := NewOriginAllocator(l.HostOrdinal)
-		if err != nil {
-			return 0, err
-		}
-		l.origins = a
+		l.origins = l.Origins
 	}
-	return l.origins.Allocate(time.Now())
+	if l.origins == nil {
+		o, err := NewSharedOrigins(l.HostOrdinal)
+		if err != nil {
+			return nil, err
+		}
+		l.origins = o
+	}
+	return l.origins, nil
 }
 
-func (l *Listener) releaseOrigin(o uint32) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.origins.Release(o, time.Now())
+func (l *Listener) allocateOrigin() (uint32, error) {
+	o, err := l.sharedOrigins()
+	if err != nil {
+		return 0, err
+	}
+	return o.Allocate()
+}
+
+func (l *Listener) releaseOrigin(v uint32) {
+	if o, err := l.sharedOrigins(); err == nil {
+		o.Release(v)
+	}
 }
 
 // decide runs the door.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,6 +21,36 @@ import (
 // MetricsPath is where the metrics listener serves the Prometheus
 // exposition.
 const MetricsPath = "/metrics"
+
+// Where the metrics listener answers probes (Kubernetes livenessProbe and
+// readinessProbe, a load balancer's health check): HealthzPath 200 "ok"
+// while the process serves HTTP at all; ReadyzPath 200 "ready" until
+// SIGTERM, then 503 "draining" for the rest of the shutdown
+// (listener.drain_delay, then the drain of the clients).
+const (
+	HealthzPath = "/healthz"
+	ReadyzPath  = "/readyz"
+)
+
+// healthHandlers mounts HealthzPath and ReadyzPath on mux; draining is
+// set once serve starts shutting down.
+func healthHandlers(mux *http.ServeMux, draining *atomic.Bool) {
+	mux.HandleFunc("GET "+HealthzPath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET "+ReadyzPath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if draining.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "draining\n")
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
+}
 
 // Bounds of the metrics listener's HTTP server: a scrape is one small GET.
 const (
@@ -53,15 +85,17 @@ func listenMetrics(cfg *config.Config) (net.Listener, error) {
 	return ln, nil
 }
 
-// startMetrics serves srv's metrics at MetricsPath (host.MetricsHandler)
-// on ln from listenMetrics; nil when ln is nil (metrics off).
-// extra are more collectors (the port preview's).
-func startMetrics(ln net.Listener, srv *host.Server, logger hclog.Logger, extra ...prometheus.Collector) *metricsServer {
+// startMetrics serves srv's metrics at MetricsPath (host.MetricsHandler),
+// and the probes HealthzPath and ReadyzPath (draining: not ready), on ln
+// from listenMetrics; nil when ln is nil (metrics off). extra are more
+// collectors (the port preview's).
+func startMetrics(ln net.Listener, srv *host.Server, draining *atomic.Bool, logger hclog.Logger, extra ...prometheus.Collector) *metricsServer {
 	if ln == nil {
 		return nil
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET "+MetricsPath, host.MetricsHandler(srv, extra...))
+	healthHandlers(mux, draining)
 	m := &metricsServer{
 		hs: &http.Server{
 			Handler:           mux,
@@ -75,7 +109,7 @@ func startMetrics(ln net.Listener, srv *host.Server, logger hclog.Logger, extra 
 		done: make(chan error, 1),
 	}
 	go func() { m.done <- m.hs.Serve(ln) }()
-	logger.Info("metrics listening", "address", m.addr.String(), "path", MetricsPath)
+	logger.Info("metrics listening", "address", m.addr.String(), "path", MetricsPath, "probes", HealthzPath+" "+ReadyzPath)
 	return m
 }
 

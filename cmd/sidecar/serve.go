@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -206,11 +207,22 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	// token, so the token itself is never in a URL (docs/protocol.md
 	// "Tickets").
 	tickets := transport.NewTickets(0, 0, nil)
+	// One datagram origin allocator for both mappings, in this daemon's
+	// host ordinal (seed 002 §7.3; listener.host_ordinal).
+	ordinal, err := cfg.ResolveHostOrdinal(hostname)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	datagramOrigins, err := transportio.NewSharedOrigins(ordinal)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
 	tioOpts := transport.TIOOptions{
-		Token:     tok,
-		Tickets:   tickets,
-		Principal: principal,
-		Origins:   origins,
+		DatagramOrigins: datagramOrigins,
+		Token:           tok,
+		Tickets:         tickets,
+		Principal:       principal,
+		Origins:         origins,
 		OnReject: func(r *http.Request, code transportio.CloseCode, reason string) {
 			refusals.warn(r, "transport-io session refused", "code", code.String(), "reason", reason)
 		},
@@ -297,7 +309,8 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	if prev != nil {
 		extra = append(extra, prev.Collector())
 	}
-	metrics := startMetrics(metricsLn, srv, logger, extra...)
+	var draining atomic.Bool // /readyz: 503 from SIGTERM on
+	metrics := startMetrics(metricsLn, srv, &draining, logger, extra...)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.ServeTLS(transport.CorkListener(ln), "", "") }()
 
@@ -317,7 +330,7 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 		shown = tok
 	}
 	fmt.Fprintf(os.Stdout, "%s attach %s --token %s --cert-hash %s\n", selfName(), url, shown, certs.pin())
-	logger.Info("transport-io", "url", origin+base+transport.TIOPath, "webtransport", wts != nil)
+	logger.Info("transport-io", "url", origin+base+transport.TIOPath, "webtransport", wts != nil, "host_ordinal", ordinal)
 	logger.Info("web page", "url", origin+base+"/")
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS=listening on "+addr.String())
 
@@ -329,8 +342,11 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 				continue
 			}
 			logger.Info("shutting down", "signal", sig.String())
+			draining.Store(true)
+			drain(sigs, ignoredAtStart, cfg.Listener.DrainDelay, logger)
 			stop = true
 		case err := <-serveErr:
+			draining.Store(true)
 			if !errors.Is(err, http.ErrServerClosed) {
 				return &exitError{code: 1, err: fmt.Errorf("listener failed: %w", err)}
 			}
@@ -372,6 +388,30 @@ func newPreview(cfg *config.Config, base, tok, principal string, tickets *transp
 		Config: cfg.Preview,
 		Log:    logger.Named("preview"),
 	}), nil
+}
+
+// drain waits delay (listener.drain_delay) after the signal that ends
+// serve, still serving with /readyz 503, so that a load balancer takes
+// the daemon out of rotation before its listeners close; another SIGTERM
+// or SIGINT (not ignored at start) cuts it short.
+func drain(sigs <-chan os.Signal, ignored map[os.Signal]bool, delay time.Duration, logger hclog.Logger) {
+	if delay <= 0 {
+		return
+	}
+	logger.Info("draining: not ready, serving until the drain delay passes", "drain_delay", delay.String())
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return
+		case sig := <-sigs:
+			if (sig == syscall.SIGTERM || sig == syscall.SIGINT) && !ignored[sig] {
+				logger.Info("drain cut short", "signal", sig.String())
+				return
+			}
+		}
+	}
 }
 
 // certSource serves the configured certificate, or the development one,
