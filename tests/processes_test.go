@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidecar-dev/sidecar/internal/proctest"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -48,6 +49,7 @@ func TestTopProcesses(t *testing.T) {
 		_ = busy.Process.Kill()
 		_ = busy.Wait()
 	})
+	proctest.WaitBusy(t, busy.Process.Pid, 5)
 	out, errOut, code := s.run(t, append([]string{"top", s.url, "--once"}, s.connArgs()...)...)
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %s", code, errOut)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidecar-dev/sidecar/internal/proctest"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -55,6 +56,7 @@ func TestProcessesList(t *testing.T) {
 	before := time.Now().Add(-2 * time.Second) // the kernel's start times have jiffy precision
 	sleep := startChild(t, "sleep", "61")
 	busy := startChild(t, "sh", "-c", "while :; do :; done")
+	proctest.WaitBusy(t, busy.Process.Pid, 5)
 	ctx := listCtx(t)
 	res, err := p.List(ctx, rpc.ProcessesListParams{SortBy: "pid", Limit: rpc.MaxProcessesListed})
 	if err != nil {
