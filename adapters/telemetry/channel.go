@@ -304,6 +304,10 @@ type sub struct {
 	need    atomic.Int64          // metrics: credit a batch needs (UTF-16 bytes)
 	sent    uint64                // metrics: seq of the last batch sent (writer goroutine)
 	cursor  atomic.Uint64         // logs: ring seq read up to
+	// logMissed is how many records of the ring this logs subscription
+	// missed (it fell more than the ring behind) and has not been told of:
+	// the next message says so ("skipped").
+	logMissed atomic.Uint64
 
 	// tick is the Batch.Tick of the last batch this subscription got
 	// (queued on its FIFO, or sent on its stream): the next one reports
@@ -397,13 +401,17 @@ func (os *sub) Next() delivery.Message {
 	return delivery.Message{Text: WithSkipped(b.Text, n)}
 }
 
-// nextLogs encodes the records after the cursor at the channel's level,
+// nextLogs encodes the records after the cursor at the channel's level
+// (with "skipped": the records it missed, more than the ring behind),
 // or returns nil when there are none.
 func (os *sub) nextLogs() []byte {
 	ts := os.ch.ts
 	for {
-		recs, cursor, _ := ts.ring.Read(os.cursor.Load(), os.ch.level, maxLogRecordsPerBatch)
+		recs, cursor, missed := ts.ring.Read(os.cursor.Load(), os.ch.level, maxLogRecordsPerBatch)
 		os.cursor.Store(cursor)
+		if missed > 0 {
+			os.logMissed.Add(missed)
+		}
 		if len(recs) == 0 {
 			return nil
 		}
@@ -411,7 +419,7 @@ func (os *sub) nextLogs() []byte {
 		if err != nil {
 			continue // cannot happen with string attributes; skip these records
 		}
-		return Notification(rpc.MethodOTLPExportLogs, os.ch.name, payload)
+		return WithSkipped(Notification(rpc.MethodOTLPExportLogs, os.ch.name, payload), os.logMissed.Swap(0))
 	}
 }
 

@@ -1,12 +1,15 @@
 package telemetry
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/sidecar-dev/sidecar/adapters"
 	"github.com/sidecar-dev/sidecar/delivery"
@@ -121,4 +124,28 @@ func TestHubSkipsReported(t *testing.T) {
 			t.Errorf("stats %+v, want 3 samples, 2 skipped, 2 reported", st)
 		}
 	})
+}
+
+// TestLogsSkipsReported: a subscriber of the daemon's own logs channel
+// that fell more than the ring behind is told how many records it missed
+// ("skipped" on its next message), once, and the records it gets are the
+// ring's newest.
+func TestLogsSkipsReported(t *testing.T) {
+	ts := &Channels{ring: NewRing(4, func() time.Time { return time.Unix(5, 0) }), sampler: NewSampler(Options{})}
+	ts.ring.SetMinLevel(hclog.Info)
+	os := &sub{ch: &Channel{ts: ts, name: "ahp-otlp://logs", logs: true, level: hclog.Info}, s: &pushSub{ok: true}}
+	for i := range 10 {
+		ts.ring.Accept("x", hclog.Info, fmt.Sprintf("r%d", i))
+	}
+	text := string(os.nextLogs())
+	if !strings.HasSuffix(text, `,"skipped":6}}`) || !strings.Contains(text, `"r6"`) || strings.Contains(text, `"r5"`) || !strings.Contains(text, `"r9"`) {
+		t.Fatalf("after 10 records into a ring of 4: %s", text)
+	}
+	ts.ring.Accept("x", hclog.Info, "r10")
+	if text := string(os.nextLogs()); strings.Contains(text, `"skipped"`) || !strings.Contains(text, `"r10"`) {
+		t.Errorf("the next message: %s, want r10 and no skipped", text)
+	}
+	if os.nextLogs() != nil {
+		t.Error("a message with nothing new")
+	}
 }
