@@ -39,7 +39,7 @@ const (
 	// MaxHostLogSources bounds the log channels (distinct URIs) the host
 	// keeps at once, each with its ring and, while subscribed, its reader
 	// (a journalctl process, a file tailer). A new one past it replaces
-	// one nobody subscribes to, else the subscribe is refused (-32050).
+	// one nobody subscribes to, else the subscribe is refused (-32009, a limit).
 	MaxHostLogSources = 8
 
 	// maxBatchBodyBytes caps the body bytes of one otlp/exportLogs
@@ -191,7 +191,9 @@ func (hl *HostLogs) source(ch *HostLogChannel) (*logSource, *rpc.Error) {
 			}
 		}
 		if len(hl.sources) >= MaxHostLogSources {
-			return nil, rpc.Errorf(rpc.CodeOverloaded, "%s: the host follows %d log channels already (at most %d), each subscribed", ch.uri, len(hl.sources), MaxHostLogSources)
+			// A limit, not a passing overload: -32050 would be retried
+			// for as long as the link lasts (seed 003 ingress).
+			return nil, rpc.Errorf(rpc.CodePermissionDenied, "%s: log channel limit reached: the host follows %d log channels already (at most %d), each subscribed; unsubscribe one first", ch.uri, len(hl.sources), MaxHostLogSources)
 		}
 	}
 	src := &logSource{

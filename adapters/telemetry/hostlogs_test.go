@@ -384,7 +384,7 @@ func TestHostLogsSourceBound(t *testing.T) {
 		ch.Subscribe(s)
 	}
 	_, e := hl.Channel(rpc.LogFilesChannel + "?path=/var/log/x.log")
-	if e == nil || e.Code != rpc.CodeOverloaded || !strings.Contains(e.Message, "at most 8") {
+	if e == nil || e.Code != rpc.CodePermissionDenied || !strings.Contains(e.Message, "at most 8") {
 		t.Fatalf("one more: %v", e)
 	}
 	ch, _ := hl.Channel(rpc.LogFilesChannel + "?path=/var/log/0.log")
