@@ -1,6 +1,7 @@
 // The page: a token form, the host's terminals (open, new, kill), open
 // terminals in tabs (pane.ts: each its own xterm.js terminal and windowed
-// subscription), the listening ports and a few live metrics. A terminal
+// subscription), the listening ports, a few live metrics, the processes
+// (machine.ts) and the logs (logpanel.ts). A terminal
 // another client holds is shared: shown at its holder's size, never
 // resized, with a Take over (share.ts).
 
