@@ -109,19 +109,26 @@ export class Logs {
     this.buffer.clear();
     this.pending = 0;
     this.render();
-    this.say("");
+    this.say("reading…"); // the journal's first read takes up to 10 s
     c.subscribeWindowed(uri, LOGS_WINDOW, (m, release) => {
       if (gen === this.gen) this.message(m);
       release();
-    }).catch((err) => {
-      if (gen !== this.gen) return;
-      this.channel = "";
-      this.say(errorText(err), true);
-    });
+    })
+      .then(() => {
+        // Hidden or changed while the host was answering (an Overloaded
+        // answer is asked again): end what is no longer wanted.
+        if (gen !== this.gen && this.channel !== uri) c.unsubscribe(uri);
+      })
+      .catch((err) => {
+        if (gen !== this.gen) return;
+        this.channel = "";
+        this.say(errorText(err), true);
+      });
   }
 
   private message(m: Message): void {
-    if (m.method !== "otlp/exportLogs") return; // the snapshot ({backlog: N}) says only how many of the ring's records come first
+    if (m.method === "channel/snapshot") return this.say(""); // its state ({backlog: N}) says how many of the ring's records come first
+    if (m.method !== "otlp/exportLogs") return;
     const skipped = skippedOf(m.params);
     if (skipped > 0) {
       this.buffer.skipped += skipped;
