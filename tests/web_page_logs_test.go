@@ -22,7 +22,8 @@ import (
 // (the backlog, then each appended) are listed in order with the file's
 // name; the text filter hides non-matching lines, new ones too; Pause
 // keeps the list while records come, Resume shows them; hiding the
-// panel ends its subscription on the host.
+// panel ends its subscription on the host. The daemon's own log, at
+// debug, shows another client's connection.
 func TestWebPageLogs(t *testing.T) {
 	chromiumPath(t)
 	dir := t.TempDir()
@@ -66,6 +67,12 @@ func TestWebPageLogs(t *testing.T) {
 		t.Fatalf("sources offered %q, want %q", offered, want)
 	}
 	b.poll("the daemon's log followed", `sidecarPage.logs().channel === "ahp-otlp://logs"`, waitTimeout)
+	// The daemon's log at debug: another client's connection is logged.
+	b.must("debug", chromedp.Evaluate(`(() => { const s = document.getElementById("logs-level"); s.value = "debug"; s.dispatchEvent(new Event("change")); })()`, nil))
+	b.poll("subscribed at debug", `sidecarPage.logs().channel === "ahp-otlp://logs?level=debug" && document.getElementById("logs-msg").textContent === ""`, waitTimeout)
+	rc := s.dialRaw(t)
+	b.poll("connection open, logged", `sidecarPage.logs().rows.some((r) => r.source === "sidecar.conn" && r.severity === "DEBUG" && r.level === "debug" && r.body === "connection open")`, waitTimeout)
+	rc.close()
 
 	b.must("choose app.log", chromedp.Evaluate(fmt.Sprintf(`(() => { const s = document.getElementById("logs-source"); s.value = %q; s.dispatchEvent(new Event("change")); })()`, "file:"+path), nil))
 	rows := func(want ...string) string {
