@@ -1,6 +1,7 @@
 // The page: a token form, the host's terminals (open, new, kill), open
 // terminals in tabs (pane.ts: each its own xterm.js terminal and windowed
-// subscription), the listening ports and a few live metrics. A terminal
+// subscription), the listening ports, a few live metrics, the processes
+// (machine.ts) and the logs (logpanel.ts). A terminal
 // another client holds is shared: shown at its holder's size, never
 // resized, with a Take over (share.ts).
 
@@ -16,6 +17,7 @@ import { Pane, type PaneHost } from "./pane.js";
 import { brokenHint, previewHref, previewable, subdomainLogin, type PreviewStatus } from "./preview.js";
 import { Files } from "./files.js";
 import { Machine } from "./machine.js";
+import { Logs } from "./logpanel.js";
 import { pathFromCwd } from "./names.js";
 import { Tabs, decodeTabs, fontSize, nextFontSize, restorable, shortcut, type TabState } from "./tabs.js";
 
@@ -207,6 +209,7 @@ async function connect(): Promise<void> {
   showRoot(init.snapshots?.find((s: any) => s.resource === ahp.ROOT)?.state as ahp.RootState | undefined);
   c.subscribe(ahp.METRICS).catch(() => {});
   machine.connected(c, init);
+  logs.connected(c, init);
   reopen(c);
 }
 
@@ -569,6 +572,7 @@ const files = new Files({
 });
 
 const machine = new Machine({ client: () => client, focusBack });
+const logs = new Logs({ client: () => client, focusBack });
 
 const paneHost: PaneHost = {
   client: () => client,
@@ -1083,6 +1087,8 @@ function main(): void {
     sparks: () => Object.fromEntries([...document.querySelectorAll<SVGPolylineElement>("#sparks .spark polyline")].map((l) => [l.closest<HTMLElement>(".spark")!.dataset.key, l.getAttribute("points")?.split(" ").filter(Boolean).length ?? 0])),
     /** processes: the pids listed. */
     processes: () => machine.processes.map((p) => p.pid),
+    /** logs: the log records the panel shows, its sources offered and the channel it follows. */
+    logs: () => ({ rows: logs.shown(), sources: logs.sources.map((s) => s.id), channel: logs.channel, total: logs.buffer.rows.length, dropped: logs.buffer.dropped, skipped: logs.buffer.skipped, paused: logs.paused }),
     /** forwards: the tunnels channel's entries as the page shows them. */
     forwards: () => [...document.querySelectorAll<HTMLElement>("#forwards li[data-resource]")].map((li) => ({ resource: li.dataset.resource, direction: li.dataset.direction, state: li.dataset.state, text: li.textContent })),
     /** preview: what GET web/preview said last (null: off or not known yet). */
