@@ -187,7 +187,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", wss, "--", ""}, "empty program name after --"},
 		{[]string{"attach", wss, ""}, "empty terminal id"},
 		{[]string{"kill", wss, "t1", ""}, "empty terminal id"},
-		{[]string{"bogus", wss}, `unknown command "bogus" for "sidecar" (see sidecar --help)`},
+		{[]string{"frobnicate", wss}, `unknown command "frobnicate" for "sidecar" (see sidecar --help)`},
 		{[]string{"connect", wss}, `missing HOST:PORT after "` + wss + `"`},
 		{[]string{"connect", wss, "localhost"}, `bad HOST:PORT "localhost": want host:port`},
 		{[]string{"connect", wss, "localhost:22", "--ordinary"}, "--ordinary is not for connect"},
