@@ -282,7 +282,8 @@ var signalNames = map[string]syscall.Signal{
 // naming the process and the rule: -32009 PermissionDenied when signals
 // are not allowed (telemetry.process_signals), for a process of another
 // user than the terminals', and for the kernel's own refusal (EPERM);
-// -32602 for an unknown signal, pid 1 or below, or the daemon itself;
+// -32602 for an unknown signal, pid 1 or below, the daemon itself, or a
+// thread's id (which kill(2) would take for its whole process);
 // -32008 NotFound for no such process (or one whose start time is not
 // the one given: its pid was reused).
 func (p *Processes) Signal(ctx context.Context, params rpc.ProcessesSignalParams) error {
@@ -302,6 +303,14 @@ func (p *Processes) Signal(ctx context.Context, params rpc.ProcessesSignalParams
 	pr, err := process.NewProcessWithContext(ctx, params.PID)
 	if err != nil {
 		return rpc.Errorf(rpc.CodeNotFound, "processes/signal: no process %d", params.PID)
+	}
+	// kill(2) given a thread's id signals its whole process: only a
+	// process's own pid (its thread group's leader) is taken, so that a
+	// thread of the daemon or of pid 1 is not a way around the rules.
+	if tgid, err := pr.TgidWithContext(ctx); err != nil {
+		return rpc.Errorf(rpc.CodeNotFound, "processes/signal: no process %d", params.PID)
+	} else if tgid != params.PID {
+		return rpc.Errorf(rpc.CodeInvalidParams, "processes/signal: %d is a thread of process %d, not a process: give the process's pid", params.PID, tgid)
 	}
 	if params.StartTimeUnixNano != 0 {
 		start, err := pr.CreateTimeWithContext(ctx)

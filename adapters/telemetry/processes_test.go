@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -164,6 +165,9 @@ func TestProcessesSignal(t *testing.T) {
 		{p, rpc.ProcessesSignalParams{PID: pid, Signal: "TERM"}, rpc.CodeInvalidParams, `unknown signal "TERM"`},
 		{p, rpc.ProcessesSignalParams{PID: 1, Signal: "SIGTERM"}, rpc.CodeInvalidParams, "pid 1 and below"},
 		{p, rpc.ProcessesSignalParams{PID: int32(os.Getpid()), Signal: "SIGTERM"}, rpc.CodeInvalidParams, "the sidecar daemon itself"},
+		// A thread of this process (the test stands for the daemon):
+		// kill(2) would stop the whole process.
+		{p, rpc.ProcessesSignalParams{PID: otherThread(t), Signal: "SIGSTOP"}, rpc.CodeInvalidParams, "is a thread of process"},
 	} {
 		err := c.p.Signal(ctx, c.params)
 		var re *rpc.Error
@@ -187,6 +191,23 @@ func TestProcessesSignal(t *testing.T) {
 	if !errors.As(err, &re) || re.Code != rpc.CodeNotFound {
 		t.Errorf("a process that ended: %v, want not found", err)
 	}
+}
+
+// otherThread is the id of a thread of this process other than its
+// leader (the Go runtime always has several).
+func otherThread(t *testing.T) int32 {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if id, err := strconv.Atoi(e.Name()); err == nil && id != os.Getpid() {
+			return int32(id)
+		}
+	}
+	t.Fatal("no thread besides the leader")
+	return 0
 }
 
 // TestTruncateUTF8: a long command line is cut at a rune boundary within
