@@ -183,13 +183,14 @@ files {
 telemetry {
   # Time between two system metric samples sent on ahp-otlp://metrics.
   interval = "1s"
-  # Let clients send a signal to a process (processes/signal: `sidecar top`'s k key, the
-  # page's process list). Only to processes of the terminals' user (terminal.user), as a
+  # Let clients send a signal to a process (processes/signal: the page's process list,
+  # Signal…). Only to processes of the terminals' user (terminal.user), as a
   # shell of theirs could; never pid 1 nor the daemon itself. Listing is always allowed.
   process_signals = true
   # Files clients may tail as OTLP logs (ahp-otlp://logs/files, `sidecar logs --file`):
   # absolute paths or globs, followed across rotation and truncation. Nothing by default;
-  # a client may subscribe only to a path listed or matched here.
+  # a client may subscribe only to a path listed or matched here. A file that is a
+  # symbolic link is read only when its target is listed too.
   # log_files = ["/var/log/app/*.log"]
   log_files = []
   # The systemd journal as OTLP logs (ahp-otlp://logs/journal, `sidecar logs --unit`),

@@ -69,6 +69,9 @@ type fileTailer struct {
 	files   map[fileID]*tailed // kept across runs, without descriptors
 	started bool               // the first scan happened
 	warned  bool               // maxTailedFiles exceeded was logged
+	// refusedLinks are the links not followed, logged once each (at most
+	// maxTailedFiles remembered).
+	refusedLinks map[string]bool
 }
 
 // Run implements hostLogReader.
@@ -117,7 +120,11 @@ func (t *fileTailer) scan(ctx context.Context, emit func(LineRecord) bool) bool 
 	seen := map[fileID]bool{}
 	var order []*tailed
 	for _, p := range paths {
-		st, err := os.Stat(p)
+		real, ok := t.resolve(p)
+		if !ok {
+			continue
+		}
+		st, err := os.Lstat(real) // a link swapped in since is not regular
 		if err != nil || !st.Mode().IsRegular() {
 			continue
 		}
@@ -145,7 +152,8 @@ func (t *fileTailer) scan(ctx context.Context, emit func(LineRecord) bool) bool 
 		}
 		tf.path = p
 		if tf.f == nil {
-			f, err := os.Open(p)
+			// O_NOFOLLOW: a link swapped in since the check is not opened.
+			f, err := os.OpenFile(real, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 			if err != nil {
 				continue
 			}
@@ -191,6 +199,39 @@ func (t *fileTailer) scan(ctx context.Context, emit func(LineRecord) bool) bool 
 		}
 	}
 	return true
+}
+
+// resolve returns the path to read for p, a path the patterns match: p
+// itself, or for a symbolic link its target (resolved to the end) when
+// telemetry.log_files lists that too; false when p may not be followed.
+// Whoever can write a log directory is often less privileged than the
+// daemon: a link planted there (app.log -> /etc/shadow) must not make the
+// daemon read what it points to. A refused link is logged once. The
+// caller opens the result without following a link (O_NOFOLLOW).
+func (t *fileTailer) resolve(p string) (string, bool) {
+	lst, err := os.Lstat(p)
+	if err != nil {
+		return "", false
+	}
+	if lst.Mode()&os.ModeSymlink == 0 {
+		return p, true
+	}
+	target, err := filepath.EvalSymlinks(p)
+	if err == nil {
+		for _, pat := range t.patterns {
+			if ok, _ := filepath.Match(pat, target); ok || pat == target {
+				return target, true
+			}
+		}
+	}
+	if t.refusedLinks == nil {
+		t.refusedLinks = map[string]bool{}
+	}
+	if !t.refusedLinks[p] && len(t.refusedLinks) < maxTailedFiles {
+		t.refusedLinks[p] = true
+		t.log.Warn("log file not followed: a symbolic link to a path telemetry.log_files does not list", "path", p, "target", target)
+	}
+	return "", false
 }
 
 func idOf(st os.FileInfo) fileID {

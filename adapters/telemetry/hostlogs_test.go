@@ -393,3 +393,42 @@ func TestHostLogsSourceBound(t *testing.T) {
 		t.Fatalf("after one unsubscribed: %v", e)
 	}
 }
+
+// TestFileTailerSymlinks: a symbolic link a pattern matches is followed
+// only when its target is listed too; a link planted in a log directory
+// to a file outside (app.log -> a secret) is never read, whatever order
+// the files come in.
+func TestFileTailerSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	logs := filepath.Join(dir, "logs")
+	if err := os.Mkdir(logs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(dir, "secret")
+	appendFile(t, secret, "SECRET LINE\n")
+	appendFile(t, filepath.Join(logs, "real.log"), "real 1\n")
+	if err := os.Symlink(secret, filepath.Join(logs, "a-evil.log")); err != nil {
+		t.Fatal(err)
+	}
+	// A link to a listed file is followed (once: it is the same file).
+	if err := os.Symlink(filepath.Join(logs, "real.log"), filepath.Join(logs, "b-alias.log")); err != nil {
+		t.Fatal(err)
+	}
+	var trunc atomic.Uint64
+	tl := &fileTailer{patterns: []string{filepath.Join(logs, "*.log")}, poll: 5 * time.Millisecond, log: hclog.NewNullLogger(), truncated: &trunc}
+	out, primed, stop := collect(t, tl)
+	expectLines(t, out, "real 1")
+	<-primed
+	appendFile(t, secret, "SECRET 2\n")
+	appendFile(t, filepath.Join(logs, "real.log"), "real 2\n")
+	expectLines(t, out, "real 2")
+	select {
+	case rec := <-out:
+		t.Fatalf("read %q besides the listed file", rec.Body)
+	default:
+	}
+	stop() // the tailer's state is read below
+	if !tl.refusedLinks[filepath.Join(logs, "a-evil.log")] || tl.refusedLinks[filepath.Join(logs, "b-alias.log")] {
+		t.Errorf("links refused: %v", tl.refusedLinks)
+	}
+}
