@@ -655,7 +655,7 @@ func (v *topView) layout(width int) []string {
 	if c, ok := s.find("sidecar.clients"); ok {
 		subs, _ := s.find("sidecar.subscriptions")
 		add("")
-		add("sidecar %s: %d clients, %d subscriptions", s.res["service.version"], int(c), int(subs))
+		add("sidecar %s: %d client%s, %d subscription%s", s.res["service.version"], int(c), plural(int(c), "", "s"), int(subs), plural(int(subs), "", "s"))
 	}
 	v.summaryLines = len(lines)
 	return v.processTable(lines, width)
