@@ -420,17 +420,24 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header.Del("Authorization")
 	}
 	stripCookie(pr.Out.Header, CookieName)
+	scrubToken(pr.Out.Header, pr.Out.URL, s.opts.Token)
 }
 
 // stripCookie removes every cookie called name from h's Cookie headers,
 // the others kept byte for byte.
 func stripCookie(h http.Header, name string) {
+	stripCookies(h, func(n, _ string) bool { return n == name })
+}
+
+// stripCookies removes every cookie drop(name, value) is true of from h's
+// Cookie headers, the others kept byte for byte.
+func stripCookies(h http.Header, drop func(name, value string) bool) {
 	var kept []string
 	for _, line := range h.Values("Cookie") {
 		var parts []string
 		for part := range strings.SplitSeq(line, ";") {
-			n, _, _ := strings.Cut(strings.TrimSpace(part), "=")
-			if n != name && strings.TrimSpace(part) != "" {
+			n, v, _ := strings.Cut(strings.TrimSpace(part), "=")
+			if !drop(n, v) && strings.TrimSpace(part) != "" {
 				parts = append(parts, strings.TrimSpace(part))
 			}
 		}

@@ -657,3 +657,45 @@ func TestWebPagePreviewSubdomain(t *testing.T) {
 	tab.poll("the WebSocket echo", `window.wsEcho === "hello through the preview"`, waitTimeout)
 	app.neverSawCredentials(t, s.token)
 }
+
+// TestPreviewTokenNeverReachesApp: logged in with the cookie, requests
+// that also carry the token, in every form a reviewer sent it (a second
+// Authorization header after another one, Bearer and a tab, a bare
+// token, Proxy-Authorization, ?token= and ?ticket=), reach the app
+// without it; the app's own Authorization and ?token= pass.
+func TestPreviewTokenNeverReachesApp(t *testing.T) {
+	app := startPreviewApp(t)
+	s := startServer(t, "")
+	c := s.previewClient(t)
+	sc := s.previewLogin(t, c)
+	with := func(k string, vs ...string) http.Header {
+		h := cookieHeader(sc)
+		h[k] = vs
+		return h
+	}
+	for _, tc := range []struct {
+		name, query string
+		hdr         http.Header
+	}{
+		{"two Authorization headers", "", with("Authorization", "Bearer other", "Bearer "+s.token)},
+		{"Bearer and a tab", "", with("Authorization", "Bearer\t"+s.token)},
+		{"a bare token", "", with("Authorization", s.token)},
+		{"Proxy-Authorization", "", with("Proxy-Authorization", "Bearer "+s.token)},
+		{"?token=", "?token=" + s.token + "&keep=1", cookieHeader(sc)},
+		{"?ticket=", "?ticket=" + s.token, cookieHeader(sc)},
+	} {
+		expect(t, do(t, c, "GET", s.previewURL(app.port, "/headers"+tc.query), nil, tc.hdr), 200, "")
+	}
+	expect(t, do(t, c, "GET", s.previewURL(app.port, "/headers?token=apps-own"), nil, with("Authorization", "Bearer apps-own")), 200, "")
+	reqs := app.requests()
+	if len(reqs) != 7 {
+		t.Fatalf("the app got %d requests, want 7", len(reqs))
+	}
+	if q := reqs[4].Query; q != "keep=1" {
+		t.Errorf("?token=T&keep=1 reached the app as %q, want %q", q, "keep=1")
+	}
+	if last := reqs[6]; last.Query != "token=apps-own" || last.Header.Get("Authorization") != "Bearer apps-own" {
+		t.Errorf("the app's own credentials: query %q, Authorization %q", last.Query, last.Header.Get("Authorization"))
+	}
+	app.neverSawCredentials(t, s.token, sc.Value)
+}
