@@ -699,3 +699,75 @@ func TestPreviewTokenNeverReachesApp(t *testing.T) {
 	}
 	app.neverSawCredentials(t, s.token, sc.Value)
 }
+
+// TestPreviewLogoutEndsStreams: a WebSocket and an event stream opened
+// through the preview with a session cookie are closed when the page
+// logs out (at once: well before the session's 3 s life), and a
+// WebSocket of a session left to expire is closed at its expiry; one of
+// another session goes on.
+func TestPreviewLogoutEndsStreams(t *testing.T) {
+	app := startPreviewApp(t)
+	s := startServer(t, "preview {\n  session_ttl = \"3s\"\n}\n")
+	c := s.previewClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
+	defer cancel()
+	wsURL := "wss" + strings.TrimPrefix(s.previewURL(app.port, "/ws"), "https")
+	open := func(sc *http.Cookie) *websocket.Conn {
+		t.Helper()
+		ws, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: s.previewClient(t), HTTPHeader: cookieHeader(sc)})
+		if err != nil {
+			t.Fatalf("WebSocket through the preview: %v", err)
+		}
+		t.Cleanup(func() { ws.CloseNow() })
+		if err := ws.Write(ctx, websocket.MessageText, []byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		if _, b, err := ws.Read(ctx); err != nil || string(b) != "ping" {
+			t.Fatalf("echo: %q %v", b, err)
+		}
+		return ws
+	}
+	// ended waits for ws to be closed by the daemon (bounded by ctx).
+	ended := func(what string, ws *websocket.Conn) {
+		t.Helper()
+		for {
+			_ = ws.Write(ctx, websocket.MessageText, []byte("still?"))
+			if _, _, err := ws.Read(ctx); err != nil {
+				if ctx.Err() != nil {
+					t.Fatalf("%s: the WebSocket kept going", what)
+				}
+				return
+			}
+		}
+	}
+
+	sc := s.previewLogin(t, c)
+	other := s.previewLogin(t, c)
+	ws := open(sc)
+	wsOther := open(other)
+	sse := do(t, c, "GET", s.previewURL(app.port, "/sse?n=1&hold=1"), nil, cookieHeader(sc))
+	br := bufio.NewReader(sse.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != "data: event 0\n" {
+		t.Fatalf("SSE: %q %v", line, err)
+	}
+	start := time.Now()
+	expect(t, do(t, c, "POST", "https://"+s.host+"/web/logout", nil, cookieHeader(sc)), 200, "")
+	ended("after logout", ws)
+	cut := time.AfterFunc(waitTimeout, func() { sse.Body.Close() })
+	_, _ = io.Copy(io.Discard, br) // cut by the daemon: an error or EOF, either way ended
+	if !cut.Stop() {
+		t.Error("after logout: the event stream kept going")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("logout took %v to end the streams: the session's expiry did, not the logout", d)
+	}
+	// The other session's WebSocket goes on.
+	if err := wsOther.Write(ctx, websocket.MessageText, []byte("on")); err != nil {
+		t.Fatal(err)
+	}
+	if _, b, err := wsOther.Read(ctx); err != nil || string(b) != "on" {
+		t.Fatalf("another session's WebSocket: %q %v", b, err)
+	}
+	// Left alone, it ends when its session expires (3 s, nothing renews it).
+	ended("at expiry", wsOther)
+}
