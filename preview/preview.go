@@ -192,11 +192,14 @@ func (s *Server) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 			_ = c.SetLinger(-1) // an HTTP connection closes gracefully
 			return &countedConn{Conn: c, idle: s.opts.Config.IdleTimeout, st: &s.stats}, nil
 		}
-		if first == nil {
+		var oe *tcp.OpenError
+		isOE := errors.As(err, &oe)
+		// A refusal by policy is what to report over "nothing listens"
+		// on the other address: the app may well be there.
+		if first == nil || (isOE && oe.Kind == tcp.KindDenied) {
 			first = err
 		}
-		var oe *tcp.OpenError
-		if errors.As(err, &oe) && oe.Kind != tcp.KindRefused && oe.Kind != tcp.KindDenied {
+		if isOE && oe.Kind != tcp.KindRefused && oe.Kind != tcp.KindDenied {
 			break
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -770,4 +771,25 @@ func TestPreviewLogoutEndsStreams(t *testing.T) {
 	}
 	// Left alone, it ends when its session expires (3 s, nothing renews it).
 	ended("at expiry", wsOther)
+}
+
+// TestPreviewPolicyRefusesIPv6Port: with tcp.allow = ["127.0.0.1/32"],
+// an app on [::1] only is refused as the policy's (403), not reported
+// as nothing listening (502).
+func TestPreviewPolicyRefusesIPv6Port(t *testing.T) {
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Fatalf("IPv6 loopback: %v", err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Errorf("the app got %s", r.URL) }), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	s := startServer(t, "tcp {\n  allow = [\"127.0.0.1/32\"]\n}\n")
+	c := s.previewClient(t)
+	sc := s.previewLogin(t, c)
+	body := expect(t, do(t, c, "GET", s.previewURL(port, "/"), nil, cookieHeader(sc)), http.StatusForbidden, "")
+	if !strings.Contains(body, "not allowed by policy") || !strings.Contains(body, "::1") {
+		t.Errorf("refusal %q, want the policy's for ::1", body)
+	}
 }
