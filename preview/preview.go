@@ -89,9 +89,15 @@ type Server struct {
 	stats    stats
 	hints    *hints
 
-	mu     sync.Mutex
-	active map[string]int // proxied requests in progress, by principal
+	mu      sync.Mutex
+	active  map[string]int                    // proxied requests in progress, by principal
+	streams map[[32]byte]map[*stream]struct{} // by session Key: what ends with the session
 }
+
+// stream is one proxied request of a session (a WebSocket, an event
+// stream, any request in progress): cancel ends it, its connections
+// closed.
+type stream struct{ cancel context.CancelFunc }
 
 // stats are the counters Collector exposes.
 type stats struct {
@@ -142,8 +148,10 @@ func New(opts Options) *Server {
 		opts:     opts,
 		sessions: NewSessions(opts.Config.SessionTTL, opts.Config.MaxSessions, opts.Now),
 		active:   map[string]int{},
+		streams:  map[[32]byte]map[*stream]struct{}{},
 		hints:    newHints(),
 	}
+	s.sessions.onForget = s.endStreams
 	s.tr = &http.Transport{
 		Proxy:                  nil, // never an environment proxy: the app is local
 		DialContext:            s.dial,
@@ -184,11 +192,14 @@ func (s *Server) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 			_ = c.SetLinger(-1) // an HTTP connection closes gracefully
 			return &countedConn{Conn: c, idle: s.opts.Config.IdleTimeout, st: &s.stats}, nil
 		}
-		if first == nil {
+		var oe *tcp.OpenError
+		isOE := errors.As(err, &oe)
+		// A refusal by policy is what to report over "nothing listens"
+		// on the other address: the app may well be there.
+		if first == nil || (isOE && oe.Kind == tcp.KindDenied) {
 			first = err
 		}
-		var oe *tcp.OpenError
-		if errors.As(err, &oe) && oe.Kind != tcp.KindRefused && oe.Kind != tcp.KindDenied {
+		if isOE && oe.Kind != tcp.KindRefused && oe.Kind != tcp.KindDenied {
 			break
 		}
 	}
@@ -267,7 +278,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, port int, prefix,
 		s.refuse(w, r, resultCrossSite, http.StatusForbidden, why)
 		return
 	}
-	principal, viaToken, renewedID, ok := s.authenticate(r)
+	principal, viaToken, sid, renewedID, ok := s.authenticate(r)
 	if !ok {
 		login := s.opts.Base + "/"
 		if sub {
@@ -299,7 +310,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, port int, prefix,
 	}
 	var failed result = -1
 	info := &reqInfo{port: port, prefix: prefix, viaToken: viaToken, renewedID: renewedID, failed: &failed}
-	out := r.Clone(context.WithValue(r.Context(), ctxKey{}, info))
+	ctx := r.Context()
+	if sid != "" {
+		var stop func()
+		ctx, stop = s.track(ctx, sid)
+		defer stop()
+	}
+	out := r.Clone(context.WithValue(ctx, ctxKey{}, info))
 	out.URL.Path, out.URL.RawPath = path, rawPath
 	if out.URL.RawPath == out.URL.EscapedPath() && out.URL.RawPath == path {
 		out.URL.RawPath = ""
@@ -358,20 +375,82 @@ func (s *Server) sameSite(r *http.Request, sub bool) (string, bool) {
 }
 
 // authenticate finds who r is: the token in its Authorization header, or
-// a valid session cookie (renewed when past half its life: renewedID).
-func (s *Server) authenticate(r *http.Request) (principal string, viaToken bool, renewedID string, ok bool) {
+// a valid session cookie (sid; renewed when past half its life:
+// renewedID).
+func (s *Server) authenticate(r *http.Request) (principal string, viaToken bool, sid, renewedID string, ok bool) {
 	if tok := transport.BearerToken(r); tok != "" && transport.TokenEqual(tok, s.opts.Token) {
-		return s.opts.Principal, true, "", true
+		return s.opts.Principal, true, "", "", true
 	}
 	for _, c := range r.CookiesNamed(CookieName) {
 		if p, ok, renewed := s.sessions.Check(c.Value, true); ok {
 			if renewed {
 				renewedID = c.Value
 			}
-			return p, false, renewedID, true
+			return p, false, c.Value, renewedID, true
 		}
 	}
-	return "", false, "", false
+	return "", false, "", "", false
+}
+
+// track ties a request of session sid to it: the returned context ends
+// when the session is forgotten (logout, revocation, eviction by
+// preview.max_sessions) or expires while the request is in progress (a
+// WebSocket or event stream opened with it, which renews nothing), so
+// its connections to the browser and the app are closed. stop, when the
+// request is done, unties it.
+func (s *Server) track(parent context.Context, sid string) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	key := Key(sid)
+	st := &stream{cancel: cancel}
+	s.mu.Lock()
+	if s.streams[key] == nil {
+		s.streams[key] = map[*stream]struct{}{}
+	}
+	s.streams[key][st] = struct{}{}
+	s.mu.Unlock()
+	// The expiry: checked when the session would expire, again at its new
+	// expiry while it is renewed by other requests.
+	var t *time.Timer
+	check := func() {
+		if _, ok, _ := s.sessions.Check(sid, false); !ok {
+			cancel() // forgotten already, or expired now (endStreams ran)
+			return
+		}
+		exp, ok := s.sessions.Expires(sid)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if _, live := s.streams[key][st]; live && ok {
+			t.Reset(exp.Sub(s.opts.Now())) // not once stop has run
+		}
+	}
+	t = time.AfterFunc(time.Hour, check)
+	if exp, ok := s.sessions.Expires(sid); ok {
+		t.Reset(exp.Sub(s.opts.Now()))
+	}
+	return ctx, func() {
+		s.mu.Lock()
+		if m := s.streams[key]; m != nil {
+			delete(m, st)
+			if len(m) == 0 {
+				delete(s.streams, key)
+			}
+		}
+		t.Stop()
+		s.mu.Unlock()
+		cancel()
+	}
+}
+
+// endStreams ends every request in progress of the session kept as key
+// (Sessions.onForget).
+func (s *Server) endStreams(key [32]byte) {
+	s.mu.Lock()
+	m := s.streams[key]
+	delete(s.streams, key)
+	s.mu.Unlock()
+	for st := range m {
+		st.cancel()
+	}
 }
 
 func (s *Server) acquire(principal string) bool {
@@ -420,17 +499,24 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header.Del("Authorization")
 	}
 	stripCookie(pr.Out.Header, CookieName)
+	scrubToken(pr.Out.Header, pr.Out.URL, s.opts.Token)
 }
 
 // stripCookie removes every cookie called name from h's Cookie headers,
 // the others kept byte for byte.
 func stripCookie(h http.Header, name string) {
+	stripCookies(h, func(n, _ string) bool { return n == name })
+}
+
+// stripCookies removes every cookie drop(name, value) is true of from h's
+// Cookie headers, the others kept byte for byte.
+func stripCookies(h http.Header, drop func(name, value string) bool) {
 	var kept []string
 	for _, line := range h.Values("Cookie") {
 		var parts []string
 		for part := range strings.SplitSeq(line, ";") {
-			n, _, _ := strings.Cut(strings.TrimSpace(part), "=")
-			if n != name && strings.TrimSpace(part) != "" {
+			n, v, _ := strings.Cut(strings.TrimSpace(part), "=")
+			if !drop(n, v) && strings.TrimSpace(part) != "" {
 				parts = append(parts, strings.TrimSpace(part))
 			}
 		}

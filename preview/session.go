@@ -18,7 +18,9 @@ import (
 //
 // At most max are kept: a new one past the bound forgets the expired
 // ones, then the one nearest its expiry (a person's older tab logs in
-// again; the daemon's memory stays bounded, ~100 bytes a session). The
+// again; the daemon's memory stays bounded, ~100 bytes a session). A
+// session forgotten (revoked, evicted, expired) ends the preview streams
+// it opened (Server). The
 // zero value is not usable: use NewSessions.
 type Sessions struct {
 	ttl time.Duration
@@ -27,6 +29,22 @@ type Sessions struct {
 
 	mu   sync.Mutex
 	byID map[[sha256.Size]byte]*session
+
+	// onForget, when set (before use), is told of each session forgotten:
+	// revoked, evicted by the bound, or found expired; outside mu.
+	onForget func(key [sha256.Size]byte)
+}
+
+// Key is the digest a session is kept by (and its streams tracked by).
+func Key(id string) [sha256.Size]byte { return sha256.Sum256([]byte(id)) }
+
+func (ss *Sessions) forgot(keys ...[sha256.Size]byte) {
+	if ss.onForget == nil {
+		return
+	}
+	for _, k := range keys {
+		ss.onForget(k)
+	}
 }
 
 type session struct {
@@ -60,12 +78,15 @@ func (ss *Sessions) Create(principal string) (string, error) {
 	}
 	id := base64.RawURLEncoding.EncodeToString(raw[:])
 	now := ss.now()
+	var gone [][sha256.Size]byte
+	defer func() { ss.forgot(gone...) }()
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if len(ss.byID) >= ss.max {
 		for k, s := range ss.byID {
 			if !now.Before(s.expires) {
 				delete(ss.byID, k)
+				gone = append(gone, k)
 			}
 		}
 	}
@@ -78,6 +99,7 @@ func (ss *Sessions) Create(principal string) (string, error) {
 			}
 		}
 		delete(ss.byID, oldest)
+		gone = append(gone, oldest)
 	}
 	ss.byID[sha256.Sum256([]byte(id))] = &session{principal: principal, expires: now.Add(ss.ttl)}
 	return id, nil
@@ -93,15 +115,18 @@ func (ss *Sessions) Check(id string, renew bool) (principal string, ok, renewed 
 	k := sha256.Sum256([]byte(id))
 	now := ss.now()
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	s := ss.byID[k]
 	if s == nil {
+		ss.mu.Unlock()
 		return "", false, false
 	}
 	if !now.Before(s.expires) {
 		delete(ss.byID, k)
+		ss.mu.Unlock()
+		ss.forgot(k)
 		return "", false, false
 	}
+	defer ss.mu.Unlock()
 	if renew && s.expires.Sub(now) < ss.ttl/2 {
 		s.expires = now.Add(ss.ttl)
 		renewed = true
@@ -115,6 +140,19 @@ func (ss *Sessions) Revoke(id string) {
 	ss.mu.Lock()
 	delete(ss.byID, k)
 	ss.mu.Unlock()
+	ss.forgot(k)
+}
+
+// Expires returns when session id expires (unless renewed), and whether
+// it is kept.
+func (ss *Sessions) Expires(id string) (time.Time, bool) {
+	k := sha256.Sum256([]byte(id))
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if s := ss.byID[k]; s != nil {
+		return s.expires, true
+	}
+	return time.Time{}, false
 }
 
 // Len returns how many sessions are kept (expired ones not yet forgotten

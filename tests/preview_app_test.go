@@ -84,6 +84,7 @@ func writeBig(w io.Writer, n int64) error {
 // seen is one request as the app received it.
 type seen struct {
 	Path   string
+	Query  string // the raw query
 	Header http.Header
 	Host   string
 	Remote string // the proxy's address: one for requests on one kept-alive connection
@@ -206,7 +207,7 @@ func startPreviewApp(t *testing.T) *previewApp {
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			a.mu.Lock()
-			a.reqs = append(a.reqs, seen{Path: r.URL.Path, Header: r.Header.Clone(), Host: r.Host, Remote: r.RemoteAddr})
+			a.reqs = append(a.reqs, seen{Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Host: r.Host, Remote: r.RemoteAddr})
 			a.mu.Unlock()
 			mux.ServeHTTP(w, r)
 		}),
@@ -223,7 +224,8 @@ func startPreviewApp(t *testing.T) *previewApp {
 }
 
 // neverSawCredentials fails t if any request the app received carried
-// the session cookie (its name) or one of secrets (the token, session ids).
+// the session cookie (its name) or one of secrets (the token, session ids),
+// in a header or in its query.
 func (a *previewApp) neverSawCredentials(t *testing.T, secrets ...string) {
 	t.Helper()
 	reqs := a.requests()
@@ -231,6 +233,11 @@ func (a *previewApp) neverSawCredentials(t *testing.T, secrets ...string) {
 		t.Fatal("the app received no request")
 	}
 	for _, r := range reqs {
+		for _, sec := range secrets {
+			if sec != "" && strings.Contains(r.Query, sec) {
+				t.Errorf("the app saw the query %q on %s", r.Query, r.Path)
+			}
+		}
 		for k, vs := range r.Header {
 			for _, v := range vs {
 				bad := strings.Contains(v, "sidecar_preview")

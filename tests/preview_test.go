@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -656,4 +657,139 @@ func TestWebPagePreviewSubdomain(t *testing.T) {
 	tab.poll("server-sent events", `JSON.stringify(window.sse) === '["event 0","event 1","event 2"]'`, waitTimeout)
 	tab.poll("the WebSocket echo", `window.wsEcho === "hello through the preview"`, waitTimeout)
 	app.neverSawCredentials(t, s.token)
+}
+
+// TestPreviewTokenNeverReachesApp: logged in with the cookie, requests
+// that also carry the token, in every form a reviewer sent it (a second
+// Authorization header after another one, Bearer and a tab, a bare
+// token, Proxy-Authorization, ?token= and ?ticket=), reach the app
+// without it; the app's own Authorization and ?token= pass.
+func TestPreviewTokenNeverReachesApp(t *testing.T) {
+	app := startPreviewApp(t)
+	s := startServer(t, "")
+	c := s.previewClient(t)
+	sc := s.previewLogin(t, c)
+	with := func(k string, vs ...string) http.Header {
+		h := cookieHeader(sc)
+		h[k] = vs
+		return h
+	}
+	for _, tc := range []struct {
+		name, query string
+		hdr         http.Header
+	}{
+		{"two Authorization headers", "", with("Authorization", "Bearer other", "Bearer "+s.token)},
+		{"Bearer and a tab", "", with("Authorization", "Bearer\t"+s.token)},
+		{"a bare token", "", with("Authorization", s.token)},
+		{"Proxy-Authorization", "", with("Proxy-Authorization", "Bearer "+s.token)},
+		{"?token=", "?token=" + s.token + "&keep=1", cookieHeader(sc)},
+		{"?ticket=", "?ticket=" + s.token, cookieHeader(sc)},
+	} {
+		expect(t, do(t, c, "GET", s.previewURL(app.port, "/headers"+tc.query), nil, tc.hdr), 200, "")
+	}
+	expect(t, do(t, c, "GET", s.previewURL(app.port, "/headers?token=apps-own"), nil, with("Authorization", "Bearer apps-own")), 200, "")
+	reqs := app.requests()
+	if len(reqs) != 7 {
+		t.Fatalf("the app got %d requests, want 7", len(reqs))
+	}
+	if q := reqs[4].Query; q != "keep=1" {
+		t.Errorf("?token=T&keep=1 reached the app as %q, want %q", q, "keep=1")
+	}
+	if last := reqs[6]; last.Query != "token=apps-own" || last.Header.Get("Authorization") != "Bearer apps-own" {
+		t.Errorf("the app's own credentials: query %q, Authorization %q", last.Query, last.Header.Get("Authorization"))
+	}
+	app.neverSawCredentials(t, s.token, sc.Value)
+}
+
+// TestPreviewLogoutEndsStreams: a WebSocket and an event stream opened
+// through the preview with a session cookie are closed when the page
+// logs out (at once: well before the session's 3 s life), and a
+// WebSocket of a session left to expire is closed at its expiry; one of
+// another session goes on.
+func TestPreviewLogoutEndsStreams(t *testing.T) {
+	app := startPreviewApp(t)
+	s := startServer(t, "preview {\n  session_ttl = \"3s\"\n}\n")
+	c := s.previewClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
+	defer cancel()
+	wsURL := "wss" + strings.TrimPrefix(s.previewURL(app.port, "/ws"), "https")
+	open := func(sc *http.Cookie) *websocket.Conn {
+		t.Helper()
+		ws, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: s.previewClient(t), HTTPHeader: cookieHeader(sc)})
+		if err != nil {
+			t.Fatalf("WebSocket through the preview: %v", err)
+		}
+		t.Cleanup(func() { ws.CloseNow() })
+		if err := ws.Write(ctx, websocket.MessageText, []byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		if _, b, err := ws.Read(ctx); err != nil || string(b) != "ping" {
+			t.Fatalf("echo: %q %v", b, err)
+		}
+		return ws
+	}
+	// ended waits for ws to be closed by the daemon (bounded by ctx).
+	ended := func(what string, ws *websocket.Conn) {
+		t.Helper()
+		for {
+			_ = ws.Write(ctx, websocket.MessageText, []byte("still?"))
+			if _, _, err := ws.Read(ctx); err != nil {
+				if ctx.Err() != nil {
+					t.Fatalf("%s: the WebSocket kept going", what)
+				}
+				return
+			}
+		}
+	}
+
+	sc := s.previewLogin(t, c)
+	other := s.previewLogin(t, c)
+	ws := open(sc)
+	wsOther := open(other)
+	sse := do(t, c, "GET", s.previewURL(app.port, "/sse?n=1&hold=1"), nil, cookieHeader(sc))
+	br := bufio.NewReader(sse.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != "data: event 0\n" {
+		t.Fatalf("SSE: %q %v", line, err)
+	}
+	start := time.Now()
+	expect(t, do(t, c, "POST", "https://"+s.host+"/web/logout", nil, cookieHeader(sc)), 200, "")
+	ended("after logout", ws)
+	cut := time.AfterFunc(waitTimeout, func() { sse.Body.Close() })
+	_, _ = io.Copy(io.Discard, br) // cut by the daemon: an error or EOF, either way ended
+	if !cut.Stop() {
+		t.Error("after logout: the event stream kept going")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("logout took %v to end the streams: the session's expiry did, not the logout", d)
+	}
+	// The other session's WebSocket goes on.
+	if err := wsOther.Write(ctx, websocket.MessageText, []byte("on")); err != nil {
+		t.Fatal(err)
+	}
+	if _, b, err := wsOther.Read(ctx); err != nil || string(b) != "on" {
+		t.Fatalf("another session's WebSocket: %q %v", b, err)
+	}
+	// Left alone, it ends when its session expires (3 s, nothing renews it).
+	ended("at expiry", wsOther)
+}
+
+// TestPreviewPolicyRefusesIPv6Port: with tcp.allow = ["127.0.0.1/32"],
+// an app on [::1] only is refused as the policy's (403), not reported
+// as nothing listening (502).
+func TestPreviewPolicyRefusesIPv6Port(t *testing.T) {
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Fatalf("IPv6 loopback: %v", err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Errorf("the app got %s", r.URL) }), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	s := startServer(t, "tcp {\n  allow = [\"127.0.0.1/32\"]\n}\n")
+	c := s.previewClient(t)
+	sc := s.previewLogin(t, c)
+	body := expect(t, do(t, c, "GET", s.previewURL(port, "/"), nil, cookieHeader(sc)), http.StatusForbidden, "")
+	if !strings.Contains(body, "not allowed by policy") || !strings.Contains(body, "::1") {
+		t.Errorf("refusal %q, want the policy's for ::1", body)
+	}
 }

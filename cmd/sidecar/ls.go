@@ -52,7 +52,10 @@ host sent it; it is absent where the host offers no tunnels channel.
 Each listening port's preview URL (PREVIEW; "preview" in --json) is where
 the daemon serves it as a web page, https://HOST:PORT/BASE/ports/N/, for a
 browser logged in to the daemon's page or a script sending
-Authorization: Bearer TOKEN (docs/operations.md "Port preview").`,
+Authorization: Bearer TOKEN (docs/operations.md "Port preview"). The
+port ls reached the daemon on is its own listener, which the preview
+refuses: it has none ("-"). A port the daemon's tcp.allow refuses still
+shows a URL, which answers 403.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cf.withConn(args[0], func(ctx context.Context, conn *client.Conn) error {
@@ -102,6 +105,27 @@ func previewPrefix(raw string) string {
 	p := strings.TrimSuffix(u.Path, "/")
 	p = strings.TrimSuffix(strings.TrimSuffix(p, "/ahp"), "/transport-io")
 	return scheme + "://" + u.Host + strings.TrimSuffix(p, "/") + "/ports/"
+}
+
+// previewFor is port's preview URL under preview (previewPrefix), ""
+// when there is none: no prefix, or port is the one ls reached the daemon
+// on (its own listener, which the preview refuses with a 403). Other
+// ports the daemon's tcp.allow refuses still get a URL: ls does not know
+// the policy.
+func previewFor(preview string, port int) string {
+	if preview == "" {
+		return ""
+	}
+	if u, err := url.Parse(preview); err == nil {
+		own := u.Port()
+		if own == "" {
+			own = map[string]string{"https": "443", "http": "80"}[u.Scheme]
+		}
+		if own == strconv.Itoa(port) {
+			return ""
+		}
+	}
+	return preview + strconv.Itoa(port) + "/"
 }
 
 // lsPort is one listening port of ls --json: the host's entry with its
@@ -188,9 +212,7 @@ func writeHost(w io.Writer, st rpc.RootState, tunnels []rpc.TunnelPort, asJSON b
 			ports := make([]lsPort, len(st.Ports))
 			for i, p := range st.Ports {
 				ports[i].ListeningPort = p
-				if preview != "" {
-					ports[i].Preview = preview + strconv.Itoa(p.Port) + "/"
-				}
+				ports[i].Preview = previewFor(preview, p.Port)
 			}
 			if fields["ports"], err = json.Marshal(ports); err != nil {
 				return err
@@ -241,7 +263,11 @@ func writeHost(w io.Writer, st rpc.RootState, tunnels []rpc.TunnelPort, asJSON b
 		for _, p := range st.Ports {
 			cells := []string{printable(net.JoinHostPort(p.Address, strconv.Itoa(p.Port))), printable(p.Process)}
 			if preview != "" {
-				cells = append(cells, printable(preview+strconv.Itoa(p.Port)+"/"))
+				u := previewFor(preview, p.Port)
+				if u == "" {
+					u = "-" // the daemon's own listener
+				}
+				cells = append(cells, printable(u))
 			}
 			ports.row(cells...)
 		}

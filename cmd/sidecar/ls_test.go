@@ -170,10 +170,11 @@ func TestLsForwardsJSON(t *testing.T) {
 }
 
 // TestLsPreview: with the daemon's address known, every listening port
-// has its preview URL, in the table and in --json.
+// has its preview URL, in the table and in --json, but the daemon's own
+// (the port of the URL ls reached it at), which the preview refuses.
 func TestLsPreview(t *testing.T) {
 	st := rpc.RootState{Agents: []json.RawMessage{}, Terminals: []rpc.TerminalInfo{},
-		Ports: []rpc.ListeningPort{{Address: "127.0.0.1", Port: 3000, Process: "node"}, {Address: "::", Port: 8080}}}
+		Ports: []rpc.ListeningPort{{Address: "127.0.0.1", Port: 3000, Process: "node"}, {Address: "::", Port: 8080}, {Address: "::", Port: 4433, Process: "sidecar"}}}
 	pre := previewPrefix("wss://h.example:4433/vm1/ahp")
 	var out bytes.Buffer
 	if err := writeHost(&out, st, nil, false, pre); err != nil {
@@ -184,6 +185,7 @@ func TestLsPreview(t *testing.T) {
 LISTENING       PROCESS  PREVIEW
 127.0.0.1:3000  node     https://h.example:4433/vm1/ports/3000/
 [::]:8080                https://h.example:4433/vm1/ports/8080/
+[::]:4433       sidecar  -
 `
 	if out.String() != want {
 		t.Errorf("ls printed\n%s\nwant\n%s", out.String(), want)
@@ -199,7 +201,7 @@ LISTENING       PROCESS  PREVIEW
 			Preview string `json:"preview"`
 		} `json:"ports"`
 	}
-	if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got.Ports) != 2 ||
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got.Ports) != 3 || got.Ports[2].Preview != "" ||
 		got.Ports[0].Preview != "https://h.example:4433/vm1/ports/3000/" || got.Ports[0].Process != "node" || got.Ports[1].Port != 8080 {
 		t.Errorf("ls --json: %v %+v\n%s", err, got, out.String())
 	}
