@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +24,17 @@ import (
 const PartialSuffix = ".sidecar-part"
 
 func partialName(base string) string { return "." + base + PartialSuffix }
+
+// IsPartialName reports whether base is named like a partial file
+// (".X.sidecar-part"): such an entry is never copied (a leftover of an
+// interrupted copy; written as a target it could be another entry's live
+// partial file), on either end.
+func IsPartialName(base string) bool {
+	return len(base) > len(PartialSuffix)+1 && strings.HasPrefix(base, ".") && strings.HasSuffix(base, PartialSuffix)
+}
+
+// errPartialSkipped: an entry named like a partial file is not copied.
+var errPartialSkipped = errors.New("skipped: named like a partial file of an interrupted copy (.NAME" + PartialSuffix + ")")
 
 // CopyOptions configure Download and Upload.
 type CopyOptions struct {
@@ -75,11 +87,13 @@ type CopyError struct {
 func (e CopyError) Error() string { return e.Path + ": " + e.Err.Error() }
 
 // CopyResult is what a copy did: the files, bytes and entries copied,
-// and each entry not copied.
+// each entry not copied, and each entry skipped on purpose (named like
+// a partial file: IsPartialName).
 type CopyResult struct {
 	Files, Entries int
 	Bytes          int64
 	Failed         []CopyError
+	Skipped        []CopyError
 }
 
 // copyAttempts bounds the tries of one file whose stream was lost (not
@@ -125,6 +139,9 @@ func Download(ctx context.Context, c *Conn, remote, local string, opts CopyOptio
 	dest := local
 	if st, err := os.Stat(local); err == nil && st.IsDir() {
 		dest = filepath.Join(local, path.Base(remote))
+	}
+	if IsPartialName(filepath.Base(dest)) {
+		return res, fmt.Errorf("%s is named like a partial file of an interrupted copy (.NAME%s): refused", dest, PartialSuffix)
 	}
 	switch fi.Type {
 	case rpc.FileRegular:
@@ -296,6 +313,10 @@ func downloadTree(ctx context.Context, c *Conn, remote, dest string, opts CopyOp
 				name := path.Join(rel, fi.Name)
 				if err := rpc.CheckEntry(name); err != nil || fi.Name == "" || slices.Contains([]byte(fi.Name), '/') {
 					res.Failed = append(res.Failed, CopyError{Path: path.Join(remote, rel, fi.Name), Err: fmt.Errorf("hostile name refused: %q", fi.Name)})
+					continue
+				}
+				if IsPartialName(fi.Name) {
+					res.Skipped = append(res.Skipped, CopyError{Path: path.Join(remote, name), Err: errPartialSkipped})
 					continue
 				}
 				entries = append(entries, treeEntry{name, fi})
@@ -558,6 +579,13 @@ func uploadTree(ctx context.Context, c *Conn, local, dest string, top os.FileInf
 		fi, err := d.Info()
 		if err != nil {
 			res.Failed = append(res.Failed, CopyError{Path: p, Err: err})
+			return nil
+		}
+		if IsPartialName(d.Name()) {
+			res.Skipped = append(res.Skipped, CopyError{Path: p, Err: errPartialSkipped})
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
 			return nil
 		}
 		rel, _ := filepath.Rel(local, p)

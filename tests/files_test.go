@@ -454,3 +454,58 @@ func TestCPTreeDownloadHostile(t *testing.T) {
 		}
 	}
 }
+
+// TestCPTreePartialNamedEntry: a tree holding X and .X.sidecar-part (the
+// leftover of an interrupted copy, with other bytes) is copied up and
+// down: X arrives with its own SHA-256 every time, the leftover is
+// skipped and named on both ends and never written, and cp exits 0.
+// Before, the leftover was written over X's live partial file, and its
+// bytes became X (or X ended empty).
+func TestCPTreePartialNamedEntry(t *testing.T) {
+	s := startServer(t, "")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	if err := os.MkdirAll(filepath.Join(src, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{src, filepath.Join(src, "sub")} {
+		writeRandom(t, filepath.Join(d, "X"), 3<<20, 1)
+		writeRandom(t, filepath.Join(d, ".X.sidecar-part"), 1<<20, 2)
+	}
+	want := fileSHA(t, filepath.Join(src, "X"))
+	for round := range 3 {
+		remote := filepath.Join(dir, fmt.Sprint("remote", round))
+		back := filepath.Join(dir, fmt.Sprint("back", round))
+		for _, c := range []struct{ from, to, shown, at string }{
+			{src, s.url + ":" + remote, src, remote},
+			{s.url + ":" + src, back, src, back},
+		} {
+			_, stderr, code := s.run(t, append([]string{"cp", "-r", c.from, c.to}, s.connArgs()...)...)
+			if code != 0 {
+				t.Fatalf("cp -r %s %s exited %d\n%s", c.from, c.to, code, stderr)
+			}
+			for _, rel := range []string{".X.sidecar-part", "sub/.X.sidecar-part"} {
+				if w := "sidecar: " + filepath.Join(c.shown, rel) + ": skipped: named like a partial file"; !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+				if _, err := os.Lstat(filepath.Join(c.at, rel)); !os.IsNotExist(err) {
+					t.Errorf("%s was written: %v", filepath.Join(c.at, rel), err)
+				}
+			}
+			for _, rel := range []string{"X", "sub/X"} {
+				if got := fileSHA(t, filepath.Join(c.at, rel)); got != want {
+					t.Fatalf("round %d: %s has SHA-256 %s, want %s (the source's X)", round, filepath.Join(c.at, rel), got, want)
+				}
+			}
+		}
+	}
+	// Named as a target, on either end, the name is refused.
+	_, stderr, code := s.run(t, append([]string{"cp", filepath.Join(src, "X"), s.url + ":" + filepath.Join(dir, "remote0", ".X.sidecar-part")}, s.connArgs()...)...)
+	if code != 1 || !strings.Contains(stderr, "is named like a partial file of an interrupted copy") {
+		t.Errorf("upload onto a partial name: exit %d\n%s", code, stderr)
+	}
+	_, stderr, code = s.run(t, append([]string{"cp", s.url + ":" + filepath.Join(src, ".X.sidecar-part"), dir}, s.connArgs()...)...)
+	if code != 1 || !strings.Contains(stderr, "is named like a partial file of an interrupted copy") {
+		t.Errorf("download onto a partial name: exit %d\n%s", code, stderr)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"hash"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +21,14 @@ const PartialSuffix = ".sidecar-part"
 
 // PartialName is the partial file of a target's base name.
 func PartialName(base string) string { return "." + base + PartialSuffix }
+
+// IsPartialName reports whether base is the partial file name of some
+// target (".X.sidecar-part"). Such a name is never written as a target
+// (files/open write, files/put): targets and partial files then never
+// share a name, so no transfer writes over another's partial file.
+func IsPartialName(base string) bool {
+	return len(base) > len(PartialSuffix)+1 && strings.HasPrefix(base, ".") && strings.HasSuffix(base, PartialSuffix)
+}
 
 // reader is the Endpoint of a file being read: the channel's stream is
 // the file from its offset on; the client sends nothing (a byte it sends
