@@ -65,6 +65,10 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 		Seq:    env.Journal.Seq,
 		Log:    log,
 		Label:  "file",
+		// A parked transfer (its client lost, perhaps killed) gives
+		// its quota entry to a new one of the same principal: a resume
+		// continues from the partial file anyway.
+		YieldParked: true,
 	})
 	return k, nil
 }
