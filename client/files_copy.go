@@ -110,6 +110,41 @@ func copyRetryable(err error) bool {
 
 type verifyError struct{ error }
 
+// QuotaWait bounds how long a copy waits for a place under the host's
+// file transfer quota (files.max_per_principal, files.max_total) before
+// an entry fails: the places of transfers that just ended are freed a
+// moment after their client saw them end, and other clients' come free
+// in time.
+const QuotaWait = 60 * time.Second
+
+// isQuotaRefusal reports whether err is the host's quota refusal
+// (-32009 "… limit reached: …").
+func isQuotaRefusal(err error) bool {
+	var re *rpc.Error
+	return errors.As(err, &re) && re.Code == rpc.CodePermissionDenied && strings.Contains(re.Message, " limit reached: ")
+}
+
+// openWaiting is OpenFile, trying again with backoff (10 ms doubling to
+// 500 ms) while the host refuses it for its quota, for QuotaWait at most.
+func openWaiting(ctx context.Context, c *Conn, p rpc.FilesOpenParams) (*TCPConn, rpc.FilesOpenResult, error) {
+	deadline := time.Now().Add(QuotaWait)
+	backoff := 10 * time.Millisecond
+	for {
+		stream, res, err := c.OpenFile(ctx, p)
+		if err == nil || !isQuotaRefusal(err) || time.Now().After(deadline) {
+			return stream, res, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, res, ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
 // progressWriter counts bytes written through it.
 type progressWriter struct{ fn func(int64) }
 
@@ -190,24 +225,35 @@ func downloadFile(ctx context.Context, c *Conn, remote, entry string, dir *os.Ro
 
 func downloadOnce(ctx context.Context, c *Conn, remote, entry string, dir *os.Root, base string, progress func(int64)) (int64, error) {
 	part := partialName(base)
-	f, err := dir.OpenFile(part, os.O_RDWR|os.O_CREATE|noFollow, 0o600)
-	if err != nil {
+	// The partial file is created only once the host opened the file:
+	// a refusal leaves nothing behind.
+	f, err := dir.OpenFile(part, os.O_RDWR|noFollow, 0)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return 0, err
 	}
-	defer f.Close()
 	h := sha256.New()
 	p := rpc.FilesOpenParams{Path: remote, Entry: entry, Mode: "read"}
-	if st, err := f.Stat(); err == nil && st.Size() > 0 {
-		if _, err := io.Copy(h, io.NewSectionReader(f, 0, st.Size())); err != nil {
-			return 0, err
+	if f != nil {
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.Size() > 0 {
+			if _, err := io.Copy(h, io.NewSectionReader(f, 0, st.Size())); err != nil {
+				return 0, err
+			}
+			p.Prefix = &rpc.FilesPrefix{Size: st.Size(), SHA256: hex.EncodeToString(h.Sum(nil))}
 		}
-		p.Prefix = &rpc.FilesPrefix{Size: st.Size(), SHA256: hex.EncodeToString(h.Sum(nil))}
 	}
-	stream, res, err := c.OpenFile(ctx, p)
+	stream, res, err := openWaiting(ctx, c, p)
 	if err != nil {
 		return 0, err
 	}
 	defer stream.Close()
+	if f == nil {
+		if f, err = dir.OpenFile(part, os.O_RDWR|os.O_CREATE|noFollow, 0o600); err != nil {
+			stream.Reset()
+			return 0, err
+		}
+		defer f.Close()
+	}
 	if res.Offset == 0 {
 		h.Reset()
 	}
@@ -512,14 +558,14 @@ func uploadFile(ctx context.Context, c *Conn, local, remote, entry string, progr
 func uploadOnce(ctx context.Context, c *Conn, f *os.File, st os.FileInfo, sum, remote, entry string, progress func(int64)) (int64, error) {
 	size, mode, mt := st.Size(), wireMode(st.Mode()), st.ModTime().UnixNano()
 	p := rpc.FilesOpenParams{Path: remote, Entry: entry, Mode: "write", Size: &size, SHA256: sum, FileMode: &mode, MtimeNs: &mt, Resume: true}
-	stream, res, err := c.OpenFile(ctx, p)
+	stream, res, err := openWaiting(ctx, c, p)
 	if err != nil {
 		return 0, err
 	}
 	if res.Offset > 0 && !prefixMatches(f, res.Offset, res.PrefixSHA256) {
 		stream.Reset()
 		p.Resume = false
-		if stream, res, err = c.OpenFile(ctx, p); err != nil {
+		if stream, res, err = openWaiting(ctx, c, p); err != nil {
 			return 0, err
 		}
 	}

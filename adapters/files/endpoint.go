@@ -170,9 +170,15 @@ func (w *writer) Close() error {
 	if !w.committed && len(w.outcome) == 0 {
 		w.outcome = nil
 	}
+	committed := w.committed
 	w.rmu.Unlock()
 	w.closeOnce.Do(func() { close(w.result) })
 	_ = w.f.Close()
+	if !committed && w.offset == 0 {
+		// An empty partial file continues nothing: it is not left
+		// behind (a transfer refused by the quota, or cut at once).
+		_ = w.dir.Remove(PartialName(w.base))
+	}
 	_ = w.dir.Close()
 	w.done()
 	return nil
