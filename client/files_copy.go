@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -101,11 +102,13 @@ type CopyResult struct {
 const copyAttempts = 5
 
 // copyRetryable reports whether err may go away on another try: not a
-// refusal of the host (an *rpc.Error) nor a verification failure.
+// refusal of the host (an *rpc.Error), a verification failure or the
+// host's outcome, nor a full disk, quota or read-only file system here.
 func copyRetryable(err error) bool {
 	var re *rpc.Error
 	var ve verifyError
-	return err != nil && !errors.As(err, &re) && !errors.As(err, &ve) && !errors.Is(err, context.Canceled)
+	return err != nil && !errors.As(err, &re) && !errors.As(err, &ve) && !errors.Is(err, context.Canceled) &&
+		!errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) && !errors.Is(err, syscall.EROFS)
 }
 
 type verifyError struct{ error }

@@ -194,6 +194,12 @@ func describeCopyError(err error) error {
 	if errors.As(err, &re) {
 		return errors.New(re.Message)
 	}
+	switch {
+	case errors.Is(err, syscall.ENOSPC):
+		return fmt.Errorf("%w (ENOSPC)", err)
+	case errors.Is(err, syscall.EDQUOT):
+		return fmt.Errorf("%w (EDQUOT)", err)
+	}
 	return err
 }
 
