@@ -168,8 +168,16 @@ func Download(ctx context.Context, c *Conn, remote, local string, opts CopyOptio
 	if err != nil {
 		return res, err
 	}
-	if fi.Type == rpc.FileSymlink { // a named link is followed, as cp does
-		if fi, err = c.StatFile(ctx, remote+"/.", false); err != nil {
+	// A named link is followed, as cp does (its target resolved here:
+	// the host takes only clean absolute paths), 8 links at most.
+	for at, hops := remote, 0; fi.Type == rpc.FileSymlink; hops++ {
+		if hops == 8 {
+			return res, fmt.Errorf("%s: too many levels of symbolic links", remote)
+		}
+		if at = fi.Target; !path.IsAbs(at) {
+			at = path.Join(path.Dir(remote), at)
+		}
+		if fi, err = c.StatFile(ctx, path.Clean(at), false); err != nil {
 			return res, err
 		}
 		fi.Name = path.Base(remote)

@@ -581,3 +581,25 @@ func TestCPKilledDownloadsYield(t *testing.T) {
 		t.Fatalf("SHA-256 %s, want %s", got, want)
 	}
 }
+
+// TestCPLinkToDirectory: cp -r of a host's symbolic link to a directory
+// copies the directory it leads to (as cp does), byte for byte.
+func TestCPLinkToDirectory(t *testing.T) {
+	s := startServer(t, "")
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "real", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeRandom(t, filepath.Join(dir, "real", "sub", "f"), 100_000, 5)
+	if err := os.Symlink("real", filepath.Join(dir, "linkdir")); err != nil {
+		t.Fatal(err)
+	}
+	back := filepath.Join(dir, "ld")
+	_, stderr, code := s.run(t, append([]string{"cp", "-r", s.url + ":" + filepath.Join(dir, "linkdir"), back}, s.connArgs()...)...)
+	if code != 0 {
+		t.Fatalf("cp -r of a link to a directory exited %d\n%s", code, stderr)
+	}
+	if got, want := fileSHA(t, filepath.Join(back, "sub", "f")), fileSHA(t, filepath.Join(dir, "real", "sub", "f")); got != want {
+		t.Fatalf("SHA-256 %s, want %s", got, want)
+	}
+}
