@@ -12,7 +12,9 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -23,6 +25,17 @@ import (
 const PartialSuffix = ".sidecar-part"
 
 func partialName(base string) string { return "." + base + PartialSuffix }
+
+// IsPartialName reports whether base is named like a partial file
+// (".X.sidecar-part"): such an entry is never copied (a leftover of an
+// interrupted copy; written as a target it could be another entry's live
+// partial file), on either end.
+func IsPartialName(base string) bool {
+	return len(base) > len(PartialSuffix)+1 && strings.HasPrefix(base, ".") && strings.HasSuffix(base, PartialSuffix)
+}
+
+// errPartialSkipped: an entry named like a partial file is not copied.
+var errPartialSkipped = errors.New("skipped: named like a partial file of an interrupted copy (.NAME" + PartialSuffix + ")")
 
 // CopyOptions configure Download and Upload.
 type CopyOptions struct {
@@ -75,11 +88,13 @@ type CopyError struct {
 func (e CopyError) Error() string { return e.Path + ": " + e.Err.Error() }
 
 // CopyResult is what a copy did: the files, bytes and entries copied,
-// and each entry not copied.
+// each entry not copied, and each entry skipped on purpose (named like
+// a partial file: IsPartialName).
 type CopyResult struct {
 	Files, Entries int
 	Bytes          int64
 	Failed         []CopyError
+	Skipped        []CopyError
 }
 
 // copyAttempts bounds the tries of one file whose stream was lost (not
@@ -87,14 +102,51 @@ type CopyResult struct {
 const copyAttempts = 5
 
 // copyRetryable reports whether err may go away on another try: not a
-// refusal of the host (an *rpc.Error) nor a verification failure.
+// refusal of the host (an *rpc.Error), a verification failure or the
+// host's outcome, nor a full disk, quota or read-only file system here.
 func copyRetryable(err error) bool {
 	var re *rpc.Error
 	var ve verifyError
-	return err != nil && !errors.As(err, &re) && !errors.As(err, &ve) && !errors.Is(err, context.Canceled)
+	return err != nil && !errors.As(err, &re) && !errors.As(err, &ve) && !errors.Is(err, context.Canceled) &&
+		!errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) && !errors.Is(err, syscall.EROFS)
 }
 
 type verifyError struct{ error }
+
+// QuotaWait bounds how long a copy waits for a place under the host's
+// file transfer quota (files.max_per_principal, files.max_total) before
+// an entry fails: the places of transfers that just ended are freed a
+// moment after their client saw them end, and other clients' come free
+// in time.
+const QuotaWait = 60 * time.Second
+
+// isQuotaRefusal reports whether err is the host's quota refusal
+// (-32009 "… limit reached: …").
+func isQuotaRefusal(err error) bool {
+	var re *rpc.Error
+	return errors.As(err, &re) && re.Code == rpc.CodePermissionDenied && strings.Contains(re.Message, " limit reached: ")
+}
+
+// openWaiting is OpenFile, trying again with backoff (10 ms doubling to
+// 500 ms) while the host refuses it for its quota, for QuotaWait at most.
+func openWaiting(ctx context.Context, c *Conn, p rpc.FilesOpenParams) (*TCPConn, rpc.FilesOpenResult, error) {
+	deadline := time.Now().Add(QuotaWait)
+	backoff := 10 * time.Millisecond
+	for {
+		stream, res, err := c.OpenFile(ctx, p)
+		if err == nil || !isQuotaRefusal(err) || time.Now().After(deadline) {
+			return stream, res, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, res, ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
 
 // progressWriter counts bytes written through it.
 type progressWriter struct{ fn func(int64) }
@@ -116,8 +168,16 @@ func Download(ctx context.Context, c *Conn, remote, local string, opts CopyOptio
 	if err != nil {
 		return res, err
 	}
-	if fi.Type == rpc.FileSymlink { // a named link is followed, as cp does
-		if fi, err = c.StatFile(ctx, remote+"/.", false); err != nil {
+	// A named link is followed, as cp does (its target resolved here:
+	// the host takes only clean absolute paths), 8 links at most.
+	for at, hops := remote, 0; fi.Type == rpc.FileSymlink; hops++ {
+		if hops == 8 {
+			return res, fmt.Errorf("%s: too many levels of symbolic links", remote)
+		}
+		if at = fi.Target; !path.IsAbs(at) {
+			at = path.Join(path.Dir(remote), at)
+		}
+		if fi, err = c.StatFile(ctx, path.Clean(at), false); err != nil {
 			return res, err
 		}
 		fi.Name = path.Base(remote)
@@ -125,6 +185,9 @@ func Download(ctx context.Context, c *Conn, remote, local string, opts CopyOptio
 	dest := local
 	if st, err := os.Stat(local); err == nil && st.IsDir() {
 		dest = filepath.Join(local, path.Base(remote))
+	}
+	if IsPartialName(filepath.Base(dest)) {
+		return res, fmt.Errorf("%s is named like a partial file of an interrupted copy (.NAME%s): refused", dest, PartialSuffix)
 	}
 	switch fi.Type {
 	case rpc.FileRegular:
@@ -173,24 +236,35 @@ func downloadFile(ctx context.Context, c *Conn, remote, entry string, dir *os.Ro
 
 func downloadOnce(ctx context.Context, c *Conn, remote, entry string, dir *os.Root, base string, progress func(int64)) (int64, error) {
 	part := partialName(base)
-	f, err := dir.OpenFile(part, os.O_RDWR|os.O_CREATE|noFollow, 0o600)
-	if err != nil {
+	// The partial file is created only once the host opened the file:
+	// a refusal leaves nothing behind.
+	f, err := dir.OpenFile(part, os.O_RDWR|noFollow, 0)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return 0, err
 	}
-	defer f.Close()
 	h := sha256.New()
 	p := rpc.FilesOpenParams{Path: remote, Entry: entry, Mode: "read"}
-	if st, err := f.Stat(); err == nil && st.Size() > 0 {
-		if _, err := io.Copy(h, io.NewSectionReader(f, 0, st.Size())); err != nil {
-			return 0, err
+	if f != nil {
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.Size() > 0 {
+			if _, err := io.Copy(h, io.NewSectionReader(f, 0, st.Size())); err != nil {
+				return 0, err
+			}
+			p.Prefix = &rpc.FilesPrefix{Size: st.Size(), SHA256: hex.EncodeToString(h.Sum(nil))}
 		}
-		p.Prefix = &rpc.FilesPrefix{Size: st.Size(), SHA256: hex.EncodeToString(h.Sum(nil))}
 	}
-	stream, res, err := c.OpenFile(ctx, p)
+	stream, res, err := openWaiting(ctx, c, p)
 	if err != nil {
 		return 0, err
 	}
 	defer stream.Close()
+	if f == nil {
+		if f, err = dir.OpenFile(part, os.O_RDWR|os.O_CREATE|noFollow, 0o600); err != nil {
+			stream.Reset()
+			return 0, err
+		}
+		defer f.Close()
+	}
 	if res.Offset == 0 {
 		h.Reset()
 	}
@@ -296,6 +370,10 @@ func downloadTree(ctx context.Context, c *Conn, remote, dest string, opts CopyOp
 				name := path.Join(rel, fi.Name)
 				if err := rpc.CheckEntry(name); err != nil || fi.Name == "" || slices.Contains([]byte(fi.Name), '/') {
 					res.Failed = append(res.Failed, CopyError{Path: path.Join(remote, rel, fi.Name), Err: fmt.Errorf("hostile name refused: %q", fi.Name)})
+					continue
+				}
+				if IsPartialName(fi.Name) {
+					res.Skipped = append(res.Skipped, CopyError{Path: path.Join(remote, name), Err: errPartialSkipped})
 					continue
 				}
 				entries = append(entries, treeEntry{name, fi})
@@ -491,14 +569,14 @@ func uploadFile(ctx context.Context, c *Conn, local, remote, entry string, progr
 func uploadOnce(ctx context.Context, c *Conn, f *os.File, st os.FileInfo, sum, remote, entry string, progress func(int64)) (int64, error) {
 	size, mode, mt := st.Size(), wireMode(st.Mode()), st.ModTime().UnixNano()
 	p := rpc.FilesOpenParams{Path: remote, Entry: entry, Mode: "write", Size: &size, SHA256: sum, FileMode: &mode, MtimeNs: &mt, Resume: true}
-	stream, res, err := c.OpenFile(ctx, p)
+	stream, res, err := openWaiting(ctx, c, p)
 	if err != nil {
 		return 0, err
 	}
 	if res.Offset > 0 && !prefixMatches(f, res.Offset, res.PrefixSHA256) {
 		stream.Reset()
 		p.Resume = false
-		if stream, res, err = c.OpenFile(ctx, p); err != nil {
+		if stream, res, err = openWaiting(ctx, c, p); err != nil {
 			return 0, err
 		}
 	}
@@ -558,6 +636,13 @@ func uploadTree(ctx context.Context, c *Conn, local, dest string, top os.FileInf
 		fi, err := d.Info()
 		if err != nil {
 			res.Failed = append(res.Failed, CopyError{Path: p, Err: err})
+			return nil
+		}
+		if IsPartialName(d.Name()) {
+			res.Skipped = append(res.Skipped, CopyError{Path: p, Err: errPartialSkipped})
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
 			return nil
 		}
 		rel, _ := filepath.Rel(local, p)

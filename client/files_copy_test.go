@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -175,5 +178,23 @@ func TestUploadResume(t *testing.T) {
 				t.Errorf("partial file left: %v", err)
 			}
 		})
+	}
+}
+
+// TestCopyRetryableDiskFull: a full disk, disk quota or read-only file
+// system is not tried again (each try would fail the same), a lost
+// stream is.
+func TestCopyRetryableDiskFull(t *testing.T) {
+	for _, err := range []error{
+		&fs.PathError{Op: "write", Path: "x", Err: syscall.ENOSPC},
+		&fs.PathError{Op: "write", Path: "x", Err: syscall.EDQUOT},
+		&fs.PathError{Op: "open", Path: "x", Err: syscall.EROFS},
+	} {
+		if copyRetryable(err) {
+			t.Errorf("copyRetryable(%v) = true", err)
+		}
+	}
+	if !copyRetryable(io.ErrUnexpectedEOF) {
+		t.Error("copyRetryable(io.ErrUnexpectedEOF) = false")
 	}
 }

@@ -454,3 +454,152 @@ func TestCPTreeDownloadHostile(t *testing.T) {
 		}
 	}
 }
+
+// TestCPTreePartialNamedEntry: a tree holding X and .X.sidecar-part (the
+// leftover of an interrupted copy, with other bytes) is copied up and
+// down: X arrives with its own SHA-256 every time, the leftover is
+// skipped and named on both ends and never written, and cp exits 0.
+// Before, the leftover was written over X's live partial file, and its
+// bytes became X (or X ended empty).
+func TestCPTreePartialNamedEntry(t *testing.T) {
+	s := startServer(t, "")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	if err := os.MkdirAll(filepath.Join(src, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{src, filepath.Join(src, "sub")} {
+		writeRandom(t, filepath.Join(d, "X"), 3<<20, 1)
+		writeRandom(t, filepath.Join(d, ".X.sidecar-part"), 1<<20, 2)
+	}
+	want := fileSHA(t, filepath.Join(src, "X"))
+	for round := range 3 {
+		remote := filepath.Join(dir, fmt.Sprint("remote", round))
+		back := filepath.Join(dir, fmt.Sprint("back", round))
+		for _, c := range []struct{ from, to, shown, at string }{
+			{src, s.url + ":" + remote, src, remote},
+			{s.url + ":" + src, back, src, back},
+		} {
+			_, stderr, code := s.run(t, append([]string{"cp", "-r", c.from, c.to}, s.connArgs()...)...)
+			if code != 0 {
+				t.Fatalf("cp -r %s %s exited %d\n%s", c.from, c.to, code, stderr)
+			}
+			for _, rel := range []string{".X.sidecar-part", "sub/.X.sidecar-part"} {
+				if w := "sidecar: " + filepath.Join(c.shown, rel) + ": skipped: named like a partial file"; !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+				if _, err := os.Lstat(filepath.Join(c.at, rel)); !os.IsNotExist(err) {
+					t.Errorf("%s was written: %v", filepath.Join(c.at, rel), err)
+				}
+			}
+			for _, rel := range []string{"X", "sub/X"} {
+				if got := fileSHA(t, filepath.Join(c.at, rel)); got != want {
+					t.Fatalf("round %d: %s has SHA-256 %s, want %s (the source's X)", round, filepath.Join(c.at, rel), got, want)
+				}
+			}
+		}
+	}
+	// Named as a target, on either end, the name is refused.
+	_, stderr, code := s.run(t, append([]string{"cp", filepath.Join(src, "X"), s.url + ":" + filepath.Join(dir, "remote0", ".X.sidecar-part")}, s.connArgs()...)...)
+	if code != 1 || !strings.Contains(stderr, "is named like a partial file of an interrupted copy") {
+		t.Errorf("upload onto a partial name: exit %d\n%s", code, stderr)
+	}
+	_, stderr, code = s.run(t, append([]string{"cp", s.url + ":" + filepath.Join(src, ".X.sidecar-part"), dir}, s.connArgs()...)...)
+	if code != 1 || !strings.Contains(stderr, "is named like a partial file of an interrupted copy") {
+		t.Errorf("download onto a partial name: exit %d\n%s", code, stderr)
+	}
+}
+
+// TestCPTreeUnderQuota: with files.max_per_principal at cp's own
+// parallelism (4), trees of 300 files go up and down in full, twice
+// over: a quota refusal while the places of the transfers that just
+// ended are being freed is waited out, not an entry lost; and no empty
+// partial file is left on either end.
+func TestCPTreeUnderQuota(t *testing.T) {
+	s := startServer(t, "files {\n  max_per_principal = 4\n}\n")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	for i := range 300 {
+		d := filepath.Join(src, fmt.Sprintf("d%d", i%5))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%03d", i)), []byte(strings.Repeat(fmt.Sprint(i), i%20+1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 2 {
+		remote := filepath.Join(dir, fmt.Sprint("remote", round))
+		back := filepath.Join(dir, fmt.Sprint("back", round))
+		for _, c := range [][2]string{{src, s.url + ":" + remote}, {s.url + ":" + remote, back}} {
+			_, stderr, code := s.run(t, append([]string{"cp", "-r", c[0], c[1]}, s.connArgs()...)...)
+			if code != 0 {
+				t.Fatalf("cp -r %s %s exited %d\n%s", c[0], c[1], code, tail(stderr, 3000))
+			}
+		}
+		for _, d := range []string{remote, back} {
+			if out, err := exec.Command("diff", "-r", src, d).CombinedOutput(); err != nil {
+				t.Fatalf("diff -r %s %s: %v\n%s", src, d, err, tail(string(out), 2000))
+			}
+		}
+	}
+}
+
+// TestCPKilledDownloadsYield: downloads killed mid-transfer (kill -9,
+// their channels parked for a reconnect that never comes) take every
+// place of files.max_per_principal; a new cp of the same token still
+// copies, the parked transfers giving their places up (each one's
+// partial file stays for a resume).
+func TestCPKilledDownloadsYield(t *testing.T) {
+	s := startServer(t, "files {\n  max_per_principal = 2\n}\n")
+	r, url := relayed(t, s)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src.bin")
+	writeRandom(t, src, cpFileSize, 4)
+	for i := range 2 {
+		from := r.Bytes(fault.Down)
+		p := start(t, append([]string{"cp", url + ":" + src, filepath.Join(dir, fmt.Sprint("killed", i))}, s.connArgs()...)...)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := r.Await(ctx, func() bool { return r.Bytes(fault.Down)-from > cpFileSize/4 })
+		cancel()
+		if err != nil {
+			t.Fatalf("download %d did not get a quarter through: %v\n%s", i, err, p.stderr.String())
+		}
+		r.Stall(true)
+		p.kill(t)
+		r.Stall(false)
+		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf(".killed%d.sidecar-part", i))); err != nil {
+			t.Fatalf("download %d left no partial file: %v", i, err)
+		}
+	}
+	back := filepath.Join(dir, "back.bin")
+	_, stderr, code := s.run(t, append([]string{"cp", s.url + ":" + src, back}, s.connArgs()...)...)
+	if code != 0 {
+		t.Fatalf("cp after two killed downloads exited %d\n%s", code, tail(stderr, 3000))
+	}
+	if got, want := fileSHA(t, back), fileSHA(t, src); got != want {
+		t.Fatalf("SHA-256 %s, want %s", got, want)
+	}
+}
+
+// TestCPLinkToDirectory: cp -r of a host's symbolic link to a directory
+// copies the directory it leads to (as cp does), byte for byte.
+func TestCPLinkToDirectory(t *testing.T) {
+	s := startServer(t, "")
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "real", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeRandom(t, filepath.Join(dir, "real", "sub", "f"), 100_000, 5)
+	if err := os.Symlink("real", filepath.Join(dir, "linkdir")); err != nil {
+		t.Fatal(err)
+	}
+	back := filepath.Join(dir, "ld")
+	_, stderr, code := s.run(t, append([]string{"cp", "-r", s.url + ":" + filepath.Join(dir, "linkdir"), back}, s.connArgs()...)...)
+	if code != 0 {
+		t.Fatalf("cp -r of a link to a directory exited %d\n%s", code, stderr)
+	}
+	if got, want := fileSHA(t, filepath.Join(back, "sub", "f")), fileSHA(t, filepath.Join(dir, "real", "sub", "f")); got != want {
+		t.Fatalf("SHA-256 %s, want %s", got, want)
+	}
+}

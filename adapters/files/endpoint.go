@@ -8,7 +8,9 @@ import (
 	"hash"
 	"io"
 	"os"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
@@ -20,6 +22,14 @@ const PartialSuffix = ".sidecar-part"
 
 // PartialName is the partial file of a target's base name.
 func PartialName(base string) string { return "." + base + PartialSuffix }
+
+// IsPartialName reports whether base is the partial file name of some
+// target (".X.sidecar-part"). Such a name is never written as a target
+// (files/open write, files/put): targets and partial files then never
+// share a name, so no transfer writes over another's partial file.
+func IsPartialName(base string) bool {
+	return len(base) > len(PartialSuffix)+1 && strings.HasPrefix(base, ".") && strings.HasSuffix(base, PartialSuffix)
+}
 
 // reader is the Endpoint of a file being read: the channel's stream is
 // the file from its offset on; the client sends nothing (a byte it sends
@@ -88,21 +98,59 @@ type writer struct {
 	closeOnce sync.Once
 	rmu       sync.Mutex
 	committed bool
+	failed    bool // the partial file could not be written (Write, fail)
 }
 
 func (w *writer) Write(p []byte) (int, error) {
 	if w.offset+int64(len(p)) > w.size {
 		return 0, fmt.Errorf("more than the %d bytes stated for %s", w.size, w.base)
 	}
+	if w.failed {
+		return len(p), nil // the outcome is told; the rest is dropped
+	}
 	n, err := w.f.Write(p)
 	w.h.Write(p[:n])
 	w.offset += int64(n)
-	return n, err
+	if err != nil {
+		w.fail(err)
+		return len(p), nil
+	}
+	return n, nil
+}
+
+// fail ends a transfer whose partial file cannot be written (a full
+// disk): the reason goes to the client at once as the outcome (not a
+// reset, which a client takes for a lost connection and tries again),
+// the partial file is discarded so that it does not keep the disk full,
+// and the client's remaining bytes are dropped.
+func (w *writer) fail(err error) {
+	w.failed = true
+	why := err
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		why = pe.Err
+	}
+	msg := fmt.Sprintf("%s: writing the partial file: %v", w.base, why)
+	switch {
+	case errors.Is(err, syscall.ENOSPC):
+		msg += " (ENOSPC)"
+	case errors.Is(err, syscall.EDQUOT):
+		msg += " (EDQUOT)"
+	}
+	_ = w.f.Truncate(0)
+	w.offset = 0
+	w.rmu.Lock()
+	w.outcome = []byte(msg + "; the partial file is discarded")
+	w.rmu.Unlock()
+	w.closeOnce.Do(func() { close(w.result) })
 }
 
 // CloseWrite is the client's end of stream, after every byte: verify and
 // rename into place.
 func (w *writer) CloseWrite() error {
+	if w.failed {
+		return nil // the outcome is already told
+	}
 	err := w.commit()
 	w.rmu.Lock()
 	if err != nil {
@@ -161,9 +209,15 @@ func (w *writer) Close() error {
 	if !w.committed && len(w.outcome) == 0 {
 		w.outcome = nil
 	}
+	committed := w.committed
 	w.rmu.Unlock()
 	w.closeOnce.Do(func() { close(w.result) })
 	_ = w.f.Close()
+	if !committed && w.offset == 0 {
+		// An empty partial file continues nothing: it is not left
+		// behind (a transfer refused by the quota, or cut at once).
+		_ = w.dir.Remove(PartialName(w.base))
+	}
 	_ = w.dir.Close()
 	w.done()
 	return nil

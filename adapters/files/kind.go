@@ -65,6 +65,10 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 		Seq:    env.Journal.Seq,
 		Log:    log,
 		Label:  "file",
+		// A parked transfer (its client lost, perhaps killed) gives
+		// its quota entry to a new one of the same principal: a resume
+		// continues from the partial file anyway.
+		YieldParked: true,
 	})
 	return k, nil
 }
@@ -299,6 +303,10 @@ func (k *Kind) openWrite(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Er
 		dir.Close()
 		return nil, e
 	}
+	if IsPartialName(base) {
+		dir.Close()
+		return nil, partialRefused(full)
+	}
 	if fi, err := dir.Lstat(base); err == nil && !fi.Mode().IsRegular() && fi.Mode()&fs.ModeSymlink == 0 {
 		dir.Close()
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "%s is %s: refused, only a regular file is replaced", full, describe(fi.Mode()))
@@ -388,6 +396,11 @@ func (k *Kind) openWrite(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Er
 	k.mu.Unlock()
 	k.log.Debug("file opened for writing", "client", c.ClientID, "path", full, "offset", have, "size", *p.Size)
 	return res, nil
+}
+
+// partialRefused refuses to write a target named like a partial file.
+func partialRefused(full string) *rpc.Error {
+	return rpc.Errorf(rpc.CodeInvalidParams, "%s is named like a partial file of an interrupted copy (.NAME%s): refused, it is never written as a target", full, PartialSuffix)
 }
 
 // cloneSum is h's sum so far (Sum appends; h goes on).
@@ -621,6 +634,9 @@ func (k *Kind) put(_ context.Context, _ adapters.Caller, params json.RawMessage)
 	defer dir.Close()
 	if e := k.pol.Check(full, true); e != nil {
 		return nil, e
+	}
+	if IsPartialName(base) {
+		return nil, partialRefused(full)
 	}
 	switch p.Type {
 	case rpc.FileSymlink:

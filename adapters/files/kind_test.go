@@ -470,3 +470,37 @@ func TestWrite(t *testing.T) {
 		t.Error("the target changed after a failed transfer")
 	}
 }
+
+// TestWriteDiskFull: a partial file that cannot be written (/dev/full
+// stands for a full disk) ends the transfer with the reason as its
+// outcome, naming ENOSPC, at once (not a reset that a client takes for a
+// lost connection); the rest of the client's bytes are dropped, and the
+// partial file is not left to keep the disk full.
+func TestWriteDiskFull(t *testing.T) {
+	dir := t.TempDir()
+	k := newKind(t, nil)
+	target := filepath.Join(dir, "t.bin")
+	data := []byte(strings.Repeat("0123456789", 1000))
+	_, w := openWriter(t, k, target, data, false)
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.f.Close()
+	w.f = full
+	for _, b := range [][]byte{data[:4000], data[4000:]} {
+		if n, err := w.Write(b); n != len(b) || err != nil {
+			t.Fatalf("Write: %d, %v; want %d, nil (dropped once failed)", n, err, len(b))
+		}
+	}
+	const want = "t.bin: writing the partial file: no space left on device (ENOSPC); the partial file is discarded"
+	if got := outcome(t, w); got != want {
+		t.Errorf("outcome %q, want %q", got, want)
+	}
+	_ = w.Close()
+	for _, p := range []string{target, filepath.Join(dir, PartialName("t.bin"))} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s exists: %v", p, err)
+		}
+	}
+}

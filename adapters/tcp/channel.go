@@ -71,6 +71,13 @@ type TableConfig struct {
 	// Seq returns the journal's serverSeq, for the snapshot's fromSeq.
 	Seq func() uint64
 	Log hclog.Logger
+	// YieldParked: when the quota refuses a new channel, the caller's
+	// principal's parked channels (waiting for a reconnect) are
+	// abandoned and the reservation tried again. For channels whose
+	// work a new one continues anyway (file transfers resume from the
+	// partial file), so that killed clients never hold the quota for
+	// the whole reconnect grace.
+	YieldParked bool
 	// Label is the channels' adapters.Traits.Label; "tcp" when empty.
 	// Another byte-stream kind that attaches its own endpoints (Attach)
 	// names its own.
@@ -275,6 +282,31 @@ func (tb *Table) Attach(caller adapters.Caller, uri string, methods rpc.StreamMe
 // reserve checks the limits and reserves uri for caller: a Channel
 // without its endpoint yet.
 func (tb *Table) reserve(caller adapters.Caller, uri string, methods rpc.StreamMethods) (*Channel, *rpc.Error) {
+	tc, e := tb.tryReserve(caller, uri, methods)
+	if e != nil && e.Code == rpc.CodePermissionDenied && tb.cfg.YieldParked && tb.abandonParked(caller.Principal) > 0 {
+		tc, e = tb.tryReserve(caller, uri, methods)
+	}
+	return tc, e
+}
+
+// abandonParked abandons principal's parked channels and returns how
+// many (their quota entries are free on return).
+func (tb *Table) abandonParked(principal string) int {
+	tb.mu.Lock()
+	var parked []*Channel
+	for _, tc := range tb.conns {
+		if tc.principal == principal && tc.Parked() {
+			parked = append(parked, tc)
+		}
+	}
+	tb.mu.Unlock()
+	for _, tc := range parked {
+		tc.Abandon("its quota entry is wanted by a new channel of the same principal")
+	}
+	return len(parked)
+}
+
+func (tb *Table) tryReserve(caller adapters.Caller, uri string, methods rpc.StreamMethods) (*Channel, *rpc.Error) {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
 	if tb.shutdown {
@@ -292,7 +324,7 @@ func (tb *Table) reserve(caller adapters.Caller, uri string, methods rpc.StreamM
 		return nil, e
 	}
 	tc := &Channel{
-		tb: tb, id: uri, owner: caller.Conn, clientID: caller.ClientID, res: res,
+		tb: tb, id: uri, owner: caller.Conn, clientID: caller.ClientID, principal: caller.Principal, res: res,
 		enc:      bytestream.NewEncoder(methods, uri),
 		log:      tb.cfg.Log.With("channel", uri, "client", caller.ClientID),
 		closed:   make(chan struct{}),
@@ -375,9 +407,10 @@ func (tb *Table) Adopt(caller adapters.Caller, uri string, sock *net.TCPConn) (*
 // decoded bytes (bounded by hostReceive's window) for writeLoop, which
 // releases each message's credit once the socket took its bytes.
 type Channel struct {
-	tb       *Table
-	id       string // the channel URI
-	clientID string
+	tb        *Table
+	id        string // the channel URI
+	clientID  string
+	principal string
 	// res is the connection's entry in the host's quotas, held while
 	// its URI is (dialing, open, parked), released once it is free.
 	res  *adapters.Reservation

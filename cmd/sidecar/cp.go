@@ -41,8 +41,10 @@ connection is resumed by itself, as forward does.
 A tree is copied as its entries: directories, files and symbolic links
 (as links; one that would lead out of the destination is refused by the
 receiver, as are names with ".." and absolute names); devices, sockets
-and pipes are not copied. The host's files block says which paths may be
-read and written.
+and pipes are not copied. An entry named like a partial file
+(".NAME.sidecar-part", the leftover of an interrupted copy) is never
+copied, on either end: it is skipped and named. The host's files block
+says which paths may be read and written.
 
 A progress bar (bytes, rate, time left) is drawn on a terminal; a
 summary line ends the copy. Exit status: 0 when every entry was copied;
@@ -163,18 +165,23 @@ func cp(cf *connFlags, a, b string, recursive bool) error {
 		return interrupted(sig, "copying (run the same cp again to continue)")
 	}
 	if err != nil {
-		return &exitError{code: 1, err: describeCopyError(err)}
+		return &exitError{code: 1, err: errors.New(printable(describeCopyError(err).Error()))}
 	}
 	took := time.Since(start)
 	what := fmt.Sprintf("%d file%s", res.Files, plural(res.Files, "", "s"))
 	if other := res.Entries - res.Files; other > 0 {
 		what += fmt.Sprintf(" and %d other entr%s (directories, links)", other, plural(other, "y", "ies"))
 	}
-	fmt.Fprintf(os.Stderr, "sidecar: copied %s, %s in %s (%s/s)\n", what,
-		sizeString(res.Bytes), took.Round(time.Millisecond), sizeString(int64(float64(res.Bytes)/max(took.Seconds(), 1e-3))))
+	if res.Entries > 0 || len(res.Failed) == 0 {
+		fmt.Fprintf(os.Stderr, "sidecar: copied %s, %s in %s (%s/s)\n", what,
+			sizeString(res.Bytes), took.Round(time.Millisecond), sizeString(int64(float64(res.Bytes)/max(took.Seconds(), 1e-3))))
+	}
+	for _, f := range res.Skipped {
+		fmt.Fprintf(os.Stderr, "sidecar: %s: %s\n", printable(f.Path), printable(f.Err.Error()))
+	}
 	if len(res.Failed) > 0 {
 		for _, f := range res.Failed {
-			fmt.Fprintf(os.Stderr, "sidecar: not copied: %s: %v\n", f.Path, describeCopyError(f.Err))
+			fmt.Fprintf(os.Stderr, "sidecar: not copied: %s: %s\n", printable(f.Path), printable(describeCopyError(f.Err).Error()))
 		}
 		return &exitError{code: 1, err: fmt.Errorf("%d entr%s not copied", len(res.Failed), plural(len(res.Failed), "y", "ies"))}
 	}
@@ -186,6 +193,12 @@ func describeCopyError(err error) error {
 	var re *rpc.Error
 	if errors.As(err, &re) {
 		return errors.New(re.Message)
+	}
+	switch {
+	case errors.Is(err, syscall.ENOSPC):
+		return fmt.Errorf("%w (ENOSPC)", err)
+	case errors.Is(err, syscall.EDQUOT):
+		return fmt.Errorf("%w (EDQUOT)", err)
 	}
 	return err
 }
