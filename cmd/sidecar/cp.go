@@ -116,6 +116,10 @@ func cp(cf *connFlags, a, b string, recursive bool) error {
 	if remote == "" || !strings.HasPrefix(remote, "/") {
 		return &exitError{code: 2, err: fmt.Errorf("the remote path must be absolute: URL:/PATH, got %q", remote)}
 	}
+	// A trailing slash on the host's side of an upload names a directory
+	// that must exist, as cp and scp read it: never a file made under
+	// that name.
+	wantDir := !download && len(remote) > 1 && strings.HasSuffix(remote, "/")
 	remote = path.Clean(remote)
 	if via && url != viaURL {
 		return &exitError{code: 2, err: fmt.Errorf("%s and --via are exclusive: write the remote side as :PATH", url)}
@@ -145,6 +149,18 @@ func cp(cf *connFlags, a, b string, recursive bool) error {
 	defer conn.Close()
 	if conn.Initialized().Files == nil {
 		return &exitError{code: 255, err: fmt.Errorf("%s does not offer file transfers (no files in its capabilities)", url)}
+	}
+	if wantDir {
+		fi, err := conn.StatFile(ctx, remote, false)
+		var re *rpc.Error
+		switch {
+		case errors.As(err, &re) && re.Code == rpc.CodeNotFound:
+			return &exitError{code: 1, err: fmt.Errorf("%s/: no such directory on the host", printable(remote))}
+		case err != nil:
+			return &exitError{code: 1, err: describeCopyError(err)}
+		case fi.Type != rpc.FileDir && fi.Type != rpc.FileSymlink: // a link: Upload follows it, and says if it is no directory
+			return &exitError{code: 1, err: fmt.Errorf("%s/: not a directory on the host", printable(remote))}
+		}
 	}
 	// A signal stops the copy at once: the streams end with the
 	// connection, leaving the partial files for the next cp.
