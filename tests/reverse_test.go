@@ -358,3 +358,38 @@ func TestTunnelsChannelRaw(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReverseForwardTakeover: a forward -R killed with SIGKILL leaves its
+// listener kept for its grace; another forward of the same token asking
+// for the same address at once takes it over (the port and the one
+// listener tunnels.max_listeners_per_principal allows) and connections
+// reach its destination; a third, while that one is connected, is
+// refused, naming the holder.
+func TestReverseForwardTakeover(t *testing.T) {
+	t.Parallel()
+	echo := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c); _ = c.CloseWrite() })
+	s := startServer(t, "tunnels {\n  max_listeners_per_principal = 1\n}\n")
+	_, port, _ := net.SplitHostPort(freePort(t))
+	spec := fmt.Sprintf("-R 127.0.0.1:%s:127.0.0.1:%d", port, echo)
+	fw1, addrs := reverseStart(t, s, spec)
+	if err := echoRoundTrip(tcpDial(t, addrs[0]), "first"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fw1.p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = fw1.p.wait(t, waitTimeout)
+	s.p.stderr.waitFor(t, "the killed client's link loss", 0, "client state kept for reconnect")
+	_, addrs2 := reverseStart(t, s, spec)
+	if addrs2[0] != addrs[0] {
+		t.Fatalf("the second forward listens on %s, want %s", addrs2[0], addrs[0])
+	}
+	if err := echoRoundTrip(tcpDial(t, addrs2[0]), "second"); err != nil {
+		t.Fatal(err)
+	}
+	s.p.stderr.waitFor(t, "the takeover's log", 0, "reverse forward taken over")
+	_, stderr, code := s.run(t, append(append([]string{"forward", s.url}, strings.Fields(spec)...), s.connArgs()...)...)
+	if code != 1 || !strings.Contains(stderr, "of connected client") {
+		t.Errorf("a third forward of the same address: exit %d, stderr %q; want 1 and the holder named", code, stderr)
+	}
+}
