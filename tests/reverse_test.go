@@ -191,7 +191,11 @@ func TestReverseForwardCutPastGraceResets(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("the destination's connection was not reset")
 	}
-	// The listener is gone with its client.
+	// The listener is gone with its client. The reset is visible before
+	// the listener closes (the host ends the parked channels, then tells
+	// the kinds the client is gone): wait, bounded, for the daemon to log
+	// the close, which follows the socket's.
+	s.p.stderr.waitFor(t, "the listener's close at the end of the grace", 0, `"@message":"reverse forward closed"`)
 	if c, err := net.DialTimeout("tcp", addrs[0], waitTimeout); err == nil {
 		_ = c.Close()
 		t.Errorf("%s still accepts after the client's grace ended", addrs[0])
