@@ -397,3 +397,55 @@ func TestReverseForwardTakeover(t *testing.T) {
 		t.Errorf("a third forward of the same address: exit %d, stderr %q; want 1 and the holder named", code, stderr)
 	}
 }
+
+// TestReverseForwardRestartPortTaken: after the daemon restarts, forward
+// starts a new session; a -R whose port something else took meanwhile is
+// reported on one line and retried, while the -L beside it goes on
+// working (forward does not exit); once the port is free again the -R
+// listens again and reaches its destination.
+func TestReverseForwardRestartPortTaken(t *testing.T) {
+	t.Parallel()
+	echo := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c); _ = c.CloseWrite() })
+	s := startServer(t, "")
+	relay, url := relayed(t, s)
+	rs := &server{p: s.p, url: url, host: relay.Addr(), token: s.token, hash: s.hash}
+	_, port, _ := net.SplitHostPort(freePort(t))
+	rspec := fmt.Sprintf("127.0.0.1:%s:127.0.0.1:%d", port, echo)
+	fw, addrs := reverseStart(t, rs, "-R "+rspec, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", echo))
+	m := tcpForwardLine.FindStringSubmatch(fw.p.stderr.String())
+	if m == nil {
+		t.Fatalf("no -L line; stderr:\n%s", fw.p.stderr.String())
+	}
+	local := m[1]
+	// The daemon restarts; meanwhile a program takes the -R's port.
+	relay.Refuse(true)
+	relay.Cut()
+	if err := s.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := s.p.wait(t, waitTimeout); code != 0 {
+		t.Fatalf("the daemon exited %d on SIGTERM", code)
+	}
+	squatter, err := net.Listen("tcp", addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	twin := startTwin(t, s)
+	relay.SetTarget(twin.host)
+	relay.Refuse(false)
+	pos := fw.p.stderr.waitFor(t, "the new session", 0, "sidecar: new session with "+url+"\n")
+	pos = fw.p.stderr.waitFor(t, "the -R reported", pos, "sidecar: -R "+rspec+" cannot be set up again in the new session: ")
+	if err := echoRoundTrip(tcpDial(t, local), "the -L goes on"); err != nil {
+		t.Fatalf("the -L after the new session: %v\nforward's stderr:\n%s", err, fw.p.stderr.String())
+	}
+	_ = squatter.Close()
+	fw.p.stderr.waitFor(t, "the -R set up again", pos, "sidecar: forwarding "+addrs[0]+" on the host -> ")
+	if err := echoRoundTrip(tcpDial(t, addrs[0]), "the -R again"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-fw.p.done:
+		t.Fatalf("forward exited:\n%s", fw.p.stderr.String())
+	default:
+	}
+}
