@@ -164,6 +164,12 @@ type Options struct {
 	// like any other failure (a host restarting behind its address may
 	// come back; so may a tunnel to it).
 	GiveUpWhenRefused bool
+	// RefusedRetry, with GiveUpWhenRefused, retries refused dials for
+	// this long from the first refusal of a reconnection before giving
+	// up (ErrHostGone): a relay or tunnel in front of a live daemon that
+	// restarts refuses for a moment, and the state the daemon keeps
+	// resumes with nothing lost. Zero gives up at the first refusal.
+	RefusedRetry time.Duration
 	// ReconnectDelay is the wait before the first reconnect attempt,
 	// doubled for each next one up to ReconnectMaxDelay, each with ±20%
 	// jitter; zero means 250 ms and 10 s.
