@@ -427,7 +427,7 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 		var he *transport.HTTPError
 		switch {
 		case opts.Token == "" && strings.Contains(err.Error(), "refused the token"):
-			return nil, &refusalError{msg: fmt.Sprintf("%s wants a token and none was given: pass --token or set SIDECAR_TOKEN", u.Host), err: err}
+			return nil, &refusalError{msg: fmt.Sprintf("%s wants a token and none was given: pass --token or --token-file, or set SIDECAR_TOKEN", u.Host), err: err}
 		case (typed == "ws" || typed == "http") && (errors.As(err, &he) || strings.Contains(err.Error(), "HTTP 400")):
 			return nil, fmt.Errorf("%s answered plain %s:// with HTTP 400: the sidecar always speaks TLS: use %s://", u.Host, typed, map[string]string{"ws": "wss", "http": "https"}[typed])
 		}
