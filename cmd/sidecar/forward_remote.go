@@ -73,7 +73,7 @@ func serveSession(ctx context.Context, conn *client.Conn, fw *client.Forwarder, 
 		}
 		local := rpc.TunnelAddress{Host: a.IP.String(), Port: a.Port}
 		if _, err := tun.Announce(ctx, local, rpc.TunnelAddress{Host: f.host, Port: f.hostPort}); err != nil {
-			fmt.Fprintf(os.Stderr, "sidecar: -L %s is not listed on the host's tunnels channel: %v\n", b.given, err)
+			fmt.Fprintf(os.Stderr, "sidecar: %s is not listed on the host's tunnels channel: %v\n", b.given, err)
 		}
 	}
 	for _, f := range rfs {
