@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -492,11 +493,14 @@ func (k *Kind) lostListenersLocked(principal string) string {
 // unwrapSyscall is err's innermost cause ("address already in use").
 func unwrapSyscall(err error) error {
 	for {
-		oe, ok := err.(*net.OpError)
-		if !ok {
+		switch e := err.(type) {
+		case *net.OpError:
+			err = e.Err
+		case *os.SyscallError:
+			err = e.Err // "bind: address already in use" without "bind: "
+		default:
 			return err
 		}
-		err = oe.Err
 	}
 }
 
