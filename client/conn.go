@@ -164,6 +164,12 @@ type Options struct {
 	// like any other failure (a host restarting behind its address may
 	// come back; so may a tunnel to it).
 	GiveUpWhenRefused bool
+	// RefusedRetry, with GiveUpWhenRefused, retries refused dials for
+	// this long from the first refusal of a reconnection before giving
+	// up (ErrHostGone): a relay or tunnel in front of a live daemon that
+	// restarts refuses for a moment, and the state the daemon keeps
+	// resumes with nothing lost. Zero gives up at the first refusal.
+	RefusedRetry time.Duration
 	// ReconnectDelay is the wait before the first reconnect attempt,
 	// doubled for each next one up to ReconnectMaxDelay, each with ±20%
 	// jitter; zero means 250 ms and 10 s.
@@ -421,7 +427,7 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 		var he *transport.HTTPError
 		switch {
 		case opts.Token == "" && strings.Contains(err.Error(), "refused the token"):
-			return nil, &refusalError{msg: fmt.Sprintf("%s wants a token and none was given: pass --token or set SIDECAR_TOKEN", u.Host), err: err}
+			return nil, &refusalError{msg: fmt.Sprintf("%s wants a token and none was given: pass --token or --token-file, or set SIDECAR_TOKEN", u.Host), err: err}
 		case (typed == "ws" || typed == "http") && (errors.As(err, &he) || strings.Contains(err.Error(), "HTTP 400")):
 			return nil, fmt.Errorf("%s answered plain %s:// with HTTP 400: the sidecar always speaks TLS: use %s://", u.Host, typed, map[string]string{"ws": "wss", "http": "https"}[typed])
 		}

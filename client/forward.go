@@ -121,6 +121,83 @@ type Forwarder struct {
 	channels  map[*TCPConn]struct{}     // channels open
 
 	rev reverse // ServeRemote's forwards
+
+	// openFailed rate-limits the "open failed" lines: the same line
+	// (same port, destination and reason) once per openFailedEvery, the
+	// repeats counted and told with the next; at most openFailedKeys
+	// lines tracked at once.
+	openFailed struct {
+		sync.Mutex
+		lines map[string]*heldLine
+		other int // lines held because openFailedKeys were tracked already
+	}
+}
+
+// heldLine is one "open failed" line's rate limit: when it was last
+// printed, and how many times it was held back since.
+type heldLine struct {
+	last time.Time
+	held int
+}
+
+// openFailedEvery is the least time between two identical "open
+// failed" lines: a burst of connections a host refuses (a limit, say)
+// prints one a second with the count of those held back, not one each.
+// openFailedKeys bounds the distinct lines tracked.
+const (
+	openFailedEvery = time.Second
+	openFailedKeys  = 64
+)
+
+// logOpenFailed prints an "open failed" line, the same one at most once
+// per openFailedEvery; repeats held back are counted on the next one
+// printed, or on a line of their own at Close.
+func (fw *Forwarder) logOpenFailed(format string, args ...any) {
+	o := &fw.openFailed
+	o.Lock()
+	defer o.Unlock()
+	now := time.Now()
+	line := fmt.Sprintf(format, args...)
+	if o.lines == nil {
+		o.lines = map[string]*heldLine{}
+	}
+	for k, h := range o.lines { // forget lines quiet for a while
+		if now.Sub(h.last) >= openFailedEvery && h.held == 0 {
+			delete(o.lines, k)
+		}
+	}
+	h := o.lines[line]
+	switch {
+	case h != nil && now.Sub(h.last) < openFailedEvery:
+		h.held++
+		return
+	case h == nil && len(o.lines) >= openFailedKeys:
+		o.other++
+		return
+	case h == nil:
+		h = &heldLine{}
+		o.lines[line] = h
+	}
+	if h.held > 0 {
+		line += fmt.Sprintf(" (and %d more like it since the last such line)", h.held)
+	}
+	h.last, h.held = now, 0
+	fw.log("%s", line)
+}
+
+// flushOpenFailed prints the count of "open failed" lines still held.
+func (fw *Forwarder) flushOpenFailed() {
+	o := &fw.openFailed
+	o.Lock()
+	defer o.Unlock()
+	n := o.other
+	for _, h := range o.lines {
+		n += h.held
+	}
+	if n > 0 {
+		fw.log("%d more forwarded connection(s) failed to open (repeated lines held back: one a second at most)", n)
+	}
+	o.lines, o.other = nil, 0
 }
 
 // NewForwarder returns a Forwarder whose channels go through conn, which
@@ -189,6 +266,7 @@ func (fw *Forwarder) Close() (reset int) {
 	for _, l := range ls {
 		_ = l.Close()
 	}
+	fw.flushOpenFailed()
 	n := fw.closeActive()
 	// The channels too: a handler may wait on the host, not on the local
 	// socket just closed (an upload into a destination that does not
@@ -396,7 +474,7 @@ func (fw *Forwarder) acceptLocal(l net.Listener, host string, port int) {
 			fw.releaseSlot()
 			if err != nil {
 				if !fw.ending() { // else it failed because fw is closing
-					fw.log("%s -> %s: open failed: %s", l.Addr(), printable(dest), fw.openMessage(err))
+					fw.logOpenFailed("%s -> %s: open failed: %s", l.Addr(), printable(dest), fw.openMessage(err))
 				}
 				// A reset: a client that only reads must not take the
 				// end for an empty answer.

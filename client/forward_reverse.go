@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +27,7 @@ type reverse struct {
 	once  sync.Once
 	mu    sync.Mutex
 	dests map[string]string // resource -> host:port dialled here
+	names map[string]string // resource -> the address the host listens on, for messages
 }
 
 // ServeRemote asks the host to listen on bind (its host an IP address or
@@ -73,6 +75,12 @@ func (fw *Forwarder) ServeRemote(ctx context.Context, tun *Tunnels, bind rpc.Tun
 	if err != nil {
 		return "", listening, err
 	}
+	fw.rev.mu.Lock()
+	if fw.rev.names == nil {
+		fw.rev.names = map[string]string{}
+	}
+	fw.rev.names[resource] = net.JoinHostPort(st.LocalAddress.Host, strconv.Itoa(st.LocalAddress.Port))
+	fw.rev.mu.Unlock()
 	fw.rev.once.Do(func() {
 		for range reverseAcceptors {
 			fw.wg.Add(1)
@@ -134,7 +142,18 @@ func (fw *Forwarder) serveAccepted(res rpc.TunnelAcceptResult) {
 			continue // the host hands it out again once resumed
 		}
 		if !fw.ending() {
-			fw.log("-R %s -> %s: open failed: %s", res.Resource, printable(dest), fw.openMessage(err))
+			fw.rev.mu.Lock()
+			name := fw.rev.names[res.Resource]
+			fw.rev.mu.Unlock()
+			if name == "" {
+				name = res.Resource
+			}
+			msg := fw.openMessage(err)
+			if strings.Contains(msg, res.Channel) {
+				// The host's words name its internal channel: say what happened.
+				msg = "the host no longer had the connection (it waited too long, or the listener closed): reset"
+			}
+			fw.logOpenFailed("-R %s -> %s: open failed: %s", name, printable(dest), msg)
 		}
 		return
 	}

@@ -114,12 +114,18 @@ func (c *Conn) reconnectLoop(lostAt time.Time, cause error) {
 	beforeEnd := deadline.Add(-graceMargin(grace))
 	delay := c.opts.ReconnectDelay
 	last := cause
+	var refusedSince time.Time // the first of the refusals in a row (Options.RefusedRetry)
 	for attempt := 1; ; attempt++ {
 		wait := jitter(delay)
-		if now := time.Now(); now.Before(beforeEnd) {
+		now := time.Now()
+		if now.Before(beforeEnd) {
 			wait = min(wait, beforeEnd.Sub(now))
 		} else {
 			wait = min(wait, deadline.Sub(now))
+		}
+		if !refusedSince.IsZero() {
+			// The last try falls at the window's end.
+			wait = min(wait, refusedSince.Add(c.opts.RefusedRetry).Sub(now))
 		}
 		wait = max(wait, 0)
 		c.status(ReconnectStatus{State: Retrying, Attempt: attempt, Next: wait, Err: last})
@@ -145,6 +151,16 @@ func (c *Conn) reconnectLoop(lostAt time.Time, cause error) {
 			return // applyReconnect told OnReconnect
 		}
 		last = err
+		if fatal == ErrHostGone && c.opts.RefusedRetry > 0 {
+			if refusedSince.IsZero() {
+				refusedSince = time.Now()
+			}
+			if time.Since(refusedSince) < c.opts.RefusedRetry {
+				fatal = nil // refused for a moment: a relay restarting, say
+			}
+		} else {
+			refusedSince = time.Time{}
+		}
 		if fatal != nil {
 			c.giveUp(fatal, err, attempt)
 			return

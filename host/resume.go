@@ -383,7 +383,7 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 		}
 	}
 	if n := len(wanted); n > c.s.cfg.Delivery.MaxSubscriptions {
-		return nil, nil, rpc.Errorf(rpc.CodeInvalidRequest, "too many subscriptions on this connection (limit %d)", c.s.cfg.Delivery.MaxSubscriptions)
+		return nil, nil, rpc.Errorf(rpc.CodeInvalidRequest, "too many subscriptions on this connection (limit %d, delivery.max_subscriptions)", c.s.cfg.Delivery.MaxSubscriptions)
 	}
 	s := c.s
 	if e := s.handOver(p.ClientID, c.principal, p.ResumeToken, c); e != nil {

@@ -64,7 +64,7 @@ func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
 		c.unsubscribe(old, false)
 	}
 	if n := c.subCount(); n >= c.s.cfg.Delivery.MaxSubscriptions {
-		return nil, nil, rpc.Errorf(rpc.CodeInvalidRequest, "too many subscriptions on this connection (limit %d)", c.s.cfg.Delivery.MaxSubscriptions)
+		return nil, nil, rpc.Errorf(rpc.CodeInvalidRequest, "too many subscriptions on this connection (limit %d, delivery.max_subscriptions)", c.s.cfg.Delivery.MaxSubscriptions)
 	}
 	if !windowed {
 		_, snap, start := c.startOrdinary(ch)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -270,8 +271,10 @@ func TestConnectFailures(t *testing.T) {
 // black hole (16 MiB each way): the link goes silent until connect says it
 // is reconnecting, then comes back. A link whose address
 // then refuses connections (the daemon gone with the connection's state)
-// ends connect at once with 255 and a line saying so, rather than after
-// the host's grace.
+// ends connect with 255 and a line saying so once it has refused for
+// connectRefusedRetry (12 s), rather than after the host's grace; a relay
+// in front of the daemon that refuses for a moment (restarting) is
+// retried, and the connection resumes with nothing lost.
 func TestConnectSurvivesCuts(t *testing.T) {
 	t.Parallel()
 	t.Run("cuts", func(t *testing.T) {
@@ -316,6 +319,48 @@ func TestConnectSurvivesCuts(t *testing.T) {
 		relay.Stall(false)
 		c.p.stderr.waitFor(t, "the resumed line", pos, "sidecar: resumed\n")
 		tr.check(t, up, down, got)
+	})
+	t.Run("relay restarting", func(t *testing.T) {
+		t.Parallel()
+		echo := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c); _ = c.CloseWrite() })
+		s := startServer(t, "")
+		relay, err := fault.NewTCP(s.host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		port, _ := strconv.Atoi(relay.Addr()[strings.LastIndexByte(relay.Addr(), ':')+1:])
+		url := "wss://" + relay.Addr() + "/ahp"
+		c := startConnect(t, s, url, fmt.Sprintf("127.0.0.1:%d", echo), "-v")
+		pos := c.p.stderr.waitFor(t, "the connected line", 0, "sidecar: connected to "+url+" over ")
+		echoed := func(msg string) {
+			t.Helper()
+			if _, err := c.in.Write([]byte(msg)); err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, len(msg))
+			if _, err := io.ReadFull(c.out, b); err != nil || string(b) != msg {
+				t.Fatalf("echoed %q, %v; want %q\nstandard error:\n%s", b, err, msg, c.p.stderr.String())
+			}
+		}
+		echoed("before")
+		// The relay in front of the daemon restarts: its port refuses
+		// for a while (two attempts at least), then answers again.
+		_ = relay.Close()
+		pos = c.p.stderr.waitFor(t, "two refused attempts", pos, "sidecar: connection lost, reconnecting (attempt 3, next in ")
+		relay, err = fault.NewTCPAt(port, s.host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = relay.Close() })
+		c.p.stderr.waitFor(t, "the resumed line", pos, "sidecar: resumed\n")
+		echoed("after, nothing lost")
+		_ = c.in.Close()
+		if rest, err := io.ReadAll(c.out); err != nil || len(rest) != 0 {
+			t.Errorf("after standard input's end: %q, %v; want end of file", rest, err)
+		}
+		if code := c.p.wait(t, waitTimeout); code != 0 {
+			t.Errorf("connect exited %d, want 0; standard error:\n%s", code, c.p.stderr.String())
+		}
 	})
 	t.Run("host gone", func(t *testing.T) {
 		t.Parallel()

@@ -191,7 +191,11 @@ func TestReverseForwardCutPastGraceResets(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("the destination's connection was not reset")
 	}
-	// The listener is gone with its client.
+	// The listener is gone with its client. The reset is visible before
+	// the listener closes (the host ends the parked channels, then tells
+	// the kinds the client is gone): wait, bounded, for the daemon to log
+	// the close, which follows the socket's.
+	s.p.stderr.waitFor(t, "the listener's close at the end of the grace", 0, `"@message":"reverse forward closed"`)
 	if c, err := net.DialTimeout("tcp", addrs[0], waitTimeout); err == nil {
 		_ = c.Close()
 		t.Errorf("%s still accepts after the client's grace ended", addrs[0])
@@ -356,5 +360,92 @@ func TestTunnelsChannelRaw(t *testing.T) {
 	c := tcpDial(t, addrs[0])
 	if err := echoRoundTrip(c, "after the rejections"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReverseForwardTakeover: a forward -R killed with SIGKILL leaves its
+// listener kept for its grace; another forward of the same token asking
+// for the same address at once takes it over (the port and the one
+// listener tunnels.max_listeners_per_principal allows) and connections
+// reach its destination; a third, while that one is connected, is
+// refused, naming the holder.
+func TestReverseForwardTakeover(t *testing.T) {
+	t.Parallel()
+	echo := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c); _ = c.CloseWrite() })
+	s := startServer(t, "tunnels {\n  max_listeners_per_principal = 1\n}\n")
+	_, port, _ := net.SplitHostPort(freePort(t))
+	spec := fmt.Sprintf("-R 127.0.0.1:%s:127.0.0.1:%d", port, echo)
+	fw1, addrs := reverseStart(t, s, spec)
+	if err := echoRoundTrip(tcpDial(t, addrs[0]), "first"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fw1.p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = fw1.p.wait(t, waitTimeout)
+	s.p.stderr.waitFor(t, "the killed client's link loss", 0, "client state kept for reconnect")
+	_, addrs2 := reverseStart(t, s, spec)
+	if addrs2[0] != addrs[0] {
+		t.Fatalf("the second forward listens on %s, want %s", addrs2[0], addrs[0])
+	}
+	if err := echoRoundTrip(tcpDial(t, addrs2[0]), "second"); err != nil {
+		t.Fatal(err)
+	}
+	s.p.stderr.waitFor(t, "the takeover's log", 0, "reverse forward taken over")
+	_, stderr, code := s.run(t, append(append([]string{"forward", s.url}, strings.Fields(spec)...), s.connArgs()...)...)
+	if code != 1 || !strings.Contains(stderr, "of connected client") {
+		t.Errorf("a third forward of the same address: exit %d, stderr %q; want 1 and the holder named", code, stderr)
+	}
+}
+
+// TestReverseForwardRestartPortTaken: after the daemon restarts, forward
+// starts a new session; a -R whose port something else took meanwhile is
+// reported on one line and retried, while the -L beside it goes on
+// working (forward does not exit); once the port is free again the -R
+// listens again and reaches its destination.
+func TestReverseForwardRestartPortTaken(t *testing.T) {
+	t.Parallel()
+	echo := tcpListen(t, func(c *net.TCPConn) { _, _ = io.Copy(c, c); _ = c.CloseWrite() })
+	s := startServer(t, "")
+	relay, url := relayed(t, s)
+	rs := &server{p: s.p, url: url, host: relay.Addr(), token: s.token, hash: s.hash}
+	_, port, _ := net.SplitHostPort(freePort(t))
+	rspec := fmt.Sprintf("127.0.0.1:%s:127.0.0.1:%d", port, echo)
+	fw, addrs := reverseStart(t, rs, "-R "+rspec, fmt.Sprintf("-L 127.0.0.1:0:127.0.0.1:%d", echo))
+	m := tcpForwardLine.FindStringSubmatch(fw.p.stderr.String())
+	if m == nil {
+		t.Fatalf("no -L line; stderr:\n%s", fw.p.stderr.String())
+	}
+	local := m[1]
+	// The daemon restarts; meanwhile a program takes the -R's port.
+	relay.Refuse(true)
+	relay.Cut()
+	if err := s.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := s.p.wait(t, waitTimeout); code != 0 {
+		t.Fatalf("the daemon exited %d on SIGTERM", code)
+	}
+	squatter, err := net.Listen("tcp", addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	twin := startTwin(t, s)
+	relay.SetTarget(twin.host)
+	relay.Refuse(false)
+	pos := fw.p.stderr.waitFor(t, "the new session", 0, "sidecar: new session with "+url+"\n")
+	pos = fw.p.stderr.waitFor(t, "the -R reported", pos, "sidecar: -R "+rspec+" cannot be set up again in the new session: ")
+	if err := echoRoundTrip(tcpDial(t, local), "the -L goes on"); err != nil {
+		t.Fatalf("the -L after the new session: %v\nforward's stderr:\n%s", err, fw.p.stderr.String())
+	}
+	_ = squatter.Close()
+	fw.p.stderr.waitFor(t, "the -R set up again", pos, "sidecar: forwarding "+addrs[0]+" on the host -> ")
+	if err := echoRoundTrip(tcpDial(t, addrs[0]), "the -R again"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-fw.p.done:
+		t.Fatalf("forward exited:\n%s", fw.p.stderr.String())
+	default:
 	}
 }

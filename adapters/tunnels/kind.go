@@ -26,6 +26,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,6 +56,7 @@ type Kind struct {
 	log    hclog.Logger
 	j      *journal.Journal
 	cfg    config.Tunnels
+	grace  time.Duration // journal.reconnect_grace: how long a lost client's listeners stay
 	quotas *adapters.Quotas
 	// listenQuota counts listeners; connQuota the TCP channels of
 	// reverse-forwarded connections (tb).
@@ -66,6 +69,7 @@ type Kind struct {
 	ports     []rpc.TunnelPort
 	listeners map[string]*listener // by resource
 	conns     map[string]adapters.ConnID
+	lostAt    map[string]time.Time             // by clientId: when its link was lost (its listeners stay until lostAt+grace)
 	lastReady map[string]rpc.TunnelClientState // resource+" "+clientId: restored when the client is back
 	wakes     map[string]chan struct{}         // by clientId: closed when a connection waits for it
 	accepts   map[adapters.ConnID]int          // tunnel/accept waiting, per connection
@@ -78,6 +82,7 @@ type Kind struct {
 // accepted that wait for their client.
 type listener struct {
 	resource, clientID string
+	principal          string // its client's: another client of it may take the listener over
 	ln                 *net.TCPListener
 	res                *adapters.Reservation
 	waiting            []*waiter
@@ -112,12 +117,12 @@ type offer struct {
 func NewKind(env adapters.Env) (adapters.Kind, error) {
 	cfg := env.Config.Tunnels
 	log := env.Log.Named("tunnels")
-	k := &Kind{log: log, j: env.Journal, cfg: cfg, quotas: env.Quotas,
+	k := &Kind{log: log, j: env.Journal, cfg: cfg, grace: env.Config.Journal.ReconnectGrace, quotas: env.Quotas,
 		listenQuota: adapters.QuotaLimits{PerPrincipal: cfg.MaxListenersPerPrincipal,
 			Name: "reverse-forward listener", Counted: "listeners", Block: "tunnels", Subject: "listeners", Advice: "remove one first"},
 		connQuota: adapters.QuotaLimits{PerPrincipal: cfg.MaxConnectionsPerPrincipal,
 			Name: "reverse-forwarded connection", Counted: "open", Block: "tunnels", Subject: "connections", Advice: "close one first"},
-		listeners: map[string]*listener{}, conns: map[string]adapters.ConnID{}, lastReady: map[string]rpc.TunnelClientState{},
+		listeners: map[string]*listener{}, conns: map[string]adapters.ConnID{}, lostAt: map[string]time.Time{}, lastReady: map[string]rpc.TunnelClientState{},
 		wakes: map[string]chan struct{}{}, accepts: map[adapters.ConnID]int{}, offers: map[string]*offer{},
 		ports: []rpc.TunnelPort{},
 	}
@@ -208,11 +213,13 @@ func (k *Kind) ConnEnded(conn adapters.ConnID) {
 			continue
 		}
 		delete(k.conns, id)
+		k.lostAt[id] = time.Now()
+		until := k.expiryLocked(id)
 		k.setClientStatesLocked(id, func(p *rpc.TunnelPort) *rpc.TunnelClientState {
-			why := "the client's connection was lost; its forwards resume if it reconnects within the grace"
+			why := "the client's connection was lost; its forwards resume if it reconnects by " + until
 			if l := k.listeners[p.Resource]; l != nil {
-				why = fmt.Sprintf("the client's connection was lost; still listening on %s, connections wait for it (at most %d, each %v: tunnels.max_waiting, tunnels.wait_timeout)",
-					l.ln.Addr(), k.cfg.MaxWaiting, k.cfg.WaitTimeout)
+				why = fmt.Sprintf("the client's connection was lost; still listening on %s until %s, connections wait for it (at most %d, each %v: tunnels.max_waiting, tunnels.wait_timeout); a new client of the same token may take it over",
+					l.ln.Addr(), until, k.cfg.MaxWaiting, k.cfg.WaitTimeout)
 			}
 			return &rpc.TunnelClientState{Status: rpc.TunnelUnavailable, Reason: why}
 		})
@@ -225,6 +232,7 @@ func (k *Kind) ClientGone(clientID string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	delete(k.conns, clientID)
+	delete(k.lostAt, clientID)
 	for _, o := range k.offers {
 		if o.clientID == clientID {
 			k.dropOfferLocked(o, "its client is gone")
@@ -339,6 +347,7 @@ func (k *Kind) seenLocked(c adapters.Caller) {
 		return
 	}
 	k.conns[c.ClientID] = c.Conn
+	delete(k.lostAt, c.ClientID)
 	for _, p := range append([]rpc.TunnelPort(nil), k.ports...) {
 		for _, pc := range participants(&p) {
 			key := p.Resource + " " + c.ClientID
@@ -381,16 +390,26 @@ func (k *Kind) listenLocked(p *rpc.TunnelPort, caller adapters.Caller) (*listene
 	if err != nil {
 		return nil, err
 	}
+	if old := k.holderLocked(ap); old != nil {
+		if !k.takeableLocked(old, caller) {
+			return nil, fmt.Errorf("cannot listen on %s: %s holds it", ap, k.describeLocked(old))
+		}
+		// A client of the same token whose link is lost (killed, say)
+		// would keep the port and its quota for the whole grace: its
+		// successor takes the listener over.
+		k.log.Info("reverse forward taken over", "resource", old.resource, "client", old.clientID, "by", caller.ClientID, "address", ap.String())
+		k.removeLocked(old.resource, "taken over by client "+caller.ClientID+" of the same token (its own link was lost)")
+	}
 	res, e := k.quotas.Reserve(&k.listenQuota, caller)
 	if e != nil {
-		return nil, fmt.Errorf("%s", e.Message)
+		return nil, fmt.Errorf("%s%s", e.Message, k.lostListenersLocked(caller.Principal))
 	}
 	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(ap))
 	if err != nil {
 		res.Release()
 		return nil, fmt.Errorf("cannot listen on %s: %v", ap, unwrapSyscall(err))
 	}
-	l := &listener{resource: p.Resource, clientID: caller.ClientID, ln: ln, res: res, room: make(chan struct{})}
+	l := &listener{resource: p.Resource, clientID: caller.ClientID, principal: caller.Principal, ln: ln, res: res, room: make(chan struct{})}
 	k.listeners[p.Resource] = l
 	k.wg.Add(1)
 	go k.acceptLoop(l)
@@ -399,14 +418,89 @@ func (k *Kind) listenLocked(p *rpc.TunnelPort, caller adapters.Caller) (*listene
 	return l, nil
 }
 
+// holderLocked returns the listener of ours whose address ap would
+// collide with (same port, same address or either one all interfaces),
+// or nil; port 0 collides with none.
+func (k *Kind) holderLocked(ap netip.AddrPort) *listener {
+	if ap.Port() == 0 {
+		return nil
+	}
+	for _, l := range k.listeners {
+		la := l.ln.Addr().(*net.TCPAddr).AddrPort()
+		if la.Port() != ap.Port() {
+			continue
+		}
+		a, b := la.Addr().Unmap(), ap.Addr().Unmap()
+		if a == b || a.IsUnspecified() || b.IsUnspecified() {
+			return l
+		}
+	}
+	return nil
+}
+
+// takeableLocked reports whether caller may take l over: l's client is
+// another of caller's principal, and its link is lost (its listener is
+// kept only for its grace).
+func (k *Kind) takeableLocked(l *listener, caller adapters.Caller) bool {
+	_, connected := k.conns[l.clientID]
+	return !connected && l.clientID != caller.ClientID && l.principal == caller.Principal
+}
+
+// expiryLocked says until when a lost client's state is kept: a time
+// and the setting, or "the end of its grace" when not known.
+func (k *Kind) expiryLocked(clientID string) string {
+	at, ok := k.lostAt[clientID]
+	if !ok || k.grace <= 0 {
+		return "the end of its grace (journal.reconnect_grace)"
+	}
+	return at.Add(k.grace).UTC().Format(time.DateTime) + " UTC (journal.reconnect_grace " + k.grace.String() + ")"
+}
+
+// describeLocked names l's entry and client, and, if its link is lost,
+// when it expires.
+func (k *Kind) describeLocked(l *listener) string {
+	if _, connected := k.conns[l.clientID]; connected {
+		return fmt.Sprintf("reverse forward %s of connected client %s", l.resource, l.clientID)
+	}
+	return fmt.Sprintf("reverse forward %s of client %s, whose link was lost (kept until %s; only a client of the same token may take it over)",
+		l.resource, l.clientID, k.expiryLocked(l.clientID))
+}
+
+// lostListenersLocked explains a listener quota refusal for principal:
+// which of its listeners are kept for clients whose link was lost, and
+// until when (at most 3 named); "" if none.
+func (k *Kind) lostListenersLocked(principal string) string {
+	var kept []string
+	n := 0
+	for _, l := range k.listeners {
+		if _, connected := k.conns[l.clientID]; connected || l.principal != principal {
+			continue
+		}
+		if n++; n <= 3 {
+			kept = append(kept, fmt.Sprintf("%s of client %s until %s", l.ln.Addr(), l.clientID, k.expiryLocked(l.clientID)))
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	more := ""
+	if n > len(kept) {
+		more = fmt.Sprintf(" and %d more", n-len(kept))
+	}
+	return fmt.Sprintf(" (%d of them kept for clients whose link was lost: %s%s; asking for the same address takes one over)", n, strings.Join(kept, ", "), more)
+}
+
 // unwrapSyscall is err's innermost cause ("address already in use").
 func unwrapSyscall(err error) error {
 	for {
-		oe, ok := err.(*net.OpError)
-		if !ok {
+		switch e := err.(type) {
+		case *net.OpError:
+			err = e.Err
+		case *os.SyscallError:
+			err = e.Err // "bind: address already in use" without "bind: "
+		default:
 			return err
 		}
-		err = oe.Err
 	}
 }
 

@@ -1,6 +1,8 @@
 package tunnels
 
 import (
+	"fmt"
+	"net"
 	"strings"
 	"testing"
 
@@ -110,5 +112,19 @@ func TestBindAddr(t *testing.T) {
 		case err != nil || ap.String() != tc.want:
 			t.Errorf("%s:%d: got %v %v, want %s", tc.host, tc.port, ap, err, tc.want)
 		}
+	}
+}
+
+// TestUnwrapSyscall: a listen error is told as its cause alone
+// ("address already in use"), as docs/operations.md shows it.
+func TestUnwrapSyscall(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, err = net.Listen("tcp", ln.Addr().String())
+	if got := fmt.Sprint(unwrapSyscall(err)); got != "address already in use" {
+		t.Fatalf("unwrapSyscall(%v) = %q, want %q", err, got, "address already in use")
 	}
 }

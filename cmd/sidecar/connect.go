@@ -68,7 +68,8 @@ the destination reset it, a resumed session lacked it, or standard
 output could not be written (standard output may then be cut short);
 255 when the connection to the host could not be made or was lost for
 good (the host's grace ended, the daemon restarted, or its address
-refuses connections: given up on at once); 2 for a usage error; 128+n
+refuses connections for 12 s: a relay in front of the daemon that
+restarts within that resumes with nothing lost); 2 for a usage error; 128+n
 when signal n ended it, the connection reset. ssh closes standard input
 and then sends its ProxyCommand SIGHUP as it exits: after SIGHUP,
 connect lets that orderly close finish for up to 2 s (exit 0 when it
@@ -147,6 +148,10 @@ func connect(cf *connFlags, url, host string, port int, verbose bool) error {
 	// that could resume the connection: say so at once rather than keep
 	// ssh waiting for the grace (2 h by default), as forward does.
 	cf.giveUpWhenRefused = true
+	// Not at the first refusal, though: a relay or tunnel in front of a
+	// live daemon refuses while it restarts, and the daemon keeps the
+	// connection (sshd's session) for the grace.
+	cf.refusedRetry = connectRefusedRetry
 	if verbose {
 		cf.onReconnect = func(st client.ReconnectStatus) {
 			if st.State == client.Connecting {
@@ -181,6 +186,16 @@ func connect(cf *connFlags, url, host string, port int, verbose bool) error {
 	}
 	return connectEnded(ctx, err, caught(), conn, dest)
 }
+
+// connectRefusedRetry is how long connect retries a host address that
+// refuses connections before it gives up (exit 255): long enough for a
+// relay, ssh tunnel or kubectl port-forward in front of the daemon to
+// restart, short enough that ssh is not left waiting on a daemon that is
+// gone. Giving up, connect cannot reach the host to release what it
+// keeps: a live daemon behind the refusing relay holds the destination
+// connection (sshd's session, authenticated, with no client) until its
+// grace ends (journal.reconnect_grace, 2 h by default).
+const connectRefusedRetry = 12 * time.Second
 
 // hupDrain bounds how long connect goes on after SIGHUP. ssh closes its
 // ends of our standard input and output and then sends its ProxyCommand

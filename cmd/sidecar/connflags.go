@@ -44,6 +44,9 @@ type connFlags struct {
 	// giveUpWhenRefused: a reconnect whose dial is refused ends at once
 	// (client.Options.GiveUpWhenRefused), for forward.
 	giveUpWhenRefused bool
+	// refusedRetry: how long refusals are retried before giving up
+	// (client.Options.RefusedRetry), for connect.
+	refusedRetry time.Duration
 }
 
 func (f *connFlags) register(cmd *cobra.Command) {
@@ -236,7 +239,7 @@ func (f *connFlags) options() client.Options {
 	}
 	return client.Options{Token: token, CertHash: pin, Ordinary: f.ordinary, ClientName: "sidecar-cli/" + version,
 		Transport: f.transport, TransportMemory: client.DefaultTransportMemory(), Via: f.via, OnReconnect: f.onReconnect, Compress: f.compress,
-		ReconnectAfterShutdown: f.reconnectAfterShutdown, GiveUpWhenRefused: f.giveUpWhenRefused}
+		ReconnectAfterShutdown: f.reconnectAfterShutdown, GiveUpWhenRefused: f.giveUpWhenRefused, RefusedRetry: f.refusedRetry}
 }
 
 // dial connects and initializes within --connect-timeout.

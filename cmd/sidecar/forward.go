@@ -234,7 +234,7 @@ func forward(cf *connFlags, url string, locals, dynamics, remotes []string) erro
 			_ = h.Close()
 		}
 	}()
-	for {
+	for first := true; ; first = false {
 		fw := client.NewForwarder(conn, client.ForwarderOptions{Log: prefixWriter{w: os.Stderr, prefix: "sidecar: "}})
 		for i, b := range bound {
 			// The forwarder owns the session's listener; closing it
@@ -245,12 +245,17 @@ func forward(cf *connFlags, url string, locals, dynamics, remotes []string) erro
 				_ = fw.ServeSOCKS(handoffs[i].Listen())
 			}
 		}
-		if err := serveSession(ctx, conn, fw, bound, rfs); err != nil {
+		sctx, endSession := context.WithCancel(ctx)
+		retries, err := serveSession(sctx, conn, fw, bound, rfs, first)
+		if err != nil {
+			endSession()
 			fw.Close()
 			_ = conn.Close()
 			return err
 		}
 		result, ended := runUntil(ctx, conn, fw)
+		endSession()
+		retries.Wait()
 		if !newSessionAfter(ended) || cf.via != "" {
 			return result
 		}

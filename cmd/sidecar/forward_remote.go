@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/sidecar-dev/sidecar/client"
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -41,21 +43,27 @@ func parseRemote(spec string) (remoteForward, error) {
 }
 
 // serveSession lists the session's -L forwards on the host's tunnels
-// channel and starts its -R forwards, printing a status line for each; a
-// -R the host refuses ends forward with status 1, naming why.
-func serveSession(ctx context.Context, conn *client.Conn, fw *client.Forwarder, bound []boundListener, rfs []remoteForward) error {
+// channel and starts its -R forwards, printing a status line for each.
+// In the first session a -R the host refuses ends forward with status 1,
+// naming why; in a later one (a new session after the daemon restarted)
+// the -L forwards are established already and must not be lost to one -R
+// whose port something else took meanwhile: that -R is reported on one
+// line and retried in the background (remoteRetry, backing off) until it
+// binds or ctx (the session) ends; retries has those goroutines.
+func serveSession(ctx context.Context, conn *client.Conn, fw *client.Forwarder, bound []boundListener, rfs []remoteForward, first bool) (retries *sync.WaitGroup, err error) {
+	retries = &sync.WaitGroup{}
 	if conn.Initialized().Tunnels == nil {
 		if len(rfs) > 0 {
-			return &exitError{code: 255, err: errors.New("the host does not offer reverse forwarding (no tunnels in its capabilities)")}
+			return retries, &exitError{code: 255, err: errors.New("the host does not offer reverse forwarding (no tunnels in its capabilities)")}
 		}
-		return nil
+		return retries, nil
 	}
 	tun, err := conn.OpenTunnels(ctx)
 	if err != nil {
 		if len(rfs) > 0 {
-			return &exitError{code: 255, err: fmt.Errorf("cannot open the tunnels channel: %w", err)}
+			return retries, &exitError{code: 255, err: fmt.Errorf("cannot open the tunnels channel: %w", err)}
 		}
-		return nil
+		return retries, nil
 	}
 	for _, b := range bound {
 		f := b.local
@@ -65,19 +73,63 @@ func serveSession(ctx context.Context, conn *client.Conn, fw *client.Forwarder, 
 		}
 		local := rpc.TunnelAddress{Host: a.IP.String(), Port: a.Port}
 		if _, err := tun.Announce(ctx, local, rpc.TunnelAddress{Host: f.host, Port: f.hostPort}); err != nil {
-			fmt.Fprintf(os.Stderr, "sidecar: -L %s is not listed on the host's tunnels channel: %v\n", b.given, err)
+			fmt.Fprintf(os.Stderr, "sidecar: %s is not listed on the host's tunnels channel: %v\n", b.given, err)
 		}
 	}
 	for _, f := range rfs {
 		_, at, err := fw.ServeRemote(ctx, tun, f.bind, f.dest)
 		if err != nil {
+			if !first {
+				fmt.Fprintf(os.Stderr, "sidecar: -R %s cannot be set up again in the new session: %v; retrying (every %v at most), the other forwards go on\n",
+					f.given, err, remoteRetryMax)
+				retries.Add(1)
+				go func() {
+					defer retries.Done()
+					remoteRetry(ctx, fw, tun, f)
+				}()
+				continue
+			}
 			var re *client.TunnelRejectedError
 			if errors.As(err, &re) {
-				return &exitError{code: 1, err: fmt.Errorf("-R %s: %v", f.given, err)}
+				return retries, &exitError{code: 1, err: fmt.Errorf("-R %s: %v", f.given, err)}
 			}
-			return &exitError{code: 255, err: fmt.Errorf("-R %s: %v", f.given, err)}
+			return retries, &exitError{code: 255, err: fmt.Errorf("-R %s: %v", f.given, err)}
 		}
-		fmt.Fprintf(os.Stderr, "sidecar: forwarding %s on the host -> %s\n", net.JoinHostPort(at.Host, strconv.Itoa(at.Port)), f.dest)
+		printRemote(at, f)
 	}
-	return nil
+	return retries, nil
+}
+
+// remoteRetryMin and remoteRetryMax bound the backoff between tries of a
+// -R that a new session could not set up again.
+const (
+	remoteRetryMin = time.Second
+	remoteRetryMax = 30 * time.Second
+)
+
+// remoteRetry tries f again, the wait doubling from remoteRetryMin to
+// remoteRetryMax, until it is set up (its status line printed) or ctx
+// ends; the attempts are silent, the first failure having been reported.
+func remoteRetry(ctx context.Context, fw *client.Forwarder, tun *client.Tunnels, f remoteForward) {
+	wait := remoteRetryMin
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, at, err := fw.ServeRemote(ctx, tun, f.bind, f.dest); err == nil {
+			printRemote(at, f)
+			return
+		}
+		wait = min(2*wait, remoteRetryMax)
+		t.Reset(wait)
+	}
+}
+
+// printRemote prints -R f's status line: where the host listens.
+func printRemote(at rpc.TunnelAddress, f remoteForward) {
+	fmt.Fprintf(os.Stderr, "sidecar: forwarding %s on the host -> %s\n", net.JoinHostPort(at.Host, strconv.Itoa(at.Port)), f.dest)
 }
