@@ -103,10 +103,12 @@ func TestLsListsForwards(t *testing.T) {
 			t.Errorf("entry %s has direction %q", p.Resource, p.Direction)
 		}
 	}
-	row := func(dir, listen, status string) *regexp.Regexp {
+	// rowRe matches a forward's row whose STATE matches status, a regexp.
+	rowRe := func(dir, listen, status string) *regexp.Regexp {
 		return regexp.MustCompile(`(?m)^\S+ +` + dir + ` +` + regexp.QuoteMeta(id) + ` +` + regexp.QuoteMeta(id) + ` +` +
-			regexp.QuoteMeta(listen) + ` +` + regexp.QuoteMeta(target) + ` +` + regexp.QuoteMeta(status) + `$`)
+			regexp.QuoteMeta(listen) + ` +` + regexp.QuoteMeta(target) + ` +` + status + `$`)
 	}
+	row := func(dir, listen, status string) *regexp.Regexp { return rowRe(dir, listen, regexp.QuoteMeta(status)) }
 	ls := func() string {
 		out, errOut, code := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...)
 		if code != 0 {
@@ -124,10 +126,12 @@ func TestLsListsForwards(t *testing.T) {
 	relay.Cut()
 	awaitTunnelStatus(t, rc, id, "unavailable", 2)
 	out = ls()
-	lost := "unavailable (the client's connection was lost; its forwards resume if it reconnects within the grace)"
-	waits := "unavailable (the client's connection was lost; still listening on " + addrs[0] +
-		", connections wait for it (at most 32, each 30s: tunnels.max_waiting, tunnels.wait_timeout))"
-	if !row("-R", "127.0.0.1:0", waits).MatchString(out) || !row("-L", lm[1], lost).MatchString(out) {
+	// Each says until when (the grace's end, in UTC) and why.
+	until := ` \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(journal\.reconnect_grace 2h0m0s\)`
+	lost := regexp.QuoteMeta("unavailable (the client's connection was lost; its forwards resume if it reconnects by") + until + `\)`
+	waits := regexp.QuoteMeta("unavailable (the client's connection was lost; still listening on "+addrs[0]+" until") + until +
+		regexp.QuoteMeta(", connections wait for it (at most 32, each 30s: tunnels.max_waiting, tunnels.wait_timeout); a new client of the same token may take it over)")
+	if !rowRe("-R", "127.0.0.1:0", waits).MatchString(out) || !rowRe("-L", lm[1], lost).MatchString(out) {
 		t.Errorf("ls does not list the -R %s and the -L %s:\n%s", waits, lost, out)
 	}
 	// Back: ready again, and forwarding.
