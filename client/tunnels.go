@@ -72,18 +72,9 @@ func (t *Tunnels) Ports() []rpc.TunnelPort {
 	defer t.mu.Unlock()
 	out := make([]rpc.TunnelPort, len(t.ports))
 	for i, p := range t.ports {
-		out[i] = clonePort(p)
+		out[i] = rpc.CloneTunnelPort(p)
 	}
 	return out
-}
-
-func clonePort(p rpc.TunnelPort) rpc.TunnelPort {
-	p.Clients = append([]rpc.TunnelClient(nil), p.Clients...)
-	if p.Client != nil {
-		c := *p.Client
-		p.Client = &c
-	}
-	return p
 }
 
 // Close unsubscribes.
@@ -153,7 +144,7 @@ func (t *Tunnels) apply(a *rpc.TunnelAction, o *rpc.Origin, rejection string) {
 	if rejection != "" {
 		return
 	}
-	t.ports = reduceTunnels(t.ports, a)
+	t.ports = rpc.ReduceTunnels(t.ports, a)
 	t.changedLocked()
 	if o == nil && a.Type == rpc.ActionTunnelPortClientUpdated && a.ClientID == me && a.State != nil && a.State.Status == rpc.TunnelUnavailable {
 		if st, ok := t.announced[a.Resource]; ok {
@@ -265,80 +256,6 @@ func (t *Tunnels) Announce(ctx context.Context, local, remote rpc.TunnelAddress)
 		return "", err
 	}
 	return res, nil
-}
-
-// reduceTunnels is the upstream reducer (types/channels-tunnels/reducer.ts).
-func reduceTunnels(ports []rpc.TunnelPort, a *rpc.TunnelAction) []rpc.TunnelPort {
-	find := func(res string) int {
-		for i := range ports {
-			if ports[i].Resource == res {
-				return i
-			}
-		}
-		return -1
-	}
-	switch a.Type {
-	case rpc.ActionTunnelPortSet:
-		if a.Port == nil {
-			return ports
-		}
-		if i := find(a.Port.Resource); i >= 0 {
-			ports[i] = clonePort(*a.Port)
-			return ports
-		}
-		return append(ports, clonePort(*a.Port))
-	case rpc.ActionTunnelPortClientUpdated:
-		i := find(a.Resource)
-		if i < 0 || a.State == nil {
-			return ports
-		}
-		p := &ports[i]
-		for j := range p.Clients {
-			if p.Clients[j].ClientID == a.ClientID {
-				p.Clients[j].State = *a.State
-			}
-		}
-		if p.Client != nil && p.Client.ClientID == a.ClientID {
-			c := *p.Client
-			c.State = *a.State
-			p.Client = &c
-		}
-	case rpc.ActionTunnelPortClientSet:
-		i := find(a.Resource)
-		if i < 0 || a.Client == nil {
-			return ports
-		}
-		p := &ports[i]
-		if p.Direction != rpc.TunnelHostToClient {
-			c := *a.Client
-			p.Client = &c
-			return ports
-		}
-		for j := range p.Clients {
-			if p.Clients[j].ClientID == a.Client.ClientID {
-				p.Clients[j] = *a.Client
-				return ports
-			}
-		}
-		p.Clients = append(p.Clients, *a.Client)
-	case rpc.ActionTunnelPortClientRemoved:
-		i := find(a.Resource)
-		if i < 0 || ports[i].Direction != rpc.TunnelHostToClient {
-			return ports
-		}
-		p := &ports[i]
-		for j := range p.Clients {
-			if p.Clients[j].ClientID == a.ClientID {
-				p.Clients = append(p.Clients[:j:j], p.Clients[j+1:]...)
-				break
-			}
-		}
-	case rpc.ActionTunnelPortRemoved:
-		if i := find(a.Resource); i >= 0 {
-			return append(ports[:i:i], ports[i+1:]...)
-		}
-	}
-	return ports
 }
 
 // randomID is 16 hex digits.

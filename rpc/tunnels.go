@@ -172,3 +172,92 @@ type TunnelAcceptResult struct {
 	Channel  string        `json:"channel"`
 	Peer     TunnelAddress `json:"peer"`
 }
+
+// ReduceTunnels applies a to ports as the upstream reducer does
+// (types/channels-tunnels/reducer.ts) and returns the new list, for the
+// host (its state, actions validated) and for clients (their copy). It
+// never fails: what it cannot apply (an unknown resource, a field
+// missing) is a no-op. The state never shares participants with a.
+func ReduceTunnels(ports []TunnelPort, a *TunnelAction) []TunnelPort {
+	find := func(res string) int {
+		for i := range ports {
+			if ports[i].Resource == res {
+				return i
+			}
+		}
+		return -1
+	}
+	switch a.Type {
+	case ActionTunnelPortSet:
+		if a.Port == nil {
+			return ports
+		}
+		if i := find(a.Port.Resource); i >= 0 {
+			ports[i] = CloneTunnelPort(*a.Port)
+			return ports
+		}
+		return append(ports, CloneTunnelPort(*a.Port))
+	case ActionTunnelPortClientUpdated:
+		i := find(a.Resource)
+		if i < 0 || a.State == nil {
+			return ports
+		}
+		p := &ports[i]
+		for j := range p.Clients {
+			if p.Clients[j].ClientID == a.ClientID {
+				p.Clients[j].State = *a.State
+			}
+		}
+		if p.Client != nil && p.Client.ClientID == a.ClientID {
+			c := *p.Client
+			c.State = *a.State
+			p.Client = &c
+		}
+	case ActionTunnelPortClientSet:
+		i := find(a.Resource)
+		if i < 0 || a.Client == nil {
+			return ports
+		}
+		p := &ports[i]
+		if p.Direction != TunnelHostToClient {
+			c := *a.Client
+			p.Client = &c
+			return ports
+		}
+		for j := range p.Clients {
+			if p.Clients[j].ClientID == a.Client.ClientID {
+				p.Clients[j] = *a.Client
+				return ports
+			}
+		}
+		p.Clients = append(p.Clients, *a.Client)
+	case ActionTunnelPortClientRemoved:
+		i := find(a.Resource)
+		if i < 0 || ports[i].Direction != TunnelHostToClient {
+			return ports
+		}
+		p := &ports[i]
+		for j := range p.Clients {
+			if p.Clients[j].ClientID == a.ClientID {
+				p.Clients = append(p.Clients[:j:j], p.Clients[j+1:]...)
+				break
+			}
+		}
+	case ActionTunnelPortRemoved:
+		if i := find(a.Resource); i >= 0 {
+			return append(ports[:i:i], ports[i+1:]...)
+		}
+	}
+	return ports
+}
+
+// CloneTunnelPort copies p's participants, so that a state never shares
+// them with an action or a caller.
+func CloneTunnelPort(p TunnelPort) TunnelPort {
+	p.Clients = append([]TunnelClient(nil), p.Clients...)
+	if p.Client != nil {
+		c := *p.Client
+		p.Client = &c
+	}
+	return p
+}

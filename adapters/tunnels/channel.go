@@ -88,7 +88,7 @@ func (ch *channel) Receive(m adapters.Message) {
 			ServerSeq: seq, Origin: origin, RejectionReason: reason})
 	})
 	if reason == "" {
-		k.ports = reduce(k.ports, &a)
+		k.ports = rpc.ReduceTunnels(k.ports, &a)
 		k.afterLocked(&a, caller)
 	} else {
 		k.log.Info("tunnel action rejected", "client", m.ClientID, "type", a.Type, "reason", reason)

@@ -304,7 +304,7 @@ func (k *Kind) Shutdown(ctx context.Context) {
 // hostActionLocked journals a host-originated action and applies it.
 func (k *Kind) hostActionLocked(a *rpc.TunnelAction) {
 	_, _ = k.j.Append(rpc.TunnelsChannel, adapters.HostAction(rpc.TunnelsChannel, a))
-	k.ports = reduce(k.ports, a)
+	k.ports = rpc.ReduceTunnels(k.ports, a)
 }
 
 // findLocked returns the entry res, or nil.

@@ -16,39 +16,6 @@ func reversePort(res, client string) rpc.TunnelPort {
 		Client: &rpc.TunnelClient{ClientID: client, State: rpc.TunnelClientState{Status: rpc.TunnelAccepted}}}
 }
 
-// TestReduce follows the upstream reducer: set appends then replaces in
-// place, client updates touch the named participant only, clientRemoved
-// is a no-op on clientToHost, removed drops the entry, unknown ones are
-// no-ops.
-func TestReduce(t *testing.T) {
-	var ports []rpc.TunnelPort
-	a := reversePort("ahp-tunnel:/a", "c1")
-	ports = reduce(ports, &rpc.TunnelAction{Type: rpc.ActionTunnelPortSet, Port: &a})
-	local := rpc.TunnelPort{Resource: "ahp-tunnel:/b", Direction: rpc.TunnelHostToClient,
-		Clients: []rpc.TunnelClient{{ClientID: "c1", State: rpc.TunnelClientState{Status: rpc.TunnelPending}}}}
-	ports = reduce(ports, &rpc.TunnelAction{Type: rpc.ActionTunnelPortSet, Port: &local})
-	ready := rpc.TunnelClientState{Status: rpc.TunnelReady}
-	ports = reduce(ports, &rpc.TunnelAction{Type: rpc.ActionTunnelPortClientUpdated, Resource: "ahp-tunnel:/a", ClientID: "c1", State: &ready})
-	ports = reduce(ports, &rpc.TunnelAction{Type: rpc.ActionTunnelPortClientUpdated, Resource: "ahp-tunnel:/a", ClientID: "other", State: &rpc.TunnelClientState{Status: rpc.TunnelFailed}})
-	ports = reduce(ports, &rpc.TunnelAction{Type: rpc.ActionTunnelPortClientSet, Resource: "ahp-tunnel:/b", Client: &rpc.TunnelClient{ClientID: "c2"}})
-	ports = reduce(ports, &rpc.TunnelAction{Type: rpc.ActionTunnelPortClientRemoved, Resource: "ahp-tunnel:/a", ClientID: "c1"})
-	ports = reduce(ports, &rpc.TunnelAction{Type: rpc.ActionTunnelPortClientRemoved, Resource: "ahp-tunnel:/b", ClientID: "c1"})
-	if len(ports) != 2 || ports[0].Client == nil || ports[0].Client.State.Status != rpc.TunnelReady {
-		t.Fatalf("after updates: %+v", ports)
-	}
-	if a.Client.State.Status != rpc.TunnelAccepted {
-		t.Errorf("the action's own participant changed: %+v", a.Client)
-	}
-	if len(ports[1].Clients) != 1 || ports[1].Clients[0].ClientID != "c2" {
-		t.Errorf("hostToClient participants: %+v", ports[1].Clients)
-	}
-	ports = reduce(ports, &rpc.TunnelAction{Type: rpc.ActionTunnelPortRemoved, Resource: "ahp-tunnel:/a"})
-	ports = reduce(ports, &rpc.TunnelAction{Type: rpc.ActionTunnelPortRemoved, Resource: "ahp-tunnel:/none"})
-	if len(ports) != 1 || ports[0].Resource != "ahp-tunnel:/b" {
-		t.Errorf("after removal: %+v", ports)
-	}
-}
-
 // TestCheckPort: a client may request for itself and assign only itself;
 // resources, addresses and states are checked, and each refusal says why.
 func TestCheckPort(t *testing.T) {
