@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -100,18 +99,10 @@ func (l *Logs) Next(ctx context.Context) (LogsBatch, error) {
 			msg.Release()
 			continue
 		}
-		var p struct {
-			Payload json.RawMessage `json:"payload"`
-			Skipped uint64          `json:"skipped"`
-		}
-		err = json.Unmarshal(msg.Params, &p)
-		msg.Release()
+		b := LogsBatch{Data: &logspb.LogsData{}}
+		b.Payload, b.Skipped, err = decodeExport(msg, b.Data, ErrBadLogs)
 		if err != nil {
-			return LogsBatch{}, fmt.Errorf("%w: %s params: %v", ErrBadLogs, rpc.MethodOTLPExportLogs, err)
-		}
-		b := LogsBatch{Payload: p.Payload, Skipped: p.Skipped, Data: &logspb.LogsData{}}
-		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(p.Payload, b.Data); err != nil {
-			return LogsBatch{}, fmt.Errorf("%w: %v", ErrBadLogs, err)
+			return LogsBatch{}, err
 		}
 		return b, nil
 	}

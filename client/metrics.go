@@ -9,6 +9,7 @@ import (
 
 	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -76,18 +77,10 @@ func (m *Metrics) Next(ctx context.Context) (MetricsBatch, error) {
 			msg.Release() // channel/snapshot (state {}): nothing to show
 			continue
 		}
-		var p struct {
-			Payload json.RawMessage `json:"payload"`
-			Skipped uint64          `json:"skipped"`
-		}
-		err = json.Unmarshal(msg.Params, &p)
-		msg.Release()
+		b := MetricsBatch{Data: &metricspb.MetricsData{}}
+		b.Payload, b.Skipped, err = decodeExport(msg, b.Data, ErrBadMetrics)
 		if err != nil {
-			return MetricsBatch{}, fmt.Errorf("%w: %s params: %v", ErrBadMetrics, rpc.MethodOTLPExportMetrics, err)
-		}
-		b := MetricsBatch{Payload: p.Payload, Skipped: p.Skipped, Data: &metricspb.MetricsData{}}
-		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(p.Payload, b.Data); err != nil {
-			return MetricsBatch{}, fmt.Errorf("%w: %v", ErrBadMetrics, err)
+			return MetricsBatch{}, err
 		}
 		return b, nil
 	}
@@ -95,3 +88,23 @@ func (m *Metrics) Next(ctx context.Context) (MetricsBatch, error) {
 
 // Close ends the subscription (unsubscribe).
 func (m *Metrics) Close() error { return m.sub.Unsubscribe() }
+
+// decodeExport decodes an otlp/export* notification msg of a telemetry
+// channel, and releases it: its OTLP/JSON payload (returned as sent) into
+// data (fields this library does not know ignored), and its skipped
+// count. An error wraps bad (ErrBadMetrics, ErrBadLogs).
+func decodeExport(msg *Message, data proto.Message, bad error) (json.RawMessage, uint64, error) {
+	var p struct {
+		Payload json.RawMessage `json:"payload"`
+		Skipped uint64          `json:"skipped"`
+	}
+	err := json.Unmarshal(msg.Params, &p)
+	msg.Release()
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %s params: %v", bad, msg.Method, err)
+	}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(p.Payload, data); err != nil {
+		return nil, 0, fmt.Errorf("%w: %v", bad, err)
+	}
+	return p.Payload, p.Skipped, nil
+}
