@@ -302,7 +302,7 @@ func downloadOnce(ctx context.Context, c *Conn, remote, entry string, dir *os.Ro
 		_ = f.Truncate(0)
 		return n, verifyError{fmt.Errorf("SHA-256 %s received differs from the host's %s (the file changed meanwhile?); run again", sum, st.SHA256)}
 	}
-	if err := f.Chmod(modeOf(res.FileMode)); err != nil {
+	if err := f.Chmod(rpc.FileModeOf(res.FileMode)); err != nil {
 		return n, err
 	}
 	if err := f.Sync(); err != nil {
@@ -316,37 +316,6 @@ func downloadOnce(ctx context.Context, c *Conn, remote, entry string, dir *os.Ro
 		return n, fmt.Errorf("%s is a directory: refused", base)
 	}
 	return n, dir.Rename(part, base)
-}
-
-// modeOf is a wire mode (permission bits with setuid 04000, setgid 02000,
-// sticky 01000) as an os.FileMode.
-func modeOf(m uint32) os.FileMode {
-	mode := os.FileMode(m & 0o777)
-	if m&0o4000 != 0 {
-		mode |= os.ModeSetuid
-	}
-	if m&0o2000 != 0 {
-		mode |= os.ModeSetgid
-	}
-	if m&0o1000 != 0 {
-		mode |= os.ModeSticky
-	}
-	return mode
-}
-
-// wireMode is m as a wire mode.
-func wireMode(m os.FileMode) uint32 {
-	b := uint32(m.Perm())
-	if m&os.ModeSetuid != 0 {
-		b |= 0o4000
-	}
-	if m&os.ModeSetgid != 0 {
-		b |= 0o2000
-	}
-	if m&os.ModeSticky != 0 {
-		b |= 0o1000
-	}
-	return b
 }
 
 // treeEntry is one entry of a tree copy: its relative name, and what it
@@ -476,7 +445,7 @@ func downloadTree(ctx context.Context, c *Conn, remote, dest string, opts CopyOp
 }
 
 func setDir(root *os.Root, name string, fi rpc.FileInfo, fail func(string, error)) {
-	if err := root.Chmod(name, modeOf(fi.FileMode)); err != nil {
+	if err := root.Chmod(name, rpc.FileModeOf(fi.FileMode)); err != nil {
 		fail(name, err)
 	}
 	mt := time.Unix(0, fi.MtimeNs)
@@ -567,7 +536,7 @@ func uploadFile(ctx context.Context, c *Conn, local, remote, entry string, progr
 }
 
 func uploadOnce(ctx context.Context, c *Conn, f *os.File, st os.FileInfo, sum, remote, entry string, progress func(int64)) (int64, error) {
-	size, mode, mt := st.Size(), wireMode(st.Mode()), st.ModTime().UnixNano()
+	size, mode, mt := st.Size(), rpc.WireFileMode(st.Mode()), st.ModTime().UnixNano()
 	p := rpc.FilesOpenParams{Path: remote, Entry: entry, Mode: "write", Size: &size, SHA256: sum, FileMode: &mode, MtimeNs: &mt, Resume: true}
 	stream, res, err := openWaiting(ctx, c, p)
 	if err != nil {
@@ -708,7 +677,7 @@ func uploadTree(ctx context.Context, c *Conn, local, dest string, top os.FileInf
 		mu.Unlock()
 	})
 	putDir := func(name string, fi os.FileInfo) {
-		m, t := wireMode(fi.Mode()), fi.ModTime().UnixNano()
+		m, t := rpc.WireFileMode(fi.Mode()), fi.ModTime().UnixNano()
 		if err := c.PutEntry(ctx, rpc.FilesPutParams{Path: dest, Entry: name, Type: rpc.FileDir, FileMode: &m, MtimeNs: &t}); err != nil {
 			fail(name, err)
 		}

@@ -3,6 +3,7 @@ package rpc
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"strings"
 )
@@ -190,4 +191,36 @@ func CheckLinkTarget(entry, target string) error {
 		return fmt.Errorf("symbolic link %q points to %q, outside the destination", entry, target)
 	}
 	return nil
+}
+
+// FileModeOf is a wire mode (FileMode: permission bits, setuid 04000,
+// setgid 02000, sticky 01000) as an os.FileMode; other bits are dropped.
+func FileModeOf(m uint32) os.FileMode {
+	mode := os.FileMode(m & 0o777)
+	if m&0o4000 != 0 {
+		mode |= os.ModeSetuid
+	}
+	if m&0o2000 != 0 {
+		mode |= os.ModeSetgid
+	}
+	if m&0o1000 != 0 {
+		mode |= os.ModeSticky
+	}
+	return mode
+}
+
+// WireFileMode is m's permission, setuid, setgid and sticky bits as a
+// wire mode (FileModeOf's inverse).
+func WireFileMode(m os.FileMode) uint32 {
+	b := uint32(m.Perm())
+	if m&os.ModeSetuid != 0 {
+		b |= 0o4000
+	}
+	if m&os.ModeSetgid != 0 {
+		b |= 0o2000
+	}
+	if m&os.ModeSticky != 0 {
+		b |= 0o1000
+	}
+	return b
 }

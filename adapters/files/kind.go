@@ -245,7 +245,7 @@ func (k *Kind) openRead(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Err
 		f.Close()
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "%s is %s, not a regular file: refused", full, describe(fi.Mode()))
 	}
-	res := rpc.FilesOpenResult{Size: fi.Size(), FileMode: uint32(fi.Mode()&(fs.ModePerm)) | setBits(fi.Mode()), MtimeNs: fi.ModTime().UnixNano()}
+	res := rpc.FilesOpenResult{Size: fi.Size(), FileMode: rpc.WireFileMode(fi.Mode()), MtimeNs: fi.ModTime().UnixNano()}
 	h := newHash()
 	if pr := p.Prefix; pr != nil && pr.Size > 0 && pr.Size <= fi.Size() {
 		if err := hashPrefix(f, pr.Size, h); err != nil {
@@ -289,7 +289,7 @@ func (k *Kind) openWrite(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Er
 	}
 	mode := os.FileMode(0o644)
 	if p.FileMode != nil {
-		mode = modeOf(*p.FileMode)
+		mode = rpc.FileModeOf(*p.FileMode)
 	}
 	mtime := time.Now()
 	if p.MtimeNs != nil {
@@ -374,7 +374,7 @@ func (k *Kind) openWrite(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Er
 		}
 	}
 	var res rpc.FilesOpenResult
-	res.Offset, res.Size, res.FileMode, res.MtimeNs = have, *p.Size, uint32(mode.Perm())|setBits(mode), mtime.UnixNano()
+	res.Offset, res.Size, res.FileMode, res.MtimeNs = have, *p.Size, rpc.WireFileMode(mode), mtime.UnixNano()
 	if have > 0 {
 		res.PrefixSHA256 = hex.EncodeToString(cloneSum(h))
 	}
@@ -406,37 +406,6 @@ func partialRefused(full string) *rpc.Error {
 // cloneSum is h's sum so far (Sum appends; h goes on).
 func cloneSum(h interface{ Sum([]byte) []byte }) []byte { return h.Sum(nil) }
 
-// modeOf is a wire mode (permission bits, setuid 04000, setgid 02000,
-// sticky 01000) as an os.FileMode.
-func modeOf(m uint32) os.FileMode {
-	mode := os.FileMode(m & 0o777)
-	if m&0o4000 != 0 {
-		mode |= os.ModeSetuid
-	}
-	if m&0o2000 != 0 {
-		mode |= os.ModeSetgid
-	}
-	if m&0o1000 != 0 {
-		mode |= os.ModeSticky
-	}
-	return mode
-}
-
-// setBits is the setuid, setgid and sticky bits of m on the wire.
-func setBits(m os.FileMode) uint32 {
-	var b uint32
-	if m&os.ModeSetuid != 0 {
-		b |= 0o4000
-	}
-	if m&os.ModeSetgid != 0 {
-		b |= 0o2000
-	}
-	if m&os.ModeSticky != 0 {
-		b |= 0o1000
-	}
-	return b
-}
-
 // describe names a non-regular file's type.
 func describe(m fs.FileMode) string {
 	switch {
@@ -465,7 +434,7 @@ func info(name string, fi fs.FileInfo) rpc.FileInfo {
 	case fi.Mode()&fs.ModeSymlink != 0:
 		t = rpc.FileSymlink
 	}
-	return rpc.FileInfo{Name: name, Type: t, Size: fi.Size(), FileMode: uint32(fi.Mode().Perm()) | setBits(fi.Mode()), MtimeNs: fi.ModTime().UnixNano()}
+	return rpc.FileInfo{Name: name, Type: t, Size: fi.Size(), FileMode: rpc.WireFileMode(fi.Mode()), MtimeNs: fi.ModTime().UnixNano()}
 }
 
 // stat is files/stat.
@@ -663,7 +632,7 @@ func (k *Kind) put(_ context.Context, _ adapters.Caller, params json.RawMessage)
 			return nil, rpc.Errorf(rpc.CodeInvalidParams, "%s is %s, not a directory: refused", full, describe(fi.Mode()))
 		}
 		if p.FileMode != nil {
-			if err := dir.Chmod(base, modeOf(*p.FileMode)); err != nil {
+			if err := dir.Chmod(base, rpc.FileModeOf(*p.FileMode)); err != nil {
 				return nil, fsError(full, err)
 			}
 		}
