@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/journal"
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -99,8 +100,12 @@ type Request struct {
 type Caller struct {
 	// ClientID is the client's clientId (initialize or reconnect).
 	ClientID string
-	// Principal is who authenticated the transport ("token:…", "stdio").
+	// Principal is who authenticated the transport ("token", "stdio"):
+	// Identity.Name.
 	Principal string
+	// Identity is who authenticated the transport and their role; a kind
+	// checks the role of each request (DESIGN.md §5 "Identities").
+	Identity auth.Identity
 	// Conn is the connection.
 	Conn ConnID
 	// Capabilities is the client's ClientCapabilities as initialize

@@ -13,6 +13,7 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/internal/lograte"
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -78,8 +79,11 @@ type conn struct {
 	bad lograte.Limiter[badKind]
 
 	// principal is who authenticated the transport (ServeConnAs), which a
-	// reconnect must match.
+	// reconnect must match: identity.Name.
 	principal string
+	// identity is who authenticated the transport and its role, which
+	// every request is checked against.
+	identity auth.Identity
 	// handover is set when a reconnect of the same client on another
 	// connection closes this one: its state is retained for it.
 	handover atomic.Bool
@@ -279,7 +283,7 @@ func (c *conn) failLater(err error) {
 func (c *conn) caller() adapters.Caller {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return adapters.Caller{ClientID: c.clientID, Principal: c.principal, Conn: c.connID, Capabilities: c.capabilities}
+	return adapters.Caller{ClientID: c.clientID, Principal: c.principal, Identity: c.identity, Conn: c.connID, Capabilities: c.capabilities}
 }
 
 func (c *conn) id() string {

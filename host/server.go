@@ -30,6 +30,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/journal"
@@ -171,14 +172,21 @@ var ErrShuttingDown = errors.New("host: shutting down")
 // ServeConn serves one client connection until it closes, ctx ends, or
 // the server shuts down. It owns mc and closes it before returning.
 func (s *Server) ServeConn(ctx context.Context, mc transport.MessageConn) error {
-	return s.ServeConnAs(ctx, mc, "")
+	return s.ServeConnIdentity(ctx, mc, auth.Anonymous)
 }
 
 // ServeConnAs is ServeConn for a transport that principal authenticated
-// (for example "token:" and a digest of the bearer token, or "stdio"): a
-// reconnect resumes a client's state only for the principal that
-// initialized it.
+// (for example "token", or "stdio") with the owner role: a reconnect
+// resumes a client's state only for the principal that initialized it.
 func (s *Server) ServeConnAs(ctx context.Context, mc transport.MessageConn, principal string) error {
+	return s.ServeConnIdentity(ctx, mc, auth.Identity{Name: principal, Role: auth.Owner})
+}
+
+// ServeConnIdentity is ServeConn for a transport that id authenticated:
+// a reconnect resumes a client's state only for id.Name, and every
+// request is checked against id.Role.
+func (s *Server) ServeConnIdentity(ctx context.Context, mc transport.MessageConn, id auth.Identity) error {
+	principal := id.Name
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -197,7 +205,7 @@ func (s *Server) ServeConnAs(ctx context.Context, mc transport.MessageConn, prin
 	c := newConn(s, cc)
 	c.traffic, c.transport = cc, transportIndex(mc)
 	s.counts.accepted[c.transport].Add(1)
-	c.principal = principal
+	c.principal, c.identity = principal, id
 	c.patient = strings.HasPrefix(transport.Describe(mc), "stdio")
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
