@@ -1,6 +1,9 @@
 package auth
 
-import "testing"
+import (
+	"context"
+	"testing"
+)
 
 func TestParseRole(t *testing.T) {
 	for _, r := range Roles {
@@ -16,5 +19,16 @@ func TestParseRole(t *testing.T) {
 	}
 	if got := (Identity{Name: "alice", Role: Viewer}).String(); got != "alice (viewer)" {
 		t.Errorf("String = %q", got)
+	}
+}
+
+func TestIsRefusal(t *testing.T) {
+	for _, err := range []error{ErrUnknown, ErrExpired, ErrRevoked, &Refusal{Reason: "x"}} {
+		if !IsRefusal(err) {
+			t.Errorf("IsRefusal(%v) = false", err)
+		}
+	}
+	if IsRefusal(context.DeadlineExceeded) || IsRefusal(nil) {
+		t.Error("IsRefusal of a failure to decide = true")
 	}
 }
