@@ -77,6 +77,38 @@ auth {
   # A file holding the token (white space around it is ignored). Prefer this, or
   # $SIDECAR_TOKEN, to writing the token here.
   token_file = ""
+
+  # OpenID Connect (docs/operations.md "OIDC"): bearer JWTs of one issuer, and a
+  # "Sign in" button on the page. Off while issuer is "".
+  oidc {
+    # The issuer URL (https); its discovery document must name the same URL.
+    issuer = ""
+    # The OAuth client registered for the page's sign-in (authorization code with
+    # PKCE); tokens whose aud holds it or one of audiences are accepted.
+    client_id = ""
+    audiences = []
+    # A file holding the client secret of a confidential client; "": a public client.
+    client_secret_file = ""
+    scopes = ["openid", "email", "profile"]
+    # The registered redirect URI, https://HOST[:PORT]<base path>/web/oidc/callback;
+    # "": made from the request's Host.
+    redirect_url = ""
+    # The claim naming the principal: "email" (refused when email_verified is false),
+    # "sub" or another string claim.
+    principal_claim = "email"
+    # The role: role_claim's value (a role name or a list), else the most allowed role
+    # whose groups (roles = { owner = ["admins"], user = ["devs"] }) meet the token's
+    # groups_claim, else default_role; "" there refuses the token.
+    role_claim = ""
+    groups_claim = "groups"
+    roles = {}
+    default_role = ""
+    # How long past exp a token is still accepted (clock drift), at most 5m.
+    skew = "30s"
+    # How long a sign-in may take at the provider, and how many may be in progress.
+    login_timeout = "10m"
+    max_pending_logins = 1000
+  }
 }
 
 terminal {

@@ -36,6 +36,7 @@ import (
 	"github.com/zclconf/go-cty/cty/gocty"
 
 	"github.com/sidecar-dev/sidecar"
+	"github.com/sidecar-dev/sidecar/auth"
 )
 
 // defaultHCL is the repository's config.hcl, embedded by the root package.
@@ -151,7 +152,57 @@ type TLS struct {
 type Auth struct {
 	Token     string // the bearer token itself
 	TokenFile string // a file whose content (surrounding white space trimmed) is the token
+	OIDC      OIDC   // block auth.oidc
 }
+
+// OIDC is block auth.oidc: bearer JWTs of one OpenID Connect issuer
+// (auth/oidc), and the page's sign-in with it. Off while Issuer is "".
+// docs/operations.md "OIDC".
+type OIDC struct {
+	// Issuer is the issuer URL (https; http only on loopback, for
+	// tests): its /.well-known/openid-configuration must name it.
+	Issuer string
+	// ClientID is the OAuth client registered for the page's sign-in,
+	// and an accepted audience. Audiences are further accepted ones (an
+	// API's identifier, for JWT access tokens). One of the two is needed.
+	ClientID  string
+	Audiences []string
+	// ClientSecretFile holds the client secret of a confidential client
+	// (white space around it trimmed). "": a public client (PKCE only).
+	ClientSecretFile string
+	// Scopes are asked for at sign-in; "openid" among them.
+	Scopes []string
+	// RedirectURL is the sign-in's redirect URI as registered with the
+	// provider, https://HOST[:PORT]<base>/web/oidc/callback. "": made
+	// from each request's Host and the base path.
+	RedirectURL string
+	// PrincipalClaim names the principal ("email": refused when
+	// email_verified is false; or "sub", or any string claim).
+	PrincipalClaim string
+	// RoleClaim, if set, is a claim holding a role name or a list of
+	// them; GroupsClaim the claim holding groups, which Roles maps
+	// (role -> groups); DefaultRole the role when neither gives one
+	// ("": such a token is refused).
+	RoleClaim   string
+	GroupsClaim string
+	Roles       map[string][]string
+	DefaultRole string
+	// Skew is how long past exp a token is still accepted: 0 to MaxOIDCSkew.
+	Skew time.Duration
+	// LoginTimeout bounds a sign-in from the page's click to the
+	// provider's redirect back; MaxPendingLogins the sign-ins in progress
+	// (each keeps a state and a PKCE verifier): past it the oldest is
+	// forgotten.
+	LoginTimeout     time.Duration
+	MaxPendingLogins int
+}
+
+// MaxOIDCSkew bounds auth.oidc.skew: a longer one would keep expired
+// tokens alive (auth/oidc.MaxSkew).
+const MaxOIDCSkew = 5 * time.Minute
+
+// OIDCCallbackPath is the page's sign-in callback under the base path.
+const OIDCCallbackPath = "/web/oidc/callback"
 
 // Terminal is block terminal.
 type Terminal struct {
@@ -425,7 +476,7 @@ type field struct {
 }
 
 type section struct {
-	block  string // "" for top-level attributes
+	block  string // "" for top-level attributes; "outer.inner" for a block inside a block
 	fields []field
 }
 
@@ -452,6 +503,22 @@ func (c *Config) schema() []section {
 		{"auth", []field{
 			{"token", &c.Auth.Token},
 			{"token_file", &c.Auth.TokenFile},
+		}},
+		{"auth.oidc", []field{
+			{"issuer", &c.Auth.OIDC.Issuer},
+			{"client_id", &c.Auth.OIDC.ClientID},
+			{"audiences", &c.Auth.OIDC.Audiences},
+			{"client_secret_file", &c.Auth.OIDC.ClientSecretFile},
+			{"scopes", &c.Auth.OIDC.Scopes},
+			{"redirect_url", &c.Auth.OIDC.RedirectURL},
+			{"principal_claim", &c.Auth.OIDC.PrincipalClaim},
+			{"role_claim", &c.Auth.OIDC.RoleClaim},
+			{"groups_claim", &c.Auth.OIDC.GroupsClaim},
+			{"roles", &c.Auth.OIDC.Roles},
+			{"default_role", &c.Auth.OIDC.DefaultRole},
+			{"skew", &c.Auth.OIDC.Skew},
+			{"login_timeout", &c.Auth.OIDC.LoginTimeout},
+			{"max_pending_logins", &c.Auth.OIDC.MaxPendingLogins},
 		}},
 		{"terminal", []field{
 			{"shell", &c.Terminal.Shell},
@@ -559,39 +626,57 @@ func (c *Config) decode(src []byte, filename string) (*Error, bool) {
 	}
 
 	sections := c.schema()
-	top := attrSchema(sections[0].fields)
-	for _, s := range sections[1:] {
-		top.Blocks = append(top.Blocks, hcl.BlockHeaderSchema{Type: s.block})
+	diags = append(diags, c.decodeBody("", f.Body, sections)...)
+	if diags.HasErrors() {
+		return fromHCL(diags), false
 	}
-	content, diags := f.Body.Content(top)
-	diags = append(diags, c.decodeAttrs("", content.Attributes, sections[0].fields)...)
+	return nil, false
+}
 
+// decodeBody decodes body, that of block name ("" for the file, "auth.oidc" for
+// block oidc inside block auth): its attributes, and the blocks whose sections
+// are named name.TYPE, each at most once.
+func (c *Config) decodeBody(name string, body hcl.Body, sections []section) hcl.Diagnostics {
+	var fields []field
+	var children []string
+	for _, s := range sections {
+		if s.block == name {
+			fields = s.fields
+		}
+		parent, child := "", s.block
+		if i := strings.LastIndexByte(s.block, '.'); i >= 0 {
+			parent, child = s.block[:i], s.block[i+1:]
+		}
+		if s.block != "" && parent == name {
+			children = append(children, child)
+		}
+	}
+	schema := attrSchema(fields)
+	for _, ch := range children {
+		schema.Blocks = append(schema.Blocks, hcl.BlockHeaderSchema{Type: ch})
+	}
+	content, diags := body.Content(schema)
+	prefix := ""
+	if name != "" {
+		prefix = name + "."
+	}
+	diags = append(diags, c.decodeAttrs(prefix, content.Attributes, fields)...)
 	seen := map[string]*hcl.Block{}
 	for _, blk := range content.Blocks {
 		if prev := seen[blk.Type]; prev != nil {
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagError,
-				Summary:  fmt.Sprintf("Duplicate %s block", blk.Type),
-				Detail:   fmt.Sprintf("Only one %s block is allowed; another was defined at %s.", blk.Type, prev.DefRange),
+				Summary:  fmt.Sprintf("Duplicate %s block", prefix+blk.Type),
+				Detail:   fmt.Sprintf("Only one %s block is allowed; another was defined at %s.", prefix+blk.Type, prev.DefRange),
 				Subject:  blk.DefRange.Ptr(),
 			})
 			continue
 		}
 		seen[blk.Type] = blk
-		c.pos[blk.Type] = blk.DefRange
-		for _, s := range sections[1:] {
-			if s.block != blk.Type {
-				continue
-			}
-			bc, d := blk.Body.Content(attrSchema(s.fields))
-			diags = append(diags, d...)
-			diags = append(diags, c.decodeAttrs(s.block+".", bc.Attributes, s.fields)...)
-		}
+		c.pos[prefix+blk.Type] = blk.DefRange
+		diags = append(diags, c.decodeBody(prefix+blk.Type, blk.Body, sections)...)
 	}
-	if diags.HasErrors() {
-		return fromHCL(diags), false
-	}
-	return nil, false
+	return diags
 }
 
 func (c *Config) decodeAttrs(prefix string, attrs hcl.Attributes, fields []field) hcl.Diagnostics {
@@ -687,10 +772,13 @@ func (v *validator) bad(key, format string, args ...any) {
 		d.File = v.c.Source
 	}
 	r, ok := v.c.pos[key]
-	if !ok {
-		if i := strings.IndexByte(key, '.'); i > 0 {
-			r, ok = v.c.pos[key[:i]]
+	for k := key; !ok; { // else the innermost block the file set
+		i := strings.LastIndexByte(k, '.')
+		if i <= 0 {
+			break
 		}
+		k = k[:i]
+		r, ok = v.c.pos[k]
 	}
 	if ok {
 		d.File, d.Line, d.Column = r.Filename, r.Start.Line, r.Start.Column
@@ -874,6 +962,7 @@ func (c *Config) Validate() error {
 	if c.Auth.Token != "" && !validToken(c.Auth.Token) {
 		v.bad("auth.token", "may contain only printable ASCII characters without spaces (it travels in an HTTP header)")
 	}
+	v.oidc(c.Auth.OIDC)
 
 	// terminal
 	if c.Terminal.Term == "" {
@@ -1047,6 +1136,101 @@ func sortDiagnostics(ds []Diagnostic) {
 		}
 		return a.Column - b.Column
 	})
+}
+
+// oidc checks block auth.oidc (oidc.go).
+func (v *validator) oidc(o OIDC) {
+	const p = "auth.oidc."
+	if o.Skew < 0 || o.Skew > MaxOIDCSkew {
+		v.bad(p+"skew", "must be from 0s to %v (a longer skew keeps expired tokens alive), got %q", MaxOIDCSkew, o.Skew.String())
+	}
+	v.duration(p+"login_timeout", o.LoginTimeout)
+	v.positive(p+"max_pending_logins", int64(o.MaxPendingLogins), "sign-ins")
+	if o.PrincipalClaim == "" {
+		v.bad(p+"principal_claim", "must name a claim, such as \"email\" or \"sub\"")
+	}
+	if o.GroupsClaim == "" {
+		v.bad(p+"groups_claim", "must name a claim, such as \"groups\"")
+	}
+	for _, r := range slices.Sorted(maps.Keys(o.Roles)) {
+		if _, err := auth.ParseRole(r); err != nil {
+			v.bad(p+"roles", "%v", err)
+		}
+		if len(o.Roles[r]) == 0 || slices.Contains(o.Roles[r], "") {
+			v.bad(p+"roles", "%s lists no group, or an empty one", r)
+		}
+	}
+	if o.DefaultRole != "" {
+		if _, err := auth.ParseRole(o.DefaultRole); err != nil {
+			v.bad(p+"default_role", "%v, or \"\" to refuse tokens no mapping gives a role", err)
+		}
+	}
+	if o.Issuer == "" {
+		return
+	}
+	if msg := checkOIDCURL(o.Issuer); msg != "" {
+		v.bad(p+"issuer", "%s", msg)
+	}
+	if o.ClientID == "" && len(o.Audiences) == 0 {
+		v.bad(p+"client_id", "is needed with an issuer (or audiences): without it no token is accepted")
+	}
+	if slices.Contains(o.Audiences, "") {
+		v.bad(p+"audiences", "holds an empty audience")
+	}
+	if !slices.Contains(o.Scopes, "openid") {
+		v.bad(p+"scopes", "must include \"openid\" (the sign-in asks for an ID token), got %q", o.Scopes)
+	}
+	if u := o.RedirectURL; u != "" {
+		if msg := checkOIDCURL(u); msg != "" {
+			v.bad(p+"redirect_url", "%s", msg)
+		} else if !strings.HasSuffix(u, OIDCCallbackPath) {
+			v.bad(p+"redirect_url", "%q must be the daemon's callback, https://HOST[:PORT]<base path>%s", u, OIDCCallbackPath)
+		}
+	}
+}
+
+// checkOIDCURL returns why u cannot be an issuer or redirect URL: an
+// absolute https URL with no query or fragment, or http on a loopback host.
+func checkOIDCURL(u string) string {
+	x, err := url.Parse(u)
+	if err != nil {
+		return fmt.Sprintf("%q is not a URL: %v", u, err)
+	}
+	loopback := x.Hostname() == "localhost"
+	if a, err := netip.ParseAddr(x.Hostname()); err == nil && a.IsLoopback() {
+		loopback = true
+	}
+	switch {
+	case x.Host == "" || x.Scheme != "https" && !(x.Scheme == "http" && loopback):
+		return fmt.Sprintf("%q must be an https:// URL (http:// only on a loopback host)", u)
+	case x.RawQuery != "" || x.Fragment != "" || x.User != nil:
+		return fmt.Sprintf("%q must have no query, fragment or user", u)
+	}
+	return ""
+}
+
+// ClientSecret returns the client secret in auth.oidc.client_secret_file
+// (white space around it trimmed), "" when none is set: the client is
+// public. An unreadable, empty or larger than MaxTokenFileBytes file is
+// an error.
+func (o OIDC) ClientSecret() (string, error) {
+	if o.ClientSecretFile == "" {
+		return "", nil
+	}
+	f, err := os.Open(o.ClientSecretFile)
+	if err != nil {
+		return "", fmt.Errorf("config: auth.oidc.client_secret_file: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxTokenFileBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("config: auth.oidc.client_secret_file: %w", err)
+	}
+	s := string(bytes.TrimSpace(b))
+	if len(b) > MaxTokenFileBytes || s == "" {
+		return "", fmt.Errorf("config: auth.oidc.client_secret_file %s: empty or larger than %d bytes", o.ClientSecretFile, MaxTokenFileBytes)
+	}
+	return s, nil
 }
 
 // checkExecutable returns why path cannot be terminal.shell, or "".

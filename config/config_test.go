@@ -53,6 +53,8 @@ func TestDefault(t *testing.T) {
 	want := &Config{
 		Listener: Listener{Address: "127.0.0.1:4433", Origins: []string{},
 			MaxConnections: 1024, MaxConnectionsPerPrincipal: 768, MaxUninitialized: 64, InitializeTimeout: 10 * time.Second},
+		Auth: Auth{OIDC: OIDC{Audiences: []string{}, Scopes: []string{"openid", "email", "profile"}, PrincipalClaim: "email",
+			GroupsClaim: "groups", Roles: map[string][]string{}, Skew: 30 * time.Second, LoginTimeout: 10 * time.Minute, MaxPendingLogins: 1000}},
 		Terminal: Terminal{Login: true, Term: "xterm-256color", ScrollbackBytes: 1 << 20,
 			MaxPerClient: 16, MaxTotal: 64, MaxPerPrincipal: 32, MaxPerConnection: 16, Env: map[string]string{"LANG": "C.UTF-8"}},
 		TCP: TCP{Allow: []string{"127.0.0.0/8", "::1/128"}, MaxPerClient: 256, MaxTotal: 1024, MaxPerPrincipal: 512, MaxPerConnection: 256,
@@ -106,13 +108,21 @@ func TestExampleMatchesDefault(t *testing.T) {
 		}
 		for _, s := range (&Config{}).schema() {
 			body := f.Body
-			if s.block != "" {
-				content, _, _ := f.Body.PartialContent(&hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: s.block}}})
+			missing := false
+			for blk := range strings.SplitSeq(s.block, ".") { // auth.oidc: block oidc in block auth
+				if blk == "" {
+					break
+				}
+				content, _, _ := body.PartialContent(&hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: blk}}})
 				if len(content.Blocks) != 1 {
 					t.Errorf("%s: block %s missing", file, s.block)
-					continue
+					missing = true
+					break
 				}
 				body = content.Blocks[0].Body
+			}
+			if missing {
+				continue
 			}
 			attrs, _ := body.JustAttributes()
 			for _, fl := range s.fields {
@@ -143,6 +153,22 @@ tls {
 }
 auth {
   token_file = "/run/secrets/token"
+  oidc {
+    issuer = "https://login.example.com"
+    client_id = "sidecar"
+    audiences = ["api://sidecar"]
+    client_secret_file = "/run/secrets/oidc"
+    scopes = ["openid", "email", "groups"]
+    redirect_url = "https://vm.example.com/vm1/web/oidc/callback"
+    principal_claim = "sub"
+    role_claim = "sidecar_role"
+    groups_claim = "cognito:groups"
+    roles = { owner = ["admins"], user = ["devs", "ops"] }
+    default_role = "viewer"
+    skew = "1m"
+    login_timeout = "2m"
+    max_pending_logins = 10
+  }
 }
 terminal {
   shell = "/bin/sh"
@@ -233,8 +259,12 @@ func TestLoadOverridesEverything(t *testing.T) {
 		Listener: Listener{Address: "[::]:8443", BasePath: "/vm1/", Origins: []string{"https://app.example.com", "http://localhost:3000"},
 			MaxConnections: 100, MaxConnectionsPerPrincipal: 50, MaxUninitialized: 5, InitializeTimeout: 3 * time.Second,
 			HostOrdinal: 7, DrainDelay: 4 * time.Second},
-		TLS:  TLS{CertFile: "/etc/sidecar/cert.pem", KeyFile: "/etc/sidecar/key.pem"},
-		Auth: Auth{TokenFile: "/run/secrets/token"},
+		TLS: TLS{CertFile: "/etc/sidecar/cert.pem", KeyFile: "/etc/sidecar/key.pem"},
+		Auth: Auth{TokenFile: "/run/secrets/token", OIDC: OIDC{Issuer: "https://login.example.com", ClientID: "sidecar",
+			Audiences: []string{"api://sidecar"}, ClientSecretFile: "/run/secrets/oidc", Scopes: []string{"openid", "email", "groups"},
+			RedirectURL: "https://vm.example.com/vm1/web/oidc/callback", PrincipalClaim: "sub", RoleClaim: "sidecar_role",
+			GroupsClaim: "cognito:groups", Roles: map[string][]string{"owner": {"admins"}, "user": {"devs", "ops"}},
+			DefaultRole: "viewer", Skew: time.Minute, LoginTimeout: 2 * time.Minute, MaxPendingLogins: 10}},
 		Terminal: Terminal{Shell: "/bin/sh", User: "root", Login: false, Term: "screen", ScrollbackBytes: 65536,
 			MaxPerClient: 2, MaxTotal: 3, MaxPerPrincipal: 6, MaxPerConnection: 7, Env: map[string]string{"FOO": "bar"}},
 		TCP: TCP{Allow: []string{"10.0.0.0/8", "192.168.1.7"}, MaxPerClient: 4, MaxTotal: 5, MaxPerPrincipal: 8, MaxPerConnection: 9,
@@ -279,6 +309,98 @@ func TestLoadOverridesEverything(t *testing.T) {
 				t.Errorf("%s.%s equals the default", name, sub.Type().Field(j).Name)
 			}
 		}
+	}
+}
+
+func TestOIDCErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		want      []string // regexps, one per diagnostic, in order
+	}{
+		{"ok", `auth {
+  oidc {
+    issuer = "http://127.0.0.1:5556/dex"
+    client_id = "sidecar"
+    roles = { owner = ["admins"] }
+  }
+}
+`, nil},
+		{"everything wrong", `auth {
+  oidc {
+    issuer = "http://login.example.com"
+    audiences = [""]
+    scopes = ["email"]
+    redirect_url = "https://vm.example.com/callback"
+    principal_claim = ""
+    groups_claim = ""
+    roles = { admin = ["a"], user = [] }
+    default_role = "root"
+    skew = "10m"
+    login_timeout = "0s"
+    max_pending_logins = 0
+  }
+}
+`, []string{
+			`oidc\.hcl:3:14: Invalid auth\.oidc\.issuer: "http://login\.example\.com" must be an https:// URL \(http:// only on a loopback host\)`,
+			`oidc\.hcl:4:17: Invalid auth\.oidc\.audiences: holds an empty audience`,
+			`oidc\.hcl:5:14: Invalid auth\.oidc\.scopes: must include "openid"`,
+			`oidc\.hcl:6:20: Invalid auth\.oidc\.redirect_url: .* must be the daemon's callback, https://HOST\[:PORT\]<base path>/web/oidc/callback`,
+			`oidc\.hcl:7:23: Invalid auth\.oidc\.principal_claim: must name a claim`,
+			`oidc\.hcl:8:20: Invalid auth\.oidc\.groups_claim: must name a claim`,
+			`oidc\.hcl:9:13: Invalid auth\.oidc\.roles: unknown role "admin"`,
+			`oidc\.hcl:9:13: Invalid auth\.oidc\.roles: user lists no group`,
+			`oidc\.hcl:10:20: Invalid auth\.oidc\.default_role: unknown role "root"`,
+			`oidc\.hcl:11:12: Invalid auth\.oidc\.skew: must be from 0s to 5m0s`,
+			`oidc\.hcl:12:21: Invalid auth\.oidc\.login_timeout: must be a duration greater than 0`,
+			`oidc\.hcl:13:26: Invalid auth\.oidc\.max_pending_logins: must be greater than 0`,
+		}},
+		{"no client", "auth {\n  oidc {\n    issuer = \"https://login.example.com\"\n  }\n}\n",
+			[]string{`oidc\.hcl:2:3: Invalid auth\.oidc\.client_id: is needed with an issuer`}},
+		{"unknown attribute", "auth {\n  oidc {\n    isuer = \"x\"\n  }\n}\n",
+			[]string{`oidc\.hcl:3:5: Unsupported argument: .*Did you mean "issuer"\?`}},
+		{"duplicate", "auth {\n  oidc {}\n  oidc {}\n}\n",
+			[]string{`oidc\.hcl:3:3: Duplicate auth\.oidc block`}},
+		{"not at top", "oidc {}\n", []string{`oidc\.hcl:1:1: Unsupported block type`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(writeFile(t, "oidc.hcl", tc.src))
+			if tc.want == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.Auth.OIDC.Issuer != "http://127.0.0.1:5556/dex" || c.Auth.OIDC.Roles["owner"][0] != "admins" || c.Auth.OIDC.Skew != 30*time.Second {
+					t.Fatalf("OIDC = %+v", c.Auth.OIDC)
+				}
+				return
+			}
+			var cerr *Error
+			if !errors.As(err, &cerr) {
+				t.Fatalf("Load = %v", err)
+			}
+			if len(cerr.Diagnostics) != len(tc.want) {
+				t.Fatalf("%d diagnostics, want %d:\n%v", len(cerr.Diagnostics), len(tc.want), err)
+			}
+			for i, re := range tc.want {
+				if got := cerr.Diagnostics[i].String(); !regexp.MustCompile(re).MatchString(got) {
+					t.Errorf("diagnostic %d = %s\nwant %s", i, got, re)
+				}
+			}
+		})
+	}
+}
+
+func TestOIDCClientSecret(t *testing.T) {
+	o := OIDC{}
+	if s, err := o.ClientSecret(); s != "" || err != nil {
+		t.Fatalf("no file: %q, %v", s, err)
+	}
+	o.ClientSecretFile = writeFile(t, "secret", "\n  s3cret \n")
+	if s, err := o.ClientSecret(); s != "s3cret" || err != nil {
+		t.Fatalf("ClientSecret = %q, %v", s, err)
+	}
+	o.ClientSecretFile = writeFile(t, "empty", " \n")
+	if _, err := o.ClientSecret(); err == nil {
+		t.Fatal("empty secret file accepted")
 	}
 }
 
@@ -780,6 +902,9 @@ func cloneDefault() *Config {
 	c.Files.Write = slices.Clone(c.Files.Write)
 	c.Telemetry.LogFiles = slices.Clone(c.Telemetry.LogFiles)
 	c.Listening = slices.Clone(c.Listening)
+	c.Auth.OIDC.Audiences = slices.Clone(c.Auth.OIDC.Audiences)
+	c.Auth.OIDC.Scopes = slices.Clone(c.Auth.OIDC.Scopes)
+	c.Auth.OIDC.Roles = maps.Clone(c.Auth.OIDC.Roles) // empty by default: no group slices to share
 	return &c
 }
 
@@ -805,7 +930,7 @@ func TestCloneDefaultDeep(t *testing.T) {
 	}
 	walk("", reflect.TypeFor[Config]())
 	// pos is replaced by checkDecode before decoding.
-	if want := []string{"Listener.Origins", "Terminal.Env", "TCP.Allow", "Files.Read", "Files.Write", "Telemetry.LogFiles", "Listening", "pos"}; !slices.Equal(refs, want) {
+	if want := []string{"Listener.Origins", "Auth.OIDC.Audiences", "Auth.OIDC.Scopes", "Auth.OIDC.Roles", "Terminal.Env", "TCP.Allow", "Files.Read", "Files.Write", "Telemetry.LogFiles", "Listening", "pos"}; !slices.Equal(refs, want) {
 		t.Errorf("Config's reference fields %v, cloneDefault copies %v: copy the new ones", refs, want)
 	}
 }
