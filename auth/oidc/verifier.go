@@ -301,53 +301,60 @@ type claims map[string]any
 // Authenticate verifies credential (a compact JWS) and returns its
 // identity; see the package doc for its refusals.
 func (v *Verifier) Authenticate(ctx context.Context, credential string) (auth.Identity, error) {
+	id, _, err := v.verify(ctx, credential)
+	return id, err
+}
+
+// verify is Authenticate, also returning the verified token (for the
+// sign-in's nonce).
+func (v *Verifier) verify(ctx context.Context, credential string) (auth.Identity, *gooidc.IDToken, error) {
 	if len(credential) > MaxTokenBytes || strings.Count(credential, ".") != 2 {
 		v.log.Debug("oidc: refused: not a JWT", "bytes", len(credential))
-		return auth.Identity{}, auth.ErrUnknown
+		return auth.Identity{}, nil, auth.ErrUnknown
 	}
 	_, iv, err := v.ready(ctx)
 	if err != nil {
-		return auth.Identity{}, err
+		return auth.Identity{}, nil, err
 	}
 	var fetchErr error
 	tok, err := iv.Verify(context.WithValue(ctx, fetchFailureKey{}, &fetchErr), credential)
 	if fetchErr != nil {
 		err = fmt.Errorf("%w: fetching its keys: %v", ErrIssuerUnavailable, fetchErr)
 		v.log.Warn("oidc: cannot check a token", "issuer", v.opts.Issuer, "error", err)
-		return auth.Identity{}, err
+		return auth.Identity{}, nil, err
 	}
 	if err != nil {
 		v.log.Debug("oidc: refused", "error", err)
-		return auth.Identity{}, auth.ErrUnknown
+		return auth.Identity{}, nil, auth.ErrUnknown
 	}
 	if !v.audienceOK(tok.Audience) {
 		v.log.Debug("oidc: refused: wrong audience", "aud", tok.Audience, "subject", tok.Subject)
-		return auth.Identity{}, auth.ErrUnknown
+		return auth.Identity{}, nil, auth.ErrUnknown
 	}
 	if tok.Expiry.IsZero() {
 		v.log.Debug("oidc: refused: no exp claim", "subject", tok.Subject)
-		return auth.Identity{}, auth.ErrUnknown
+		return auth.Identity{}, nil, auth.ErrUnknown
 	}
 	if v.now().After(tok.Expiry.Add(v.opts.Skew)) {
 		v.log.Debug("oidc: refused: expired", "subject", tok.Subject, "exp", tok.Expiry)
-		return auth.Identity{}, auth.ErrExpired
+		return auth.Identity{}, nil, auth.ErrExpired
 	}
 	var c claims
 	if err := tok.Claims(&c); err != nil {
 		v.log.Debug("oidc: refused: claims", "error", err)
-		return auth.Identity{}, auth.ErrUnknown
+		return auth.Identity{}, nil, auth.ErrUnknown
 	}
 	name, why := v.principal(c)
 	if why != "" {
 		v.log.Debug("oidc: refused: "+why, "claim", v.opts.PrincipalClaim, "subject", tok.Subject)
-		return auth.Identity{}, auth.ErrUnknown
+		return auth.Identity{}, nil, auth.ErrUnknown
 	}
 	role, ok := v.role(c)
 	if !ok {
 		v.log.Info("oidc: refused: no role for this token (set roles or default_role)", "principal", name)
-		return auth.Identity{}, auth.ErrUnknown
+		return auth.Identity{}, nil, auth.ErrUnknown
 	}
-	return auth.Identity{Name: name, Role: role, Method: Method, Expiry: tok.Expiry}, nil
+	return auth.Identity{Name: name, Role: role, Method: Method, Expiry: tok.Expiry}, tok, nil
 }
 
 func (v *Verifier) audienceOK(aud []string) bool {
