@@ -28,6 +28,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
+	"github.com/sidecar-dev/sidecar/auth/oidc"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/host"
 	"github.com/sidecar-dev/sidecar/internal/redact"
@@ -243,6 +244,18 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 		}
 		return []string{certs.pin()}
 	}}))
+	// OIDC (auth.oidc, docs/operations.md "OIDC"): the page's sign-in at
+	// <base>/web/oidc/; the issuer looked up now to log a wrong one early.
+	oidcVerifier, oidcLogin, err := oidc.FromConfig(cfg.Auth.OIDC, base, logger.Named("oidc"))
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if oidcLogin != nil {
+		mux.Handle(oidc.Prefix, oidcLogin)
+	}
+	if oidcVerifier != nil {
+		go func() { _ = oidcVerifier.Discover(context.Background()) }()
+	}
 	// The port preview (docs/protocol.md "Port preview"): <base>/ports/N/
 	// proxied to the workload's port under tcp.allow, behind the page's
 	// session cookie or the token.

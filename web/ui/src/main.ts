@@ -19,6 +19,7 @@ import { Files } from "./files.js";
 import { Machine } from "./machine.js";
 import { Logs } from "./logpanel.js";
 import { pathFromCwd } from "./names.js";
+import { loginPath, takeFragment } from "./oidc.js";
 import { Tabs, decodeTabs, fontSize, nextFontSize, restorable, shortcut, type TabState } from "./tabs.js";
 
 // sessionStorage belongs to the origin, not the path: daemons behind one
@@ -85,6 +86,13 @@ function showLogin(error: string): void {
   $("login").hidden = false;
   $("login-error").textContent = error;
   $<HTMLInputElement>("token").focus();
+  // The OIDC sign-in, where the daemon offers it (oidc.ts).
+  void loginPath(document.baseURI).then((p) => {
+    if (!p) return;
+    const b = $("oidc-login");
+    b.hidden = false;
+    b.onclick = () => location.assign(new URL(p, document.baseURI));
+  });
 }
 
 /** info asks the daemon for its certificate pin; a POST carries Origin, so a refused origin is told here. */
@@ -1094,7 +1102,13 @@ function main(): void {
     /** preview: what GET web/preview said last (null: off or not known yet). */
     preview: () => previewStatus,
   };
-  void connect();
+  // Back from the OIDC sign-in: its token (or why none) is in the fragment,
+  // which leaves the address bar and history at once.
+  const signIn = takeFragment(location.hash);
+  if (signIn) history.replaceState(null, "", location.pathname + location.search);
+  if (signIn && "token" in signIn) sessionStorage.setItem(TOKEN_KEY, signIn.token);
+  if (signIn && "error" in signIn) showLogin(signIn.error);
+  else void connect();
 }
 
 main();
