@@ -63,6 +63,9 @@ type Config struct {
 	Log       Log
 	Metrics   Metrics
 	Preview   Preview
+	// Roles are the role blocks, by role name (roles.go): what narrows a
+	// role. nil when there are none.
+	Roles map[string]RoleLimits
 	// Source is the file the configuration came from, DefaultSource for the default.
 	Source string
 	// Listening is never read from a file: the TCP addresses the daemon
@@ -563,11 +566,16 @@ func (c *Config) decode(src []byte, filename string) (*Error, bool) {
 	for _, s := range sections[1:] {
 		top.Blocks = append(top.Blocks, hcl.BlockHeaderSchema{Type: s.block})
 	}
+	top.Blocks = append(top.Blocks, hcl.BlockHeaderSchema{Type: "role", LabelNames: []string{"name"}})
 	content, diags := f.Body.Content(top)
 	diags = append(diags, c.decodeAttrs("", content.Attributes, sections[0].fields)...)
+	diags = append(diags, c.decodeRoles(content.Blocks)...)
 
 	seen := map[string]*hcl.Block{}
 	for _, blk := range content.Blocks {
+		if blk.Type == "role" { // labeled, one per role: decodeRoles
+			continue
+		}
 		if prev := seen[blk.Type]; prev != nil {
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagError,
@@ -903,6 +911,8 @@ func (c *Config) Validate() error {
 			v.bad("terminal.env", "value of %s contains a NUL byte", k)
 		}
 	}
+
+	v.roles()
 
 	// tcp
 	for _, a := range c.TCP.Allow {

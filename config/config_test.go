@@ -220,6 +220,8 @@ preview {
   max_body_bytes = 1000
   max_header_bytes = 2000
 }
+role "user" { tcp_allow = ["127.0.0.1:5432", "10.1.0.0/16"] }
+role "viewer" { tcp_allow = [] }
 `
 
 func TestLoadOverridesEverything(t *testing.T) {
@@ -251,6 +253,7 @@ func TestLoadOverridesEverything(t *testing.T) {
 		Metrics: Metrics{Listen: "127.0.0.1:9464"},
 		Preview: Preview{Enabled: false, Subdomain: "preview.example.com", SessionTTL: 5 * time.Minute, MaxSessions: 3,
 			MaxConnectionsPerPrincipal: 4, IdleTimeout: 30 * time.Second, MaxBodyBytes: 1000, MaxHeaderBytes: 2000},
+		Roles: map[string]RoleLimits{"user": {TCPAllow: []string{"127.0.0.1:5432", "10.1.0.0/16"}}, "viewer": {TCPAllow: []string{}}},
 	}
 	if !same(c, want) {
 		t.Errorf("got\n%+v\nwant\n%+v", *c, *want)
@@ -780,6 +783,7 @@ func cloneDefault() *Config {
 	c.Files.Write = slices.Clone(c.Files.Write)
 	c.Telemetry.LogFiles = slices.Clone(c.Telemetry.LogFiles)
 	c.Listening = slices.Clone(c.Listening)
+	c.Roles = maps.Clone(c.Roles) // nil by default: no role blocks
 	return &c
 }
 
@@ -805,7 +809,7 @@ func TestCloneDefaultDeep(t *testing.T) {
 	}
 	walk("", reflect.TypeFor[Config]())
 	// pos is replaced by checkDecode before decoding.
-	if want := []string{"Listener.Origins", "Terminal.Env", "TCP.Allow", "Files.Read", "Files.Write", "Telemetry.LogFiles", "Listening", "pos"}; !slices.Equal(refs, want) {
+	if want := []string{"Listener.Origins", "Terminal.Env", "TCP.Allow", "Files.Read", "Files.Write", "Telemetry.LogFiles", "Roles", "Listening", "pos"}; !slices.Equal(refs, want) {
 		t.Errorf("Config's reference fields %v, cloneDefault copies %v: copy the new ones", refs, want)
 	}
 }
