@@ -338,3 +338,11 @@ preview {
   # Largest request or app response header (bytes).
   max_header_bytes = 65536
 }
+
+# role "NAME" blocks (owner, user, viewer; docs/operations.md "Roles and sharing") narrow a
+# role below what the blocks above allow everyone. None by default.
+# role "user" {
+#   # A user's createTcpConnection reaches only these, within tcp.allow: an address or CIDR,
+#   # optionally with one port ("127.0.0.1:5432", "[::1]:5432"). [] refuses every destination.
+#   tcp_allow = ["127.0.0.1:5432"]
+# }

@@ -32,6 +32,8 @@ package adapters
 import (
 	"encoding/json"
 
+	"github.com/sidecar-dev/sidecar/auth"
+
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -190,6 +192,9 @@ type Subscriber interface {
 	ClientID() string
 	// Conn is the subscribing connection.
 	Conn() ConnID
+	// Identity is who authenticated the subscribing connection, and
+	// their role.
+	Identity() auth.Identity
 	// Stream is a windowed subscription's sending side, from Subscribe
 	// on; nil for an ordinary one.
 	Stream() *delivery.Stream
@@ -216,6 +221,9 @@ type Message struct {
 	ClientID  string
 	Principal string
 	Conn      ConnID
+	// Identity is who authenticated the sender's connection (its role
+	// decides which actions it may dispatch).
+	Identity auth.Identity
 	// Capabilities is the sender's ClientCapabilities (Caller's).
 	Capabilities json.RawMessage
 	// Header is the message, parsed (rpc.ParseHeader).

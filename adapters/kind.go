@@ -89,6 +89,12 @@ type Request struct {
 	// one at a time in arrival order, so that a dispatchAction after a
 	// createTerminal finds the terminal.
 	Beside bool
+	// Permission is what the caller's role must allow (auth.Permission;
+	// docs/operations.md "Roles and sharing"): the host refuses the
+	// request with -32009 naming it before Serve runs. Empty means
+	// auth.Unlisted: owners only. Serve checks what depends on the
+	// params or the object (a terminal's holder, a file's mode).
+	Permission auth.Permission
 	// Serve answers the request: its result (nil encodes as null) or a
 	// JSON-RPC error. ctx is the caller's connection's: it ends when the
 	// connection does or the host shuts down.
@@ -138,6 +144,11 @@ type Env struct {
 	EndChannel func(uri string)
 	// Host reads the host's own figures (the sidecar.* metrics).
 	Host func() HostStats
+	// Guard checks roles and logs refusals (guard.go); the host's one.
+	Guard *Guard
+	// EndSubscription ends sub as an unsubscribe would (its queued
+	// messages still go out): a terminal's share revoked.
+	EndSubscription func(sub Subscriber)
 }
 
 // Root is the root channel's catalogue (ahp-root://, ahp.md §4) as kinds

@@ -64,6 +64,9 @@ type Config struct {
 	Log       Log
 	Metrics   Metrics
 	Preview   Preview
+	// Roles are the role blocks, by role name (roles.go): what narrows a
+	// role. nil when there are none.
+	Roles map[string]RoleLimits
 	// Source is the file the configuration came from, DefaultSource for the default.
 	Source string
 	// Listening is never read from a file: the TCP addresses the daemon
@@ -655,14 +658,23 @@ func (c *Config) decodeBody(name string, body hcl.Body, sections []section) hcl.
 	for _, ch := range children {
 		schema.Blocks = append(schema.Blocks, hcl.BlockHeaderSchema{Type: ch})
 	}
+	if name == "" {
+		schema.Blocks = append(schema.Blocks, hcl.BlockHeaderSchema{Type: "role", LabelNames: []string{"name"}})
+	}
 	content, diags := body.Content(schema)
 	prefix := ""
 	if name != "" {
 		prefix = name + "."
 	}
 	diags = append(diags, c.decodeAttrs(prefix, content.Attributes, fields)...)
+	if name == "" {
+		diags = append(diags, c.decodeRoles(content.Blocks)...)
+	}
 	seen := map[string]*hcl.Block{}
 	for _, blk := range content.Blocks {
+		if blk.Type == "role" { // labeled, one per role: decodeRoles
+			continue
+		}
 		if prev := seen[blk.Type]; prev != nil {
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagError,
@@ -992,6 +1004,8 @@ func (c *Config) Validate() error {
 			v.bad("terminal.env", "value of %s contains a NUL byte", k)
 		}
 	}
+
+	v.roles()
 
 	// tcp
 	for _, a := range c.TCP.Allow {

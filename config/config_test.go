@@ -246,6 +246,8 @@ preview {
   max_body_bytes = 1000
   max_header_bytes = 2000
 }
+role "user" { tcp_allow = ["127.0.0.1:5432", "10.1.0.0/16"] }
+role "viewer" { tcp_allow = [] }
 `
 
 func TestLoadOverridesEverything(t *testing.T) {
@@ -281,6 +283,7 @@ func TestLoadOverridesEverything(t *testing.T) {
 		Metrics: Metrics{Listen: "127.0.0.1:9464"},
 		Preview: Preview{Enabled: false, Subdomain: "preview.example.com", SessionTTL: 5 * time.Minute, MaxSessions: 3,
 			MaxConnectionsPerPrincipal: 4, IdleTimeout: 30 * time.Second, MaxBodyBytes: 1000, MaxHeaderBytes: 2000},
+		Roles: map[string]RoleLimits{"user": {TCPAllow: []string{"127.0.0.1:5432", "10.1.0.0/16"}}, "viewer": {TCPAllow: []string{}}},
 	}
 	if !same(c, want) {
 		t.Errorf("got\n%+v\nwant\n%+v", *c, *want)
@@ -905,6 +908,7 @@ func cloneDefault() *Config {
 	c.Auth.OIDC.Audiences = slices.Clone(c.Auth.OIDC.Audiences)
 	c.Auth.OIDC.Scopes = slices.Clone(c.Auth.OIDC.Scopes)
 	c.Auth.OIDC.Roles = maps.Clone(c.Auth.OIDC.Roles) // empty by default: no group slices to share
+	c.Roles = maps.Clone(c.Roles) // nil by default: no role blocks
 	return &c
 }
 
@@ -930,7 +934,7 @@ func TestCloneDefaultDeep(t *testing.T) {
 	}
 	walk("", reflect.TypeFor[Config]())
 	// pos is replaced by checkDecode before decoding.
-	if want := []string{"Listener.Origins", "Auth.OIDC.Audiences", "Auth.OIDC.Scopes", "Auth.OIDC.Roles", "Terminal.Env", "TCP.Allow", "Files.Read", "Files.Write", "Telemetry.LogFiles", "Listening", "pos"}; !slices.Equal(refs, want) {
+	if want := []string{"Listener.Origins", "Auth.OIDC.Audiences", "Auth.OIDC.Scopes", "Auth.OIDC.Roles", "Terminal.Env", "TCP.Allow", "Files.Read", "Files.Write", "Telemetry.LogFiles", "Roles", "Listening", "pos"}; !slices.Equal(refs, want) {
 		t.Errorf("Config's reference fields %v, cloneDefault copies %v: copy the new ones", refs, want)
 	}
 }

@@ -94,3 +94,6 @@ func mustNew(t testing.TB, cfg *config.Config, log hclog.Logger) *Server {
 
 // MustNew is New for the external tests: a failure fails t.
 func MustNew(t testing.TB, cfg *config.Config, log hclog.Logger) *Server { return mustNew(t, cfg, log) }
+
+// TerminalForTest returns the terminal uri, or nil.
+func (s *Server) TerminalForTest(uri string) *pty.Terminal { return s.terminal(uri) }

@@ -55,6 +55,7 @@ func newRegistry(s *Server, factories []adapters.Factory, env adapters.Env) (*re
 		if t, ok := k.(adapters.LogTee); ok {
 			s.log = t.Logger()
 			env.Log = s.log
+			env.Guard.SetLogger(s.log)
 		}
 	}
 	return reg, nil

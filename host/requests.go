@@ -10,6 +10,7 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
 )
@@ -51,7 +52,7 @@ func (c *conn) handleRequest(ctx context.Context, rc *jsonrpc2.Conn, req *jsonrp
 		go func() {
 			defer c.beside.Done()
 			defer c.owed.Add(-1)
-			result, e := kr.Serve(c.ctx, c.caller(), params)
+			result, e := c.serveKind(kr, params)
 			c.inProgress.Add(-1)
 			if e != nil { // logged by the kind
 				c.reply(id, e)
@@ -110,10 +111,26 @@ func (c *conn) request(method string, params json.RawMessage) (result any, after
 		return r, nil, e
 	}
 	if kr, ok := c.s.kinds.requests[method]; ok {
-		r, e := kr.Serve(c.ctx, c.caller(), params)
+		r, e := c.serveKind(kr, params)
 		return r, nil, e
 	}
 	return nil, nil, rpc.Errorf(rpc.CodeMethodNotFound, "method not found: %s", method)
+}
+
+// serveKind serves a kind's request once the caller's role allows its
+// permission (adapters.Request.Permission; none named: owners only),
+// else refuses it with -32009 naming the permission (logged by the
+// guard).
+func (c *conn) serveKind(kr adapters.Request, params json.RawMessage) (any, *rpc.Error) {
+	caller := c.caller()
+	perm := kr.Permission
+	if perm == "" {
+		perm = auth.Unlisted
+	}
+	if e := c.s.guard.Check(caller.Identity, perm); e != nil {
+		return nil, e
+	}
+	return kr.Serve(c.ctx, caller, params)
 }
 
 func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {

@@ -54,6 +54,9 @@ type Server struct {
 	root    *root
 	kinds   *registry
 	quotas  *adapters.Quotas
+	// guard checks roles and logs refusals (adapters.Guard), for the
+	// host's requests and every kind's.
+	guard *adapters.Guard
 	// hostMax is the most the host accepts of a windowed-delivery offer
 	// (config delivery block), unless a channel's Traits.Limits says
 	// otherwise. UTF-16 bytes.
@@ -113,6 +116,7 @@ func New(cfg *config.Config, log hclog.Logger, kinds ...adapters.Factory) (*Serv
 		parkedPacing: defaultParkedPacing,
 	}
 	s.root = newRoot(s)
+	s.guard = adapters.NewGuard(log)
 	reg, err := newRegistry(s, kinds, adapters.Env{
 		Config:     cfg,
 		Journal:    j,
@@ -123,6 +127,12 @@ func New(cfg *config.Config, log hclog.Logger, kinds ...adapters.Factory) (*Serv
 		Connected:  s.clientConnected,
 		EndChannel: s.endChannel,
 		Host:       s.hostStats,
+		Guard:      s.guard,
+		EndSubscription: func(sub adapters.Subscriber) {
+			if sub, ok := sub.(*subscription); ok {
+				sub.c.unsubscribe(sub, true)
+			}
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -281,6 +291,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		s.kinds.shutdown(ctx)
+		s.guard.Stop()
 		s.wg.Wait()
 		close(done)
 	}()

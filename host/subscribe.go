@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -16,6 +17,11 @@ func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
 	}
 	if p.Channel == "" {
 		return nil, nil, rpc.Missing("channel")
+	}
+	if p.Channel == rpc.RootChannel {
+		if e := c.s.guard.Check(c.caller().Identity, auth.RootList); e != nil {
+			return nil, nil, e
+		}
 	}
 	ch := c.s.channel(p.Channel, c.caller())
 	if ch == nil {

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/journal"
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -51,6 +52,9 @@ func (sub *subscription) ClientID() string { return sub.c.id() }
 
 // Conn implements adapters.Subscriber.
 func (sub *subscription) Conn() adapters.ConnID { return sub.c.connID }
+
+// Identity implements adapters.Subscriber.
+func (sub *subscription) Identity() auth.Identity { return sub.c.caller().Identity }
 
 // Stream implements adapters.Subscriber.
 func (sub *subscription) Stream() *delivery.Stream { return sub.out }

@@ -376,6 +376,11 @@ type ActionEnvelope struct {
 	ServerSeq       uint64          `json:"serverSeq"`
 	Origin          *Origin         `json:"origin,omitempty"`
 	RejectionReason string          `json:"rejectionReason,omitempty"`
+	// RejectionCode is our extension (docs/protocol.md "Roles and
+	// sharing"): the error code of a rejection that has one,
+	// CodePermissionDenied (-32009) when the sender's role or access
+	// does not allow the action.
+	RejectionCode int64 `json:"rejectionCode,omitempty"`
 }
 
 // DispatchActionParams is a client's write-ahead action.
@@ -489,6 +494,14 @@ type TerminalInfo struct {
 	// whose state the host keeps for a reconnect, sorted; absent when
 	// none.
 	Away []string `json:"away,omitempty"`
+	// Holder, Shares and AttachedBy are our extension (docs/protocol.md
+	// "Roles and sharing"): the principal that created the terminal (it
+	// may share it and kill it), the shares it has (absent when none),
+	// and every attached client with its principal and access (absent
+	// when none is attached).
+	Holder     string           `json:"holder,omitempty"`
+	Shares     []TerminalShare  `json:"shares,omitempty"`
+	AttachedBy []AttachedClient `json:"attachedBy,omitempty"`
 }
 
 // RootState is the state of ahp-root://. Agents and Terminals are never nil.

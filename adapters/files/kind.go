@@ -18,6 +18,7 @@ import (
 
 	"github.com/sidecar-dev/sidecar/adapters"
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -31,6 +32,7 @@ const MaxID = tcp.MaxID
 // Kind is the file channel kind on the host's registry (NewKind).
 type Kind struct {
 	log    hclog.Logger
+	guard  *adapters.Guard
 	pol    Policy
 	tb     *tcp.Table
 	quota  adapters.QuotaLimits
@@ -47,7 +49,7 @@ type Kind struct {
 func NewKind(env adapters.Env) (adapters.Kind, error) {
 	cfg := env.Config
 	log := env.Log.Named("files")
-	k := &Kind{log: log, quotas: env.Quotas, writing: map[string]*writer{},
+	k := &Kind{log: log, guard: env.Guard, quotas: env.Quotas, writing: map[string]*writer{},
 		pol: Policy{Read: cfg.Files.Read, Write: cfg.Files.Write},
 		quota: adapters.QuotaLimits{
 			Total: cfg.Files.MaxTotal, PerPrincipal: cfg.Files.MaxPerPrincipal,
@@ -99,10 +101,10 @@ func (k *Kind) Lookup(uri string, caller adapters.Caller) adapters.Channel {
 // files/put.
 func (k *Kind) Requests() []adapters.Request {
 	return []adapters.Request{
-		{Method: rpc.MethodFilesOpen, Beside: true, Serve: k.open},
-		{Method: rpc.MethodFilesStat, Beside: true, Serve: k.stat},
-		{Method: rpc.MethodFilesList, Beside: true, Serve: k.list},
-		{Method: rpc.MethodFilesPut, Serve: k.put},
+		{Method: rpc.MethodFilesOpen, Beside: true, Permission: auth.FilesRead, Serve: k.open}, // "write" checks files.write too
+		{Method: rpc.MethodFilesStat, Beside: true, Permission: auth.FilesRead, Serve: k.stat},
+		{Method: rpc.MethodFilesList, Beside: true, Permission: auth.FilesRead, Serve: k.list},
+		{Method: rpc.MethodFilesPut, Permission: auth.FilesWrite, Serve: k.put},
 	}
 }
 
@@ -218,6 +220,9 @@ func (k *Kind) open(_ context.Context, c adapters.Caller, params json.RawMessage
 	case "read":
 		return k.openRead(c, p)
 	case "write":
+		if e := k.guard.Check(c.Identity, auth.FilesWrite); e != nil {
+			return nil, e
+		}
 		return k.openWrite(c, p)
 	}
 	return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "mode" must be "read" or "write"`)

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/journal"
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -49,7 +50,7 @@ func newKind(t *testing.T, tweak func(*config.Files)) *Kind {
 	return fk
 }
 
-var alice = adapters.Caller{ClientID: "c1", Principal: "token:alice", Conn: 1}
+var alice = adapters.Caller{ClientID: "c1", Principal: "token:alice", Identity: auth.Identity{Name: "token:alice", Role: auth.User}, Conn: 1}
 
 // call serves one request of the kind, its params given as JSON.
 func call(k *Kind, c adapters.Caller, method, params string) (any, *rpc.Error) {
@@ -206,8 +207,8 @@ func TestQuotas(t *testing.T) {
 		_, e := call(k, c, rpc.MethodFilesOpen, fmt.Sprintf(`{"channel":"ahp-file:/q%d","mode":"read","path":%s}`, n, jsonString(filepath.Join(dir, "f"))))
 		return e
 	}
-	bob := adapters.Caller{ClientID: "c2", Principal: "token:bob", Conn: 2}
-	carol := adapters.Caller{ClientID: "c3", Principal: "token:carol", Conn: 3}
+	bob := adapters.Caller{ClientID: "c2", Principal: "token:bob", Identity: auth.Identity{Name: "token:bob", Role: auth.User}, Conn: 2}
+	carol := adapters.Caller{ClientID: "c3", Principal: "token:carol", Identity: auth.Identity{Name: "token:carol", Role: auth.User}, Conn: 3}
 	refused := func(c adapters.Caller, want string) {
 		t.Helper()
 		e := openAs(c)
@@ -502,5 +503,17 @@ func TestWriteDiskFull(t *testing.T) {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s exists: %v", p, err)
 		}
+	}
+}
+
+// TestWriteNeedsFilesWrite: files/open "write" checks files.write on
+// top of the request's files.read: a viewer's is refused -32009 naming
+// it (the host refuses a viewer's files.read before).
+func TestWriteNeedsFilesWrite(t *testing.T) {
+	k := newKind(t, nil)
+	vera := adapters.Caller{ClientID: "v1", Identity: auth.Identity{Name: "vera", Role: auth.Viewer}, Conn: 9}
+	_, e := call(k, vera, rpc.MethodFilesOpen, `{"channel":"ahp-file:/w","path":"/tmp/x","mode":"write","size":1}`)
+	if e == nil || e.Code != rpc.CodePermissionDenied || e.Message != "permission denied: files.write needs role user or owner; vera is viewer" {
+		t.Fatalf("a viewer's write: %v", e)
 	}
 }

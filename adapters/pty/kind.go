@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/internal/printable"
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -62,8 +63,10 @@ func (k *Kind) Labels() []string { return []string{"terminal"} }
 // in the lane (a dispatchAction after createTerminal finds the terminal).
 func (k *Kind) Requests() []adapters.Request {
 	return []adapters.Request{
-		{Method: rpc.MethodCreateTerminal, Serve: k.createTerminal},
-		{Method: rpc.MethodDisposeTerminal, Serve: k.disposeTerminal},
+		{Method: rpc.MethodCreateTerminal, Permission: auth.TerminalCreate, Serve: k.createTerminal},
+		{Method: rpc.MethodDisposeTerminal, Permission: auth.TerminalKill, Serve: k.disposeTerminal},
+		{Method: rpc.MethodTerminalShare, Permission: auth.TerminalShare, Serve: k.share},
+		{Method: rpc.MethodTerminalUnshare, Permission: auth.TerminalShare, Serve: k.unshare},
 	}
 }
 
@@ -75,10 +78,12 @@ func (k *Kind) Advertise(res *rpc.InitializeResult) {
 	}
 }
 
-// Lookup implements adapters.Kind: the running (or exited) terminal uri;
-// one whose process is still starting is not visible yet.
-func (k *Kind) Lookup(uri string, _ adapters.Caller) adapters.Channel {
-	if t := k.Terminal(uri); t != nil {
+// Lookup implements adapters.Kind: the running (or exited) terminal uri,
+// if the caller may attach to it (share.go: its holder, an owner, or
+// someone it is shared with; the others are refused by Refuse); one
+// whose process is still starting is not visible yet.
+func (k *Kind) Lookup(uri string, caller adapters.Caller) adapters.Channel {
+	if t := k.Terminal(uri); t != nil && t.Access(caller.Identity) != "" {
 		return t
 	}
 	return nil
@@ -283,7 +288,7 @@ func (k *Kind) createTerminal(_ context.Context, c adapters.Caller, params json.
 		cwd = FileURI(dir)
 	}
 	t := NewTerminal(TerminalConfig{
-		URI: p.Channel, Creator: c.ClientID, Title: title, Cwd: cwd,
+		URI: p.Channel, Creator: c.ClientID, Holder: c.Identity.Name, Guard: k.env.Guard, Title: title, Cwd: cwd,
 		Cols: cols, Rows: rows, Claim: claim,
 		ScrollbackBytes: cfg.ScrollbackBytes,
 		Journal:         k.env.Journal,
@@ -340,6 +345,10 @@ func (k *Kind) disposeTerminal(_ context.Context, c adapters.Caller, params json
 	if k.closing { // Shutdown kills it, and waits for k.wg already
 		k.mu.Unlock()
 		return nil, rpc.Errorf(rpc.CodeInternalError, "server is shutting down")
+	}
+	if d := e.t.mayManage(c.Identity, auth.TerminalKill); d != nil {
+		k.mu.Unlock()
+		return nil, k.env.Guard.Refuse(d)
 	}
 	delete(k.terms, p.Channel)
 	k.wg.Add(1)

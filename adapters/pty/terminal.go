@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/journal"
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -59,6 +60,9 @@ type TerminalConfig struct {
 	// URI is the channel, ahp-terminal:/<id>; Creator the creating
 	// client's clientId.
 	URI, Creator string
+	// Holder is the principal whose connection created the terminal: it
+	// may share and kill it (share.go).
+	Holder string
 	// Title and Cwd (a file:// URI, or empty) start the state.
 	Title, Cwd string
 	Cols, Rows int
@@ -77,6 +81,8 @@ type TerminalConfig struct {
 	// Connected reports whether clientID has an open connection (a claim
 	// whose holder has none can be taken over).
 	Connected func(clientID string) bool
+	// Guard logs and words the refusals of actions (nil: not logged).
+	Guard *adapters.Guard
 }
 
 // Terminal is one ahp-terminal:/<id> channel with its PTY process
@@ -123,11 +129,15 @@ type Terminal struct {
 	// subs holds every subscription, with its LogSource when windowed.
 	subs     map[adapters.Subscriber]*adapters.LogSource
 	attached []string // the sorted clientIds of live subs, for the catalogue
-	away     []string // those of subs whose connection was lost (parked)
-	pacer    adapters.Subscriber
-	input    [][]byte
-	releases []func()
-	inBytes  int
+	// shares are who the terminal is shared with (share.go); attachedBy
+	// the live subs' clientIds, principals and access, for the catalogue.
+	shares     []rpc.TerminalShare
+	attachedBy []rpc.AttachedClient
+	away       []string // those of subs whose connection was lost (parked)
+	pacer      adapters.Subscriber
+	input      [][]byte
+	releases   []func()
+	inBytes    int
 	// encodeBuf is output's scratch for a terminal/data envelope (under
 	// mu), at most MaxEncodeBuf kept between outputs.
 	encodeBuf []byte
@@ -254,7 +264,8 @@ func (t *Terminal) Resume(sub adapters.Subscriber, lastSeq uint64) delivery.Sour
 }
 
 func (t *Terminal) infoLocked() rpc.TerminalInfo {
-	return rpc.TerminalInfo{Resource: t.cfg.URI, Title: t.title, Claim: t.claim, ExitCode: t.exitCode, Signal: t.signal, Attached: t.attached, Away: t.away}
+	return rpc.TerminalInfo{Resource: t.cfg.URI, Title: t.title, Claim: t.claim, ExitCode: t.exitCode, Signal: t.signal, Attached: t.attached, Away: t.away,
+		Holder: t.cfg.Holder, Shares: slices.Clone(t.shares), AttachedBy: t.attachedBy}
 }
 
 func (t *Terminal) listLocked() {
@@ -271,9 +282,9 @@ func (t *Terminal) appendLocked(action any) {
 }
 
 // echoLocked logs an accepted client action with its origin.
-func (t *Terminal) echoLocked(action json.RawMessage, origin *rpc.Origin, rejection string) {
+func (t *Terminal) echoLocked(action json.RawMessage, origin *rpc.Origin, rejection string, code int64) {
 	_, _ = t.j.Append(t.cfg.URI, func(seq uint64) ([]byte, error) {
-		return rpc.Notification(rpc.MethodAction, rpc.ActionEnvelope{Channel: t.cfg.URI, Action: action, ServerSeq: seq, Origin: origin, RejectionReason: rejection})
+		return rpc.Notification(rpc.MethodAction, rpc.ActionEnvelope{Channel: t.cfg.URI, Action: action, ServerSeq: seq, Origin: origin, RejectionReason: rejection, RejectionCode: code})
 	})
 }
 
@@ -385,7 +396,8 @@ func (t *Terminal) attachedChangedLocked() {
 	ids = slices.Compact(ids)
 	slices.Sort(away)
 	away = slices.Compact(away)
-	if slices.Equal(ids, t.attached) && slices.Equal(away, t.away) {
+	byChanged := t.attachedByLocked()
+	if slices.Equal(ids, t.attached) && slices.Equal(away, t.away) && !byChanged {
 		return
 	}
 	t.attached, t.away = ids, away
@@ -656,17 +668,36 @@ func (t *Terminal) Receive(m adapters.Message) {
 		m.Release()
 		return
 	}
-	t.dispatch(&rpc.Origin{ClientID: m.ClientID, ClientSeq: p.ClientSeq}, p.Action, a.Type, m.Release)
+	t.dispatch(m.Identity, &rpc.Origin{ClientID: m.ClientID, ClientSeq: p.ClientSeq}, p.Action, a.Type, m.Release)
 }
 
-// dispatch applies a client-dispatched action. release is called once the
-// action's bytes are released (input: once written).
-func (t *Terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string, release func()) {
+// dispatch applies a client-dispatched action of id. release is called
+// once the action's bytes are released (input: once written). An action
+// that writes to the terminal (input, title, clear, resize, claim) needs
+// its permission and write access (share.go); a refusal is echoed with
+// rejectionCode -32009 and logged by the guard.
+func (t *Terminal) dispatch(id auth.Identity, origin *rpc.Origin, raw json.RawMessage, typ string, release func()) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	reject := func(reason string) {
-		t.echoLocked(raw, origin, reason)
+		t.echoLocked(raw, origin, reason, 0)
 		release()
+	}
+	perm := auth.TerminalInput
+	switch typ {
+	case rpc.ActionTerminalResized:
+		perm = auth.TerminalResize
+	case rpc.ActionTerminalClaimed:
+		perm = auth.TerminalClaim
+	}
+	switch typ {
+	case rpc.ActionTerminalInput, rpc.ActionTerminalResized, rpc.ActionTerminalClaimed, rpc.ActionTerminalTitle, rpc.ActionTerminalCleared:
+		if d := t.writeDeniedLocked(id, perm); d != nil {
+			e := t.cfg.Guard.Refuse(d)
+			t.echoLocked(raw, origin, e.Message, e.Code)
+			release()
+			return
+		}
 	}
 	switch typ {
 	case rpc.ActionTerminalInput:
@@ -692,7 +723,7 @@ func (t *Terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 		case t.inputWake <- struct{}{}:
 		default:
 		}
-		t.echoLocked(raw, origin, "")
+		t.echoLocked(raw, origin, "", 0)
 	case rpc.ActionTerminalResized:
 		var a rpc.TerminalResizedAction
 		if json.Unmarshal(raw, &a) != nil || a.Cols < 1 || a.Rows < 1 || a.Cols > MaxTermSize || a.Rows > MaxTermSize {
@@ -713,7 +744,7 @@ func (t *Terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 		}
 		t.cols, t.rows = a.Cols, a.Rows
 		t.feed.Resize(a.Cols, a.Rows)
-		t.echoLocked(raw, origin, "")
+		t.echoLocked(raw, origin, "", 0)
 		release()
 	case rpc.ActionTerminalTitle:
 		var a rpc.TerminalTitleAction
@@ -726,12 +757,12 @@ func (t *Terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 			return
 		}
 		t.title = a.Title
-		t.echoLocked(raw, origin, "")
+		t.echoLocked(raw, origin, "", 0)
 		t.listLocked()
 		release()
 	case rpc.ActionTerminalCleared:
 		t.feed.ClearHistory()
-		t.echoLocked(raw, origin, "")
+		t.echoLocked(raw, origin, "", 0)
 		release()
 	case rpc.ActionTerminalClaimed:
 		var a rpc.TerminalClaimedAction
@@ -763,7 +794,7 @@ func (t *Terminal) dispatch(origin *rpc.Origin, raw json.RawMessage, typ string,
 			t.log.Info("terminal claim taken over", "from", t.claim.ClientID, "to", origin.ClientID, "holderConnected", connected)
 		}
 		t.claim = a.Claim
-		t.echoLocked(raw, origin, "")
+		t.echoLocked(raw, origin, "", 0)
 		t.choosePacerLocked()
 		t.listLocked()
 		release()

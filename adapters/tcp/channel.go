@@ -242,7 +242,7 @@ func (tb *Table) Open(ctx context.Context, caller adapters.Caller, params json.R
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	sock, err := tb.cfg.Dialer.Dial(ctx, host, *p.Port)
+	sock, err := tb.cfg.Dialer.DialAs(ctx, caller.Identity.Role, host, *p.Port)
 	if err != nil {
 		tb.mu.Lock()
 		tb.freeLocked(tc)

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/delivery"
 )
 
@@ -25,6 +26,7 @@ type leaseSub struct {
 }
 
 func (s *leaseSub) ClientID() string         { return "c" }
+func (*leaseSub) Identity() auth.Identity    { return auth.Anonymous }
 func (s *leaseSub) Conn() adapters.ConnID    { return s.conn }
 func (s *leaseSub) Stream() *delivery.Stream { return s.st }
 func (s *leaseSub) CanPush(int) bool         { return false }

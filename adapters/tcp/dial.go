@@ -10,6 +10,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sidecar-dev/sidecar/auth"
+	"github.com/sidecar-dev/sidecar/config"
 )
 
 // Dialer opens destinations for createTcpConnection: it resolves the
@@ -25,6 +28,40 @@ type Dialer struct {
 	Resolver interface {
 		LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 	}
+	// Roles narrows Policy for a role (config role block's tcp_allow):
+	// DialAs refuses a destination of that role outside it.
+	Roles map[auth.Role]*RoleAllow
+}
+
+// RoleAllow is a role's tcp_allow (config.RoleLimits): the entries a
+// destination must match, on top of Policy.
+type RoleAllow struct {
+	role    auth.Role
+	entries []config.AllowEntry
+	text    string
+}
+
+// NewRoleAllow parses role's tcp_allow list (config.ParseAllowEntry).
+func NewRoleAllow(role auth.Role, list []string) (*RoleAllow, error) {
+	r := &RoleAllow{role: role, text: config.TCPAllowText(list)}
+	for _, s := range list {
+		e, err := config.ParseAllowEntry(s)
+		if err != nil {
+			return nil, fmt.Errorf("role %q tcp_allow: %w", role, err)
+		}
+		r.entries = append(r.entries, e)
+	}
+	return r, nil
+}
+
+// check returns "" when addr:port is within r, else the refusal's detail.
+func (r *RoleAllow) check(addr netip.Addr, port int) string {
+	for _, e := range r.entries {
+		if e.Contains(addr, port) {
+			return ""
+		}
+	}
+	return fmt.Sprintf(": permission denied: tcp.open for role %s is limited to its tcp_allow (%s)", r.role, r.text)
 }
 
 // LoopbackSendBuffer is the send buffer (SO_SNDBUF, bytes; Linux keeps
@@ -43,6 +80,13 @@ const DefaultDialTimeout = 10 * time.Second
 
 // Dial resolves host, checks and dials it. Errors are *OpenError.
 func (d *Dialer) Dial(ctx context.Context, host string, port int) (*net.TCPConn, error) {
+	return d.DialAs(ctx, "", host, port)
+}
+
+// DialAs is Dial for a caller of role: a destination must also be within
+// the role's tcp_allow (Roles), if it has one; else *OpenError
+// KindDenied naming it.
+func (d *Dialer) DialAs(ctx context.Context, role auth.Role, host string, port int) (*net.TCPConn, error) {
 	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
 	timeout := d.Timeout
 	if timeout <= 0 {
@@ -81,6 +125,11 @@ func (d *Dialer) Dial(ctx context.Context, host string, port int) (*net.TCPConn,
 	for _, a := range addrs {
 		if reason, ok := d.Policy.CheckDest(a, port); !ok {
 			return nil, fail(KindDenied, a.Unmap().String(), ": "+reason, nil)
+		}
+		if ra := d.Roles[role]; ra != nil {
+			if detail := ra.check(a, port); detail != "" {
+				return nil, fail(KindDenied, a.Unmap().String(), detail, nil)
+			}
 		}
 	}
 	var last error

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/internal/lograte"
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -47,8 +48,19 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 			Name: "TCP connection", Counted: "open", Block: "tcp", Advice: "close one first",
 		},
 	}
+	roles := map[auth.Role]*RoleAllow{}
+	for name, r := range env.Config.Roles {
+		if r.TCPAllow == nil {
+			continue
+		}
+		ra, err := NewRoleAllow(auth.Role(name), r.TCPAllow)
+		if err != nil { // config.Load validated it
+			return nil, err
+		}
+		roles[auth.Role(name)] = ra
+	}
 	k.tb = NewTable(TableConfig{
-		Dialer: &Dialer{Policy: pol, Timeout: cfg.DialTimeout},
+		Dialer: &Dialer{Policy: pol, Timeout: cfg.DialTimeout, Roles: roles},
 		Quotas: env.Quotas,
 		Quota:  &k.quota,
 		Limits: delivery.Limits{
@@ -91,7 +103,7 @@ func (k *Kind) Lookup(uri string, caller adapters.Caller) adapters.Channel {
 // Requests implements adapters.Kind: createTcpConnection, beside the lane
 // (a dial can take up to tcp.dial_timeout).
 func (k *Kind) Requests() []adapters.Request {
-	return []adapters.Request{{Method: rpc.MethodCreateTCPConnection, Beside: true, Serve: k.create}}
+	return []adapters.Request{{Method: rpc.MethodCreateTCPConnection, Beside: true, Permission: auth.TCPOpen, Serve: k.create}}
 }
 
 // Advertise implements adapters.Kind: tcpConnections {}.

@@ -15,6 +15,7 @@ import (
 	"github.com/shirou/gopsutil/v4/net"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -172,7 +173,7 @@ func (h *History) Points(since int64) []HistoryPoint {
 
 // Request is telemetry/history.
 func (h *History) Request() adapters.Request {
-	return adapters.Request{Method: rpc.MethodTelemetryHistory, Serve: func(_ context.Context, _ adapters.Caller, raw json.RawMessage) (any, *rpc.Error) {
+	return adapters.Request{Method: rpc.MethodTelemetryHistory, Permission: auth.TelemetryMetrics, Serve: func(_ context.Context, _ adapters.Caller, raw json.RawMessage) (any, *rpc.Error) {
 		var p rpc.TelemetryHistoryParams
 		if len(raw) > 0 && string(raw) != "null" {
 			if e := rpc.DecodeParams(raw, &p); e != nil {

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -210,6 +211,7 @@ func newOrdSub(id string, open bool) *ordSub {
 	return s
 }
 func (p *ordSub) ClientID() string         { return p.id }
+func (*ordSub) Identity() auth.Identity    { return auth.Anonymous }
 func (p *ordSub) Conn() adapters.ConnID    { return 1 }
 func (p *ordSub) Stream() *delivery.Stream { return nil }
 func (p *ordSub) CanPush(int) bool         { return p.open.Load() }

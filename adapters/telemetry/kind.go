@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -16,6 +17,7 @@ import (
 // tees the host's logger into the logs channel (adapters.LogTee), so it is
 // registered first. Register it with NewKind.
 type Kind struct {
+	guard   *adapters.Guard
 	ts      *Channels
 	procs   *Processes
 	history *History
@@ -30,7 +32,7 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 	}
 	history := NewHistory(env.Config.Telemetry.Interval)
 	history.Start()
-	k := &Kind{procs: procs, history: history, ts: NewChannels(ChannelsConfig{
+	k := &Kind{guard: env.Guard, procs: procs, history: history, ts: NewChannels(ChannelsConfig{
 		Interval:       env.Config.Telemetry.Interval,
 		ServiceVersion: env.Version,
 		Self:           env.Host,
@@ -73,8 +75,8 @@ func (k *Kind) Logger() hclog.Logger { return k.ts.Logger() }
 
 // Lookup implements adapters.Kind: ahp-otlp://metrics[?interval=…] and
 // ahp-otlp://logs[?level=…], the same for every caller.
-func (k *Kind) Lookup(uri string, _ adapters.Caller) adapters.Channel {
-	if !strings.HasPrefix(uri, rpc.TelemetryScheme) {
+func (k *Kind) Lookup(uri string, caller adapters.Caller) adapters.Channel {
+	if !strings.HasPrefix(uri, rpc.TelemetryScheme) || !caller.Identity.Role.Allows(permission(uri)) {
 		return nil
 	}
 	if ch := k.ts.Channel(uri); ch != nil {
@@ -88,12 +90,25 @@ func (k *Kind) Lookup(uri string, _ adapters.Caller) adapters.Channel {
 
 // Refuse implements adapters.Refuser: why a machine log channel is
 // refused (a file outside telemetry.log_files, a bad filter, no journal).
-func (k *Kind) Refuse(uri string, _ adapters.Caller) *rpc.Error {
+func (k *Kind) Refuse(uri string, caller adapters.Caller) *rpc.Error {
 	if !strings.HasPrefix(uri, rpc.TelemetryScheme) {
 		return nil
 	}
+	if e := k.guard.Check(caller.Identity, permission(uri)); e != nil {
+		return e
+	}
 	_, e := k.logs.Channel(uri)
 	return e
+}
+
+// permission is what subscribing to the telemetry channel uri needs:
+// the metrics, telemetry.metrics; a log (the daemon's, which names
+// clients and commands, or the machine's), telemetry.logs.
+func permission(uri string) auth.Permission {
+	if uri == rpc.MetricsChannel {
+		return auth.TelemetryMetrics
+	}
+	return auth.TelemetryLogs
 }
 
 // Requests implements adapters.Kind: processes/list, processes/signal and

@@ -19,6 +19,7 @@ import (
 	"github.com/shirou/gopsutil/v4/process"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -90,8 +91,8 @@ func (p *Processes) Capability() *rpc.ProcessesCapability {
 // (listing may wait cpuWindow).
 func (p *Processes) Requests() []adapters.Request {
 	return []adapters.Request{
-		{Method: rpc.MethodProcessesList, Beside: true, Serve: p.serveList},
-		{Method: rpc.MethodProcessesSignal, Beside: true, Serve: p.serveSignal},
+		{Method: rpc.MethodProcessesList, Beside: true, Permission: auth.ProcessesList, Serve: p.serveList},
+		{Method: rpc.MethodProcessesSignal, Beside: true, Permission: auth.ProcessesSignal, Serve: p.serveSignal},
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -24,6 +25,7 @@ type pushSub struct {
 }
 
 func (p *pushSub) ClientID() string         { return "c" }
+func (*pushSub) Identity() auth.Identity    { return auth.Anonymous }
 func (p *pushSub) Conn() adapters.ConnID    { return 1 }
 func (p *pushSub) Stream() *delivery.Stream { return nil }
 func (p *pushSub) CanPush(int) bool         { return p.ok }

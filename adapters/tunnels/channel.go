@@ -6,6 +6,7 @@ import (
 	"net"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -69,7 +70,7 @@ func (ch *channel) Receive(m adapters.Message) {
 		k.log.Warn("bad dispatchAction", "client", m.ClientID, "error", e.Message)
 		return
 	}
-	caller := adapters.Caller{ClientID: m.ClientID, Principal: m.Principal, Conn: m.Conn, Capabilities: m.Capabilities}
+	caller := adapters.Caller{ClientID: m.ClientID, Principal: m.Principal, Identity: m.Identity, Conn: m.Conn, Capabilities: m.Capabilities}
 	if m.Sub != nil {
 		caller.Conn = m.Sub.Conn()
 	}
@@ -77,7 +78,10 @@ func (ch *channel) Receive(m adapters.Message) {
 	defer k.mu.Unlock()
 	var a rpc.TunnelAction
 	reason := ""
-	if err := json.Unmarshal(p.Action, &a); err != nil {
+	var code int64
+	if e := k.guard.Check(m.Identity, auth.TunnelListen); e != nil {
+		reason, code = e.Message, e.Code
+	} else if err := json.Unmarshal(p.Action, &a); err != nil {
 		reason = "malformed action: " + err.Error()
 	} else if err := k.applyLocked(&a, caller); err != nil {
 		reason = err.Error()
@@ -85,7 +89,7 @@ func (ch *channel) Receive(m adapters.Message) {
 	origin := &rpc.Origin{ClientID: m.ClientID, ClientSeq: p.ClientSeq}
 	_, _ = k.j.Append(rpc.TunnelsChannel, func(seq uint64) ([]byte, error) {
 		return rpc.Notification(rpc.MethodAction, rpc.ActionEnvelope{Channel: rpc.TunnelsChannel, Action: p.Action,
-			ServerSeq: seq, Origin: origin, RejectionReason: reason})
+			ServerSeq: seq, Origin: origin, RejectionReason: reason, RejectionCode: code})
 	})
 	if reason == "" {
 		k.ports = rpc.ReduceTunnels(k.ports, &a)

@@ -37,6 +37,7 @@ import (
 
 	"github.com/sidecar-dev/sidecar/adapters"
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/journal"
@@ -54,6 +55,7 @@ const OfferLease = tcp.SubscribeLease
 // Kind is the tunnels kind on the host's registry. Register it with NewKind.
 type Kind struct {
 	log    hclog.Logger
+	guard  *adapters.Guard
 	j      *journal.Journal
 	cfg    config.Tunnels
 	grace  time.Duration // journal.reconnect_grace: how long a lost client's listeners stay
@@ -117,7 +119,7 @@ type offer struct {
 func NewKind(env adapters.Env) (adapters.Kind, error) {
 	cfg := env.Config.Tunnels
 	log := env.Log.Named("tunnels")
-	k := &Kind{log: log, j: env.Journal, cfg: cfg, grace: env.Config.Journal.ReconnectGrace, quotas: env.Quotas,
+	k := &Kind{log: log, guard: env.Guard, j: env.Journal, cfg: cfg, grace: env.Config.Journal.ReconnectGrace, quotas: env.Quotas,
 		listenQuota: adapters.QuotaLimits{PerPrincipal: cfg.MaxListenersPerPrincipal,
 			Name: "reverse-forward listener", Counted: "listeners", Block: "tunnels", Subject: "listeners", Advice: "remove one first"},
 		connQuota: adapters.QuotaLimits{PerPrincipal: cfg.MaxConnectionsPerPrincipal,
@@ -154,7 +156,7 @@ func (k *Kind) Advertise(res *rpc.InitializeResult) {
 // Requests implements adapters.Kind: tunnel/accept, beside the lane (it
 // waits for a connection).
 func (k *Kind) Requests() []adapters.Request {
-	return []adapters.Request{{Method: rpc.MethodTunnelAccept, Beside: true, Serve: k.accept}}
+	return []adapters.Request{{Method: rpc.MethodTunnelAccept, Beside: true, Permission: auth.TunnelListen, Serve: k.accept}}
 }
 
 // Lookup implements adapters.Kind: the tunnels channel for everyone; a

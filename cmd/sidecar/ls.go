@@ -33,9 +33,12 @@ listening ports every 3 seconds, so a port opened a moment ago may be
 missing.
 
 A running terminal is "attached" while some client is subscribed to it (the
-ATTACHED column lists their client ids) and "detached" when none is
+ATTACHED column lists their client ids, each with the identity it connected
+as and its access where the host says: c1(alice:read-write)) and "detached" when none is
 (reattach with sidecar attach URL ID); one whose program has ended shows how
-("exited (0)", "killed (SIGKILL)"). --json prints the root state with each
+("exited (0)", "killed (SIGKILL)"). HOLDER is the identity that created the
+terminal and SHARED who else may attach (sidecar share): alice:read-only,
+role=viewer:read-only. --json prints the root state with each
 terminal's "attached" client ids and a "status": "attached", "detached" or
 "exited".
 
@@ -230,13 +233,29 @@ func writeHost(w io.Writer, st rpc.RootState, tunnels []rpc.TunnelPort, asJSON b
 		_, err = fmt.Fprintln(w, string(b))
 		return err
 	}
+	// Holders and shares (docs/protocol.md "Roles and sharing") have
+	// columns of their own where the host names them.
+	sharing := false
+	for _, t := range st.Terminals {
+		sharing = sharing || t.Holder != "" || len(t.Shares) > 0 || len(t.AttachedBy) > 0
+	}
 	var terms table
-	terms.row("TERMINAL", "TITLE", "CLAIM", "ATTACHED", "STATUS")
+	if sharing {
+		terms.row("TERMINAL", "TITLE", "HOLDER", "SHARED", "CLAIM", "ATTACHED", "STATUS")
+	} else {
+		terms.row("TERMINAL", "TITLE", "CLAIM", "ATTACHED", "STATUS")
+	}
 	for _, t := range st.Terminals {
 		_, status := terminalStatus(t)
 		claim := t.Claim.Kind + ":" + t.Claim.ClientID + t.Claim.Session
 		attached := "-"
-		if len(t.Attached) > 0 {
+		if len(t.AttachedBy) > 0 { // each client with its principal and access
+			cells := make([]string, len(t.AttachedBy))
+			for i, a := range t.AttachedBy {
+				cells[i] = a.ClientID + "(" + a.Principal + ":" + accessWords(a.Access) + ")"
+			}
+			attached = strings.Join(cells, ",")
+		} else if len(t.Attached) > 0 {
 			attached = strings.Join(t.Attached, ",")
 		}
 		if len(t.Away) > 0 { // lost their connection; the host keeps them for a reconnect
@@ -247,7 +266,16 @@ func writeHost(w io.Writer, st rpc.RootState, tunnels []rpc.TunnelPort, asJSON b
 				attached += "," + away
 			}
 		}
-		terms.row(printable(strings.TrimPrefix(t.Resource, rpc.TerminalScheme+"/")), printable(t.Title), printable(claim), printable(attached), printable(status))
+		id := printable(strings.TrimPrefix(t.Resource, rpc.TerminalScheme+"/"))
+		if sharing {
+			holder := t.Holder
+			if holder == "" {
+				holder = "-"
+			}
+			terms.row(id, printable(t.Title), printable(holder), sharesCell(t.Shares), printable(claim), printable(attached), printable(status))
+			continue
+		}
+		terms.row(id, printable(t.Title), printable(claim), printable(attached), printable(status))
 	}
 	if err := terms.write(w); err != nil {
 		return err

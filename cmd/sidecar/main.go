@@ -138,7 +138,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCmd(), runCmd(), attachCmd(), lsCmd(), tokenCmd(), certCmd(), forwardCmd(), cpCmd(), connectCmd(), stdioCmd(), topCmd(), killCmd(), logsCmd())
+	root.AddCommand(serveCmd(), runCmd(), attachCmd(), lsCmd(), tokenCmd(), certCmd(), forwardCmd(), cpCmd(), connectCmd(), stdioCmd(), topCmd(), killCmd(), logsCmd(), shareCmd())
 	usageErrors(root)
 	survivePipes(root, "serve", "forward", "connect")
 	stopProfile := startProfile()

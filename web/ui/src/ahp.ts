@@ -28,6 +28,17 @@ export interface TerminalInfo {
   signal?: string;
   attached?: string[]; // our extension: the clientIds subscribed to it now
   away?: string[]; // and those whose connection was lost, kept for a reconnect
+  holder?: string; // our extension (docs/protocol.md "Roles and sharing"): the principal that created it
+  shares?: TerminalShare[]; // who else may attach, and how
+  attachedBy?: { clientId: string; principal: string; access: Access }[]; // each attached client's identity and access
+}
+
+/** Access is a share's or an attached client's: read (watch) or write (type too). */
+export type Access = "read" | "write";
+
+export interface TerminalShare {
+  with: { principal?: string; role?: string };
+  access: Access;
 }
 
 export interface Port {

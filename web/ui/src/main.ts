@@ -11,7 +11,7 @@ import { LinkError, type Closed, type Link } from "./link.js";
 import { connectLink, endpoint, forcedTransport } from "./connect.js";
 import { WT_UNAUTHORIZED } from "./tio.js";
 import { backoff, graceLeft, refusal } from "./resume.js";
-import { holderText } from "./share.js";
+import { holderText, shareTarget, sharesText } from "./share.js";
 import { numbered, terminalId, terminalName, type Name } from "./names.js";
 import { Pane, type PaneHost } from "./pane.js";
 import { brokenHint, previewHref, previewable, subdomainLogin, type PreviewStatus } from "./preview.js";
@@ -542,6 +542,9 @@ function renderPane(): void {
   $("share").hidden = text === null;
   $("share-text").textContent = text ?? "";
   const b = $<HTMLButtonElement>("takeover");
+  b.hidden = p?.share?.readOnly ?? false; // a read-only page may not take the claim
+  const shares = sharesText(terminals.find((x) => x.resource === p?.uri));
+  $("share-with").title = "Share this terminal with another identity or a role" + (shares ? ` (shared with ${shares})` : "");
   b.disabled = p?.share?.takingOver ?? false;
   b.textContent = p?.share?.takingOver ? "Taking over…" : "Take over";
   $("exit").textContent = p?.message || notice;
@@ -717,6 +720,33 @@ async function newTerminal(): Promise<void> {
     closeTab(uri);
     notice = errorText(err);
     renderPane();
+  }
+}
+
+/**
+ * shareTerminal asks who to share a terminal with ("alice", or
+ * "role:viewer") and how, then sends terminal/share (docs/protocol.md
+ * "Roles and sharing"); the host refuses it unless this page's identity
+ * holds the terminal or is an owner. An empty answer cancels; "-" before
+ * the name revokes ("-alice").
+ */
+async function shareTerminal(uri: string): Promise<void> {
+  const answer = window.prompt(`Share ${nameOf(uri).name} with (a name, or role:viewer; -name revokes):`, "");
+  if (answer === null) return;
+  const revoke = answer.trim().startsWith("-");
+  const target = shareTarget(revoke ? answer.trim().slice(1) : answer);
+  if (target === null) {
+    showError(uri, new Error(`cannot share with ${JSON.stringify(answer)}: give a name or role:owner, role:user, role:viewer`));
+    return;
+  }
+  try {
+    if (revoke) await client?.request("terminal/unshare", { channel: uri, with: target });
+    else {
+      const write = window.confirm("Let them type into it too? OK: read-write; Cancel: read-only.");
+      await client?.request("terminal/share", { channel: uri, with: target, access: write ? "write" : "read" });
+    }
+  } catch (err) {
+    showError(uri, err);
   }
 }
 
@@ -996,6 +1026,9 @@ function main(): void {
   $("new-tab").onclick = () => void newTerminal();
   $("hint-new").onclick = () => void newTerminal();
   $("takeover").onclick = () => active()?.takeOver();
+  $("share-with").onclick = () => {
+    if (tabs.active) void shareTerminal(tabs.active);
+  };
   $("kill").onclick = () => {
     if (tabs.active) confirmKill(tabs.active);
   };

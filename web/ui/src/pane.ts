@@ -92,6 +92,7 @@ export class Pane {
     this.term.open(this.el);
     this.term.onData((data) => {
       const c = host.client();
+      if (this.share?.readOnly) return this.say("read only"); // the host would refuse it: -32009
       if (c && !this.closed) c.input(uri, data); // a paste may exceed a frame: split
     });
     this.term.onResize(() => this.sendSize());
@@ -133,7 +134,8 @@ export class Pane {
   /** catalogued takes the terminal's entry in the root catalogue: its title, who is attached. */
   catalogued(info: ahp.TerminalInfo | undefined): void {
     if (info?.title) this.named(info.title, undefined);
-    this.share?.catalogue(info);
+    const ch = this.share?.catalogue(info);
+    if (ch?.readOnly !== undefined) this.host.changed(this);
   }
 
   say(message: string): void {
@@ -190,8 +192,11 @@ export class Pane {
         this.term.write(a.data, this.visible ? release : () => this.pacer.credit(n, release));
         return;
       }
+      if (m.method === "action" && m.params.rejectionCode !== undefined && a?.type !== "terminal/claimed" && a?.type !== "terminal/resized") {
+        if (s.action(a ?? {}, m.params.origin, m.params.rejectionReason, m.params.rejectionCode).readOnly) this.host.changed(this);
+      }
       if (m.method === "action" && (a?.type === "terminal/claimed" || a?.type === "terminal/resized")) {
-        const ch = s.action(a, m.params.origin, m.params.rejectionReason);
+        const ch = s.action(a, m.params.origin, m.params.rejectionReason, m.params.rejectionCode);
         this.changed(ch);
         if (ch.holding !== undefined || ch.size) this.applyView();
         else this.host.changed(this); // a claim answered: the notice may show, the button come back
@@ -254,7 +259,7 @@ export class Pane {
   sendSize(): void {
     const c = this.host.client();
     const s = this.share;
-    if (!c || this.closed || !s?.holding || !this.visible) return;
+    if (!c || this.closed || !s?.holding || s.readOnly || !this.visible) return;
     const size = { cols: this.term.cols, rows: this.term.rows };
     const host = this.sentSize ?? s.size; // what the host has, or will have once our last resize is applied
     if (host?.cols === size.cols && host?.rows === size.rows) return;

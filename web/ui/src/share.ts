@@ -33,6 +33,32 @@ export interface Change {
   holding?: boolean; // the page became the holder (true) or stopped being it (false)
   size?: boolean; // the terminal's size on the host changed
   refused?: string; // our claim was rejected, with this reason
+  readOnly?: boolean; // the page may only watch now (true), or may type again (false)
+}
+
+/** PERMISSION_DENIED is the JSON-RPC code of a refusal by role or share (-32009; our rejectionCode). */
+export const PERMISSION_DENIED = -32009;
+
+/**
+ * shareTarget reads who to share with as the Share… prompt takes it:
+ * "alice" (an identity) or "role:viewer" (every identity of a role);
+ * null when empty or an unknown role.
+ */
+export function shareTarget(text: string): { principal: string } | { role: string } | null {
+  const s = text.trim();
+  if (s === "") return null;
+  if (s.startsWith("role:")) {
+    const role = s.slice(5).trim();
+    return ["owner", "user", "viewer"].includes(role) ? { role } : null;
+  }
+  return { principal: s };
+}
+
+/** sharesText lists a terminal's shares for people: "alice (read-only), role viewer (read-write)". */
+export function sharesText(info: TerminalInfo | undefined): string {
+  return (info?.shares ?? [])
+    .map((s) => `${s.with.role !== undefined ? `role ${s.with.role}` : s.with.principal} (${s.access === "write" ? "read-write" : "read-only"})`)
+    .join(", ");
 }
 
 export class Share {
@@ -47,6 +73,13 @@ export class Share {
   takenBy: string | null = null;
   /** refused is why our last claim was rejected, until the next one. */
   refused: string | null = null;
+  /**
+   * readOnly: this page may only watch the terminal (docs/protocol.md
+   * "Roles and sharing"): the catalogue lists it with read access, or the
+   * host refused its input with -32009. The page then sends no
+   * keystrokes or resizes and says "read only".
+   */
+  readOnly = false;
   private pending: { seq: number; auto: boolean } | null = null;
 
   constructor(readonly me: string) {}
@@ -82,9 +115,15 @@ export class Share {
   }
 
   /** action takes one action of the terminal's channel, with its echo's origin and rejectionReason. */
-  action(a: { type?: string; claim?: SharedState["claim"]; cols?: number; rows?: number }, origin?: Origin, rejection?: string): Change {
+  action(a: { type?: string; claim?: SharedState["claim"]; cols?: number; rows?: number }, origin?: Origin, rejection?: string, code?: number): Change {
     const mine = this.pending;
     const ours = origin !== undefined && origin.clientId === this.me && mine !== null && origin.clientSeq === mine.seq;
+    if (code === PERMISSION_DENIED && origin?.clientId === this.me) {
+      if (ours) this.pending = null;
+      if (this.readOnly) return {};
+      this.readOnly = true;
+      return { readOnly: true };
+    }
     if (a.type === "terminal/claimed") {
       if (ours) this.pending = null;
       if (rejection) {
@@ -106,9 +145,15 @@ export class Share {
   }
 
   /** catalogue takes the terminal's entry of the root catalogue (who is attached, who is away). */
-  catalogue(info: TerminalInfo | undefined): void {
+  catalogue(info: TerminalInfo | undefined): Change {
     this.attached = info?.attached ?? [];
     this.away = info?.away ?? [];
+    const me = info?.attachedBy?.find((a) => a.clientId === this.me);
+    if (me === undefined) return {};
+    const readOnly = me.access === "read";
+    if (readOnly === this.readOnly) return {};
+    this.readOnly = readOnly;
+    return { readOnly };
   }
 
   /** view is the size to draw the terminal at: the holder's while sharing; null to fit the pane (holding, or size unknown). */
@@ -123,6 +168,7 @@ export class Share {
    * when the holder has gone, the page holds it and says nothing).
    */
   notice(): string | null {
+    if (this.readOnly) return "Read only: this terminal is shared with you to watch; your keystrokes are not sent.";
     if (this.holding || this.pending?.auto) return null;
     const size = this.size ? `, ${this.size.cols}×${this.size.rows}` : "";
     let text: string;
