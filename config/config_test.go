@@ -54,7 +54,8 @@ func TestDefault(t *testing.T) {
 		Listener: Listener{Address: "127.0.0.1:4433", Origins: []string{},
 			MaxConnections: 1024, MaxConnectionsPerPrincipal: 768, MaxUninitialized: 64, InitializeTimeout: 10 * time.Second},
 		Terminal: Terminal{Login: true, Term: "xterm-256color", ScrollbackBytes: 1 << 20,
-			MaxPerClient: 16, MaxTotal: 64, MaxPerPrincipal: 32, MaxPerConnection: 16, Env: map[string]string{"LANG": "C.UTF-8"}},
+			MaxPerClient: 16, MaxTotal: 64, MaxPerPrincipal: 32, MaxPerConnection: 16, Env: map[string]string{"LANG": "C.UTF-8"},
+			RecordMaxBytes: 64 << 20, RecordDirMaxBytes: 1 << 30},
 		TCP: TCP{Allow: []string{"127.0.0.0/8", "::1/128"}, MaxPerClient: 256, MaxTotal: 1024, MaxPerPrincipal: 512, MaxPerConnection: 256,
 			DialTimeout: 10 * time.Second, WindowBytes: 32 << 20, MaximumFrameBytes: 512 << 10, WindowBytesPerClient: 64 << 20},
 		Tunnels: Tunnels{MaxEntries: 256, MaxListenersPerPrincipal: 16, MaxConnectionsPerPrincipal: 256, MaxWaiting: 32,
@@ -155,7 +156,12 @@ terminal {
   max_per_principal = 6
   max_per_connection = 7
   env = { FOO = "bar" }
+  record_dir = "/var/lib/sidecar/recordings"
+  record_input = true
+  record_max_bytes = 1000
+  record_dir_max_bytes = 2000
 }
+audit { file = "/var/log/sidecar/audit.log" }
 tcp {
   allow = ["10.0.0.0/8", "192.168.1.7"]
   max_per_client = 4
@@ -236,7 +242,9 @@ func TestLoadOverridesEverything(t *testing.T) {
 		TLS:  TLS{CertFile: "/etc/sidecar/cert.pem", KeyFile: "/etc/sidecar/key.pem"},
 		Auth: Auth{TokenFile: "/run/secrets/token"},
 		Terminal: Terminal{Shell: "/bin/sh", User: "root", Login: false, Term: "screen", ScrollbackBytes: 65536,
-			MaxPerClient: 2, MaxTotal: 3, MaxPerPrincipal: 6, MaxPerConnection: 7, Env: map[string]string{"FOO": "bar"}},
+			MaxPerClient: 2, MaxTotal: 3, MaxPerPrincipal: 6, MaxPerConnection: 7, Env: map[string]string{"FOO": "bar"},
+			RecordDir: "/var/lib/sidecar/recordings", RecordInput: true, RecordMaxBytes: 1000, RecordDirMaxBytes: 2000},
+		Audit: Audit{File: "/var/log/sidecar/audit.log"},
 		TCP: TCP{Allow: []string{"10.0.0.0/8", "192.168.1.7"}, MaxPerClient: 4, MaxTotal: 5, MaxPerPrincipal: 8, MaxPerConnection: 9,
 			DialTimeout: 1500 * time.Millisecond, WindowBytes: 65537, MaximumFrameBytes: 1025, WindowBytesPerClient: 131072},
 		Tunnels: Tunnels{AllowNonLoopback: true, AllowPrivilegedPorts: true, MaxEntries: 3, MaxListenersPerPrincipal: 4,
