@@ -105,6 +105,12 @@ func New(opts Options) (*Log, error) {
 		l.file = f
 		l.outs = append(l.outs, f)
 	}
+	if len(l.outs) == 0 {
+		close(l.queue) // nothing to write: no writer, nothing queued
+		close(l.done)
+		l.queue = nil
+		return l, nil
+	}
 	go l.write()
 	return l, nil
 }
@@ -126,10 +132,12 @@ func (l *Log) Record(ev Event) {
 	close(l.changed)
 	l.changed = make(chan struct{})
 	l.recorded.Add(1)
-	select {
-	case l.queue <- ev:
-	default:
-		l.dropped.Add(1)
+	if l.queue != nil {
+		select {
+		case l.queue <- ev:
+		default:
+			l.dropped.Add(1)
+		}
 	}
 	l.mu.Unlock()
 }
@@ -178,7 +186,9 @@ func (l *Log) Close() error {
 		return nil
 	}
 	l.closed = true
-	close(l.queue)
+	if l.queue != nil {
+		close(l.queue)
+	}
 	l.mu.Unlock()
 	<-l.done
 	if l.file != nil {
@@ -300,4 +310,4 @@ func cleanString(s string) string {
 	return s
 }
 
-var _ Sink = (*Log)(nil)
+var _ Feed = (*Log)(nil)
