@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/audit"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -16,6 +17,7 @@ import (
 // tees the host's logger into the logs channel (adapters.LogTee), so it is
 // registered first. Register it with NewKind.
 type Kind struct {
+	env     adapters.Env
 	ts      *Channels
 	procs   *Processes
 	history *History
@@ -30,7 +32,7 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 	}
 	history := NewHistory(env.Config.Telemetry.Interval)
 	history.Start()
-	k := &Kind{procs: procs, history: history, ts: NewChannels(ChannelsConfig{
+	k := &Kind{env: env, procs: procs, history: history, ts: NewChannels(ChannelsConfig{
 		Interval:       env.Config.Telemetry.Interval,
 		ServiceVersion: env.Version,
 		Self:           env.Host,
@@ -46,12 +48,14 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 	if !journal {
 		log.Debug("no journal channel", "reason", why)
 	}
+	feed, _ := env.Audit.(audit.Feed) // the audit channel's events
 	k.logs = NewHostLogs(HostLogsConfig{
 		Files:    env.Config.Telemetry.LogFiles,
 		Journal:  journal,
 		Resource: k.ts.sampler.Resource,
 		Seq:      env.Journal.Seq,
 		Log:      log,
+		Audit:    feed,
 	})
 	return k, nil
 }
@@ -66,15 +70,18 @@ func (k *Kind) Channels() *Channels { return k.ts }
 func (k *Kind) Name() string { return "telemetry" }
 
 // Labels implements adapters.Kind.
-func (k *Kind) Labels() []string { return []string{"metrics", "logs", "log_files", "journal"} }
+func (k *Kind) Labels() []string { return []string{"metrics", "logs", "log_files", "journal", "audit"} }
 
 // Logger implements adapters.LogTee.
 func (k *Kind) Logger() hclog.Logger { return k.ts.Logger() }
 
 // Lookup implements adapters.Kind: ahp-otlp://metrics[?interval=…] and
 // ahp-otlp://logs[?level=…], the same for every caller.
-func (k *Kind) Lookup(uri string, _ adapters.Caller) adapters.Channel {
+func (k *Kind) Lookup(uri string, caller adapters.Caller) adapters.Channel {
 	if !strings.HasPrefix(uri, rpc.TelemetryScheme) {
+		return nil
+	}
+	if uri == AuditURI && auditRefusal(caller.Identity.Role) != nil {
 		return nil
 	}
 	if ch := k.ts.Channel(uri); ch != nil {
@@ -88,9 +95,15 @@ func (k *Kind) Lookup(uri string, _ adapters.Caller) adapters.Channel {
 
 // Refuse implements adapters.Refuser: why a machine log channel is
 // refused (a file outside telemetry.log_files, a bad filter, no journal).
-func (k *Kind) Refuse(uri string, _ adapters.Caller) *rpc.Error {
+func (k *Kind) Refuse(uri string, caller adapters.Caller) *rpc.Error {
 	if !strings.HasPrefix(uri, rpc.TelemetryScheme) {
 		return nil
+	}
+	if uri == AuditURI {
+		if e := auditRefusal(caller.Identity.Role); e != nil {
+			k.env.Denied(caller, "audit.read", uri)
+			return e
+		}
 	}
 	_, e := k.logs.Channel(uri)
 	return e
@@ -131,9 +144,19 @@ func (k *Kind) Metrics() []adapters.Metric {
 		{Name: "dropped_total", Label: "reason", LabelValue: "telemetry_batch", Value: float64(k.ts.Stats().Missed), Counter: true},
 		{Name: "dropped_total", Label: "reason", LabelValue: "log_record", Value: float64(k.ts.LogRecordsMissed()), Counter: true},
 		{Name: "dropped_total", Label: "reason", LabelValue: "host_log_record", Value: float64(k.logs.Skipped()), Counter: true},
+		{Name: "dropped_total", Label: "reason", LabelValue: "audit_line", Value: float64(k.auditStats().Dropped), Counter: true},
+		{Name: "dropped_total", Label: "reason", LabelValue: "audit_event", Value: float64(k.auditStats().Missed), Counter: true},
 		{Name: "log_lines_truncated_total", Help: "Records of the machine's log channels cut at 16 KiB (lines of files, journal messages), or journal entries over 1 MiB skipped.",
 			Value: float64(k.logs.Truncated()), Counter: true},
 	}
+}
+
+// auditStats returns the audit feed's counters (zeros when none).
+func (k *Kind) auditStats() audit.Stats {
+	if k.logs.cfg.Audit == nil {
+		return audit.Stats{}
+	}
+	return k.logs.cfg.Audit.Stats()
 }
 
 // Shutdown implements adapters.Kind: sampling and the logs pump stop.
