@@ -202,6 +202,12 @@ func TestAuditScriptedSession(t *testing.T) {
 	}
 	_ = c.Close()
 
+	// sidecar logs --audit prints what the channel holds, and exits.
+	out, errOut, code := s.run(t, append([]string{"logs", s.url, "--audit"}, s.connArgs()...)...)
+	if code != 0 || !strings.Contains(out, " (owner): terminal.create ") || !strings.Contains(out, `url.path="/hello"`) {
+		t.Errorf("sidecar logs --audit: exit %d\n%s%s", code, out, errOut)
+	}
+
 	// Shut down (every line written), then read the log and the file.
 	_ = s.p.cmd.Process.Signal(syscall.SIGTERM)
 	if code := s.p.wait(t, waitTimeout); code != 0 {

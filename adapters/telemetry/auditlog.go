@@ -18,7 +18,7 @@ import (
 // AuditURI is the audit channel (docs/protocol.md "The audit channel"):
 // the host's audit events (audit.Event) as OTLP log records, for the
 // owner role only.
-const AuditURI = rpc.TelemetryScheme + "//logs/audit"
+const AuditURI = rpc.AuditChannel
 
 // auditBatch is how many events the audit reader takes from the feed at
 // once.
