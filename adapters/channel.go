@@ -32,6 +32,7 @@ package adapters
 import (
 	"encoding/json"
 
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -212,9 +213,11 @@ type Message struct {
 	// Sub is the sender's subscription to the channel, nil if it has none
 	// (dispatchAction needs no subscription).
 	Sub Subscriber
-	// ClientID, Principal and Conn name the sender.
+	// ClientID, Principal and Conn name the sender; Identity is its
+	// identity and role (Caller.Identity).
 	ClientID  string
 	Principal string
+	Identity  auth.Identity
 	Conn      ConnID
 	// Capabilities is the sender's ClientCapabilities (Caller's).
 	Capabilities json.RawMessage

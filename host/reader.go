@@ -201,7 +201,7 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 		}
 	}
 	caller := c.caller()
-	m := adapters.Message{ClientID: caller.ClientID, Principal: caller.Principal, Conn: caller.Conn, Capabilities: caller.Capabilities, Header: h, Release: release}
+	m := adapters.Message{ClientID: caller.ClientID, Principal: caller.Principal, Identity: caller.Identity, Conn: caller.Conn, Capabilities: caller.Capabilities, Header: h, Release: release}
 	var ch adapters.Channel
 	if sub != nil {
 		m.Sub, ch = sub, sub.ch

@@ -69,7 +69,7 @@ func (ch *channel) Receive(m adapters.Message) {
 		k.log.Warn("bad dispatchAction", "client", m.ClientID, "error", e.Message)
 		return
 	}
-	caller := adapters.Caller{ClientID: m.ClientID, Principal: m.Principal, Conn: m.Conn, Capabilities: m.Capabilities}
+	caller := adapters.Caller{ClientID: m.ClientID, Principal: m.Principal, Identity: m.Identity, Conn: m.Conn, Capabilities: m.Capabilities}
 	if m.Sub != nil {
 		caller.Conn = m.Sub.Conn()
 	}
