@@ -352,3 +352,79 @@ func asciinemaCat(t *testing.T, path string) string {
 	}
 	return out.String()
 }
+
+// TestAuditReverseForward: a reverse forward's listener is audited when
+// it opens (its address and destination) and closes, and the connection
+// it accepted as a TCP channel (reverse, the peer's address, the bytes
+// each way).
+func TestAuditReverseForward(t *testing.T) {
+	t.Parallel()
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		conn, err := echo.Accept()
+		if err == nil {
+			_, _ = io.Copy(conn, conn)
+			_ = conn.Close()
+		}
+	}()
+	dest := echo.Addr().String()
+	s := startServer(t, "")
+	fw, addrs := reverseStart(t, s, "-R 127.0.0.1:0:"+dest)
+	conn, err := net.DialTimeout("tcp", addrs[0], waitTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetDeadline(time.Now().Add(waitTimeout))
+	if _, err := conn.Write([]byte("hi-rev")); err != nil {
+		t.Fatal(err)
+	}
+	back := make([]byte, 6)
+	if _, err := io.ReadFull(conn, back); err != nil || string(back) != "hi-rev" {
+		t.Fatalf("echo through -R: %q, %v", back, err)
+	}
+	_ = conn.(*net.TCPConn).CloseWrite()
+	_, _ = io.ReadAll(conn)
+	_ = conn.Close()
+	fw.p.kill(t)
+
+	_ = s.p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := s.p.wait(t, waitTimeout); code != 0 {
+		t.Fatalf("serve exit %d", code)
+	}
+	byAction := map[string][]auditLine{}
+	var got []string
+	for _, l := range auditLines(t, s.p.stderr.Bytes()) {
+		got = append(got, l.Action)
+		byAction[l.Action] = append(byAction[l.Action], l)
+		if l.Role != "owner" || !strings.HasPrefix(l.Principal, "token") {
+			t.Errorf("audit line %v: want a token principal, role owner", l.raw)
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"tcp.close", "tcp.open", "tunnel.close", "tunnel.listen"}; !slices.Equal(got, want) {
+		t.Fatalf("audit actions %v, want %v", got, want)
+	}
+	for _, c := range []struct {
+		action, key string
+		want        any
+	}{
+		{"tunnel.listen", "server.address", addrs[0]},
+		{"tunnel.listen", "destination", dest},
+		{"tunnel.close", "server.address", addrs[0]},
+		{"tcp.open", "reverse", true},
+		{"tcp.open", "client.address", conn.LocalAddr().String()},
+		{"tcp.close", "sent.bytes", 6},
+		{"tcp.close", "received.bytes", 6},
+	} {
+		if v := byAction[c.action][0].raw[c.key]; fmt.Sprint(v) != fmt.Sprint(c.want) {
+			t.Errorf("%s %s = %v, want %v", c.action, c.key, v, c.want)
+		}
+	}
+	if bytes.Contains(s.p.stderr.Bytes(), []byte(s.token)) {
+		t.Error("the log holds the token")
+	}
+}
