@@ -612,6 +612,11 @@ func TestValidateTerminal(t *testing.T) {
 		{"log file bad glob", func(c *Config) { c.Telemetry.LogFiles = []string{"/var/log/[x.log"} }, `Invalid telemetry.log_files: "/var/log/[x.log" must be an absolute`},
 		{"journal mode", func(c *Config) { c.Telemetry.Journal = "yes" }, `Invalid telemetry.journal: must be "auto", "on" or "off", got "yes"`},
 		{"zero total reported once", func(c *Config) { c.TCP.MaxTotal = 0 }, "Invalid tcp.max_total: must be greater than 0"},
+		{"record dir", func(c *Config) { c.Terminal.RecordDir = "/var/lib/sidecar/rec" }, ""},
+		{"record dir relative", func(c *Config) { c.Terminal.RecordDir = "rec" }, `Invalid terminal.record_dir: must be an absolute path, got "rec"`},
+		{"record dir under one", func(c *Config) { c.Terminal.RecordMaxBytes, c.Terminal.RecordDirMaxBytes = 10, 9 }, "Invalid terminal.record_dir_max_bytes: must be at least terminal.record_max_bytes (10), got 9"},
+		{"record max zero", func(c *Config) { c.Terminal.RecordMaxBytes = 0 }, "Invalid terminal.record_max_bytes: must be greater than 0"},
+		{"audit file relative", func(c *Config) { c.Audit.File = "audit.log" }, `Invalid audit.file: must be an absolute path, got "audit.log"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Default()
