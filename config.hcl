@@ -141,6 +141,16 @@ terminal {
   env = {
     LANG = "C.UTF-8"
   }
+  # Session recordings (docs/operations.md "Recordings"): when record_dir is set, each
+  # terminal's output is recorded there in asciicast v2 (`asciinema play` plays it), one
+  # file a terminal, created 0600. Keystrokes are recorded only with record_input = true
+  # (they hold passwords typed without echo). A recording stops at record_max_bytes
+  # (64 MiB), saying so in its last event; the oldest recordings are removed to keep the
+  # directory under record_dir_max_bytes (1 GiB).
+  record_dir           = ""
+  record_input         = false
+  record_max_bytes     = 67108864
+  record_dir_max_bytes = 1073741824
 }
 
 tcp {
@@ -302,6 +312,14 @@ log {
   # auto: text on a terminal, JSON lines otherwise (journald, container logs);
   # or text, or json.
   format = "auto"
+}
+
+audit {
+  # Audit events (docs/operations.md "Audit": who created, attached, killed a terminal,
+  # forwarded where, read or wrote which file...) are JSON lines in the daemon's log and on
+  # the audit channel (ahp-otlp://logs/audit, owner only). file, when set, is an absolute
+  # path each line is appended to as well (created 0600).
+  file = ""
 }
 
 metrics {

@@ -33,7 +33,6 @@ import (
 	"encoding/json"
 
 	"github.com/sidecar-dev/sidecar/auth"
-
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -217,13 +216,13 @@ type Message struct {
 	// Sub is the sender's subscription to the channel, nil if it has none
 	// (dispatchAction needs no subscription).
 	Sub Subscriber
-	// ClientID, Principal and Conn name the sender.
+	// ClientID, Principal and Conn name the sender; Identity is who
+	// authenticated its connection (Caller.Identity), whose role decides
+	// which actions it may dispatch.
 	ClientID  string
 	Principal string
+	Identity  auth.Identity
 	Conn      ConnID
-	// Identity is who authenticated the sender's connection (its role
-	// decides which actions it may dispatch).
-	Identity auth.Identity
 	// Capabilities is the sender's ClientCapabilities (Caller's).
 	Capabilities json.RawMessage
 	// Header is the message, parsed (rpc.ParseHeader).

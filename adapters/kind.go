@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/sidecar-dev/sidecar/audit"
 	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/journal"
@@ -149,6 +150,32 @@ type Env struct {
 	// EndSubscription ends sub as an unsubscribe would (its queued
 	// messages still go out): a terminal's share revoked.
 	EndSubscription func(sub Subscriber)
+
+	// Audit receives the audit events of the host and its kinds
+	// (docs/operations.md "Audit"); nil records nothing. Kinds record
+	// through Env.Record and Env.Denied.
+	Audit audit.Sink
+}
+
+// Record records the audit event action of caller c (its principal and
+// role) with attrs (OpenTelemetry attribute names where one exists;
+// never a credential or terminal content). It does not block.
+func (env Env) Record(c Caller, action string, attrs map[string]any) {
+	if env.Audit == nil {
+		return
+	}
+	env.Audit.Record(audit.Event{Time: time.Now(), Action: action, Principal: c.Identity.Name, Role: string(c.Identity.Role), Attrs: attrs})
+}
+
+// Denied records a role refusal (audit action "permission.denied"):
+// caller c was refused permission (its name, as the -32009 message
+// says it) on target (a channel URI, a method; "" when none).
+func (env Env) Denied(c Caller, permission, target string) {
+	attrs := map[string]any{"permission": permission}
+	if target != "" {
+		attrs["target"] = target
+	}
+	env.Record(c, audit.ActionPermissionDenied, attrs)
 }
 
 // Root is the root channel's catalogue (ahp-root://, ahp.md §4) as kinds
@@ -195,6 +222,14 @@ type Refuser interface {
 // away now).
 type Refresher interface {
 	Refresh()
+}
+
+// Attachable is implemented by a channel whose subscriptions are audited
+// (a terminal: "terminal.attach"): the host calls Attached once a
+// subscribe to it succeeded, with the subscriber and whether its
+// delivery is windowed.
+type Attachable interface {
+	Attached(caller Caller, windowed bool)
 }
 
 // Metric is one series a kind reports: sidecar_<Name>, with one label

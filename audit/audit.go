@@ -13,7 +13,8 @@ type Event struct {
 	Time time.Time
 	// Action names it, dotted: "auth.success", "auth.failure",
 	// "terminal.create", "terminal.attach", "terminal.share",
-	// "terminal.kill", "tcp.open", "tcp.close", "files.read",
+	// "terminal.kill", "tcp.open", "tcp.close", "tunnel.listen",
+	// "tunnel.close", "files.read",
 	// "files.write", "preview.request", "permission.denied".
 	Action string
 	// Principal and Role are who did it ("" before authentication).
@@ -23,6 +24,37 @@ type Event struct {
 	// seconds, path, reason...), OpenTelemetry attribute names where one
 	// exists ("server.address", "network.peer.address").
 	Attrs map[string]any
+}
+
+// The actions recorded (Event.Action).
+const (
+	ActionAuthSuccess      = "auth.success"
+	ActionAuthFailure      = "auth.failure"
+	ActionTerminalCreate   = "terminal.create"
+	ActionTerminalAttach   = "terminal.attach"
+	ActionTerminalShare    = "terminal.share"
+	ActionTerminalKill     = "terminal.kill"
+	ActionTCPOpen          = "tcp.open"
+	ActionTCPClose         = "tcp.close"
+	ActionTunnelListen     = "tunnel.listen"
+	ActionTunnelClose      = "tunnel.close"
+	ActionFilesRead        = "files.read"
+	ActionFilesWrite       = "files.write"
+	ActionPreviewRequest   = "preview.request"
+	ActionPermissionDenied = "permission.denied"
+)
+
+// Feed is a sink whose events can be read back, as the audit channel
+// does (*Log).
+type Feed interface {
+	Sink
+	// Read returns up to limit events after seq after, the seq to read
+	// after next time, and a channel closed at the next event.
+	Read(after uint64, limit int) (evs []Event, cursor uint64, changed <-chan struct{})
+	// Oldest returns the seq before the oldest event still held.
+	Oldest() uint64
+	// Stats returns the feed's counters.
+	Stats() Stats
 }
 
 // Sink receives events. Record must not block for long: a sink that

@@ -64,6 +64,7 @@ type Config struct {
 	Log       Log
 	Metrics   Metrics
 	Preview   Preview
+	Audit     Audit
 	// Roles are the role blocks, by role name (roles.go): what narrows a
 	// role. nil when there are none.
 	Roles map[string]RoleLimits
@@ -229,6 +230,23 @@ type Terminal struct {
 	// Env is the environment of the PTY on top of the clean base (HOME, USER, SHELL,
 	// PATH, TERM). Setting it in a file replaces the default map entirely.
 	Env map[string]string
+
+	// RecordDir, when set, is the directory each terminal's session is
+	// recorded into, one asciicast v2 file a terminal (docs/operations.md
+	// "Recordings"); RecordInput records its keystrokes too.
+	RecordDir   string
+	RecordInput bool
+	// RecordMaxBytes bounds one recording (bytes of file): at the bound
+	// the recording stops, noted in its last event. RecordDirMaxBytes
+	// bounds the directory's recordings together: the oldest are removed.
+	RecordMaxBytes    int64
+	RecordDirMaxBytes int64
+}
+
+// Audit is block audit: where audit events go besides the daemon's log
+// and the audit channel (docs/operations.md "Audit").
+type Audit struct {
+	File string // a file each audit line is appended to as well (0600); "" for none
 }
 
 // TCP is block tcp: outbound connections the sidecar makes for forwarded ports.
@@ -534,6 +552,10 @@ func (c *Config) schema() []section {
 			{"max_per_principal", &c.Terminal.MaxPerPrincipal},
 			{"max_per_connection", &c.Terminal.MaxPerConnection},
 			{"env", &c.Terminal.Env},
+			{"record_dir", &c.Terminal.RecordDir},
+			{"record_input", &c.Terminal.RecordInput},
+			{"record_max_bytes", &c.Terminal.RecordMaxBytes},
+			{"record_dir_max_bytes", &c.Terminal.RecordDirMaxBytes},
 		}},
 		{"tcp", []field{
 			{"allow", &c.TCP.Allow},
@@ -587,6 +609,9 @@ func (c *Config) schema() []section {
 		{"log", []field{
 			{"level", &c.Log.Level},
 			{"format", &c.Log.Format},
+		}},
+		{"audit", []field{
+			{"file", &c.Audit.File},
 		}},
 		{"metrics", []field{
 			{"listen", &c.Metrics.Listen},
@@ -995,6 +1020,17 @@ func (c *Config) Validate() error {
 		if msg := checkUser(u); msg != "" {
 			v.bad("terminal.user", "%s", msg)
 		}
+	}
+	if d := c.Terminal.RecordDir; d != "" && !filepath.IsAbs(d) {
+		v.bad("terminal.record_dir", "must be an absolute path, got %q", d)
+	}
+	v.positive("terminal.record_max_bytes", c.Terminal.RecordMaxBytes, "bytes")
+	v.positive("terminal.record_dir_max_bytes", c.Terminal.RecordDirMaxBytes, "bytes")
+	if c.Terminal.RecordDirMaxBytes < c.Terminal.RecordMaxBytes {
+		v.bad("terminal.record_dir_max_bytes", "must be at least terminal.record_max_bytes (%d), got %d", c.Terminal.RecordMaxBytes, c.Terminal.RecordDirMaxBytes)
+	}
+	if f := c.Audit.File; f != "" && !filepath.IsAbs(f) {
+		v.bad("audit.file", "must be an absolute path, got %q", f)
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.Terminal.Env)) { // sorted: stable error order
 		if k == "" || strings.ContainsAny(k, "=\x00") {

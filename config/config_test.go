@@ -56,7 +56,8 @@ func TestDefault(t *testing.T) {
 		Auth: Auth{OIDC: OIDC{Audiences: []string{}, Scopes: []string{"openid", "email", "profile"}, PrincipalClaim: "email",
 			GroupsClaim: "groups", Roles: map[string][]string{}, Skew: 30 * time.Second, LoginTimeout: 10 * time.Minute, MaxPendingLogins: 1000}},
 		Terminal: Terminal{Login: true, Term: "xterm-256color", ScrollbackBytes: 1 << 20,
-			MaxPerClient: 16, MaxTotal: 64, MaxPerPrincipal: 32, MaxPerConnection: 16, Env: map[string]string{"LANG": "C.UTF-8"}},
+			MaxPerClient: 16, MaxTotal: 64, MaxPerPrincipal: 32, MaxPerConnection: 16, Env: map[string]string{"LANG": "C.UTF-8"},
+			RecordMaxBytes: 64 << 20, RecordDirMaxBytes: 1 << 30},
 		TCP: TCP{Allow: []string{"127.0.0.0/8", "::1/128"}, MaxPerClient: 256, MaxTotal: 1024, MaxPerPrincipal: 512, MaxPerConnection: 256,
 			DialTimeout: 10 * time.Second, WindowBytes: 32 << 20, MaximumFrameBytes: 512 << 10, WindowBytesPerClient: 64 << 20},
 		Tunnels: Tunnels{MaxEntries: 256, MaxListenersPerPrincipal: 16, MaxConnectionsPerPrincipal: 256, MaxWaiting: 32,
@@ -181,7 +182,12 @@ terminal {
   max_per_principal = 6
   max_per_connection = 7
   env = { FOO = "bar" }
+  record_dir = "/var/lib/sidecar/recordings"
+  record_input = true
+  record_max_bytes = 1000
+  record_dir_max_bytes = 2000
 }
+audit { file = "/var/log/sidecar/audit.log" }
 tcp {
   allow = ["10.0.0.0/8", "192.168.1.7"]
   max_per_client = 4
@@ -268,7 +274,9 @@ func TestLoadOverridesEverything(t *testing.T) {
 			GroupsClaim: "cognito:groups", Roles: map[string][]string{"owner": {"admins"}, "user": {"devs", "ops"}},
 			DefaultRole: "viewer", Skew: time.Minute, LoginTimeout: 2 * time.Minute, MaxPendingLogins: 10}},
 		Terminal: Terminal{Shell: "/bin/sh", User: "root", Login: false, Term: "screen", ScrollbackBytes: 65536,
-			MaxPerClient: 2, MaxTotal: 3, MaxPerPrincipal: 6, MaxPerConnection: 7, Env: map[string]string{"FOO": "bar"}},
+			MaxPerClient: 2, MaxTotal: 3, MaxPerPrincipal: 6, MaxPerConnection: 7, Env: map[string]string{"FOO": "bar"},
+			RecordDir: "/var/lib/sidecar/recordings", RecordInput: true, RecordMaxBytes: 1000, RecordDirMaxBytes: 2000},
+		Audit: Audit{File: "/var/log/sidecar/audit.log"},
 		TCP: TCP{Allow: []string{"10.0.0.0/8", "192.168.1.7"}, MaxPerClient: 4, MaxTotal: 5, MaxPerPrincipal: 8, MaxPerConnection: 9,
 			DialTimeout: 1500 * time.Millisecond, WindowBytes: 65537, MaximumFrameBytes: 1025, WindowBytesPerClient: 131072},
 		Tunnels: Tunnels{AllowNonLoopback: true, AllowPrivilegedPorts: true, MaxEntries: 3, MaxListenersPerPrincipal: 4,
@@ -729,6 +737,11 @@ func TestValidateTerminal(t *testing.T) {
 		{"log file bad glob", func(c *Config) { c.Telemetry.LogFiles = []string{"/var/log/[x.log"} }, `Invalid telemetry.log_files: "/var/log/[x.log" must be an absolute`},
 		{"journal mode", func(c *Config) { c.Telemetry.Journal = "yes" }, `Invalid telemetry.journal: must be "auto", "on" or "off", got "yes"`},
 		{"zero total reported once", func(c *Config) { c.TCP.MaxTotal = 0 }, "Invalid tcp.max_total: must be greater than 0"},
+		{"record dir", func(c *Config) { c.Terminal.RecordDir = "/var/lib/sidecar/rec" }, ""},
+		{"record dir relative", func(c *Config) { c.Terminal.RecordDir = "rec" }, `Invalid terminal.record_dir: must be an absolute path, got "rec"`},
+		{"record dir under one", func(c *Config) { c.Terminal.RecordMaxBytes, c.Terminal.RecordDirMaxBytes = 10, 9 }, "Invalid terminal.record_dir_max_bytes: must be at least terminal.record_max_bytes (10), got 9"},
+		{"record max zero", func(c *Config) { c.Terminal.RecordMaxBytes = 0 }, "Invalid terminal.record_max_bytes: must be greater than 0"},
+		{"audit file relative", func(c *Config) { c.Audit.File = "audit.log" }, `Invalid audit.file: must be an absolute path, got "audit.log"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Default()
@@ -908,7 +921,7 @@ func cloneDefault() *Config {
 	c.Auth.OIDC.Audiences = slices.Clone(c.Auth.OIDC.Audiences)
 	c.Auth.OIDC.Scopes = slices.Clone(c.Auth.OIDC.Scopes)
 	c.Auth.OIDC.Roles = maps.Clone(c.Auth.OIDC.Roles) // empty by default: no group slices to share
-	c.Roles = maps.Clone(c.Roles) // nil by default: no role blocks
+	c.Roles = maps.Clone(c.Roles)                     // nil by default: no role blocks
 	return &c
 }
 

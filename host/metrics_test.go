@@ -179,8 +179,8 @@ func TestMetricsScrape(t *testing.T) {
 		t.Errorf("lint: %v %+v", err, problems)
 	}
 	for name, n := range map[string]int{
-		"sidecar_connections_open": 5, "sidecar_disconnects_total": 10, "sidecar_subscriptions": 20,
-		"sidecar_dropped_total": 5, "sidecar_datagrams_dropped_total": 4, "sidecar_resumes_total": 3,
+		"sidecar_connections_open": 5, "sidecar_disconnects_total": 10, "sidecar_subscriptions": 22,
+		"sidecar_dropped_total": 7, "sidecar_datagrams_dropped_total": 4, "sidecar_resumes_total": 3,
 		"sidecar_tcp_channels": 3, "sidecar_gaps_total": 1,
 	} {
 		if got := testutil.CollectAndCount(srv.Collector(), name); got != n {

@@ -30,6 +30,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/audit"
 	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/delivery"
@@ -84,6 +85,11 @@ type Server struct {
 	// (host/stats.go); guarded by mu.
 	closed connTotals
 
+	// audit is where the host and its kinds record audit events;
+	// ownAudit is set when New made it (Shutdown closes it).
+	audit    audit.Sink
+	ownAudit *audit.Log
+
 	// live counts the open, initialized connections of each clientId, so
 	// a terminal's claim whose holder has gone can be taken over
 	// (terminal/claimed). Its own lock: it is read under a terminal's.
@@ -95,6 +101,24 @@ type Server struct {
 // kinds created in order (Kinds when none is given: host/kinds.go). An
 // error is a kind that could not be created.
 func New(cfg *config.Config, log hclog.Logger, kinds ...adapters.Factory) (*Server, error) {
+	return NewWithOptions(cfg, log, Options{Kinds: kinds})
+}
+
+// Options are what NewWithOptions takes besides the configuration and
+// the log.
+type Options struct {
+	// Audit receives the audit events of the host and its kinds
+	// (docs/operations.md "Audit"); an audit.Feed also feeds the audit
+	// channel (ahp-otlp://logs/audit). Nil: an audit.Log of the
+	// server's own that writes nowhere (the channel only).
+	Audit audit.Sink
+	// Kinds are the channel kinds, created in order (Kinds when none).
+	Kinds []adapters.Factory
+}
+
+// NewWithOptions is New with opts.
+func NewWithOptions(cfg *config.Config, log hclog.Logger, opts Options) (*Server, error) {
+	kinds := opts.Kinds
 	if len(kinds) == 0 {
 		kinds = Kinds
 	}
@@ -114,6 +138,11 @@ func New(cfg *config.Config, log hclog.Logger, kinds ...adapters.Factory) (*Serv
 			MaximumFrameBytes: delivery.UTF16Bytes(cfg.Delivery.MaximumFrameBytes),
 		},
 		parkedPacing: defaultParkedPacing,
+		audit:        opts.Audit,
+	}
+	if s.audit == nil {
+		s.ownAudit, _ = audit.New(audit.Options{}) // no file: no error
+		s.audit = s.ownAudit
 	}
 	s.root = newRoot(s)
 	s.guard = adapters.NewGuard(log)
@@ -128,6 +157,7 @@ func New(cfg *config.Config, log hclog.Logger, kinds ...adapters.Factory) (*Serv
 		EndChannel: s.endChannel,
 		Host:       s.hostStats,
 		Guard:      s.guard,
+		Audit:      s.audit,
 		EndSubscription: func(sub adapters.Subscriber) {
 			if sub, ok := sub.(*subscription); ok {
 				sub.c.unsubscribe(sub, true)
@@ -140,6 +170,10 @@ func New(cfg *config.Config, log hclog.Logger, kinds ...adapters.Factory) (*Serv
 	s.kinds = reg
 	return s, nil
 }
+
+// Audit returns where the server records audit events (Options.Audit,
+// or its own log): the transports record authentications there.
+func (s *Server) Audit() audit.Sink { return s.audit }
 
 // Journal returns the server's journal (for tests).
 func (s *Server) Journal() *journal.Journal { return s.journal }
@@ -293,6 +327,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.kinds.shutdown(ctx)
 		s.guard.Stop()
 		s.wg.Wait()
+		if s.ownAudit != nil {
+			_ = s.ownAudit.Close()
+		}
 		close(done)
 	}()
 	select {

@@ -72,6 +72,9 @@ func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
 	if n := c.subCount(); n >= c.s.cfg.Delivery.MaxSubscriptions {
 		return nil, nil, rpc.Errorf(rpc.CodeInvalidRequest, "too many subscriptions on this connection (limit %d, delivery.max_subscriptions)", c.s.cfg.Delivery.MaxSubscriptions)
 	}
+	if a, ok := ch.(adapters.Attachable); ok {
+		a.Attached(c.caller(), windowed)
+	}
 	if !windowed {
 		_, snap, start := c.startOrdinary(ch)
 		return rpc.SubscribeResult{Snapshot: snap}, start, nil

@@ -33,6 +33,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
+	"github.com/sidecar-dev/sidecar/audit"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/transport"
 )
@@ -76,6 +78,10 @@ type Options struct {
 	Config config.Preview
 	// Log gets refusals (debug) and proxy errors.
 	Log hclog.Logger
+	// Audit, when set, records each authenticated request
+	// (audit.ActionPreviewRequest: port, method, path without its
+	// query, status, duration).
+	Audit audit.Sink
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -134,6 +140,7 @@ type reqInfo struct {
 	viaToken  bool   // authenticated by the Authorization header (taken off)
 	renewedID string // the session renewed by this request: its cookie is sent again
 	failed    *result
+	status    int // the response's status, once known (audit)
 }
 
 // New returns the preview of opts.
@@ -288,17 +295,22 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, port int, prefix,
 			"this preview needs the sidecar page's login: log in at "+login+" and open the port from there (scripts: Authorization: Bearer TOKEN)")
 		return
 	}
+	status := 0 // the answer's, for the audit
+	defer s.audit(principal, r.Method, port, path, &status, s.opts.Now())
 	if n := headerBytes(r); n > s.opts.Config.MaxHeaderBytes {
+		status = http.StatusRequestHeaderFieldsTooLarge
 		s.refuse(w, r, resultTooLarge, http.StatusRequestHeaderFieldsTooLarge,
 			fmt.Sprintf("request headers of %d bytes, over preview.max_header_bytes (%d)", n, s.opts.Config.MaxHeaderBytes))
 		return
 	}
 	if r.ContentLength > s.opts.Config.MaxBodyBytes {
+		status = http.StatusRequestEntityTooLarge
 		s.refuse(w, r, resultTooLarge, http.StatusRequestEntityTooLarge,
 			fmt.Sprintf("request body of %d bytes, over preview.max_body_bytes (%d)", r.ContentLength, s.opts.Config.MaxBodyBytes))
 		return
 	}
 	if !s.acquire(principal) {
+		status = http.StatusTooManyRequests
 		w.Header().Set("Retry-After", "1")
 		s.refuse(w, r, resultLimit, http.StatusTooManyRequests,
 			fmt.Sprintf("%d preview requests of this login in progress already (preview.max_connections_per_principal)", s.opts.Config.MaxConnectionsPerPrincipal))
@@ -310,6 +322,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, port int, prefix,
 	}
 	var failed result = -1
 	info := &reqInfo{port: port, prefix: prefix, viaToken: viaToken, renewedID: renewedID, failed: &failed}
+	defer func() { status = info.status }()
 	ctx := r.Context()
 	if sid != "" {
 		var stop func()
@@ -333,6 +346,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, port int, prefix,
 		s.stats.results[failed].Add(1)
 	}()
 	s.proxy.ServeHTTP(w, out)
+}
+
+// audit records the authenticated request of principal (the single
+// token's, or a session made for it: the owner role) once answered.
+func (s *Server) audit(principal, method string, port int, path string, status *int, start time.Time) {
+	if s.opts.Audit == nil {
+		return
+	}
+	s.opts.Audit.Record(audit.Event{Time: start, Action: audit.ActionPreviewRequest, Principal: principal, Role: string(auth.Owner), Attrs: map[string]any{
+		"server.port": port, "http.request.method": method, "url.path": path,
+		"http.response.status_code": *status, "duration": s.opts.Now().Sub(start),
+	}})
 }
 
 // headerBytes is about what r's request line and headers took on the wire.
@@ -535,6 +560,7 @@ func stripCookies(h http.Header, drop func(name, value string) bool) {
 // session's cookie again.
 func (s *Server) modifyResponse(res *http.Response) error {
 	info := res.Request.Context().Value(ctxKey{}).(*reqInfo)
+	info.status = res.StatusCode
 	h := res.Header
 	if loc := h.Get("Location"); loc != "" {
 		h.Set("Location", rewriteLocation(loc, info.prefix, info.port))
@@ -619,12 +645,15 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	info := r.Context().Value(ctxKey{}).(*reqInfo)
 	var oe *tcp.OpenError
 	var mbe *http.MaxBytesError
+	info.status = http.StatusBadGateway
 	switch {
 	case errors.As(err, &oe) && oe.Kind == tcp.KindDenied:
+		info.status = http.StatusForbidden
 		*info.failed = resultDenied
 		s.opts.Log.Debug("preview refused by policy", "port", info.port, "error", err)
 		http.Error(w, "403 Forbidden: port "+strconv.Itoa(info.port)+": "+oe.Error()+" (tcp.allow, as for sidecar forward)", http.StatusForbidden)
 	case errors.As(err, &mbe):
+		info.status = http.StatusRequestEntityTooLarge
 		*info.failed = resultTooLarge
 		http.Error(w, fmt.Sprintf("413 Request Entity Too Large: request body over preview.max_body_bytes (%d)", mbe.Limit), http.StatusRequestEntityTooLarge)
 	case errors.As(err, &oe) && oe.Kind == tcp.KindRefused:
@@ -632,6 +661,7 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		http.Error(w, "502 Bad Gateway: nothing listens on port "+strconv.Itoa(info.port)+" (127.0.0.1 or ::1)", http.StatusBadGateway)
 	case errors.Is(err, context.Canceled):
 		*info.failed = resultBadGateway
+		info.status = 499
 		w.WriteHeader(499) // the browser went away: nobody reads this
 	default:
 		*info.failed = resultBadGateway

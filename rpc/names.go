@@ -39,6 +39,9 @@ const (
 	LogFilesPattern = "ahp-otlp://logs/files{?path*}"
 	JournalChannel  = "ahp-otlp://logs/journal"
 	JournalPattern  = "ahp-otlp://logs/journal{?unit,priority,since,until}"
+	// AuditChannel is the host's audit events (our extension,
+	// docs/protocol.md "The audit channel"), for the owner role.
+	AuditChannel = "ahp-otlp://logs/audit"
 )
 
 // Methods of the control plane and of delivery (seed 000, ahp.md §2-§3).

@@ -5,6 +5,8 @@ import (
 	"os"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/audit"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -21,10 +23,13 @@ func (k *Kind) OpenDownload(principal, path string) (f *os.File, fi fs.FileInfo,
 		return nil, nil, nil, e
 	}
 	defer dir.Close()
+	// The download endpoint authenticates the token: the owner.
+	caller := adapters.Caller{Principal: principal, ClientID: "http download", Identity: auth.Identity{Name: principal, Role: auth.Owner}}
 	if e := k.pol.Check(full, false); e != nil {
+		k.env.Record(caller, audit.ActionFilesRead, map[string]any{"file.path": full, "outcome": "denied", "via": "http"})
 		return nil, nil, nil, e
 	}
-	res, e := k.quotas.Reserve(&k.quota, adapters.Caller{Principal: principal, ClientID: "http download"})
+	res, e := k.quotas.Reserve(&k.quota, caller)
 	if e != nil {
 		return nil, nil, nil, e
 	}
@@ -45,5 +50,9 @@ func (k *Kind) OpenDownload(principal, path string) (f *os.File, fi fs.FileInfo,
 		return nil, nil, nil, rpc.Errorf(rpc.CodeInvalidParams, "%s is %s, not a regular file: refused", full, describe(fi.Mode()))
 	}
 	k.log.Debug("file opened for an HTTP download", "principal", principal, "path", full)
-	return f, fi, res.Release, nil
+	release = func() {
+		res.Release()
+		k.env.Record(caller, audit.ActionFilesRead, map[string]any{"file.path": full, "file.size": fi.Size(), "outcome": "served", "via": "http"})
+	}
+	return f, fi, release, nil
 }

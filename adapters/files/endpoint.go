@@ -45,10 +45,18 @@ type reader struct {
 	ended func(sum string, unchanged bool)
 	done  func()
 	once  sync.Once
+	// read counts the bytes read; eof is set at the file's end (the
+	// reader's goroutine; Close reads them after it ended).
+	read int64
+	eof  bool
 }
 
 func (r *reader) Read(p []byte) (int, error) {
 	n, err := r.f.Read(p)
+	r.read += int64(n)
+	if err == io.EOF {
+		r.eof = true
+	}
 	r.h.Write(p[:n])
 	if err == io.EOF && r.ended != nil {
 		fi, serr := r.f.Stat()
@@ -88,6 +96,10 @@ type writer struct {
 	mtime  time.Time
 	offset int64 // bytes of the file written (partial included)
 	done   func()
+	// ended, if set, is told at Close whether the file was committed,
+	// the bytes written by this transfer, and why it failed ("" if not).
+	ended func(committed bool, from, to int64, why string)
+	from  int64 // the offset the transfer started at
 	// ch is the writer's channel once attached (set under Kind.mu);
 	// closed is closed once done ran.
 	ch     *tcp.Channel
@@ -210,8 +222,12 @@ func (w *writer) Close() error {
 		w.outcome = nil
 	}
 	committed := w.committed
+	why := string(w.outcome)
 	w.rmu.Unlock()
 	w.closeOnce.Do(func() { close(w.result) })
+	if w.ended != nil {
+		w.ended(committed, w.from, w.offset, why)
+	}
 	_ = w.f.Close()
 	if !committed && w.offset == 0 {
 		// An empty partial file continues nothing: it is not left

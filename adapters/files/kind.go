@@ -19,6 +19,8 @@ import (
 	"github.com/sidecar-dev/sidecar/adapters"
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/auth"
+
+	"github.com/sidecar-dev/sidecar/audit"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -31,6 +33,7 @@ const MaxID = tcp.MaxID
 
 // Kind is the file channel kind on the host's registry (NewKind).
 type Kind struct {
+	env    adapters.Env
 	log    hclog.Logger
 	guard  *adapters.Guard
 	pol    Policy
@@ -49,7 +52,7 @@ type Kind struct {
 func NewKind(env adapters.Env) (adapters.Kind, error) {
 	cfg := env.Config
 	log := env.Log.Named("files")
-	k := &Kind{log: log, guard: env.Guard, quotas: env.Quotas, writing: map[string]*writer{},
+	k := &Kind{env: env, log: log, guard: env.Guard, quotas: env.Quotas, writing: map[string]*writer{},
 		pol: Policy{Read: cfg.Files.Read, Write: cfg.Files.Write},
 		quota: adapters.QuotaLimits{
 			Total: cfg.Files.MaxTotal, PerPrincipal: cfg.Files.MaxPerPrincipal,
@@ -235,6 +238,7 @@ func (k *Kind) openRead(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Err
 	}
 	defer dir.Close()
 	if e := k.pol.Check(full, false); e != nil {
+		k.env.Record(c, audit.ActionFilesRead, map[string]any{"file.path": full, "outcome": "denied"})
 		return nil, e
 	}
 	f, err := dir.OpenFile(base, os.O_RDONLY|syscallNonblock, 0)
@@ -267,7 +271,14 @@ func (k *Kind) openRead(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Err
 		f.Close()
 		return nil, fsError(full, err)
 	}
-	r := &reader{f: f, h: h, size: fi.Size(), mtime: fi.ModTime(), done: func() {}}
+	r := &reader{f: f, h: h, size: fi.Size(), mtime: fi.ModTime()}
+	r.done = func() {
+		outcome := "incomplete"
+		if r.eof {
+			outcome = "complete"
+		}
+		k.env.Record(c, audit.ActionFilesRead, map[string]any{"file.path": full, "file.size": fi.Size(), "offset": res.Offset, "bytes": r.read, "outcome": outcome})
+	}
 	r.ended = func(sum string, unchanged bool) {
 		if unchanged {
 			k.sent.put(p.Channel, sentSum{clientID: c.ClientID, path: full, sha256: sum})
@@ -306,6 +317,7 @@ func (k *Kind) openWrite(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Er
 	}
 	if e := k.pol.Check(full, true); e != nil {
 		dir.Close()
+		k.env.Record(c, audit.ActionFilesWrite, map[string]any{"file.path": full, "outcome": "denied"})
 		return nil, e
 	}
 	if IsPartialName(base) {
@@ -393,6 +405,17 @@ func (k *Kind) openWrite(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Er
 	}
 	w.dir, w.base, w.f, w.h, w.size, w.sum, w.mode, w.mtime = dir, base, f, h, *p.Size, p.SHA256, mode, mtime
 	w.offset, w.done, w.result = have, done, make(chan struct{})
+	w.from = have
+	w.ended = func(committed bool, from, to int64, why string) {
+		attrs := map[string]any{"file.path": full, "file.size": *p.Size, "offset": from, "bytes": to - from, "outcome": "committed"}
+		if !committed {
+			attrs["outcome"] = "incomplete"
+			if why != "" {
+				attrs["outcome"], attrs["error"] = "failed", why
+			}
+		}
+		k.env.Record(c, audit.ActionFilesWrite, attrs)
+	}
 	if e := k.tb.Attach(c, p.Channel, rpc.FileStream, w); e != nil {
 		return nil, e
 	}

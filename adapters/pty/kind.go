@@ -19,6 +19,8 @@ import (
 
 	"github.com/sidecar-dev/sidecar/adapters"
 	"github.com/sidecar-dev/sidecar/auth"
+
+	"github.com/sidecar-dev/sidecar/audit"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/internal/printable"
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -34,6 +36,8 @@ type Kind struct {
 	log   hclog.Logger
 	quota adapters.QuotaLimits
 	wg    sync.WaitGroup // disposals in progress (Kill, flush, end)
+	// recs makes the session recordings (nil: terminal.record_dir unset).
+	recs *Recordings
 
 	mu      sync.Mutex
 	terms   map[string]*termEntry
@@ -46,6 +50,7 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 	return &Kind{
 		env: env, cfg: cfg, log: env.Log.Named("terminal"),
 		terms: map[string]*termEntry{},
+		recs:  NewRecordings(RecordConfig{Dir: cfg.RecordDir, MaxBytes: cfg.RecordMaxBytes, DirMaxBytes: cfg.RecordDirMaxBytes, Input: cfg.RecordInput}, nil),
 		quota: adapters.QuotaLimits{
 			Total: cfg.MaxTotal, PerPrincipal: cfg.MaxPerPrincipal, PerClient: cfg.MaxPerClient, PerConn: cfg.MaxPerConnection,
 			Name: "terminal", Counted: "terminals", Block: "terminal", Advice: "dispose one first",
@@ -129,11 +134,23 @@ func (k *Kind) ClientGone(clientID string) {
 	}
 }
 
-// Metrics implements adapters.Kind: sidecar_terminals.
+// Metrics implements adapters.Kind: sidecar_terminals, and the
+// recordings' sidecar_recordings_removed_total and
+// sidecar_recordings_cut_total.
 func (k *Kind) Metrics() []adapters.Metric {
+	var removed, cut uint64
+	if k.recs != nil {
+		removed, cut = k.recs.Removed(), k.recs.Cut()
+	}
 	return []adapters.Metric{{
 		Name: "terminals", Help: "Terminals the host holds now: starting, running, and exited but not yet disposed.",
 		Value: float64(k.env.Quotas.Count(&k.quota)),
+	}, {
+		Name: "recordings_removed_total", Help: "Session recordings removed to keep terminal.record_dir under terminal.record_dir_max_bytes.",
+		Value: float64(removed), Counter: true,
+	}, {
+		Name: "recordings_cut_total", Help: "Session recordings stopped at terminal.record_max_bytes.",
+		Value: float64(cut), Counter: true,
 	}}
 }
 
@@ -287,6 +304,17 @@ func (k *Kind) createTerminal(_ context.Context, c adapters.Caller, params json.
 	if dir != "" {
 		cwd = FileURI(dir)
 	}
+	var rec *Recorder
+	if k.recs != nil {
+		shell := cfg.Shell
+		if len(p.Command) > 0 {
+			shell = p.Command[0]
+		}
+		rec, err = k.recs.Start(p.Channel, cols, rows, map[string]string{"TERM": cfg.Term, "SHELL": shell})
+		if err != nil {
+			log.Warn("terminal not recorded", "error", err)
+		}
+	}
 	t := NewTerminal(TerminalConfig{
 		URI: p.Channel, Creator: c.ClientID, Holder: c.Identity.Name, Guard: k.env.Guard, Title: title, Cwd: cwd,
 		Cols: cols, Rows: rows, Claim: claim,
@@ -295,6 +323,8 @@ func (k *Kind) createTerminal(_ context.Context, c adapters.Caller, params json.
 		Log:             log,
 		Catalogue:       k.env.Root.SetTerminal,
 		Connected:       k.env.Connected,
+		Recorder:        rec,
+		Audit:           k.env.Record,
 	}, proc)
 	k.mu.Lock()
 	entry.t = t // published under k.mu: lookups skip terminals still starting
@@ -303,8 +333,20 @@ func (k *Kind) createTerminal(_ context.Context, c adapters.Caller, params json.
 	if closing {
 		k.forget(p.Channel, entry)
 		_ = proc.Kill(KillGrace)
+		if rec != nil {
+			rec.Close()
+		}
 		return nil, rpc.Errorf(rpc.CodeInternalError, "server is shutting down")
 	}
+	attrs := map[string]any{"terminal": p.Channel, "client.id": c.ClientID, "process.pid": proc.Pid()}
+	if len(p.Command) > 0 {
+		// The program only: its arguments may hold a secret.
+		attrs["process.executable.name"] = filepath.Base(p.Command[0])
+	}
+	if rec != nil {
+		attrs["recording"] = rec.Path()
+	}
+	k.env.Record(c, audit.ActionTerminalCreate, attrs)
 	log.Info("terminal created", "client", c.ClientID, "pid", proc.Pid(), "command", printable.Log(fmt.Sprintf("%q", p.Command)))
 	t.Start()
 	return nil, nil
@@ -356,6 +398,7 @@ func (k *Kind) disposeTerminal(_ context.Context, c adapters.Caller, params json
 	e.res.Release()
 	t := e.t
 	k.log.Info("terminal disposed", "terminal", p.Channel, "client", c.ClientID)
+	k.env.Record(c, audit.ActionTerminalKill, map[string]any{"terminal": p.Channel, "client.id": c.ClientID, "creator": t.Creator()})
 	t.Dispose(c.ClientID)
 	go func() {
 		defer k.wg.Done()

@@ -14,6 +14,8 @@ import (
 
 	"github.com/sidecar-dev/sidecar/adapters"
 	"github.com/sidecar-dev/sidecar/auth"
+
+	"github.com/sidecar-dev/sidecar/audit"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/journal"
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -83,6 +85,13 @@ type TerminalConfig struct {
 	Connected func(clientID string) bool
 	// Guard logs and words the refusals of actions (nil: not logged).
 	Guard *adapters.Guard
+
+	// Recorder, when set, records the session (Recordings): the
+	// terminal closes it when its program has exited.
+	Recorder *Recorder
+	// Audit, when set, records an audit event of the terminal's
+	// (adapters.Env.Record): each attach.
+	Audit func(c adapters.Caller, action string, attrs map[string]any)
 }
 
 // Terminal is one ahp-terminal:/<id> channel with its PTY process
@@ -506,13 +515,16 @@ func (t *Terminal) readLoop() {
 	for t.waitReadable() {
 		n, err := t.proc.Read(buf)
 		if n > 0 {
-			t.output(dec.FeedView(buf[:n]))
+			t.record(t.output(dec.FeedView(buf[:n])))
 		}
 		if err != nil {
 			break
 		}
 	}
-	t.output(dec.FlushView())
+	t.record(t.output(dec.FlushView()))
+	if t.cfg.Recorder != nil {
+		defer t.cfg.Recorder.Close()
+	}
 	select {
 	case <-t.proc.Done():
 	case <-t.killed:
@@ -581,12 +593,19 @@ func (t *Terminal) waitReadable() bool {
 	}
 }
 
+// record records text, output the terminal sent, in its recording.
+func (t *Terminal) record(text []byte) {
+	if t.cfg.Recorder != nil {
+		t.cfg.Recorder.Output(text)
+	}
+}
+
 // output applies decoded output: terminal/data, title and cwd changes.
 // out.Text is the decoder's buffer: the scrollback and the journal keep
-// copies, nothing keeps out.Text itself.
-func (t *Terminal) output(out View) {
+// copies, nothing keeps out.Text itself. It returns out.Text.
+func (t *Terminal) output(out View) []byte {
 	if len(out.Text) == 0 && len(out.Titles) == 0 && out.Cwd == "" {
-		return
+		return nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -619,6 +638,7 @@ func (t *Terminal) output(out View) {
 	if changed {
 		t.listLocked()
 	}
+	return out.Text
 }
 
 // emulatorFault logs a panic of the VT emulator (Screen.Write), the n-th:
@@ -744,6 +764,9 @@ func (t *Terminal) dispatch(id auth.Identity, origin *rpc.Origin, raw json.RawMe
 		}
 		t.cols, t.rows = a.Cols, a.Rows
 		t.feed.Resize(a.Cols, a.Rows)
+		if t.cfg.Recorder != nil {
+			t.cfg.Recorder.Resize(a.Cols, a.Rows)
+		}
 		t.echoLocked(raw, origin, "", 0)
 		release()
 	case rpc.ActionTerminalTitle:
@@ -830,6 +853,9 @@ func (t *Terminal) writeLoop() {
 			t.input[0], t.releases[0] = nil, nil
 			t.input, t.releases = t.input[1:], t.releases[1:]
 			t.mu.Unlock()
+			if t.cfg.Recorder != nil {
+				t.cfg.Recorder.Input(data)
+			}
 			_, err := t.proc.Write(data)
 			t.mu.Lock()
 			t.inBytes -= len(data)
@@ -852,4 +878,20 @@ func (t *Terminal) dropInput() {
 	}
 }
 
-var _ adapters.Channel = (*Terminal)(nil)
+// Attached implements adapters.Attachable: the audit event
+// terminal.attach, saying how (windowed or ordinary delivery; holder
+// when the caller holds the claim).
+func (t *Terminal) Attached(c adapters.Caller, windowed bool) {
+	if t.cfg.Audit == nil {
+		return
+	}
+	t.mu.Lock()
+	holder := t.claim.Kind == "client" && t.claim.ClientID == c.ClientID
+	t.mu.Unlock()
+	t.cfg.Audit(c, audit.ActionTerminalAttach, map[string]any{"terminal": t.cfg.URI, "client.id": c.ClientID, "windowed": windowed, "holder": holder})
+}
+
+var (
+	_ adapters.Channel    = (*Terminal)(nil)
+	_ adapters.Attachable = (*Terminal)(nil)
+)

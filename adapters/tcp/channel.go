@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/audit"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/delivery/bytestream"
 	"github.com/sidecar-dev/sidecar/internal/bufpool"
@@ -78,6 +80,11 @@ type TableConfig struct {
 	// partial file), so that killed clients never hold the quota for
 	// the whole reconnect grace.
 	YieldParked bool
+	// Audit, when set, records the audit events of the connections
+	// Open dials and Adopt takes (adapters.Env.Record): "tcp.open" and
+	// "tcp.close" with the destination (or the peer), the bytes each way
+	// and the duration.
+	Audit func(c adapters.Caller, action string, attrs map[string]any)
 	// Label is the channels' adapters.Traits.Label; "tcp" when empty.
 	// Another byte-stream kind that attaches its own endpoints (Attach)
 	// names its own.
@@ -251,9 +258,13 @@ func (tb *Table) Open(ctx context.Context, caller adapters.Caller, params json.R
 		var oe *OpenError
 		if errors.As(err, &oe) && oe.Kind == KindDenied {
 			code = rpc.CodePermissionDenied
+			if tb.cfg.Audit != nil { // someone tried to reach what tcp.allow refuses
+				tb.cfg.Audit(caller, audit.ActionTCPOpen, map[string]any{"channel": p.Channel, "server.address": host, "server.port": *p.Port, "outcome": "denied"})
+			}
 		}
 		return rpc.Errorf(code, "%s", err.Error()), err
 	}
+	tc.setAudit(caller, map[string]any{"channel": p.Channel, "server.address": host, "server.port": *p.Port, "network.peer.address": sock.RemoteAddr().String()})
 	if !tc.start(sock, ctx.Err() != nil) {
 		return rpc.Errorf(rpc.CodeInternalError, "connection closed while dialing"), nil
 	}
@@ -388,11 +399,30 @@ func (tb *Table) Adopt(caller adapters.Caller, uri string, sock *net.TCPConn) (*
 	if e != nil {
 		return nil, e
 	}
+	tc.setAudit(caller, map[string]any{"channel": uri, "client.address": sock.RemoteAddr().String(), "server.address": sock.LocalAddr().String(), "reverse": true})
 	if !tc.start(sock, false) {
 		return nil, rpc.Errorf(rpc.CodeInternalError, "server is shutting down")
 	}
 	tc.log.Debug("accepted TCP connection adopted", "remote", sock.RemoteAddr().String())
 	return tc, nil
+}
+
+// chanAudit is what a channel's audit events say: who opened it, when,
+// and where to.
+type chanAudit struct {
+	caller adapters.Caller
+	start  time.Time
+	attrs  map[string]any
+}
+
+// setAudit records "tcp.open" for tc (when the Table audits) and keeps
+// what its "tcp.close" will say.
+func (tc *Channel) setAudit(caller adapters.Caller, attrs map[string]any) {
+	if tc.tb.cfg.Audit == nil {
+		return
+	}
+	tc.audit = &chanAudit{caller: caller, start: time.Now(), attrs: attrs}
+	tc.tb.cfg.Audit(caller, audit.ActionTCPOpen, maps.Clone(attrs))
 }
 
 // Channel is one ahp-tcp:/<id> channel and its socket. It belongs to the
@@ -413,10 +443,12 @@ type Channel struct {
 	principal string
 	// res is the connection's entry in the host's quotas, held while
 	// its URI is (dialing, open, parked), released once it is free.
-	res  *adapters.Reservation
-	enc  *bytestream.Encoder
-	log  hclog.Logger
-	sock Endpoint // nil while dialing; set under tb.mu and tc.mu
+	res *adapters.Reservation
+	// audit, when set (before start), is what "tcp.close" says.
+	audit *chanAudit
+	enc   *bytestream.Encoder
+	log   hclog.Logger
+	sock  Endpoint // nil while dialing; set under tb.mu and tc.mu
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed when the connection is closed or reset
@@ -1041,6 +1073,7 @@ func (tc *Channel) end(reason string, reset, tell bool) {
 	sub := tc.sub
 	wq := tc.wq
 	lease := tc.lease
+	sent, received := tc.readOff, tc.recvOff
 	tc.wq, tc.slots = nil, nil
 	tc.ret.Drop()
 	tc.mu.Unlock()
@@ -1071,6 +1104,16 @@ func (tc *Channel) end(reason string, reset, tell bool) {
 		tc.log.Debug(tc.what()+" reset", "reason", reason)
 	} else {
 		tc.log.Debug(tc.what()+" closed", "reason", reason)
+	}
+	if a := tc.audit; a != nil {
+		attrs := maps.Clone(a.attrs)
+		// Bytes from the destination to the client (read), and from the
+		// client to the destination (accepted for writing).
+		attrs["sent.bytes"], attrs["received.bytes"] = uint64(sent), uint64(received)
+		attrs["duration"] = time.Since(a.start)
+		attrs["reason"] = reason
+		attrs["reset"] = reset
+		tc.tb.cfg.Audit(a.caller, audit.ActionTCPClose, attrs)
 	}
 	if tell && sub != nil {
 		sub.PushControl(tc.enc.Reset())

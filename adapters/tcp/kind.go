@@ -70,6 +70,7 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 		Budget: adapters.WindowBudget{Total: delivery.UTF16Bytes(cfg.WindowBytesPerClient), First: FirstWindowBytes},
 		Seq:    env.Journal.Seq,
 		Log:    log,
+		Audit:  env.Record,
 	})
 	// RootState.ports (root/portsChanged) until Shutdown, the first
 	// reading before the host serves anyone (bounded: StartPolling).

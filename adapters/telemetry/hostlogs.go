@@ -18,6 +18,7 @@ import (
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/audit"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -107,6 +108,9 @@ type HostLogsConfig struct {
 	Resource func() *resourcepb.Resource
 	Seq      func() uint64
 	Log      hclog.Logger
+	// Audit, when set, offers the audit channel (AuditURI) with its
+	// events.
+	Audit audit.Feed
 }
 
 // HostLogs serves the machine's logs as OTLP logs channels: a source
@@ -120,6 +124,8 @@ type HostLogs struct {
 	pending map[adapters.Subscriber]*lsub // windowed subscriptions between Source and Subscribe
 	closed  bool
 	wg      sync.WaitGroup
+
+	audit *auditReader // the audit channel's one reader (nil: no channel)
 
 	skipped   atomic.Uint64 // records subscribers missed (reported as skipped)
 	truncated atomic.Uint64 // records cut at MaxLineBytes
@@ -136,7 +142,11 @@ func NewHostLogs(cfg HostLogsConfig) *HostLogs {
 	if cfg.Log == nil {
 		cfg.Log = hclog.NewNullLogger()
 	}
-	return &HostLogs{cfg: cfg, log: cfg.Log.Named("logs"), sources: map[string]*logSource{}, pending: map[adapters.Subscriber]*lsub{}}
+	hl := &HostLogs{cfg: cfg, log: cfg.Log.Named("logs"), sources: map[string]*logSource{}, pending: map[adapters.Subscriber]*lsub{}}
+	if cfg.Audit != nil {
+		hl.audit = &auditReader{feed: cfg.Audit}
+	}
+	return hl
 }
 
 // Skipped returns how many records subscribers missed, each
@@ -678,8 +688,11 @@ type logSpec struct {
 func (hl *HostLogs) parse(uri string) (*logSpec, *rpc.Error) {
 	u, err := url.Parse(uri)
 	if err != nil || u.Scheme != "ahp-otlp" || u.Host != "logs" || u.User != nil || u.Fragment != "" ||
-		(u.Path != "/files" && u.Path != "/journal") {
+		(u.Path != "/files" && u.Path != "/journal" && u.Path != "/audit") {
 		return nil, nil
+	}
+	if u.Path == "/audit" {
+		return hl.parseAudit(uri)
 	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
@@ -689,6 +702,18 @@ func (hl *HostLogs) parse(uri string) (*logSpec, *rpc.Error) {
 		return hl.parseFiles(uri, q)
 	}
 	return hl.parseJournal(uri, q)
+}
+
+// parseAudit reads the audit channel's uri: AuditURI exactly, so that
+// its one reader serves one source.
+func (hl *HostLogs) parseAudit(uri string) (*logSpec, *rpc.Error) {
+	if hl.audit == nil {
+		return nil, rpc.Errorf(rpc.CodeNotFound, "%s: this host keeps no audit events", uri)
+	}
+	if uri != AuditURI {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "%s: the audit channel takes no parameters: subscribe to %s", uri, AuditURI)
+	}
+	return &logSpec{label: "audit", scope: "sidecar.audit", reader: func(hl *HostLogs) hostLogReader { return hl.audit }}, nil
 }
 
 func (hl *HostLogs) parseFiles(uri string, q url.Values) (*logSpec, *rpc.Error) {

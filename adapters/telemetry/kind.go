@@ -8,6 +8,8 @@ import (
 
 	"github.com/sidecar-dev/sidecar/adapters"
 	"github.com/sidecar-dev/sidecar/auth"
+
+	"github.com/sidecar-dev/sidecar/audit"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -18,6 +20,7 @@ import (
 // registered first. Register it with NewKind.
 type Kind struct {
 	guard   *adapters.Guard
+	env     adapters.Env
 	ts      *Channels
 	procs   *Processes
 	history *History
@@ -32,7 +35,7 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 	}
 	history := NewHistory(env.Config.Telemetry.Interval)
 	history.Start()
-	k := &Kind{guard: env.Guard, procs: procs, history: history, ts: NewChannels(ChannelsConfig{
+	k := &Kind{env: env, guard: env.Guard, procs: procs, history: history, ts: NewChannels(ChannelsConfig{
 		Interval:       env.Config.Telemetry.Interval,
 		ServiceVersion: env.Version,
 		Self:           env.Host,
@@ -48,12 +51,14 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 	if !journal {
 		log.Debug("no journal channel", "reason", why)
 	}
+	feed, _ := env.Audit.(audit.Feed) // the audit channel's events
 	k.logs = NewHostLogs(HostLogsConfig{
 		Files:    env.Config.Telemetry.LogFiles,
 		Journal:  journal,
 		Resource: k.ts.sampler.Resource,
 		Seq:      env.Journal.Seq,
 		Log:      log,
+		Audit:    feed,
 	})
 	return k, nil
 }
@@ -68,7 +73,7 @@ func (k *Kind) Channels() *Channels { return k.ts }
 func (k *Kind) Name() string { return "telemetry" }
 
 // Labels implements adapters.Kind.
-func (k *Kind) Labels() []string { return []string{"metrics", "logs", "log_files", "journal"} }
+func (k *Kind) Labels() []string { return []string{"metrics", "logs", "log_files", "journal", "audit"} }
 
 // Logger implements adapters.LogTee.
 func (k *Kind) Logger() hclog.Logger { return k.ts.Logger() }
@@ -77,6 +82,9 @@ func (k *Kind) Logger() hclog.Logger { return k.ts.Logger() }
 // ahp-otlp://logs[?level=…], the same for every caller.
 func (k *Kind) Lookup(uri string, caller adapters.Caller) adapters.Channel {
 	if !strings.HasPrefix(uri, rpc.TelemetryScheme) || !caller.Identity.Role.Allows(permission(uri)) {
+		return nil
+	}
+	if uri == AuditURI && auditRefusal(caller.Identity.Role) != nil {
 		return nil
 	}
 	if ch := k.ts.Channel(uri); ch != nil {
@@ -96,6 +104,12 @@ func (k *Kind) Refuse(uri string, caller adapters.Caller) *rpc.Error {
 	}
 	if e := k.guard.Check(caller.Identity, permission(uri)); e != nil {
 		return e
+	}
+	if uri == AuditURI {
+		if e := auditRefusal(caller.Identity.Role); e != nil {
+			k.env.Denied(caller, "audit.read", uri)
+			return e
+		}
 	}
 	_, e := k.logs.Channel(uri)
 	return e
@@ -146,9 +160,19 @@ func (k *Kind) Metrics() []adapters.Metric {
 		{Name: "dropped_total", Label: "reason", LabelValue: "telemetry_batch", Value: float64(k.ts.Stats().Missed), Counter: true},
 		{Name: "dropped_total", Label: "reason", LabelValue: "log_record", Value: float64(k.ts.LogRecordsMissed()), Counter: true},
 		{Name: "dropped_total", Label: "reason", LabelValue: "host_log_record", Value: float64(k.logs.Skipped()), Counter: true},
+		{Name: "dropped_total", Label: "reason", LabelValue: "audit_line", Value: float64(k.auditStats().Dropped), Counter: true},
+		{Name: "dropped_total", Label: "reason", LabelValue: "audit_event", Value: float64(k.auditStats().Missed), Counter: true},
 		{Name: "log_lines_truncated_total", Help: "Records of the machine's log channels cut at 16 KiB (lines of files, journal messages), or journal entries over 1 MiB skipped.",
 			Value: float64(k.logs.Truncated()), Counter: true},
 	}
+}
+
+// auditStats returns the audit feed's counters (zeros when none).
+func (k *Kind) auditStats() audit.Stats {
+	if k.logs.cfg.Audit == nil {
+		return audit.Stats{}
+	}
+	return k.logs.cfg.Audit.Stats()
 }
 
 // Shutdown implements adapters.Kind: sampling and the logs pump stop.

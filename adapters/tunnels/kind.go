@@ -38,6 +38,8 @@ import (
 	"github.com/sidecar-dev/sidecar/adapters"
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/auth"
+
+	"github.com/sidecar-dev/sidecar/audit"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/journal"
@@ -65,7 +67,9 @@ type Kind struct {
 	listenQuota, connQuota adapters.QuotaLimits
 	tb                     *tcp.Table
 	ch                     *channel
-	wg                     sync.WaitGroup // accept loops
+	// audit records audit events (adapters.Env.Record).
+	audit func(c adapters.Caller, action string, attrs map[string]any)
+	wg    sync.WaitGroup // accept loops
 
 	mu        sync.Mutex
 	ports     []rpc.TunnelPort
@@ -84,7 +88,8 @@ type Kind struct {
 // accepted that wait for their client.
 type listener struct {
 	resource, clientID string
-	principal          string // its client's: another client of it may take the listener over
+	principal          string          // its client's: another client of it may take the listener over
+	caller             adapters.Caller // who opened it (its audit events)
 	ln                 *net.TCPListener
 	res                *adapters.Reservation
 	waiting            []*waiter
@@ -127,6 +132,7 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 		listeners: map[string]*listener{}, conns: map[string]adapters.ConnID{}, lostAt: map[string]time.Time{}, lastReady: map[string]rpc.TunnelClientState{},
 		wakes: map[string]chan struct{}{}, accepts: map[adapters.ConnID]int{}, offers: map[string]*offer{},
 		ports: []rpc.TunnelPort{},
+		audit: env.Record,
 	}
 	tc := env.Config.TCP
 	k.tb = tcp.NewTable(tcp.TableConfig{
@@ -136,6 +142,7 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 		Budget: adapters.WindowBudget{Total: delivery.UTF16Bytes(tc.WindowBytesPerClient), First: tcp.FirstWindowBytes},
 		Seq:    env.Journal.Seq,
 		Log:    log,
+		Audit:  env.Record,
 	})
 	k.ch = &channel{k: k}
 	return k, nil
@@ -411,7 +418,9 @@ func (k *Kind) listenLocked(p *rpc.TunnelPort, caller adapters.Caller) (*listene
 		res.Release()
 		return nil, fmt.Errorf("cannot listen on %s: %v", ap, unwrapSyscall(err))
 	}
-	l := &listener{resource: p.Resource, clientID: caller.ClientID, principal: caller.Principal, ln: ln, res: res, room: make(chan struct{})}
+	l := &listener{resource: p.Resource, clientID: caller.ClientID, principal: caller.Principal, caller: caller, ln: ln, res: res, room: make(chan struct{})}
+	k.audit(caller, audit.ActionTunnelListen, map[string]any{"resource": p.Resource, "server.address": ln.Addr().String(),
+		"destination": net.JoinHostPort(p.RequestedRemoteAddress.Host, strconv.Itoa(p.RequestedRemoteAddress.Port))})
 	k.listeners[p.Resource] = l
 	k.wg.Add(1)
 	go k.acceptLoop(l)
@@ -529,6 +538,7 @@ func (k *Kind) closeListenerLocked(l *listener, why string) {
 		}
 	}
 	k.log.Info("reverse forward closed", "client", l.clientID, "resource", l.resource, "reason", why)
+	k.audit(l.caller, audit.ActionTunnelClose, map[string]any{"resource": l.resource, "server.address": l.ln.Addr().String(), "reason": why})
 }
 
 // acceptLoop accepts l's connections until it is closed; each waits for

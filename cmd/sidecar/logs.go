@@ -23,7 +23,7 @@ func logsCmd() *cobra.Command {
 	var cf connFlags
 	var files []string
 	var unit, level, since string
-	var follow, asJSON bool
+	var follow, asJSON, auditLog bool
 	cmd := &cobra.Command{
 		Use:   "logs URL",
 		Short: "Print the host's logs: the systemd journal or configured log files",
@@ -34,13 +34,17 @@ func logsCmd() *cobra.Command {
 			"configured file when the host has no journal. Without -f it prints what the host holds\n" +
 			"for the channel (up to its last 1024 records) and exits; with -f it goes on, like\n" +
 			"journalctl -f or kubectl logs -f, reconnecting as the connection needs. --json prints\n" +
-			"each batch as the OTLP/JSON ExportLogsServiceRequest the host sent.\n\n" +
+			"each batch as the OTLP/JSON ExportLogsServiceRequest the host sent. --audit prints the\n" +
+			"host's audit events instead (who did what: the owner role only).\n\n" +
 			"Exit status: 0; 1 when the host refuses the channel (a file not configured, no journal);\n" +
 			"255 when the connection fails; 2 for a usage error.",
 		Example: "  sidecar logs wss://vm:4433/ahp --unit ssh -f\n" +
 			"  sidecar logs wss://vm:4433/ahp --file /var/log/app/web.log -f\n" +
 			"  sidecar logs wss://vm:4433/ahp --level warning --since 1h",
 		Args: func(cmd *cobra.Command, args []string) error {
+			if auditLog && (len(files) > 0 || unit != "" || level != "" || since != "") {
+				return errors.New("--audit reads the audit events: not with --file, --unit, --level or --since")
+			}
 			if len(files) > 0 && (unit != "" || level != "" || since != "") {
 				return errors.New("--unit, --level and --since filter the journal: not with --file")
 			}
@@ -57,7 +61,7 @@ func logsCmd() *cobra.Command {
 			return cobra.ExactArgs(1)(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runLogs(&cf, args[0], files, unit, level, since, follow, asJSON)
+			return runLogs(&cf, args[0], files, unit, level, since, follow, asJSON, auditLog)
 		},
 	}
 	cf.register(cmd)
@@ -68,6 +72,7 @@ func logsCmd() *cobra.Command {
 	fs.StringVar(&since, "since", "", "the journal's records since this time (RFC 3339) or duration ago (1h)")
 	fs.BoolVarP(&follow, "follow", "f", false, "keep printing new records")
 	fs.BoolVar(&asJSON, "json", false, "print each batch as OTLP/JSON")
+	fs.BoolVar(&auditLog, "audit", false, "print the host's audit events (ahp-otlp://logs/audit; owner only)")
 	return cmd
 }
 
@@ -138,7 +143,7 @@ func logsChannel(tel *rpc.TelemetryCapability, files []string, unit, level, sinc
 	return "", errors.New("the host offers no log channel: no journal, and telemetry.log_files is empty")
 }
 
-func runLogs(cf *connFlags, target string, files []string, unit, level, since string, follow, asJSON bool) error {
+func runLogs(cf *connFlags, target string, files []string, unit, level, since string, follow, asJSON, auditLog bool) error {
 	ctx, caught, stop := signalContext(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	cf.onReconnect = func(st client.ReconnectStatus) {
@@ -152,6 +157,9 @@ func runLogs(cf *connFlags, target string, files []string, unit, level, since st
 	}
 	defer conn.Close()
 	uri, err := logsChannel(conn.Initialized().Telemetry, files, unit, level, since)
+	if auditLog {
+		uri, err = rpc.AuditChannel, nil
+	}
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
@@ -213,6 +221,10 @@ func printRecords(w io.Writer, ld *logspb.LogsData) error {
 				if sev == "" {
 					sev = "-"
 				}
+				if sl.Scope.GetName() == auditScope {
+					fmt.Fprintf(&sb, "%s %s\n", time.Unix(0, int64(ns)).Format("2006-01-02T15:04:05.000Z07:00"), printable(auditText(r)))
+					continue
+				}
 				fmt.Fprintf(&sb, "%s %-7s %s %s\n", time.Unix(0, int64(ns)).Format("2006-01-02T15:04:05.000Z07:00"),
 					sev, printable(recordSource(r.Attributes)), printable(r.Body.GetStringValue()))
 			}
@@ -220,6 +232,36 @@ func printRecords(w io.Writer, ld *logspb.LogsData) error {
 	}
 	_, err := io.WriteString(w, sb.String())
 	return err
+}
+
+// auditScope is the audit channel's instrumentation scope.
+const auditScope = "sidecar.audit"
+
+// auditText is an audit record as "principal (role): action k=v ...".
+func auditText(r *logspb.LogRecord) string {
+	var who, role string
+	var rest []string
+	for _, kv := range r.Attributes {
+		switch kv.Key {
+		case "enduser.id":
+			who = kv.Value.GetStringValue()
+		case "enduser.role":
+			role = kv.Value.GetStringValue()
+		case "audit.action":
+		default:
+			v := kv.Value.GetStringValue()
+			switch x := kv.Value.GetValue().(type) {
+			case *commonpb.AnyValue_IntValue:
+				v = strconv.FormatInt(x.IntValue, 10)
+			case *commonpb.AnyValue_DoubleValue:
+				v = strconv.FormatFloat(x.DoubleValue, 'f', -1, 64)
+			case *commonpb.AnyValue_BoolValue:
+				v = strconv.FormatBool(x.BoolValue)
+			}
+			rest = append(rest, kv.Key+"="+strconv.Quote(v))
+		}
+	}
+	return who + " (" + role + "): " + r.Body.GetStringValue() + " " + strings.Join(rest, " ")
 }
 
 // recordSource names where a record came from: the journal's identifier

@@ -28,6 +28,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
+	"github.com/sidecar-dev/sidecar/audit"
 	"github.com/sidecar-dev/sidecar/auth/oidc"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/host"
@@ -168,7 +169,15 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	// inherit (see serveSignals).
 	sigs, ignoredAtStart := serveSignals()
 	defer signal.Stop(sigs)
-	srv, err := host.New(cfg, logger)
+	// Audit events (docs/operations.md "Audit"): JSON lines in the log
+	// (through the same redacting writer), audit.file, and the audit
+	// channel.
+	auditLog, err := audit.New(audit.Options{Out: logOut, File: cfg.Audit.File})
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	defer auditLog.Close() // after the host's Shutdown: its last events are written
+	srv, err := host.NewWithOptions(cfg, logger, host.Options{Audit: auditLog})
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
@@ -259,7 +268,7 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	// The port preview (docs/protocol.md "Port preview"): <base>/ports/N/
 	// proxied to the workload's port under tcp.allow, behind the page's
 	// session cookie or the token.
-	prev, err := newPreview(cfg, base, tok, principal, tickets, origins, logger)
+	prev, err := newPreview(cfg, base, tok, principal, tickets, origins, logger, auditLog)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
@@ -386,7 +395,7 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 // newPreview returns the port preview of cfg (nil when preview.enabled is
 // false), dialing under the TCP channel's policy: tcp.allow, the daemon's
 // own listeners (cfg.Listening) refused.
-func newPreview(cfg *config.Config, base, tok, principal string, tickets *transport.Tickets, origins *transport.Origins, logger hclog.Logger) (*preview.Server, error) {
+func newPreview(cfg *config.Config, base, tok, principal string, tickets *transport.Tickets, origins *transport.Origins, logger hclog.Logger, aud audit.Sink) (*preview.Server, error) {
 	if !cfg.Preview.Enabled {
 		return nil, nil
 	}
@@ -400,6 +409,7 @@ func newPreview(cfg *config.Config, base, tok, principal string, tickets *transp
 		Dialer: &tcp.Dialer{Policy: pol, Timeout: cfg.TCP.DialTimeout},
 		Config: cfg.Preview,
 		Log:    logger.Named("preview"),
+		Audit:  aud,
 	}), nil
 }
 
