@@ -151,6 +151,11 @@ type TLS struct {
 type Auth struct {
 	Token     string // the bearer token itself
 	TokenFile string // a file whose content (surrounding white space trimmed) is the token
+	// TokensFile is the tokens file of named identities (auth/tokensfile;
+	// docs/operations.md "Identities"), reloaded on SIGHUP and when it
+	// changes. It may be set beside token or token_file: the single token
+	// stays the owner principal "token".
+	TokensFile string
 }
 
 // Terminal is block terminal.
@@ -452,6 +457,7 @@ func (c *Config) schema() []section {
 		{"auth", []field{
 			{"token", &c.Auth.Token},
 			{"token_file", &c.Auth.TokenFile},
+			{"tokens_file", &c.Auth.TokensFile},
 		}},
 		{"terminal", []field{
 			{"shell", &c.Terminal.Shell},
