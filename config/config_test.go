@@ -143,6 +143,7 @@ tls {
 }
 auth {
   token_file = "/run/secrets/token"
+  tokens_file = "/etc/sidecar/tokens.hcl"
 }
 terminal {
   shell = "/bin/sh"
@@ -234,7 +235,7 @@ func TestLoadOverridesEverything(t *testing.T) {
 			MaxConnections: 100, MaxConnectionsPerPrincipal: 50, MaxUninitialized: 5, InitializeTimeout: 3 * time.Second,
 			HostOrdinal: 7, DrainDelay: 4 * time.Second},
 		TLS:  TLS{CertFile: "/etc/sidecar/cert.pem", KeyFile: "/etc/sidecar/key.pem"},
-		Auth: Auth{TokenFile: "/run/secrets/token"},
+		Auth: Auth{TokenFile: "/run/secrets/token", TokensFile: "/etc/sidecar/tokens.hcl"},
 		Terminal: Terminal{Shell: "/bin/sh", User: "root", Login: false, Term: "screen", ScrollbackBytes: 65536,
 			MaxPerClient: 2, MaxTotal: 3, MaxPerPrincipal: 6, MaxPerConnection: 7, Env: map[string]string{"FOO": "bar"}},
 		TCP: TCP{Allow: []string{"10.0.0.0/8", "192.168.1.7"}, MaxPerClient: 4, MaxTotal: 5, MaxPerPrincipal: 8, MaxPerConnection: 9,
@@ -894,5 +895,21 @@ func TestDrainDelay(t *testing.T) {
 	p := writeFile(t, "d.hcl", "listener {\n  drain_delay = \"-1s\"\n}\n")
 	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), "listener.drain_delay") {
 		t.Errorf("negative drain_delay: %v", err)
+	}
+}
+
+// TestAuthTokensFile: auth.tokens_file is read beside token.
+func TestAuthTokensFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "c.hcl")
+	if err := os.WriteFile(p, []byte("auth {\n  token = \"abc\"\n  tokens_file = \"/etc/sidecar/tokens.hcl\"\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Auth.TokensFile != "/etc/sidecar/tokens.hcl" || c.Auth.Token != "abc" {
+		t.Fatalf("auth: %+v", c.Auth)
 	}
 }
