@@ -55,6 +55,12 @@ const MaxFileBytes = 1 << 20
 // context.
 const MaxSlowChecks = 4
 
+// MaxVerified bounds the cache of slow hashes' matches: one token per
+// entry in use, but bcrypt reads only a token's first 72 bytes, so any
+// number of longer tokens match one entry; at the bound the cache is
+// emptied (the next checks are slow again, nothing else changes).
+const MaxVerified = 256
+
 // Reserved principals: a tokens file entry cannot take the name of the
 // single auth.token or of stdio.
 var Reserved = []string{"token", "stdio"}
@@ -358,8 +364,8 @@ type File struct {
 	sem  chan struct{}
 
 	// verified caches the slow hashes' answers: SHA-256 of a token →
-	// its entry, for the current set (cleared by each reload). Bounded
-	// by the number of slow entries (one token matches one entry).
+	// its entry, for the current set (cleared by each reload), at most
+	// MaxVerified.
 	mu       sync.Mutex
 	verified map[[sha256.Size]byte]*Entry
 
@@ -450,6 +456,9 @@ func (f *File) Authenticate(ctx context.Context, token string) (auth.Identity, e
 		}
 		if e != nil && e.kind != kindSHA256 {
 			f.mu.Lock()
+			if len(f.verified) >= MaxVerified {
+				clear(f.verified)
+			}
 			if f.cur.Load() == s {
 				f.verified[key] = e
 			}

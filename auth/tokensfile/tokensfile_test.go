@@ -5,9 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/sidecar-dev/sidecar/auth"
 )
@@ -225,5 +228,44 @@ func TestChain(t *testing.T) {
 	}
 	if _, err := auth.NewStatic("").Authenticate(ctx, ""); err != auth.ErrUnknown {
 		t.Fatalf("empty static: %v", err)
+	}
+}
+
+// TestVerifiedBound: the cache of slow matches holds at most MaxVerified
+// tokens, even when many distinct tokens match one bcrypt entry (bcrypt
+// reads only the first 72 bytes).
+func TestVerifiedBound(t *testing.T) {
+	long := strings.Repeat("k", 72)
+	h, err := bcrypt.GenerateFromPassword([]byte(long), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "tokens.hcl")
+	write(t, path, entry("dave", "user", string(h)))
+	f, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range MaxVerified + 20 {
+		id, err := f.Authenticate(context.Background(), long+strconv.Itoa(i))
+		if err != nil || id.Name != "dave" {
+			t.Fatalf("token %d: %+v %v", i, id, err)
+		}
+		f.mu.Lock()
+		n := len(f.verified)
+		f.mu.Unlock()
+		if n > MaxVerified {
+			t.Fatalf("%d cached, bound %d", n, MaxVerified)
+		}
+	}
+}
+
+// TestFileBound: a tokens file over MaxFileBytes is refused, not read
+// whole.
+func TestFileBound(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.hcl")
+	write(t, path, entry("a", "user", aliceSHA)+"#"+strings.Repeat("x", MaxFileBytes)+"\n")
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "over 1048576 bytes") {
+		t.Fatalf("Load of a file over the bound: %v", err)
 	}
 }
