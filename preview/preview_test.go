@@ -201,3 +201,34 @@ func TestWatchOutside(t *testing.T) {
 		t.Fatalf("hints %v", snap)
 	}
 }
+
+// TestSessionsRevokeIdentity: revoking an identity forgets its sessions
+// (those of its method only, each told to onForget, which ends their
+// requests in progress); a session ends at its identity's expiry.
+func TestSessionsRevokeIdentity(t *testing.T) {
+	ss := NewSessions(time.Hour, 8, nil)
+	var forgot int
+	ss.onForget = func([32]byte) { forgot++ }
+	alice := auth.Identity{Name: "alice", Role: auth.User, Method: "tokens_file"}
+	a1, _ := ss.Create(alice)
+	a2, _ := ss.Create(alice)
+	o, _ := ss.Create(auth.Identity{Name: "alice", Method: "oidc"})
+	b, _ := ss.Create(auth.Identity{Name: "bob", Method: "tokens_file"})
+	if n := ss.RevokeIdentity("alice", "tokens_file"); n != 2 || forgot != 2 {
+		t.Fatalf("RevokeIdentity: %d sessions, %d forgotten, want 2 and 2", n, forgot)
+	}
+	for _, id := range []string{a1, a2} {
+		if _, ok, _ := ss.Check(id, false); ok {
+			t.Fatal("a revoked identity's session is still valid")
+		}
+	}
+	for _, id := range []string{o, b} {
+		if _, ok, _ := ss.Check(id, false); !ok {
+			t.Fatal("another identity's session was revoked")
+		}
+	}
+	exp, _ := ss.Create(auth.Identity{Name: "carol", Method: "oidc", Expiry: time.Now().Add(-time.Second)})
+	if _, ok, _ := ss.Check(exp, false); ok {
+		t.Fatal("a session past its identity's expiry is valid")
+	}
+}

@@ -107,7 +107,8 @@ func tioInitialize(t *testing.T, mc transport.MessageConn, clientID string) mess
 }
 
 // TestIdentitiesTokensFile: through the real daemon, a tokens file
-// identity connects over /ahp and over transport-io (WebSocket mapping),
+// identity connects over /ahp and over transport-io (the WebSocket
+// mapping and WebTransport),
 // a wrong token is refused (401 on /ahp, WT_UNAUTHORIZED "unauthorized"
 // on transport-io), and the single --token keeps working beside the
 // file; `sidecar token hash` prints the line the file holds.
@@ -129,6 +130,18 @@ func TestIdentitiesTokensFile(t *testing.T) {
 	tioInitialize(t, mc, "alice-tio")
 	if _, err := s.dialTIO(t, "not-a-token"); !transport.IsUnauthorized(err) || transport.CloseReason(err) != "unauthorized" {
 		t.Fatalf("transport-io with a wrong token: %v, want WT_UNAUTHORIZED unauthorized", err)
+	}
+	// And over WebTransport (HTTP/3).
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	wt, err := transport.DialWebTransport(ctx, "https://"+s.host+transport.TIOPath, http.Header{"Authorization": {"Bearer " + alice}}, s.tlsConfig())
+	if err != nil {
+		t.Fatalf("WebTransport as alice: %v", err)
+	}
+	defer wt.Close(transport.CloseNormal, "")
+	tioInitialize(t, wt, "alice-wt")
+	if _, err := transport.DialWebTransport(ctx, "https://"+s.host+transport.TIOPath, http.Header{"Authorization": {"Bearer not-a-token"}}, s.tlsConfig()); !transport.IsUnauthorized(err) || transport.CloseReason(err) != "unauthorized" {
+		t.Fatalf("WebTransport with a wrong token: %v, want WT_UNAUTHORIZED unauthorized", err)
 	}
 	// The single token is the owner "token", as before.
 	s.dialRaw(t).initialize("owner")
