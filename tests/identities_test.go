@@ -163,7 +163,7 @@ func TestIdentitiesTokensFile(t *testing.T) {
 // TestIdentitiesRevocation: editing the tokens file (an editor's rename)
 // to remove alice closes her open sessions within 2 s, on /ahp with 4007
 // "revoked" and on transport-io as WT_UNAUTHORIZED "revoked"; her
-// `sidecar forward` ends at once with a clear message (no reconnect
+// `sidecar forward` (over /ahp and transport-io) ends at once with a clear message (no reconnect
 // loop); her token is refused from then on, and once she is given a new
 // token her client state cannot be resumed. Bob's session and the
 // single token's are untouched.
@@ -185,6 +185,8 @@ func TestIdentitiesRevocation(t *testing.T) {
 	tioInitialize(t, mc, "alice-2")
 	fwd := start(t, "forward", s.url, "--token", alice, "--cert-hash", s.hash, "-L", "127.0.0.1:0:127.0.0.1:9")
 	fwd.stderr.waitFor(t, "alice's forward", 0, "sidecar: forwarding ")
+	fwdTIO := start(t, "forward", "https://"+s.host, "--token", alice, "--cert-hash", s.hash, "-L", "127.0.0.1:0:127.0.0.1:9")
+	fwdTIO.stderr.waitFor(t, "alice's forward over transport-io", 0, "sidecar: forwarding ")
 	b := s.dialAs(t, bob)
 	b.initialize("bob-1")
 	o := s.dialRaw(t)
@@ -209,11 +211,13 @@ func TestIdentitiesRevocation(t *testing.T) {
 		}
 		break
 	}
-	if code := fwd.wait(t, 2*time.Second); code == 0 {
-		t.Fatalf("alice's forward exited 0 after the revocation")
-	}
-	if msg := fwd.stderr.String(); !strings.Contains(msg, "the token was revoked") || strings.Count(msg, "reconnect") > 1 {
-		t.Fatalf("alice's forward said:\n%s", msg)
+	for _, p := range []*proc{fwd, fwdTIO} {
+		if code := p.wait(t, 2*time.Second); code == 0 {
+			t.Fatalf("alice's forward %v exited 0 after the revocation", p.cmd.Args[2])
+		}
+		if msg := p.stderr.String(); !strings.Contains(msg, "the token was revoked") || strings.Count(msg, "reconnect") > 1 {
+			t.Fatalf("alice's forward %v said:\n%s", p.cmd.Args[2], msg)
+		}
 	}
 	if took := time.Since(revoked); took > 2*time.Second+500*time.Millisecond {
 		t.Fatalf("revocation took %v", took)
