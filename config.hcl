@@ -77,6 +77,11 @@ auth {
   # A file holding the token (white space around it is ignored). Prefer this, or
   # $SIDECAR_TOKEN, to writing the token here.
   token_file = ""
+  # The tokens file of named identities, each with a role and its token's hash
+  # (docs/operations.md "Identities"); reloaded on SIGHUP and when it changes, a removed or
+  # changed entry's connections closed. May be set beside token or token_file, which stay
+  # the owner principal "token".
+  tokens_file = ""
 
   # OpenID Connect (docs/operations.md "OIDC"): bearer JWTs of one issuer, and a
   # "Sign in" button on the page. Off while issuer is "".

@@ -830,6 +830,16 @@ func describeClose(err error) error {
 		return &lostError{msg: "connection lost: " + msg, err: err}
 	case transport.CloseGoingAway:
 		return &closedError{msg: "the server is shutting down", err: err, is: ErrServerShutdown}
+	case transport.CloseUnauthorized:
+		// Final: the same credential would be refused (seed 002 §4).
+		msg := "the server ended the session: its credential is no longer valid (" + printable(reason) + ")"
+		switch reason {
+		case transport.ReasonRevoked:
+			msg = "the server ended the session: the token was revoked (removed or changed in the tokens file); ask for a new one"
+		case transport.ReasonExpired:
+			msg = "the server ended the session: the credential expired; sign in again for a new one"
+		}
+		return &closedError{msg: msg, err: err, is: ErrUnauthorized}
 	case transport.CloseNormal:
 		msg := "the server closed the connection"
 		if reason != "" {

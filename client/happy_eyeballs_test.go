@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/transport"
 	"github.com/sidecar-dev/sidecar/transport/tlscert"
 	"github.com/sidecar-dev/sidecar/transportio"
@@ -409,7 +410,7 @@ func startTIOServer(t *testing.T, webTransport bool) *tioServer {
 			}
 		}
 	}
-	opts := transport.TIOOptions{Token: "tok"}
+	opts := transport.TIOOptions{Auth: auth.NewStatic("tok")}
 	srv := httptest.NewUnstartedServer(transport.TIOWebSocketHandler(opts, serve))
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	srv.StartTLS()

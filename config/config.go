@@ -156,7 +156,12 @@ type TLS struct {
 type Auth struct {
 	Token     string // the bearer token itself
 	TokenFile string // a file whose content (surrounding white space trimmed) is the token
-	OIDC      OIDC   // block auth.oidc
+	// TokensFile is the tokens file of named identities (auth/tokensfile;
+	// docs/operations.md "Identities"), reloaded on SIGHUP and when it
+	// changes. It may be set beside token or token_file: the single token
+	// stays the owner principal "token".
+	TokensFile string
+	OIDC       OIDC // block auth.oidc
 }
 
 // OIDC is block auth.oidc: bearer JWTs of one OpenID Connect issuer
@@ -524,6 +529,7 @@ func (c *Config) schema() []section {
 		{"auth", []field{
 			{"token", &c.Auth.Token},
 			{"token_file", &c.Auth.TokenFile},
+			{"tokens_file", &c.Auth.TokensFile},
 		}},
 		{"auth.oidc", []field{
 			{"issuer", &c.Auth.OIDC.Issuer},

@@ -154,6 +154,7 @@ tls {
 }
 auth {
   token_file = "/run/secrets/token"
+  tokens_file = "/etc/sidecar/tokens.hcl"
   oidc {
     issuer = "https://login.example.com"
     client_id = "sidecar"
@@ -268,7 +269,7 @@ func TestLoadOverridesEverything(t *testing.T) {
 			MaxConnections: 100, MaxConnectionsPerPrincipal: 50, MaxUninitialized: 5, InitializeTimeout: 3 * time.Second,
 			HostOrdinal: 7, DrainDelay: 4 * time.Second},
 		TLS: TLS{CertFile: "/etc/sidecar/cert.pem", KeyFile: "/etc/sidecar/key.pem"},
-		Auth: Auth{TokenFile: "/run/secrets/token", OIDC: OIDC{Issuer: "https://login.example.com", ClientID: "sidecar",
+		Auth: Auth{TokenFile: "/run/secrets/token", TokensFile: "/etc/sidecar/tokens.hcl", OIDC: OIDC{Issuer: "https://login.example.com", ClientID: "sidecar",
 			Audiences: []string{"api://sidecar"}, ClientSecretFile: "/run/secrets/oidc", Scopes: []string{"openid", "email", "groups"},
 			RedirectURL: "https://vm.example.com/vm1/web/oidc/callback", PrincipalClaim: "sub", RoleClaim: "sidecar_role",
 			GroupsClaim: "cognito:groups", Roles: map[string][]string{"owner": {"admins"}, "user": {"devs", "ops"}},
@@ -1036,5 +1037,21 @@ func TestDrainDelay(t *testing.T) {
 	p := writeFile(t, "d.hcl", "listener {\n  drain_delay = \"-1s\"\n}\n")
 	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), "listener.drain_delay") {
 		t.Errorf("negative drain_delay: %v", err)
+	}
+}
+
+// TestAuthTokensFile: auth.tokens_file is read beside token.
+func TestAuthTokensFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "c.hcl")
+	if err := os.WriteFile(p, []byte("auth {\n  token = \"abc\"\n  tokens_file = \"/etc/sidecar/tokens.hcl\"\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Auth.TokensFile != "/etc/sidecar/tokens.hcl" || c.Auth.Token != "abc" {
+		t.Fatalf("auth: %+v", c.Auth)
 	}
 }

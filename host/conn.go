@@ -94,6 +94,9 @@ type conn struct {
 	// died under the host (a loss, as a read error is), not a close for
 	// cause.
 	writeLost atomic.Bool
+	// unauthorized is set when the host closed the connection because
+	// its credential was revoked or expired: nothing is retained.
+	unauthorized atomic.Bool
 	// ended is closed once the connection's end is processed (its state
 	// retained or dropped).
 	ended chan struct{}

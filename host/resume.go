@@ -13,6 +13,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
@@ -48,6 +49,7 @@ const (
 type retained struct {
 	clientID  string
 	principal string
+	identity  auth.Identity // who held it (Server.Revoke)
 	token     string
 	version   string
 	// capabilities are the client's from initialize, which a reconnect
@@ -97,7 +99,7 @@ func (s *Server) resumeInfo(token string) *rpc.Resume {
 // client and no close by the host for cause) or handed over to a
 // reconnect.
 func (s *Server) shouldRetain(c *conn) bool {
-	if !c.isInitialized() || s.cfg.Journal.ReconnectGrace <= 0 {
+	if !c.isInitialized() || s.cfg.Journal.ReconnectGrace <= 0 || c.unauthorized.Load() {
 		return false
 	}
 	s.mu.Lock()
@@ -136,7 +138,7 @@ func (s *Server) shouldRetain(c *conn) bool {
 // resume by byte offsets.
 func (s *Server) retain(c *conn) {
 	r := &retained{
-		clientID: c.id(), principal: c.principal, token: c.resumeToken, version: c.version, capabilities: c.capabilities,
+		clientID: c.id(), principal: c.principal, identity: c.identity, token: c.resumeToken, version: c.version, capabilities: c.capabilities,
 		lostAt: time.Now(), parked: map[string]*subscription{}, streams: map[string]adapters.Resumable{},
 	}
 	c.mu.Lock()

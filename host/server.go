@@ -228,7 +228,9 @@ func (s *Server) ServeConnAs(ctx context.Context, mc transport.MessageConn, prin
 
 // ServeConnIdentity is ServeConn for a transport that id authenticated:
 // a reconnect resumes a client's state only for id.Name, and every
-// request is checked against id.Role.
+// request is checked against id.Role. At id.Expiry (when set) the
+// connection is closed as transport.CloseUnauthorized "expired";
+// Revoke closes it as "revoked".
 func (s *Server) ServeConnIdentity(ctx context.Context, mc transport.MessageConn, id auth.Identity) error {
 	principal := id.Name
 	s.mu.Lock()
@@ -250,10 +252,14 @@ func (s *Server) ServeConnIdentity(ctx context.Context, mc transport.MessageConn
 	c.traffic, c.transport = cc, transportIndex(mc)
 	s.counts.accepted[c.transport].Add(1)
 	c.principal, c.identity = principal, id
+	if id.Name != "" {
+		c.log = c.log.With("principal", id.Name, "role", string(id.Role))
+	}
 	c.patient = strings.HasPrefix(transport.Describe(mc), "stdio")
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
+	defer c.closeAtExpiry()()
 	defer func() {
 		kept := s.connEnded(c)
 		s.counts.disconnects[endReasonOf(c)].Add(1)

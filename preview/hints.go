@@ -9,8 +9,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/sidecar-dev/sidecar/transport"
 )
 
 // What the preview notices of an app that looks broken under its prefix:
@@ -146,9 +144,11 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "403 Forbidden: "+why, http.StatusForbidden)
 		return
 	}
-	if !transport.TokenEqual(transport.BearerToken(r), s.opts.Token) && !s.hasSession(r) {
-		http.Error(w, "401 Unauthorized: log in first", http.StatusUnauthorized)
-		return
+	if !s.hasSession(r) {
+		if _, ok := s.bearer(r, "preview"); !ok {
+			http.Error(w, "401 Unauthorized: log in first", http.StatusUnauthorized)
+			return
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(Status{Prefix: s.opts.Base + PortsPath, Subdomain: s.opts.Config.Subdomain, Ports: s.hints.snapshot()})

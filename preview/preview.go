@@ -64,9 +64,17 @@ const CookieName = "sidecar_preview"
 type Options struct {
 	// Base is the page's base path ("" or "/vm1", listener.base_path).
 	Base string
-	// Token and Principal: a request bearing Token (Authorization:
-	// Bearer) is Principal's; so is every session made for it.
-	Token, Principal string
+	// Auth decides the credential of a request bearing one
+	// (Authorization: Bearer); a session made for it is its identity's.
+	Auth auth.Authenticator
+	// Audit records each decision ("auth.success", "auth.failure") and
+	// each authenticated request (audit.ActionPreviewRequest: port,
+	// method, path without its query, status, duration); nil is
+	// audit.Discard.
+	Audit audit.Sink
+	// Token is the single auth.token, taken off every request bound for
+	// an app (with the credential the request itself presented).
+	Token string
 	// Tickets redeem subdomain logins (subdomain mode); may be nil.
 	Tickets *transport.Tickets
 	// Origins is the listener's origin rule: a request with another
@@ -78,10 +86,6 @@ type Options struct {
 	Config config.Preview
 	// Log gets refusals (debug) and proxy errors.
 	Log hclog.Logger
-	// Audit, when set, records each authenticated request
-	// (audit.ActionPreviewRequest: port, method, path without its
-	// query, status, duration).
-	Audit audit.Sink
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -399,13 +403,12 @@ func (s *Server) sameSite(r *http.Request, sub bool) (string, bool) {
 	return "a request from origin " + strconv.Quote(origin) + ", which the listener does not allow", false
 }
 
-// authenticate finds who r is: the token in its Authorization header, or
-// a valid session cookie (sid; renewed when past half its life:
-// renewedID).
+// authenticate finds who r is: a valid session cookie (sid; renewed
+// when past half its life: renewedID), or the credential in its
+// Authorization header.
 func (s *Server) authenticate(r *http.Request) (principal string, viaToken bool, sid, renewedID string, ok bool) {
-	if tok := transport.BearerToken(r); tok != "" && transport.TokenEqual(tok, s.opts.Token) {
-		return s.opts.Principal, true, "", "", true
-	}
+	// The session first: an app's own Authorization header, beside the
+	// page's cookie, is not a credential to decide (nor to audit).
 	for _, c := range r.CookiesNamed(CookieName) {
 		if p, ok, renewed := s.sessions.Check(c.Value, true); ok {
 			if renewed {
@@ -413,6 +416,9 @@ func (s *Server) authenticate(r *http.Request) (principal string, viaToken bool,
 			}
 			return p, false, c.Value, renewedID, true
 		}
+	}
+	if id, ok := s.bearer(r, "preview"); ok {
+		return id.Name, true, "", "", true
 	}
 	return "", false, "", "", false
 }
@@ -521,10 +527,16 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header.Set("X-Forwarded-Prefix", info.prefix)
 	}
 	if info.viaToken {
+		cred := transport.BearerToken(pr.In)
 		pr.Out.Header.Del("Authorization")
+		if cred != s.opts.Token {
+			scrubToken(pr.Out.Header, pr.Out.URL, cred)
+		}
 	}
 	stripCookie(pr.Out.Header, CookieName)
-	scrubToken(pr.Out.Header, pr.Out.URL, s.opts.Token)
+	if s.opts.Token != "" {
+		scrubToken(pr.Out.Header, pr.Out.URL, s.opts.Token)
+	}
 }
 
 // stripCookie removes every cookie called name from h's Cookie headers,
@@ -724,13 +736,14 @@ func (s *Server) SessionHandler() http.Handler {
 			http.SetCookie(w, s.cookie("", s.cookiePath(false), -1))
 			_ = json.NewEncoder(w).Encode(SessionResponse{})
 		case SessionPath:
-			if !transport.TokenEqual(transport.BearerToken(r), s.opts.Token) {
+			who, ok := s.bearer(r, "preview")
+			if !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="sidecar"`)
 				w.WriteHeader(http.StatusUnauthorized)
 				_ = json.NewEncoder(w).Encode(SessionResponse{Error: "missing or wrong token (send it as Authorization: Bearer TOKEN)"})
 				return
 			}
-			id, err := s.sessions.Create(s.opts.Principal)
+			id, err := s.sessions.Create(who)
 			if err != nil {
 				w.WriteHeader(http.StatusInternalServerError)
 				_ = json.NewEncoder(w).Encode(SessionResponse{Error: err.Error()})

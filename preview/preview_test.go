@@ -10,6 +10,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sidecar-dev/sidecar/config"
+
+	"github.com/sidecar-dev/sidecar/auth"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -24,7 +26,7 @@ func (c *clock) now() time.Time { return c.t }
 func TestSessionsExpireRenewRevoke(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
 	ss := NewSessions(10*time.Second, 8, c.now)
-	id, err := ss.Create("p")
+	id, err := ss.Create(auth.Identity{Name: "p"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +52,7 @@ func TestSessionsExpireRenewRevoke(t *testing.T) {
 	if ss.Len() != 0 {
 		t.Fatalf("expired session kept: %d", ss.Len())
 	}
-	id2, _ := ss.Create("p")
+	id2, _ := ss.Create(auth.Identity{Name: "p"})
 	ss.Revoke(id2)
 	if _, ok, _ := ss.Check(id2, false); ok {
 		t.Fatal("revoked session accepted")
@@ -67,11 +69,11 @@ func TestSessionsBound(t *testing.T) {
 	ss := NewSessions(time.Minute, 3, c.now)
 	var ids []string
 	for range 3 {
-		id, _ := ss.Create("p")
+		id, _ := ss.Create(auth.Identity{Name: "p"})
 		ids = append(ids, id)
 		c.t = c.t.Add(time.Second)
 	}
-	id4, _ := ss.Create("p")
+	id4, _ := ss.Create(auth.Identity{Name: "p"})
 	if ss.Len() != 3 {
 		t.Fatalf("%d kept, want 3", ss.Len())
 	}
@@ -84,7 +86,7 @@ func TestSessionsBound(t *testing.T) {
 		}
 	}
 	for range 100 {
-		_, _ = ss.Create("p")
+		_, _ = ss.Create(auth.Identity{Name: "p"})
 	}
 	if ss.Len() != 3 {
 		t.Fatalf("%d kept after 100 more, want 3", ss.Len())
@@ -171,9 +173,9 @@ func TestHintsBound(t *testing.T) {
 // TestWatchOutside: a logged-in request outside the previews with a
 // preview page's Referer is noted for that port; other requests are not.
 func TestWatchOutside(t *testing.T) {
-	s := New(Options{Base: "/vm1", Token: "tok", Principal: "p", Config: config.Default().Preview})
+	s := New(Options{Base: "/vm1", Token: "tok", Auth: auth.NewStatic("tok"), Config: config.Default().Preview})
 	defer s.Close()
-	id, _ := s.sessions.Create("p")
+	id, _ := s.sessions.Create(auth.Identity{Name: "p"})
 	h := s.WatchOutside(http.NotFoundHandler())
 	for _, tc := range []struct{ path, ref, site, cookie string }{
 		{"/abs.js", "https://d/vm1/ports/3000/", "same-origin", id},
@@ -197,5 +199,36 @@ func TestWatchOutside(t *testing.T) {
 	snap := s.hints.snapshot()
 	if len(snap) != 1 || snap["3000"] == nil || snap["3000"].OutsideCount != 2 || len(snap["3000"].Outside) != 1 || snap["3000"].Outside[0] != "/abs.js" {
 		t.Fatalf("hints %v", snap)
+	}
+}
+
+// TestSessionsRevokeIdentity: revoking an identity forgets its sessions
+// (those of its method only, each told to onForget, which ends their
+// requests in progress); a session ends at its identity's expiry.
+func TestSessionsRevokeIdentity(t *testing.T) {
+	ss := NewSessions(time.Hour, 8, nil)
+	var forgot int
+	ss.onForget = func([32]byte) { forgot++ }
+	alice := auth.Identity{Name: "alice", Role: auth.User, Method: "tokens_file"}
+	a1, _ := ss.Create(alice)
+	a2, _ := ss.Create(alice)
+	o, _ := ss.Create(auth.Identity{Name: "alice", Method: "oidc"})
+	b, _ := ss.Create(auth.Identity{Name: "bob", Method: "tokens_file"})
+	if n := ss.RevokeIdentity("alice", "tokens_file"); n != 2 || forgot != 2 {
+		t.Fatalf("RevokeIdentity: %d sessions, %d forgotten, want 2 and 2", n, forgot)
+	}
+	for _, id := range []string{a1, a2} {
+		if _, ok, _ := ss.Check(id, false); ok {
+			t.Fatal("a revoked identity's session is still valid")
+		}
+	}
+	for _, id := range []string{o, b} {
+		if _, ok, _ := ss.Check(id, false); !ok {
+			t.Fatal("another identity's session was revoked")
+		}
+	}
+	exp, _ := ss.Create(auth.Identity{Name: "carol", Method: "oidc", Expiry: time.Now().Add(-time.Second)})
+	if _, ok, _ := ss.Check(exp, false); ok {
+		t.Fatal("a session past its identity's expiry is valid")
 	}
 }

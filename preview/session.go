@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"sync"
 	"time"
+
+	"github.com/sidecar-dev/sidecar/auth"
 )
 
 // Sessions are the preview's browser credentials: a navigation cannot
@@ -48,8 +50,8 @@ func (ss *Sessions) forgot(keys ...[sha256.Size]byte) {
 }
 
 type session struct {
-	principal string
-	expires   time.Time
+	id      auth.Identity
+	expires time.Time
 }
 
 // sessionBytes is the random part of a session id, before base64url.
@@ -70,8 +72,9 @@ func NewSessions(ttl time.Duration, max int, now func() time.Time) *Sessions {
 // TTL is a session's life from its creation or last renewal.
 func (ss *Sessions) TTL() time.Duration { return ss.ttl }
 
-// Create returns a new session id for principal, valid for TTL.
-func (ss *Sessions) Create(principal string) (string, error) {
+// Create returns a new session id for identity who, valid for TTL (and
+// never past who.Expiry).
+func (ss *Sessions) Create(who auth.Identity) (string, error) {
 	var raw [sessionBytes]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", err
@@ -101,7 +104,7 @@ func (ss *Sessions) Create(principal string) (string, error) {
 		delete(ss.byID, oldest)
 		gone = append(gone, oldest)
 	}
-	ss.byID[sha256.Sum256([]byte(id))] = &session{principal: principal, expires: now.Add(ss.ttl)}
+	ss.byID[sha256.Sum256([]byte(id))] = &session{id: who, expires: now.Add(ss.ttl)}
 	return id, nil
 }
 
@@ -120,7 +123,7 @@ func (ss *Sessions) Check(id string, renew bool) (principal string, ok, renewed 
 		ss.mu.Unlock()
 		return "", false, false
 	}
-	if !now.Before(s.expires) {
+	if !now.Before(s.expires) || (!s.id.Expiry.IsZero() && !now.Before(s.id.Expiry)) {
 		delete(ss.byID, k)
 		ss.mu.Unlock()
 		ss.forgot(k)
@@ -131,7 +134,24 @@ func (ss *Sessions) Check(id string, renew bool) (principal string, ok, renewed 
 		s.expires = now.Add(ss.ttl)
 		renewed = true
 	}
-	return s.principal, true, renewed
+	return s.id.Name, true, renewed
+}
+
+// RevokeIdentity forgets every session of name authenticated by method
+// (its credential revoked): the requests in progress with them end
+// (onForget). It returns how many there were.
+func (ss *Sessions) RevokeIdentity(name, method string) int {
+	var gone [][sha256.Size]byte
+	ss.mu.Lock()
+	for k, s := range ss.byID {
+		if s.id.Name == name && s.id.Method == method {
+			delete(ss.byID, k)
+			gone = append(gone, k)
+		}
+	}
+	ss.mu.Unlock()
+	ss.forgot(gone...)
+	return len(gone)
 }
 
 // Revoke forgets session id (logout); an unknown id is no error.

@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+
+	"github.com/sidecar-dev/sidecar/transport"
 )
 
 // Subdomain wraps the daemon's whole handler for subdomain mode
@@ -52,12 +54,14 @@ func (s *Server) subdomainLogin(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	principal, err := s.opts.Tickets.Redeem(r.URL.Query().Get("ticket"))
+	who, err := s.opts.Tickets.Redeem(r.URL.Query().Get("ticket"))
 	if err != nil {
+		transport.RecordFailure(s.opts.Audit, r, "preview", "ticket refused")
 		s.refuse(w, r, resultUnauthenticated, http.StatusUnauthorized, err.Error()+": open the port from the sidecar page again")
 		return
 	}
-	id, err := s.sessions.Create(principal)
+	transport.RecordSuccess(s.opts.Audit, r, "preview", who, "ticket")
+	id, err := s.sessions.Create(who)
 	if err != nil {
 		http.Error(w, "500 "+err.Error(), http.StatusInternalServerError)
 		return

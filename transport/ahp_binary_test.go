@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/delivery/bytestream"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -21,7 +22,7 @@ import (
 // in the form it came (a binary form as one), until the client closes;
 // the read limit is 1 MiB.
 func ahpEcho() http.Handler {
-	return AHPHandler(AcceptOptions{Token: "tok", ReadLimit: 1 << 20}, func(ctx context.Context, mc MessageConn) {
+	return AHPHandler(AcceptOptions{Auth: auth.NewStatic("tok"), ReadLimit: 1 << 20}, func(ctx context.Context, mc MessageConn) {
 		defer mc.Close(CloseNormal, "")
 		for {
 			msg, binary, err := ReadMessageOrBinary(ctx, mc)
@@ -168,7 +169,7 @@ func TestAHPBinaryMalformed(t *testing.T) {
 	copy(big[8:], "\x00\x0bahp-tcp:/c1")
 	for _, p := range [][]byte{[]byte("\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\"x"), {1, 2, 3}, big} {
 		got := make(chan error, 1)
-		srv := httptest.NewServer(AHPHandler(AcceptOptions{Token: "tok", ReadLimit: 1 << 20}, func(ctx context.Context, mc MessageConn) {
+		srv := httptest.NewServer(AHPHandler(AcceptOptions{Auth: auth.NewStatic("tok"), ReadLimit: 1 << 20}, func(ctx context.Context, mc MessageConn) {
 			defer mc.Close(CloseNormal, "")
 			_, err := mc.ReadMessage(ctx)
 			got <- err

@@ -14,6 +14,8 @@ import (
 
 	"github.com/coder/websocket"
 	"golang.org/x/sys/unix"
+
+	"github.com/sidecar-dev/sidecar/auth"
 )
 
 // shortKeepalive makes both ends' keepalive check after 100 ms with
@@ -33,7 +35,7 @@ func corkedAHP(t *testing.T, serve func(ctx context.Context, mc MessageConn)) (s
 		t.Fatal(err)
 	}
 	accepted := make(chan *net.TCPConn, 4)
-	srv := httptest.NewUnstartedServer(AHPHandler(AcceptOptions{Token: "t", ReadLimit: 1 << 20}, serve))
+	srv := httptest.NewUnstartedServer(AHPHandler(AcceptOptions{Auth: auth.NewStatic("t"), ReadLimit: 1 << 20}, serve))
 	srv.Listener = CorkListener(recordingListener{ln, accepted})
 	srv.Config.ConnContext = CorkContext
 	srv.Start()

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/sidecar-dev/sidecar/auth"
 )
 
 func TestNormalizeOrigin(t *testing.T) {
@@ -82,8 +84,8 @@ func originServer(t *testing.T) (base string, refused chan string) {
 	t.Cleanup(hs.Close)
 	origins := NewOrigins(SelfOrigins(hs.Listener.Addr().(*net.TCPAddr)), []string{"https://ok.example"})
 	origins.OnRefuse = func(r *http.Request, origin string) { refused <- r.URL.Path + " " + origin }
-	mux.Handle("/ahp", AHPHandler(AcceptOptions{Token: "tok", Origins: origins, ReadLimit: 1 << 20}, echoServe))
-	mux.Handle(TIOPath, TIOWebSocketHandler(TIOOptions{Token: "tok", Origins: origins}, echoServe))
+	mux.Handle("/ahp", AHPHandler(AcceptOptions{Auth: auth.NewStatic("tok"), Origins: origins, ReadLimit: 1 << 20}, echoServe))
+	mux.Handle(TIOPath, TIOWebSocketHandler(TIOOptions{Auth: auth.NewStatic("tok"), Origins: origins}, echoServe))
 	return hs.URL, refused
 }
 
@@ -160,7 +162,7 @@ func TestOriginRuleWebTransport(t *testing.T) {
 	refused := make(chan string, 4)
 	origins := NewOrigins(SelfOrigins(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}), []string{"https://ok.example"})
 	origins.OnRefuse = func(_ *http.Request, origin string) { refused <- origin }
-	srv := NewWebTransportServer(&tls.Config{Certificates: []tls.Certificate{cert}}, TIOOptions{Token: "tok", Origins: origins}, nil, echoServe)
+	srv := NewWebTransportServer(&tls.Config{Certificates: []tls.Certificate{cert}}, TIOOptions{Auth: auth.NewStatic("tok"), Origins: origins}, nil, echoServe)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(pc) }()
 	defer func() { srv.Close(); <-served }()

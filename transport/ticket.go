@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sidecar-dev/sidecar/auth"
 )
 
 // Tickets are the single-use credentials a browser puts where its API
@@ -17,7 +19,7 @@ import (
 // access logs, browser history and Referer headers. The page exchanges
 // its token (sent in an Authorization header) for a ticket at
 // POST /web/ticket, then opens /transport-io?ticket=T. A ticket is 32
-// random bytes (base64url), bound to the principal it was issued to,
+// random bytes (base64url), bound to the identity it was issued to,
 // valid for TicketTTL and consumed by its first use: one seen later, in a
 // log, is worth nothing.
 //
@@ -33,9 +35,9 @@ type Tickets struct {
 }
 
 type ticket struct {
-	principal string
-	expires   time.Time
-	used      bool
+	id      auth.Identity
+	expires time.Time
+	used    bool
 }
 
 // TicketTTL is how long a ticket is valid once issued: a page uses its
@@ -95,9 +97,9 @@ func NewTickets(ttl time.Duration, max int, now func() time.Time) *Tickets {
 // TTL is how long a ticket is valid once issued.
 func (ts *Tickets) TTL() time.Duration { return ts.ttl }
 
-// Issue returns a new ticket for principal, valid for TTL, or
-// ErrTooManyTickets.
-func (ts *Tickets) Issue(principal string) (string, error) {
+// Issue returns a new ticket for id, valid for TTL (or until id.Expiry
+// when sooner), or ErrTooManyTickets.
+func (ts *Tickets) Issue(id auth.Identity) (string, error) {
 	var raw [ticketBytes]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", err
@@ -112,7 +114,11 @@ func (ts *Tickets) Issue(principal string) (string, error) {
 	if len(ts.byID) >= ts.max {
 		return "", ErrTooManyTickets
 	}
-	ts.byID[sha256.Sum256([]byte(t))] = &ticket{principal: principal, expires: now.Add(ts.ttl)}
+	exp := now.Add(ts.ttl)
+	if !id.Expiry.IsZero() && id.Expiry.Before(exp) {
+		exp = id.Expiry
+	}
+	ts.byID[sha256.Sum256([]byte(t))] = &ticket{id: id, expires: exp}
 	return t, nil
 }
 
@@ -126,10 +132,11 @@ func (ts *Tickets) forgetSpent(now time.Time) {
 	}
 }
 
-// Redeem consumes t and returns the principal it was issued to, or the
-// *TicketError saying why it is refused (used, expired, unknown). A
-// ticket is consumed whether or not the session it opens goes on.
-func (ts *Tickets) Redeem(t string) (string, error) {
+// Redeem consumes t and returns the identity it was issued to, or the
+// *TicketError saying why it is refused (used, expired, unknown or
+// revoked: unknown). A ticket is consumed whether or not the session it
+// opens goes on.
+func (ts *Tickets) Redeem(t string) (auth.Identity, error) {
 	id := sha256.Sum256([]byte(t))
 	now := ts.now()
 	ts.mu.Lock()
@@ -137,14 +144,33 @@ func (ts *Tickets) Redeem(t string) (string, error) {
 	k, ok := ts.byID[id]
 	switch {
 	case !ok:
-		return "", ErrTicketUnknown
+		return auth.Identity{}, ErrTicketUnknown
 	case k.used:
-		return "", ErrTicketUsed
+		return auth.Identity{}, ErrTicketUsed
 	case !now.Before(k.expires):
-		return "", ErrTicketExpired
+		return auth.Identity{}, ErrTicketExpired
 	}
 	k.used = true
-	return k.principal, nil
+	return k.id, nil
+}
+
+// Revoke forgets the tickets issued to name by method (a tokens file
+// entry removed or changed): redeeming one is then ticket-unknown. It
+// returns how many were outstanding.
+func (ts *Tickets) Revoke(name, method string) int {
+	now := ts.now()
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	n := 0
+	for key, k := range ts.byID {
+		if k.id.Name == name && k.id.Method == method {
+			if !k.used && now.Before(k.expires) {
+				n++
+			}
+			delete(ts.byID, key)
+		}
+	}
+	return n
 }
 
 // Outstanding returns how many tickets are issued, unused and unexpired.

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sidecar-dev/sidecar/auth"
 )
 
 // clock is a time a test moves by hand.
@@ -32,13 +34,16 @@ func (c *clock) Add(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
+// alice is the identity the tickets of these tests are issued to.
+var alice = auth.Identity{Name: "alice", Role: auth.User, Method: "tokens_file"}
+
 func newClock() *clock { return &clock{now: time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)} }
 
 // TestTicketsSingleUse: a ticket is 32 random bytes in base64url, lets
 // its principal in once, and is refused as used after that.
 func TestTicketsSingleUse(t *testing.T) {
 	ts := NewTickets(0, 0, newClock().Now)
-	a, err := ts.Issue("token:a")
+	a, err := ts.Issue(alice)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,10 +51,10 @@ func TestTicketsSingleUse(t *testing.T) {
 	if err != nil || len(raw) != 32 {
 		t.Fatalf("ticket %q: %d bytes (%v), want 32 of base64url", a, len(raw), err)
 	}
-	if b, _ := ts.Issue("token:a"); b == a {
+	if b, _ := ts.Issue(alice); b == a {
 		t.Fatal("two tickets alike")
 	}
-	if p, err := ts.Redeem(a); err != nil || p != "token:a" {
+	if p, err := ts.Redeem(a); err != nil || p != alice {
 		t.Fatalf("first use: %q %v", p, err)
 	}
 	if _, err := ts.Redeem(a); !errors.Is(err, ErrTicketUsed) {
@@ -66,8 +71,8 @@ func TestTicketsSingleUse(t *testing.T) {
 func TestTicketsExpire(t *testing.T) {
 	c := newClock()
 	ts := NewTickets(0, 0, c.Now)
-	early, _ := ts.Issue("p")
-	late, _ := ts.Issue("p")
+	early, _ := ts.Issue(alice)
+	late, _ := ts.Issue(alice)
 	c.Add(TicketTTL - time.Millisecond)
 	if _, err := ts.Redeem(early); err != nil {
 		t.Fatalf("a millisecond before expiry: %v", err)
@@ -91,13 +96,13 @@ func TestTicketsBound(t *testing.T) {
 	ts := NewTickets(time.Second, max, c.Now)
 	var issued []string
 	for range max {
-		k, err := ts.Issue("p")
+		k, err := ts.Issue(alice)
 		if err != nil {
 			t.Fatal(err)
 		}
 		issued = append(issued, k)
 	}
-	if _, err := ts.Issue("p"); !errors.Is(err, ErrTooManyTickets) {
+	if _, err := ts.Issue(alice); !errors.Is(err, ErrTooManyTickets) {
 		t.Fatalf("ticket %d: %v, want %v", max+1, err, ErrTooManyTickets)
 	}
 	if n := ts.Outstanding(); n != max {
@@ -108,12 +113,12 @@ func TestTicketsBound(t *testing.T) {
 			t.Fatalf("an outstanding ticket: %v", err)
 		}
 	}
-	if _, err := ts.Issue("p"); err != nil {
+	if _, err := ts.Issue(alice); err != nil {
 		t.Fatalf("after one was used: %v", err)
 	}
 	c.Add(time.Second)
 	for range 10 * max {
-		if _, err := ts.Issue("p"); err != nil && !errors.Is(err, ErrTooManyTickets) {
+		if _, err := ts.Issue(alice); err != nil && !errors.Is(err, ErrTooManyTickets) {
 			t.Fatal(err)
 		}
 		if len(ts.byID) > max {
@@ -126,14 +131,17 @@ func TestTicketsBound(t *testing.T) {
 }
 
 // ticketOpts are the door of the tests below: token "tok" (principal
-// "token:tok"), tickets on the clock c.
+// "token"), tickets on the clock c.
 func ticketOpts(c *clock) TIOOptions {
-	return TIOOptions{Token: "tok", Principal: "token:tok", Tickets: NewTickets(0, 0, c.Now)}
+	return TIOOptions{Auth: auth.NewStatic("tok"), Tickets: NewTickets(0, 0, c.Now)}
 }
+
+// owner is the identity of the static token "tok".
+var owner = auth.Identity{Name: "token", Role: auth.Owner, Method: "token"}
 
 // TestTIOTicketDoorWebSocket: on the WebSocket mapping a ticket opens a
 // session once; a replay, an expired ticket, an unknown one and one of
-// another principal are refused as WT_UNAUTHORIZED with their reason;
+// a revoked identity are refused as WT_UNAUTHORIZED with their reason;
 // the token (header and query) still opens sessions.
 func TestTIOTicketDoorWebSocket(t *testing.T) {
 	c := newClock()
@@ -156,7 +164,7 @@ func TestTIOTicketDoorWebSocket(t *testing.T) {
 		}
 	}
 
-	k, _ := opts.Tickets.Issue(opts.Principal)
+	k, _ := opts.Tickets.Issue(owner)
 	mc, err := dial("?ticket="+k, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -165,12 +173,13 @@ func TestTIOTicketDoorWebSocket(t *testing.T) {
 	mc.Close(CloseNormal, "")
 	refused("replayed ticket", "?ticket="+k, "ticket-used")
 
-	k, _ = opts.Tickets.Issue(opts.Principal)
+	k, _ = opts.Tickets.Issue(owner)
 	c.Add(TicketTTL)
 	refused("expired ticket", "?ticket="+k, "ticket-expired")
 	refused("unknown ticket", "?ticket=AAAA", "ticket-unknown")
-	k, _ = opts.Tickets.Issue("token:other")
-	refused("another principal's ticket", "?ticket="+k, RefusalReason)
+	k, _ = opts.Tickets.Issue(alice)
+	opts.Tickets.Revoke("alice", "tokens_file")
+	refused("a revoked identity's ticket", "?ticket="+k, "ticket-unknown")
 	refused("wrong token", "?token=wrong", RefusalReason)
 
 	for _, h := range []struct {
@@ -207,7 +216,7 @@ func TestTIOTicketDoorWebTransport(t *testing.T) {
 	defer cancel()
 	url := "https://" + pc.LocalAddr().String() + TIOPath
 
-	k, _ := opts.Tickets.Issue(opts.Principal)
+	k, _ := opts.Tickets.Issue(owner)
 	mc, err := DialWebTransport(ctx, url+"?ticket="+k, nil, pinned(t, pin))
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +227,7 @@ func TestTIOTicketDoorWebTransport(t *testing.T) {
 	if !IsUnauthorized(err) || CloseReason(err) != "ticket-used" {
 		t.Fatalf("replayed ticket: %v (reason %q), want WT_UNAUTHORIZED ticket-used", err, CloseReason(err))
 	}
-	k, _ = opts.Tickets.Issue(opts.Principal)
+	k, _ = opts.Tickets.Issue(owner)
 	c.Add(TicketTTL)
 	_, err = DialWebTransport(ctx, url+"?ticket="+k, nil, pinned(t, pin))
 	if !IsUnauthorized(err) || CloseReason(err) != "ticket-expired" {

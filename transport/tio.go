@@ -13,6 +13,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/sidecar-dev/sidecar/audit"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/delivery/bytestream"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transportio"
@@ -169,6 +171,8 @@ func ToTIOClose(code CloseCode, reason string) (transportio.CloseCode, string) {
 		return transportio.CloseProtocolError, reason
 	case ClosePeerTooSlow:
 		return transportio.ClosePeerTooSlow, reason
+	case CloseUnauthorized:
+		return transportio.CloseUnauthorized, reason
 	case CloseGoingAway:
 		if reason == "" {
 			reason = "server shutting down"
@@ -231,20 +235,22 @@ func tioError(err error) error {
 
 // TIOOptions configure the transport-io endpoints of the host.
 type TIOOptions struct {
-	// Token is required from every peer (Authorization: Bearer, or ?token=),
-	// compared in constant time; a refusal closes as WT_UNAUTHORIZED with
-	// reason "unauthorized" before the server's frame 0.
-	Token string
-	// Tickets, when set, lets a peer in with ?ticket=T instead of the token
-	// (the web page: its token never goes into a URL). The ticket is
-	// consumed by this use; a used, expired or unknown one closes as
+	// Auth decides every peer's credential (Authorization: Bearer, or
+	// ?token=): a refusal closes as WT_UNAUTHORIZED with the refusal's
+	// reason ("unauthorized", "expired", "revoked") before the server's
+	// frame 0; a failure to decide as WT_NO_ERROR "authorize failed"
+	// (seed 002 §4). Nil refuses everyone but ticket holders.
+	Auth auth.Authenticator
+	// Tickets, when set, lets a peer in with ?ticket=T instead of a
+	// credential (the web page: its token never goes into a URL), as the
+	// identity the ticket was issued to. The ticket is consumed by this
+	// use; a used, expired, unknown or revoked one closes as
 	// WT_UNAUTHORIZED with the TicketError's reason (ticket-used,
-	// ticket-expired, ticket-unknown), and one issued to another principal
-	// than Principal with "unauthorized".
+	// ticket-expired, ticket-unknown).
 	Tickets *Tickets
-	// Principal is who the token authenticates, to whom the tickets
-	// accepted here must have been issued.
-	Principal string
+	// Audit records each door decision ("auth.success", "auth.failure");
+	// nil is audit.Discard.
+	Audit audit.Sink
 	// Origins, when set, is the origin rule of both mappings (checked
 	// before anything else, 403 when refused); OriginPatterns are then
 	// ignored.
@@ -295,25 +301,57 @@ func (o TIOOptions) listener() *transportio.Listener {
 	}
 }
 
+// doorSlot is where a request's door decision is left for its serve
+// function: transportio's Authorize answers only yes or no.
+type doorSlot struct{ id auth.Identity }
+
+type doorSlotKey struct{}
+
+// withSlot returns r with an empty doorSlot in its context.
+func withSlot(r *http.Request) (*http.Request, *doorSlot) {
+	slot := &doorSlot{}
+	return r.WithContext(context.WithValue(r.Context(), doorSlotKey{}, slot)), slot
+}
+
+// tioTransport names r's mapping for the audit trail.
+func tioTransport(r *http.Request) string {
+	if r.ProtoMajor == 3 {
+		return "webtransport"
+	}
+	return "transport-io-websocket"
+}
+
 // authorize is the door of both mappings: a ticket when the request
-// carries one (consumed here), else the token.
+// carries one (consumed here), else the credential. The identity goes
+// into the request's doorSlot.
 func (o TIOOptions) authorize(r *http.Request) error {
+	var id auth.Identity
 	if t := TicketFromRequest(r); t != "" && o.Tickets != nil {
-		p, err := o.Tickets.Redeem(t)
+		var err error
+		id, err = o.Tickets.Redeem(t)
 		var te *TicketError
 		if errors.As(err, &te) {
+			RecordFailure(o.Audit, r, tioTransport(r), te.Reason)
 			return transportio.Refuse(te.Reason)
+		}
+		if err != nil {
+			RecordFailure(o.Audit, r, tioTransport(r), "authorize failed")
+			return err
+		}
+		RecordSuccess(o.Audit, r, tioTransport(r), id, "ticket")
+	} else {
+		var err error
+		id, err = authenticate(o.Auth, o.Audit, r, tioTransport(r), TokenFromRequest(r))
+		var ref *auth.Refusal
+		if errors.As(err, &ref) {
+			return transportio.Refuse(ref.Reason)
 		}
 		if err != nil {
 			return err
 		}
-		if p != o.Principal {
-			return transportio.Refuse(RefusalReason)
-		}
-		return nil
 	}
-	if !TokenEqual(TokenFromRequest(r), o.Token) {
-		return transportio.Refuse(RefusalReason)
+	if slot, _ := r.Context().Value(doorSlotKey{}).(*doorSlot); slot != nil {
+		slot.id = id
 	}
 	return nil
 }
@@ -347,16 +385,20 @@ func serveTIO(ctx context.Context, serve func(ctx context.Context, mc MessageCon
 }
 
 // TIOWebSocketHandler serves the §3.3 WebSocket mapping (mount it at
-// TIOPath): the token is checked before the session is accepted, the
-// upgrade is completed either way, and a refusal closes with 4007.
+// TIOPath): the credential is decided before the session is accepted,
+// the upgrade is completed either way, and a refusal closes with 4007.
+// serve's context carries the identity (IdentityFrom).
 func TIOWebSocketHandler(opts TIOOptions, serve func(ctx context.Context, mc MessageConn)) http.Handler {
 	l := opts.listener()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if opts.Origins != nil && !opts.Origins.Check(w, r) {
 			return
 		}
+		r, slot := withSlot(r)
 		ctx := context.WithoutCancel(r.Context())
-		l.WebSocketHandler(serveTIO(ctx, serve)).ServeHTTP(w, r)
+		l.WebSocketHandler(serveTIO(ctx, func(ctx context.Context, mc MessageConn) {
+			serve(WithIdentity(ctx, slot.id), mc)
+		})).ServeHTTP(w, r)
 	})
 }
 

@@ -16,6 +16,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/sidecar-dev/sidecar/audit"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/delivery/bytestream"
 	"github.com/sidecar-dev/sidecar/internal/bufpool"
 	"github.com/sidecar-dev/sidecar/rpc"
@@ -279,9 +281,13 @@ func TruncateReason(reason string, n int) string {
 
 // AcceptOptions configure the /ahp endpoint.
 type AcceptOptions struct {
-	// Token is required from every client (Authorization: Bearer, or
-	// ?token=). Compared in constant time.
-	Token string
+	// Auth decides every client's credential (Authorization: Bearer, or
+	// ?token=): a refusal is 401 before the upgrade, a failure to decide
+	// 503. Nil refuses everyone.
+	Auth auth.Authenticator
+	// Audit records each decision ("auth.success", "auth.failure");
+	// nil is audit.Discard.
+	Audit audit.Sink
 	// Origins, when set, is the origin rule (checked first, 403 when
 	// refused); OriginPatterns are then ignored.
 	Origins *Origins
@@ -295,9 +301,11 @@ type AcceptOptions struct {
 	OnReject func(r *http.Request, status int, why string)
 }
 
-// AHPHandler returns the http.Handler of the /ahp endpoint: it refuses a
-// missing or wrong token with 401 before the upgrade, checks Origin, and
-// hands each accepted connection to serve (which owns it until it returns).
+// AHPHandler returns the http.Handler of the /ahp endpoint: it checks
+// Origin, refuses a credential opts.Auth refuses with 401 before the
+// upgrade (503 when it reached no decision), and hands each accepted
+// connection to serve (which owns it until it returns) with a context
+// carrying its identity (IdentityFrom).
 func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageConn)) http.Handler {
 	accept := &websocket.AcceptOptions{OriginPatterns: opts.OriginPatterns}
 	if opts.Origins != nil {
@@ -309,12 +317,23 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 		if opts.Origins != nil && !opts.Origins.Check(w, r) {
 			return
 		}
-		if !TokenEqual(TokenFromRequest(r), opts.Token) {
-			if opts.OnReject != nil {
-				opts.OnReject(r, http.StatusUnauthorized, "missing or wrong token")
+		id, err := authenticate(opts.Auth, opts.Audit, r, "ahp", TokenFromRequest(r))
+		if err != nil {
+			status, why := http.StatusUnauthorized, "missing or wrong token"
+			if ref := failureReason(err); ref == "authorize failed" {
+				status, why = http.StatusServiceUnavailable, "authorize failed: "+err.Error()
+			} else if ref != auth.ErrUnknown.Reason {
+				why = ref
 			}
-			w.Header().Set("WWW-Authenticate", `Bearer realm="sidecar"`)
-			http.Error(w, "401 unauthorized: missing or wrong token", http.StatusUnauthorized)
+			if opts.OnReject != nil {
+				opts.OnReject(r, status, why)
+			}
+			if status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="sidecar"`)
+				http.Error(w, "401 unauthorized: "+why, status)
+			} else {
+				http.Error(w, "503 authorize failed: try again", status)
+			}
 			return
 		}
 		if why := transportio.RefuseNotHTTP1(w, r); why != "" {
@@ -341,7 +360,7 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 		wc.cork = corkFrom(r.Context())
 		wc.hostEnd = true
 		go wc.keepalive(keepaliveInterval, keepaliveTimeout)
-		serve(r.Context(), mc)
+		serve(WithIdentity(r.Context(), id), mc)
 	})
 }
 

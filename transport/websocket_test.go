@@ -17,6 +17,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/internal/wstest"
 	"github.com/sidecar-dev/sidecar/transportio"
 )
@@ -81,7 +82,7 @@ func TestKeepaliveHungClient(t *testing.T) {
 	keepaliveInterval, keepaliveTimeout = 150*time.Millisecond, 150*time.Millisecond
 	t.Cleanup(func() { keepaliveInterval, keepaliveTimeout = KeepaliveInterval, KeepaliveTimeout })
 	ended := make(chan error, 1)
-	srv := httptest.NewServer(AHPHandler(AcceptOptions{Token: "t", ReadLimit: 1 << 20}, func(ctx context.Context, mc MessageConn) {
+	srv := httptest.NewServer(AHPHandler(AcceptOptions{Auth: auth.NewStatic("t"), ReadLimit: 1 << 20}, func(ctx context.Context, mc MessageConn) {
 		_, err := mc.ReadMessage(ctx)
 		_ = mc.Close(CloseNormal, "")
 		ended <- err
@@ -111,7 +112,7 @@ func TestKeepaliveHungClient(t *testing.T) {
 func TestAHPRejectStatus(t *testing.T) {
 	type reject struct{ status int }
 	got := make(chan reject, 2)
-	srv := httptest.NewServer(AHPHandler(AcceptOptions{Token: "t", OnReject: func(_ *http.Request, status int, _ string) {
+	srv := httptest.NewServer(AHPHandler(AcceptOptions{Auth: auth.NewStatic("t"), OnReject: func(_ *http.Request, status int, _ string) {
 		got <- reject{status}
 	}}, func(context.Context, MessageConn) {}))
 	defer srv.Close()
@@ -138,7 +139,7 @@ func TestAHPRejectStatus(t *testing.T) {
 func TestTIORejectStatus(t *testing.T) {
 	upgrades := make(chan int, 2)
 	refusals := make(chan string, 2)
-	srv := httptest.NewServer(TIOWebSocketHandler(TIOOptions{Token: "t",
+	srv := httptest.NewServer(TIOWebSocketHandler(TIOOptions{Auth: auth.NewStatic("t"),
 		OnReject: func(_ *http.Request, code transportio.CloseCode, _ string) { refusals <- code.String() },
 		OnUpgradeRefused: func(_ *http.Request, status int, _ string) {
 			upgrades <- status
@@ -176,8 +177,8 @@ func TestTIORejectStatus(t *testing.T) {
 // with an Upgrade header broke the stream).
 func TestWebSocketOverHTTP2(t *testing.T) {
 	mux := http.NewServeMux()
-	mux.Handle("/ahp", AHPHandler(AcceptOptions{Token: "t"}, func(context.Context, MessageConn) {}))
-	mux.Handle(TIOPath, TIOWebSocketHandler(TIOOptions{Token: "t"}, func(context.Context, MessageConn) {}))
+	mux.Handle("/ahp", AHPHandler(AcceptOptions{Auth: auth.NewStatic("t")}, func(context.Context, MessageConn) {}))
+	mux.Handle(TIOPath, TIOWebSocketHandler(TIOOptions{Auth: auth.NewStatic("t")}, func(context.Context, MessageConn) {}))
 	srv := httptest.NewUnstartedServer(mux)
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
@@ -290,7 +291,7 @@ func TestAHPCompression(t *testing.T) {
 		type seen struct{ offer, answer string }
 		seenc := make(chan seen, 1)
 		var wire countingConn
-		h := AHPHandler(AcceptOptions{Token: "tok", ReadLimit: 1 << 20}, func(ctx context.Context, mc MessageConn) {
+		h := AHPHandler(AcceptOptions{Auth: auth.NewStatic("tok"), ReadLimit: 1 << 20}, func(ctx context.Context, mc MessageConn) {
 			defer mc.Close(CloseNormal, "")
 			msg, err := mc.ReadMessage(ctx)
 			if err == nil {
@@ -421,7 +422,7 @@ func TestCorruptCompressedMessage(t *testing.T) {
 // not waited for longer than its answer.
 func TestCloseBoundedWithoutAnswer(t *testing.T) {
 	closed := make(chan time.Duration, 1)
-	srv := httptest.NewUnstartedServer(AHPHandler(AcceptOptions{Token: "tok", ReadLimit: 1 << 20}, func(ctx context.Context, mc MessageConn) {
+	srv := httptest.NewUnstartedServer(AHPHandler(AcceptOptions{Auth: auth.NewStatic("tok"), ReadLimit: 1 << 20}, func(ctx context.Context, mc MessageConn) {
 		start := time.Now()
 		_ = mc.Close(CloseGoingAway, "resumed on another connection")
 		closed <- time.Since(start)

@@ -45,9 +45,12 @@ func NewWebTransportServer(tlsConf *tls.Config, opts TIOOptions, checkOrigin fun
 	}
 	s.wts = transportio.NewWebTransportServer(tlsConf, mux, checkOrigin)
 	l := opts.listener()
-	h := l.WebTransportHandler(s.wts, serveTIO(context.Background(), func(ctx context.Context, mc MessageConn) {
-		s.served.Store(true)
-		serve(ctx, mc)
+	h := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r, slot := withSlot(r)
+		l.WebTransportHandler(s.wts, serveTIO(context.Background(), func(ctx context.Context, mc MessageConn) {
+			s.served.Store(true)
+			serve(WithIdentity(ctx, slot.id), mc)
+		})).ServeHTTP(w, r)
 	}))
 	if opts.Origins != nil {
 		h = opts.Origins.Wrap(h)

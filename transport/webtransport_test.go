@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport/tlscert"
 	"github.com/sidecar-dev/sidecar/transportio"
@@ -74,7 +75,7 @@ func serveWT(t *testing.T, cert tls.Certificate, pc *net.UDPConn, key *[32]byte,
 			t.Fatal(err)
 		}
 	}
-	srv := NewWebTransportServer(&tls.Config{Certificates: []tls.Certificate{cert}}, TIOOptions{Token: "tok"}, nil, serve)
+	srv := NewWebTransportServer(&tls.Config{Certificates: []tls.Certificate{cert}}, TIOOptions{Auth: auth.NewStatic("tok")}, nil, serve)
 	if key != nil {
 		srv.SetStatelessResetKey(*key)
 	}
@@ -126,7 +127,7 @@ func TestWebTransportPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewWebTransportServer(&tls.Config{Certificates: []tls.Certificate{cert}}, TIOOptions{Token: "tok", Path: "/vm1" + TIOPath}, nil, echoServe)
+	srv := NewWebTransportServer(&tls.Config{Certificates: []tls.Certificate{cert}}, TIOOptions{Auth: auth.NewStatic("tok"), Path: "/vm1" + TIOPath}, nil, echoServe)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(pc) }()
 	defer func() {
@@ -155,7 +156,7 @@ func TestWebTransportPath(t *testing.T) {
 func TestTIOWebSocketMessageConn(t *testing.T) {
 	closing := make(chan struct{})
 	mux := http.NewServeMux()
-	mux.Handle(TIOPath, TIOWebSocketHandler(TIOOptions{Token: "tok"}, func(ctx context.Context, mc MessageConn) {
+	mux.Handle(TIOPath, TIOWebSocketHandler(TIOOptions{Auth: auth.NewStatic("tok")}, func(ctx context.Context, mc MessageConn) {
 		echoServe(ctx, &closeAfter{MessageConn: mc, n: 2, closing: closing})
 	}))
 	mux.Handle(transportio.ProbePath, ProbeHandler())

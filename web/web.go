@@ -14,6 +14,8 @@ import (
 	"path"
 	"strconv"
 
+	"github.com/sidecar-dev/sidecar/audit"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/transport"
 )
 
@@ -37,12 +39,14 @@ type Options struct {
 	// browser may trust for WebTransport (serverCertificateHashes): the
 	// development certificate's, or none for one a CA signed.
 	CertHashes func() []string
-	// Token and Tickets serve POST /web/ticket: a request bearing Token is
-	// given a ticket issued to Principal. Without Tickets the path is not
-	// served.
-	Token     string
-	Principal string
-	Tickets   *transport.Tickets
+	// Auth and Tickets serve POST /web/ticket: a request bearing a
+	// credential Auth accepts is given a ticket issued to its identity.
+	// Without Tickets the path is not served.
+	Auth    auth.Authenticator
+	Tickets *transport.Tickets
+	// Audit records each decision ("auth.success", "auth.failure");
+	// nil is audit.Discard.
+	Audit audit.Sink
 	// OnRefused, if set, is told of every ticket request refused (a
 	// wrong or missing token: 401; the bound reached: 429), to log it
 	// (at a bounded rate: a guesser may send many).
@@ -147,14 +151,29 @@ func ticket(w http.ResponseWriter, r *http.Request, opts Options) {
 	if !post(w, r, opts, func(msg string) any { return Ticket{Error: msg} }) {
 		return
 	}
-	if !transport.TokenEqual(transport.BearerToken(r), opts.Token) {
+	var who auth.Identity
+	err := error(auth.ErrUnknown)
+	if tok := transport.BearerToken(r); tok != "" && opts.Auth != nil {
+		who, err = opts.Auth.Authenticate(r.Context(), tok)
+	}
+	var ref *auth.Refusal
+	if err != nil && !errors.As(err, &ref) {
+		transport.RecordFailure(opts.Audit, r, "web", "authorize failed")
+		opts.refused(r, http.StatusServiceUnavailable, "authorize failed: "+err.Error())
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(Ticket{Error: "authorize failed: try again"})
+		return
+	}
+	if err != nil {
+		transport.RecordFailure(opts.Audit, r, "web", ref.Reason)
 		opts.refused(r, http.StatusUnauthorized, "missing or wrong token")
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sidecar"`)
 		w.WriteHeader(http.StatusUnauthorized)
 		_ = json.NewEncoder(w).Encode(Ticket{Error: "missing or wrong token (send it as Authorization: Bearer TOKEN)"})
 		return
 	}
-	k, err := opts.Tickets.Issue(opts.Principal)
+	transport.RecordSuccess(opts.Audit, r, "web", who, who.Method)
+	k, err := opts.Tickets.Issue(who)
 	if errors.Is(err, transport.ErrTooManyTickets) {
 		opts.refused(r, http.StatusTooManyRequests, err.Error())
 		w.Header().Set("Retry-After", strconv.Itoa(int(opts.Tickets.TTL().Seconds())))

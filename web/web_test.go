@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/sidecar-dev/sidecar/transport"
+
+	"github.com/sidecar-dev/sidecar/auth"
 )
 
 func TestHandler(t *testing.T) {
@@ -60,15 +62,15 @@ func TestHandler(t *testing.T) {
 func TestTicket(t *testing.T) {
 	origins := transport.NewOrigins(transport.SelfOrigins(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4433}), nil)
 	tickets := transport.NewTickets(0, 2, nil)
-	h := Handler(Options{Origins: origins, Token: "tok", Principal: "token:p", Tickets: tickets})
-	do := func(method, target, origin, auth string) (*http.Response, Ticket) {
+	h := Handler(Options{Origins: origins, Auth: auth.NewStatic("tok"), Tickets: tickets})
+	do := func(method, target, origin, authz string) (*http.Response, Ticket) {
 		t.Helper()
 		r := httptest.NewRequest(method, target, nil)
 		if origin != "" {
 			r.Header.Set("Origin", origin)
 		}
-		if auth != "" {
-			r.Header.Set("Authorization", auth)
+		if authz != "" {
+			r.Header.Set("Authorization", authz)
 		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
@@ -85,7 +87,7 @@ func TestTicket(t *testing.T) {
 	if res.StatusCode != 200 || k.Ticket == "" || k.ExpiresInMs != transport.TicketTTL.Milliseconds() || res.Header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("POST %s: %d %+v %v", TicketPath, res.StatusCode, k, res.Header)
 	}
-	if p, err := tickets.Redeem(k.Ticket); err != nil || p != "token:p" {
+	if p, err := tickets.Redeem(k.Ticket); err != nil || p != (auth.Identity{Name: "token", Role: auth.Owner, Method: "token"}) {
 		t.Fatalf("the ticket: %q %v", p, err)
 	}
 	for _, c := range []struct{ what, target, auth string }{
@@ -117,7 +119,7 @@ func TestTicket(t *testing.T) {
 	r := httptest.NewRequest("POST", TicketPath, nil)
 	r.Header.Set("Authorization", "Bearer tok")
 	w := httptest.NewRecorder()
-	Handler(Options{Token: "tok"}).ServeHTTP(w, r)
+	Handler(Options{Auth: auth.NewStatic("tok")}).ServeHTTP(w, r)
 	if w.Code != 405 {
 		t.Errorf("no tickets: %d, want 405", w.Code)
 	}

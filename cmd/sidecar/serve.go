@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log"
@@ -29,7 +28,9 @@ import (
 
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/audit"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/auth/oidc"
+	"github.com/sidecar-dev/sidecar/auth/tokensfile"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/host"
 	"github.com/sidecar-dev/sidecar/internal/redact"
@@ -181,9 +182,14 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
-	// Every connection authenticated with the one bearer token is the same
-	// principal; a reconnect resumes only that principal's clients.
-	principal := tokenPrincipal(tok)
+	// Who a credential is (docs/operations.md "Identities"): the single
+	// token is the owner "token"; the tokens file names the others, and
+	// a reload that removes or changes an entry revokes it (below).
+	idents, err := newIdentities(cfg, tok)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	authn, auditSink := idents.auth, audit.Sink(auditLog)
 	// A WebSocket upgrade refused with an HTTP status, on /ahp or
 	// /transport-io (a transport-io token refusal is a session close).
 	refusals := &refusalLog{log: logger}
@@ -202,17 +208,16 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	// listener.base_path (underBase); WebTransport has its own server.
 	base := cfg.Listener.BasePathPrefix()
 	mux := http.NewServeMux()
+	serveAHP := func(ctx context.Context, mc transport.MessageConn) {
+		_ = srv.ServeConnIdentity(context.WithoutCancel(ctx), mc, transport.IdentityFrom(ctx))
+	}
 	mux.Handle("/ahp", transport.AHPHandler(transport.AcceptOptions{
-		Token:     tok,
+		Auth:      authn,
+		Audit:     auditSink,
 		Origins:   origins,
 		ReadLimit: cfg.AHPReadLimit(),
 		OnReject:  upgradeRefused,
-	}, func(ctx context.Context, mc transport.MessageConn) {
-		_ = srv.ServeConnAs(context.WithoutCancel(ctx), mc, principal)
-	}))
-	serveAHP := func(ctx context.Context, mc transport.MessageConn) {
-		_ = srv.ServeConnAs(context.WithoutCancel(ctx), mc, principal)
-	}
+	}, serveAHP))
 	// The page's transport-io credential: a single-use ticket for the
 	// token, so the token itself is never in a URL (docs/protocol.md
 	// "Tickets").
@@ -229,9 +234,9 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	}
 	tioOpts := transport.TIOOptions{
 		DatagramOrigins: datagramOrigins,
-		Token:           tok,
+		Auth:            authn,
+		Audit:           auditSink,
 		Tickets:         tickets,
-		Principal:       principal,
 		Origins:         origins,
 		OnReject: func(r *http.Request, code transportio.CloseCode, reason string) {
 			refusals.warn(r, "transport-io session refused", "code", code.String(), "reason", reason)
@@ -245,7 +250,7 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	mux.Handle(transportio.ProbePath, transport.ProbeHandler())
 	// The web page (README "The web page"); the development certificate's
 	// pin lets the browser trust it for WebTransport.
-	mux.Handle("/", web.Handler(web.Options{Origins: origins, Token: tok, Principal: principal, Tickets: tickets, OnRefused: func(r *http.Request, status int, why string) {
+	mux.Handle("/", web.Handler(web.Options{Origins: origins, Auth: authn, Audit: auditSink, Tickets: tickets, OnRefused: func(r *http.Request, status int, why string) {
 		refusals.warn(r, "web ticket refused", "status", status, "reason", why)
 	}, CertHashes: func() []string {
 		if !certs.dev {
@@ -263,12 +268,14 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 		mux.Handle(oidc.Prefix, oidcLogin)
 	}
 	if oidcVerifier != nil {
+		// Bearer JWTs go to the verifier (before any request is served).
+		idents.chain.JWT = oidcVerifier
 		go func() { _ = oidcVerifier.Discover(context.Background()) }()
 	}
 	// The port preview (docs/protocol.md "Port preview"): <base>/ports/N/
 	// proxied to the workload's port under tcp.allow, behind the page's
 	// session cookie or the token.
-	prev, err := newPreview(cfg, base, tok, principal, tickets, origins, logger, auditLog)
+	prev, err := newPreview(cfg, base, tok, authn, auditSink, tickets, origins, logger)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
@@ -276,7 +283,7 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	// channel's policy and quotas, the preview's session cookie.
 	if fk := srv.Files(); fk != nil {
 		dl := download.Options{Open: fk.OpenDownload, Log: logger.Named("download"),
-			Authenticate: download.BearerOnly(tok, principal), SameSite: download.SameOrigin(origins.Allowed)}
+			Authenticate: download.BearerOnly(authn, auditSink), SameSite: download.SameOrigin(origins.Allowed)}
 		if prev != nil {
 			dl.Authenticate, dl.SameSite = prev.Authenticate, prev.SameSite
 		}
@@ -300,6 +307,20 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 			}
 			warned.ServeHTTP(w, r)
 		}))
+	}
+	// A tokens file entry removed or changed: its connections, tickets
+	// and preview sessions end now (unauthorized "revoked").
+	idents.revoke = func(name string) {
+		srv.Revoke(name, tokensfile.Method, transport.ReasonRevoked)
+		tickets.Revoke(name, tokensfile.Method)
+		if prev != nil {
+			prev.Revoke(name, tokensfile.Method)
+		}
+	}
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	if err := idents.watch(watchCtx, logger); err != nil {
+		logger.Warn("tokens file not watched: reload it with SIGHUP", "error", err)
 	}
 	// transport-io over WebTransport: UDP, same host and port number.
 	var wts *transport.WebTransportServer
@@ -359,6 +380,10 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	for stop := false; !stop; {
 		select {
 		case sig := <-sigs:
+			if sig == syscall.SIGHUP && idents.file != nil {
+				idents.reload(logger, "SIGHUP")
+				continue
+			}
 			if ignoredAtStart[sig] {
 				logger.Info("signal ignored: sidecar serve was started with it ignored (nohup, a background job)", "signal", sig.String())
 				continue
@@ -395,7 +420,7 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 // newPreview returns the port preview of cfg (nil when preview.enabled is
 // false), dialing under the TCP channel's policy: tcp.allow, the daemon's
 // own listeners (cfg.Listening) refused.
-func newPreview(cfg *config.Config, base, tok, principal string, tickets *transport.Tickets, origins *transport.Origins, logger hclog.Logger, aud audit.Sink) (*preview.Server, error) {
+func newPreview(cfg *config.Config, base, tok string, authn auth.Authenticator, sink audit.Sink, tickets *transport.Tickets, origins *transport.Origins, logger hclog.Logger) (*preview.Server, error) {
 	if !cfg.Preview.Enabled {
 		return nil, nil
 	}
@@ -405,11 +430,10 @@ func newPreview(cfg *config.Config, base, tok, principal string, tickets *transp
 	}
 	pol.SetOwn(cfg.Listening)
 	return preview.New(preview.Options{
-		Base: base, Token: tok, Principal: principal, Tickets: tickets, Origins: origins,
+		Base: base, Token: tok, Auth: authn, Audit: sink, Tickets: tickets, Origins: origins,
 		Dialer: &tcp.Dialer{Policy: pol, Timeout: cfg.TCP.DialTimeout},
 		Config: cfg.Preview,
 		Log:    logger.Named("preview"),
-		Audit:  aud,
 	}), nil
 }
 
@@ -521,11 +545,4 @@ func (cs *certSource) pin() string {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	return tlscert.Pin(cs.c)
-}
-
-// tokenPrincipal names the principal of a bearer token for the host
-// ("token:" and the first 16 hex digits of its SHA-256), never the token.
-func tokenPrincipal(tok string) string {
-	d := sha256.Sum256([]byte(tok))
-	return "token:" + hex.EncodeToString(d[:8])
 }

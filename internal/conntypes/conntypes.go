@@ -24,6 +24,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 	"github.com/quic-go/webtransport-go"
 
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/transport"
 	"github.com/sidecar-dev/sidecar/transport/tlscert"
 	"github.com/sidecar-dev/sidecar/transportio"
@@ -80,7 +81,7 @@ var Pipe = Type{Name: "pipe", Listen: func(t testing.TB, serve func(context.Cont
 // AHP is plain AHP over WebSocket (/ahp), the sidecar client's binary
 // subprotocol chosen.
 var AHP = Type{Name: "ahp", Binary: true, Listen: func(t testing.TB, serve func(context.Context, transport.MessageConn)) func(testing.TB) transport.MessageConn {
-	srv := httptest.NewUnstartedServer(transport.AHPHandler(transport.AcceptOptions{Token: Token, ReadLimit: 2 << 20}, serve))
+	srv := httptest.NewUnstartedServer(transport.AHPHandler(transport.AcceptOptions{Auth: auth.NewStatic(Token), ReadLimit: 2 << 20}, serve))
 	// As sidecar serve does: each connection a CorkConn the handler finds.
 	srv.Listener = transport.CorkListener(srv.Listener)
 	srv.Config.ConnContext = transport.CorkContext
@@ -103,7 +104,7 @@ var AHP = Type{Name: "ahp", Binary: true, Listen: func(t testing.TB, serve func(
 
 // TIOWebSocket is transport-io's WebSocket mapping (/transport-io).
 var TIOWebSocket = Type{Name: "tio-websocket", Binary: true, Listen: func(t testing.TB, serve func(context.Context, transport.MessageConn)) func(testing.TB) transport.MessageConn {
-	srv := httptest.NewServer(transport.TIOWebSocketHandler(transport.TIOOptions{Token: Token}, serve))
+	srv := httptest.NewServer(transport.TIOWebSocketHandler(transport.TIOOptions{Auth: auth.NewStatic(Token)}, serve))
 	t.Cleanup(srv.Close)
 	url := "ws" + strings.TrimPrefix(srv.URL, "http") + transport.TIOPath
 	return func(t testing.TB) transport.MessageConn {
@@ -137,7 +138,7 @@ var WebTransport = Type{Name: "webtransport", Binary: true, Listen: func(t testi
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := transport.NewWebTransportServer(&tls.Config{Certificates: []tls.Certificate{cert}}, transport.TIOOptions{Token: Token}, nil, serve)
+	srv := transport.NewWebTransportServer(&tls.Config{Certificates: []tls.Certificate{cert}}, transport.TIOOptions{Auth: auth.NewStatic(Token)}, nil, serve)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(pc) }()
 	t.Cleanup(func() {

@@ -23,6 +23,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/client"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/host"
@@ -65,7 +66,7 @@ func startHost(t *testing.T, token string) string {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(transport.TIOPath, transport.TIOWebSocketHandler(transport.TIOOptions{Token: token},
+	mux.Handle(transport.TIOPath, transport.TIOWebSocketHandler(transport.TIOOptions{Auth: auth.NewStatic(token)},
 		func(ctx context.Context, mc transport.MessageConn) { _ = srv.ServeConn(ctx, mc) }))
 	hs := httptest.NewServer(mux)
 	t.Cleanup(func() {

@@ -8,6 +8,7 @@
 package download
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"mime"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/sidecar-dev/sidecar/audit"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport"
 )
@@ -130,12 +133,25 @@ func SameOrigin(allowed func(origin string) bool) func(r *http.Request) (string,
 }
 
 // BearerOnly is Options.Authenticate for a daemon without the port
-// preview's sessions: the token in Authorization: Bearer.
-func BearerOnly(token, principal string) func(r *http.Request) (string, bool) {
+// preview's sessions: the credential in Authorization: Bearer, decided
+// by a (each decision recorded in sink, nil: none).
+func BearerOnly(a auth.Authenticator, sink audit.Sink) func(r *http.Request) (string, bool) {
 	return func(r *http.Request) (string, bool) {
-		if t := transport.BearerToken(r); t != "" && transport.TokenEqual(t, token) {
-			return principal, true
+		t := transport.BearerToken(r)
+		if t == "" {
+			return "", false
 		}
-		return "", false
+		id, err := a.Authenticate(r.Context(), t)
+		if err != nil {
+			reason := "authorize failed"
+			var ref *auth.Refusal
+			if errors.As(err, &ref) {
+				reason = ref.Reason
+			}
+			transport.RecordFailure(sink, r, "download", reason)
+			return "", false
+		}
+		transport.RecordSuccess(sink, r, "download", id, id.Method)
+		return id.Name, true
 	}
 }

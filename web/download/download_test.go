@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"github.com/sidecar-dev/sidecar/rpc"
+
+	"github.com/sidecar-dev/sidecar/auth"
 )
 
 func TestHandler(t *testing.T) {
@@ -25,10 +27,10 @@ func TestHandler(t *testing.T) {
 	}
 	released := 0
 	h := Handler(Options{
-		Authenticate: BearerOnly("tok", "token:p"),
+		Authenticate: BearerOnly(auth.NewStatic("tok"), nil),
 		SameSite:     SameOrigin(func(o string) bool { return o == "https://self" }),
 		Open: func(principal, p string) (*os.File, fs.FileInfo, func(), *rpc.Error) {
-			if principal != "token:p" {
+			if principal != "token" {
 				t.Errorf("principal %q", principal)
 			}
 			switch p {
