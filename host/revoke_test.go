@@ -1,32 +1,13 @@
 package host_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/config"
-	"github.com/sidecar-dev/sidecar/host"
 	"github.com/sidecar-dev/sidecar/transport"
 )
-
-// connectIdentity connects to srv as id over a pipe.
-func connectIdentity(t *testing.T, srv *host.Server, id auth.Identity) *hostConn {
-	t.Helper()
-	a, b := transport.Pipe(4096)
-	hc := &hostConn{t: t, mc: a, served: make(chan error, 1), nextID: 1}
-	go func() { hc.served <- srv.ServeConnIdentity(context.Background(), b, id) }()
-	t.Cleanup(func() {
-		_ = a.Close(transport.CloseNormal, "test done")
-		select {
-		case <-hc.served:
-		case <-time.After(deadline):
-			t.Error("ServeConn did not return after the client closed")
-		}
-	})
-	return hc
-}
 
 // TestRevoke: Revoke closes the identity's connections (only its, and
 // only for its method) as unauthorized "revoked", keeps nothing of them,
