@@ -11,16 +11,16 @@ import (
 // Authenticate reports who r is for another endpoint of the page (the
 // file download): the credential in its Authorization header, or a
 // valid session cookie (not renewed here).
-func (s *Server) Authenticate(r *http.Request) (principal string, ok bool) {
+func (s *Server) Authenticate(r *http.Request) (id auth.Identity, ok bool) {
 	if id, ok := s.bearer(r, "download"); ok {
-		return id.Name, true
+		return id, true
 	}
 	for _, c := range r.CookiesNamed(CookieName) {
 		if p, ok, _ := s.sessions.Check(c.Value, false); ok {
 			return p, true
 		}
 	}
-	return "", false
+	return auth.Identity{}, false
 }
 
 // SameSite returns why r is refused as a request another site made (the

@@ -289,7 +289,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, port int, prefix,
 		s.refuse(w, r, resultCrossSite, http.StatusForbidden, why)
 		return
 	}
-	principal, viaToken, sid, renewedID, ok := s.authenticate(r)
+	who, viaToken, sid, renewedID, ok := s.authenticate(r)
 	if !ok {
 		login := s.opts.Base + "/"
 		if sub {
@@ -299,8 +299,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, port int, prefix,
 			"this preview needs the sidecar page's login: log in at "+login+" and open the port from there (scripts: Authorization: Bearer TOKEN)")
 		return
 	}
+	principal := who.Name
 	status := 0 // the answer's, for the audit
-	defer s.audit(principal, r.Method, port, path, &status, s.opts.Now())
+	defer s.audit(who, r.Method, port, path, &status, s.opts.Now())
+	if d := auth.Check(who, auth.PreviewOpen); d != nil {
+		status = http.StatusForbidden
+		s.opts.Log.Warn("permission denied", "principal", who.Name, "role", string(who.Role), "permission", string(d.Permission), "port", port)
+		if s.opts.Audit != nil {
+			s.opts.Audit.Record(audit.Event{Time: s.opts.Now(), Action: audit.ActionPermissionDenied, Principal: who.Name, Role: string(who.Role),
+				Attrs: map[string]any{"permission": string(d.Permission), "target": fmt.Sprintf("preview port %d", port)}})
+		}
+		s.refuse(w, r, resultDenied, http.StatusForbidden, d.Error())
+		return
+	}
 	if n := headerBytes(r); n > s.opts.Config.MaxHeaderBytes {
 		status = http.StatusRequestHeaderFieldsTooLarge
 		s.refuse(w, r, resultTooLarge, http.StatusRequestHeaderFieldsTooLarge,
@@ -352,13 +363,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, port int, prefix,
 	s.proxy.ServeHTTP(w, out)
 }
 
-// audit records the authenticated request of principal (the single
-// token's, or a session made for it: the owner role) once answered.
-func (s *Server) audit(principal, method string, port int, path string, status *int, start time.Time) {
+// audit records the authenticated request of who once answered.
+func (s *Server) audit(who auth.Identity, method string, port int, path string, status *int, start time.Time) {
 	if s.opts.Audit == nil {
 		return
 	}
-	s.opts.Audit.Record(audit.Event{Time: start, Action: audit.ActionPreviewRequest, Principal: principal, Role: string(auth.Owner), Attrs: map[string]any{
+	s.opts.Audit.Record(audit.Event{Time: start, Action: audit.ActionPreviewRequest, Principal: who.Name, Role: string(who.Role), Attrs: map[string]any{
 		"server.port": port, "http.request.method": method, "url.path": path,
 		"http.response.status_code": *status, "duration": s.opts.Now().Sub(start),
 	}})
@@ -406,7 +416,7 @@ func (s *Server) sameSite(r *http.Request, sub bool) (string, bool) {
 // authenticate finds who r is: a valid session cookie (sid; renewed
 // when past half its life: renewedID), or the credential in its
 // Authorization header.
-func (s *Server) authenticate(r *http.Request) (principal string, viaToken bool, sid, renewedID string, ok bool) {
+func (s *Server) authenticate(r *http.Request) (who auth.Identity, viaToken bool, sid, renewedID string, ok bool) {
 	// The session first: an app's own Authorization header, beside the
 	// page's cookie, is not a credential to decide (nor to audit).
 	for _, c := range r.CookiesNamed(CookieName) {
@@ -418,9 +428,9 @@ func (s *Server) authenticate(r *http.Request) (principal string, viaToken bool,
 		}
 	}
 	if id, ok := s.bearer(r, "preview"); ok {
-		return id.Name, true, "", "", true
+		return id, true, "", "", true
 	}
-	return "", false, "", "", false
+	return auth.Identity{}, false, "", "", false
 }
 
 // track ties a request of session sid to it: the returned context ends

@@ -26,11 +26,11 @@ func (c *clock) now() time.Time { return c.t }
 func TestSessionsExpireRenewRevoke(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
 	ss := NewSessions(10*time.Second, 8, c.now)
-	id, err := ss.Create(auth.Identity{Name: "p"})
+	id, err := ss.Create(auth.Identity{Name: "p", Role: auth.Viewer, Method: "tokens_file"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, ok, renewed := ss.Check(id, true); p != "p" || !ok || renewed {
+	if p, ok, renewed := ss.Check(id, true); p != (auth.Identity{Name: "p", Role: auth.Viewer, Method: "tokens_file"}) || !ok || renewed {
 		t.Fatalf("fresh: %q %v %v", p, ok, renewed)
 	}
 	c.t = c.t.Add(4 * time.Second)

@@ -108,12 +108,12 @@ func (ss *Sessions) Create(who auth.Identity) (string, error) {
 	return id, nil
 }
 
-// Check returns the principal of session id and whether it is valid now;
+// Check returns the identity of session id and whether it is valid now;
 // when renew, a valid session past half its life is renewed (valid for
 // TTL from now) and renewed is true: the caller sends its cookie again.
-func (ss *Sessions) Check(id string, renew bool) (principal string, ok, renewed bool) {
+func (ss *Sessions) Check(id string, renew bool) (who auth.Identity, ok, renewed bool) {
 	if id == "" {
-		return "", false, false
+		return auth.Identity{}, false, false
 	}
 	k := sha256.Sum256([]byte(id))
 	now := ss.now()
@@ -121,20 +121,20 @@ func (ss *Sessions) Check(id string, renew bool) (principal string, ok, renewed 
 	s := ss.byID[k]
 	if s == nil {
 		ss.mu.Unlock()
-		return "", false, false
+		return auth.Identity{}, false, false
 	}
 	if !now.Before(s.expires) || (!s.id.Expiry.IsZero() && !now.Before(s.id.Expiry)) {
 		delete(ss.byID, k)
 		ss.mu.Unlock()
 		ss.forgot(k)
-		return "", false, false
+		return auth.Identity{}, false, false
 	}
 	defer ss.mu.Unlock()
 	if renew && s.expires.Sub(now) < ss.ttl/2 {
 		s.expires = now.Add(ss.ttl)
 		renewed = true
 	}
-	return s.id.Name, true, renewed
+	return s.id, true, renewed
 }
 
 // RevokeIdentity forgets every session of name authenticated by method

@@ -17,14 +17,17 @@ import (
 // held until release is called. The caller closes f before release.
 // Errors are the file channel's: -32602 (bad path, not a regular file),
 // -32008 (no such file), -32009 (policy, quota, permission).
-func (k *Kind) OpenDownload(principal, path string) (f *os.File, fi fs.FileInfo, release func(), e *rpc.Error) {
+func (k *Kind) OpenDownload(id auth.Identity, path string) (f *os.File, fi fs.FileInfo, release func(), e *rpc.Error) {
 	dir, base, full, e := target(path, "")
 	if e != nil {
 		return nil, nil, nil, e
 	}
 	defer dir.Close()
-	// The download endpoint authenticates the token: the owner.
-	caller := adapters.Caller{Principal: principal, ClientID: "http download", Identity: auth.Identity{Name: principal, Role: auth.Owner}}
+	caller := adapters.Caller{Principal: id.Name, ClientID: "http download", Identity: id}
+	if e := k.guard.Check(id, auth.FilesRead); e != nil {
+		k.env.Record(caller, audit.ActionFilesRead, map[string]any{"file.path": full, "outcome": "denied", "via": "http"})
+		return nil, nil, nil, e
+	}
 	if e := k.pol.Check(full, false); e != nil {
 		k.env.Record(caller, audit.ActionFilesRead, map[string]any{"file.path": full, "outcome": "denied", "via": "http"})
 		return nil, nil, nil, e
@@ -49,7 +52,7 @@ func (k *Kind) OpenDownload(principal, path string) (f *os.File, fi fs.FileInfo,
 		res.Release()
 		return nil, nil, nil, rpc.Errorf(rpc.CodeInvalidParams, "%s is %s, not a regular file: refused", full, describe(fi.Mode()))
 	}
-	k.log.Debug("file opened for an HTTP download", "principal", principal, "path", full)
+	k.log.Debug("file opened for an HTTP download", "principal", id.Name, "path", full)
 	release = func() {
 		res.Release()
 		k.env.Record(caller, audit.ActionFilesRead, map[string]any{"file.path": full, "file.size": fi.Size(), "outcome": "served", "via": "http"})

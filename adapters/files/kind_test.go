@@ -517,3 +517,27 @@ func TestWriteNeedsFilesWrite(t *testing.T) {
 		t.Fatalf("a viewer's write: %v", e)
 	}
 }
+
+// TestDownloadNeedsFilesRead: the HTTP download (web/download) checks the
+// identity's role as files/open "read" does: a viewer is refused,
+// naming files.read; a user reads the file.
+func TestDownloadNeedsFilesRead(t *testing.T) {
+	k := newKind(t, nil)
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, []byte("data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, e := k.OpenDownload(auth.Identity{Name: "vera", Role: auth.Viewer}, p)
+	if e == nil || e.Code != rpc.CodePermissionDenied || e.Message != "permission denied: files.read needs role user or owner; vera is viewer" {
+		t.Fatalf("a viewer's download: %v", e)
+	}
+	f, fi, release, e := k.OpenDownload(auth.Identity{Name: "ulla", Role: auth.User}, p)
+	if e != nil {
+		t.Fatalf("a user's download: %v", e)
+	}
+	defer release()
+	defer f.Close()
+	if fi.Size() != 4 {
+		t.Errorf("size %d", fi.Size())
+	}
+}

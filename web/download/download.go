@@ -31,12 +31,12 @@ const Path = "/web/files"
 type Options struct {
 	// Authenticate returns who r is (its bearer token or session
 	// cookie), or false.
-	Authenticate func(r *http.Request) (principal string, ok bool)
+	Authenticate func(r *http.Request) (id auth.Identity, ok bool)
 	// SameSite returns why r is refused as another site's, or ok.
 	SameSite func(r *http.Request) (why string, ok bool)
 	// Open opens path for principal (adapters/files.Kind.OpenDownload);
 	// release frees its quota once f is closed.
-	Open func(principal, path string) (f *os.File, fi fs.FileInfo, release func(), e *rpc.Error)
+	Open func(id auth.Identity, path string) (f *os.File, fi fs.FileInfo, release func(), e *rpc.Error)
 	// Log, when set, gets a debug line per refusal.
 	Log hclog.Logger
 }
@@ -69,7 +69,7 @@ func Handler(opts Options) http.Handler {
 			refuse(http.StatusForbidden, why)
 			return
 		}
-		principal, ok := opts.Authenticate(r)
+		id, ok := opts.Authenticate(r)
 		if !ok {
 			refuse(http.StatusUnauthorized, "log in on the page (its session cookie) or send Authorization: Bearer TOKEN")
 			return
@@ -84,7 +84,7 @@ func Handler(opts Options) http.Handler {
 			refuse(http.StatusBadRequest, `missing "path" (an absolute path on the workload)`)
 			return
 		}
-		f, fi, release, e := opts.Open(principal, path)
+		f, fi, release, e := opts.Open(id, path)
 		if e != nil {
 			refuse(statusOf(e), e.Message)
 			return
@@ -135,11 +135,11 @@ func SameOrigin(allowed func(origin string) bool) func(r *http.Request) (string,
 // BearerOnly is Options.Authenticate for a daemon without the port
 // preview's sessions: the credential in Authorization: Bearer, decided
 // by a (each decision recorded in sink, nil: none).
-func BearerOnly(a auth.Authenticator, sink audit.Sink) func(r *http.Request) (string, bool) {
-	return func(r *http.Request) (string, bool) {
+func BearerOnly(a auth.Authenticator, sink audit.Sink) func(r *http.Request) (auth.Identity, bool) {
+	return func(r *http.Request) (auth.Identity, bool) {
 		t := transport.BearerToken(r)
 		if t == "" {
-			return "", false
+			return auth.Identity{}, false
 		}
 		id, err := a.Authenticate(r.Context(), t)
 		if err != nil {
@@ -149,9 +149,9 @@ func BearerOnly(a auth.Authenticator, sink audit.Sink) func(r *http.Request) (st
 				reason = ref.Reason
 			}
 			transport.RecordFailure(sink, r, "download", reason)
-			return "", false
+			return auth.Identity{}, false
 		}
 		transport.RecordSuccess(sink, r, "download", id, id.Method)
-		return id.Name, true
+		return id, true
 	}
 }

@@ -29,9 +29,9 @@ func TestHandler(t *testing.T) {
 	h := Handler(Options{
 		Authenticate: BearerOnly(auth.NewStatic("tok"), nil),
 		SameSite:     SameOrigin(func(o string) bool { return o == "https://self" }),
-		Open: func(principal, p string) (*os.File, fs.FileInfo, func(), *rpc.Error) {
-			if principal != "token" {
-				t.Errorf("principal %q", principal)
+		Open: func(id auth.Identity, p string) (*os.File, fs.FileInfo, func(), *rpc.Error) {
+			if id.Name != "token" || id.Role != auth.Owner {
+				t.Errorf("identity %v", id)
 			}
 			switch p {
 			case "/denied":
