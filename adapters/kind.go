@@ -153,7 +153,7 @@ type Env struct {
 
 	// Audit receives the audit events of the host and its kinds
 	// (docs/operations.md "Audit"); nil records nothing. Kinds record
-	// through Env.Record and Env.Denied.
+	// through Env.Record; Guard records the refusals.
 	Audit audit.Sink
 }
 
@@ -165,17 +165,6 @@ func (env Env) Record(c Caller, action string, attrs map[string]any) {
 		return
 	}
 	env.Audit.Record(audit.Event{Time: time.Now(), Action: action, Principal: c.Identity.Name, Role: string(c.Identity.Role), Attrs: attrs})
-}
-
-// Denied records a role refusal (audit action "permission.denied"):
-// caller c was refused permission (its name, as the -32009 message
-// says it) on target (a channel URI, a method; "" when none).
-func (env Env) Denied(c Caller, permission, target string) {
-	attrs := map[string]any{"permission": permission}
-	if target != "" {
-		attrs["target"] = target
-	}
-	env.Record(c, audit.ActionPermissionDenied, attrs)
 }
 
 // Root is the root channel's catalogue (ahp-root://, ahp.md §4) as kinds

@@ -70,6 +70,9 @@ const (
 	TelemetryLogs Permission = "telemetry.logs"
 	// PreviewOpen: a port's preview (https://HOST/BASE/ports/N/).
 	PreviewOpen Permission = "preview.open"
+	// AuditRead: subscribe to ahp-otlp://logs/audit (sidecar logs
+	// --audit): it names every principal and what they did.
+	AuditRead Permission = "audit.read"
 	// Unlisted is what a request that names no permission needs: an
 	// owner only, so that a method added without a decision is closed to
 	// the other roles rather than open.
@@ -81,7 +84,7 @@ const (
 var Permissions = []Permission{
 	RootList, TerminalCreate, TerminalAttach, TerminalInput, TerminalResize, TerminalClaim,
 	TerminalKill, TerminalShare, TCPOpen, TunnelListen, FilesRead, FilesWrite,
-	ProcessesList, ProcessesSignal, TelemetryMetrics, TelemetryLogs, PreviewOpen, Unlisted,
+	ProcessesList, ProcessesSignal, TelemetryMetrics, TelemetryLogs, PreviewOpen, AuditRead, Unlisted,
 }
 
 // table is what each role below owner may do (an owner may do
@@ -129,6 +132,9 @@ func RolesAllowed(p Permission) []Role {
 type Denied struct {
 	Permission Permission
 	Identity   Identity
+	// Target, when known, is what was refused (a channel URI, a method):
+	// for the log and the audit trail, not the message.
+	Target string
 	// Detail, when set, replaces the role sentence: "ahp-terminal:/t1 is
 	// shared with alice read-only".
 	Detail string

@@ -52,7 +52,7 @@ func (c *conn) handleRequest(ctx context.Context, rc *jsonrpc2.Conn, req *jsonrp
 		go func() {
 			defer c.beside.Done()
 			defer c.owed.Add(-1)
-			result, e := c.serveKind(kr, params)
+			result, e := c.serveKind(req.Method, kr, params)
 			c.inProgress.Add(-1)
 			if e != nil { // logged by the kind
 				c.reply(id, e)
@@ -111,7 +111,7 @@ func (c *conn) request(method string, params json.RawMessage) (result any, after
 		return r, nil, e
 	}
 	if kr, ok := c.s.kinds.requests[method]; ok {
-		r, e := c.serveKind(kr, params)
+		r, e := c.serveKind(method, kr, params)
 		return r, nil, e
 	}
 	return nil, nil, rpc.Errorf(rpc.CodeMethodNotFound, "method not found: %s", method)
@@ -121,13 +121,13 @@ func (c *conn) request(method string, params json.RawMessage) (result any, after
 // permission (adapters.Request.Permission; none named: owners only),
 // else refuses it with -32009 naming the permission (logged by the
 // guard).
-func (c *conn) serveKind(kr adapters.Request, params json.RawMessage) (any, *rpc.Error) {
+func (c *conn) serveKind(method string, kr adapters.Request, params json.RawMessage) (any, *rpc.Error) {
 	caller := c.caller()
 	perm := kr.Permission
 	if perm == "" {
 		perm = auth.Unlisted
 	}
-	if e := c.s.guard.Check(caller.Identity, perm); e != nil {
+	if e := c.s.guard.CheckOn(caller.Identity, perm, method); e != nil {
 		return nil, e
 	}
 	return kr.Serve(c.ctx, caller, params)

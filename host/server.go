@@ -146,6 +146,7 @@ func NewWithOptions(cfg *config.Config, log hclog.Logger, opts Options) (*Server
 	}
 	s.root = newRoot(s)
 	s.guard = adapters.NewGuard(log)
+	s.guard.SetAudit(s.audit)
 	reg, err := newRegistry(s, kinds, adapters.Env{
 		Config:     cfg,
 		Journal:    j,

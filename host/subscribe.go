@@ -19,7 +19,7 @@ func (c *conn) subscribe(params json.RawMessage) (any, func(), *rpc.Error) {
 		return nil, nil, rpc.Missing("channel")
 	}
 	if p.Channel == rpc.RootChannel {
-		if e := c.s.guard.Check(c.caller().Identity, auth.RootList); e != nil {
+		if e := c.s.guard.CheckOn(c.caller().Identity, auth.RootList, rpc.RootChannel); e != nil {
 			return nil, nil, e
 		}
 	}

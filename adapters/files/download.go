@@ -24,7 +24,7 @@ func (k *Kind) OpenDownload(id auth.Identity, path string) (f *os.File, fi fs.Fi
 	}
 	defer dir.Close()
 	caller := adapters.Caller{Principal: id.Name, ClientID: "http download", Identity: id}
-	if e := k.guard.Check(id, auth.FilesRead); e != nil {
+	if e := k.guard.CheckOn(id, auth.FilesRead, full); e != nil {
 		k.env.Record(caller, audit.ActionFilesRead, map[string]any{"file.path": full, "outcome": "denied", "via": "http"})
 		return nil, nil, nil, e
 	}

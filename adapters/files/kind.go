@@ -223,7 +223,7 @@ func (k *Kind) open(_ context.Context, c adapters.Caller, params json.RawMessage
 	case "read":
 		return k.openRead(c, p)
 	case "write":
-		if e := k.guard.Check(c.Identity, auth.FilesWrite); e != nil {
+		if e := k.guard.CheckOn(c.Identity, auth.FilesWrite, p.Path); e != nil {
 			return nil, e
 		}
 		return k.openWrite(c, p)

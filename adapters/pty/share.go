@@ -62,7 +62,7 @@ func (t *Terminal) mayManage(id auth.Identity, perm auth.Permission) *auth.Denie
 	if holder == "" {
 		holder = "an anonymous connection"
 	}
-	return &auth.Denied{Permission: perm, Identity: id,
+	return &auth.Denied{Permission: perm, Identity: id, Target: t.cfg.URI,
 		Detail: fmt.Sprintf("%s is held by %s; only its holder or an owner may; %s is %s", t.cfg.URI, holder, nameOf(id), id.Role)}
 }
 
@@ -70,16 +70,17 @@ func (t *Terminal) mayManage(id auth.Identity, perm auth.Permission) *auth.Denie
 // terminal, or nil: the role first, then the access.
 func (t *Terminal) writeDeniedLocked(id auth.Identity, perm auth.Permission) *auth.Denied {
 	if d := auth.Check(id, perm); d != nil {
+		d.Target = t.cfg.URI
 		return d
 	}
 	switch t.accessLocked(id) {
 	case rpc.AccessWrite:
 		return nil
 	case rpc.AccessRead:
-		return &auth.Denied{Permission: perm, Identity: id,
+		return &auth.Denied{Permission: perm, Identity: id, Target: t.cfg.URI,
 			Detail: fmt.Sprintf("%s is shared with %s read-only", t.cfg.URI, nameOf(id))}
 	}
-	return &auth.Denied{Permission: perm, Identity: id,
+	return &auth.Denied{Permission: perm, Identity: id, Target: t.cfg.URI,
 		Detail: fmt.Sprintf("%s is not shared with %s (%s)", t.cfg.URI, nameOf(id), id.Role)}
 }
 
@@ -263,6 +264,6 @@ func (k *Kind) Refuse(uri string, caller adapters.Caller) *rpc.Error {
 	if t == nil || t.Access(caller.Identity) != "" {
 		return nil
 	}
-	return k.env.Guard.Refuse(&auth.Denied{Permission: auth.TerminalAttach, Identity: caller.Identity,
+	return k.env.Guard.Refuse(&auth.Denied{Permission: auth.TerminalAttach, Identity: caller.Identity, Target: uri,
 		Detail: fmt.Sprintf("%s is not shared with %s (%s)", uri, nameOf(caller.Identity), caller.Identity.Role)})
 }

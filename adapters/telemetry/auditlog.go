@@ -11,7 +11,6 @@ import (
 	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
 
 	"github.com/sidecar-dev/sidecar/audit"
-	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -117,13 +116,4 @@ func anyAttr(k string, v any) kv {
 		return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: v}}}
 	}
 	return attrStr(k, fmt.Sprint(v))
-}
-
-// auditRefusal returns why role may not read the audit channel, or nil:
-// it is the owner's (it names every principal and what they did).
-func auditRefusal(role auth.Role) *rpc.Error {
-	if role == auth.Owner {
-		return nil
-	}
-	return rpc.Errorf(rpc.CodePermissionDenied, "%s: permission audit.read denied: the audit channel is the owner role's (this connection's role is %s)", AuditURI, role)
 }

@@ -84,9 +84,6 @@ func (k *Kind) Lookup(uri string, caller adapters.Caller) adapters.Channel {
 	if !strings.HasPrefix(uri, rpc.TelemetryScheme) || !caller.Identity.Role.Allows(permission(uri)) {
 		return nil
 	}
-	if uri == AuditURI && auditRefusal(caller.Identity.Role) != nil {
-		return nil
-	}
 	if ch := k.ts.Channel(uri); ch != nil {
 		return ch
 	}
@@ -102,25 +99,23 @@ func (k *Kind) Refuse(uri string, caller adapters.Caller) *rpc.Error {
 	if !strings.HasPrefix(uri, rpc.TelemetryScheme) {
 		return nil
 	}
-	if e := k.guard.Check(caller.Identity, permission(uri)); e != nil {
+	if e := k.guard.CheckOn(caller.Identity, permission(uri), uri); e != nil {
 		return e
-	}
-	if uri == AuditURI {
-		if e := auditRefusal(caller.Identity.Role); e != nil {
-			k.env.Denied(caller, "audit.read", uri)
-			return e
-		}
 	}
 	_, e := k.logs.Channel(uri)
 	return e
 }
 
 // permission is what subscribing to the telemetry channel uri needs:
-// the metrics, telemetry.metrics; a log (the daemon's, which names
-// clients and commands, or the machine's), telemetry.logs.
+// the metrics, telemetry.metrics; the audit channel, audit.read; a log
+// (the daemon's, which names clients and commands, or the machine's),
+// telemetry.logs.
 func permission(uri string) auth.Permission {
-	if uri == rpc.MetricsChannel {
+	switch uri {
+	case rpc.MetricsChannel:
 		return auth.TelemetryMetrics
+	case AuditURI:
+		return auth.AuditRead
 	}
 	return auth.TelemetryLogs
 }

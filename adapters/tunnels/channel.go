@@ -79,7 +79,7 @@ func (ch *channel) Receive(m adapters.Message) {
 	var a rpc.TunnelAction
 	reason := ""
 	var code int64
-	if e := k.guard.Check(m.Identity, auth.TunnelListen); e != nil {
+	if e := k.guard.CheckOn(m.Identity, auth.TunnelListen, rpc.TunnelsChannel); e != nil {
 		reason, code = e.Message, e.Code
 	} else if err := json.Unmarshal(p.Action, &a); err != nil {
 		reason = "malformed action: " + err.Error()
