@@ -20,8 +20,8 @@ import (
 // with a PKCE challenge, the provider's redirect back, and the callback
 // sending the browser to the page with an ID token in the fragment that
 // the issuer's verifier accepts as alice with the mapped role. The
-// callback cannot be replayed. (Using that token as the page's bearer
-// needs the transports' authenticator chain, issue 32 part A.)
+// callback cannot be replayed. (The page using that token as its bearer
+// in a browser: TestOIDCPageSignIn.)
 func TestOIDCSignIn(t *testing.T) {
 	is := oidctest.New("sidecar-web")
 	defer is.Close()

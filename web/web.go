@@ -58,6 +58,11 @@ type Ticket struct {
 	Ticket      string `json:"ticket,omitempty"`
 	ExpiresInMs int64  `json:"expiresInMs,omitempty"`
 	Error       string `json:"error,omitempty"`
+	// Reason is why a 401 refused the credential, as the door's
+	// WT_UNAUTHORIZED reason would say: "unauthorized", "expired",
+	// "revoked" (the page tells a sign-in that expired from a wrong
+	// token).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Info is the body of a /web/info answer.
@@ -169,7 +174,14 @@ func ticket(w http.ResponseWriter, r *http.Request, opts Options) {
 		opts.refused(r, http.StatusUnauthorized, "missing or wrong token")
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sidecar"`)
 		w.WriteHeader(http.StatusUnauthorized)
-		_ = json.NewEncoder(w).Encode(Ticket{Error: "missing or wrong token (send it as Authorization: Bearer TOKEN)"})
+		msg := "missing or wrong token (send it as Authorization: Bearer TOKEN)"
+		switch ref.Reason {
+		case auth.ErrExpired.Reason:
+			msg = "the credential expired: sign in again, or send a new one"
+		case auth.ErrRevoked.Reason:
+			msg = "the credential was revoked"
+		}
+		_ = json.NewEncoder(w).Encode(Ticket{Error: msg, Reason: ref.Reason})
 		return
 	}
 	transport.RecordSuccess(opts.Audit, r, "web", who, who.Method)

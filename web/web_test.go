@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -96,8 +97,23 @@ func TestTicket(t *testing.T) {
 		{"the token in the URL", TicketPath + "?token=tok", ""},
 	} {
 		res, k := do("POST", c.target, self, c.auth)
-		if res.StatusCode != 401 || k.Ticket != "" || !strings.Contains(k.Error, "token") || res.Header.Get("WWW-Authenticate") == "" {
+		if res.StatusCode != 401 || k.Ticket != "" || !strings.Contains(k.Error, "token") || k.Reason != "unauthorized" || res.Header.Get("WWW-Authenticate") == "" {
 			t.Errorf("%s: %d %+v", c.what, res.StatusCode, k)
+		}
+	}
+	// An expired or revoked credential says so (the page tells a sign-in
+	// that expired from a wrong token).
+	for _, ref := range []*auth.Refusal{auth.ErrExpired, auth.ErrRevoked} {
+		r := httptest.NewRequest("POST", TicketPath, nil)
+		r.Header.Set("Authorization", "Bearer tok")
+		w := httptest.NewRecorder()
+		Handler(Options{Origins: origins, Tickets: tickets, Auth: auth.Func(func(context.Context, string) (auth.Identity, error) {
+			return auth.Identity{}, ref
+		})}).ServeHTTP(w, r)
+		var k Ticket
+		_ = json.NewDecoder(w.Result().Body).Decode(&k)
+		if w.Code != 401 || k.Reason != ref.Reason || !strings.Contains(k.Error, ref.Reason) {
+			t.Errorf("a credential refused as %s: %d %+v", ref.Reason, w.Code, k)
 		}
 	}
 	if res, _ := do("GET", TicketPath, self, "Bearer tok"); res.StatusCode != 405 {

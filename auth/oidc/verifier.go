@@ -8,7 +8,9 @@
 //
 // A Verifier is an auth.Authenticator. Its answers:
 //   - a valid token: auth.Identity{Name: the principal claim, Role,
-//     Method: "oidc", Expiry: the token's exp};
+//     Method: "oidc", Expiry: the token's exp plus Options.Skew, the
+//     last moment the token is accepted: a session opened with it ends
+//     then, not at once when it came in within the skew};
 //   - an expired token: auth.ErrExpired;
 //   - any other bad token (signature, issuer, audience, missing claims,
 //     no role): auth.ErrUnknown, the detail logged (never the token);
@@ -354,7 +356,10 @@ func (v *Verifier) verify(ctx context.Context, credential string) (auth.Identity
 		v.log.Info("oidc: refused: no role for this token (set roles or default_role)", "principal", name)
 		return auth.Identity{}, nil, auth.ErrUnknown
 	}
-	return auth.Identity{Name: name, Role: role, Method: Method, Expiry: tok.Expiry}, tok, nil
+	// The session ends when the door would refuse the token: at exp plus
+	// the skew (a token accepted within the skew must not be ended at
+	// once, as expired, by the host's expiry timer).
+	return auth.Identity{Name: name, Role: role, Method: Method, Expiry: tok.Expiry.Add(v.opts.Skew)}, tok, nil
 }
 
 func (v *Verifier) audienceOK(aud []string) bool {

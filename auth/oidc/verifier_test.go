@@ -134,9 +134,12 @@ func TestAuthenticate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			id, err := f.v.Authenticate(ctx(t), tc.token)
 			if tc.want == nil {
-				want := auth.Identity{Name: "alice@example.com", Role: auth.User, Method: "oidc", Expiry: time.Unix(f.claims(nil)["exp"].(int64), 0)}
+				// Expiry is exp plus the skew: when the door would
+				// refuse the token, so a session opened within the
+				// skew is not ended at once.
+				want := auth.Identity{Name: "alice@example.com", Role: auth.User, Method: "oidc", Expiry: time.Unix(f.claims(nil)["exp"].(int64), 0).Add(30 * time.Second)}
 				if tc.name == "valid within skew" {
-					want.Expiry = now.Add(-20 * time.Second).Truncate(time.Second)
+					want.Expiry = now.Add(-20 * time.Second).Truncate(time.Second).Add(30 * time.Second)
 				}
 				if err != nil || id.Name != want.Name || id.Role != want.Role || id.Method != want.Method || !id.Expiry.Equal(want.Expiry) {
 					t.Fatalf("Authenticate = %+v, %v; want %+v", id, err, want)

@@ -38,6 +38,7 @@ type Issuer struct {
 	key       *rsa.PrivateKey
 	kid       string
 	keys      []jose.JSONWebKey // published
+	all       []jose.JSONWebKey // every key it has had, oldest first
 	down      bool
 	advertise string // discovery's issuer ("" : URL)
 	user      map[string]any
@@ -138,8 +139,19 @@ func (is *Issuer) rotate() string {
 	}
 	is.nkeys++
 	is.key, is.kid = k, "key-"+strconv.Itoa(is.nkeys)
-	is.keys = []jose.JSONWebKey{{Key: &k.PublicKey, KeyID: is.kid, Algorithm: string(jose.RS256), Use: "sig"}}
+	jwk := jose.JSONWebKey{Key: &k.PublicKey, KeyID: is.kid, Algorithm: string(jose.RS256), Use: "sig"}
+	is.keys = []jose.JSONWebKey{jwk}
+	is.all = append(is.all, jwk)
 	return is.kid
+}
+
+// PublishAll makes the key set publish every key the issuer has had
+// (as a provider does while a rotation settles: tokens of the previous
+// key still verify), until the next Rotate.
+func (is *Issuer) PublishAll() {
+	is.mu.Lock()
+	is.keys = append([]jose.JSONWebKey(nil), is.all...)
+	is.mu.Unlock()
 }
 
 // Claims returns a token's usual claims: iss, aud (ClientID), sub,

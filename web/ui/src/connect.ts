@@ -175,15 +175,27 @@ export function isFinal(err: unknown): boolean {
   return err instanceof LinkError && err.closed?.code === WT_UNAUTHORIZED && !isTicketRefusal(err.closed.reason);
 }
 
+/** refusedText words, for the login form, why the daemon refused the credential: the door's WT_UNAUTHORIZED reason (or web/ticket's). */
+export function refusedText(reason: string): string {
+  switch (reason) {
+    case "expired":
+      return "Your sign-in expired: sign in again (or type a new token).";
+    case "revoked":
+      return "The daemon revoked this token: ask for a new one.";
+  }
+  return "Wrong token: the daemon refused it. Type the token sidecar serve was given (--token or SIDECAR_TOKEN).";
+}
+
 /**
  * fetchTicket exchanges the token, sent in the Authorization header, for a
  * single-use ticket (POST web/ticket). A refused token is a LinkError
- * closed as WT_UNAUTHORIZED "unauthorized", as the door would close it.
+ * closed as WT_UNAUTHORIZED with the answer's reason ("unauthorized",
+ * "expired", "revoked"), as the door would close it.
  */
 export async function fetchTicket(base: string, token: string, signal?: AbortSignal): Promise<string> {
   const res = await fetch(new URL("web/ticket", base), { method: "POST", headers: { Authorization: "Bearer " + token }, cache: "no-store", signal });
-  const body = (await res.json().catch(() => ({}))) as { ticket?: string; error?: string };
-  if (res.status === 401) throw new LinkError(body.error ?? "wrong token", { code: WT_UNAUTHORIZED, reason: "unauthorized" });
+  const body = (await res.json().catch(() => ({}))) as { ticket?: string; error?: string; reason?: string };
+  if (res.status === 401) throw new LinkError(body.error ?? "wrong token", { code: WT_UNAUTHORIZED, reason: body.reason || "unauthorized" });
   if (!res.ok || !body.ticket) throw new LinkError(`web/ticket: HTTP ${res.status}${body.error ? ": " + body.error : ""}`, null);
   return body.ticket;
 }

@@ -8,7 +8,7 @@
 import * as ahp from "./ahp.js";
 import { Client, RpcError } from "./client.js";
 import { LinkError, type Closed, type Link } from "./link.js";
-import { connectLink, endpoint, forcedTransport } from "./connect.js";
+import { connectLink, endpoint, forcedTransport, refusedText } from "./connect.js";
 import { WT_UNAUTHORIZED } from "./tio.js";
 import { backoff, graceLeft, refusal } from "./resume.js";
 import { holderText, shareTarget, sharesText } from "./share.js";
@@ -159,7 +159,7 @@ function refused(err: unknown): boolean {
   if (err instanceof LinkError && err.closed?.code === WT_UNAUTHORIZED) {
     sessionStorage.removeItem(TOKEN_KEY);
     status("refused", "error");
-    showLogin("Wrong token: the daemon refused it. Type the token sidecar serve was given (--token or SIDECAR_TOKEN).");
+    showLogin(refusedText(err.closed.reason));
     return true;
   }
   if (err instanceof Final) {
@@ -254,7 +254,7 @@ function lost(closed: Closed): void {
   drop("connection lost");
   if (closed.code === WT_UNAUTHORIZED) {
     sessionStorage.removeItem(TOKEN_KEY);
-    showLogin("Wrong token: the daemon refused it.");
+    showLogin(refusedText(closed.reason));
     status("refused", "error");
     return;
   }

@@ -3,7 +3,7 @@
 // mocked).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { GRACE_MS, HEAD_START_MS, endpoint, forcedTransport, isFinal, plan, race, rememberKey, type Attempt, type Kind } from "../src/connect.js";
+import { GRACE_MS, HEAD_START_MS, endpoint, fetchTicket, forcedTransport, isFinal, plan, race, refusedText, rememberKey, type Attempt, type Kind } from "../src/connect.js";
 import { LinkError } from "../src/link.js";
 import { WT_UNAUTHORIZED } from "../src/tio.js";
 
@@ -252,3 +252,25 @@ test("race: an attempt completing after the race ended is closed", async () => {
   assert.equal(f[1]!.closed, true);
 });
 
+
+test("fetchTicket: a refusal carries web/ticket's reason; refusedText words it", async (t) => {
+  const answers: [number, object, string][] = [
+    [401, { error: "missing or wrong token", reason: "unauthorized" }, "unauthorized"],
+    [401, { error: "the credential expired: sign in again, or send a new one", reason: "expired" }, "expired"],
+    [401, { error: "the credential was revoked", reason: "revoked" }, "revoked"],
+    [401, { error: "missing or wrong token" }, "unauthorized"], // a daemon before the reason
+  ];
+  for (const [status, body, reason] of answers) {
+    t.mock.method(globalThis, "fetch", async () => new Response(JSON.stringify(body), { status }));
+    await assert.rejects(fetchTicket("https://h/", "T"), (err: unknown) => {
+      assert.ok(err instanceof LinkError);
+      assert.deepEqual(err.closed, { code: WT_UNAUTHORIZED, reason });
+      return true;
+    });
+    t.mock.restoreAll();
+  }
+  assert.match(refusedText("expired"), /sign-in expired: sign in again/);
+  assert.match(refusedText("revoked"), /revoked/);
+  assert.match(refusedText("unauthorized"), /^Wrong token/);
+  assert.doesNotMatch(refusedText("expired"), /Wrong token/);
+});
