@@ -494,6 +494,10 @@ func explainDial(u *url.URL, err error) error {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		// Still ECONNREFUSED to errors.Is (Options.GiveUpWhenRefused).
 		return &wordedError{msg: fmt.Sprintf("nothing is listening at %s (connection refused): is sidecar serve running?", u.Host), err: err}
+	case errors.As(err, &he) && he.StatusCode == http.StatusUnauthorized && he.Reason == transport.ReasonExpired:
+		return &refusalError{msg: fmt.Sprintf("%s refused the credential (HTTP 401): it expired; sign in again for a new one", u.Host), err: err}
+	case errors.As(err, &he) && he.StatusCode == http.StatusUnauthorized && he.Reason == transport.ReasonRevoked:
+		return &refusalError{msg: fmt.Sprintf("%s refused the token (HTTP 401): it was revoked (removed or changed in the tokens file); ask for a new one", u.Host), err: err}
 	case errors.As(err, &he) && he.StatusCode == http.StatusUnauthorized:
 		return &refusalError{msg: fmt.Sprintf("%s refused the token (HTTP 401): check --token, --token-file or SIDECAR_TOKEN", u.Host), err: err}
 	case errors.As(err, &he) && he.StatusCode == http.StatusForbidden:

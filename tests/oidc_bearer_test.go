@@ -237,6 +237,10 @@ func TestOIDCBearer(t *testing.T) {
 	if out, stderr, code := s.run(t, "ls", "https://"+s.host, "--token", expired, "--cert-hash", s.hash); code == 0 || !strings.Contains(stderr, "refused the token") || !strings.Contains(stderr, "expired") {
 		t.Fatalf("ls with an expired token: exit %d\n%s%s", code, out, stderr)
 	}
+	// Over /ahp the 401's body says why: the CLI says it expired.
+	if out, stderr, code := s.run(t, "ls", s.url, "--token", expired, "--cert-hash", s.hash); code == 0 || !strings.Contains(stderr, "refused the credential (HTTP 401): it expired; sign in again") {
+		t.Fatalf("ls over /ahp with an expired token: exit %d\n%s%s", code, out, stderr)
+	}
 
 	// Key rotation: the new key's tokens pass; the old key, no longer
 	// published, no more. The open sessions go on.

@@ -87,11 +87,12 @@ func TestAHPDoor(t *testing.T) {
 	for _, c := range []struct {
 		tok    string
 		status int
-	}{{"old-secret", 401}, {"nobody", 401}, {"down", 503}} {
+		reason string // the body's, as the dialer reads it
+	}{{"old-secret", 401, "revoked"}, {"nobody", 401, "missing or wrong token"}, {"down", 503, "try again"}} {
 		_, err := dial(c.tok)
 		var he *HTTPError
-		if !errors.As(err, &he) || he.StatusCode != c.status {
-			t.Errorf("%s: %v, want HTTP %d", c.tok, err, c.status)
+		if !errors.As(err, &he) || he.StatusCode != c.status || he.Reason != c.reason {
+			t.Errorf("%s: %v (reason %q), want HTTP %d %q", c.tok, err, he.Reason, c.status, c.reason)
 		}
 	}
 	ev := rec.all()

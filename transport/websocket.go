@@ -400,7 +400,7 @@ func DialWebSocket(ctx context.Context, url string, header http.Header, client *
 		OnPingReceived: func(ctx context.Context, p []byte) bool { return w.answerPing(ctx, p) }})
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-			return nil, &HTTPError{StatusCode: resp.StatusCode, Err: err}
+			return nil, &HTTPError{StatusCode: resp.StatusCode, Err: err, Reason: transportio.ReasonFromBody(resp.Body)}
 		}
 		return nil, err
 	}

@@ -3,6 +3,8 @@ package transportio
 import (
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -69,6 +71,40 @@ func (e *SessionError) Is(target error) bool { return target == ErrSessionClosed
 type StatusError struct {
 	StatusCode int
 	Err        error
+	// Reason is the why of a refusal the body states ("401 unauthorized:
+	// expired" gives "expired"; at most MaxReasonBytes), "" when none.
+	Reason string
+}
+
+// MaxReasonBytes bounds StatusError.Reason (the close reason's bound,
+// seed 002 §4).
+const MaxReasonBytes = 123
+
+// ReasonFromBody returns the reason a refusal's body states: the text
+// after "NNN word: " on its first line (the daemon's "401 unauthorized:
+// expired"), printable ASCII only, at most MaxReasonBytes; "" when the
+// body has no such line. body is what a dialer kept of the response
+// (coder/websocket keeps its first KiB).
+func ReasonFromBody(body io.Reader) string {
+	if body == nil {
+		return ""
+	}
+	b, _ := io.ReadAll(io.LimitReader(body, 1024))
+	line, _, _ := strings.Cut(string(b), "\n")
+	_, why, ok := strings.Cut(line, ": ")
+	if !ok {
+		return ""
+	}
+	why = strings.TrimSpace(why)
+	if len(why) > MaxReasonBytes {
+		why = why[:MaxReasonBytes]
+	}
+	for _, r := range why {
+		if r < 0x20 || r > 0x7e {
+			return ""
+		}
+	}
+	return why
 }
 
 func (e *StatusError) Error() string {
