@@ -272,3 +272,48 @@ func TestCopyUnchanged(t *testing.T) {
 		})
 	}
 }
+
+// TestUploadStopsAtHostOutcome: a host that cannot write the partial file
+// (here past RLIMIT_FSIZE: EFBIG, as a full disk gives ENOSPC) tells the
+// reason at once, and the upload stops there instead of sending the rest
+// of the file first: far fewer bytes sent than the file holds, the
+// reason named, no retry.
+func TestUploadStopsAtHostOutcome(t *testing.T) {
+	c := testHostConn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	src := filepath.Join(t.TempDir(), "src.bin")
+	const size = 16 << 20
+	if err := os.WriteFile(src, randomBytes(size, 4), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "dst.bin")
+	// The whole process's limit (Go ignores SIGXFSZ: writes past it fail
+	// with EFBIG), restored at once after.
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		t.Fatal(err)
+	}
+	lim := old
+	lim.Cur = 1 << 20
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Upload(ctx, c, src, dst, CopyOptions{})
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || len(res.Failed) != 1 || res.Files != 0 {
+		t.Fatalf("Upload: %v, %+v", err, res)
+	}
+	if msg := res.Failed[0].Err.Error(); msg != "dst.bin: writing the partial file: file too large; the partial file is discarded" {
+		t.Errorf("reason %q", msg)
+	}
+	if res.Bytes >= size/2 {
+		t.Errorf("sent %d of %d bytes after the host's outcome: did not stop", res.Bytes, size)
+	}
+	t.Logf("sent %d of %d bytes", res.Bytes, size)
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Errorf("target exists: %v", err)
+	}
+}

@@ -24,7 +24,7 @@ func cpCmd() *cobra.Command {
 	var cf connFlags
 	var recursive, force bool
 	cmd := &cobra.Command{
-		Use:   "cp [-r] URL:PATH LOCAL | LOCAL URL:PATH",
+		Use:   "cp [-r] [-f] URL:PATH LOCAL | LOCAL URL:PATH",
 		Short: "Copy files to and from the host, resuming where a transfer stopped",
 		Long: `Copy a file (or with -r a directory tree) from the host to LOCAL, or
 from LOCAL to the host. The remote side is written URL:PATH, PATH
