@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sidecar-dev/sidecar/internal/pipehash"
+	"github.com/sidecar-dev/sidecar/internal/writeback"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -348,7 +349,9 @@ func downloadOnce(ctx context.Context, c *Conn, remote, entry string, dir *os.Ro
 	// Hashed on another goroutine, beside the writes.
 	ph := pipehash.New(h)
 	defer ph.Close()
-	n, err := stream.WriteTo(io.MultiWriter(f, ph, progressWriter{progress}))
+	// The kernel writes the file to the disk as it grows: the Sync that
+	// ends the copy finds little left to write.
+	n, err := stream.WriteTo(io.MultiWriter(writeback.New(f, res.Offset), ph, progressWriter{progress}))
 	if err != nil {
 		stream.Reset()
 		return n, err
