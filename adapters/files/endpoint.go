@@ -16,7 +16,6 @@ import (
 
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/internal/pipehash"
-	"github.com/sidecar-dev/sidecar/internal/writeback"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -89,7 +88,6 @@ type writer struct {
 	dir    *os.Root // the target's directory
 	base   string   // the target's name in dir
 	f      *os.File // the partial file
-	wb     *writeback.Writer
 	h      *pipehash.Hash
 	size   int64 // stated
 	mode   os.FileMode
@@ -123,7 +121,7 @@ func (w *writer) Write(p []byte) (int, error) {
 	if w.failed {
 		return len(p), nil // the outcome is told; the rest is dropped
 	}
-	n, err := w.wb.Write(p)
+	n, err := w.f.Write(p)
 	w.h.Write(p[:n])
 	w.offset += int64(n)
 	if err != nil {

@@ -20,7 +20,6 @@ import (
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/internal/pipehash"
-	"github.com/sidecar-dev/sidecar/internal/writeback"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -398,7 +397,6 @@ func (k *Kind) openWrite(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Er
 	}
 	w.dir, w.base, w.f, w.h, w.size, w.sum, w.mode, w.mtime = dir, base, f, pipehash.New(h), *p.Size, p.SHA256, mode, mtime
 	w.offset, w.done, w.result = have, done, make(chan struct{})
-	w.wb = writeback.New(f, have)
 	if e := k.tb.Attach(c, p.Channel, rpc.FileStream, w); e != nil {
 		return nil, e
 	}

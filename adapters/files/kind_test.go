@@ -19,7 +19,6 @@ import (
 
 	"github.com/sidecar-dev/sidecar/adapters"
 	"github.com/sidecar-dev/sidecar/config"
-	"github.com/sidecar-dev/sidecar/internal/writeback"
 	"github.com/sidecar-dev/sidecar/journal"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -488,7 +487,7 @@ func TestWriteDiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = w.f.Close()
-	w.f, w.wb = full, writeback.New(full, 0)
+	w.f = full
 	for _, b := range [][]byte{data[:4000], data[4000:]} {
 		if n, err := w.Write(b); n != len(b) || err != nil {
 			t.Fatalf("Write: %d, %v; want %d, nil (dropped once failed)", n, err, len(b))
