@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -14,9 +15,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/sidecar-dev/sidecar/internal/pipehash"
+	"github.com/sidecar-dev/sidecar/internal/writeback"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -49,6 +53,10 @@ type CopyOptions struct {
 	// Parallel bounds the files of a tree copied at once, each on its
 	// own channel (DefaultParallel when 0 or less).
 	Parallel int
+	// Force sends every file, even one the destination already holds
+	// (by default a file whose destination has its size and
+	// modification time, then its SHA-256, is left as it is: sameFile).
+	Force bool
 }
 
 // DefaultParallel is how many files of a tree are copied at once by
@@ -89,9 +97,12 @@ func (e CopyError) Error() string { return e.Path + ": " + e.Err.Error() }
 
 // CopyResult is what a copy did: the files, bytes and entries copied,
 // each entry not copied, and each entry skipped on purpose (named like
-// a partial file: IsPartialName).
+// a partial file: IsPartialName). Unchanged counts the files the
+// destination already held (sameFile), not sent: they are in Entries,
+// not in Files.
 type CopyResult struct {
 	Files, Entries int
+	Unchanged      int
 	Bytes          int64
 	Failed         []CopyError
 	Skipped        []CopyError
@@ -148,6 +159,49 @@ func openWaiting(ctx context.Context, c *Conn, p rpc.FilesOpenParams) (*TCPConn,
 	}
 }
 
+// errUnchanged: the destination already holds the file (sameFile): it
+// is not sent.
+var errUnchanged = errors.New("unchanged")
+
+// sameFile is rsync's quick check, made sure: a destination file with
+// the source's size and modification time (to the nanosecond, as a copy
+// sets it) is hashed on both ends at once (local is the local file,
+// remote the host's path) and is the same when the SHA-256 sums match.
+func sameFile(ctx context.Context, c *Conn, remote string, ri rpc.FileInfo, local *os.File, li os.FileInfo) bool {
+	if ri.Type != rpc.FileRegular || !li.Mode().IsRegular() || ri.Size != li.Size() || ri.MtimeNs != li.ModTime().UnixNano() {
+		return false
+	}
+	theirs := make(chan string, 1)
+	go func() {
+		st, err := c.StatFile(ctx, remote, true)
+		if err != nil || st.Size != ri.Size || st.MtimeNs != ri.MtimeNs {
+			theirs <- ""
+			return
+		}
+		theirs <- st.SHA256
+	}()
+	h := sha256.New()
+	_, err := io.Copy(h, io.NewSectionReader(local, 0, li.Size()))
+	sum := <-theirs
+	return err == nil && sum != "" && sum == hex.EncodeToString(h.Sum(nil))
+}
+
+// counted adds one file's outcome to res: copied, unchanged or failed
+// (at path).
+func (res *CopyResult) counted(path string, n int64, err error) {
+	res.Bytes += n
+	switch {
+	case errors.Is(err, errUnchanged):
+		res.Unchanged++
+		res.Entries++
+	case err != nil:
+		res.Failed = append(res.Failed, CopyError{Path: path, Err: err})
+	default:
+		res.Files++
+		res.Entries++
+	}
+}
+
 // progressWriter counts bytes written through it.
 type progressWriter struct{ fn func(int64) }
 
@@ -170,6 +224,7 @@ func Download(ctx context.Context, c *Conn, remote, local string, opts CopyOptio
 	}
 	// A named link is followed, as cp does (its target resolved here:
 	// the host takes only clean absolute paths), 8 links at most.
+	resolved := remote
 	for at, hops := remote, 0; fi.Type == rpc.FileSymlink; hops++ {
 		if hops == 8 {
 			return res, fmt.Errorf("%s: too many levels of symbolic links", remote)
@@ -180,6 +235,7 @@ func Download(ctx context.Context, c *Conn, remote, local string, opts CopyOptio
 		if fi, err = c.StatFile(ctx, path.Clean(at), false); err != nil {
 			return res, err
 		}
+		resolved = path.Clean(at)
 		fi.Name = path.Base(remote)
 	}
 	dest := local
@@ -207,20 +263,31 @@ func Download(ctx context.Context, c *Conn, remote, local string, opts CopyOptio
 		return res, err
 	}
 	defer dir.Close()
-	n, err := downloadFile(ctx, c, remote, "", dir, filepath.Base(dest), opts.Progress)
-	res.Bytes = n
-	if err != nil {
-		res.Failed = append(res.Failed, CopyError{Path: remote, Err: err})
-	} else {
-		res.Files, res.Entries = 1, 1
-	}
+	n, err := downloadFile(ctx, c, remote, "", resolved, fi, dir, filepath.Base(dest), opts)
+	res.counted(remote, n, err)
 	return res, nil
 }
 
 // downloadFile copies the host's path (with entry, inside it) to base in
 // dir, through a partial file that a later try continues, trying again
-// while the stream is lost. It returns the bytes received.
-func downloadFile(ctx context.Context, c *Conn, remote, entry string, dir *os.Root, base string, progress func(int64)) (int64, error) {
+// while the stream is lost. It returns the bytes received; errUnchanged
+// when base already is the file (sameFile: name is the host's path of
+// it, links resolved, ri what it is), unless opts.Force.
+func downloadFile(ctx context.Context, c *Conn, remote, entry, name string, ri rpc.FileInfo, dir *os.Root, base string, opts CopyOptions) (int64, error) {
+	progress := opts.Progress
+	if !opts.Force {
+		if f, err := dir.OpenFile(base, os.O_RDONLY|noFollow|syscall.O_NONBLOCK, 0); err == nil {
+			li, err := f.Stat()
+			same := err == nil && sameFile(ctx, c, name, ri, f, li)
+			f.Close()
+			if same {
+				if progress != nil {
+					progress(ri.Size)
+				}
+				return 0, errUnchanged
+			}
+		}
+	}
 	var total int64
 	var err error
 	for try := 0; try < copyAttempts; try++ {
@@ -279,7 +346,12 @@ func downloadOnce(ctx context.Context, c *Conn, remote, entry string, dir *os.Ro
 	if progress != nil && res.Offset > 0 {
 		progress(res.Offset)
 	}
-	n, err := stream.WriteTo(io.MultiWriter(f, h, progressWriter{progress}))
+	// Hashed on another goroutine, beside the writes.
+	ph := pipehash.New(h)
+	defer ph.Close()
+	// The kernel writes the file to the disk as it grows: the Sync that
+	// ends the copy finds little left to write.
+	n, err := stream.WriteTo(io.MultiWriter(writeback.New(f, res.Offset), ph, progressWriter{progress}))
 	if err != nil {
 		stream.Reset()
 		return n, err
@@ -298,7 +370,7 @@ func downloadOnce(ctx context.Context, c *Conn, remote, entry string, dir *os.Ro
 	if err := c.Call(ctx, rpc.MethodFilesStat, rpc.FilesStatParams{Path: name, SHA256: true, Channel: stream.Channel()}, &st); err != nil {
 		return n, err
 	}
-	if sum := hex.EncodeToString(h.Sum(nil)); st.SHA256 != sum {
+	if sum := hex.EncodeToString(ph.Sum()); st.SHA256 != sum {
 		_ = f.Truncate(0)
 		return n, verifyError{fmt.Errorf("SHA-256 %s received differs from the host's %s (the file changed meanwhile?); run again", sum, st.SHA256)}
 	}
@@ -421,16 +493,10 @@ func downloadTree(ctx context.Context, c *Conn, remote, dest string, opts CopyOp
 			fail(e.name, err)
 			return
 		}
-		n, err := downloadFile(ctx, c, remote, e.name, dir, path.Base(e.name), opts.Progress)
+		n, err := downloadFile(ctx, c, remote, e.name, path.Join(remote, e.name), e.info, dir, path.Base(e.name), opts)
 		dir.Close()
 		mu.Lock()
-		res.Bytes += n
-		if err != nil {
-			res.Failed = append(res.Failed, CopyError{Path: path.Join(remote, e.name), Err: err})
-		} else {
-			res.Files++
-			res.Entries++
-		}
+		res.counted(path.Join(remote, e.name), n, err)
 		mu.Unlock()
 	})
 	// Directories last, deepest first: their modes and times, once their
@@ -492,20 +558,17 @@ func Upload(ctx context.Context, c *Conn, local, remote string, opts CopyOptions
 	if opts.Planned != nil {
 		opts.Planned(st.Size())
 	}
-	n, err := uploadFile(ctx, c, local, dest, entry, opts.Progress)
-	res.Bytes = n
-	if err != nil {
-		res.Failed = append(res.Failed, CopyError{Path: local, Err: err})
-	} else {
-		res.Files, res.Entries = 1, 1
-	}
+	n, err := uploadFile(ctx, c, local, dest, entry, opts)
+	res.counted(local, n, err)
 	return res, nil
 }
 
 // uploadFile sends the local file to the host's path (with entry,
 // inside it), continuing the partial file the host kept when its prefix
-// is ours, trying again while the stream is lost.
-func uploadFile(ctx context.Context, c *Conn, local, remote, entry string, progress func(int64)) (int64, error) {
+// is ours, trying again while the stream is lost. A file the host already
+// holds is not sent (errUnchanged: sameFile), unless opts.Force.
+func uploadFile(ctx context.Context, c *Conn, local, remote, entry string, opts CopyOptions) (int64, error) {
+	progress := opts.Progress
 	f, err := os.Open(local)
 	if err != nil {
 		return 0, err
@@ -518,11 +581,29 @@ func uploadFile(ctx context.Context, c *Conn, local, remote, entry string, progr
 	if !st.Mode().IsRegular() {
 		return 0, errors.New("not a regular file: refused")
 	}
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return 0, err
+	if !opts.Force {
+		name := remote
+		if entry != "" {
+			name = path.Join(remote, entry)
+		}
+		if ri, err := c.StatFile(ctx, name, false); err == nil && sameFile(ctx, c, name, ri, f, st) {
+			if progress != nil {
+				progress(st.Size())
+			}
+			return 0, errUnchanged
+		}
 	}
-	sum := hex.EncodeToString(h.Sum(nil))
+	// A host that takes the sum after the bytes (files/commit) has it
+	// hashed while they are sent; an older one needs it up front, a pass
+	// over the file before sending.
+	sum := ""
+	if c.init.Files == nil || !c.init.Files.Commit {
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err != nil {
+			return 0, err
+		}
+		sum = hex.EncodeToString(h.Sum(nil))
+	}
 	var total int64
 	for try := 0; try < copyAttempts; try++ {
 		var n int64
@@ -535,6 +616,16 @@ func uploadFile(ctx context.Context, c *Conn, local, remote, entry string, progr
 	return total, err
 }
 
+// errHostEnded: the host told the outcome of an upload before every
+// byte was sent (a full disk): sending stops.
+var errHostEnded = errors.New("the host ended the transfer")
+
+// uploadOnce sends f from where the host's partial file ends (when its
+// prefix is ours), hashing what it sends on another goroutine when sum is
+// not stated at the open (it is then stated by files/commit after the
+// bytes), and returns the bytes sent. The host's outcome is read while
+// sending: one that comes early (the host could not write the file)
+// stops the sending at once.
 func uploadOnce(ctx context.Context, c *Conn, f *os.File, st os.FileInfo, sum, remote, entry string, progress func(int64)) (int64, error) {
 	size, mode, mt := st.Size(), rpc.WireFileMode(st.Mode()), st.ModTime().UnixNano()
 	p := rpc.FilesOpenParams{Path: remote, Entry: entry, Mode: "write", Size: &size, SHA256: sum, FileMode: &mode, MtimeNs: &mt, Resume: true}
@@ -542,10 +633,26 @@ func uploadOnce(ctx context.Context, c *Conn, f *os.File, st os.FileInfo, sum, r
 	if err != nil {
 		return 0, err
 	}
-	if res.Offset > 0 && !prefixMatches(f, res.Offset, res.PrefixSHA256) {
+	h := sha256.New()
+	if res.Offset > 0 && !prefixMatches(f, res.Offset, res.PrefixSHA256, h) {
 		stream.Reset()
 		p.Resume = false
-		if stream, res, err = openWaiting(ctx, c, p); err != nil {
+		h.Reset()
+		// The reset is a notification: the host may take the new open
+		// before it, and find the file still being written; it ends soon.
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			stream, res, err = openWaiting(ctx, c, p)
+			var re *rpc.Error
+			if err == nil || !errors.As(err, &re) || re.Code != rpc.CodeAlreadyExists || time.Now().After(deadline) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		if err != nil {
 			return 0, err
 		}
 	}
@@ -553,7 +660,36 @@ func uploadOnce(ctx context.Context, c *Conn, f *os.File, st os.FileInfo, sum, r
 	if progress != nil && res.Offset > 0 {
 		progress(res.Offset)
 	}
-	n, err := stream.ReadFrom(io.TeeReader(io.NewSectionReader(f, res.Offset, size-res.Offset), progressWriter{progress}))
+	type outcome struct {
+		why []byte
+		err error
+	}
+	told := make(chan outcome, 1)
+	var ended atomic.Bool
+	go func() {
+		why, err := io.ReadAll(io.LimitReader(stream, 4096))
+		ended.Store(true)
+		told <- outcome{why, err}
+	}()
+	var src io.Reader = io.NewSectionReader(f, res.Offset, size-res.Offset)
+	var ph *pipehash.Hash
+	if sum == "" {
+		ph = pipehash.New(h)
+		defer ph.Close()
+		src = io.TeeReader(src, ph)
+	}
+	n, err := stream.ReadFrom(stopReader{io.TeeReader(src, progressWriter{progress}), &ended})
+	if errors.Is(err, errHostEnded) {
+		o := <-told
+		if len(o.why) > 0 {
+			return n, verifyError{errors.New(string(o.why))}
+		}
+		if o.err == nil {
+			o.err = errors.New("the host ended the transfer before every byte was sent")
+		}
+		stream.Reset()
+		return n, o.err
+	}
 	if err != nil {
 		stream.Reset()
 		return n, err
@@ -562,20 +698,46 @@ func uploadOnce(ctx context.Context, c *Conn, f *os.File, st os.FileInfo, sum, r
 		stream.Reset()
 		return n, err
 	}
-	why, err := io.ReadAll(io.LimitReader(stream, 4096))
-	if err != nil {
-		stream.Reset()
-		return n, err
+	if sum == "" {
+		sum = hex.EncodeToString(ph.Sum())
+		if err := c.Call(ctx, rpc.MethodFilesCommit, rpc.FilesCommitParams{Channel: stream.Channel(), SHA256: sum}, nil); err != nil {
+			stream.Reset()
+			return n, err
+		}
 	}
-	if len(why) > 0 {
-		return n, verifyError{errors.New(string(why))}
+	var o outcome
+	select {
+	case o = <-told:
+	case <-ctx.Done():
+		stream.Reset()
+		return n, ctx.Err()
+	}
+	if o.err != nil {
+		stream.Reset()
+		return n, o.err
+	}
+	if len(o.why) > 0 {
+		return n, verifyError{errors.New(string(o.why))}
 	}
 	return n, nil
 }
 
-// prefixMatches reports whether f's first n bytes have SHA-256 sum.
-func prefixMatches(f *os.File, n int64, sum string) bool {
-	h := sha256.New()
+// stopReader reads r until ended is set, then fails with errHostEnded.
+type stopReader struct {
+	r     io.Reader
+	ended *atomic.Bool
+}
+
+func (s stopReader) Read(p []byte) (int, error) {
+	if s.ended.Load() {
+		return 0, errHostEnded
+	}
+	return s.r.Read(p)
+}
+
+// prefixMatches reports whether f's first n bytes have SHA-256 sum,
+// hashing them into h.
+func prefixMatches(f *os.File, n int64, sum string, h hash.Hash) bool {
 	if _, err := io.Copy(h, io.NewSectionReader(f, 0, n)); err != nil {
 		return false
 	}
@@ -665,15 +827,9 @@ func uploadTree(ctx context.Context, c *Conn, local, dest string, top os.FileInf
 		}
 	}
 	copyEach(opts.Parallel, files, func(e ent) {
-		n, err := uploadFile(ctx, c, filepath.Join(local, e.name), dest, e.name, opts.Progress)
+		n, err := uploadFile(ctx, c, filepath.Join(local, e.name), dest, e.name, opts)
 		mu.Lock()
-		res.Bytes += n
-		if err != nil {
-			res.Failed = append(res.Failed, CopyError{Path: filepath.Join(local, e.name), Err: err})
-		} else {
-			res.Files++
-			res.Entries++
-		}
+		res.counted(filepath.Join(local, e.name), n, err)
 		mu.Unlock()
 	})
 	putDir := func(name string, fi os.FileInfo) {

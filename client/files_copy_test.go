@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -196,5 +197,123 @@ func TestCopyRetryableDiskFull(t *testing.T) {
 	}
 	if !copyRetryable(io.ErrUnexpectedEOF) {
 		t.Error("copyRetryable(io.ErrUnexpectedEOF) = false")
+	}
+}
+
+// TestCopyUnchanged: a file the destination already holds (size, mtime
+// and SHA-256) is not sent again, either way; one that differs only in
+// its bytes (same size and mtime) is, and so is any with Force.
+func TestCopyUnchanged(t *testing.T) {
+	c := testHostConn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src.bin")
+	data := randomBytes(1<<20+5, 3)
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mt := time.Unix(1_700_000_000, 123456789)
+	if err := os.Chtimes(src, mt, mt); err != nil {
+		t.Fatal(err)
+	}
+	// corrupt flips one byte of p, its size and mtime kept.
+	corrupt := func(p string) {
+		t.Helper()
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)/2] ^= 1
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, mt, mt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	full := int64(len(data))
+	for _, tt := range []struct {
+		name string
+		copy func(dst string, opts CopyOptions) (CopyResult, error)
+	}{
+		{"upload", func(dst string, opts CopyOptions) (CopyResult, error) { return Upload(ctx, c, src, dst, opts) }},
+		{"download", func(dst string, opts CopyOptions) (CopyResult, error) { return Download(ctx, c, src, dst, opts) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), "dst.bin")
+			for i, step := range []struct {
+				before           func()
+				force            bool
+				bytes            int64
+				files, unchanged int
+			}{
+				{nil, false, full, 1, 0},
+				{nil, false, 0, 0, 1},
+				{func() { corrupt(dst) }, false, full, 1, 0},
+				{nil, true, full, 1, 0},
+			} {
+				if step.before != nil {
+					step.before()
+				}
+				var progress atomic.Int64
+				res, err := tt.copy(dst, CopyOptions{Force: step.force, Progress: func(n int64) { progress.Add(n) }})
+				if err != nil || len(res.Failed) > 0 {
+					t.Fatalf("step %d: %v %v", i, err, res.Failed)
+				}
+				if res.Bytes != step.bytes || res.Files != step.files || res.Unchanged != step.unchanged || res.Entries != 1 || progress.Load() != full {
+					t.Errorf("step %d: sent %d bytes, %d files, %d unchanged, %d entries, progress %d; want %d, %d, %d, 1, %d",
+						i, res.Bytes, res.Files, res.Unchanged, res.Entries, progress.Load(), step.bytes, step.files, step.unchanged, full)
+				}
+				if got, err := os.ReadFile(dst); err != nil || !bytes.Equal(got, data) {
+					t.Fatalf("step %d: result exact %v, %v", i, bytes.Equal(got, data), err)
+				}
+			}
+		})
+	}
+}
+
+// TestUploadStopsAtHostOutcome: a host that cannot write the partial file
+// (here past RLIMIT_FSIZE: EFBIG, as a full disk gives ENOSPC) tells the
+// reason at once, and the upload stops there instead of sending the rest
+// of the file first: far fewer bytes sent than the file holds, the
+// reason named, no retry.
+func TestUploadStopsAtHostOutcome(t *testing.T) {
+	c := testHostConn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	src := filepath.Join(t.TempDir(), "src.bin")
+	const size = 16 << 20
+	if err := os.WriteFile(src, randomBytes(size, 4), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "dst.bin")
+	// The whole process's limit (Go ignores SIGXFSZ: writes past it fail
+	// with EFBIG), restored at once after.
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		t.Fatal(err)
+	}
+	lim := old
+	lim.Cur = 1 << 20
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Upload(ctx, c, src, dst, CopyOptions{})
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || len(res.Failed) != 1 || res.Files != 0 {
+		t.Fatalf("Upload: %v, %+v", err, res)
+	}
+	if msg := res.Failed[0].Err.Error(); msg != "dst.bin: writing the partial file: file too large; the partial file is discarded" {
+		t.Errorf("reason %q", msg)
+	}
+	if res.Bytes >= size/2 {
+		t.Errorf("sent %d of %d bytes after the host's outcome: did not stop", res.Bytes, size)
+	}
+	t.Logf("sent %d of %d bytes", res.Bytes, size)
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Errorf("target exists: %v", err)
 	}
 }

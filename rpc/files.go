@@ -26,6 +26,9 @@ const (
 	MethodFilesList = "files/list"
 	// MethodFilesPut creates a directory or a symbolic link.
 	MethodFilesPut = "files/put"
+	// MethodFilesCommit states the SHA-256 of a file being written, once
+	// the writer has sent it all (FilesCommitParams).
+	MethodFilesCommit = "files/commit"
 )
 
 // FileStream is the file channel's stream methods: the TCP channel's.
@@ -45,6 +48,20 @@ const (
 // holds.
 type FilesCapability struct {
 	MaxListEntries int `json:"maxListEntries"`
+	// Commit: files/open for writing takes no sha256, stated later by
+	// files/commit (a host without it needs the sum up front).
+	Commit bool `json:"commit,omitempty"`
+}
+
+// FilesCommitParams is files/commit: the SHA-256 (64 lowercase hex
+// digits) of the whole file written on Channel, a write channel of the
+// caller's opened without sha256. The host renames the partial file
+// into place once it has this sum and the channel's tcp/eof, in either
+// order; the outcome comes on the channel as for a sum stated at open.
+// Its result is {} once the sum is taken.
+type FilesCommitParams struct {
+	Channel string `json:"channel"`
+	SHA256  string `json:"sha256"`
 }
 
 // FilesOpenParams is files/open. Path is absolute; with Entry (a
@@ -55,7 +72,10 @@ type FilesCapability struct {
 // partial download), says how many and their SHA-256; when the host's
 // file begins with them the stream starts past them.
 //
-// Writing: Size and SHA256 (hex) are what the caller will send in full,
+// Writing: Size and SHA256 (hex) are what the caller will send in full
+// (SHA256 may be left out and stated by files/commit after the bytes,
+// where FilesCapability.Commit says so: the sender then hashes while
+// sending instead of reading the file once more before),
 // FileMode (permission bits) and MtimeNs (Unix nanoseconds) what the
 // file gets. The bytes land in a partial file beside the target
 // (".<name>.sidecar-part"), renamed onto it once Size bytes with that

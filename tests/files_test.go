@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sidecar-dev/sidecar/tests/fault"
+	"github.com/sidecar-dev/sidecar/transportio"
 )
 
 // cpFileSize is the file each way of TestCPThroughCuts (per transport)
@@ -47,11 +49,12 @@ func fileSHA(t *testing.T, p string) string {
 
 func writeRandom(t *testing.T, p string, n int, seed uint64) {
 	t.Helper()
-	b := make([]byte, n)
+	b := make([]byte, n+8)
 	r := rand.New(rand.NewPCG(seed, seed))
-	for i := range b {
-		b[i] = byte(r.Uint32())
+	for i := 0; i < n; i += 8 { // 8 bytes a draw: 256 MiB in a fraction of a second, even under -race
+		binary.LittleEndian.PutUint64(b[i:], r.Uint64())
 	}
+	b = b[:n]
 	if err := os.WriteFile(p, b, 0o640); err != nil {
 		t.Fatal(err)
 	}
@@ -136,9 +139,20 @@ func faultsWhileRunning(t *testing.T, f faulter, p *proc, max int) int {
 // downloads it the same way; both copies are exact (SHA-256), keep mode
 // and mtime, and no partial file is left.
 func cpThroughFaults(t *testing.T, url string, args []string, f faulter) {
+	cpThroughFaultsSize(t, url, args, f, cpFileSize)
+}
+
+// cpThroughFaultsSize is cpThroughFaults with a file of size bytes (the
+// faults spread over it alike).
+func cpThroughFaultsSize(t *testing.T, url string, args []string, f faulter, size int) {
+	f.every = f.every * int64(size) / cpFileSize
+	limit := 60 * time.Second
+	if size > cpFileSize {
+		limit = 240 * time.Second
+	}
 	dir := t.TempDir()
 	local := filepath.Join(dir, "local.bin")
-	writeRandom(t, local, cpFileSize, 1)
+	writeRandom(t, local, size, 1)
 	mt := time.Unix(1_700_000_000, 123_000_000)
 	if err := os.Chtimes(local, mt, mt); err != nil {
 		t.Fatal(err)
@@ -153,7 +167,7 @@ func cpThroughFaults(t *testing.T, url string, args []string, f faulter) {
 		begin := time.Now()
 		p := start(t, append([]string{"cp", c.from, c.to}, args...)...)
 		faults := faultsWhileRunning(t, f, p, cpFaults)
-		if code := p.wait(t, 60*time.Second); code != 0 {
+		if code := p.wait(t, limit); code != 0 {
 			t.Fatalf("cp %s exited %d\nstderr:\n%s", c.name, code, tail(p.stderr.String(), 3000))
 		}
 		t.Logf("%s: %d faults, %d reconnects, %v", c.name, faults, strings.Count(p.stderr.String(), "sidecar: resumed"), time.Since(begin).Round(time.Millisecond))
@@ -205,6 +219,33 @@ func TestCPThroughCuts(t *testing.T) {
 	})
 }
 
+// cpLargeSize is TestCPLargeThroughCuts' file: the 256 MiB.
+const cpLargeSize = 256 << 20
+
+// TestCPLargeThroughCuts is TestCPThroughCuts with a 256 MiB file each
+// way on every transport: a long transfer (many windows, the writeback
+// of a large file, hashes pipelined on both ends) through the same 10
+// faults, exact.
+func TestCPLargeThroughCuts(t *testing.T) {
+	s := startServer(t, "")
+	t.Run("ahp", func(t *testing.T) {
+		r, url := relayed(t, s)
+		cpThroughFaultsSize(t, url, s.connArgs(), tcpCuts(r), cpLargeSize)
+	})
+	t.Run("transport-io WebSocket", func(t *testing.T) {
+		r, _ := relayed(t, s)
+		cpThroughFaultsSize(t, "https://"+r.Addr()+"/transport-io", append(s.connArgs(), "--transport", "websocket"), tcpCuts(r), cpLargeSize)
+	})
+	t.Run("WebTransport", func(t *testing.T) {
+		tcp, udp, err := fault.NewPair(s.host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tcp.Close(); _ = udp.Close() })
+		cpThroughFaultsSize(t, "https://"+tcp.Addr()+"/transport-io", append(s.connArgs(), "--transport", "webtransport"), udpFaults(udp), cpLargeSize)
+	})
+}
+
 // TestCPThroughBlackHole: a copy each way whose path goes silent for 5 s
 // mid-transfer (no byte either way, the connection kept) carries on once
 // it is back, exact.
@@ -250,6 +291,47 @@ func TestCPThroughBlackHole(t *testing.T) {
 		if got := fileSHA(t, c.got); got != want {
 			t.Fatalf("%s: SHA-256 %s, want %s", c.name, got, want)
 		}
+	}
+}
+
+// TestCPWebTransportReconnects: over WebTransport a black hole longer
+// than QUIC's idle timeout (transportio.QUICIdleTimeout) ends the QUIC
+// connection, which no path migration saves: cp dials a new one once the
+// path is back, resumes its session, and the upload carries on from where
+// the host's bytes end, exact.
+func TestCPWebTransportReconnects(t *testing.T) {
+	s := startServer(t, "")
+	tcp, udp, err := fault.NewPair(s.host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tcp.Close(); _ = udp.Close() })
+	dir := t.TempDir()
+	local := filepath.Join(dir, "local.bin")
+	writeRandom(t, local, cpFileSize, 5)
+	want := fileSHA(t, local)
+	remote := filepath.Join(dir, "remote.bin")
+	p := start(t, append([]string{"cp", local, "https://" + tcp.Addr() + "/transport-io:" + remote, "--transport", "webtransport"}, s.connArgs()...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// About a third of the file's datagrams (up to 1,400 bytes each).
+	err = udp.Await(ctx, func() bool { return udp.Datagrams(fault.Up) > cpFileSize/1400/3 })
+	cancel()
+	if err != nil {
+		t.Fatalf("the upload did not get a third through: %v\n%s", err, p.stderr.String())
+	}
+	udp.Drop(true)
+	// The hole's length is what is tested (past the idle timeout), not a
+	// synchronization.
+	<-time.After(transportio.QUICIdleTimeout + 3*time.Second)
+	udp.Drop(false)
+	if code := p.wait(t, 90*time.Second); code != 0 {
+		t.Fatalf("cp exited %d\n%s", code, tail(p.stderr.String(), 3000))
+	}
+	if got := fileSHA(t, remote); got != want {
+		t.Fatalf("SHA-256 %s, want %s", got, want)
+	}
+	if !strings.Contains(p.stderr.String(), "sidecar: resumed") {
+		t.Errorf("no reconnect (the QUIC connection outlived the hole?):\n%s", p.stderr.String())
 	}
 }
 

@@ -10,10 +10,13 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/sidecar-dev/sidecar/adapters/tcp"
+	"github.com/sidecar-dev/sidecar/internal/pipehash"
+	"github.com/sidecar-dev/sidecar/rpc"
 )
 
 // PartialSuffix ends the name of a partial file: ".<name>.sidecar-part"
@@ -36,10 +39,11 @@ func IsPartialName(base string) bool {
 // resets the channel). The bytes are hashed as they are read (h holds
 // the prefix the client kept); at the end of the file the sum is given
 // to ended, with whether the file's size and modification time are
-// still those of the open.
+// still those of the open. The hash runs on its own goroutine
+// (pipehash), beside the reads.
 type reader struct {
 	f     *os.File
-	h     hash.Hash
+	h     *pipehash.Hash
 	size  int64
 	mtime time.Time
 	ended func(sum string, unchanged bool)
@@ -60,7 +64,7 @@ func (r *reader) Read(p []byte) (int, error) {
 	r.h.Write(p[:n])
 	if err == io.EOF && r.ended != nil {
 		fi, serr := r.f.Stat()
-		r.ended(hex.EncodeToString(r.h.Sum(nil)), serr == nil && fi.Size() == r.size && fi.ModTime().Equal(r.mtime))
+		r.ended(hex.EncodeToString(r.h.Sum()), serr == nil && fi.Size() == r.size && fi.ModTime().Equal(r.mtime))
 		r.ended = nil
 	}
 	return n, err
@@ -74,6 +78,7 @@ func (r *reader) CloseWrite() error   { return nil }
 func (r *reader) SetLinger(int) error { return nil }
 func (r *reader) Close() error {
 	r.once.Do(func() {
+		r.h.Close()
 		_ = r.f.Close()
 		r.done()
 	})
@@ -84,14 +89,15 @@ func (r *reader) Close() error {
 // to the partial file; after its end of stream the size and SHA-256 are
 // checked and the partial file renamed onto the target. The stream toward
 // the client then ends: empty on success, else the reason as UTF-8 text
-// (then tcp/eof).
+// (then tcp/eof). The SHA-256 is stated at the open, or by files/commit
+// (state) before or after the end of stream: the check runs once it has
+// both. The hash runs on its own goroutine (pipehash), beside the writes.
 type writer struct {
 	dir    *os.Root // the target's directory
 	base   string   // the target's name in dir
 	f      *os.File // the partial file
-	h      hash.Hash
+	h      *pipehash.Hash
 	size   int64 // stated
-	sum    string
 	mode   os.FileMode
 	mtime  time.Time
 	offset int64 // bytes of the file written (partial included)
@@ -102,15 +108,22 @@ type writer struct {
 	from  int64 // the offset the transfer started at
 	// ch is the writer's channel once attached (set under Kind.mu);
 	// closed is closed once done ran.
-	ch     *tcp.Channel
-	closed chan struct{}
+	ch      *tcp.Channel
+	closed  chan struct{}
+	closing atomic.Bool // Close began
 
 	result    chan struct{} // closed once outcome is set
 	outcome   []byte        // what Read returns: the reason of a failure, or nothing
 	closeOnce sync.Once
 	rmu       sync.Mutex
 	committed bool
-	failed    bool // the partial file could not be written (Write, fail)
+	sum       string // stated (under rmu)
+	eof       bool   // the client's end of stream came (under rmu)
+	failed    bool   // the partial file could not be written (Write, fail)
+	// cmu is held while the file is checked and renamed (finish), so that
+	// Close does not close it under the check.
+	cmu      sync.Mutex
+	finished bool // under cmu
 }
 
 func (w *writer) Write(p []byte) (int, error) {
@@ -160,9 +173,48 @@ func (w *writer) fail(err error) {
 // CloseWrite is the client's end of stream, after every byte: verify and
 // rename into place.
 func (w *writer) CloseWrite() error {
-	if w.failed {
-		return nil // the outcome is already told
+	w.rmu.Lock()
+	w.eof = true
+	ready := w.sum != ""
+	w.rmu.Unlock()
+	if ready {
+		w.finish()
 	}
+	return nil
+}
+
+// state is files/commit: the SHA-256 of the whole file, stated once
+// (again the same is no error); with the end of stream already in, the
+// file is checked and renamed now.
+func (w *writer) state(sum string) *rpc.Error {
+	w.rmu.Lock()
+	if w.sum != "" {
+		old := w.sum
+		w.rmu.Unlock()
+		if old != sum {
+			return rpc.Errorf(rpc.CodeInvalidParams, "%s: SHA-256 %s differs from the %s already stated: refused", w.base, sum, old)
+		}
+		return nil
+	}
+	w.sum = sum
+	ready := w.eof
+	w.rmu.Unlock()
+	if ready {
+		w.finish()
+	}
+	return nil
+}
+
+// finish checks and renames the partial file once both the end of stream
+// and the sum are in (called once: by the second of them), and tells the
+// outcome.
+func (w *writer) finish() {
+	w.cmu.Lock()
+	defer w.cmu.Unlock()
+	if w.finished || w.failed {
+		return // closed meanwhile, or the outcome is already told
+	}
+	w.finished = true
 	err := w.commit()
 	w.rmu.Lock()
 	if err != nil {
@@ -172,16 +224,18 @@ func (w *writer) CloseWrite() error {
 	}
 	w.rmu.Unlock()
 	w.closeOnce.Do(func() { close(w.result) })
-	return nil
 }
 
 func (w *writer) commit() error {
 	if w.offset != w.size {
 		return fmt.Errorf("%s: %d bytes received, %d stated; the partial file is kept", w.base, w.offset, w.size)
 	}
-	if got := hex.EncodeToString(w.h.Sum(nil)); got != w.sum {
+	w.rmu.Lock()
+	sum := w.sum
+	w.rmu.Unlock()
+	if got := hex.EncodeToString(w.h.Sum()); got != sum {
 		_ = w.f.Truncate(0)
-		return fmt.Errorf("%s: SHA-256 %s of the bytes received differs from the %s stated; the partial file is discarded", w.base, got, w.sum)
+		return fmt.Errorf("%s: SHA-256 %s of the bytes received differs from the %s stated; the partial file is discarded", w.base, got, sum)
 	}
 	if err := w.f.Chmod(w.mode); err != nil {
 		return fmt.Errorf("%s: %v", w.base, err)
@@ -217,6 +271,11 @@ func (w *writer) SetLinger(int) error { return nil }
 // Close ends the transfer: a file not committed stays partial, for a
 // later resume.
 func (w *writer) Close() error {
+	w.closing.Store(true)
+	w.cmu.Lock()
+	w.finished = true
+	w.cmu.Unlock()
+	w.h.Close()
 	w.rmu.Lock()
 	if !w.committed && len(w.outcome) == 0 {
 		w.outcome = nil

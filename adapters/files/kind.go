@@ -22,6 +22,7 @@ import (
 
 	"github.com/sidecar-dev/sidecar/audit"
 	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/internal/pipehash"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -43,6 +44,7 @@ type Kind struct {
 
 	mu      sync.Mutex
 	writing map[string]*writer // partial files being written, by path
+	byChan  map[string]*writer // the same, by channel URI (files/commit)
 
 	sent sentSums // what read channels sent, for files/stat
 }
@@ -52,7 +54,7 @@ type Kind struct {
 func NewKind(env adapters.Env) (adapters.Kind, error) {
 	cfg := env.Config
 	log := env.Log.Named("files")
-	k := &Kind{env: env, log: log, guard: env.Guard, quotas: env.Quotas, writing: map[string]*writer{},
+	k := &Kind{env: env, log: log, guard: env.Guard, quotas: env.Quotas, writing: map[string]*writer{}, byChan: map[string]*writer{},
 		pol: Policy{Read: cfg.Files.Read, Write: cfg.Files.Write},
 		quota: adapters.QuotaLimits{
 			Total: cfg.Files.MaxTotal, PerPrincipal: cfg.Files.MaxPerPrincipal,
@@ -101,9 +103,10 @@ func (k *Kind) Lookup(uri string, caller adapters.Caller) adapters.Channel {
 
 // Requests implements adapters.Kind: files/open (beside the lane: it may
 // hash a prefix), files/stat (beside: it may hash a file), files/list,
-// files/put.
+// files/put, files/commit (beside: it may sync and rename the file).
 func (k *Kind) Requests() []adapters.Request {
 	return []adapters.Request{
+		{Method: rpc.MethodFilesCommit, Beside: true, Permission: auth.FilesWrite, Serve: k.commit},
 		{Method: rpc.MethodFilesOpen, Beside: true, Permission: auth.FilesRead, Serve: k.open}, // "write" checks files.write too
 		{Method: rpc.MethodFilesStat, Beside: true, Permission: auth.FilesRead, Serve: k.stat},
 		{Method: rpc.MethodFilesList, Beside: true, Permission: auth.FilesRead, Serve: k.list},
@@ -111,9 +114,9 @@ func (k *Kind) Requests() []adapters.Request {
 	}
 }
 
-// Advertise implements adapters.Kind: files {maxListEntries}.
+// Advertise implements adapters.Kind: files {maxListEntries, commit}.
 func (k *Kind) Advertise(res *rpc.InitializeResult) {
-	res.Files = &rpc.FilesCapability{MaxListEntries: MaxListEntries}
+	res.Files = &rpc.FilesCapability{MaxListEntries: MaxListEntries, Commit: true}
 }
 
 // ConnEnded implements adapters.Kind: the connection's transfers end,
@@ -271,7 +274,7 @@ func (k *Kind) openRead(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Err
 		f.Close()
 		return nil, fsError(full, err)
 	}
-	r := &reader{f: f, h: h, size: fi.Size(), mtime: fi.ModTime()}
+	r := &reader{f: f, h: pipehash.New(h), size: fi.Size(), mtime: fi.ModTime()}
 	r.done = func() {
 		outcome := "incomplete"
 		if r.eof {
@@ -297,10 +300,7 @@ func (k *Kind) openWrite(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Er
 		return nil, rpc.Missing("size")
 	case *p.Size < 0:
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "size" must not be negative`)
-	case len(p.SHA256) != 64 || strings.ToLower(p.SHA256) != p.SHA256:
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "sha256" must be 64 lowercase hex digits`)
-	}
-	if _, err := hex.DecodeString(p.SHA256); err != nil {
+	case p.SHA256 != "" && !validSum(p.SHA256):
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "sha256" must be 64 lowercase hex digits`)
 	}
 	mode := os.FileMode(0o644)
@@ -333,15 +333,21 @@ func (k *Kind) openWrite(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Er
 	// A transfer of the same file whose client was lost (parked for a
 	// reconnect that a killed client never makes) gives way to this one:
 	// its partial file is what this one continues.
+	// One that is ending (reset by its client, which now opens again)
+	// is waited for: its end may still remove an empty partial file.
 	var oldCh *tcp.Channel
 	var oldClosed chan struct{}
+	var oldClosing bool
 	k.mu.Lock()
 	if old := k.writing[partPath]; old != nil {
-		oldCh, oldClosed = old.ch, old.closed
+		oldCh, oldClosed, oldClosing = old.ch, old.closed, old.closing.Load()
 	}
 	k.mu.Unlock()
 	if oldCh != nil && oldCh.Parked() {
 		oldCh.Abandon("taken over by a new transfer of " + full)
+		oldClosing = true
+	}
+	if oldClosing {
 		select {
 		case <-oldClosed:
 		case <-time.After(5 * time.Second):
@@ -360,6 +366,9 @@ func (k *Kind) openWrite(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Er
 		k.mu.Lock()
 		if k.writing[partPath] == w {
 			delete(k.writing, partPath)
+		}
+		if k.byChan[p.Channel] == w {
+			delete(k.byChan, p.Channel)
 		}
 		k.mu.Unlock()
 		close(w.closed)
@@ -403,7 +412,7 @@ func (k *Kind) openWrite(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Er
 		f.Close()
 		return fail(fsError(partPath, err))
 	}
-	w.dir, w.base, w.f, w.h, w.size, w.sum, w.mode, w.mtime = dir, base, f, h, *p.Size, p.SHA256, mode, mtime
+	w.dir, w.base, w.f, w.h, w.size, w.sum, w.mode, w.mtime = dir, base, f, pipehash.New(h), *p.Size, p.SHA256, mode, mtime
 	w.offset, w.done, w.result = have, done, make(chan struct{})
 	w.from = have
 	w.ended = func(committed bool, from, to int64, why string) {
@@ -421,9 +430,47 @@ func (k *Kind) openWrite(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Er
 	}
 	k.mu.Lock()
 	w.ch = k.tb.Channel(p.Channel)
+	select {
+	case <-w.closed: // ended already
+	default:
+		k.byChan[p.Channel] = w
+	}
 	k.mu.Unlock()
 	k.log.Debug("file opened for writing", "client", c.ClientID, "path", full, "offset", have, "size", *p.Size)
 	return res, nil
+}
+
+// validSum reports whether s is a SHA-256 as the wire states it: 64
+// lowercase hex digits.
+func validSum(s string) bool {
+	if len(s) != 64 || strings.ToLower(s) != s {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
+}
+
+// commit is files/commit: the SHA-256 of a file being written on one of
+// the caller's channels, opened without it.
+func (k *Kind) commit(_ context.Context, c adapters.Caller, params json.RawMessage) (any, *rpc.Error) {
+	var p rpc.FilesCommitParams
+	if e := rpc.DecodeParams(params, &p); e != nil {
+		return nil, e
+	}
+	if !validSum(p.SHA256) {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, `invalid params: "sha256" must be 64 lowercase hex digits`)
+	}
+	tc := k.tb.Channel(p.Channel)
+	k.mu.Lock()
+	w := k.byChan[p.Channel]
+	k.mu.Unlock()
+	if tc == nil || !tc.OwnedBy(c.Conn) || w == nil {
+		return nil, rpc.Errorf(rpc.CodeNotFound, "%s: no file being written on this channel of this connection", p.Channel)
+	}
+	if e := w.state(p.SHA256); e != nil {
+		return nil, e
+	}
+	return struct{}{}, nil
 }
 
 // partialRefused refuses to write a target named like a partial file.

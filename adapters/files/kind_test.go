@@ -541,3 +541,104 @@ func TestDownloadNeedsFilesRead(t *testing.T) {
 		t.Errorf("size %d", fi.Size())
 	}
 }
+
+// TestWriteCommit: a write opened without sha256 takes it from
+// files/commit, before or after the client's end of stream: the file is
+// renamed into place once both are in, and a wrong sum discards it. A
+// commit names a write channel of the caller's connection with a valid
+// sum, stated once.
+func TestWriteCommit(t *testing.T) {
+	dir := t.TempDir()
+	k := newKind(t, nil)
+	data := []byte(strings.Repeat("abcdefghij", 100000))
+	open := func(name, ch string) *writer {
+		t.Helper()
+		target := filepath.Join(dir, name)
+		if _, e := call(k, alice, rpc.MethodFilesOpen, fmt.Sprintf(`{"channel":%q,"mode":"write","path":%s,"size":%d}`, ch, jsonString(target), len(data))); e != nil {
+			t.Fatal(e)
+		}
+		k.mu.Lock()
+		w := k.byChan[ch]
+		k.mu.Unlock()
+		if w == nil {
+			t.Fatal("no writer on", ch)
+		}
+		if _, err := w.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	commit := func(ch, sum string) *rpc.Error {
+		_, e := call(k, alice, rpc.MethodFilesCommit, fmt.Sprintf(`{"channel":%q,"sha256":%q}`, ch, sum))
+		return e
+	}
+
+	// The sum before the end of stream.
+	w := open("a.bin", "ahp-file:/c1")
+	if e := commit("ahp-file:/c1", sum(data)); e != nil {
+		t.Fatal(e)
+	}
+	if e := commit("ahp-file:/c1", sum(data)); e != nil {
+		t.Errorf("the same sum again: %v", e)
+	}
+	if e := commit("ahp-file:/c1", sum(nil)); e == nil || e.Code != rpc.CodeInvalidParams || !strings.Contains(e.Message, "differs from the "+sum(data)+" already stated") {
+		t.Errorf("another sum: %v", e)
+	}
+	if got := outcome(t, w); got != "" {
+		t.Errorf("committed before the end: %q, want no reason", got)
+	}
+	_ = w.Close()
+	if got, err := os.ReadFile(filepath.Join(dir, "a.bin")); err != nil || string(got) != string(data) {
+		t.Fatalf("a.bin: %d bytes, %v", len(got), err)
+	}
+
+	// The end of stream first: nothing happens until the sum comes.
+	w = open("b.bin", "ahp-file:/c2")
+	if err := w.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.result:
+		t.Fatal("an outcome before the sum was stated")
+	default:
+	}
+	if e := commit("ahp-file:/c2", sum(data)); e != nil {
+		t.Fatal(e)
+	}
+	if got := outcome(t, w); got != "" {
+		t.Errorf("committed after the end: %q, want no reason", got)
+	}
+	_ = w.Close()
+	if got, err := os.ReadFile(filepath.Join(dir, "b.bin")); err != nil || string(got) != string(data) {
+		t.Fatalf("b.bin: %d bytes, %v", len(got), err)
+	}
+
+	// A wrong sum discards the partial file; the target never appears.
+	w = open("c.bin", "ahp-file:/c3")
+	wrong := sum([]byte("other"))
+	if e := commit("ahp-file:/c3", wrong); e != nil {
+		t.Fatal(e)
+	}
+	if got, want := outcome(t, w), fmt.Sprintf("c.bin: SHA-256 %s of the bytes received differs from the %s stated; the partial file is discarded", sum(data), wrong); got != want {
+		t.Errorf("wrong sum: %q\nwant %q", got, want)
+	}
+	_ = w.Close()
+	if _, err := os.Stat(filepath.Join(dir, "c.bin")); !os.IsNotExist(err) {
+		t.Errorf("c.bin exists after a wrong sum: %v", err)
+	}
+
+	// Refusals.
+	for _, tt := range []struct {
+		ch, sum string
+		code    int64
+		msg     string
+	}{
+		{"ahp-file:/c9", sum(data), rpc.CodeNotFound, "ahp-file:/c9: no file being written on this channel of this connection"},
+		{"ahp-file:/c1", "ABC", rpc.CodeInvalidParams, `invalid params: "sha256" must be 64 lowercase hex digits`},
+		{"ahp-file:/c1", strings.ToUpper(sum(data)), rpc.CodeInvalidParams, `invalid params: "sha256" must be 64 lowercase hex digits`},
+	} {
+		if e := commit(tt.ch, tt.sum); e == nil || int64(e.Code) != tt.code || e.Message != tt.msg {
+			t.Errorf("commit %s %s: %v, want %d %s", tt.ch, tt.sum, e, tt.code, tt.msg)
+		}
+	}
+}

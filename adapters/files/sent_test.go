@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/internal/pipehash"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
 
@@ -45,7 +46,7 @@ func TestReaderHashes(t *testing.T) {
 			}
 			var got string
 			calls, same := 0, false
-			r := &reader{f: f, h: h, size: fi.Size(), mtime: fi.ModTime(), done: func() {},
+			r := &reader{f: f, h: pipehash.New(h), size: fi.Size(), mtime: fi.ModTime(), done: func() {},
 				ended: func(sum string, unchanged bool) { got, same = sum, unchanged; calls++ }}
 			buf := make([]byte, 7000)
 			n, _ := io.ReadFull(r, buf)
@@ -60,6 +61,7 @@ func TestReaderHashes(t *testing.T) {
 				t.Fatalf("read %d+%d bytes, %v", n, len(rest), err)
 			}
 			_, _ = r.Read(buf) // a read after the end: no second call
+			r.Close()
 			if calls != 1 || got != sum(data) || same != tt.unchanged {
 				t.Errorf("ended %d times with %s, unchanged %v; want once with %s, %v", calls, got, same, sum(data), tt.unchanged)
 			}

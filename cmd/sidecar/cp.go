@@ -22,9 +22,9 @@ import (
 
 func cpCmd() *cobra.Command {
 	var cf connFlags
-	var recursive bool
+	var recursive, force bool
 	cmd := &cobra.Command{
-		Use:   "cp [-r] URL:PATH LOCAL | LOCAL URL:PATH",
+		Use:   "cp [-r] [-f] URL:PATH LOCAL | LOCAL URL:PATH",
 		Short: "Copy files to and from the host, resuming where a transfer stopped",
 		Long: `Copy a file (or with -r a directory tree) from the host to LOCAL, or
 from LOCAL to the host. The remote side is written URL:PATH, PATH
@@ -36,7 +36,10 @@ and are renamed onto it only once complete and verified (size and
 SHA-256), with their mode and modification time. A copy cut short
 (Ctrl-C, a killed client) leaves the partial file: running the same cp
 again continues it when its first bytes are still the source's. A lost
-connection is resumed by itself, as forward does.
+connection is resumed by itself, as forward does. A file whose
+destination already has its size and modification time, and then (both
+ends hashed) its SHA-256, is not sent again (counted unchanged);
+--force sends it anyway.
 
 A tree is copied as its entries: directories, files and symbolic links
 (as links; one that would lead out of the destination is refused by the
@@ -58,10 +61,11 @@ usage error; 255 when the connection cannot be made.`,
 	// Set after register: the URL is inside an argument here, not one.
 	cmd.Args = cobra.ExactArgs(2)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		return cp(&cf, args[0], args[1], recursive)
+		return cp(&cf, args[0], args[1], recursive, force)
 	}
 	_ = cmd.Flags().MarkHidden("ordinary")
 	cmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "copy directories as trees")
+	cmd.Flags().BoolVarP(&force, "force", "f", false, "send files the destination already holds (same size, mtime and SHA-256) too")
 	return cmd
 }
 
@@ -97,7 +101,7 @@ func splitRemote(arg string, via bool) (url, path string, ok bool) {
 	return arg, "", true // no path: refused by the caller
 }
 
-func cp(cf *connFlags, a, b string, recursive bool) error {
+func cp(cf *connFlags, a, b string, recursive, force bool) error {
 	via := cf.via != ""
 	urlA, pathA, remoteA := splitRemote(a, via)
 	urlB, pathB, remoteB := splitRemote(b, via)
@@ -167,7 +171,7 @@ func cp(cf *connFlags, a, b string, recursive bool) error {
 	stopped := context.AfterFunc(ctx, func() { _ = conn.Close() })
 	defer stopped()
 	prog := newProgress(os.Stderr)
-	opts := client.CopyOptions{Recursive: recursive, Progress: prog.add, Planned: prog.plan}
+	opts := client.CopyOptions{Recursive: recursive, Force: force, Progress: prog.add, Planned: prog.plan}
 	start := time.Now()
 	prog.start()
 	var res client.CopyResult
@@ -185,7 +189,10 @@ func cp(cf *connFlags, a, b string, recursive bool) error {
 	}
 	took := time.Since(start)
 	what := fmt.Sprintf("%d file%s", res.Files, plural(res.Files, "", "s"))
-	if other := res.Entries - res.Files; other > 0 {
+	if res.Unchanged > 0 {
+		what += fmt.Sprintf(" (%d more unchanged, not sent)", res.Unchanged)
+	}
+	if other := res.Entries - res.Files - res.Unchanged; other > 0 {
 		what += fmt.Sprintf(" and %d other entr%s (directories, links)", other, plural(other, "y", "ies"))
 	}
 	if res.Entries > 0 || len(res.Failed) == 0 {

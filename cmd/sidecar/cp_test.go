@@ -57,7 +57,7 @@ func TestCPUsage(t *testing.T) {
 			tt.transport = "auto"
 		}
 		cf := connFlags{via: tt.via, transport: tt.transport, timeout: time.Second}
-		err := cp(&cf, tt.a, tt.b, false)
+		err := cp(&cf, tt.a, tt.b, false, false)
 		var ee *exitError
 		if !errors.As(err, &ee) || ee.code != 2 || ee.err.Error() != tt.want {
 			t.Errorf("cp %q %q (via %q): %v\nwant exit 2: %s", tt.a, tt.b, tt.via, err, tt.want)

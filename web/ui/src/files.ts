@@ -178,7 +178,7 @@ export class Files {
   private update(u: Upload, d: { li: HTMLLIElement; sig: string }): void {
     const pct = `${Math.floor(100 * u.fraction)} %`;
     const text =
-      u.phase === "hashing" ? `hashing ${pct}` : u.phase === "sending" ? `sending ${pct}` : u.phase === "verifying" ? "verifying…" : u.phase === "done" ? `uploaded to ${u.dir}` : u.phase === "cancelled" ? "cancelled" : `failed: ${u.error}`;
+      u.phase === "hashing" ? (u.hashed > 0 ? `checking the part the host kept, ${Math.floor((100 * u.hashed) / Math.max(1, u.size))} %` : "opening…") : u.phase === "sending" ? `sending ${pct}` : u.phase === "verifying" ? "verifying…" : u.phase === "done" ? `uploaded to ${u.dir}` : u.phase === "cancelled" ? "cancelled" : `failed: ${u.error}`;
     const sig = `${u.phase}\u0000${text}`;
     if (sig === d.sig) return;
     d.sig = sig;

@@ -1,11 +1,14 @@
 // Uploading a file of the browser to the workload through a file channel
 // (docs/protocol.md "File channels": files/open mode write, a windowed
-// subscription, tcp/data and tcp/eof). The file is read in slices
-// (Blob.slice) twice, never whole: once to hash it (SHA-256, incremental:
-// WebCrypto cannot hash a stream, @noble/hashes can), since files/open
-// states the hash first, then to send it, one slice per data message and
-// each only once the host's window has room, so what the page holds is
-// one slice beyond the window.
+// subscription, tcp/data, tcp/eof and files/commit). The file is read in
+// slices (Blob.slice), never whole, one slice per data message and each
+// only once the host's window has room, so what the page holds is one
+// slice beyond the window; each slice is hashed as it is sent (SHA-256,
+// incremental: WebCrypto cannot hash a stream, @noble/hashes can) and
+// the sum stated after the bytes with files/commit. A transfer cut by a
+// lost link (or a host that reset it) is opened again on a new channel
+// with resume: the host kept its partial file, whose first bytes the
+// page hashes again and, when they are the file's, sends only the rest.
 
 import { sha256 } from "@noble/hashes/sha2.js";
 import type { FlowOffer, Message } from "./ahp.js";
@@ -23,8 +26,21 @@ export interface UploadClient {
 
 /** The window the page offers a file channel: 4 MiB in flight, 512 KiB messages (the tcp block's maximum). */
 export const FILE_WINDOW: FlowOffer = { windowBytes: 4 << 20, maximumFrameBytes: 512 << 10 };
-/** HASH_SLICE is the slice read at a time to hash the file. */
+/** HASH_SLICE is the slice read at a time to hash a kept prefix. */
 export const HASH_SLICE = 1 << 20;
+/** ATTEMPTS bounds the tries of one upload cut by lost links; the waits between them grow from RETRY_MS to 8 s. */
+export const ATTEMPTS = 8;
+export const RETRY_MS = 250;
+
+/** HostOutcome is the host's reason for not placing the file (never tried again). */
+export class HostOutcome extends Error {}
+
+/** retryable reports whether an attempt that failed with err may succeed on a new channel: a lost link or a reset, not the host's reason, nor a refusal of files/open (a JSON-RPC error with a code), except "being written" (the host still ends the channel of the attempt before). */
+function retryable(err: unknown): boolean {
+  if (err instanceof HostOutcome) return false;
+  const code = (err as { code?: unknown })?.code;
+  return typeof code !== "number" || code === -32010;
+}
 
 export type Phase = "hashing" | "sending" | "verifying" | "done" | "failed" | "cancelled";
 
@@ -87,6 +103,10 @@ export function uploadName(name: string): string | null {
 
 let seq = 0;
 
+function newChannel(): string {
+  return `ahp-file:/up-${Date.now().toString(36)}-${(++seq).toString(36)}`;
+}
+
 /**
  * Upload sends one file into dir on the workload as name. run() resolves
  * when the host has it in place, and rejects with the host's reason (or
@@ -98,7 +118,7 @@ export class Upload {
   hashed = 0; // bytes hashed
   sent = 0; // bytes sent
   error = "";
-  readonly channel: string;
+  channel: string;
   private cancelled = false;
   private opened = false;
   private outcome: { resolve: () => void; reject: (e: Error) => void } | null = null;
@@ -110,7 +130,7 @@ export class Upload {
     readonly name: string,
     private onProgress: (u: Upload) => void = () => {},
   ) {
-    this.channel = `ahp-file:/up-${Date.now().toString(36)}-${(++seq).toString(36)}`;
+    this.channel = newChannel();
   }
 
   get size(): number {
@@ -121,10 +141,10 @@ export class Upload {
     return joinPath(this.dir, this.name);
   }
 
-  /** fraction done, 0 to 1: the hash pass counts for a fifth. */
+  /** fraction done, 0 to 1: the bytes the host has or was sent. */
   get fraction(): number {
     if (this.size === 0) return this.phase === "done" ? 1 : 0;
-    return (0.2 * this.hashed + 0.8 * this.sent) / this.size;
+    return this.sent / this.size;
   }
 
   async run(): Promise<void> {
@@ -158,30 +178,69 @@ export class Upload {
     this.opened = false;
   }
 
+  /** transfer tries until the file is in place, the host tells why not, or ATTEMPTS cuts. */
   private async transfer(): Promise<void> {
-    const f = this.file;
-    const h = sha256.create();
-    for (let off = 0; off < f.size; ) {
-      this.check();
-      const end = Math.min(f.size, off + HASH_SLICE);
-      h.update(new Uint8Array(await f.slice(off, end).arrayBuffer()));
-      this.hashed = off = end;
-      this.onProgress(this);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.attempt();
+        return;
+      } catch (err) {
+        this.check();
+        if (!retryable(err) || attempt >= ATTEMPTS) throw err;
+        this.end();
+        this.channel = newChannel();
+        this.outcome = null;
+        await new Promise((r) => setTimeout(r, Math.min(8000, RETRY_MS * 2 ** (attempt - 1))));
+        this.check();
+      }
     }
-    this.check();
-    const sum = hex(h.digest());
-    await this.c.request("files/open", {
+  }
+
+  /** open opens the channel for writing, continuing the host's partial file when asked. */
+  private async open(resume: boolean): Promise<{ offset?: number; prefixSha256?: string }> {
+    const f = this.file;
+    const r = await this.c.request<{ offset?: number; prefixSha256?: string }>("files/open", {
       channel: this.channel,
       path: this.dir,
       entry: this.name,
       mode: "write",
       size: f.size,
-      sha256: sum,
       fileMode: 0o644,
       mtimeNs: Math.max(0, Math.round(f.lastModified)) * 1e6,
+      resume,
     });
     this.opened = true;
+    return r ?? {};
+  }
+
+  private async attempt(): Promise<void> {
+    const f = this.file;
+    this.phase = "hashing";
+    this.hashed = 0;
+    let r = await this.open(true);
     this.check();
+    let h = sha256.create();
+    let start = r.offset ?? 0;
+    if (start > 0) {
+      // The host kept a partial file: continued only when its first
+      // bytes are ours.
+      for (let off = 0; off < start; ) {
+        this.check();
+        const end = Math.min(start, off + HASH_SLICE);
+        h.update(new Uint8Array(await f.slice(off, end).arrayBuffer()));
+        this.hashed = off = end;
+        this.onProgress(this);
+      }
+      this.check();
+      if (hex(h.clone().digest()) !== r.prefixSha256) {
+        this.end();
+        this.channel = newChannel();
+        r = await this.open(false);
+        this.check();
+        h = sha256.create();
+        start = 0;
+      }
+    }
     const reason: string[] = [];
     const done = new Promise<void>((resolve, reject) => (this.outcome = { resolve, reject }));
     done.catch(() => {}); // awaited below; a failure before then is not unhandled
@@ -190,26 +249,30 @@ export class Upload {
       release();
       const p = m.params ?? {};
       if (m.method === "tcp/data" && typeof p.data === "string") reason.push(utf8.decode(Uint8Array.from(atob(p.data), (ch) => ch.charCodeAt(0))));
-      else if (m.method === "tcp/eof") reason.length > 0 ? this.outcome?.reject(new Error(reason.join(""))) : this.outcome?.resolve();
-      else if (m.method === "tcp/reset") this.outcome?.reject(new Error(reason.join("") || `the host reset the transfer of ${this.name}`));
+      else if (m.method === "tcp/eof") reason.length > 0 ? this.outcome?.reject(new HostOutcome(reason.join(""))) : this.outcome?.resolve();
+      else if (m.method === "tcp/reset") this.outcome?.reject(reason.length > 0 ? new HostOutcome(reason.join("")) : new Error(`the host reset the transfer of ${this.name}`));
     });
     this.phase = "sending";
+    this.sent = start;
+    this.onProgress(this);
     const most = sliceBytes(this.c.frameOf(this.channel), this.channel);
-    for (let off = 0; off < f.size; ) {
+    for (let off = start; off < f.size; ) {
       await Promise.race([this.c.writable(this.channel), done]);
       this.check();
       const end = Math.min(f.size, off + most);
       const data = new Uint8Array(await f.slice(off, end).arrayBuffer());
       this.check();
-      this.c.sendData(this.channel, "tcp/data", { offset: off, data: base64(data) });
+      this.c.sendData(this.channel, "tcp/data", { offset: off - start, data: base64(data) });
+      h.update(data);
       this.sent = off = end;
       this.onProgress(this);
     }
     await Promise.race([this.c.writable(this.channel), done]);
     this.check();
-    this.c.sendData(this.channel, "tcp/eof", { offset: f.size });
+    this.c.sendData(this.channel, "tcp/eof", { offset: f.size - start });
     this.phase = "verifying";
     this.onProgress(this);
+    await Promise.race([this.c.request("files/commit", { channel: this.channel, sha256: hex(h.digest()) }), done]);
     await done;
   }
 }

@@ -24,6 +24,12 @@ function source(bytes: Uint8Array, name = "a.bin") {
 function fakeHost(window: number, frame: number, answer?: (h: any) => void) {
   const h = {
     opened: null as any,
+    opens: [] as any[],
+    commit: null as any,
+    /** open answers files/open (default: nothing kept). */
+    open: (_p: any): any => ({ offset: 0 }),
+    /** lose, when set, fails the next writable() once: a lost link. */
+    lose: false,
     sent: 0,
     credited: 0,
     maxOutstanding: 0,
@@ -43,14 +49,25 @@ function fakeHost(window: number, frame: number, answer?: (h: any) => void) {
   };
   const c: UploadClient = {
     async request(method: string, params: any) {
+      if (method === "files/commit") {
+        assert.equal(params.channel, h.opened.channel);
+        h.commit = params;
+        return {} as any;
+      }
       assert.equal(method, "files/open");
       h.opened = params;
-      return {} as any;
+      h.opens.push(params);
+      h.got = [];
+      return h.open(params);
     },
     async subscribeWindowed(_ch, _offer, handler) {
       h.handler = handler;
     },
     writable() {
+      if (h.lose) {
+        h.lose = false;
+        return Promise.reject(new Error("the link was lost"));
+      }
       return h.sent - h.credited < window ? Promise.resolve() : new Promise<void>((r) => h.waiters.push(r));
     },
     frameOf: () => frame,
@@ -116,7 +133,8 @@ test("an upload sends every byte once, in order, with the file's SHA-256, within
   assert.equal(h.opened.entry, "a.bin");
   assert.equal(h.opened.mode, "write");
   assert.equal(h.opened.size, bytes.length);
-  assert.equal(h.opened.sha256, createHash("sha256").update(bytes).digest("hex"));
+  assert.equal(h.opened.sha256, undefined);
+  assert.equal(h.commit.sha256, createHash("sha256").update(bytes).digest("hex"));
   assert.equal(h.opened.mtimeNs, 1700000000000 * 1e6);
   assert.ok(Buffer.concat(h.got).equals(Buffer.from(bytes)));
   assert.equal(h.eof, bytes.length);
@@ -150,4 +168,53 @@ test("cancel resets the channel and never ends the stream", async () => {
   assert.equal(h.resets, 1);
   assert.equal(h.eof, -1);
   assert.ok(h.unsubscribed);
+});
+
+test("an upload cut by a lost link opens again and sends only what the host lacks", async () => {
+  const bytes = new Uint8Array(2 * 1024 * 1024 + 5).map((_, i) => (i * 13 + (i >> 7)) & 255);
+  const kept = 700 * 1024 + 3;
+  const h = fakeHost(1 << 20, 64 * 1024, (h) => setTimeout(() => h.push("tcp/eof", { offset: 0 })));
+  let opens = 0;
+  h.open = (p: any) => {
+    opens++;
+    assert.equal(p.resume, opens < 3 ? true : false);
+    if (opens === 1) {
+      h.lose = true; // the first attempt's first write finds the link lost
+      return { offset: 0 };
+    }
+    if (opens === 2) return { offset: kept, prefixSha256: createHash("sha256").update(bytes.subarray(0, kept)).digest("hex") };
+    return { offset: 0 };
+  };
+  const u = new Upload(h.c, source(bytes), "/srv", "a.bin");
+  const first = u.channel;
+  const done = u.run();
+  while (u.phase !== "done" && u.phase !== "failed") {
+    await new Promise((r) => setTimeout(r, 0));
+    h.credit(64 * 1024);
+  }
+  await done;
+  assert.equal(opens, 2);
+  assert.notEqual(h.opened.channel, first, "a new channel for the second attempt");
+  // The second attempt's stream starts at the kept offset: stream offset 0 is file byte `kept`.
+  assert.ok(Buffer.concat(h.got).equals(Buffer.from(bytes.subarray(kept))));
+  assert.equal(h.eof, bytes.length - kept);
+  assert.equal(h.commit.sha256, createHash("sha256").update(bytes).digest("hex"));
+  assert.equal(u.hashed, kept);
+  assert.equal(u.fraction, 1);
+});
+
+test("a kept prefix that differs is sent again from the start", async () => {
+  const bytes = new Uint8Array(300 * 1024).map((_, i) => (i * 7) & 255);
+  const h = fakeHost(1 << 20, 64 * 1024, (h) => setTimeout(() => h.push("tcp/eof", { offset: 0 })));
+  h.open = (p: any) => (p.resume ? { offset: 1000, prefixSha256: "00".repeat(32) } : { offset: 0 });
+  const u = new Upload(h.c, source(bytes), "/srv", "a.bin");
+  const done = u.run();
+  while (u.phase !== "done" && u.phase !== "failed") {
+    await new Promise((r) => setTimeout(r, 0));
+    h.credit(64 * 1024);
+  }
+  await done;
+  assert.deepEqual(h.opens.map((o: any) => o.resume), [true, false]);
+  assert.ok(Buffer.concat(h.got).equals(Buffer.from(bytes)));
+  assert.equal(h.commit.sha256, createHash("sha256").update(bytes).digest("hex"));
 });
