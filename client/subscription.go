@@ -214,6 +214,9 @@ func (s *Subscription) receive(l *link, h *rpc.Header, raw []byte) error {
 			return nil
 		}
 		return out.Credit(p.ConsumedBytes)
+	case rpc.MethodChannelEnded:
+		s.ended(h.Params)
+		return nil
 	}
 	if rpc.IsControlMethod(h.Method) {
 		return s.q.push(&Message{Method: h.Method, Params: h.Params, Raw: raw}, 0)
@@ -337,6 +340,25 @@ func (s *Subscription) end(err error) {
 }
 
 var errUnsubscribed = errors.New("client: unsubscribed")
+
+// ended handles channel/ended (docs/protocol.md): the host ended the
+// subscription (a revoked terminal share). What was received before it
+// is still read; then Next returns the host's reason as an *rpc.Error
+// (-32009 for a revoked share), and the channel is not asked for again
+// on a reconnect.
+func (s *Subscription) ended(params json.RawMessage) {
+	var p rpc.ChannelEndedParams
+	e := &rpc.Error{Code: rpc.CodeInternalError, Message: "the host ended the subscription to " + s.Channel}
+	if json.Unmarshal(params, &p) == nil && p.Error.Code != 0 {
+		e = &p.Error
+	}
+	s.c.mu.Lock()
+	if s.c.subs[s.Channel] == s {
+		delete(s.c.subs, s.Channel)
+	}
+	s.c.mu.Unlock()
+	s.end(e)
+}
 
 // msgQueue hands received messages to the consumer. A windowed
 // subscription's queue is bounded by its window (the host cannot send

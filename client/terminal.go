@@ -20,7 +20,9 @@ type Terminal struct {
 
 	// OnClaim, when set before Copy, is called from Copy with the host's
 	// answer to Claim (nil once the terminal is ours, else an error with
-	// the host's rejectionReason), and with nil when the host passes the
+	// the host's rejectionReason: an *rpc.Error with its rejectionCode
+	// when it sent one, -32009 when the claim needs write access we lack),
+	// and with nil when the host passes the
 	// claim on to us (its holder left while we shared the terminal), or a
 	// snapshot after a skip says we hold it; it may be told more than
 	// once.
@@ -31,6 +33,12 @@ type Terminal struct {
 	// takeOver extension), or a snapshot after a skip that names it. It
 	// is told whether or not we held the claim before.
 	OnClaimLost func(holder string)
+	// OnDenied, when set before Copy, is called from Copy with the host's
+	// rejectionReason when it refuses this client's input, resize, title
+	// or clear with -32009 (docs/protocol.md "Roles and sharing": the
+	// terminal is shared with us read-only, or our role is viewer). It is
+	// called for each refusal; the caller says it once.
+	OnDenied    func(reason string)
 	claimWanted bool          // Claim was called: Copy sends it
 	claimSeq    atomic.Uint64 // its clientSeq, once sent
 	disposedBy  atomic.Pointer[string]
@@ -227,6 +235,7 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 				} `json:"action"`
 				Origin          *rpc.Origin `json:"origin"`
 				RejectionReason string      `json:"rejectionReason"`
+				RejectionCode   int64       `json:"rejectionCode"`
 			}
 			_ = json.Unmarshal(m.Params, &env)
 			a := env.Action
@@ -245,12 +254,19 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 				case t.OnClaim == nil:
 				case o != nil && o.ClientID == me && o.ClientSeq != 0 && o.ClientSeq == t.claimSeq.Load():
 					var err error
-					if env.RejectionReason != "" {
+					switch {
+					case env.RejectionReason != "" && env.RejectionCode != 0:
+						err = &rpc.Error{Code: env.RejectionCode, Message: env.RejectionReason}
+					case env.RejectionReason != "":
 						err = errors.New(env.RejectionReason)
 					}
 					t.OnClaim(err)
 				case o == nil && a.Claim == t.ourClaim():
 					t.OnClaim(nil)
+				}
+			case rpc.ActionTerminalInput, rpc.ActionTerminalResized, rpc.ActionTerminalTitle, rpc.ActionTerminalCleared:
+				if o := env.Origin; t.OnDenied != nil && env.RejectionCode == rpc.CodePermissionDenied && o != nil && o.ClientID == t.c.ClientID() {
+					t.OnDenied(env.RejectionReason)
 				}
 			case rpc.ActionTerminalExited:
 				m.Release()

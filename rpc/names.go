@@ -59,6 +59,9 @@ const (
 	// MethodChannelGap and MethodChannelPage are our seed 003 extension.
 	MethodChannelGap  = "channel/gap"
 	MethodChannelPage = "channel/page"
+	// MethodChannelEnded is our extension (docs/protocol.md
+	// "channel/ended"): the host ended a subscription (ChannelEndedParams).
+	MethodChannelEnded = "channel/ended"
 )
 
 // Methods of the channel kinds.
@@ -84,14 +87,14 @@ const (
 
 // IsControlMethod reports whether method is a control message, which
 // never counts against a window and never waits for credit (seed 000
-// "Control Messages"): channel/credit, unsubscribe, and the
+// "Control Messages"): channel/credit, unsubscribe, channel/ended, and the
 // channel-defined ones declared with DeclareControlMethod (every byte
 // stream's reset, tcp/reset among them: NewStreamMethods). Every other
 // notification, including one whose method is unknown, is a data
 // message, so both peers count the same bytes.
 func IsControlMethod(method string) bool {
 	switch method {
-	case MethodChannelCredit, MethodUnsubscribe:
+	case MethodChannelCredit, MethodUnsubscribe, MethodChannelEnded:
 		return true
 	}
 	if m := declaredControl.Load(); m != nil {

@@ -89,3 +89,14 @@ type AttachedClient struct {
 // MaxShares bounds a terminal's shares: terminal/share past it is
 // refused (-32009).
 const MaxShares = 64
+
+// ChannelEndedParams is the params of channel/ended (our extension,
+// docs/protocol.md "channel/ended"): a control message, host to client,
+// saying that the host ended the client's subscription to Channel and
+// why, as a JSON-RPC error (a revoked terminal share: -32009 naming
+// terminal.attach). Nothing more comes for the subscription; a client
+// that subscribes again gets that answer.
+type ChannelEndedParams struct {
+	Channel string `json:"channel"`
+	Error   Error  `json:"error"`
+}

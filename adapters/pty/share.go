@@ -204,7 +204,7 @@ func (k *Kind) share(_ context.Context, c adapters.Caller, params json.RawMessag
 	if !ok {
 		return nil, rpc.Errorf(rpc.CodePermissionDenied, "terminal share limit reached: %s has %d shares (at most %d); revoke one first", p.Channel, len(shares), rpc.MaxShares)
 	}
-	k.end(ended)
+	k.end(ended, p.Channel)
 	k.log.Info("terminal shared", "terminal", p.Channel, "with", p.With.String(), "access", p.Access, "by", c.Identity.Name, "client", c.ClientID)
 	return rpc.TerminalSharesResult{Shares: shares}, nil
 }
@@ -227,7 +227,7 @@ func (k *Kind) unshare(_ context.Context, c adapters.Caller, params json.RawMess
 	if !ok {
 		return nil, rpc.Errorf(rpc.CodeNotFound, "%s is not shared with %s", p.Channel, p.With)
 	}
-	k.end(ended)
+	k.end(ended, p.Channel)
 	k.log.Info("terminal share revoked", "terminal", p.Channel, "with", p.With.String(), "by", c.Identity.Name, "client", c.ClientID, "detached", len(ended))
 	return rpc.TerminalSharesResult{Shares: shares}, nil
 }
@@ -246,12 +246,22 @@ func (k *Kind) managed(c adapters.Caller, uri string, perm auth.Permission) (*Te
 	return t, nil
 }
 
-// end ends the subscriptions whose share was revoked.
-func (k *Kind) end(subs []adapters.Subscriber) {
+// end ends the subscriptions to the terminal uri whose share was
+// revoked, telling each client why first (channel/ended, -32009
+// terminal.attach): without it an attached client would wait for output
+// that never comes.
+func (k *Kind) end(subs []adapters.Subscriber, uri string) {
 	if k.env.EndSubscription == nil {
 		return
 	}
 	for _, s := range subs {
+		id := s.Identity()
+		d := &auth.Denied{Permission: auth.TerminalAttach, Identity: id,
+			Detail: fmt.Sprintf("%s is no longer shared with %s (%s): the share was revoked", uri, nameOf(id), id.Role)}
+		if text, err := rpc.Notification(rpc.MethodChannelEnded, rpc.ChannelEndedParams{Channel: uri,
+			Error: rpc.Error{Code: rpc.CodePermissionDenied, Message: d.Error()}}); err == nil {
+			s.PushControl(text)
+		}
 		k.env.EndSubscription(s)
 	}
 }

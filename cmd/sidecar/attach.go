@@ -42,7 +42,12 @@ disposed of while you are attached (sidecar kill) has its process group
 killed with SIGHUP: attach says so ("terminal ahp-terminal:/ID was
 disposed by client ID" when the host names the client) and exits 129.
 4 when TERMINAL is not on the host; 255 when the connection fails or is
-lost; 2 for a usage error.`,
+lost, or the terminal's share with you is revoked (said: "detached from
+ahp-terminal:/ID: permission denied: ..."); 2 for a usage error.
+
+A terminal shared with you read-only (sidecar share --read-only, or your
+role is viewer) shows its output; attach says once that it is read-only
+and what you type is not sent (the host refuses it).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if err := cobra.RangeArgs(1, 2)(cmd, args); err != nil {
 				return err
@@ -132,8 +137,27 @@ func attach(cf *connFlags, url, id, name string) error {
 			_ = t.Resize(ctx, w, h)
 		}
 	}
+	// A terminal shared with us read-only (or our role is viewer): the
+	// host refuses our keystrokes, resizes and claims with -32009. Say
+	// so once, instead of typing into nothing (OnDenied and OnClaim run
+	// in Copy).
+	readOnly := false
+	deniedNotice := func(reason string) {
+		if readOnly {
+			return
+		}
+		readOnly = true
+		screen.Notice(fmt.Sprintf("%s is read-only for you: you see its output, and what you type is not sent (%s); ~. detaches", uri, printable(reason)),
+			"read only: what you type is not sent")
+	}
+	t.OnDenied = deniedNotice
 	t.OnClaim = func(err error) {
+		var denied *rpc.Error
 		switch {
+		case errors.As(err, &denied) && denied.Code == rpc.CodePermissionDenied:
+			takingOver.Store(false)
+			holding.Store(false)
+			deniedNotice(denied.Message)
 		case err != nil && takingOver.Swap(false):
 			screen.Notice(fmt.Sprintf("cannot take %s over: %v", uri, err), "cannot take the terminal over: "+err.Error())
 		case err != nil:
@@ -225,6 +249,13 @@ func attach(cf *connFlags, url, id, name string) error {
 			// The host has no state for us: it restarted (its terminals
 			// with it) or dropped ours; the terminal may be gone.
 			return &exitError{code: 255, err: fmt.Errorf("%w\nsidecar: the host no longer knows this client (it restarted, or the grace ended); %s is gone if the host restarted; list what it has with: %s", copyErr, uri, cf.lsCommandFull(url))}
+		}
+		var ended *rpc.Error
+		if errors.As(copyErr, &ended) && ended.Code == rpc.CodePermissionDenied {
+			// The host ended our subscription: the terminal's share
+			// with us was revoked (channel/ended). Attaching again is
+			// refused the same way.
+			return &exitError{code: 255, err: fmt.Errorf("detached from %s: %s", uri, printable(ended.Message))}
 		}
 		if errors.Is(copyErr, client.ErrConnectionLost) && cf.via == "" {
 			// Gave up reconnecting: the terminal lives on the host
