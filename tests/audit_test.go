@@ -228,12 +228,15 @@ func TestAuditScriptedSession(t *testing.T) {
 	for _, l := range logged {
 		got = append(got, l.Action)
 		byAction[l.Action] = append(byAction[l.Action], l)
-		if l.Message != l.Action || l.Role != "owner" || l.Principal == "" || !strings.HasPrefix(l.Principal, "token") {
+		if l.Message != l.Action || l.Role != "owner" || l.Principal != "token" {
 			t.Errorf("audit line %v: want its action as message, a token principal, role owner", l.raw)
 		}
 	}
 	slices.Sort(got)
+	// One authentication per command (run, forward, cp up, cp down) and
+	// one for the preview's bearer request.
 	want := []string{
+		"auth.success", "auth.success", "auth.success", "auth.success", "auth.success",
 		"files.read", "files.write", "preview.request", "tcp.close", "tcp.open",
 		"terminal.attach", "terminal.create", "terminal.kill",
 	}
@@ -400,12 +403,12 @@ func TestAuditReverseForward(t *testing.T) {
 	for _, l := range auditLines(t, s.p.stderr.Bytes()) {
 		got = append(got, l.Action)
 		byAction[l.Action] = append(byAction[l.Action], l)
-		if l.Role != "owner" || !strings.HasPrefix(l.Principal, "token") {
+		if l.Role != "owner" || l.Principal != "token" {
 			t.Errorf("audit line %v: want a token principal, role owner", l.raw)
 		}
 	}
 	slices.Sort(got)
-	if want := []string{"tcp.close", "tcp.open", "tunnel.close", "tunnel.listen"}; !slices.Equal(got, want) {
+	if want := []string{"auth.success", "tcp.close", "tcp.open", "tunnel.close", "tunnel.listen"}; !slices.Equal(got, want) {
 		t.Fatalf("audit actions %v, want %v", got, want)
 	}
 	for _, c := range []struct {

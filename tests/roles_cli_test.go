@@ -125,7 +125,7 @@ func TestRolesCLI(t *testing.T) {
 			_, errOut, code = run(veraTok, "share", url, "olgas", "--with", "vera", "--read-only")
 			expect("vera's share", code, errOut, 255, "sidecar: olgas: permission denied: terminal.share needs role user or owner; vera is viewer (code -32009)")
 			_, errOut, code = run(veraTok, "logs", url, "--audit")
-			expect("vera's logs --audit", code, errOut, 1, "sidecar: permission denied: telemetry.logs needs role user or owner; vera is viewer\n")
+			expect("vera's logs --audit", code, errOut, 1, "sidecar: permission denied: audit.read needs role owner; vera is viewer\n")
 			vfwd := start(t, append(append([]string{"forward"}, flags(veraTok)...), url, "-L", fmt.Sprintf("127.0.0.1:0:127.0.0.1:%d", allowed))...)
 			if c, err := net.Dial("tcp", "127.0.0.1:"+forwardedPort(t, vfwd)); err == nil {
 				_ = c.SetDeadline(time.Now().Add(waitTimeout))

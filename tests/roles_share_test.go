@@ -128,10 +128,12 @@ func TestRolesShareAttach(t *testing.T) {
 	if lines != 1 {
 		t.Errorf("vera's refused input logged %d times, want once", lines)
 	}
-	// A refusal is audited as permission.denied with the identity (the
-	// audit channel's: ulla is not an owner).
+	// Every refusal is audited as permission.denied with the identity:
+	// vera's input (each one, though the log says it once), and the
+	// audit channel's (ulla is not an owner).
+	s.p.stderr.waitFor(t, "vera's audited input refusal", 0, `"@module":"sidecar.audit","@message":"permission.denied","action":"permission.denied","principal":"vera","role":"viewer","permission":"terminal.input","target":"ahp-terminal:/olgas"}`)
 	_, errOut, code = s.run(t, "logs", s.url, "--audit", "--token", ullaTok, "--cert-hash", s.hash)
-	if code != 1 || !strings.Contains(errOut, "audit.read") {
+	if code != 1 || !strings.Contains(errOut, "permission denied: audit.read needs role owner; ulla is user") {
 		t.Errorf("ulla's logs --audit: exit %d, stderr %q", code, errOut)
 	}
 	s.p.stderr.waitFor(t, "the audited refusal", 0, `"@module":"sidecar.audit","@message":"permission.denied","action":"permission.denied","principal":"ulla","role":"user"`)
