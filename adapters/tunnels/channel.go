@@ -79,9 +79,11 @@ func (ch *channel) Receive(m adapters.Message) {
 	var a rpc.TunnelAction
 	reason := ""
 	var code int64
+	// Decoded first, so that a refusal's log line names the action's type.
+	decodeErr := json.Unmarshal(p.Action, &a)
 	if e := k.guard.CheckOn(m.Identity, auth.TunnelListen, rpc.TunnelsChannel); e != nil {
 		reason, code = e.Message, e.Code
-	} else if err := json.Unmarshal(p.Action, &a); err != nil {
+	} else if err := decodeErr; err != nil {
 		reason = "malformed action: " + err.Error()
 	} else if err := k.applyLocked(&a, caller); err != nil {
 		reason = err.Error()
