@@ -67,10 +67,14 @@ type TCPConn struct {
 	ctx    context.Context // canceled by Close and on reset: unblocks Write
 	cancel context.CancelFunc
 
-	rmu     sync.Mutex
-	held    []*Message // the messages buf comes from, released when used up
-	buf     []byte     // received bytes not yet taken (in dbuf)
-	dbuf    []byte     // decode buffer, reused once buf is used up
+	rmu  sync.Mutex
+	held []*Message // the messages buf comes from, released when used up
+	buf  []byte     // received bytes not yet taken (in dbuf, or in view)
+	dbuf []byte     // decode buffer, reused once buf is used up
+	// view, when set, is the buffer a large binary tcp/data was read
+	// into, which buf is a part of (takeView): handed back to the
+	// transport once buf is used up.
+	view    []byte
 	recvOff bytestream.DecodedOffset
 	rerr    error // sticky: io.EOF, ErrTCPReset
 
@@ -371,6 +375,10 @@ func (t *TCPConn) Channel() string { return t.sub.Channel }
 // messages are released first (their bytes were taken). Call with rmu held.
 func (t *TCPConn) next() ([]byte, error) {
 	for len(t.buf) == 0 {
+		if t.view != nil {
+			transport.RecycleRead(t.c.mc, t.view)
+			t.view = nil
+		}
 		if len(t.held) > 0 {
 			t.releaseHeld()
 			if in, _ := t.sub.parts(); in != nil {
@@ -403,6 +411,10 @@ func (t *TCPConn) next() ([]byte, error) {
 			}
 			return nil, fmt.Errorf("client: TCP connection lost: %w", err)
 		}
+		if data, ok := t.takeView(m); ok {
+			t.buf = data
+			continue
+		}
 		if need := decodedBound(m); cap(t.dbuf) < need {
 			t.dbuf = make([]byte, 0, max(need, t.batchBytes()))
 		}
@@ -410,6 +422,34 @@ func (t *TCPConn) next() ([]byte, error) {
 		t.dbuf = t.buf[:0]
 	}
 	return t.buf, nil
+}
+
+// viewMinBytes is the least data a binary tcp/data carries for its bytes
+// to be taken where the transport read them (takeView) rather than
+// copied into the decode buffer: half of what WriteTo gathers for one
+// Write, so a smaller message still goes out with those queued behind it.
+const viewMinBytes = tcpWriteBatch / 2
+
+// takeView takes a binary tcp/data message of at least viewMinBytes
+// without copying its bytes: they stay in the buffer the transport read
+// the message into (t.view, handed back once they are all taken), and the
+// message is held until then like one take decoded. It reports false for
+// any other message (and for a gap, which take reports).
+func (t *TCPConn) takeView(m *Message) ([]byte, bool) {
+	if m.Method != rpc.MethodTCPData || m.binary == nil || !m.whole || len(m.binary.Data) < viewMinBytes {
+		return nil, false
+	}
+	off := bytestream.DecodedOffset(m.binary.Offset)
+	data, err := bytestream.Trim(&off, m.binary.Data, t.recvOff)
+	if err != nil {
+		return nil, false
+	}
+	t.recvOff += bytestream.DecodedOffset(len(data))
+	t.sub.streamRecv.Store(uint64(t.recvOff))
+	t.view = m.Raw
+	m.Raw, m.Params, m.whole, m.binary = nil, nil, false, nil
+	t.held = append(t.held, m)
+	return data, true
 }
 
 // take handles one received message: tcp/data is decoded and appended to
@@ -523,16 +563,16 @@ func (t *TCPConn) WriteTo(w io.Writer) (int64, error) {
 			return total, err
 		}
 		// Gather what is queued behind it (data is in dbuf: appending
-		// overwrites nothing still needed).
+		// overwrites nothing still needed; a view goes out alone).
 		// Only messages that fit: the buffer keeps its size.
-		for len(data) < tcpWriteBatch && t.rerr == nil {
+		for t.view == nil && len(data) < tcpWriteBatch && t.rerr == nil {
 			m := t.sub.q.popIf(func(m *Message) bool { return decodedBound(m) <= cap(data)-len(data) })
 			if m == nil {
 				break
 			}
 			data = t.take(m, data)
 		}
-		if !sameArray(data, t.dbuf) {
+		if t.view == nil && !sameArray(data, t.dbuf) {
 			t.dbuf = data[:0]
 		} // else keep dbuf from its start: data may begin past what a Read took
 		n, err := w.Write(data)

@@ -825,14 +825,30 @@ func (tc *Channel) readLoop() {
 			return
 		}
 		n := ReadSize(per, delivery.UTF16Bytes(2*tc.enc.DataLen(off, per)), room)
-		// The buffer is held only while reading: a connection whose window
-		// is full keeps none.
-		buf := bufs.Get(n)[:n]
-		nr, err := tc.sock.Read(buf)
-		if nr > 0 {
-			var msgs []slot
-			var total delivery.UTF16Bytes
-			for p, o := buf[:nr], off; len(p) > 0; {
+		var (
+			msgs  []slot
+			total delivery.UTF16Bytes
+			nr    int
+			err   error
+		)
+		if binary && n <= per {
+			// One message's worth (a bulk transfer's usual read once the
+			// window has grown): read in place into the buffer of the
+			// message that carries the bytes, so they are never copied
+			// between the socket and the transport.
+			var pl bytestream.Payload
+			pl, err = tc.enc.ReadPayload(tc.sock, n, true)
+			if nr = pl.Len(); nr > 0 {
+				m := pl.Message(off)
+				msgs = []slot{{m: m, end: off + bytestream.DecodedOffset(nr)}}
+				total = m.Size
+			}
+		} else {
+			// The buffer is held only while reading: a connection whose
+			// window is full keeps none.
+			buf := bufs.Get(n)[:n]
+			nr, err = tc.sock.Read(buf)
+			for p, o := buf[:max(nr, 0)], off; len(p) > 0; {
 				k := min(len(p), tc.enc.MaxPayload(o, frame))
 				// The binary form where the connection carries it: the
 				// stream bytes as they are, no base64 built to be decoded
@@ -844,6 +860,8 @@ func (tc *Channel) readLoop() {
 				p = p[k:]
 			}
 			bufs.Put(buf)
+		}
+		if nr > 0 {
 			tc.mu.Lock()
 			if tc.isClosed {
 				tc.mu.Unlock()
@@ -854,9 +872,6 @@ func (tc *Channel) readLoop() {
 			tc.readOff += bytestream.DecodedOffset(nr)
 			tc.mu.Unlock()
 			tc.wakeStream()
-		}
-		if nr <= 0 {
-			bufs.Put(buf)
 		}
 		if errors.Is(err, io.EOF) {
 			tc.mu.Lock()
