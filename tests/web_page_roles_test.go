@@ -49,3 +49,51 @@ func TestWebPageViewerReadOnly(t *testing.T) {
 		t.Error("the page sent vera's keystrokes (the host refused them)")
 	}
 }
+
+// hiddenJS is true when the element with id is not shown.
+func hiddenJS(id string) string {
+	return `(document.getElementById("` + id + `")?.offsetParent ?? null) === null`
+}
+
+// shownJS is true when the element with id is shown.
+func shownJS(id string) string {
+	return `(document.getElementById("` + id + `")?.offsetParent ?? null) !== null`
+}
+
+// TestWebPageIdentity (issue 32): the page says who it is connected as
+// (the initialize result's identity) and hides what the role may not do:
+// a viewer sees "vera (viewer)", no New, and on a terminal shared with
+// her no Share…, Upload… or Files…; a user may share her own terminal
+// but not one she was only shared (Share… hidden there, Upload… shown).
+func TestWebPageIdentity(t *testing.T) {
+	chromiumPath(t)
+	s := startServerRoles(t, "")
+	const uri = "ahp-terminal:/olgas"
+	olga := s.dialMC(t, "ahp", olgaTok, "o1")
+	olga.mustCall("createTerminal", map[string]any{"channel": uri})
+	olga.mustCall("terminal/share", map[string]any{"channel": uri, "with": map[string]any{"principal": "vera"}, "access": "read"})
+	olga.mustCall("terminal/share", map[string]any{"channel": uri, "with": map[string]any{"principal": "bob"}, "access": "write"})
+
+	t.Run("viewer", func(t *testing.T) {
+		b := newBrowser(t)
+		b.login(pageURL(s, "websocket"), veraTok)
+		b.poll("connected", `document.getElementById("status").textContent === "connected (WebSocket)"`, waitTimeout)
+		b.poll("the page says vera (viewer)", shownJS("identity")+` && document.getElementById("identity").textContent === "vera (viewer)" && sidecarPage.identity()?.role === "viewer"`, waitTimeout)
+		b.poll("no New for a viewer", hiddenJS("new")+" && "+hiddenJS("new-tab")+" && "+hiddenJS("hint-new"), waitTimeout)
+		b.poll("the shared terminal listed", `document.querySelectorAll("#terminals li .name").length === 1`, waitTimeout)
+		b.must("open the terminal", chromedp.Click("#terminals li .name", chromedp.ByQuery))
+		b.poll("the tools shown", shownJS("kill"), waitTimeout)
+		b.poll("no Share…, Upload… or Files… for a viewer", hiddenJS("share-with")+" && "+hiddenJS("upload")+" && "+hiddenJS("files-open"), waitTimeout)
+	})
+	t.Run("user", func(t *testing.T) {
+		b := newBrowser(t)
+		b.login(pageURL(s, "websocket"), bobTok)
+		b.poll("the page says bob (user)", `document.getElementById("identity").textContent === "bob (user)"`, waitTimeout)
+		b.poll("New for a user", shownJS("new"), waitTimeout)
+		b.poll("olga's terminal listed", `document.querySelectorAll("#terminals li .name").length === 1`, waitTimeout)
+		b.must("open olga's terminal", chromedp.Click("#terminals li .name", chromedp.ByQuery))
+		b.poll("on olga's terminal: no Share…, Upload… and Files… shown", shownJS("kill")+" && "+hiddenJS("share-with")+" && "+shownJS("upload")+" && "+shownJS("files-open"), waitTimeout)
+		b.must("open a terminal of bob's", chromedp.Click("#new", chromedp.ByID))
+		b.poll("on bob's own terminal: Share… shown", `document.querySelectorAll("#terminals li .name").length === 2 && `+shownJS("share-with"), waitTimeout)
+	})
+}

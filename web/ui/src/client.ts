@@ -6,6 +6,7 @@
 import * as ahp from "./ahp.js";
 import { Receiver, Sender, utf16Bytes } from "./flow.js";
 import type { Link } from "./link.js";
+import { readIdentity, type Identity } from "./roles.js";
 import { OVERLOADED, Unechoed, overloadedWait, type Resume } from "./resume.js";
 
 /** A data message of a windowed subscription; release() returns its credit. */
@@ -60,6 +61,8 @@ export class Client {
   lastSeen = 0;
   /** resume is what a reconnect needs, once the host offered it. */
   resume: Resume | null = null;
+  /** identity is who the host says this client is (initialize and reconnect results); null when it said nothing. */
+  identity: Identity | null = null;
 
   constructor(public readonly clientId: string) {}
 
@@ -197,6 +200,7 @@ export class Client {
     return this.call("initialize", ahp.initializeParams(this.clientId), (r) => {
       this.lastSeen = r?.serverSeq ?? 0;
       this.resume = r?.resume?.token ? r.resume : null;
+      this.identity = readIdentity(r);
     });
   }
 
@@ -226,6 +230,7 @@ export class Client {
   private applyReconnect(r: ahp.ReconnectResult): Resumed {
     const out: Resumed = { type: r.type, missing: r.missing ?? [], unknownFate: 0 };
     if (r.resume?.token) this.resume = r.resume;
+    this.identity = readIdentity(r) ?? this.identity;
     const kept = new Map((r.windows?.items ?? []).map((it) => [it.channel, it]));
     for (const [channel, w] of this.windowed) {
       const it = kept.get(channel);
