@@ -95,6 +95,7 @@ export class Client {
     const channel: unknown = m.params?.channel;
     if (typeof channel !== "string") return;
     const w = this.windowed.get(channel);
+    if (m.method === "channel/ended") return this.ended(channel, m);
     if (w && m.method === "channel/credit") {
       if (w.send?.credit(m.params.consumedBytes)) {
         this.flush(channel, w);
@@ -106,6 +107,23 @@ export class Client {
     if (m.method === "action" && typeof m.params.serverSeq === "number") this.lastSeen = Math.max(this.lastSeen, m.params.serverSeq);
     if (m.method === "channel/gap" && !w && this.ordinary.has(channel)) return void this.resync(channel, m);
     this.ordinary.get(channel)?.(m);
+  }
+
+  /**
+   * ended takes channel/ended (docs/protocol.md "channel/ended"): the host
+   * ended our subscription (a revoked share). It is forgotten here, so a
+   * reconnect never asks for it again, and its handler gets the message
+   * (params.error says why) as the last one.
+   */
+  private ended(channel: string, m: ahp.Message): void {
+    const w = this.windowed.get(channel);
+    const o = this.ordinary.get(channel);
+    for (const x of w?.waiters.splice(0) ?? []) x.reject(new Error(`${channel}: ${m.params?.error?.message ?? "ended by the host"}`));
+    this.windowed.delete(channel);
+    this.ordinary.delete(channel);
+    this.frames.drop(channel);
+    w?.handler(m, () => {});
+    o?.(m);
   }
 
   private data(channel: string, w: Windowed, m: ahp.Message, text: string): void {

@@ -538,7 +538,7 @@ function renderPane(): void {
   $("split").setAttribute("aria-pressed", String(split !== null));
   $("split").textContent = split !== null ? "Unsplit" : "Split";
   const kill = $<HTMLButtonElement>("kill");
-  kill.disabled = p?.exited ?? true;
+  kill.disabled = p ? p.exited || p.ended : true;
   kill.title = p?.exited ? "This terminal has ended: close its tab" : "Kill this terminal's processes (asks first)";
   const text = p?.share?.notice() ?? null;
   $("share").hidden = text === null;
@@ -1128,7 +1128,7 @@ function main(): void {
     tabs: () =>
       tabs.tabs.map((uri) => {
         const p = panes.get(uri)!;
-        return { uri, ...nameOf(uri), active: uri === tabs.active, shown: p.visible, holding: p.holding, exited: p.exited, received: p.received };
+        return { uri, ...nameOf(uri), active: uri === tabs.active, shown: p.visible, holding: p.holding, exited: p.exited, ended: p.ended, message: p.message, received: p.received };
       }),
     selection: () => term()?.getSelection() ?? "",
     copied: () => copied,
