@@ -231,6 +231,7 @@ type Conn struct {
 	ready    chan struct{} // closed while link is set
 	subs     map[string]*Subscription
 	resume   *rpc.Resume     // the host's latest resume offer (nil: none)
+	identity *rpc.Identity   // the host's latest identity extension (nil: none)
 	resuming resumingAttempt // the reconnection attempt under way
 	lastSeen uint64          // highest serverSeq applied on ordinary subscriptions
 	ended    bool            // fail has run
@@ -607,6 +608,19 @@ func (c *Conn) LastHeard() time.Time {
 
 // Initialized returns the initialize result.
 func (c *Conn) Initialized() rpc.InitializeResult { return c.init }
+
+// Identity returns who the host authenticated this connection as
+// (principal and role: "owner", "user" or "viewer"), from the latest
+// initialize or reconnect result (docs/protocol.md "initialize"), and
+// false when the host did not say (a host without the extension).
+func (c *Conn) Identity() (rpc.Identity, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.identity == nil {
+		return rpc.Identity{}, false
+	}
+	return *c.identity, true
+}
 
 // Transport names what carries the connection ("WebTransport",
 // "WebSocket (transport-io)", "WebSocket (/ahp)", ...), for messages.
@@ -1118,6 +1132,7 @@ func (c *Conn) initialize(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	c.resume = c.init.Resume
+	c.identity = c.init.Identity
 	c.lastSeen = c.init.ServerSeq
 	c.mu.Unlock()
 	return nil

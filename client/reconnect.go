@@ -388,6 +388,9 @@ func (c *Conn) applyReconnect(l *link, subs []*Subscription, prepared map[string
 	if res.Resume != nil && res.Resume.Token != "" {
 		c.resume = res.Resume
 	}
+	if res.Identity != nil {
+		c.identity = res.Identity
+	}
 	c.mu.Unlock()
 	for _, s := range ended {
 		s.end(fmt.Errorf("%w: %s", ErrNotKept, s.Channel))

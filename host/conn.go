@@ -289,6 +289,14 @@ func (c *conn) caller() adapters.Caller {
 	return adapters.Caller{ClientID: c.clientID, Principal: c.principal, Identity: c.identity, Conn: c.connID, Capabilities: c.capabilities}
 }
 
+// wireIdentity is the identity extension of the initialize and
+// reconnect results: the connection's principal and role.
+func (c *conn) wireIdentity() *rpc.Identity {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return &rpc.Identity{Principal: c.identity.Name, Role: string(c.identity.Role)}
+}
+
 func (c *conn) id() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()

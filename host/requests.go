@@ -185,6 +185,7 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 		ServerInfo:      &rpc.ServerInfo{Name: "sidecar", Version: Version},
 		Snapshots:       []rpc.Snapshot{},
 		Resume:          c.s.resumeInfo(c.resumeToken),
+		Identity:        c.wireIdentity(),
 	}
 	c.s.kinds.advertise(&res)
 	var after []func()

@@ -415,7 +415,7 @@ func (c *conn) reconnect(params json.RawMessage) (any, func(), *rpc.Error) {
 	c.mu.Unlock()
 	s.clientArrived(p.ClientID)
 
-	res := rpc.ReconnectResult{Missing: []string{}, Resume: s.resumeInfo(r.token)}
+	res := rpc.ReconnectResult{Missing: []string{}, Resume: s.resumeInfo(r.token), Identity: c.wireIdentity()}
 	missing := func(uri, why string) {
 		res.Missing = append(res.Missing, uri)
 		c.log.Info("subscription not kept on reconnect", "client", p.ClientID, "channel", peerText(uri), "reason", why)

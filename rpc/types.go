@@ -189,6 +189,20 @@ type InitializeResult struct {
 	// Resume is our extension (docs/protocol.md "reconnect"): what a
 	// reconnect of this clientId must present, and for how long.
 	Resume *Resume `json:"resume,omitempty"`
+	// Identity is our extension (docs/protocol.md "initialize"): who
+	// the connection is authenticated as. AHP peers ignore it.
+	Identity *Identity `json:"identity,omitempty"`
+}
+
+// Identity is our extension to the initialize and reconnect results
+// (docs/protocol.md "initialize", section 13 "Roles and sharing"): the
+// principal the host authenticated the connection as and its role
+// ("owner", "user" or "viewer"), so a client can show who it is and
+// offer only what the role may do. The host enforces roles whatever a
+// client shows.
+type Identity struct {
+	Principal string `json:"principal"`
+	Role      string `json:"role"`
 }
 
 // Resume is our extension to the initialize and reconnect results: the
@@ -270,6 +284,8 @@ type ReconnectResult struct {
 	Windows   *ReconnectResultWindows `json:"windows,omitempty"`
 	ServerSeq uint64                  `json:"serverSeq"`
 	Resume    *Resume                 `json:"resume,omitempty"`
+	// Identity is our extension, as in InitializeResult.
+	Identity *Identity `json:"identity,omitempty"`
 }
 
 // ReconnectResultWindows lists the kept windowed subscriptions.

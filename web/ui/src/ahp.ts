@@ -53,7 +53,7 @@ export interface RootState {
 }
 
 /** Control messages do not count against a window (seed 000 "Control Messages"). */
-const CONTROL = new Set(["channel/credit", "unsubscribe", "tcp/reset"]);
+const CONTROL = new Set(["channel/credit", "unsubscribe", "tcp/reset", "channel/ended"]);
 
 /** countsAgainstWindow: every notification for a subscription but the control ones; never a request or response. */
 export function countsAgainstWindow(m: Message): boolean {

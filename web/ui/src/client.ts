@@ -6,6 +6,7 @@
 import * as ahp from "./ahp.js";
 import { Receiver, Sender, utf16Bytes } from "./flow.js";
 import type { Link } from "./link.js";
+import { readIdentity, type Identity } from "./roles.js";
 import { OVERLOADED, Unechoed, overloadedWait, type Resume } from "./resume.js";
 
 /** A data message of a windowed subscription; release() returns its credit. */
@@ -60,6 +61,8 @@ export class Client {
   lastSeen = 0;
   /** resume is what a reconnect needs, once the host offered it. */
   resume: Resume | null = null;
+  /** identity is who the host says this client is (initialize and reconnect results); null when it said nothing. */
+  identity: Identity | null = null;
 
   constructor(public readonly clientId: string) {}
 
@@ -92,6 +95,7 @@ export class Client {
     const channel: unknown = m.params?.channel;
     if (typeof channel !== "string") return;
     const w = this.windowed.get(channel);
+    if (m.method === "channel/ended") return this.ended(channel, m);
     if (w && m.method === "channel/credit") {
       if (w.send?.credit(m.params.consumedBytes)) {
         this.flush(channel, w);
@@ -103,6 +107,23 @@ export class Client {
     if (m.method === "action" && typeof m.params.serverSeq === "number") this.lastSeen = Math.max(this.lastSeen, m.params.serverSeq);
     if (m.method === "channel/gap" && !w && this.ordinary.has(channel)) return void this.resync(channel, m);
     this.ordinary.get(channel)?.(m);
+  }
+
+  /**
+   * ended takes channel/ended (docs/protocol.md "channel/ended"): the host
+   * ended our subscription (a revoked share). It is forgotten here, so a
+   * reconnect never asks for it again, and its handler gets the message
+   * (params.error says why) as the last one.
+   */
+  private ended(channel: string, m: ahp.Message): void {
+    const w = this.windowed.get(channel);
+    const o = this.ordinary.get(channel);
+    for (const x of w?.waiters.splice(0) ?? []) x.reject(new Error(`${channel}: ${m.params?.error?.message ?? "ended by the host"}`));
+    this.windowed.delete(channel);
+    this.ordinary.delete(channel);
+    this.frames.drop(channel);
+    w?.handler(m, () => {});
+    o?.(m);
   }
 
   private data(channel: string, w: Windowed, m: ahp.Message, text: string): void {
@@ -197,6 +218,7 @@ export class Client {
     return this.call("initialize", ahp.initializeParams(this.clientId), (r) => {
       this.lastSeen = r?.serverSeq ?? 0;
       this.resume = r?.resume?.token ? r.resume : null;
+      this.identity = readIdentity(r);
     });
   }
 
@@ -226,6 +248,7 @@ export class Client {
   private applyReconnect(r: ahp.ReconnectResult): Resumed {
     const out: Resumed = { type: r.type, missing: r.missing ?? [], unknownFate: 0 };
     if (r.resume?.token) this.resume = r.resume;
+    this.identity = readIdentity(r) ?? this.identity;
     const kept = new Map((r.windows?.items ?? []).map((it) => [it.channel, it]));
     for (const [channel, w] of this.windowed) {
       const it = kept.get(channel);

@@ -34,6 +34,8 @@ export interface FilesHost {
   home(): string;
   /** focusBack gives the focus back to the terminal. */
   focusBack(): void;
+  /** allowed: whether the page's role may read and write files (a viewer may not). */
+  allowed(): boolean;
 }
 
 function errorText(err: unknown): string {
@@ -73,7 +75,9 @@ export class Files {
       input.value = "";
       void this.upload(files, null);
     };
-    $("files-open").onclick = () => this.openBrowser();
+    $("files-open").onclick = () => {
+      if (this.host.allowed()) this.openBrowser();
+    };
     $("files-form").onsubmit = (e) => {
       e.preventDefault();
       void this.list($<HTMLInputElement>("files-path").value.trim());
@@ -91,7 +95,7 @@ export class Files {
 
   /** upload sends files into the directory of the terminal they were dropped on (asked for when unknown), one after another. */
   async upload(files: File[], at: EventTarget | null): Promise<void> {
-    if (files.length === 0) return;
+    if (files.length === 0 || !this.host.allowed()) return;
     let dir = this.host.cwd(at);
     if (!dir) dir = await this.askDir(files);
     if (!dir) return this.host.focusBack();

@@ -12,6 +12,7 @@ import { connectLink, endpoint, forcedTransport, refusedText } from "./connect.j
 import { WT_UNAUTHORIZED } from "./tio.js";
 import { backoff, graceLeft, refusal } from "./resume.js";
 import { holderText, shareTarget, sharesText } from "./share.js";
+import { identityText, mayCreate, mayFiles, mayShare } from "./roles.js";
 import { numbered, terminalId, terminalName, type Name } from "./names.js";
 import { Pane, type PaneHost } from "./pane.js";
 import { brokenHint, previewHref, previewable, subdomainLogin, type PreviewStatus } from "./preview.js";
@@ -150,6 +151,7 @@ function connected(l: Link): void {
   attempt = 0;
   lostAt = 0;
   status(`connected (${l.kind})`, "ok");
+  renderIdentity();
   $("app").hidden = false;
   $("logout").hidden = false;
 }
@@ -536,7 +538,7 @@ function renderPane(): void {
   $("split").setAttribute("aria-pressed", String(split !== null));
   $("split").textContent = split !== null ? "Unsplit" : "Split";
   const kill = $<HTMLButtonElement>("kill");
-  kill.disabled = p?.exited ?? true;
+  kill.disabled = p ? p.exited || p.ended : true;
   kill.title = p?.exited ? "This terminal has ended: close its tab" : "Kill this terminal's processes (asks first)";
   const text = p?.share?.notice() ?? null;
   $("share").hidden = text === null;
@@ -545,6 +547,10 @@ function renderPane(): void {
   b.hidden = p?.share?.readOnly ?? false; // a read-only page may not take the claim
   const shares = sharesText(terminals.find((x) => x.resource === p?.uri));
   $("share-with").title = "Share this terminal with another identity or a role" + (shares ? ` (shared with ${shares})` : "");
+  const id = client?.identity ?? null;
+  $("share-with").hidden = !mayShare(id, terminals.find((x) => x.resource === p?.uri)?.holder);
+  $("upload").hidden = !mayFiles(id);
+  $("files-open").hidden = !mayFiles(id);
   b.disabled = p?.share?.takingOver ?? false;
   b.textContent = p?.share?.takingOver ? "Taking over…" : "Take over";
   $("exit").textContent = p?.message || notice;
@@ -554,7 +560,17 @@ function renderPane(): void {
   document.title = p ? `${nameOf(p.uri).name} · sidecar` : "sidecar";
 }
 
+/** renderIdentity says who the page is connected as and hides what its role may not start. */
+function renderIdentity(): void {
+  const id = client?.identity ?? null;
+  const el = $("identity");
+  el.textContent = identityText(id);
+  el.hidden = id === null;
+  for (const b of ["new", "new-tab", "hint-new"]) $(b).hidden = !mayCreate(id);
+}
+
 function renderAll(): void {
+  renderIdentity();
   renumber();
   renderTabs();
   renderTerminals();
@@ -580,6 +596,7 @@ const files = new Files({
   },
   home: () => pathFromCwd(initResult?.defaultDirectory) ?? "/",
   focusBack,
+  allowed: () => mayFiles(client?.identity ?? null),
 });
 
 const machine = new Machine({ client: () => client, focusBack });
@@ -709,7 +726,7 @@ function closeTab(uri: string): void {
 
 async function newTerminal(): Promise<void> {
   const c = client;
-  if (!c) return;
+  if (!c || !mayCreate(c.identity)) return;
   const uri = ahp.newTerminalUri();
   const p = newPane(uri);
   select(uri); // shown, so it is fitted: the terminal starts at the pane's size
@@ -1111,7 +1128,7 @@ function main(): void {
     tabs: () =>
       tabs.tabs.map((uri) => {
         const p = panes.get(uri)!;
-        return { uri, ...nameOf(uri), active: uri === tabs.active, shown: p.visible, holding: p.holding, exited: p.exited, received: p.received };
+        return { uri, ...nameOf(uri), active: uri === tabs.active, shown: p.visible, holding: p.holding, exited: p.exited, ended: p.ended, message: p.message, received: p.received };
       }),
     selection: () => term()?.getSelection() ?? "",
     copied: () => copied,
@@ -1122,6 +1139,8 @@ function main(): void {
       return s ? { holding: s.holding, holder: s.holder, size: s.size, notice: s.notice() } : null;
     },
     receiving: () => (client && tabs.active ? client.receiving(tabs.active) : null),
+    /** identity: who the host says the page is (principal and role), or null. */
+    identity: () => client?.identity ?? null,
     /** uploads: each upload's target, phase and bytes. */
     uploads: () => files.uploads.map((u) => ({ target: u.target, phase: u.phase, size: u.size, hashed: u.hashed, sent: u.sent, error: u.error })),
     /** sparks: the points of each sparkline drawn. */

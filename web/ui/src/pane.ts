@@ -60,6 +60,8 @@ export class Pane {
   cwd = "";
   message = ""; // the line under the terminal: its exit status, an error
   exited = false;
+  /** ended: the host ended the subscription (channel/ended: a revoked share); the pane stops: no input, no reattach. */
+  ended = false;
   closed = false;
   visible = false;
   received = 0; // characters of output received (for tests: a flood is flowing)
@@ -92,6 +94,7 @@ export class Pane {
     this.term.open(this.el);
     this.term.onData((data) => {
       const c = host.client();
+      if (this.ended) return; // the host ended the subscription: the message says why
       if (this.share?.readOnly) return this.say("read only"); // the host would refuse it: -32009
       if (c && !this.closed) c.input(uri, data); // a paste may exceed a frame: split
     });
@@ -156,12 +159,21 @@ export class Pane {
    * and never resized, until Take over.
    */
   async attach(c: Client): Promise<void> {
+    if (this.ended) return; // the host refused us this terminal: no reattach
     const s = (this.share = new Share(c.clientId));
     this.sentSize = null;
     this.host.changed(this);
     let first = true;
     await c.subscribeWindowed(this.uri, TERMINAL_WINDOW, (m, release) => {
       if (this.closed || this.share !== s) return release();
+      if (m.method === "channel/ended") {
+        // A revoked share (docs/protocol.md "channel/ended"): nothing more
+        // comes; the page says the host's reason and stops.
+        this.ended = true;
+        this.share = null;
+        this.say(String(m.params?.error?.message ?? "the host ended this subscription"));
+        return release();
+      }
       if (m.method === "channel/snapshot") {
         const st = m.params.snapshot?.state ?? {};
         this.changed(s.snapshot(st));
