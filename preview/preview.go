@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -80,7 +81,8 @@ type Options struct {
 	// Origins is the listener's origin rule: a request with another
 	// Origin is refused.
 	Origins *transport.Origins
-	// Dialer dials the app under the TCP channel's policy.
+	// Dialer dials the app under the TCP channel's policy and a role's
+	// tcp_allow (its Roles), as forward -L does.
 	Dialer *tcp.Dialer
 	// Config is block preview.
 	Config config.Preview
@@ -145,6 +147,10 @@ type reqInfo struct {
 	renewedID string // the session renewed by this request: its cookie is sent again
 	failed    *result
 	status    int // the response's status, once known (audit)
+	// role is the caller's role when it has a tcp_allow of its own:
+	// its connections to the app are dialed under it and pooled apart
+	// (rewrite, dial).
+	role auth.Role
 }
 
 // New returns the preview of opts.
@@ -192,13 +198,20 @@ func (s *Server) Close() { s.tr.CloseIdleConnections() }
 
 // dial opens the app's port: 127.0.0.1 first, then ::1 (a dev server
 // listening on "localhost" may have taken either), each under the policy.
-// addr is "localhost:<port>", what rewrite puts in the URL.
+// addr is "localhost:<port>", or "<role>.localhost:<port>" for a role
+// with a tcp_allow of its own (dialed under it), what rewrite puts in
+// the URL.
 func (s *Server) dial(ctx context.Context, _, addr string) (net.Conn, error) {
-	_, p, _ := net.SplitHostPort(addr)
+	h, p, _ := net.SplitHostPort(addr)
 	port, _ := strconv.Atoi(p)
+	role := auth.Role(strings.TrimSuffix(h, ".localhost"))
+	if role == "localhost" {
+		role = ""
+	}
 	var first error
-	for _, host := range []string{"127.0.0.1", "::1"} {
-		c, err := s.opts.Dialer.Dial(ctx, host, port)
+	firstDenied := false
+	for _, host := range loopbacks {
+		c, err := s.opts.Dialer.DialAs(ctx, role, host.String(), port)
 		if err == nil {
 			_ = c.SetLinger(-1) // an HTTP connection closes gracefully
 			return &countedConn{Conn: c, idle: s.opts.Config.IdleTimeout, st: &s.stats}, nil
@@ -207,14 +220,38 @@ func (s *Server) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 		isOE := errors.As(err, &oe)
 		// A refusal by policy is what to report over "nothing listens"
 		// on the other address: the app may well be there.
-		if first == nil || (isOE && oe.Kind == tcp.KindDenied) {
-			first = err
+		if first == nil || (isOE && oe.Kind == tcp.KindDenied && !firstDenied) {
+			first, firstDenied = err, isOE && oe.Kind == tcp.KindDenied
 		}
 		if isOE && oe.Kind != tcp.KindRefused && oe.Kind != tcp.KindDenied {
 			break
 		}
 	}
 	return nil, first
+}
+
+// loopbacks are the addresses a port's preview reaches, in order.
+var loopbacks = []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")}
+
+// roleAllows is nil when role may reach port on some loopback address
+// (or has no tcp_allow of its own), else the refusal forward -L gets
+// (tcp.Dialer.CheckAs), for the first address. Checked on every
+// request: a pooled connection is not dialed again.
+func (s *Server) roleAllows(role auth.Role, port int) error {
+	if !s.opts.Dialer.Narrowed(role) {
+		return nil
+	}
+	var first error
+	for _, a := range loopbacks {
+		err := s.opts.Dialer.CheckAs(role, a, port)
+		if err == nil {
+			return nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // countedConn counts a connection to an app and closes it once no byte
@@ -312,6 +349,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, port int, prefix,
 		s.refuse(w, r, resultDenied, http.StatusForbidden, d.Error())
 		return
 	}
+	if err := s.roleAllows(who.Role, port); err != nil {
+		status = http.StatusForbidden
+		s.opts.Log.Warn("permission denied", "principal", who.Name, "role", string(who.Role), "permission", string(auth.TCPOpen), "port", port, "error", err.Error())
+		if s.opts.Audit != nil {
+			s.opts.Audit.Record(audit.Event{Time: s.opts.Now(), Action: audit.ActionPermissionDenied, Principal: who.Name, Role: string(who.Role),
+				Attrs: map[string]any{"permission": string(auth.TCPOpen), "target": fmt.Sprintf("preview port %d", port), "error": err.Error()}})
+		}
+		s.refuse(w, r, resultDenied, http.StatusForbidden, "port "+strconv.Itoa(port)+": "+err.Error()+" (as for sidecar forward)")
+		return
+	}
 	if n := headerBytes(r); n > s.opts.Config.MaxHeaderBytes {
 		status = http.StatusRequestHeaderFieldsTooLarge
 		s.refuse(w, r, resultTooLarge, http.StatusRequestHeaderFieldsTooLarge,
@@ -337,6 +384,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, port int, prefix,
 	}
 	var failed result = -1
 	info := &reqInfo{port: port, prefix: prefix, viaToken: viaToken, renewedID: renewedID, failed: &failed}
+	if s.opts.Dialer.Narrowed(who.Role) {
+		info.role = who.Role
+	}
 	defer func() { status = info.status }()
 	ctx := r.Context()
 	if sid != "" {
@@ -530,7 +580,14 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, res result, stat
 // and the daemon's credentials taken off.
 func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 	info := pr.In.Context().Value(ctxKey{}).(*reqInfo)
-	pr.SetURL(&url.URL{Scheme: "http", Host: "localhost:" + strconv.Itoa(info.port)})
+	host := "localhost"
+	if info.role != "" {
+		// A pool of its own: an idle connection another role dialed
+		// (to an address this one may not reach) is never reused.
+		host = string(info.role) + ".localhost"
+	}
+	pr.SetURL(&url.URL{Scheme: "http", Host: host + ":" + strconv.Itoa(info.port)})
+	pr.Out.Host = "localhost:" + strconv.Itoa(info.port)
 	pr.SetXForwarded()
 	pr.Out.Header.Del("X-Forwarded-Prefix")
 	if info.prefix != "" {

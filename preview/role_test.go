@@ -86,3 +86,85 @@ func TestPreviewRole(t *testing.T) {
 		t.Errorf("audit events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestPreviewRoleTCPAllow (issue 32 review, item 1): a role's tcp_allow
+// narrows the preview as it narrows forward -L: a user limited to one
+// port is refused another (HTTP and a WebSocket upgrade) 403 with
+// forward's message, logged and audited as permission.denied, even
+// after an owner's request left an idle connection to that port in the
+// pool; the allowed port and the owner's requests reach their apps.
+func TestPreviewRoleTCPAllow(t *testing.T) {
+	allowed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "allowed app") }))
+	defer allowed.Close()
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "other app") }))
+	defer other.Close()
+	ap := strconv.Itoa(allowed.Listener.Addr().(*net.TCPAddr).Port)
+	op := strconv.Itoa(other.Listener.Addr().(*net.TCPAddr).Port)
+	pol, err := tcp.NewPolicy([]string{"127.0.0.1", "::1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles, err := tcp.RolesOf(map[string]config.RoleLimits{"user": {TCPAllow: []string{"127.0.0.1:" + ap}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &sinkRec{}
+	s := New(Options{Auth: roleAuth{}, Audit: sink, Dialer: &tcp.Dialer{Policy: pol, Timeout: 5 * time.Second, Roles: roles},
+		Config: config.Default().Preview, Log: hclog.NewNullLogger()})
+	defer s.Close()
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	get := func(cred, port string, upgrade bool) (int, string) {
+		t.Helper()
+		r, _ := http.NewRequest("GET", srv.URL+"/ports/"+port+"/", nil)
+		r.Header.Set("Authorization", "Bearer "+cred)
+		if upgrade {
+			r.Header.Set("Connection", "Upgrade")
+			r.Header.Set("Upgrade", "websocket")
+			r.Header.Set("Sec-WebSocket-Version", "13")
+			r.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+		}
+		resp, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	want := "403 Forbidden: port " + op + ": connect to 127.0.0.1:" + op + " not allowed by policy: permission denied: tcp.open for role user is limited to its tcp_allow (127.0.0.1:" + ap + ") (as for sidecar forward)\n"
+	if code, body := get("owner", op, false); code != http.StatusOK || body != "other app" {
+		t.Errorf("owner, other port: %d %q", code, body)
+	}
+	if code, body := get("user", op, false); code != http.StatusForbidden || body != want {
+		t.Errorf("user, other port: %d %q\nwant %q", code, body, want)
+	}
+	if code, body := get("user", op, true); code != http.StatusForbidden || body != want {
+		t.Errorf("user, other port, WebSocket: %d %q\nwant %q", code, body, want)
+	}
+	if code, body := get("user", ap, false); code != http.StatusOK || body != "allowed app" {
+		t.Errorf("user, allowed port: %d %q", code, body)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	var got []string
+	for _, e := range sink.ev {
+		line := e.Action + " " + e.Principal
+		if e.Action == audit.ActionPermissionDenied {
+			line += fmt.Sprintf(" %v %v", e.Attrs["permission"], e.Attrs["target"])
+		}
+		if e.Action == audit.ActionPreviewRequest {
+			line += fmt.Sprintf(" %v", e.Attrs["http.response.status_code"])
+		}
+		got = append(got, line)
+	}
+	wantEv := []string{
+		"auth.success p-owner", "preview.request p-owner 200",
+		"auth.success p-user", "permission.denied p-user tcp.open preview port " + op, "preview.request p-user 403",
+		"auth.success p-user", "permission.denied p-user tcp.open preview port " + op, "preview.request p-user 403",
+		"auth.success p-user", "preview.request p-user 200",
+	}
+	if strings.Join(got, "\n") != strings.Join(wantEv, "\n") {
+		t.Errorf("audit events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantEv, "\n"))
+	}
+}

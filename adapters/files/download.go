@@ -28,7 +28,7 @@ func (k *Kind) OpenDownload(id auth.Identity, path string) (f *os.File, fi fs.Fi
 		k.env.Record(caller, audit.ActionFilesRead, map[string]any{"file.path": full, "outcome": "denied", "via": "http"})
 		return nil, nil, nil, e
 	}
-	if e := k.pol.Check(full, false); e != nil {
+	if e := k.pol.Check(full, id.Role, false); e != nil {
 		k.env.Record(caller, audit.ActionFilesRead, map[string]any{"file.path": full, "outcome": "denied", "via": "http"})
 		return nil, nil, nil, e
 	}

@@ -55,7 +55,7 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 	cfg := env.Config
 	log := env.Log.Named("files")
 	k := &Kind{env: env, log: log, guard: env.Guard, quotas: env.Quotas, writing: map[string]*writer{}, byChan: map[string]*writer{},
-		pol: Policy{Read: cfg.Files.Read, Write: cfg.Files.Write},
+		pol: Policy{Read: cfg.Files.Read, Write: cfg.Files.Write, Own: cfg.OwnPaths()},
 		quota: adapters.QuotaLimits{
 			Total: cfg.Files.MaxTotal, PerPrincipal: cfg.Files.MaxPerPrincipal,
 			Name: "file transfer", Counted: "open", Block: "files", Advice: "wait for one to end",
@@ -240,7 +240,7 @@ func (k *Kind) openRead(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Err
 		return nil, e
 	}
 	defer dir.Close()
-	if e := k.pol.Check(full, false); e != nil {
+	if e := k.pol.Check(full, c.Identity.Role, false); e != nil {
 		k.env.Record(c, audit.ActionFilesRead, map[string]any{"file.path": full, "outcome": "denied"})
 		return nil, e
 	}
@@ -315,7 +315,7 @@ func (k *Kind) openWrite(c adapters.Caller, p rpc.FilesOpenParams) (any, *rpc.Er
 	if e != nil {
 		return nil, e
 	}
-	if e := k.pol.Check(full, true); e != nil {
+	if e := k.pol.Check(full, c.Identity.Role, true); e != nil {
 		dir.Close()
 		k.env.Record(c, audit.ActionFilesWrite, map[string]any{"file.path": full, "outcome": "denied"})
 		return nil, e
@@ -521,7 +521,7 @@ func (k *Kind) stat(_ context.Context, c adapters.Caller, params json.RawMessage
 	if e := checkPath(p.Path); e != nil {
 		return nil, e
 	}
-	if e := k.pol.Check(p.Path, false); e != nil {
+	if e := k.pol.Check(p.Path, c.Identity.Role, false); e != nil {
 		return nil, e
 	}
 	fi, err := os.Lstat(p.Path)
@@ -594,7 +594,7 @@ func pageNames(d interface{ Readdirnames(int) ([]string, error) }, cursor string
 // list is files/list: the names after the cursor are read in batches and
 // only the smallest limit of them kept (pageNames: memory bounded by the
 // page, not the directory).
-func (k *Kind) list(_ context.Context, _ adapters.Caller, params json.RawMessage) (any, *rpc.Error) {
+func (k *Kind) list(_ context.Context, c adapters.Caller, params json.RawMessage) (any, *rpc.Error) {
 	var p rpc.FilesListParams
 	if e := rpc.DecodeParams(params, &p); e != nil {
 		return nil, e
@@ -602,7 +602,7 @@ func (k *Kind) list(_ context.Context, _ adapters.Caller, params json.RawMessage
 	if e := checkPath(p.Path); e != nil {
 		return nil, e
 	}
-	if e := k.pol.Check(p.Path, false); e != nil {
+	if e := k.pol.Check(p.Path, c.Identity.Role, false); e != nil {
 		return nil, e
 	}
 	limit := p.Limit
@@ -637,7 +637,7 @@ func (k *Kind) list(_ context.Context, _ adapters.Caller, params json.RawMessage
 }
 
 // put is files/put: a directory or a symbolic link.
-func (k *Kind) put(_ context.Context, _ adapters.Caller, params json.RawMessage) (any, *rpc.Error) {
+func (k *Kind) put(_ context.Context, c adapters.Caller, params json.RawMessage) (any, *rpc.Error) {
 	var p rpc.FilesPutParams
 	if e := rpc.DecodeParams(params, &p); e != nil {
 		return nil, e
@@ -662,7 +662,7 @@ func (k *Kind) put(_ context.Context, _ adapters.Caller, params json.RawMessage)
 		if e := checkPath(p.Path); e != nil {
 			return nil, e
 		}
-		if e := k.pol.Check(p.Path, true); e != nil {
+		if e := k.pol.Check(p.Path, c.Identity.Role, true); e != nil {
 			return nil, e
 		}
 		if err := os.MkdirAll(p.Path, 0o755); err != nil {
@@ -676,7 +676,7 @@ func (k *Kind) put(_ context.Context, _ adapters.Caller, params json.RawMessage)
 		return nil, e
 	}
 	defer dir.Close()
-	if e := k.pol.Check(full, true); e != nil {
+	if e := k.pol.Check(full, c.Identity.Role, true); e != nil {
 		return nil, e
 	}
 	if IsPartialName(base) {

@@ -64,6 +64,50 @@ func (r *RoleAllow) check(addr netip.Addr, port int) string {
 	return fmt.Sprintf(": permission denied: tcp.open for role %s is limited to its tcp_allow (%s)", r.role, r.text)
 }
 
+// RolesOf returns the roles' narrowings of tcp.allow (Dialer.Roles):
+// one for each role block with tcp_allow set.
+func RolesOf(roles map[string]config.RoleLimits) (map[auth.Role]*RoleAllow, error) {
+	out := map[auth.Role]*RoleAllow{}
+	for name, r := range roles {
+		if r.TCPAllow == nil {
+			continue
+		}
+		ra, err := NewRoleAllow(auth.Role(name), r.TCPAllow)
+		if err != nil {
+			return nil, err
+		}
+		out[auth.Role(name)] = ra
+	}
+	return out, nil
+}
+
+// Narrowed reports whether role has a tcp_allow of its own (Roles).
+func (d *Dialer) Narrowed(role auth.Role) bool { return d.Roles[role] != nil }
+
+// CheckAs makes the checks DialAs makes of a resolved address before
+// dialing it, without dialing: nil when role may reach addr:port, else
+// an *OpenError KindDenied with the same message (the preview checks a
+// request with it, as a pooled connection to the app is not dialed
+// again).
+func (d *Dialer) CheckAs(role auth.Role, addr netip.Addr, port int) error {
+	if detail := d.deny(role, addr, port); detail != "" {
+		return &OpenError{Kind: KindDenied, Host: addr.Unmap().String(), Port: port, Addr: addr.Unmap().String(), Detail: detail}
+	}
+	return nil
+}
+
+// deny returns "" when role may reach a:port (Policy, then the role's
+// tcp_allow), else the refusal's detail.
+func (d *Dialer) deny(role auth.Role, a netip.Addr, port int) string {
+	if reason, ok := d.Policy.CheckDest(a, port); !ok {
+		return ": " + reason
+	}
+	if ra := d.Roles[role]; ra != nil {
+		return ra.check(a, port)
+	}
+	return ""
+}
+
 // LoopbackSendBuffer is the send buffer (SO_SNDBUF, bytes; Linux keeps
 // twice this) of a connection to a loopback destination, the usual one.
 // The host credits a client's bytes once written to the socket; with the
@@ -123,13 +167,8 @@ func (d *Dialer) DialAs(ctx context.Context, role auth.Role, host string, port i
 		}
 	}
 	for _, a := range addrs {
-		if reason, ok := d.Policy.CheckDest(a, port); !ok {
-			return nil, fail(KindDenied, a.Unmap().String(), ": "+reason, nil)
-		}
-		if ra := d.Roles[role]; ra != nil {
-			if detail := ra.check(a, port); detail != "" {
-				return nil, fail(KindDenied, a.Unmap().String(), detail, nil)
-			}
+		if detail := d.deny(role, a, port); detail != "" {
+			return nil, fail(KindDenied, a.Unmap().String(), detail, nil)
 		}
 	}
 	var last error

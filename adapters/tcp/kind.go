@@ -48,16 +48,9 @@ func NewKind(env adapters.Env) (adapters.Kind, error) {
 			Name: "TCP connection", Counted: "open", Block: "tcp", Advice: "close one first",
 		},
 	}
-	roles := map[auth.Role]*RoleAllow{}
-	for name, r := range env.Config.Roles {
-		if r.TCPAllow == nil {
-			continue
-		}
-		ra, err := NewRoleAllow(auth.Role(name), r.TCPAllow)
-		if err != nil { // config.Load validated it
-			return nil, err
-		}
-		roles[auth.Role(name)] = ra
+	roles, err := RolesOf(env.Config.Roles)
+	if err != nil { // config.Load validated it
+		return nil, err
 	}
 	k.tb = NewTable(TableConfig{
 		Dialer: &Dialer{Policy: pol, Timeout: cfg.DialTimeout, Roles: roles},

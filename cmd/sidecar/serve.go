@@ -419,7 +419,7 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 
 // newPreview returns the port preview of cfg (nil when preview.enabled is
 // false), dialing under the TCP channel's policy: tcp.allow, the daemon's
-// own listeners (cfg.Listening) refused.
+// own listeners (cfg.Listening) refused, a role's tcp_allow.
 func newPreview(cfg *config.Config, base, tok string, authn auth.Authenticator, sink audit.Sink, tickets *transport.Tickets, origins *transport.Origins, logger hclog.Logger) (*preview.Server, error) {
 	if !cfg.Preview.Enabled {
 		return nil, nil
@@ -429,9 +429,13 @@ func newPreview(cfg *config.Config, base, tok string, authn auth.Authenticator, 
 		return nil, err
 	}
 	pol.SetOwn(cfg.Listening)
+	roles, err := tcp.RolesOf(cfg.Roles) // a role's tcp_allow, as for forward -L
+	if err != nil {
+		return nil, err
+	}
 	return preview.New(preview.Options{
 		Base: base, Token: tok, Auth: authn, Audit: sink, Tickets: tickets, Origins: origins,
-		Dialer: &tcp.Dialer{Policy: pol, Timeout: cfg.TCP.DialTimeout},
+		Dialer: &tcp.Dialer{Policy: pol, Timeout: cfg.TCP.DialTimeout, Roles: roles},
 		Config: cfg.Preview,
 		Log:    logger.Named("preview"),
 	}), nil
