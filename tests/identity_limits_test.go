@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -84,5 +85,53 @@ func TestIdentityLimitsCLI(t *testing.T) {
 	}
 	if out, errOut, code := run(ullaTok, "run", s.url, "--", "sh", "-c", "echo $((6*7))"); code != 0 || out != "42\n" {
 		t.Errorf("ulla's run: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// TestProcessesCommandLineOwnerOnly (review 32, item 6): processes/list
+// gives a process's commandLine to an owner only: a user's or a viewer's
+// listing names the command but not its arguments, which may carry what
+// another identity typed into its unshared terminal.
+func TestProcessesCommandLineOwnerOnly(t *testing.T) {
+	t.Parallel()
+	s := startServerRoles(t, "")
+	olga := s.dialMC(t, "ahp", olgaTok, "o1")
+	olga.mustCall("createTerminal", map[string]any{"channel": "ahp-terminal:/pw", "command": []string{"sleep", "313.5"}})
+	for _, c := range []struct {
+		tok, id, want string
+	}{{olgaTok, "o2", "sleep 313.5"}, {ullaTok, "u1", ""}, {veraTok, "v1", ""}} {
+		cl := s.dialMC(t, "ahp", c.tok, c.id)
+		var found bool
+		deadline := time.Now().Add(waitTimeout)
+		for !found && time.Now().Before(deadline) {
+			m := cl.mustCall("processes/list", map[string]any{"sortBy": "start", "limit": 1000})
+			var res struct {
+				Processes []struct {
+					PID         int    `json:"pid"`
+					Command     string `json:"command"`
+					CommandLine string `json:"commandLine"`
+				} `json:"processes"`
+			}
+			if err := json.Unmarshal(m.Result, &res); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range res.Processes {
+				if p.Command != "sleep" || p.PID == 0 {
+					continue
+				}
+				if c.want == "" && p.CommandLine != "" {
+					t.Errorf("%s sees commandLine %q of pid %d", c.id, p.CommandLine, p.PID)
+				}
+				if c.want != "" && p.CommandLine == c.want {
+					found = true
+				}
+				if c.want == "" {
+					found = true
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: no sleep process listed (want commandLine %q)", c.id, c.want)
+		}
 	}
 }
