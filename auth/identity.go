@@ -8,7 +8,9 @@
 package auth
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -58,6 +60,89 @@ type Identity struct {
 	// connection past it is closed as unauthorized "expired" (seed 002
 	// §4, §10.2).
 	Expiry time.Time
+	// Deny is the permissions refused to Name though Role allows them:
+	// its tokens file entry's deny (docs/operations.md "Identities").
+	Deny PermSet
+	// RoleDeny is the permissions refused to every identity of Role: the
+	// role block's deny (config.RoleLimits.Deny), set by the
+	// authenticator (RoleLimits.Apply).
+	RoleDeny PermSet
+	// TCPAllow, when not nil, narrows where Name may open TCP
+	// connections below tcp.allow and the role's tcp_allow: its tokens
+	// file entry's tcp_allow. (A pointer keeps Identity comparable.)
+	TCPAllow *TCPLimit
+}
+
+// TCPLimit is an identity's own tcp_allow: entries as
+// config.ParseAllowEntry reads them ("127.0.0.1:5432", "10.0.0.0/8");
+// none refuses every destination.
+type TCPLimit struct {
+	Entries []string
+}
+
+// PermSet is a set of permissions (a bit each, in the order of
+// Permissions), comparable so that Identity is.
+type PermSet uint32
+
+// Perms returns the set of ps.
+func Perms(ps ...Permission) PermSet {
+	var s PermSet
+	for _, p := range ps {
+		if i := slices.Index(Permissions, p); i >= 0 {
+			s |= 1 << i
+		}
+	}
+	return s
+}
+
+// Has reports whether p is in s.
+func (s PermSet) Has(p Permission) bool {
+	i := slices.Index(Permissions, p)
+	return i >= 0 && s&(1<<i) != 0
+}
+
+// List returns s's permissions in the order of Permissions.
+func (s PermSet) List() []Permission {
+	var out []Permission
+	for i, p := range Permissions {
+		if s&(1<<i) != 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Allows reports whether id may do p: its role allows it and neither
+// its role block nor its own entry denies it.
+func (id Identity) Allows(p Permission) bool {
+	return id.Role.Allows(p) && !id.RoleDeny.Has(p) && !id.Deny.Has(p)
+}
+
+// RoleLimits is what the role blocks of the configuration take away
+// from every identity of a role (config role "user" { deny = [...] }).
+type RoleLimits map[Role]PermSet
+
+// Apply returns id with its role's denied permissions (RoleDeny).
+func (l RoleLimits) Apply(id Identity) Identity {
+	if d := l[id.Role]; d != 0 {
+		id.RoleDeny = d
+	}
+	return id
+}
+
+// WithRoleLimits returns a as an Authenticator whose identities carry
+// l's denials for their role.
+func WithRoleLimits(a Authenticator, l RoleLimits) Authenticator {
+	if len(l) == 0 {
+		return a
+	}
+	return Func(func(ctx context.Context, credential string) (Identity, error) {
+		id, err := a.Authenticate(ctx, credential)
+		if err != nil {
+			return id, err
+		}
+		return l.Apply(id), nil
+	})
 }
 
 // Anonymous is the identity of a connection that nothing authenticated

@@ -138,12 +138,18 @@ type Denied struct {
 	// Detail, when set, replaces the role sentence: "ahp-terminal:/t1 is
 	// shared with alice read-only".
 	Detail string
+	// Rule, when set, is the deny rule that refused it: "terminal.create
+	// is denied to ci by its tokens file entry".
+	Rule string
 }
 
 // Error is "permission denied: terminal.input needs role user or owner;
-// alice is viewer", or with Detail "permission denied: terminal.input:
-// DETAIL".
+// alice is viewer", with Detail "permission denied: terminal.input:
+// DETAIL", with Rule "permission denied: RULE".
 func (d *Denied) Error() string {
+	if d.Rule != "" {
+		return "permission denied: " + d.Rule
+	}
 	if d.Detail != "" {
 		return fmt.Sprintf("permission denied: %s: %s", d.Permission, d.Detail)
 	}
@@ -163,10 +169,36 @@ func who(id Identity) string {
 	return id.Name
 }
 
-// Check returns nil when id's role allows p, else a *Denied.
-func Check(id Identity, p Permission) *Denied {
-	if id.Role.Allows(p) {
-		return nil
+// ParsePermission returns the permission named s ("terminal.create"),
+// or an error naming the permissions there are.
+func ParsePermission(s string) (Permission, error) {
+	for _, p := range Permissions {
+		if string(p) == s && p != Unlisted {
+			return p, nil
+		}
 	}
-	return &Denied{Permission: p, Identity: id}
+	names := make([]string, 0, len(Permissions))
+	for _, p := range Permissions {
+		if p != Unlisted {
+			names = append(names, string(p))
+		}
+	}
+	return "", fmt.Errorf("unknown permission %q (one of %s)", s, strings.Join(names, ", "))
+}
+
+// Check returns nil when id may do p (Identity.Allows), else a *Denied:
+// its role lacks p ("terminal.input needs role user or owner; alice is
+// viewer"), or its role block or its tokens file entry denies it
+// ("terminal.create is denied to ci by its tokens file entry").
+func Check(id Identity, p Permission) *Denied {
+	if !id.Role.Allows(p) {
+		return &Denied{Permission: p, Identity: id}
+	}
+	if id.RoleDeny.Has(p) {
+		return &Denied{Permission: p, Identity: id, Rule: fmt.Sprintf("%s is denied to role %s by its role block", p, id.Role)}
+	}
+	if id.Deny.Has(p) {
+		return &Denied{Permission: p, Identity: id, Rule: fmt.Sprintf("%s is denied to %s by its tokens file entry", p, who(id))}
+	}
+	return nil
 }

@@ -53,3 +53,40 @@ func TestDeniedMessages(t *testing.T) {
 		t.Error("unlisted: owners only")
 	}
 }
+
+// TestDenyRules: a role block's or an entry's deny refuses a permission
+// the role allows, naming the rule; it never widens (a viewer denied
+// nothing still cannot create); ParsePermission knows every name but
+// "unlisted".
+func TestDenyRules(t *testing.T) {
+	ci := Identity{Name: "ci", Role: User, Deny: Perms(TerminalCreate, FilesRead)}
+	for p, want := range map[Permission]string{
+		TerminalCreate: "permission denied: terminal.create is denied to ci by its tokens file entry",
+		FilesRead:      "permission denied: files.read is denied to ci by its tokens file entry",
+		TCPOpen:        "",
+	} {
+		got := ""
+		if d := Check(ci, p); d != nil {
+			got = d.Error()
+		}
+		if got != want || ci.Allows(p) != (want == "") {
+			t.Errorf("%s: %q (allows %v), want %q", p, got, ci.Allows(p), want)
+		}
+	}
+	limited := RoleLimits{User: Perms(FilesWrite)}.Apply(ci)
+	if d := Check(limited, FilesWrite); d == nil || d.Error() != "permission denied: files.write is denied to role user by its role block" {
+		t.Errorf("role deny: %v", d)
+	}
+	if v := (RoleLimits{User: Perms(FilesWrite)}).Apply(Identity{Name: "v", Role: Viewer}); v.RoleDeny != 0 || Check(v, TerminalCreate) == nil {
+		t.Errorf("viewer: %+v", v)
+	}
+	if !slices.Equal(Perms(AuditRead, RootList).List(), []Permission{RootList, AuditRead}) {
+		t.Errorf("PermSet.List: %v", Perms(AuditRead, RootList).List())
+	}
+	for _, p := range Permissions {
+		got, err := ParsePermission(string(p))
+		if (p == Unlisted) != (err != nil) || (err == nil && got != p) {
+			t.Errorf("ParsePermission(%q) = %q, %v", p, got, err)
+		}
+	}
+}

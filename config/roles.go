@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/sidecar-dev/sidecar/auth"
 )
 
 // RoleLimits is a role block: what narrows a role below what the rest
@@ -15,6 +17,7 @@ import (
 //
 //	role "user" {
 //	  tcp_allow = ["127.0.0.1:5432", "10.1.0.0/16"]
+//	  deny      = ["files.write"]
 //	}
 //
 // The block's label is a role: "owner", "user" or "viewer".
@@ -25,6 +28,10 @@ type RoleLimits struct {
 	// with one port ("127.0.0.1:5432", "[::1]:5432"). An empty list
 	// refuses every destination to the role.
 	TCPAllow []string
+	// Deny lists permissions (auth.Permission names: "terminal.create",
+	// "files.read") refused to every identity of the role though the
+	// role allows them.
+	Deny []string
 }
 
 // roleNames are the labels a role block may have (auth.Roles; config
@@ -82,7 +89,7 @@ func (c *Config) decodeRoles(blocks hcl.Blocks) hcl.Diagnostics {
 		}
 		seen[name] = blk
 		var r RoleLimits
-		fields := []field{{"tcp_allow", &r.TCPAllow}}
+		fields := []field{{"tcp_allow", &r.TCPAllow}, {"deny", &r.Deny}}
 		bc, d := blk.Body.Content(attrSchema(fields))
 		diags = append(diags, d...)
 		prefix := "role." + name + "."
@@ -115,7 +122,26 @@ func (v *validator) roles() {
 				v.bad("role."+n+".tcp_allow", "%v", err)
 			}
 		}
+		for _, d := range v.c.Roles[n].Deny {
+			if _, err := auth.ParsePermission(d); err != nil {
+				v.bad("role."+n+".deny", "%v", err)
+			}
+		}
 	}
+}
+
+// RoleLimits returns the role blocks' deny lists as auth.RoleLimits
+// (validated by Load; an unknown name is skipped).
+func (c *Config) RoleLimits() auth.RoleLimits {
+	l := auth.RoleLimits{}
+	for n, r := range c.Roles {
+		for _, d := range r.Deny {
+			if p, err := auth.ParsePermission(d); err == nil {
+				l[auth.Role(n)] |= auth.Perms(p)
+			}
+		}
+	}
+	return l
 }
 
 // TCPAllowText is how a refusal shows a role's tcp_allow: its entries,

@@ -2,8 +2,11 @@ package config
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sidecar-dev/sidecar/auth"
 )
 
 // TestRoleBlocks: role blocks are labeled by a role, one each; their
@@ -40,5 +43,21 @@ func TestRoleBlocks(t *testing.T) {
 	e, _ := ParseAllowEntry("127.0.0.1:5432")
 	if !e.Contains(netip.MustParseAddr("127.0.0.1"), 5432) || e.Contains(netip.MustParseAddr("127.0.0.1"), 5433) {
 		t.Errorf("entry %+v", e)
+	}
+}
+
+// TestRoleDeny: a role block's deny names permissions (an unknown one is
+// an error at its line) and becomes auth.RoleLimits.
+func TestRoleDeny(t *testing.T) {
+	c, err := Load(writeFile(t, "deny.hcl", `role "user" { deny = ["terminal.create", "files.write"] }`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.RoleLimits()[auth.User].List(); !slices.Equal(got, []auth.Permission{auth.TerminalCreate, auth.FilesWrite}) {
+		t.Errorf("RoleLimits: %v", got)
+	}
+	_, err = Load(writeFile(t, "bad.hcl", "\nrole \"user\" { deny = [\"terminal.fly\"] }"))
+	if err == nil || !strings.Contains(err.Error(), `role.user.deny: unknown permission "terminal.fly"`) {
+		t.Errorf("unknown permission: %v", err)
 	}
 }

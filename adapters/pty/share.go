@@ -42,7 +42,7 @@ func (t *Terminal) accessLocked(id auth.Identity) string {
 			}
 		}
 	}
-	if access == rpc.AccessWrite && !id.Role.Allows(auth.TerminalInput) {
+	if access == rpc.AccessWrite && !id.Allows(auth.TerminalInput) {
 		access = rpc.AccessRead // a viewer reads, whatever the share says
 	}
 	return access
@@ -55,7 +55,7 @@ func (t *Terminal) Holder() string { return t.cfg.Holder }
 // mayManage returns nil when id may kill or share the terminal
 // (perm): an owner, or its holder; else the refusal.
 func (t *Terminal) mayManage(id auth.Identity, perm auth.Permission) *auth.Denied {
-	if id.Role == auth.Owner || (id.Name != "" && id.Name == t.cfg.Holder && id.Role.Allows(perm)) {
+	if id.Role == auth.Owner || (id.Name != "" && id.Name == t.cfg.Holder && id.Allows(perm)) {
 		return nil
 	}
 	holder := t.cfg.Holder

@@ -249,7 +249,7 @@ func (tb *Table) Open(ctx context.Context, caller adapters.Caller, params json.R
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	sock, err := tb.cfg.Dialer.DialAs(ctx, caller.Identity.Role, host, *p.Port)
+	sock, err := tb.cfg.Dialer.DialFor(ctx, caller.Identity, host, *p.Port)
 	if err != nil {
 		tb.mu.Lock()
 		tb.freeLocked(tc)

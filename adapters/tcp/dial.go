@@ -37,6 +37,7 @@ type Dialer struct {
 // destination must match, on top of Policy.
 type RoleAllow struct {
 	role    auth.Role
+	who     string // set: an identity's own tcp_allow (its tokens file entry)
 	entries []config.AllowEntry
 	text    string
 }
@@ -60,6 +61,9 @@ func (r *RoleAllow) check(addr netip.Addr, port int) string {
 		if e.Contains(addr, port) {
 			return ""
 		}
+	}
+	if r.who != "" {
+		return fmt.Sprintf(": permission denied: tcp.open for %s is limited to the tcp_allow of its tokens file entry (%s)", r.who, r.text)
 	}
 	return fmt.Sprintf(": permission denied: tcp.open for role %s is limited to its tcp_allow (%s)", r.role, r.text)
 }
@@ -131,6 +135,23 @@ func (d *Dialer) Dial(ctx context.Context, host string, port int) (*net.TCPConn,
 // the role's tcp_allow (Roles), if it has one; else *OpenError
 // KindDenied naming it.
 func (d *Dialer) DialAs(ctx context.Context, role auth.Role, host string, port int) (*net.TCPConn, error) {
+	return d.DialFor(ctx, auth.Identity{Role: role}, host, port)
+}
+
+// DialFor is DialAs for id's role, and a destination must also be within
+// id's own tcp_allow (auth.Identity.TCPAllow: its tokens file entry's),
+// if it has one; else *OpenError KindDenied naming the rule.
+func (d *Dialer) DialFor(ctx context.Context, id auth.Identity, host string, port int) (*net.TCPConn, error) {
+	role := id.Role
+	var own *RoleAllow
+	if id.TCPAllow != nil {
+		own = &RoleAllow{text: config.TCPAllowText(id.TCPAllow.Entries), who: id.Name}
+		for _, s := range id.TCPAllow.Entries {
+			if e, err := config.ParseAllowEntry(s); err == nil { // the tokens file's Parse validated it
+				own.entries = append(own.entries, e)
+			}
+		}
+	}
 	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
 	timeout := d.Timeout
 	if timeout <= 0 {
@@ -169,6 +190,11 @@ func (d *Dialer) DialAs(ctx context.Context, role auth.Role, host string, port i
 	for _, a := range addrs {
 		if detail := d.deny(role, a, port); detail != "" {
 			return nil, fail(KindDenied, a.Unmap().String(), detail, nil)
+		}
+		if own != nil {
+			if detail := own.check(a, port); detail != "" {
+				return nil, fail(KindDenied, a.Unmap().String(), detail, nil)
+			}
 		}
 	}
 	var last error

@@ -81,7 +81,7 @@ func (k *Kind) Logger() hclog.Logger { return k.ts.Logger() }
 // Lookup implements adapters.Kind: ahp-otlp://metrics[?interval=…] and
 // ahp-otlp://logs[?level=…], the same for every caller.
 func (k *Kind) Lookup(uri string, caller adapters.Caller) adapters.Channel {
-	if !strings.HasPrefix(uri, rpc.TelemetryScheme) || !caller.Identity.Role.Allows(permission(uri)) {
+	if !strings.HasPrefix(uri, rpc.TelemetryScheme) || !caller.Identity.Allows(permission(uri)) {
 		return nil
 	}
 	if ch := k.ts.Channel(uri); ch != nil {

@@ -96,7 +96,12 @@ func (p *Processes) Requests() []adapters.Request {
 	}
 }
 
-func (p *Processes) serveList(ctx context.Context, _ adapters.Caller, raw json.RawMessage) (any, *rpc.Error) {
+// serveList answers processes/list. Only an owner gets each process's
+// commandLine: its arguments may carry what another identity typed into a
+// terminal it did not share (a password on a command line), and the
+// listing does not know which terminal a process belongs to; the others
+// get "" (command, pid, cpu and memory stay).
+func (p *Processes) serveList(ctx context.Context, caller adapters.Caller, raw json.RawMessage) (any, *rpc.Error) {
 	var params rpc.ProcessesListParams
 	if len(raw) > 0 && string(raw) != "null" {
 		if err := rpc.DecodeParams(raw, &params); err != nil {
@@ -110,6 +115,11 @@ func (p *Processes) serveList(ctx context.Context, _ adapters.Caller, raw json.R
 			return nil, re
 		}
 		return nil, &rpc.Error{Code: rpc.CodeInternalError, Message: "processes/list: " + err.Error()}
+	}
+	if caller.Identity.Role != auth.Owner {
+		for i := range res.Processes {
+			res.Processes[i].CommandLine = ""
+		}
 	}
 	return res, nil
 }

@@ -5,6 +5,8 @@
 //	token "alice" {
 //	  role = "user"                      # owner | user | viewer
 //	  hash = "sha256:<64 hex digits>"    # or "$2b$..." (bcrypt), "$argon2id$..."
+//	  tcp_allow = ["127.0.0.1:5432"]     # optional: narrows the role's forwards
+//	  deny = ["terminal.create"]         # optional: permissions refused to alice
 //	}
 //
 // The principal is the block label. A File is an auth.Authenticator over
@@ -40,6 +42,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/sidecar-dev/sidecar/auth"
+	"github.com/sidecar-dev/sidecar/config"
 )
 
 // Method is the auth.Identity.Method of a tokens file identity.
@@ -73,6 +76,12 @@ type Entry struct {
 	Hash string
 	// Line is where the entry's block starts.
 	Line int
+	// Deny lists permissions refused to the entry though its role allows
+	// them (auth.Identity.Deny).
+	Deny auth.PermSet
+	// TCPAllow, when not nil, narrows the entry's TCP destinations
+	// (auth.Identity.TCPAllow; config.ParseAllowEntry syntax).
+	TCPAllow *auth.TCPLimit
 
 	sha    [sha256.Size]byte // kind sha256
 	kind   hashKind
@@ -120,7 +129,8 @@ func (s *Set) Entry(name string) *Entry {
 }
 
 // Changed returns the names of old whose entry is gone from s or whose
-// hash or role differs in s: their open connections are revoked.
+// hash, role, deny or tcp_allow differs in s: their open connections
+// are revoked (they reconnect under the new limits).
 func Changed(old, s *Set) []string {
 	if old == nil {
 		return nil
@@ -128,12 +138,20 @@ func Changed(old, s *Set) []string {
 	var out []string
 	for _, e := range old.entries {
 		n := s.Entry(e.Name)
-		if n == nil || n.Hash != e.Hash || n.Role != e.Role {
+		if n == nil || n.Hash != e.Hash || n.Role != e.Role || n.Deny != e.Deny || !sameLimit(n.TCPAllow, e.TCPAllow) {
 			out = append(out, e.Name)
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// sameLimit reports whether a and b narrow alike (nil: not at all).
+func sameLimit(a, b *auth.TCPLimit) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return slices.Equal(a.Entries, b.Entries)
 }
 
 // Parse decodes a tokens file's content (filename names it in errors).
@@ -165,7 +183,8 @@ func Parse(src []byte, filename string) (*Set, error) {
 			bad(blk.DefRange, "token %q is defined twice (first at line %d)", name, prev.Line)
 			continue
 		}
-		bc, d := blk.Body.Content(&hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "role", Required: true}, {Name: "hash", Required: true}}})
+		bc, d := blk.Body.Content(&hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "role", Required: true}, {Name: "hash", Required: true},
+			{Name: "deny"}, {Name: "tcp_allow"}}})
 		if d.HasErrors() {
 			errs = append(errs, diagError(d))
 			continue
@@ -185,6 +204,42 @@ func Parse(src []byte, filename string) (*Set, error) {
 			bad(r2, "token %q: %v", name, err)
 			continue
 		}
+		if a := bc.Attributes["deny"]; a != nil {
+			list, ok := stringList(a, bad)
+			if !ok {
+				continue
+			}
+			okAll := true
+			for _, v := range list {
+				p, err := auth.ParsePermission(v)
+				if err != nil {
+					bad(a.Expr.Range(), "token %q: deny: %v", name, err)
+					okAll = false
+					continue
+				}
+				e.Deny |= auth.Perms(p)
+			}
+			if !okAll {
+				continue
+			}
+		}
+		if a := bc.Attributes["tcp_allow"]; a != nil {
+			list, ok := stringList(a, bad)
+			if !ok {
+				continue
+			}
+			okAll := true
+			for _, v := range list {
+				if _, err := config.ParseAllowEntry(v); err != nil {
+					bad(a.Expr.Range(), "token %q: tcp_allow: %v", name, err)
+					okAll = false
+				}
+			}
+			if !okAll {
+				continue
+			}
+			e.TCPAllow = &auth.TCPLimit{Entries: list} // set, even empty: refuse every destination
+		}
 		if e.kind == kindSHA256 {
 			for _, o := range s.entries {
 				if o.kind == kindSHA256 && o.sha == e.sha {
@@ -198,6 +253,25 @@ func Parse(src []byte, filename string) (*Set, error) {
 		return nil, errors.Join(errs...)
 	}
 	return s, nil
+}
+
+// stringList reads a's value as a list of strings.
+func stringList(a *hcl.Attribute, bad func(hcl.Range, string, ...any)) ([]string, bool) {
+	v, d := a.Expr.Value(nil)
+	if d.HasErrors() || v.IsNull() || !(v.Type().IsTupleType() || v.Type().IsListType()) {
+		bad(a.Expr.Range(), "%s must be a list of strings", a.Name)
+		return nil, false
+	}
+	var out []string
+	for it := v.ElementIterator(); it.Next(); {
+		_, ev := it.Element()
+		if ev.IsNull() || ev.Type() != cty.String {
+			bad(a.Expr.Range(), "%s must be a list of strings", a.Name)
+			return nil, false
+		}
+		out = append(out, ev.AsString())
+	}
+	return out, true
 }
 
 func stringAttr(a *hcl.Attribute, bad func(hcl.Range, string, ...any)) (string, hcl.Range, bool) {
@@ -468,7 +542,7 @@ func (f *File) Authenticate(ctx context.Context, token string) (auth.Identity, e
 	if e == nil {
 		return auth.Identity{}, auth.ErrUnknown
 	}
-	return auth.Identity{Name: e.Name, Role: e.Role, Method: Method}, nil
+	return auth.Identity{Name: e.Name, Role: e.Role, Method: Method, Deny: e.Deny, TCPAllow: e.TCPAllow}, nil
 }
 
 // Watch reloads the file whenever its directory reports a change to it

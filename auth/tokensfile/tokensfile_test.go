@@ -269,3 +269,71 @@ func TestFileBound(t *testing.T) {
 		t.Fatalf("Load of a file over the bound: %v", err)
 	}
 }
+
+// TestEntryLimits: an entry's deny and tcp_allow reach its identity;
+// an unknown permission, a bad tcp_allow entry or a non-list is an error
+// naming file:line; a change to either (none and empty differ: empty
+// refuses every destination) counts as a change, so the name is revoked.
+func TestEntryLimits(t *testing.T) {
+	limited := func(extra string) string {
+		return "token \"ci\" {\n  role = \"user\"\n  hash = \"" + aliceSHA + "\"\n" + extra + "}\n"
+	}
+	const deny3 = "  deny = [\"terminal.create\", \"files.read\", \"files.write\"]\n"
+	src := limited("  tcp_allow = [\"127.0.0.1:5432\"]\n" + deny3)
+	path := filepath.Join(t.TempDir(), "tokens.hcl")
+	write(t, path, src)
+	f, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := f.Authenticate(context.Background(), "alice-secret")
+	if err != nil || id.Name != "ci" || id.Role != auth.User ||
+		!slices.Equal(id.Deny.List(), []auth.Permission{auth.TerminalCreate, auth.FilesRead, auth.FilesWrite}) ||
+		id.TCPAllow == nil || !slices.Equal(id.TCPAllow.Entries, []string{"127.0.0.1:5432"}) {
+		t.Fatalf("ci: %+v %v", id, err)
+	}
+	if d := auth.Check(id, auth.TerminalCreate); d == nil || d.Error() != "permission denied: terminal.create is denied to ci by its tokens file entry" {
+		t.Fatalf("terminal.create: %v", d)
+	}
+	if d := auth.Check(id, auth.TCPOpen); d != nil {
+		t.Fatalf("tcp.open: %v", d)
+	}
+
+	for _, c := range []struct{ what, extra, want string }{
+		{"unknown permission", "  deny = [\"terminal.create\", \"terminal.fly\"]\n", `t.hcl:4: token "ci": deny: unknown permission "terminal.fly" (one of root.list, terminal.create,`},
+		{"unlisted", "  deny = [\"unlisted\"]\n", `t.hcl:4: token "ci": deny: unknown permission "unlisted"`},
+		{"deny not a list", "  deny = \"terminal.create\"\n", "t.hcl:4: deny must be a list of strings"},
+		{"bad tcp_allow", "  tcp_allow = [\"localhost:80\"]\n", `t.hcl:4: token "ci": tcp_allow: "localhost:80" is neither`},
+		{"tcp_allow numbers", "  tcp_allow = [80]\n", "t.hcl:4: tcp_allow must be a list of strings"},
+	} {
+		if _, err := Parse([]byte(limited(c.extra)), "t.hcl"); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.what, err, c.want)
+		}
+	}
+
+	parse := func(src string) *Set {
+		t.Helper()
+		s, err := Parse([]byte(src), "t.hcl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	base := parse(src)
+	for _, c := range []struct {
+		what, extra string
+		changed     bool
+	}{
+		{"same", "  tcp_allow = [\"127.0.0.1:5432\"]\n" + deny3, false},
+		{"one more deny", "  tcp_allow = [\"127.0.0.1:5432\"]\n  deny = [\"terminal.create\", \"files.read\", \"files.write\", \"tunnel.listen\"]\n", true},
+		{"no deny", "  tcp_allow = [\"127.0.0.1:5432\"]\n", true},
+		{"another port", "  tcp_allow = [\"127.0.0.1:5433\"]\n" + deny3, true},
+		{"empty tcp_allow", "  tcp_allow = []\n" + deny3, true},
+		{"no tcp_allow", deny3, true},
+	} {
+		got := Changed(base, parse(limited(c.extra)))
+		if (len(got) == 1 && got[0] == "ci") != c.changed || len(got) > 1 {
+			t.Errorf("%s: changed %v, want changed=%v", c.what, got, c.changed)
+		}
+	}
+}

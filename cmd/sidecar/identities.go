@@ -13,7 +13,8 @@ import (
 
 // identities is serve's authenticator (docs/operations.md "Identities"):
 // the single token (owner "token") and, when auth.tokens_file is set,
-// the tokens file, reloaded on SIGHUP and when it changes.
+// the tokens file, reloaded on SIGHUP and when it changes; every
+// identity carries its role block's deny (auth.Identity.RoleDeny).
 type identities struct {
 	auth auth.Authenticator
 	// chain is auth: its JWT is set to the OIDC verifier where
@@ -45,7 +46,7 @@ func newIdentities(cfg *config.Config, token string) (*identities, error) {
 			}
 		})
 	}
-	ids.auth, ids.chain = chain, chain
+	ids.auth, ids.chain = auth.WithRoleLimits(chain, cfg.RoleLimits()), chain
 	return ids, nil
 }
 
