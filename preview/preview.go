@@ -233,17 +233,18 @@ func (s *Server) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 // loopbacks are the addresses a port's preview reaches, in order.
 var loopbacks = []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")}
 
-// roleAllows is nil when role may reach port on some loopback address
-// (or has no tcp_allow of its own), else the refusal forward -L gets
-// (tcp.Dialer.CheckAs), for the first address. Checked on every
-// request: a pooled connection is not dialed again.
-func (s *Server) roleAllows(role auth.Role, port int) error {
-	if !s.opts.Dialer.Narrowed(role) {
+// roleAllows is nil when who may reach port on some loopback address
+// (or neither its role nor its tokens file entry has a tcp_allow of its
+// own), else the refusal forward -L gets (tcp.Dialer.CheckFor), for the
+// first address. Checked on every request: a pooled connection is not
+// dialed again.
+func (s *Server) roleAllows(who auth.Identity, port int) error {
+	if !s.opts.Dialer.NarrowedFor(who) {
 		return nil
 	}
 	var first error
 	for _, a := range loopbacks {
-		err := s.opts.Dialer.CheckAs(role, a, port)
+		err := s.opts.Dialer.CheckFor(who, a, port)
 		if err == nil {
 			return nil
 		}
@@ -349,7 +350,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, port int, prefix,
 		s.refuse(w, r, resultDenied, http.StatusForbidden, d.Error())
 		return
 	}
-	if err := s.roleAllows(who.Role, port); err != nil {
+	if err := s.roleAllows(who, port); err != nil {
 		status = http.StatusForbidden
 		s.opts.Log.Warn("permission denied", "principal", who.Name, "role", string(who.Role), "permission", string(auth.TCPOpen), "port", port, "error", err.Error())
 		if s.opts.Audit != nil {

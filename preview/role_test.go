@@ -168,3 +168,48 @@ func TestPreviewRoleTCPAllow(t *testing.T) {
 		t.Errorf("audit events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantEv, "\n"))
 	}
 }
+
+// ciAuth is "ci": a user whose tokens file entry narrows its TCP to one
+// port (auth.Identity.TCPAllow).
+type ciAuth struct{ port string }
+
+func (a ciAuth) Authenticate(_ context.Context, cred string) (auth.Identity, error) {
+	if cred != "ci" {
+		return auth.Identity{}, auth.ErrUnknown
+	}
+	return auth.Identity{Name: "ci", Role: auth.User, Method: "tokens_file", TCPAllow: &auth.TCPLimit{Entries: []string{"127.0.0.1:" + a.port}}}, nil
+}
+
+// TestPreviewIdentityTCPAllow: an identity's own tcp_allow (its tokens
+// file entry's) narrows the preview as it narrows forward -L, though its
+// role has no tcp_allow: its port is proxied, another refused 403.
+func TestPreviewIdentityTCPAllow(t *testing.T) {
+	allowed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "allowed app") }))
+	defer allowed.Close()
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "other app") }))
+	defer other.Close()
+	ap := strconv.Itoa(allowed.Listener.Addr().(*net.TCPAddr).Port)
+	op := strconv.Itoa(other.Listener.Addr().(*net.TCPAddr).Port)
+	pol, err := tcp.NewPolicy([]string{"127.0.0.1", "::1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{Auth: ciAuth{port: ap}, Dialer: &tcp.Dialer{Policy: pol, Timeout: 5 * time.Second},
+		Config: config.Default().Preview, Log: hclog.NewNullLogger()})
+	defer s.Close()
+	get := func(port string) (int, string) {
+		r := httptest.NewRequest("GET", "/ports/"+port+"/", nil)
+		r.Header.Set("Authorization", "Bearer ci")
+		w := httptest.NewRecorder()
+		s.Handler().ServeHTTP(w, r)
+		b, _ := io.ReadAll(w.Result().Body)
+		return w.Code, string(b)
+	}
+	if code, body := get(ap); code != http.StatusOK || body != "allowed app" {
+		t.Errorf("its own port: %d %q", code, body)
+	}
+	want := "403 Forbidden: port " + op + ": connect to 127.0.0.1:" + op + " not allowed by policy: permission denied: tcp.open for ci is limited to the tcp_allow of its tokens file entry (127.0.0.1:" + ap + ") (as for sidecar forward)\n"
+	if code, body := get(op); code != http.StatusForbidden || body != want {
+		t.Errorf("another port: %d %q\nwant %q", code, body, want)
+	}
+}

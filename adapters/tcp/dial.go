@@ -88,16 +88,47 @@ func RolesOf(roles map[string]config.RoleLimits) (map[auth.Role]*RoleAllow, erro
 // Narrowed reports whether role has a tcp_allow of its own (Roles).
 func (d *Dialer) Narrowed(role auth.Role) bool { return d.Roles[role] != nil }
 
+// NarrowedFor reports whether id's destinations are narrowed beyond
+// tcp.allow: by its role's tcp_allow or its own (Identity.TCPAllow).
+func (d *Dialer) NarrowedFor(id auth.Identity) bool {
+	return d.Narrowed(id.Role) || id.TCPAllow != nil
+}
+
 // CheckAs makes the checks DialAs makes of a resolved address before
 // dialing it, without dialing: nil when role may reach addr:port, else
 // an *OpenError KindDenied with the same message (the preview checks a
 // request with it, as a pooled connection to the app is not dialed
 // again).
 func (d *Dialer) CheckAs(role auth.Role, addr netip.Addr, port int) error {
-	if detail := d.deny(role, addr, port); detail != "" {
+	return d.CheckFor(auth.Identity{Role: role}, addr, port)
+}
+
+// CheckFor is CheckAs for id: its role's tcp_allow and its own, as
+// DialFor checks them.
+func (d *Dialer) CheckFor(id auth.Identity, addr netip.Addr, port int) error {
+	detail := d.deny(id.Role, addr, port)
+	if own := ownAllow(id); detail == "" && own != nil {
+		detail = own.check(addr, port)
+	}
+	if detail != "" {
 		return &OpenError{Kind: KindDenied, Host: addr.Unmap().String(), Port: port, Addr: addr.Unmap().String(), Detail: detail}
 	}
 	return nil
+}
+
+// ownAllow is id's own tcp_allow (its tokens file entry's), nil when it
+// has none.
+func ownAllow(id auth.Identity) *RoleAllow {
+	if id.TCPAllow == nil {
+		return nil
+	}
+	own := &RoleAllow{text: config.TCPAllowText(id.TCPAllow.Entries), who: id.Name}
+	for _, s := range id.TCPAllow.Entries {
+		if e, err := config.ParseAllowEntry(s); err == nil { // the tokens file's Parse validated it
+			own.entries = append(own.entries, e)
+		}
+	}
+	return own
 }
 
 // deny returns "" when role may reach a:port (Policy, then the role's
@@ -142,16 +173,7 @@ func (d *Dialer) DialAs(ctx context.Context, role auth.Role, host string, port i
 // id's own tcp_allow (auth.Identity.TCPAllow: its tokens file entry's),
 // if it has one; else *OpenError KindDenied naming the rule.
 func (d *Dialer) DialFor(ctx context.Context, id auth.Identity, host string, port int) (*net.TCPConn, error) {
-	role := id.Role
-	var own *RoleAllow
-	if id.TCPAllow != nil {
-		own = &RoleAllow{text: config.TCPAllowText(id.TCPAllow.Entries), who: id.Name}
-		for _, s := range id.TCPAllow.Entries {
-			if e, err := config.ParseAllowEntry(s); err == nil { // the tokens file's Parse validated it
-				own.entries = append(own.entries, e)
-			}
-		}
-	}
+	role, own := id.Role, ownAllow(id)
 	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
 	timeout := d.Timeout
 	if timeout <= 0 {
