@@ -294,3 +294,55 @@ func TestIdentitiesReload(t *testing.T) {
 	default:
 	}
 }
+
+// TestIdentitiesNoSingleToken: with auth.tokens_file and no single token
+// (no --token, auth.token, auth.token_file or $SIDECAR_TOKEN), sidecar
+// serve makes none up: the attach line names "$SIDECAR_TOKEN", the log
+// says token_generated false, and everything works with the file's
+// identities alone: /ahp, `sidecar ls`, the port preview (the token
+// taken off the request the app gets), an empty credential refused.
+func TestIdentitiesNoSingleToken(t *testing.T) {
+	t.Parallel()
+	const alice = "alice-secret-nosingle"
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens.hcl")
+	if err := os.WriteFile(tokens, []byte(tokenEntry("alice", "owner", alice)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(dir, "sidecar.hcl")
+	cfg := "listener {\n  address = \"127.0.0.1:0\"\n}\n" + terminalConfig + "log {\n  level = \"debug\"\n  format = \"json\"\n}\nauth {\n  tokens_file = " + strconv.Quote(tokens) + "\n}\n"
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, "serve", "--config", cfgFile, "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "state"))
+	var m []string
+	text, ok := p.stdout.waitMatch(waitTimeout, func(text string) bool {
+		m = attachLine.FindStringSubmatch(text)
+		return m != nil
+	})
+	if !ok {
+		t.Fatalf("no attach line within %v\nstdout:\n%s\nstderr:\n%s", waitTimeout, text, tail(p.stderr.String(), 3000))
+	}
+	if m[3] != `"$SIDECAR_TOKEN"` {
+		t.Fatalf("attach line has token %q, want \"$SIDECAR_TOKEN\" (no token made up)", m[3])
+	}
+	p.stderr.waitFor(t, "the listening line", 0, `"token_generated":false`)
+	s := &server{p: p, url: m[1], host: m[2], token: alice, hash: m[4], config: cfgFile}
+
+	s.dialRaw(t).initialize("alice-nosingle")
+	if code := s.ahpStatus(t, ""); code != http.StatusUnauthorized {
+		t.Fatalf("/ahp with an empty credential: %d, want 401", code)
+	}
+	if out, stderr, code := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...); code != 0 {
+		t.Fatalf("ls as alice: %d\n%s%s", code, out, stderr)
+	}
+	app := startPreviewApp(t)
+	c := s.previewClient(t)
+	expect(t, do(t, c, "GET", s.previewURL(app.port, "/headers"), nil, http.Header{"Authorization": {"Bearer " + alice}}), 200, "")
+	sc := s.previewLogin(t, c)
+	expect(t, do(t, c, "GET", s.previewURL(app.port, "/headers"), nil, cookieHeader(sc)), 200, "")
+	if n := len(app.requests()); n != 2 {
+		t.Fatalf("the app got %d requests, want 2", n)
+	}
+	app.neverSawCredentials(t, alice, sc.Value)
+}

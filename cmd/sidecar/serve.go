@@ -141,7 +141,9 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	logOut.AddSecret(tok)
+	if tok != "" { // "" with tokens_file or oidc and no single token
+		logOut.AddSecret(tok)
+	}
 	certs, err := newCertSource(cfg, logger)
 	if err != nil {
 		return &exitError{code: 1, err: err}
