@@ -346,3 +346,47 @@ func TestIdentitiesNoSingleToken(t *testing.T) {
 	}
 	app.neverSawCredentials(t, alice, sc.Value)
 }
+
+// TestIdentitiesLooseModes: a tokens file others may read, an existing
+// audit.file and record_dir open to others start the daemon with a
+// warning each naming the mode and the fix; a tokens file others may
+// write stops it (exit 2) naming the chmod.
+func TestIdentitiesLooseModes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens.hcl")
+	auditFile := filepath.Join(dir, "audit.jsonl")
+	recs := filepath.Join(dir, "recordings")
+	if err := os.WriteFile(tokens, []byte(tokenEntry("alice", "user", "alice-loose")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(auditFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(recs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for p, m := range map[string]os.FileMode{tokens: 0o644, auditFile: 0o644, recs: 0o755} {
+		if err := os.Chmod(p, m); err != nil { // past the umask
+			t.Fatal(err)
+		}
+	}
+	extra := "auth {\n  tokens_file = " + strconv.Quote(tokens) + "\n}\naudit {\n  file = " + strconv.Quote(auditFile) + "\n}\n"
+	terminal := strings.Replace(terminalConfig, "terminal {", "terminal {\n  record_dir = "+strconv.Quote(recs), 1)
+	s := startServerTerminal(t, terminal, extra)
+	s.p.stderr.waitFor(t, "the tokens file's warning", 0, tokens+" may be read by others (mode 0644): chmod 600 "+tokens)
+	s.p.stderr.waitFor(t, "the audit file's warning", 0, auditFile+" may be read or written by others (mode 0644), kept as it is: chmod 600 "+auditFile)
+	s.p.stderr.waitFor(t, "record_dir's warning", 0, recs+" may be read or written by others (mode 0755), kept as it is: chmod 700 "+recs)
+
+	if err := os.Chmod(tokens, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "sidecar.hcl")
+	if err := os.WriteFile(cfg, []byte("listener {\n  address = \"127.0.0.1:0\"\n}\n"+extra), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, "serve", "--config", cfg, "--listen", "127.0.0.1:0", "--token", "tok-loose", "--state-dir", filepath.Join(dir, "state"))
+	if code := p.wait(t, waitTimeout); code != 2 || !strings.Contains(p.stderr.String(), "may be written by others (mode 0666): chmod 600 "+tokens) {
+		t.Fatalf("a 0666 tokens file: exit %d\n%s", code, p.stderr.String())
+	}
+}

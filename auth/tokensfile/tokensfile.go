@@ -7,7 +7,9 @@
 //	  hash = "sha256:<64 hex digits>"    # or "$2b$..." (bcrypt), "$argon2id$..."
 //	}
 //
-// The principal is the block label. A File is an auth.Authenticator over
+// The principal is the block label. The file is refused when group or
+// others may write it, and warned about (File.ModeWarning) when they may
+// read it. A File is an auth.Authenticator over
 // the file's current entries; Reload reads the file again (on SIGHUP, or
 // when Watch sees it change) and keeps the previous entries when the new
 // content is bad.
@@ -40,6 +42,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/sidecar-dev/sidecar/auth"
+	"github.com/sidecar-dev/sidecar/internal/fileperm"
 )
 
 // Method is the auth.Identity.Method of a tokens file identity.
@@ -406,6 +409,11 @@ func (f *File) readBytes() ([]byte, error) {
 		return nil, fmt.Errorf("tokens file: %w", err)
 	}
 	defer fh.Close()
+	if fi, err := fh.Stat(); err != nil {
+		return nil, fmt.Errorf("tokens file %s: %w", f.path, err)
+	} else if _, err := fileperm.Check(f.path, fi); err != nil {
+		return nil, fmt.Errorf("tokens file: %w", err)
+	}
 	var buf bytes.Buffer
 	if _, err := buf.ReadFrom(io.LimitReader(fh, MaxFileBytes+1)); err != nil {
 		return nil, fmt.Errorf("tokens file %s: %w", f.path, err)
@@ -450,6 +458,18 @@ func (f *File) settledRead(ctx context.Context, settle time.Duration) (*Set, err
 		return nil, err
 	}
 	return Parse(prev, f.path)
+}
+
+// ModeWarning returns why the file's mode is loose ("" when it is not,
+// or cannot be read): group or others may read it (one they may write
+// is refused at each read).
+func (f *File) ModeWarning() string {
+	fi, err := os.Stat(f.path)
+	if err != nil {
+		return ""
+	}
+	w, _ := fileperm.Check(f.path, fi)
+	return w
 }
 
 // OnReload sets fn to be told, after each good reload, the names whose

@@ -248,6 +248,45 @@ func TestWatchKeepsEmptied(t *testing.T) {
 	}
 }
 
+// TestFileMode: a tokens file group or others may write is refused at
+// load and at reload (the tokens in use kept); one they may read loads,
+// with a warning naming the mode.
+func TestFileMode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.hcl")
+	write(t, path, threeKinds)
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "may be written by others (mode 0666): chmod 600 "+path) {
+		t.Fatalf("a 0666 tokens file: %v", err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := f.ModeWarning(); !strings.Contains(w, "may be read by others (mode 0644)") {
+		t.Fatalf("a 0644 tokens file: warning %q", w)
+	}
+	if err := os.Chmod(path, 0o620); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Reload(); err == nil || !strings.Contains(err.Error(), "may be written by others") {
+		t.Fatalf("reload of a 0620 tokens file: %v", err)
+	}
+	if _, err := f.Authenticate(context.Background(), "alice-secret"); err != nil {
+		t.Fatalf("after a refused reload, alice: %v", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if w := f.ModeWarning(); w != "" {
+		t.Fatalf("a 0600 tokens file: warning %q", w)
+	}
+}
+
 // TestChain: the static token is the owner "token", the tokens file's
 // names follow; a JWT-shaped credential goes to the JWT authenticator
 // alone; a failure to decide is returned as it is.
