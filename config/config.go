@@ -1371,8 +1371,10 @@ const TokenEnv = "SIDECAR_TOKEN"
 // ResolveToken returns the bearer token clients must present: auth.token; else the
 // content of auth.token_file with surrounding white space trimmed (an error if it cannot
 // be read, is larger than MaxTokenFileBytes, is empty or has characters other than
-// printable ASCII); else $SIDECAR_TOKEN; else a new random token from NewToken, with
-// generated = true so the caller can print it.
+// printable ASCII); else $SIDECAR_TOKEN; else, when auth.tokens_file or auth.oidc is
+// configured, "" (no single token: every credential goes through the tokens file or
+// OIDC); else a new random token from NewToken, with generated = true so the caller can
+// print it.
 func (c *Config) ResolveToken() (token string, generated bool, err error) {
 	if c.Auth.Token != "" {
 		return c.Auth.Token, false, nil
@@ -1404,6 +1406,9 @@ func (c *Config) ResolveToken() (token string, generated bool, err error) {
 			return "", false, fmt.Errorf("config: $%s: the token may contain only printable ASCII characters without spaces", TokenEnv)
 		}
 		return t, false, nil
+	}
+	if c.Auth.TokensFile != "" || c.Auth.OIDC.Issuer != "" {
+		return "", false, nil
 	}
 	return NewToken(), true, nil
 }

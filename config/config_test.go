@@ -798,6 +798,18 @@ func TestResolveToken(t *testing.T) {
 		t.Error("NewToken repeats")
 	}
 
+	// With a tokens file or OIDC, no single token is made up.
+	for _, set := range []func(*Config){
+		func(c *Config) { c.Auth.TokensFile = "/etc/sidecar/tokens.hcl" },
+		func(c *Config) { c.Auth.OIDC.Issuer = "https://login.example.com" },
+	} {
+		c := Default()
+		set(c)
+		if tok, gen, err := c.ResolveToken(); tok != "" || gen || err != nil {
+			t.Errorf("tokens_file or oidc alone: %q %v %v, want no token", tok, gen, err)
+		}
+	}
+
 	t.Setenv(TokenEnv, "from-env")
 	if tok, gen, err := c.ResolveToken(); tok != "from-env" || gen || err != nil {
 		t.Errorf("env: %q %v %v", tok, gen, err)

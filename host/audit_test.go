@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -113,5 +114,38 @@ func TestAuditTerminalAndChannel(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("event %d: %v, want %v", i, got[i], want[i])
 		}
+	}
+}
+
+// TestAuditTerminalShare: terminal/share and terminal/unshare are each
+// audited as terminal.share with the caller's identity, the terminal,
+// with whom (a principal or a role), the access, and whether it was a
+// revocation.
+func TestAuditTerminalShare(t *testing.T) {
+	t.Parallel()
+	srv, lg := newAuditedServer(t)
+	ursula := connectIdentity(t, srv, auth.Identity{Name: "ursula", Role: auth.User})
+	ursula.initialize("ursula-client")
+	const ch = "ahp-terminal:/share-audited"
+	ursula.mustCall(rpc.MethodCreateTerminal, rpc.CreateTerminalParams{Channel: ch, Command: []string{"sleep", "30"}})
+	ursula.mustCall(rpc.MethodTerminalShare, rpc.TerminalShareParams{Channel: ch, With: rpc.ShareWith{Principal: "vera"}, Access: rpc.AccessRead})
+	ursula.mustCall(rpc.MethodTerminalShare, rpc.TerminalShareParams{Channel: ch, With: rpc.ShareWith{Role: "user"}, Access: rpc.AccessWrite})
+	ursula.mustCall(rpc.MethodTerminalUnshare, rpc.TerminalUnshareParams{Channel: ch, With: rpc.ShareWith{Principal: "vera"}})
+
+	var got []string
+	for _, ev := range events(lg) {
+		if ev.Action != audit.ActionTerminalShare {
+			continue
+		}
+		a := ev.Attrs
+		got = append(got, fmt.Sprintf("%s/%s %v %v %v %v %v %v", ev.Principal, ev.Role, a["terminal"], a["with.principal"], a["with.role"], a["access"], a["revoked"], a["client.id"]))
+	}
+	want := []string{
+		"ursula/user " + ch + " vera <nil> read false ursula-client",
+		"ursula/user " + ch + " <nil> user write false ursula-client",
+		"ursula/user " + ch + " vera <nil> <nil> true ursula-client",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("terminal.share events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

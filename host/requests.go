@@ -165,6 +165,18 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 		c.log.Warn("no common protocol version, closing", "offered", peerText(offered))
 		return nil, func() { c.sched.CloseWhenFlushed(errVersionMismatch) }, e
 	}
+	// A live connection of another principal holding the clientId keeps
+	// it, as its retained state would (checked and taken under s.mu, so
+	// two initializes cannot both pass).
+	c.s.mu.Lock()
+	for o := range c.s.conns {
+		if o != c && o.isInitialized() && o.id() == p.ClientID && o.principal != c.principal {
+			c.s.mu.Unlock()
+			data, _ := json.Marshal(rpc.ResumeErrorData{Kind: "clientIdInUse"})
+			return nil, nil, &rpc.Error{Code: rpc.CodeAlreadyExists, Data: data,
+				Message: fmt.Sprintf("clientId %s is in use by a connection of another principal; initialize with another clientId", peerText(p.ClientID))}
+		}
+	}
 	c.mu.Lock()
 	c.initialized = true
 	c.clientID = p.ClientID
@@ -172,6 +184,7 @@ func (c *conn) initialize(params json.RawMessage) (any, func(), *rpc.Error) {
 	c.version = version
 	c.resumeToken = newResumeToken()
 	c.mu.Unlock()
+	c.s.mu.Unlock()
 	c.s.clientArrived(p.ClientID)
 	name := ""
 	if p.ClientInfo != nil {

@@ -244,6 +244,31 @@ func TestInitializeLeavesRetainedState(t *testing.T) {
 	}
 }
 
+// TestInitializeLeavesLiveClientID: a clientId a live connection holds
+// (read from the root catalogue) is refused to another principal's
+// initialize (-32010, kind clientIdInUse) and reconnect (-32009), which
+// end nothing: the holder's connection keeps working. The same
+// principal may still initialize it.
+func TestInitializeLeavesLiveClientID(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	a := connectAs(t, srv, "p1")
+	a.initialize("live")
+	b := connectAs(t, srv, "p2")
+	e := b.callErr(rpc.MethodInitialize, map[string]any{"channel": rpc.RootChannel, "protocolVersions": []string{"0.5.0"}, "clientId": "live"}, rpc.CodeAlreadyExists)
+	var d rpc.ResumeErrorData
+	if e == nil || json.Unmarshal(e.Data, &d) != nil || d.Kind != "clientIdInUse" {
+		t.Fatalf("initialize of a live clientId by another principal: %+v, want -32010 kind clientIdInUse", e)
+	}
+	if e := b.callErr(rpc.MethodReconnect, resumeParams("live", "", nil), rpc.CodePermissionDenied); e == nil {
+		t.Fatal("another principal resumed a live clientId")
+	}
+	b.initialize("p2-own") // the refused connection may still initialize as itself
+	a.mustCall(rpc.MethodPing, struct{}{})
+	c := connectAs(t, srv, "p1")
+	c.initialize("live")
+}
+
 // TestReconnectWithoutToken (issue 27 item 13): a standard AHP client
 // reconnects without a resumeToken (our extension): the principal that
 // created the state resumes it; another principal never does.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/coder/websocket"
 	"io"
 	"net"
 	"net/http"
@@ -429,5 +430,41 @@ func TestAuditReverseForward(t *testing.T) {
 	}
 	if bytes.Contains(s.p.stderr.Bytes(), []byte(s.token)) {
 		t.Error("the log holds the token")
+	}
+}
+
+// TestAuditOneFailurePerRequest: a request to /ahp with a bad ?ticket=
+// (and no token) is one auth.failure, as a WebSocket upgrade and as a
+// plain GET over HTTP/2: two requests, two events (a review saw two
+// events from one client connection: two requests on it).
+func TestAuditOneFailurePerRequest(t *testing.T) {
+	t.Parallel()
+	s, _ := startServerTokens(t, tokenEntry("alice", "user", "alice-one-failure"))
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	_, resp, err := websocket.Dial(ctx, s.url+"?ticket=BAD", &websocket.DialOptions{HTTPClient: s.httpClient(t)})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("/ahp?ticket=BAD: %v %v, want 401", resp, err)
+	}
+	// And a plain GET over HTTP/2 (curl's default).
+	h2 := &http.Client{Transport: &http.Transport{TLSClientConfig: s.tlsConfig(), ForceAttemptHTTP2: true}}
+	req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+s.host+strings.TrimPrefix(s.url, "wss://"+s.host)+"?ticket=BAD", nil)
+	if r2, err := h2.Do(req); err != nil || r2.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("GET /ahp?ticket=BAD over HTTP/2: %v %v", r2, err)
+	} else {
+		r2.Body.Close()
+	}
+	// The audit trail is in order: once this success is written, so is
+	// every failure before it.
+	s.dialRaw(t).initialize("after")
+	s.p.stderr.waitFor(t, "the success after", 0, `"auth.success"`)
+	n := 0
+	for _, l := range auditLines(t, s.p.stderr.Bytes()) {
+		if l.Action == "auth.failure" {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d auth.failure events for two requests, want 2\n%s", n, s.p.stderr.String())
 	}
 }

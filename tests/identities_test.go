@@ -294,3 +294,99 @@ func TestIdentitiesReload(t *testing.T) {
 	default:
 	}
 }
+
+// TestIdentitiesNoSingleToken: with auth.tokens_file and no single token
+// (no --token, auth.token, auth.token_file or $SIDECAR_TOKEN), sidecar
+// serve makes none up: the attach line names "$SIDECAR_TOKEN", the log
+// says token_generated false, and everything works with the file's
+// identities alone: /ahp, `sidecar ls`, the port preview (the token
+// taken off the request the app gets), an empty credential refused.
+func TestIdentitiesNoSingleToken(t *testing.T) {
+	t.Parallel()
+	const alice = "alice-secret-nosingle"
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens.hcl")
+	if err := os.WriteFile(tokens, []byte(tokenEntry("alice", "owner", alice)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(dir, "sidecar.hcl")
+	cfg := "listener {\n  address = \"127.0.0.1:0\"\n}\n" + terminalConfig + "log {\n  level = \"debug\"\n  format = \"json\"\n}\nauth {\n  tokens_file = " + strconv.Quote(tokens) + "\n}\n"
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, "serve", "--config", cfgFile, "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "state"))
+	var m []string
+	text, ok := p.stdout.waitMatch(waitTimeout, func(text string) bool {
+		m = attachLine.FindStringSubmatch(text)
+		return m != nil
+	})
+	if !ok {
+		t.Fatalf("no attach line within %v\nstdout:\n%s\nstderr:\n%s", waitTimeout, text, tail(p.stderr.String(), 3000))
+	}
+	if m[3] != `"$SIDECAR_TOKEN"` {
+		t.Fatalf("attach line has token %q, want \"$SIDECAR_TOKEN\" (no token made up)", m[3])
+	}
+	p.stderr.waitFor(t, "the listening line", 0, `"token_generated":false`)
+	s := &server{p: p, url: m[1], host: m[2], token: alice, hash: m[4], config: cfgFile}
+
+	s.dialRaw(t).initialize("alice-nosingle")
+	if code := s.ahpStatus(t, ""); code != http.StatusUnauthorized {
+		t.Fatalf("/ahp with an empty credential: %d, want 401", code)
+	}
+	if out, stderr, code := s.run(t, append([]string{"ls", s.url}, s.connArgs()...)...); code != 0 {
+		t.Fatalf("ls as alice: %d\n%s%s", code, out, stderr)
+	}
+	app := startPreviewApp(t)
+	c := s.previewClient(t)
+	expect(t, do(t, c, "GET", s.previewURL(app.port, "/headers"), nil, http.Header{"Authorization": {"Bearer " + alice}}), 200, "")
+	sc := s.previewLogin(t, c)
+	expect(t, do(t, c, "GET", s.previewURL(app.port, "/headers"), nil, cookieHeader(sc)), 200, "")
+	if n := len(app.requests()); n != 2 {
+		t.Fatalf("the app got %d requests, want 2", n)
+	}
+	app.neverSawCredentials(t, alice, sc.Value)
+}
+
+// TestIdentitiesLooseModes: a tokens file others may read, an existing
+// audit.file and record_dir open to others start the daemon with a
+// warning each naming the mode and the fix; a tokens file others may
+// write stops it (exit 2) naming the chmod.
+func TestIdentitiesLooseModes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens.hcl")
+	auditFile := filepath.Join(dir, "audit.jsonl")
+	recs := filepath.Join(dir, "recordings")
+	if err := os.WriteFile(tokens, []byte(tokenEntry("alice", "user", "alice-loose")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(auditFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(recs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for p, m := range map[string]os.FileMode{tokens: 0o644, auditFile: 0o644, recs: 0o755} {
+		if err := os.Chmod(p, m); err != nil { // past the umask
+			t.Fatal(err)
+		}
+	}
+	extra := "auth {\n  tokens_file = " + strconv.Quote(tokens) + "\n}\naudit {\n  file = " + strconv.Quote(auditFile) + "\n}\n"
+	terminal := strings.Replace(terminalConfig, "terminal {", "terminal {\n  record_dir = "+strconv.Quote(recs), 1)
+	s := startServerTerminal(t, terminal, extra)
+	s.p.stderr.waitFor(t, "the tokens file's warning", 0, tokens+" may be read by others (mode 0644): chmod 600 "+tokens)
+	s.p.stderr.waitFor(t, "the audit file's warning", 0, auditFile+" may be read or written by others (mode 0644), kept as it is: chmod 600 "+auditFile)
+	s.p.stderr.waitFor(t, "record_dir's warning", 0, recs+" may be read or written by others (mode 0755), kept as it is: chmod 700 "+recs)
+
+	if err := os.Chmod(tokens, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "sidecar.hcl")
+	if err := os.WriteFile(cfg, []byte("listener {\n  address = \"127.0.0.1:0\"\n}\n"+extra), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, "serve", "--config", cfg, "--listen", "127.0.0.1:0", "--token", "tok-loose", "--state-dir", filepath.Join(dir, "state"))
+	if code := p.wait(t, waitTimeout); code != 2 || !strings.Contains(p.stderr.String(), "may be written by others (mode 0666): chmod 600 "+tokens) {
+		t.Fatalf("a 0666 tokens file: exit %d\n%s", code, p.stderr.String())
+	}
+}

@@ -306,7 +306,7 @@ func (k *Kind) createTerminal(_ context.Context, c adapters.Caller, params json.
 	}
 	var rec *Recorder
 	if k.recs != nil {
-		shell := cfg.Shell
+		shell := proc.Shell() // the configured shell, or the one the default resolved to
 		if len(p.Command) > 0 {
 			shell = p.Command[0]
 		}

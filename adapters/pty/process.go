@@ -144,6 +144,7 @@ type Process struct {
 	cmd    *exec.Cmd
 	master *os.File
 	pid    int
+	shell  string // $SHELL of the program: Options.Shell, else resolved
 
 	done     chan struct{}
 	exitCode int
@@ -298,7 +299,7 @@ func Start(opts Options) (*Process, error) {
 	}
 	tty.Close()
 
-	p := &Process{cmd: cmd, master: master, pid: cmd.Process.Pid, done: make(chan struct{})}
+	p := &Process{cmd: cmd, master: master, pid: cmd.Process.Pid, shell: shell, done: make(chan struct{})}
 	go p.reap()
 	return p, nil
 }
@@ -324,6 +325,11 @@ func (p *Process) reap() {
 
 // Pid returns the child's process id, which is also its process group id.
 func (p *Process) Pid() int { return p.pid }
+
+// Shell is the shell path the program got as $SHELL: Options.Shell, or
+// the user's login shell, /bin/bash or /bin/sh when none was given (the
+// shell started when no command was).
+func (p *Process) Shell() string { return p.shell }
 
 // Read reads raw output bytes from the PTY master. It returns io.EOF once
 // every holder of the slave side has closed it (EIO), or once the child has

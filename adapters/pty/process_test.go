@@ -580,6 +580,9 @@ func TestDefaultShell(t *testing.T) {
 		}
 	}
 	h := start(t, Options{})
+	if got := h.p.Shell(); got != want { // what a recording's header names
+		t.Errorf("Shell() %q, want %q", got, want)
+	}
 	h.write("echo \"sh=$SHELL\"; exit 7\n")
 	out, code := h.waitEnd()
 	if code != 7 || !strings.Contains(out, "sh="+want+"\r\n") {

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/audit"
 	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -205,6 +206,7 @@ func (k *Kind) share(_ context.Context, c adapters.Caller, params json.RawMessag
 		return nil, rpc.Errorf(rpc.CodePermissionDenied, "terminal share limit reached: %s has %d shares (at most %d); revoke one first", p.Channel, len(shares), rpc.MaxShares)
 	}
 	k.end(ended, p.Channel)
+	k.env.Record(c, audit.ActionTerminalShare, shareAttrs(c, p.Channel, p.With, p.Access, false))
 	k.log.Info("terminal shared", "terminal", p.Channel, "with", p.With.String(), "access", p.Access, "by", c.Identity.Name, "client", c.ClientID)
 	return rpc.TerminalSharesResult{Shares: shares}, nil
 }
@@ -228,8 +230,25 @@ func (k *Kind) unshare(_ context.Context, c adapters.Caller, params json.RawMess
 		return nil, rpc.Errorf(rpc.CodeNotFound, "%s is not shared with %s", p.Channel, p.With)
 	}
 	k.end(ended, p.Channel)
+	k.env.Record(c, audit.ActionTerminalShare, shareAttrs(c, p.Channel, p.With, "", true))
 	k.log.Info("terminal share revoked", "terminal", p.Channel, "with", p.With.String(), "by", c.Identity.Name, "client", c.ClientID, "detached", len(ended))
 	return rpc.TerminalSharesResult{Shares: shares}, nil
+}
+
+// shareAttrs are the terminal.share audit event's attributes: the
+// terminal, with whom (with.principal or with.role), the access given
+// ("" when revoked), revoked, and the caller's client.
+func shareAttrs(c adapters.Caller, uri string, w rpc.ShareWith, access string, revoked bool) map[string]any {
+	a := map[string]any{"terminal": uri, "revoked": revoked, "client.id": c.ClientID}
+	if w.Principal != "" {
+		a["with.principal"] = w.Principal
+	} else {
+		a["with.role"] = w.Role
+	}
+	if access != "" {
+		a["access"] = access
+	}
+	return a
 }
 
 // managed returns the terminal uri when c may perm it (kill, share):

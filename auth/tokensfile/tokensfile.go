@@ -9,7 +9,9 @@
 //	  deny = ["terminal.create"]         # optional: permissions refused to alice
 //	}
 //
-// The principal is the block label. A File is an auth.Authenticator over
+// The principal is the block label. The file is refused when group or
+// others may write it, and warned about (File.ModeWarning) when they may
+// read it. A File is an auth.Authenticator over
 // the file's current entries; Reload reads the file again (on SIGHUP, or
 // when Watch sees it change) and keeps the previous entries when the new
 // content is bad.
@@ -43,6 +45,7 @@ import (
 
 	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/config"
+	"github.com/sidecar-dev/sidecar/internal/fileperm"
 )
 
 // Method is the auth.Identity.Method of a tokens file identity.
@@ -467,11 +470,24 @@ func (f *File) Path() string { return f.path }
 func (f *File) Current() *Set { return f.cur.Load() }
 
 func (f *File) read() (*Set, error) {
+	b, err := f.readBytes()
+	if err != nil {
+		return nil, err
+	}
+	return Parse(b, f.path)
+}
+
+func (f *File) readBytes() ([]byte, error) {
 	fh, err := os.Open(f.path)
 	if err != nil {
 		return nil, fmt.Errorf("tokens file: %w", err)
 	}
 	defer fh.Close()
+	if fi, err := fh.Stat(); err != nil {
+		return nil, fmt.Errorf("tokens file %s: %w", f.path, err)
+	} else if _, err := fileperm.Check(f.path, fi); err != nil {
+		return nil, fmt.Errorf("tokens file: %w", err)
+	}
 	var buf bytes.Buffer
 	if _, err := buf.ReadFrom(io.LimitReader(fh, MaxFileBytes+1)); err != nil {
 		return nil, fmt.Errorf("tokens file %s: %w", f.path, err)
@@ -479,7 +495,55 @@ func (f *File) read() (*Set, error) {
 	if buf.Len() > MaxFileBytes {
 		return nil, fmt.Errorf("tokens file %s: over %d bytes", f.path, MaxFileBytes)
 	}
-	return Parse(buf.Bytes(), f.path)
+	return buf.Bytes(), nil
+}
+
+// MaxSettleReads bounds the reads of a change-triggered reload waiting
+// for the file to settle (two reads, settle apart, that agree): a file
+// still changing after that many is reloaded as last read.
+const MaxSettleReads = 10
+
+// ErrEmptied is the error of a change-triggered reload whose file has no
+// entry while the entries in use are not empty (a file rewritten in
+// place, truncated then written, read in between; or emptied by
+// mistake): it is not applied, since it would revoke everyone. Reload
+// (SIGHUP) applies it.
+var ErrEmptied = errors.New("the file has no token while tokens are in use: not applied on a change (it would revoke everyone); send SIGHUP to apply it")
+
+// settledRead reads the file until two reads settle apart agree, at
+// most MaxSettleReads times, and parses the last.
+func (f *File) settledRead(ctx context.Context, settle time.Duration) (*Set, error) {
+	prev, err := f.readBytes()
+	for i := 1; i < MaxSettleReads; i++ {
+		t := time.NewTimer(settle)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		cur, err2 := f.readBytes()
+		if err == nil && err2 == nil && bytes.Equal(prev, cur) {
+			break
+		}
+		prev, err = cur, err2
+	}
+	if err != nil {
+		return nil, err
+	}
+	return Parse(prev, f.path)
+}
+
+// ModeWarning returns why the file's mode is loose ("" when it is not,
+// or cannot be read): group or others may read it (one they may write
+// is refused at each read).
+func (f *File) ModeWarning() string {
+	fi, err := os.Stat(f.path)
+	if err != nil {
+		return ""
+	}
+	w, _ := fileperm.Check(f.path, fi)
+	return w
 }
 
 // OnReload sets fn to be told, after each good reload, the names whose
@@ -495,11 +559,20 @@ func (f *File) OnReload(fn func(changed []string)) {
 // keeps the entries in use and returns why; a good one replaces them and
 // returns the names removed or changed (also given to OnReload's fn).
 func (f *File) Reload() ([]string, error) {
-	f.reloadMu.Lock()
-	defer f.reloadMu.Unlock()
 	s, err := f.read()
 	if err != nil {
 		return nil, err
+	}
+	return f.apply(s, false)
+}
+
+// apply makes s the entries in use, unless keepNonEmpty and s would
+// empty a non-empty set (ErrEmptied).
+func (f *File) apply(s *Set, keepNonEmpty bool) ([]string, error) {
+	f.reloadMu.Lock()
+	defer f.reloadMu.Unlock()
+	if keepNonEmpty && len(s.entries) == 0 && len(f.cur.Load().entries) > 0 {
+		return nil, fmt.Errorf("tokens file %s: %w", f.path, ErrEmptied)
 	}
 	old := f.cur.Swap(s)
 	f.mu.Lock()
@@ -549,7 +622,10 @@ func (f *File) Authenticate(ctx context.Context, token string) (auth.Identity, e
 // (a write, or an editor's rename over it), until ctx ends; log is told
 // each reload's outcome (err nil: changed is what was revoked). Events
 // are coalesced for settle (100 ms when 0) so that a write in several
-// parts reloads once.
+// parts reloads once; then the file is read until two reads settle
+// apart agree (at most MaxSettleReads), and a content with no entry is
+// not applied while entries are in use (ErrEmptied). A deleted file
+// keeps the entries in use (its reload fails).
 func (f *File) Watch(ctx context.Context, settle time.Duration, log func(changed []string, err error)) error {
 	if settle <= 0 {
 		settle = 100 * time.Millisecond
@@ -599,7 +675,14 @@ func (f *File) Watch(ctx context.Context, settle time.Duration, log func(changed
 				log(nil, fmt.Errorf("tokens file: watch: %w", err))
 			case <-fire:
 				fire = nil
-				changed, err := f.Reload()
+				s, err := f.settledRead(ctx, settle)
+				if ctx.Err() != nil {
+					return
+				}
+				var changed []string
+				if err == nil {
+					changed, err = f.apply(s, true)
+				}
 				log(changed, err)
 			}
 		}

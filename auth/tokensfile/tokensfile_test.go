@@ -2,6 +2,7 @@ package tokensfile
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -195,6 +196,94 @@ func TestWatch(t *testing.T) {
 	}
 	if _, err := f.Authenticate(ctx, "alice-secret"); err != auth.ErrUnknown {
 		t.Fatalf("after the rename, alice: %v", err)
+	}
+}
+
+// TestWatchKeepsEmptied: a change that leaves the file with no entry (a
+// rewrite in place read between its truncate and its write) is not
+// applied: everyone's token still works and the error says so; an
+// explicit Reload (SIGHUP) applies it.
+func TestWatchKeepsEmptied(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tokens.hcl")
+	write(t, path, threeKinds)
+	f, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		changed []string
+		err     error
+	}
+	reloaded := make(chan result, 4)
+	if err := f.Watch(ctx, 10*time.Millisecond, func(changed []string, err error) {
+		reloaded <- result{changed, err}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-reloaded:
+		if !errors.Is(r.err, ErrEmptied) || !strings.Contains(r.err.Error(), path) || r.changed != nil {
+			t.Fatalf("emptied file: changed %v, err %v; want ErrEmptied naming %s", r.changed, r.err, path)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no reload within 5 s of the truncate")
+	}
+	for _, tok := range []string{"alice-secret", "bob-secret", "carol-secret"} {
+		if _, err := f.Authenticate(ctx, tok); err != nil {
+			t.Fatalf("after an emptied file, %s: %v", tok, err)
+		}
+	}
+	changed, err := f.Reload()
+	if err != nil || !slices.Equal(changed, []string{"alice", "bob", "carol"}) {
+		t.Fatalf("explicit reload of an empty file: %v %v", changed, err)
+	}
+	if _, err := f.Authenticate(ctx, "alice-secret"); err != auth.ErrUnknown {
+		t.Fatalf("after the explicit reload, alice: %v", err)
+	}
+}
+
+// TestFileMode: a tokens file group or others may write is refused at
+// load and at reload (the tokens in use kept); one they may read loads,
+// with a warning naming the mode.
+func TestFileMode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.hcl")
+	write(t, path, threeKinds)
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "may be written by others (mode 0666): chmod 600 "+path) {
+		t.Fatalf("a 0666 tokens file: %v", err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := f.ModeWarning(); !strings.Contains(w, "may be read by others (mode 0644)") {
+		t.Fatalf("a 0644 tokens file: warning %q", w)
+	}
+	if err := os.Chmod(path, 0o620); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Reload(); err == nil || !strings.Contains(err.Error(), "may be written by others") {
+		t.Fatalf("reload of a 0620 tokens file: %v", err)
+	}
+	if _, err := f.Authenticate(context.Background(), "alice-secret"); err != nil {
+		t.Fatalf("after a refused reload, alice: %v", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if w := f.ModeWarning(); w != "" {
+		t.Fatalf("a 0600 tokens file: warning %q", w)
 	}
 }
 

@@ -21,6 +21,8 @@ type identities struct {
 	// auth.oidc is configured.
 	chain *auth.Chain
 	file  *tokensfile.File // nil without auth.tokens_file
+	// modeWarning is why the tokens file's mode was loose at start ("").
+	modeWarning string
 	// revoke ends what name holds (connections, tickets, preview
 	// sessions); set once the daemon's parts exist.
 	revoke func(name string)
@@ -37,6 +39,7 @@ func newIdentities(cfg *config.Config, token string) (*identities, error) {
 			return nil, err
 		}
 		ids.file = f
+		ids.modeWarning = f.ModeWarning()
 		chain.Tokens = append(chain.Tokens, f)
 		f.OnReload(func(changed []string) {
 			if ids.revoke != nil {
@@ -63,6 +66,9 @@ func (ids *identities) logReload(logger hclog.Logger, why string, changed []stri
 		return
 	}
 	logger.Info("tokens file reloaded", "file", ids.file.Path(), "trigger", why, "tokens", len(ids.file.Current().Names()), "revoked", strings.Join(changed, ","))
+	if w := ids.file.ModeWarning(); w != "" {
+		logger.Warn("tokens file readable by others", "file", ids.file.Path(), "warning", w)
+	}
 }
 
 // watch reloads the tokens file when it changes, until ctx ends.

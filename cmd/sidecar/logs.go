@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -237,9 +238,11 @@ func printRecords(w io.Writer, ld *logspb.LogsData) error {
 // auditScope is the audit channel's instrumentation scope.
 const auditScope = "sidecar.audit"
 
-// auditText is an audit record as "principal (role): action k=v ...".
+// auditText is an audit record as "principal (role): action k=v ...";
+// an anonymous one (an auth.failure at a door) as "peer-address: action
+// ...", or "-: action ..." without an address.
 func auditText(r *logspb.LogRecord) string {
-	var who, role string
+	var who, role, peer string
 	var rest []string
 	for _, kv := range r.Attributes {
 		switch kv.Key {
@@ -258,10 +261,19 @@ func auditText(r *logspb.LogRecord) string {
 			case *commonpb.AnyValue_BoolValue:
 				v = strconv.FormatBool(x.BoolValue)
 			}
+			if kv.Key == "network.peer.address" {
+				peer = v
+			}
 			rest = append(rest, kv.Key+"="+strconv.Quote(v))
 		}
 	}
-	return who + " (" + role + "): " + r.Body.GetStringValue() + " " + strings.Join(rest, " ")
+	if who == "" {
+		who = cmp.Or(peer, "-")
+	}
+	if role != "" {
+		who += " (" + role + ")"
+	}
+	return who + ": " + r.Body.GetStringValue() + " " + strings.Join(rest, " ")
 }
 
 // recordSource names where a record came from: the journal's identifier

@@ -33,6 +33,7 @@ import (
 	"github.com/sidecar-dev/sidecar/auth/tokensfile"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/host"
+	"github.com/sidecar-dev/sidecar/internal/fileperm"
 	"github.com/sidecar-dev/sidecar/internal/redact"
 	"github.com/sidecar-dev/sidecar/preview"
 	"github.com/sidecar-dev/sidecar/transport"
@@ -141,7 +142,9 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	logOut.AddSecret(tok)
+	if tok != "" { // "" with tokens_file or oidc and no single token
+		logOut.AddSecret(tok)
+	}
 	certs, err := newCertSource(cfg, logger)
 	if err != nil {
 		return &exitError{code: 1, err: err}
@@ -172,7 +175,16 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	defer signal.Stop(sigs)
 	// Audit events (docs/operations.md "Audit"): JSON lines in the log
 	// (through the same redacting writer), audit.file, and the audit
-	// channel.
+	// channel. Kept as they are when they exist: say so when others may
+	// read them (audit evidence, recorded sessions).
+	for _, p := range []struct{ setting, path string }{{"audit.file", cfg.Audit.File}, {"terminal.record_dir", cfg.Terminal.RecordDir}} {
+		if p.path == "" {
+			continue
+		}
+		if w := fileperm.Warn(p.path); w != "" {
+			logger.Warn(p.setting+" is open to others", "path", p.path, "warning", w)
+		}
+	}
 	auditLog, err := audit.New(audit.Options{Out: logOut, File: cfg.Audit.File})
 	if err != nil {
 		return &exitError{code: 1, err: err}
@@ -188,6 +200,9 @@ func serve(configFile, listen, token, stateDir string, basePath *string) error {
 	idents, err := newIdentities(cfg, tok)
 	if err != nil {
 		return &exitError{code: 2, err: err}
+	}
+	if idents.modeWarning != "" {
+		logger.Warn("tokens file readable by others", "file", idents.file.Path(), "warning", idents.modeWarning)
 	}
 	authn, auditSink := idents.auth, audit.Sink(auditLog)
 	// A WebSocket upgrade refused with an HTTP status, on /ahp or

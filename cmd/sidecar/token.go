@@ -65,9 +65,10 @@ func tokenNewCmd() *cobra.Command {
 		Long: `Make a new random token for the identity NAME. The token goes to
 stdout (give it to NAME); the entry to append to the tokens file
 (auth.tokens_file) goes to stderr, with the token's hash, never the
-token itself:
+token itself (umask 077 creates the file 0600 if it is new; the daemon
+refuses a tokens file others may write and warns when they may read it):
 
-  sidecar token new alice --role user 2>>/etc/sidecar/tokens.hcl`,
+  (umask 077; sidecar token new alice --role user 2>>/etc/sidecar/tokens.hcl)`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
