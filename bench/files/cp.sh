@@ -11,6 +11,10 @@
 # seconds per GiB of the client and of the daemon (sshd for scp), from
 # /proc/PID/stat (children included for the client), which load on the shared
 # machine disturbs far less than MiB/s. Each copy is compared with the source.
+# With nginx installed, "forward-L+curl" is the issue's own reference: curl
+# through a second forward -L to an nginx on the workload side that serves
+# the file (GET, sendfile) and takes uploads (WebDAV PUT), so that it reads
+# and writes files as cp does, without cp's SHA-256 on both ends.
 # Env: NEW, OLD, RUNS, BYTES, DIR (work directory, default a new one under
 #      /tmp, removed at the end), NETPROBE (default /tmp/netprobe, built from
 #      ../shared/bench/netprobe when missing), PORT_BASE (default 47600),
@@ -74,6 +78,40 @@ fpid=$!
 pids+=($fpid)
 for _ in $(seq 1 100); do grep -q "^sidecar: forwarding" "$D/forward.err" 2>/dev/null && break; sleep 0.1; done
 grep -q "^sidecar: forwarding" "$D/forward.err" || { echo "sidecar forward did not start:" >&2; cat "$D/forward.err" >&2; exit 1; }
+CURL=()
+if [ -z "${NO_CURL:-}" ] && command -v nginx >/dev/null && command -v curl >/dev/null; then
+  mkdir -p "$D/www" "$D/nginx-tmp"
+  ln -sf "$F" "$D/www/src.bin"
+  cat >"$D/nginx.conf" <<NGX
+daemon off;
+user $(id -un);
+worker_processes 1;
+pid $D/nginx.pid;
+error_log $D/nginx.err;
+events {}
+http {
+  access_log off;
+  sendfile on;
+  client_body_temp_path $D/nginx-tmp;
+  client_max_body_size 0;
+  server {
+    listen 127.0.0.1:$((base + 5));
+    root $D/www;
+    location / { dav_methods PUT; create_full_put_path on; }
+  }
+}
+NGX
+  nginx -c "$D/nginx.conf" -e "$D/nginx.err" &
+  ngx=$!
+  pids+=($ngx)
+  SIDECAR_CPUPROFILE= "$NEW" forward "${URL[new]}" --cert-hash "${HASH[new]}" \
+    -L "127.0.0.1:$((base + 6)):127.0.0.1:$((base + 5))" 2>"$D/forward2.err" &
+  f2pid=$!
+  pids+=($f2pid)
+  for _ in $(seq 1 100); do grep -q "^sidecar: forwarding" "$D/forward2.err" 2>/dev/null && break; sleep 0.1; done
+  for _ in $(seq 1 50); do nw=$(pgrep -P "$ngx" | head -1); [ -n "$nw" ] && break; sleep 0.1; done
+  [ -n "${nw:-}" ] && CURL=(curl -sS --fail --noproxy '*')
+fi
 SCP=()
 if [ -z "${NO_SCP:-}" ] && command -v sshd >/dev/null && [ -f "$here/../shared/bench/sshd_up.sh" ]; then
   sshd_dir=$D/sshd
@@ -129,6 +167,26 @@ for r in $(seq 1 "$RUNS"); do
   done
   run_fwd up
   run_fwd down
+  if [ ${#CURL[@]} -gt 0 ]; then
+    # The forward's CPU is counted as the client's (curl's is in time's),
+    # nginx's worker's as the daemon's (serve's is counted by run_cmd).
+    f0=$(cpu "$f2pid") n0=$(cpu "$nw")
+    run_cmd forward-L+curl up "${SPID[new]}" "$D/www/up.bin" "${CURL[@]}" -T "$F" "http://127.0.0.1:$((base + 6))/up.bin"
+    f1=$(cpu "$f2pid") n1=$(cpu "$nw")
+    run_cmd forward-L+curl down "${SPID[new]}" "$D/down.bin" "${CURL[@]}" -o "$D/down.bin" "http://127.0.0.1:$((base + 6))/src.bin"
+    f2=$(cpu "$f2pid") n2=$(cpu "$nw")
+    python3 - "$R" "$(echo "$f1 - $f0" | bc -l)" "$(echo "$f2 - $f1" | bc -l)" "$(echo "$n1 - $n0" | bc -l)" "$(echo "$n2 - $n1" | bc -l)" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+client = {"up": float(sys.argv[2]), "down": float(sys.argv[3])}
+server = {"up": float(sys.argv[4]), "down": float(sys.argv[5])}
+for i in range(len(lines) - 1, -1, -1):
+    c, d, s, cc, sc = lines[i].split()
+    if c == "forward-L+curl" and d in client:
+        lines[i] = "%s %s %s %.3f %.3f" % (c, d, s, float(cc) + client.pop(d), float(sc) + server.pop(d))
+open(sys.argv[1], "w").write("\n".join(lines) + "\n")
+PY
+  fi
   if [ ${#SCP[@]} -gt 0 ]; then
     sp=$(cat "$sshd_dir/sshd.pid")
     run_cmd scp up "$sp" "$D/up.bin" "${SCP[@]}" "$F" "root@127.0.0.1:$D/up.bin"
@@ -143,12 +201,15 @@ for line in open(sys.argv[1]):
     c, d, s, cc, sc = line.split()
     rows.setdefault((c, d), []).append((float(s), float(cc), float(sc)))
 gib = int(sys.argv[2]) / 2**30
-fwd = {d: st.median(int(sys.argv[2]) / 2**20 / s for s, _, _ in v) for (c, d), v in rows.items() if c == "forward-L"}
-print("| what | dir | runs | MiB/s (median) | of forward -L | client CPU s/GiB | daemon CPU s/GiB |")
-print("| --- | --- | --- | --- | --- | --- | --- |")
+def rate(c):
+    return {d: st.median(int(sys.argv[2]) / 2**20 / s for s, _, _ in v) for (cc, d), v in rows.items() if cc == c}
+fwd, curl = rate("forward-L"), rate("forward-L+curl")
+print("| what | dir | runs | MiB/s (median) | of forward -L | of forward -L + curl | client CPU s/GiB | daemon CPU s/GiB |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- |")
 for (c, d), v in rows.items():
     m = st.median(int(sys.argv[2]) / 2**20 / s for s, _, _ in v)
     rel = "%.0f %%" % (100 * m / fwd[d]) if d in fwd else "-"
-    print("| %s | %s | %d | %.0f | %s | %.2f | %.2f |" % (c, d, len(v), m, rel,
+    relc = "%.0f %%" % (100 * m / curl[d]) if d in curl else "-"
+    print("| %s | %s | %d | %.0f | %s | %s | %.2f | %.2f |" % (c, d, len(v), m, rel, relc,
           st.median(x[1] for x in v) / gib, st.median(x[2] for x in v) / gib))
 PY
