@@ -230,6 +230,17 @@ type Message struct {
 	// Release must be called exactly once, when the message's bytes are
 	// released (credit then flows back, seed 000).
 	Release func()
+	// Keep, when not nil, hands the buffer the message was read into (the
+	// backing store of Header.Binary.Data) to the channel, so that it can
+	// queue the bytes without copying them: once Receive has called Keep,
+	// the host no longer reuses the buffer, and the channel calls the
+	// returned function at most once, when nothing refers to the bytes any
+	// more (the buffer then goes back to the transport; not calling it
+	// costs only an allocation). Call it only from Receive. The host
+	// offers it only for a binary data message whose buffer's capacity is
+	// at most twice its length, so what a channel holds this way is at most
+	// twice the bytes its receive window lets in.
+	Keep func() (recycle func())
 }
 
 // Base gives a channel the contract's methods that most kinds do not

@@ -133,11 +133,12 @@ func (c *conn) takeNotification(h *rpc.Header, raw []byte) error {
 // handleNotification handles a client notification and recycles its
 // text; a returned error (a violation) has closed the connection.
 func (c *conn) handleNotification(h *rpc.Header, raw []byte) error {
-	if err := c.notification(h, raw); err != nil {
+	kept, err := c.notification(h, raw)
+	if err != nil {
 		c.fail(err)
 		return err
 	}
-	if h.Method == rpc.BinaryDataMethod {
+	if h.Method == rpc.BinaryDataMethod && !kept {
 		// Byte-stream data: the channel decoded it into a buffer of its
 		// own (delivery/bytestream copies, whichever form came) or
 		// dropped it: nothing refers to the message any more.
@@ -146,12 +147,13 @@ func (c *conn) handleNotification(h *rpc.Header, raw []byte) error {
 	return nil
 }
 
-// notification handles a client notification. A returned error is a
-// violation that closes the connection.
-func (c *conn) notification(h *rpc.Header, raw []byte) error {
+// notification handles a client notification. kept reports that the
+// channel took raw's buffer (adapters.Message.Keep): it recycles it. A
+// returned error is a violation that closes the connection.
+func (c *conn) notification(h *rpc.Header, raw []byte) (kept bool, err error) {
 	if !c.isInitialized() {
 		c.logBad(hclog.Warn, "notification before initialize ignored", "method", peerText(h.Method))
-		return nil
+		return false, nil
 	}
 	sub := c.subscription(h.Channel)
 	switch h.Method {
@@ -159,40 +161,41 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 		var p rpc.ChannelCreditParams
 		if e := rpc.DecodeParams(h.Params, &p); e != nil {
 			c.logBad(hclog.Warn, "bad channel/credit", "error", peerText(e.Message))
-			return nil
+			return false, nil
 		}
-		return credit(c, sub, p.ConsumedBytes, h.Channel)
+		return false, credit(c, sub, p.ConsumedBytes, h.Channel)
 	case rpc.MethodUnsubscribe:
 		if sub != nil {
 			c.unsubscribe(sub, false)
 		} else if ch := c.s.channel(h.Channel, c.caller()); ch != nil {
 			ch.Release(c.connID) // e.g. a TCP connection never subscribed
 		}
-		return nil
+		return false, nil
 	}
 	if rpc.IsControlMethod(h.Method) {
 		if sub != nil {
 			sub.ch.Control(sub, h)
-			return nil
+			return false, nil
 		}
 		c.log.Debug("control message without a subscription", "method", peerText(h.Method), "channel", peerText(h.Channel))
-		return nil
+		return false, nil
 	}
 	// A data message. On a windowed subscription it counts (seed 000), and
 	// a fragment is reassembled (delivery.Accept).
 	var size delivery.UTF16Bytes
+	whole := true // h is raw's message, not one reassembled from fragments
 	if sub != nil && sub.windowed() {
 		size = h.Size(raw)
 		frame, err := rpc.Fragment(h, sub.channel)
 		if err != nil {
-			return err
+			return false, err
 		}
 		inner, _, complete, err := delivery.Accept(sub.in, size, frame, rpc.ParseNotification)
 		if err != nil || !complete {
-			return err
+			return false, err
 		}
 		if frame != nil {
-			h = inner
+			h, whole = inner, false
 		}
 	}
 	release := func() {
@@ -212,10 +215,26 @@ func (c *conn) notification(h *rpc.Header, raw []byte) error {
 		// Usually input racing a disposeTerminal: harmless.
 		c.log.Debug("data message for a channel without a subscription ignored", "method", peerText(h.Method), "channel", peerText(h.Channel))
 		release()
-		return nil
+		return false, nil
+	}
+	if whole && keepable(h, raw) {
+		m.Keep = func() func() {
+			kept = true
+			return func() { transport.RecycleRead(c.mc, raw) }
+		}
 	}
 	ch.Receive(m)
-	return nil
+	return kept, nil
+}
+
+// keepable reports whether a channel may keep raw's buffer to queue the
+// bytes of data message h (adapters.Message.Keep): h came in binary form,
+// so its data is a view of raw, and raw's buffer is at most twice raw's
+// length, so a channel holding messages up to its receive window holds at
+// most twice that in buffers (a short message read into a buffer sized
+// for bulk ones is copied instead).
+func keepable(h *rpc.Header, raw []byte) bool {
+	return h.Binary != nil && cap(raw) <= 2*len(raw)
 }
 
 // credit applies a channel/credit to sub, the subscription of channel

@@ -487,8 +487,19 @@ type Channel struct {
 type write struct {
 	data    []byte
 	buf     []byte // data's buffer, back to bufs once written
+	recycle func() // or, data in the message's own buffer: gives it back (adapters.Message.Keep)
 	eof     bool
 	release func()
+}
+
+// free gives back w's buffer: to bufs, or to the transport it was read
+// from. Once only; w.data is not used afterwards.
+func (w *write) free() {
+	if w.recycle != nil {
+		w.recycle()
+		return
+	}
+	bufs.Put(w.buf)
 }
 
 // slot is one tcp/data message read ahead (or sent before a reconnect,
@@ -717,10 +728,23 @@ func (tc *Channel) Receive(m adapters.Message) {
 	methods := tc.enc.Methods()
 	switch m.Header.Method {
 	case methods.Data:
-		p, data, err := bytestream.AppendMessageData(bufs.Get(16<<10), m.Header.Params, m.Header.Binary)
-		buf := data[:0] // the buffer, grown if it had to
+		var (
+			p    bytestream.DataParams
+			data []byte
+			err  error
+			w    = write{release: release}
+		)
+		if b := m.Header.Binary; b != nil && m.Keep != nil {
+			// Queued in the buffer the message was read into: an upload's
+			// bytes are not copied between the transport and the socket.
+			off := bytestream.DecodedOffset(b.Offset)
+			p, data, w.recycle = bytestream.DataParams{Offset: &off}, b.Data, m.Keep()
+		} else {
+			p, data, err = bytestream.AppendMessageData(bufs.Get(16<<10), m.Header.Params, m.Header.Binary)
+			w.buf = data[:0] // the buffer, grown if it had to
+		}
 		if err != nil {
-			bufs.Put(buf)
+			w.free()
 			release()
 			tc.abort(err.Error(), true)
 			return
@@ -728,7 +752,7 @@ func (tc *Channel) Receive(m adapters.Message) {
 		tc.mu.Lock()
 		if tc.eofRecv {
 			tc.mu.Unlock()
-			bufs.Put(buf)
+			w.free()
 			release()
 			tc.abort("protocol error: tcp/data after tcp/eof", true)
 			return
@@ -736,19 +760,20 @@ func (tc *Channel) Receive(m adapters.Message) {
 		data, err = bytestream.Trim(p.Offset, data, tc.recvOff)
 		if err != nil {
 			tc.mu.Unlock()
-			bufs.Put(buf)
+			w.free()
 			release()
 			tc.abort(err.Error(), true)
 			return
 		}
 		if len(data) == 0 { // a resend of bytes already taken
 			tc.mu.Unlock()
-			bufs.Put(buf)
+			w.free()
 			release()
 			return
 		}
 		tc.recvOff += bytestream.DecodedOffset(len(data))
-		tc.wq = append(tc.wq, write{data: data, buf: buf, release: release})
+		w.data = data
+		tc.wq = append(tc.wq, w)
 		tc.mu.Unlock()
 		signal(tc.wqWake)
 	case methods.EOF:
@@ -995,9 +1020,9 @@ func (tc *Channel) writeLoop() {
 			all := bv // WriteTo consumes bv
 			_, err := all.WriteTo(tc.sock)
 			clear(bv[:cap(bv)])
-			for i, w := range batch {
-				w.release()
-				bufs.Put(w.buf)
+			for i := range batch {
+				batch[i].release()
+				batch[i].free()
 				batch[i] = write{}
 			}
 			if err != nil {

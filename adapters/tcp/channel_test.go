@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"syscall"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/sidecar-dev/sidecar/adapters"
 	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/rpc"
 )
 
 // leaseSub is the creator's windowed subscription, on a Scheduler that
@@ -120,4 +122,110 @@ func TestSubscribeLease(t *testing.T) {
 			t.Fatalf("subscribed in time, closed by the lease")
 		}
 	})
+}
+
+// TestReceiveKeepsBuffer: a binary tcp/data whose message offers Keep is
+// written to the destination from the message's own buffer (no copy),
+// which goes back (recycle) exactly once, after the bytes are written and
+// the message released; a resend of bytes already taken is recycled at
+// once; a message without Keep is copied as before. The destination
+// reads exactly the stream's bytes.
+func TestReceiveKeepsBuffer(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	pol, _ := NewPolicy([]string{"127.0.0.0/8"})
+	limits := delivery.Limits{WindowBytes: 1 << 20, MaximumFrameBytes: 16 << 10}
+	tb := NewTable(TableConfig{
+		Dialer: &Dialer{Policy: pol},
+		Quotas: adapters.NewQuotas(),
+		Quota:  &adapters.QuotaLimits{},
+		Limits: limits,
+		Seq:    func() uint64 { return 0 },
+		Log:    hclog.NewNullLogger(),
+	})
+	defer tb.Shutdown()
+	const conn adapters.ConnID = 1
+	const uri = "ahp-tcp:/keep"
+	caller := adapters.Caller{ClientID: "c", Principal: "p", Conn: conn}
+	params := fmt.Sprintf(`{"channel":%q,"host":"127.0.0.1","port":%d}`, uri, port)
+	if e, err := tb.Open(context.Background(), caller, json.RawMessage(params)); e != nil {
+		t.Fatalf("Open: %v (%v)", e, err)
+	}
+	peer, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	tc := tb.Channel(uri)
+	sub := &leaseSub{conn: conn}
+	sub.st = delivery.NewScheduler(delivery.SchedulerConfig{}).AddStream(uri, limits, tc.Source(sub))
+	tc.Subscribe(sub)
+
+	type event struct {
+		what string
+		i    int
+	}
+	events := make(chan event, 16)
+	send := func(i int, off uint64, data []byte, keep bool) {
+		h := &rpc.Header{JSONRPC: "2.0", Method: rpc.BinaryDataMethod, Channel: uri,
+			Binary: &rpc.BinaryData{Offset: off, Data: data}}
+		m := adapters.Message{ClientID: "c", Conn: conn, Sub: sub, Header: h,
+			Release: func() { events <- event{"release", i} }}
+		if keep {
+			m.Keep = func() func() {
+				events <- event{"keep", i}
+				return func() { events <- event{"recycle", i} }
+			}
+		}
+		tc.Receive(m)
+	}
+	want := func(what string, i int) {
+		t.Helper()
+		select {
+		case e := <-events:
+			if e != (event{what, i}) {
+				t.Fatalf("event %v, want %s of message %d", e, what, i)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no %s of message %d in 10 s", what, i)
+		}
+	}
+	read := func(want string) {
+		t.Helper()
+		got := make([]byte, len(want))
+		_ = peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(peer, got); err != nil || string(got) != want {
+			t.Fatalf("destination read %q (%v), want %q", got, err, want)
+		}
+	}
+
+	send(0, 0, []byte("hello "), true)
+	want("keep", 0)
+	read("hello ")
+	want("release", 0)
+	want("recycle", 0)
+
+	send(1, 3, []byte("lo world"), true) // "lo " again, then new bytes
+	want("keep", 1)
+	read("world")
+	want("release", 1)
+	want("recycle", 1)
+
+	send(2, 0, []byte("hello"), true) // all taken already
+	want("keep", 2)
+	want("recycle", 2)
+	want("release", 2)
+
+	send(3, 11, []byte("!"), false) // copied: no Keep
+	read("!")
+	want("release", 3)
+	select {
+	case e := <-events:
+		t.Fatalf("unexpected event %v", e)
+	default:
+	}
 }
