@@ -33,14 +33,49 @@ func (roleAuth) Authenticate(_ context.Context, cred string) (auth.Identity, err
 }
 
 type sinkRec struct {
-	mu sync.Mutex
-	ev []audit.Event
+	mu      sync.Mutex
+	ev      []audit.Event
+	changed chan struct{} // one pending wake-up after each Record (made on first use)
 }
 
 func (s *sinkRec) Record(e audit.Event) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.ev = append(s.ev, e)
+	ch := s.ch()
+	s.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// ch returns the wake-up channel; s.mu is held.
+func (s *sinkRec) ch() chan struct{} {
+	if s.changed == nil {
+		s.changed = make(chan struct{}, 1)
+	}
+	return s.changed
+}
+
+// waitFor waits until n events are recorded (a request's preview.request
+// is recorded once its handler returns, after the client has read the
+// answer), at most 10 s.
+func (s *sinkRec) waitFor(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		s.mu.Lock()
+		have, ch := len(s.ev), s.ch()
+		s.mu.Unlock()
+		if have >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("%d audit events after 10 s, want %d", have, n)
+		}
+	}
 }
 
 // TestPreviewRole: a port's preview needs preview.open: a viewer is
@@ -145,6 +180,7 @@ func TestPreviewRoleTCPAllow(t *testing.T) {
 	if code, body := get("user", ap, false); code != http.StatusOK || body != "allowed app" {
 		t.Errorf("user, allowed port: %d %q", code, body)
 	}
+	sink.waitFor(t, 10)
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
 	var got []string
