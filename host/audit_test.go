@@ -44,7 +44,7 @@ func newAuditedServer(t *testing.T) (*host.Server, *audit.Log) {
 }
 
 // connectIdentity serves a pipe for id with srv.
-func connectIdentity(t *testing.T, srv *host.Server, id auth.Identity) *hostConn {
+func connectIdentity(t testing.TB, srv *host.Server, id auth.Identity) *hostConn {
 	t.Helper()
 	a, b := transport.Pipe(4096)
 	hc := &hostConn{t: t, mc: a, served: make(chan error, 1), nextID: 1}

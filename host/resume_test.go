@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/config"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/host"
@@ -18,21 +19,11 @@ import (
 	"github.com/sidecar-dev/sidecar/transport"
 )
 
-// connectAs is connect for a transport authenticated as principal.
+// connectAs is connect for a transport authenticated as principal, the
+// owner (host.Server.ServeConnAs).
 func connectAs(t testing.TB, srv *host.Server, principal string) *hostConn {
 	t.Helper()
-	a, b := transport.Pipe(4096)
-	hc := &hostConn{t: t, mc: a, served: make(chan error, 1), nextID: 1}
-	go func() { hc.served <- srv.ServeConnAs(context.Background(), b, principal) }()
-	t.Cleanup(func() {
-		_ = a.Close(transport.CloseNormal, "test done")
-		select {
-		case <-hc.served:
-		case <-time.After(deadline):
-			t.Error("ServeConn did not return after the client closed")
-		}
-	})
-	return hc
+	return connectIdentity(t, srv, auth.Identity{Name: principal, Role: auth.Owner})
 }
 
 // cut ends hc's transport as a network loss does (no close from the
