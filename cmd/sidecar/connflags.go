@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sidecar-dev/sidecar/client"
+	"github.com/sidecar-dev/sidecar/internal/fileperm"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transport/tlscert"
 )
@@ -164,8 +165,10 @@ func readTokenFile(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st.Mode().IsRegular() && st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%s may be read or written by others (mode %04o): chmod 600 %s", path, st.Mode().Perm(), path)
+	if st.Mode().IsRegular() {
+		if err := fileperm.Private(path, st); err != nil {
+			return nil, err
+		}
 	}
 	b, err := io.ReadAll(io.LimitReader(fh, maxTokenFile+1))
 	if err != nil {

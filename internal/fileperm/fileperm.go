@@ -21,10 +21,7 @@ func Check(path string, fi fs.FileInfo) (warning string, err error) {
 	if !m.IsRegular() && !m.IsDir() {
 		return "", nil
 	}
-	fix := "600"
-	if m.IsDir() {
-		fix = "700"
-	}
+	fix := fixFor(fi)
 	perm := m.Perm()
 	if perm&0o022 != 0 {
 		return "", fmt.Errorf("%s may be written by others (mode %04o): chmod %s %s", path, perm, fix, path)
@@ -43,9 +40,26 @@ func Warn(path string) string {
 	if err != nil || fi.Mode().Perm()&0o077 == 0 {
 		return ""
 	}
-	fix := "600"
-	if fi.IsDir() {
-		fix = "700"
+	return fmt.Sprintf("%s may be read or written by others (mode %04o), kept as it is: chmod %s %s", path, fi.Mode().Perm(), fixFor(fi), path)
+}
+
+// Private returns an error when path, whose info is fi, is a regular
+// file or a directory that group or others may read, write or enter
+// (ssh's rule for a private key, the client's --token-file): it names
+// the mode and the chmod that fixes it. nil for a pipe, /dev/stdin and
+// the like.
+func Private(path string, fi fs.FileInfo) error {
+	m := fi.Mode()
+	if (!m.IsRegular() && !m.IsDir()) || m.Perm()&0o077 == 0 {
+		return nil
 	}
-	return fmt.Sprintf("%s may be read or written by others (mode %04o), kept as it is: chmod %s %s", path, fi.Mode().Perm(), fix, path)
+	return fmt.Errorf("%s may be read or written by others (mode %04o): chmod %s %s", path, m.Perm(), fixFor(fi), path)
+}
+
+// fixFor is the mode a private fi should have: 600, 700 for a directory.
+func fixFor(fi fs.FileInfo) string {
+	if fi.IsDir() {
+		return "700"
+	}
+	return "600"
 }

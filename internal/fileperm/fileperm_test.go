@@ -46,3 +46,31 @@ func TestCheck(t *testing.T) {
 		t.Errorf("Warn of a missing file: %q", w)
 	}
 }
+
+// TestPrivate: any group or other bit is refused, naming the mode and
+// the chmod; 0600 passes.
+func TestPrivate(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "tok")
+	if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		mode os.FileMode
+		want string
+	}{{0o600, ""}, {0o640, p + " may be read or written by others (mode 0640): chmod 600 " + p}, {0o602, p + " may be read or written by others (mode 0602): chmod 600 " + p}} {
+		if err := os.Chmod(p, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		if err := Private(p, fi); err != nil {
+			got = err.Error()
+		}
+		if got != c.want {
+			t.Errorf("mode %04o: %q, want %q", c.mode, got, c.want)
+		}
+	}
+}
