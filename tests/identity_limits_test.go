@@ -3,11 +3,8 @@ package tests
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,27 +42,7 @@ func TestIdentityLimitsCLI(t *testing.T) {
 	}
 
 	fwd := start(t, append(append([]string{"forward"}, flags(ciTok)...), s.url, "-L", fmt.Sprintf("127.0.0.1:0:127.0.0.1:%d", allowed), "-L", fmt.Sprintf("127.0.0.1:0:127.0.0.1:%d", other))...)
-	text, _ := fwd.stderr.waitMatch(waitTimeout, func(s string) bool { return strings.Count(s, "sidecar: forwarding 127.0.0.1:") == 2 })
-	ports := regexp.MustCompile(`forwarding 127\.0\.0\.1:(\d+) -> 127\.0\.0\.1:(\d+)`).FindAllStringSubmatch(text, -1)
-	if len(ports) != 2 {
-		t.Fatalf("ci's forward:\n%s", text)
-	}
-	for _, p := range ports {
-		c, err := net.Dial("tcp", "127.0.0.1:"+p[1])
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = c.SetDeadline(time.Now().Add(waitTimeout))
-		_, _ = c.Write([]byte("ping"))
-		got, _ := io.ReadAll(io.LimitReader(c, 4))
-		_ = c.Close()
-		if p[2] == fmt.Sprint(allowed) && string(got) != "ping" {
-			t.Errorf("ci's forward to its tcp_allow echoed %q", got)
-		}
-		if p[2] == fmt.Sprint(other) && len(got) != 0 {
-			t.Errorf("ci's forward outside its tcp_allow carried %q", got)
-		}
-	}
+	checkNarrowedForward(t, fwd, "ci", allowed, other)
 	fwd.stderr.waitFor(t, "ci's refused forward", 0, fmt.Sprintf("open failed: connect to 127.0.0.1:%d not allowed by policy: permission denied: tcp.open for ci is limited to the tcp_allow of its tokens file entry (127.0.0.1:%d)", other, allowed))
 
 	_, errOut, code := run(ciTok, "run", s.url, "--", "echo", "hi")

@@ -79,27 +79,7 @@ func TestRolesCLI(t *testing.T) {
 			expect("ulla shares olga's terminal", code, errOut, 255, "sidecar: olgas: permission denied: terminal.share: ahp-terminal:/olgas is held by olga; only its holder or an owner may; ulla is user (code -32009)")
 
 			fwd := start(t, append(append([]string{"forward"}, flags(ullaTok)...), url, "-L", fmt.Sprintf("127.0.0.1:0:127.0.0.1:%d", allowed), "-L", fmt.Sprintf("127.0.0.1:0:127.0.0.1:%d", other))...)
-			text, _ := fwd.stderr.waitMatch(waitTimeout, func(s string) bool { return strings.Count(s, "sidecar: forwarding 127.0.0.1:") == 2 })
-			ports := regexp.MustCompile(`forwarding 127\.0\.0\.1:(\d+) -> 127\.0\.0\.1:(\d+)`).FindAllStringSubmatch(text, -1)
-			if len(ports) != 2 {
-				t.Fatalf("ulla's forward:\n%s", text)
-			}
-			for _, p := range ports {
-				c, err := net.Dial("tcp", "127.0.0.1:"+p[1])
-				if err != nil {
-					t.Fatal(err)
-				}
-				_ = c.SetDeadline(time.Now().Add(waitTimeout))
-				_, _ = c.Write([]byte("ping"))
-				got, _ := io.ReadAll(io.LimitReader(c, 4))
-				_ = c.Close()
-				if p[2] == fmt.Sprint(allowed) && string(got) != "ping" {
-					t.Errorf("ulla's forward to her tcp_allow echoed %q", got)
-				}
-				if p[2] == fmt.Sprint(other) && len(got) != 0 {
-					t.Errorf("ulla's forward outside her tcp_allow carried %q", got)
-				}
-			}
+			checkNarrowedForward(t, fwd, "ulla", allowed, other)
 			fwd.stderr.waitFor(t, "ulla's refused forward", 0, fmt.Sprintf("open failed: connect to 127.0.0.1:%d not allowed by policy: permission denied: tcp.open for role user is limited to its tcp_allow (127.0.0.1:%d)", other, allowed))
 			rfwd := start(t, append(append([]string{"forward"}, flags(ullaTok)...), url, "-R", fmt.Sprintf("127.0.0.1:0:127.0.0.1:%d", allowed))...)
 			rfwd.stderr.waitFor(t, "ulla's -R", 0, "on the host -> 127.0.0.1:")
@@ -139,5 +119,34 @@ func TestRolesCLI(t *testing.T) {
 			vrfwd := start(t, append(append([]string{"forward"}, flags(veraTok)...), url, "-R", fmt.Sprintf("127.0.0.1:0:127.0.0.1:%d", allowed))...)
 			vrfwd.stderr.waitFor(t, "vera's refused -R", 0, fmt.Sprintf("sidecar: -R 127.0.0.1:0:127.0.0.1:%d: refused by the host: permission denied: tunnel.listen needs role user or owner; vera is viewer", allowed))
 		})
+	}
+}
+
+// checkNarrowedForward checks fwd, a sidecar forward of who with two -L
+// (to allowed, an echo server within its tcp_allow, and to other, one
+// outside it): through the first "ping" comes back, through the second
+// nothing (the host refuses the connection).
+func checkNarrowedForward(t *testing.T, fwd *proc, who string, allowed, other int) {
+	t.Helper()
+	text, _ := fwd.stderr.waitMatch(waitTimeout, func(s string) bool { return strings.Count(s, "sidecar: forwarding 127.0.0.1:") == 2 })
+	ports := regexp.MustCompile(`forwarding 127\.0\.0\.1:(\d+) -> 127\.0\.0\.1:(\d+)`).FindAllStringSubmatch(text, -1)
+	if len(ports) != 2 {
+		t.Fatalf("%s's forward:\n%s", who, text)
+	}
+	for _, p := range ports {
+		c, err := net.Dial("tcp", "127.0.0.1:"+p[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(waitTimeout))
+		_, _ = c.Write([]byte("ping"))
+		got, _ := io.ReadAll(io.LimitReader(c, 4))
+		_ = c.Close()
+		if p[2] == fmt.Sprint(allowed) && string(got) != "ping" {
+			t.Errorf("%s's forward to its tcp_allow echoed %q", who, got)
+		}
+		if p[2] == fmt.Sprint(other) && len(got) != 0 {
+			t.Errorf("%s's forward outside its tcp_allow carried %q", who, got)
+		}
 	}
 }
