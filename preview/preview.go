@@ -342,21 +342,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, port int, prefix,
 	defer s.audit(who, r.Method, port, path, &status, s.opts.Now())
 	if d := auth.Check(who, auth.PreviewOpen); d != nil {
 		status = http.StatusForbidden
-		s.opts.Log.Warn("permission denied", "principal", who.Name, "role", string(who.Role), "permission", string(d.Permission), "port", port)
-		if s.opts.Audit != nil {
-			s.opts.Audit.Record(audit.Event{Time: s.opts.Now(), Action: audit.ActionPermissionDenied, Principal: who.Name, Role: string(who.Role),
-				Attrs: map[string]any{"permission": string(d.Permission), "target": fmt.Sprintf("preview port %d", port)}})
-		}
+		s.denied(who, d.Permission, port, "")
 		s.refuse(w, r, resultDenied, http.StatusForbidden, d.Error())
 		return
 	}
 	if err := s.roleAllows(who, port); err != nil {
 		status = http.StatusForbidden
-		s.opts.Log.Warn("permission denied", "principal", who.Name, "role", string(who.Role), "permission", string(auth.TCPOpen), "port", port, "error", err.Error())
-		if s.opts.Audit != nil {
-			s.opts.Audit.Record(audit.Event{Time: s.opts.Now(), Action: audit.ActionPermissionDenied, Principal: who.Name, Role: string(who.Role),
-				Attrs: map[string]any{"permission": string(auth.TCPOpen), "target": fmt.Sprintf("preview port %d", port), "error": err.Error()}})
-		}
+		s.denied(who, auth.TCPOpen, port, err.Error())
 		s.refuse(w, r, resultDenied, http.StatusForbidden, "port "+strconv.Itoa(port)+": "+err.Error()+" (as for sidecar forward)")
 		return
 	}
@@ -412,6 +404,21 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, port int, prefix,
 		s.stats.results[failed].Add(1)
 	}()
 	s.proxy.ServeHTTP(w, out)
+}
+
+// denied logs and audits (permission.denied) who's request for port
+// refused perm; detail, when set, is the refusal's own text.
+func (s *Server) denied(who auth.Identity, perm auth.Permission, port int, detail string) {
+	kv := []any{"principal", who.Name, "role", string(who.Role), "permission", string(perm), "port", port}
+	attrs := map[string]any{"permission": string(perm), "target": fmt.Sprintf("preview port %d", port)}
+	if detail != "" {
+		kv = append(kv, "error", detail)
+		attrs["error"] = detail
+	}
+	s.opts.Log.Warn("permission denied", kv...)
+	if s.opts.Audit != nil {
+		s.opts.Audit.Record(audit.Event{Time: s.opts.Now(), Action: audit.ActionPermissionDenied, Principal: who.Name, Role: string(who.Role), Attrs: attrs})
+	}
 }
 
 // audit records the authenticated request of who once answered.
