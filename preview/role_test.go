@@ -93,14 +93,7 @@ func TestPreviewRole(t *testing.T) {
 	s := New(Options{Auth: roleAuth{}, Audit: sink, Dialer: &tcp.Dialer{Policy: pol, Timeout: 5 * time.Second},
 		Config: config.Default().Preview, Log: hclog.NewNullLogger()})
 	defer s.Close()
-	get := func(cred string) (int, string) {
-		r := httptest.NewRequest("GET", "/ports/"+ps+"/", nil)
-		r.Header.Set("Authorization", "Bearer "+cred)
-		w := httptest.NewRecorder()
-		s.Handler().ServeHTTP(w, r)
-		b, _ := io.ReadAll(w.Result().Body)
-		return w.Code, string(b)
-	}
+	get := func(cred string) (int, string) { return previewGet(s, cred, ps) }
 	if code, body := get("viewer"); code != http.StatusForbidden || !strings.Contains(body, "permission denied: preview.open needs role user or owner; p-viewer is viewer") {
 		t.Errorf("viewer: %d %q", code, body)
 	}
@@ -233,14 +226,7 @@ func TestPreviewIdentityTCPAllow(t *testing.T) {
 	s := New(Options{Auth: ciAuth{port: ap}, Dialer: &tcp.Dialer{Policy: pol, Timeout: 5 * time.Second},
 		Config: config.Default().Preview, Log: hclog.NewNullLogger()})
 	defer s.Close()
-	get := func(port string) (int, string) {
-		r := httptest.NewRequest("GET", "/ports/"+port+"/", nil)
-		r.Header.Set("Authorization", "Bearer ci")
-		w := httptest.NewRecorder()
-		s.Handler().ServeHTTP(w, r)
-		b, _ := io.ReadAll(w.Result().Body)
-		return w.Code, string(b)
-	}
+	get := func(port string) (int, string) { return previewGet(s, "ci", port) }
 	if code, body := get(ap); code != http.StatusOK || body != "allowed app" {
 		t.Errorf("its own port: %d %q", code, body)
 	}
@@ -248,4 +234,15 @@ func TestPreviewIdentityTCPAllow(t *testing.T) {
 	if code, body := get(op); code != http.StatusForbidden || body != want {
 		t.Errorf("another port: %d %q\nwant %q", code, body, want)
 	}
+}
+
+// previewGet is a GET of port's preview bearing cred, served by s in
+// the test's goroutine: its status and body.
+func previewGet(s *Server, cred, port string) (int, string) {
+	r := httptest.NewRequest("GET", "/ports/"+port+"/", nil)
+	r.Header.Set("Authorization", "Bearer "+cred)
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, r)
+	b, _ := io.ReadAll(w.Result().Body)
+	return w.Code, string(b)
 }
