@@ -42,6 +42,11 @@ type CorkConn struct {
 	// a blocked Read holds.
 	lastRead atomic.Int64
 	buffered atomic.Int64
+
+	// wrote gets a token (never blocking) after each write that reached
+	// the socket: the keepalive waits on it for its ping frame to leave
+	// (websocket.go sendPing).
+	wrote chan struct{}
 }
 
 // readAheadBytes is what one Read asks the socket for when the caller
@@ -104,7 +109,7 @@ const NotSentLowat = 128 << 10
 // NotSentLowat.
 func NewCorkConn(c net.Conn) *CorkConn {
 	setNotSentLowat(c, NotSentLowat)
-	return &CorkConn{Conn: c}
+	return &CorkConn{Conn: c, wrote: make(chan struct{}, 1)}
 }
 
 // Cork holds back the writes that follow until Uncork.
@@ -131,7 +136,16 @@ func (c *CorkConn) flushLocked() error {
 	c.buf = nil
 	_, err := c.Conn.Write(b)
 	corkBufs.Put(b)
+	c.signalWrote()
 	return err
+}
+
+// signalWrote leaves a token in wrote, if there is room (c.mu held).
+func (c *CorkConn) signalWrote() {
+	select {
+	case c.wrote <- struct{}{}:
+	default:
+	}
 }
 
 // Write implements net.Conn.
@@ -139,7 +153,9 @@ func (c *CorkConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.corked {
-		return c.Conn.Write(p)
+		n, err := c.Conn.Write(p)
+		c.signalWrote()
+		return n, err
 	}
 	if c.buf != nil && len(c.buf)+len(p) > corkMaxBytes {
 		if err := c.flushLocked(); err != nil {
@@ -147,7 +163,9 @@ func (c *CorkConn) Write(p []byte) (int, error) {
 		}
 	}
 	if len(p) > corkMaxBytes {
-		return c.Conn.Write(p)
+		n, err := c.Conn.Write(p)
+		c.signalWrote()
+		return n, err
 	}
 	if c.buf == nil {
 		c.buf = corkBufs.Get(max(len(p), 64<<10))

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -53,10 +54,11 @@ func (s tcpState) owes() bool { return s.inFlight > 0 || s.probes >= 2 }
 //
 //   - Bytes from the peer wait unread on our side: it is alive, and we
 //     are the slow one (a pong would wait behind them). No ping.
-//   - Otherwise it pings, when the socket takes the ping at once (a ping
-//     waiting behind data the peer does not take would only time out,
-//     and one stuck in the write past 5 s closes the connection), and
-//     waits timeout for the pong.
+//   - Otherwise it pings, when the socket takes the ping at once and no
+//     message is being written (a ping waiting behind data the peer does
+//     not take would only time out, and coder/websocket closes the
+//     connection under a control frame whose write outlives its context:
+//     the ping's timeout, or 5 s), and waits timeout for the pong.
 //   - Meanwhile, and while the peer does not answer, the peer's TCP
 //     decides. One that stopped acknowledging (silent) is gone: a live
 //     peer's kernel acknowledges whether its program reads or not (a
@@ -78,8 +80,6 @@ func (w *wsConn) keepalive(interval, timeout time.Duration) {
 	t := time.NewTicker(min(interval, timeout) / 4)
 	defer t.Stop()
 	var pong chan error // the ping out's result; nil when none is out
-	cancel := func() {}
-	defer func() { cancel() }()
 	noPong := fmt.Errorf("the peer stopped answering: no pong within %s of a ping (nothing read for %s)", timeout, interval)
 	for {
 		unanswered := false // a ping's wait just ended without a pong
@@ -88,7 +88,6 @@ func (w *wsConn) keepalive(interval, timeout time.Duration) {
 			return
 		case err := <-pong:
 			pong = nil
-			cancel()
 			if err == nil {
 				w.lastRead.Store(time.Now().UnixNano())
 				continue
@@ -106,7 +105,7 @@ func (w *wsConn) keepalive(interval, timeout time.Duration) {
 		case !known && unanswered:
 		case !known:
 			if pong == nil {
-				pong, cancel = w.ping(timeout)
+				pong = w.ping(timeout)
 			}
 			continue
 		case w.silent(st, timeout):
@@ -122,11 +121,11 @@ func (w *wsConn) keepalive(interval, timeout time.Duration) {
 			}
 			w.slow.Add(1)
 			continue
-		case st.writable:
+		case st.writable && w.lockWritable():
 			if w.owedSince.IsZero() {
 				w.owedSince = time.Now() // the ping leaves at once: owed from now
 			}
-			pong, cancel = w.ping(timeout)
+			pong = w.pingNow(timeout)
 			continue
 		default: // the socket is full: the peer has not taken what we wrote
 			w.slow.Add(1)
@@ -143,13 +142,79 @@ func (w *wsConn) keepalive(interval, timeout time.Duration) {
 	}
 }
 
-// ping sends a ping; its result (nil: the pong came) is sent on the
-// channel once the pong came, timeout passed or cancel was called.
-func (w *wsConn) ping(timeout time.Duration) (chan error, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	res := make(chan error, 1)
-	go func() { res <- w.c.Ping(ctx) }()
-	return res, cancel
+// ping sends a ping; its result (nil: the pong came; else why not) comes
+// on the channel once the pong came, the connection closed or timeout
+// passed. The ping's context bounds its write too, and coder/websocket
+// closes the connection under a write that its context outlives: so that
+// a ping written late (a busy machine, a message's write before it) is
+// not taken for a dead peer, the write gets controlWriteBound at least
+// (the library's own bound for a control frame), however short the wait
+// for the pong. The ping's goroutine ends with the pong, the connection,
+// or that context.
+func (w *wsConn) ping(timeout time.Duration) chan error {
+	res := make(chan error, 2) // the ping's result and the timer's
+	late := time.AfterFunc(timeout, func() { res <- errNoPong })
+	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, controlWriteBound))
+	go func() {
+		defer cancel()
+		err := w.c.Ping(ctx)
+		late.Stop()
+		res <- err
+	}()
+	return res
+}
+
+// controlWriteBound is how long coder/websocket lets a control frame's
+// write take (a ping, a pong, a close) before it closes the connection.
+const controlWriteBound = 5 * time.Second
+
+// errNoPong is a ping's result when its timeout passed first.
+var errNoPong = errors.New("no pong in time")
+
+// pingNow sends a ping as ping does, with w.wmu held by the caller
+// (lockWritable), which it releases once the ping frame has reached the
+// socket: no message's write can come between the look that found the
+// socket writable and the ping, so the ping's write does not wait.
+func (w *wsConn) pingNow(timeout time.Duration) chan error {
+	res := w.ping(timeout)
+	w.unlockOnWrite(timeout, res)
+	return res
+}
+
+// lockWritable takes w.wmu, when no message is being written, and keeps
+// it when the socket (known: w.cork) takes a small write at once; it
+// reports whether it holds it. The caller writes a control frame and
+// releases it with unlockOnWrite.
+func (w *wsConn) lockWritable() bool {
+	if !w.wmu.TryLock() {
+		return false
+	}
+	if st, ok := tcpStateOf(w.cork.Conn); !ok || !st.writable {
+		w.wmu.Unlock()
+		return false
+	}
+	select {
+	case <-w.cork.wrote: // an earlier write's token
+	default:
+	}
+	return true
+}
+
+// unlockOnWrite releases w.wmu once a write has reached the socket (the
+// control frame the holder of lockWritable writes), the frame's write
+// ended (res: a ping's result, kept for its reader; nil for a pong), the
+// connection closed, or bound passed.
+func (w *wsConn) unlockOnWrite(bound time.Duration, res chan error) {
+	defer w.wmu.Unlock()
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-w.cork.wrote:
+	case err := <-res:
+		res <- err
+	case <-w.done:
+	case <-t.C:
+	}
 }
 
 // silent notes, at each look at the socket, since when the peer's TCP
@@ -200,11 +265,22 @@ func (w *wsConn) tcp() (tcpState, bool) {
 }
 
 // answerPing is the connection's OnPingReceived: the library writes the
-// pong only when the socket takes it at once. A pong that waits behind
-// data the peer does not take fails the read after 5 s (coder/websocket
-// bounds a control frame's write so), which would end a connection to a
-// slow peer; the peer's keepalive instead finds it alive by its TCP.
+// pong only when the socket takes it at once, and no message is being
+// written (lockWritable; released once the pong leaves). A pong that
+// waits behind data the peer does not take fails the read after 5 s
+// (coder/websocket bounds a control frame's write so), which would end a
+// connection to a slow peer; the peer's keepalive instead finds it alive
+// by its TCP.
 func (w *wsConn) answerPing(context.Context, []byte) bool {
-	st, known := w.tcp()
-	return !known || st.writable
+	if w.cork == nil {
+		return true
+	}
+	if _, known := tcpStateOf(w.cork.Conn); !known {
+		return true
+	}
+	if !w.lockWritable() {
+		return false
+	}
+	go w.unlockOnWrite(controlWriteBound, nil)
+	return true
 }

@@ -36,6 +36,11 @@ type wsConn struct {
 	peer      string
 	lastSize  bufpool.SizeHint // for the next message's buffer (reader goroutine only)
 
+	// wmu is held by each message's write, and by the keepalive while its
+	// ping frame leaves (keepalive.go pingNow), so that a ping never waits
+	// in the socket behind a message.
+	wmu sync.Mutex
+
 	lastRead atomic.Int64          // unix nanoseconds of the last message read
 	lost     atomic.Pointer[error] // why keepalive gave up on the peer
 	done     chan struct{}         // closed by Close: stops keepalive
@@ -191,6 +196,8 @@ func (w *wsConn) WriteBinary(ctx context.Context, payload []byte) error {
 }
 
 func (w *wsConn) write(ctx context.Context, typ websocket.MessageType, msg []byte) error {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
 	if w.cork == nil {
 		return w.c.Write(ctx, typ, msg)
 	}
