@@ -51,6 +51,10 @@ type wsConn struct {
 	hostEnd   bool
 	slow      atomic.Int64 // keepalive looks that found the peer alive but not answering
 	owedSince time.Time    // keepalive goroutine only: see silent
+	// connErr, when set (AHPHandler), is the first read error of the
+	// connection beneath (transportio.ConnWatch): a compressed message
+	// that does not inflate once it failed was cut short, not corrupt.
+	connErr func() error
 }
 
 // readErr words a read failure: why keepalive gave up, or a TCP
@@ -142,6 +146,11 @@ func (w *wsConn) ReadMessageOrBinary(ctx context.Context) ([]byte, bool, error) 
 	for {
 		typ, data, err := w.read(ctx)
 		var corrupt flate.CorruptInputError
+		if errors.As(err, &corrupt) && w.connErr != nil {
+			if cut := w.connErr(); cut != nil {
+				err = cut // the connection ended inside the message
+			}
+		}
 		if errors.As(err, &corrupt) {
 			// A compressed message that does not inflate (RFC 7692
 			// §7.2.2) is invalid payload data: 1007, as for text that
@@ -349,7 +358,8 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 			}
 			return
 		}
-		sw := &transportio.StatusRecorder{ResponseWriter: w}
+		cw := &transportio.ConnWatch{ResponseWriter: w}
+		sw := &transportio.StatusRecorder{ResponseWriter: cw}
 		var wc *wsConn // set before anything is read
 		ao := *accept
 		ao.OnPingReceived = func(ctx context.Context, p []byte) bool { return wc.answerPing(ctx, p) }
@@ -365,6 +375,7 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 		mc := NewWebSocketConn(c, r.RemoteAddr, opts.ReadLimit)
 		wc = mc.(*wsConn)
 		wc.cork = corkFrom(r.Context())
+		wc.connErr = cw.Err
 		wc.hostEnd = true
 		go wc.keepalive(keepaliveInterval, keepaliveTimeout)
 		serve(WithIdentity(r.Context(), id), mc)

@@ -416,6 +416,35 @@ func TestCorruptCompressedMessage(t *testing.T) {
 	}
 }
 
+// TestCutCompressedMessage: on /ahp, a compressed message whose frame
+// the connection's end cut short is a connection lost, not invalid
+// payload data, however its bytes read: coder/websocket hands the
+// inflater a cut frame's bytes still masked, and this mask makes them a
+// reserved deflate block (BTYPE 11), which does not inflate, before the
+// end is read (transportio.ConnWatch).
+func TestCutCompressedMessage(t *testing.T) {
+	got := make(chan error, 1)
+	srv := httptest.NewServer(AHPHandler(AcceptOptions{Auth: auth.NewStatic("tok"), ReadLimit: 1 << 20}, func(ctx context.Context, mc MessageConn) {
+		defer mc.Close(CloseNormal, "")
+		_, err := mc.ReadMessage(ctx)
+		got <- err
+	}))
+	defer srv.Close()
+	p := wstest.DialDeflate(t, srv.Listener.Addr().String(), "/ahp", "Authorization: Bearer tok")
+	// A stored block's header, then 100 bytes of it: a deflate prefix
+	// that inflates, cut after 20 of its 105 bytes.
+	payload := append([]byte{0x00, 100, 0, 0xff - 100, 0xff}, make([]byte, 100)...)
+	p.WriteCompressedCut(0x1, payload, [4]byte{0x06, 0, 0, 0}, 20)
+	select {
+	case err := <-got:
+		if _, ok := Violation(err); ok || err == nil || err.Error() != "the peer's TCP connection ended without a WebSocket close" {
+			t.Errorf("ReadMessage: %v, want the connection lost (its TCP connection ended)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ReadMessage did not return")
+	}
+}
+
 // TestCloseBoundedWithoutAnswer: the host closing an /ahp connection whose
 // peer never answers the close frame (a laptop that slept) is held at most
 // closeHandshakeWait, not coder/websocket's 5 s; a peer that answers is

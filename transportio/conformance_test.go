@@ -612,3 +612,32 @@ func TestCorruptCompressedEmit(t *testing.T) {
 		t.Fatalf("close %d %q, want 4004 with \"invalid compressed data\"", code, reason)
 	}
 }
+
+// TestCutCompressedEmit: a compressed message whose frame the connection's
+// end cut short is a connection lost, not a protocol error, however its
+// bytes read: coder/websocket hands the inflater a cut frame's bytes
+// still masked, and this mask makes them a reserved deflate block
+// (BTYPE 11), which does not inflate, before the end is read.
+func TestCutCompressedEmit(t *testing.T) {
+	ended := make(chan error, 1)
+	l := &Listener{Session: Config{Contract: testContract}, Compression: websocket.CompressionNoContextTakeover}
+	srv := httptest.NewServer(l.WebSocketHandler(func(s *Session) {
+		<-s.Done()
+		ended <- s.Err()
+	}))
+	t.Cleanup(srv.Close)
+	p := wstest.DialDeflate(t, srv.Listener.Addr().String(), "/transport-io")
+	// A stored block's header, then 100 bytes of it: a deflate prefix
+	// that inflates, cut after 20 of its 105 bytes.
+	payload := append([]byte{0x00, 100, 0, 0xff - 100, 0xff}, make([]byte, 100)...)
+	p.WriteCompressedCut(0x2, payload, [4]byte{0x06, 0, 0, 0}, 20)
+	select {
+	case err := <-ended:
+		var se *SessionError
+		if !errors.As(err, &se) || !se.Lost || se.Reason != "the peer's TCP connection ended without a WebSocket close" {
+			t.Fatalf("session ended with %v, want a connection lost (its TCP connection ended)", err)
+		}
+	case <-ctxT(t).Done():
+		t.Fatal("the session did not end")
+	}
+}

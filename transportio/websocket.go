@@ -37,6 +37,11 @@ type WebSocketOptions struct {
 	// once per socket, with the upgrade request on a server and nil on a
 	// client.
 	Cork func(r *http.Request) Corker
+	// ReadErr, when set, returns the first read error of the connection
+	// beneath the socket (ConnWatch.Err), or nil: a compressed message
+	// that does not inflate once the connection failed is a connection
+	// lost, not a protocol error. The listener sets it.
+	ReadErr func() error
 }
 
 // Corker holds back a connection's writes until Uncork, which sends them
@@ -44,6 +49,14 @@ type WebSocketOptions struct {
 type Corker interface {
 	Cork()
 	Uncork() error
+}
+
+// readErr is ReadErr's answer, nil when ReadErr is not set.
+func (o *WebSocketOptions) readErr() error {
+	if o.ReadErr == nil {
+		return nil
+	}
+	return o.ReadErr()
 }
 
 func (o *WebSocketOptions) defaults() {
@@ -168,10 +181,17 @@ func (w *wsCarrier) readLoop() {
 	for {
 		typ, data, err := w.read()
 		if corrupt := new(flate.CorruptInputError); errors.As(err, corrupt) {
-			// A compressed message that does not inflate (RFC 7692
-			// §7.2.2): the peer broke the protocol, nothing was lost.
-			w.Close(CloseProtocolError, "invalid compressed data")
-			return
+			if cut := w.opts.readErr(); cut != nil {
+				// The connection ended inside the message: what did
+				// not inflate was a frame cut short (ConnWatch).
+				err = cut
+			} else {
+				// A compressed message that does not inflate (RFC
+				// 7692 §7.2.2): the peer broke the protocol, nothing
+				// was lost.
+				w.Close(CloseProtocolError, "invalid compressed data")
+				return
+			}
 		}
 		if err != nil {
 			var ce websocket.CloseError
@@ -454,7 +474,8 @@ func (l *Listener) WebSocketHandler(serve func(*Session)) http.Handler {
 			}
 			return
 		}
-		sw := &StatusRecorder{ResponseWriter: w}
+		cw := &ConnWatch{ResponseWriter: w}
+		sw := &StatusRecorder{ResponseWriter: cw}
 		c, err := websocket.Accept(sw, r, &websocket.AcceptOptions{OriginPatterns: l.OriginPatterns,
 			CompressionMode: l.Compression, CompressionThreshold: l.CompressionThreshold})
 		if err != nil {
@@ -467,6 +488,7 @@ func (l *Listener) WebSocketHandler(serve func(*Session)) http.Handler {
 		}
 		ok, code, reason := l.decide(r)
 		opts := l.WebSocket
+		opts.ReadErr = cw.Err
 		if opts.Cork != nil {
 			ck := opts.Cork(r)
 			opts.Cork = func(*http.Request) Corker { return ck }

@@ -21,9 +21,10 @@ type Peer struct {
 }
 
 // DialDeflate connects to addr, upgrades path offering permessage-deflate
-// and fails t unless the server accepted both. Every read and write is
-// bounded by 10 s; the connection is closed at t's cleanup.
-func DialDeflate(t testing.TB, addr, path string) *Peer {
+// and fails t unless the server accepted both; header lines ("Name:
+// value") go with the request. Every read and write is bounded by 10 s;
+// the connection is closed at t's cleanup.
+func DialDeflate(t testing.TB, addr, path string, header ...string) *Peer {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -33,7 +34,7 @@ func DialDeflate(t testing.TB, addr, path string) *Peer {
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	_, _ = io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
 		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"+
-		"Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n")
+		"Sec-WebSocket-Extensions: permessage-deflate\r\n"+strings.Join(append(header, ""), "\r\n")+"\r\n")
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols || !strings.Contains(resp.Header.Get("Sec-WebSocket-Extensions"), "permessage-deflate") {
@@ -57,6 +58,24 @@ func (p *Peer) WriteCompressed(op byte, payload []byte) {
 		frame = append(frame, b^mask[i%4])
 	}
 	if _, err := p.c.Write(frame); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// WriteCompressedCut writes the first sent bytes of one final frame of
+// opcode op with RSV1 set, announcing all of payload, masked with mask,
+// then ends the connection's write side: a frame cut short by the end of
+// the connection, as a dropped link leaves it.
+func (p *Peer) WriteCompressedCut(op byte, payload []byte, mask [4]byte, sent int) {
+	p.t.Helper()
+	frame := append([]byte{0x80 | 0x40 | op, 0x80 | byte(len(payload))}, mask[:]...)
+	for i, b := range payload[:sent] {
+		frame = append(frame, b^mask[i%4])
+	}
+	if _, err := p.c.Write(frame); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := p.c.(*net.TCPConn).CloseWrite(); err != nil {
 		p.t.Fatal(err)
 	}
 }
