@@ -27,6 +27,7 @@ interface Entry {
 }
 
 export interface FilesHost {
+  /** client is the page's client of the moment: null between sessions and while one is being set up (initialize, reconnect). */
   client(): Client | null;
   /** cwd is the working directory of the terminal at the drop (or the active one): a path, or null when unknown. */
   cwd(target: EventTarget | null): string | null;
@@ -105,10 +106,11 @@ export class Files {
 
   /** start queues one upload (tests call it with a Source). */
   start(f: Source, dir: string): Upload | null {
-    const c = this.host.client();
     const name = uploadName(f.name);
-    if (!c || !name) return null;
-    const u = new Upload(c, f, dir, name, () => this.render());
+    if (!this.host.client() || !name) return null;
+    // Each try asks for the client of the moment: one started on a
+    // session that ends continues on the next.
+    const u = new Upload(() => this.host.client(), f, dir, name, () => this.render());
     this.uploads.push(u);
     // Finished ones beyond the bound are forgotten, oldest first.
     while (this.uploads.length > MAX_SHOWN) {

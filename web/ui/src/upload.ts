@@ -9,6 +9,9 @@
 // lost link (or a host that reset it) is opened again on a new channel
 // with resume: the host kept its partial file, whose first bytes the
 // page hashes again and, when they are the file's, sends only the rest.
+// Each try asks for the page's client of the moment: a new session (the
+// host restarted, the grace ended) has a new one, and the client of the
+// session lost would fail every try left.
 
 import { sha256 } from "@noble/hashes/sha2.js";
 import type { FlowOffer, Message } from "./ahp.js";
@@ -28,7 +31,7 @@ export interface UploadClient {
 export const FILE_WINDOW: FlowOffer = { windowBytes: 4 << 20, maximumFrameBytes: 512 << 10 };
 /** HASH_SLICE is the slice read at a time to hash a kept prefix. */
 export const HASH_SLICE = 1 << 20;
-/** ATTEMPTS bounds the tries of one upload cut by lost links; the waits between them grow from RETRY_MS to 8 s. */
+/** ATTEMPTS bounds the tries of one upload cut by lost links (a try without a client counts); the waits between them grow from RETRY_MS to 8 s. */
 export const ATTEMPTS = 8;
 export const RETRY_MS = 250;
 
@@ -101,6 +104,13 @@ export function uploadName(name: string): string | null {
   return name;
 }
 
+/** NoClient fails a try made while the page has no client (between sessions): retried. */
+export class NoClient extends Error {
+  constructor() {
+    super("not connected");
+  }
+}
+
 let seq = 0;
 
 function newChannel(): string {
@@ -111,7 +121,9 @@ function newChannel(): string {
  * Upload sends one file into dir on the workload as name. run() resolves
  * when the host has it in place, and rejects with the host's reason (or
  * "cancelled"); cancel() stops it at any point: the host resets the
- * channel and never renames its partial file onto the target.
+ * channel and never renames its partial file onto the target. clientOf
+ * is the page's client of the moment (null between sessions), asked at
+ * each try: a try keeps the client it started on, whose loss ends it.
  */
 export class Upload {
   phase: Phase = "hashing";
@@ -121,10 +133,11 @@ export class Upload {
   channel: string;
   private cancelled = false;
   private opened = false;
+  private c: UploadClient | null = null; // the client of the try under way
   private outcome: { resolve: () => void; reject: (e: Error) => void } | null = null;
 
   constructor(
-    private c: UploadClient,
+    private clientOf: () => UploadClient | null,
     readonly file: Source,
     readonly dir: string,
     readonly name: string,
@@ -165,7 +178,7 @@ export class Upload {
   cancel(): void {
     if (this.cancelled || this.phase === "done" || this.phase === "failed") return;
     this.cancelled = true;
-    if (this.opened) this.c.control(this.channel, "tcp/reset");
+    if (this.opened) this.c?.control(this.channel, "tcp/reset");
     this.outcome?.reject(new Error("cancelled"));
   }
 
@@ -174,7 +187,7 @@ export class Upload {
   }
 
   private end(): void {
-    if (this.opened) this.c.unsubscribe(this.channel);
+    if (this.opened) this.c?.unsubscribe(this.channel);
     this.opened = false;
   }
 
@@ -197,9 +210,9 @@ export class Upload {
   }
 
   /** open opens the channel for writing, continuing the host's partial file when asked. */
-  private async open(resume: boolean): Promise<{ offset?: number; prefixSha256?: string }> {
+  private async open(c: UploadClient, resume: boolean): Promise<{ offset?: number; prefixSha256?: string }> {
     const f = this.file;
-    const r = await this.c.request<{ offset?: number; prefixSha256?: string }>("files/open", {
+    const r = await c.request<{ offset?: number; prefixSha256?: string }>("files/open", {
       channel: this.channel,
       path: this.dir,
       entry: this.name,
@@ -215,9 +228,12 @@ export class Upload {
 
   private async attempt(): Promise<void> {
     const f = this.file;
+    const c = this.clientOf();
+    if (!c) throw new NoClient();
+    this.c = c;
     this.phase = "hashing";
     this.hashed = 0;
-    let r = await this.open(true);
+    let r = await this.open(c, true);
     this.check();
     let h = sha256.create();
     let start = r.offset ?? 0;
@@ -235,7 +251,7 @@ export class Upload {
       if (hex(h.clone().digest()) !== r.prefixSha256) {
         this.end();
         this.channel = newChannel();
-        r = await this.open(false);
+        r = await this.open(c, false);
         this.check();
         h = sha256.create();
         start = 0;
@@ -245,7 +261,7 @@ export class Upload {
     const done = new Promise<void>((resolve, reject) => (this.outcome = { resolve, reject }));
     done.catch(() => {}); // awaited below; a failure before then is not unhandled
     const utf8 = new TextDecoder();
-    await this.c.subscribeWindowed(this.channel, FILE_WINDOW, (m, release) => {
+    await c.subscribeWindowed(this.channel, FILE_WINDOW, (m, release) => {
       release();
       const p = m.params ?? {};
       if (m.method === "tcp/data" && typeof p.data === "string") reason.push(utf8.decode(Uint8Array.from(atob(p.data), (ch) => ch.charCodeAt(0))));
@@ -255,24 +271,24 @@ export class Upload {
     this.phase = "sending";
     this.sent = start;
     this.onProgress(this);
-    const most = sliceBytes(this.c.frameOf(this.channel), this.channel);
+    const most = sliceBytes(c.frameOf(this.channel), this.channel);
     for (let off = start; off < f.size; ) {
-      await Promise.race([this.c.writable(this.channel), done]);
+      await Promise.race([c.writable(this.channel), done]);
       this.check();
       const end = Math.min(f.size, off + most);
       const data = new Uint8Array(await f.slice(off, end).arrayBuffer());
       this.check();
-      this.c.sendData(this.channel, "tcp/data", { offset: off - start, data: base64(data) });
+      c.sendData(this.channel, "tcp/data", { offset: off - start, data: base64(data) });
       h.update(data);
       this.sent = off = end;
       this.onProgress(this);
     }
-    await Promise.race([this.c.writable(this.channel), done]);
+    await Promise.race([c.writable(this.channel), done]);
     this.check();
-    this.c.sendData(this.channel, "tcp/eof", { offset: f.size - start });
+    c.sendData(this.channel, "tcp/eof", { offset: f.size - start });
     this.phase = "verifying";
     this.onProgress(this);
-    await Promise.race([this.c.request("files/commit", { channel: this.channel, sha256: hex(h.digest()) }), done]);
+    await Promise.race([c.request("files/commit", { channel: this.channel, sha256: hex(h.digest()) }), done]);
     await done;
   }
 }

@@ -30,6 +30,8 @@ function fakeHost(window: number, frame: number, answer?: (h: any) => void) {
     open: (_p: any): any => ({ offset: 0 }),
     /** lose, when set, fails the next writable() once: a lost link. */
     lose: false,
+    /** dead: the client's session is gone (die()): everything it is asked fails, as client.ts's does without a link. */
+    dead: false,
     sent: 0,
     credited: 0,
     maxOutstanding: 0,
@@ -38,10 +40,15 @@ function fakeHost(window: number, frame: number, answer?: (h: any) => void) {
     resets: 0,
     unsubscribed: false,
     handler: null as null | ((m: Message, release: () => void) => void),
-    waiters: [] as (() => void)[],
+    waiters: [] as { resolve: () => void; reject: (e: Error) => void }[],
     credit(n: number) {
       h.credited = Math.min(h.sent, h.credited + n);
-      while (h.waiters.length > 0 && h.sent - h.credited < window) h.waiters.shift()!();
+      while (h.waiters.length > 0 && h.sent - h.credited < window) h.waiters.shift()!.resolve();
+    },
+    /** die ends the client's session: what waits for the window fails, as client.ts's lost() does. */
+    die() {
+      h.dead = true;
+      for (const w of h.waiters.splice(0)) w.reject(new Error("connection lost"));
     },
     push(method: string, params: object) {
       h.handler?.({ jsonrpc: "2.0", method, params: { channel: h.opened.channel, ...params } }, () => {});
@@ -49,6 +56,7 @@ function fakeHost(window: number, frame: number, answer?: (h: any) => void) {
   };
   const c: UploadClient = {
     async request(method: string, params: any) {
+      if (h.dead) throw new Error("not connected");
       if (method === "files/commit") {
         assert.equal(params.channel, h.opened.channel);
         h.commit = params;
@@ -61,17 +69,20 @@ function fakeHost(window: number, frame: number, answer?: (h: any) => void) {
       return h.open(params);
     },
     async subscribeWindowed(_ch, _offer, handler) {
+      if (h.dead) throw new Error("not connected");
       h.handler = handler;
     },
     writable() {
+      if (h.dead) return Promise.reject(new Error("not connected"));
       if (h.lose) {
         h.lose = false;
         return Promise.reject(new Error("the link was lost"));
       }
-      return h.sent - h.credited < window ? Promise.resolve() : new Promise<void>((r) => h.waiters.push(r));
+      return h.sent - h.credited < window ? Promise.resolve() : new Promise<void>((resolve, reject) => h.waiters.push({ resolve, reject }));
     },
     frameOf: () => frame,
     sendData(channel, method, params: any) {
+      if (h.dead) throw new Error(`${channel}: not connected`);
       const text = JSON.stringify({ jsonrpc: "2.0", method, params: { channel, ...params } });
       assert.ok(2 * text.length <= frame, `a message of ${2 * text.length} UTF-16 bytes over the frame ${frame}`);
       h.sent += 2 * text.length;
@@ -121,7 +132,7 @@ test("an upload sends every byte once, in order, with the file's SHA-256, within
   const window = 256 * 1024;
   const h = fakeHost(window, 64 * 1024, (h) => setTimeout(() => h.push("tcp/eof", { offset: 0 })));
   const src = source(bytes);
-  const u = new Upload(h.c, src, "/srv/up", "a.bin");
+  const u = new Upload(() => h.c, src, "/srv/up", "a.bin");
   const done = u.run();
   // Credit as a host would, a message at a time, until the end.
   while (u.phase !== "done" && u.phase !== "failed") {
@@ -150,7 +161,7 @@ test("the host's reason fails an upload", async () => {
     h.push("tcp/data", { offset: 0, data: Buffer.from("a.bin: SHA-256 differs").toString("base64") });
     h.push("tcp/eof", { offset: 22 });
   });
-  const u = new Upload(h.c, source(new Uint8Array(10)), "/srv", "a.bin");
+  const u = new Upload(() => h.c, source(new Uint8Array(10)), "/srv", "a.bin");
   await assert.rejects(u.run(), /SHA-256 differs/);
   assert.equal(u.phase, "failed");
   assert.equal(u.error, "a.bin: SHA-256 differs");
@@ -159,7 +170,7 @@ test("the host's reason fails an upload", async () => {
 test("cancel resets the channel and never ends the stream", async () => {
   const bytes = new Uint8Array(1 << 20);
   const h = fakeHost(64 * 1024, 16 * 1024); // no credit: the upload waits for the window
-  const u = new Upload(h.c, source(bytes), "/srv", "a.bin");
+  const u = new Upload(() => h.c, source(bytes), "/srv", "a.bin");
   const done = u.run();
   while (u.phase !== "sending" || h.sent === 0) await new Promise((r) => setTimeout(r, 0));
   u.cancel();
@@ -185,7 +196,7 @@ test("an upload cut by a lost link opens again and sends only what the host lack
     if (opens === 2) return { offset: kept, prefixSha256: createHash("sha256").update(bytes.subarray(0, kept)).digest("hex") };
     return { offset: 0 };
   };
-  const u = new Upload(h.c, source(bytes), "/srv", "a.bin");
+  const u = new Upload(() => h.c, source(bytes), "/srv", "a.bin");
   const first = u.channel;
   const done = u.run();
   while (u.phase !== "done" && u.phase !== "failed") {
@@ -207,7 +218,7 @@ test("a kept prefix that differs is sent again from the start", async () => {
   const bytes = new Uint8Array(300 * 1024).map((_, i) => (i * 7) & 255);
   const h = fakeHost(1 << 20, 64 * 1024, (h) => setTimeout(() => h.push("tcp/eof", { offset: 0 })));
   h.open = (p: any) => (p.resume ? { offset: 1000, prefixSha256: "00".repeat(32) } : { offset: 0 });
-  const u = new Upload(h.c, source(bytes), "/srv", "a.bin");
+  const u = new Upload(() => h.c, source(bytes), "/srv", "a.bin");
   const done = u.run();
   while (u.phase !== "done" && u.phase !== "failed") {
     await new Promise((r) => setTimeout(r, 0));
@@ -217,4 +228,71 @@ test("a kept prefix that differs is sent again from the start", async () => {
   assert.deepEqual(h.opens.map((o: any) => o.resume), [true, false]);
   assert.ok(Buffer.concat(h.got).equals(Buffer.from(bytes)));
   assert.equal(h.commit.sha256, createHash("sha256").update(bytes).digest("hex"));
+});
+
+/**
+ * replaced runs an upload whose client's session ends once `after` bytes
+ * went up (the host restarted, say): the page has no client for a while,
+ * then a new one, which the upload's next tries must use. keeps says what
+ * the new session's host kept of the file (its partial file).
+ */
+async function replaced(bytes: Uint8Array, after: number, keeps: (got: Buffer) => Buffer) {
+  const ended = (h: { push: (m: string, p: object) => void }) => setTimeout(() => h.push("tcp/eof", { offset: 0 }));
+  const old = fakeHost(256 * 1024, 64 * 1024, ended);
+  const neu = fakeHost(256 * 1024, 64 * 1024, ended);
+  let kept: Buffer = Buffer.alloc(0);
+  neu.open = (p: any) => {
+    if (!p.resume || kept.length === 0) return { offset: 0 };
+    return { offset: kept.length, prefixSha256: createHash("sha256").update(kept).digest("hex") };
+  };
+  let current: UploadClient | null = old.c;
+  let without = 0; // tries that found no client
+  const clientOf = () => {
+    if (current === null && ++without === 1) setTimeout(() => (current = neu.c)); // the next session is up for the try after
+    return current;
+  };
+  const u = new Upload(clientOf, source(bytes), "/srv", "a.bin");
+  const done = u.run();
+  while (u.phase !== "done" && u.phase !== "failed") {
+    await new Promise((r) => setTimeout(r, 0));
+    if (!old.dead && Buffer.concat(old.got).length >= after) {
+      old.die();
+      current = null;
+      kept = keeps(Buffer.concat(old.got));
+    }
+    old.credit(64 * 1024);
+    neu.credit(64 * 1024);
+  }
+  await done;
+  return { old, neu, kept, without, u };
+}
+
+test("an upload whose session is replaced continues on the new client from the part the host kept", async () => {
+  const bytes = new Uint8Array(2 * 1024 * 1024 + 11).map((_, i) => (i * 29 + (i >> 10)) & 255);
+  const { old, neu, kept, without, u } = await replaced(bytes, 700 * 1024, (got) => got);
+  assert.ok(kept.length >= 700 * 1024 && kept.length < bytes.length, `the old host got ${kept.length} bytes`);
+  assert.equal(old.opens.length, 1, "no try went to the old client after its session ended");
+  assert.equal(old.commit, null);
+  assert.equal(without, 1, "the try without a client was tried again");
+  assert.deepEqual(neu.opens.map((o: any) => o.resume), [true]);
+  assert.ok(Buffer.concat(neu.got).equals(Buffer.from(bytes.subarray(kept.length))), "the new host got the rest, from the kept offset");
+  assert.equal(neu.eof, bytes.length - kept.length);
+  assert.equal(neu.commit.sha256, createHash("sha256").update(bytes).digest("hex"));
+  assert.equal(u.hashed, kept.length);
+  assert.equal(u.phase, "done");
+  assert.equal(u.fraction, 1);
+  assert.ok(neu.unsubscribed);
+});
+
+test("an upload whose session is replaced by a host that kept nothing starts over and lands exact", async () => {
+  const bytes = new Uint8Array(1024 * 1024 + 3).map((_, i) => (i * 17 + (i >> 8)) & 255);
+  const { old, neu, without, u } = await replaced(bytes, 300 * 1024, () => Buffer.alloc(0));
+  assert.equal(old.opens.length, 1);
+  assert.equal(without, 1);
+  assert.deepEqual(neu.opens.map((o: any) => o.resume), [true]);
+  assert.ok(Buffer.concat(neu.got).equals(Buffer.from(bytes)), "the new host got every byte");
+  assert.equal(neu.eof, bytes.length);
+  assert.equal(neu.commit.sha256, createHash("sha256").update(bytes).digest("hex"));
+  assert.equal(u.hashed, 0);
+  assert.equal(u.phase, "done");
 });
