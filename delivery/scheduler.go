@@ -27,6 +27,15 @@ type BinaryWriter interface {
 	WriteBinary(ctx context.Context, payload []byte) error
 }
 
+// FramedWriter is a BinaryWriter that writes a binary form from the buffer
+// it was built in (Message.Framed): framed[FrameRoom:] is the binary form,
+// and the writer may write its frame header into framed[:FrameRoom]. Like
+// WriteBinary it keeps no reference to framed once it returns.
+type FramedWriter interface {
+	BinaryWriter
+	WriteFramed(ctx context.Context, framed []byte) error
+}
+
 // SchedulerConfig bounds one connection's outbound queues.
 type SchedulerConfig struct {
 	// ProtectedMessages bounds what PushProtected queues (responses and
@@ -452,7 +461,8 @@ func (s *Scheduler) CloseWhenFlushed(err error) {
 // Run writes messages to w until ctx ends, Close is called, or a write
 // fails; it returns the reason. Call it once, from the connection's writer
 // goroutine. A message with a binary form goes out in that form when
-// SchedulerConfig.Binary is set and w is a BinaryWriter; otherwise its
+// SchedulerConfig.Binary is set and w is a BinaryWriter (written from its
+// Framed buffer when it has one and w is a FramedWriter); otherwise its
 // text is written (built from the binary form where the source built only
 // that).
 func (s *Scheduler) Run(ctx context.Context, w MessageWriter) error {
@@ -460,6 +470,7 @@ func (s *Scheduler) Run(ctx context.Context, w MessageWriter) error {
 	if !s.cfg.Binary {
 		bw = nil
 	}
+	fw, _ := bw.(FramedWriter)
 	for {
 		m, err := s.next(ctx)
 		if err != nil {
@@ -467,7 +478,9 @@ func (s *Scheduler) Run(ctx context.Context, w MessageWriter) error {
 		}
 		rec := s.recycle
 		s.recycle = nil
-		if m.Binary != nil && bw != nil {
+		if m.Framed != nil && fw != nil {
+			err = fw.WriteFramed(ctx, m.Framed)
+		} else if m.Binary != nil && bw != nil {
 			err = bw.WriteBinary(ctx, m.Binary)
 		} else {
 			if m.Text == nil {
