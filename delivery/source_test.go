@@ -256,3 +256,45 @@ func TestFramedForm(t *testing.T) {
 		})
 	}
 }
+
+// flushWriter is a framedWriter that is also a delivery.Flusher,
+// recording each Flush as "flush".
+type flushWriter struct{ framedWriter }
+
+func (w flushWriter) Flush() error {
+	w.add("flush")
+	return nil
+}
+
+// TestFlushWhenIdle: a writer that holds what it writes (a Flusher) is
+// flushed once the Scheduler has written every message ready and finds
+// nothing more, not after each message, and not again while idle.
+func TestFlushWhenIdle(t *testing.T) {
+	text := `{"jsonrpc":"2.0","method":"x/data","params":{"channel":"C","n":1}}`
+	var msgs []delivery.Message
+	for i := range 3 {
+		framed := append([]byte("ROOM-0123456"), reverse(text)...)
+		framed[0] = byte('0' + i)
+		msgs = append(msgs, delivery.Message{Binary: framed[delivery.FrameRoom:], Framed: framed, Form: reverseForm{}, Size: delivery.Measure([]byte(text))})
+	}
+	s := delivery.NewScheduler(delivery.SchedulerConfig{Binary: true, WriterReleases: true})
+	s.AddStream("C", delivery.Limits{WindowBytes: 1 << 20, MaximumFrameBytes: 1024}, &formSource{msgs: msgs})
+	w := flushWriter{framedWriter{newBinaryWriter()}}
+	stop := run(t, s, w)
+	w.wait(t, 4)
+	if err := stop(); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	got := append([]string(nil), w.got...)
+	w.mu.Unlock()
+	want := []string{"framed:0", "framed:1", "framed:2", "flush"}
+	if len(got) != len(want) {
+		t.Fatalf("wrote %d times, want %d: %.12q", len(got), len(want), got)
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Fatalf("write %d is %.12q, want %q", i, got[i], want[i])
+		}
+	}
+}

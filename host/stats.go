@@ -259,6 +259,14 @@ func (c *countingConn) WriteFramed(ctx context.Context, framed []byte) error {
 	return err
 }
 
+// Flush implements delivery.Flusher as the wrapped conn does.
+func (c *countingConn) Flush() error {
+	if f, ok := c.MessageConn.(delivery.Flusher); ok {
+		return f.Flush()
+	}
+	return nil
+}
+
 // stats is one reading of the host's counters and gauges.
 type stats struct {
 	connections [len(transportKinds)]int // open, by transport

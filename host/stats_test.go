@@ -115,3 +115,26 @@ type plainRec struct{ writeRec }
 
 func (w *plainRec) rec() *writeRec  { return &w.writeRec }
 func (w *framedRec) rec() *writeRec { return &w.writeRec }
+
+// flushRec counts Flush calls.
+type flushRec struct {
+	writeRec
+	flushes int
+}
+
+func (w *flushRec) Flush() error {
+	w.flushes++
+	return nil
+}
+
+// TestCountingFlush: countingConn flushes a conn that holds writes back
+// (delivery.Flusher: transport-io) and does nothing for one that does not.
+func TestCountingFlush(t *testing.T) {
+	f := &flushRec{}
+	if err := (&countingConn{MessageConn: f}).Flush(); err != nil || f.flushes != 1 {
+		t.Fatalf("Flush: %v, %d flushes of the conn, want 1", err, f.flushes)
+	}
+	if err := (&countingConn{MessageConn: &plainRec{}}).Flush(); err != nil {
+		t.Fatalf("Flush of a conn that holds nothing: %v", err)
+	}
+}

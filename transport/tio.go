@@ -145,6 +145,10 @@ func (c *tioConn) WriteFramed(ctx context.Context, framed []byte) error {
 	return tioError(c.s.EmitFramedWaitQueue(ctx, rpc.EventBinaryData, framed, EmitQueueMark, EmitQueueBytes))
 }
 
+// Flush implements delivery.Flusher: the frames WriteFramed left held
+// (transportio.Session.Flush) go to the socket.
+func (c *tioConn) Flush() error { return tioError(c.s.Flush()) }
+
 // The room a delivery.Message leaves in front of its binary form is one
 // EMIT header (a compile error unless the two are equal).
 const _ = uint(delivery.FrameRoom-transportio.FrameHeaderLen) + uint(transportio.FrameHeaderLen-delivery.FrameRoom)

@@ -7,10 +7,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 // framedBuf returns payload behind FrameHeaderLen bytes of room that hold
@@ -278,4 +283,176 @@ func (x oneWriterW) Write(p []byte) (int, error) {
 	}
 	defer x.c.busy.Add(-1)
 	return x.w.Write(p)
+}
+
+// holdConn is a socket with a Corker as transport.CorkConn is one: while
+// corked, writes are kept and go out together at Uncork.
+type holdConn struct {
+	net.Conn
+	mu     sync.Mutex
+	corked bool
+	buf    []byte
+}
+
+func (c *holdConn) Cork() {
+	c.mu.Lock()
+	c.corked = true
+	c.mu.Unlock()
+}
+
+func (c *holdConn) Uncork() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.corked = false
+	b := c.buf
+	c.buf = nil
+	if len(b) == 0 {
+		return nil
+	}
+	_, err := c.Conn.Write(b)
+	return err
+}
+
+func (c *holdConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.corked {
+		c.buf = append(c.buf, p...)
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *holdConn) held() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.buf)
+}
+
+// heldPair dials a WebSocket mapping whose client socket is a holdConn;
+// the server session's emits arrive on the returned channel, and srv
+// reports how the server's session ended.
+func heldPair(t *testing.T) (s *Session, hc *holdConn, got chan Message, srvErr chan error) {
+	got = make(chan Message, 64)
+	srvErr = make(chan error, 1)
+	l := &Listener{Session: Config{Contract: testContract}}
+	srv := httptest.NewServer(l.WebSocketHandler(func(s *Session) {
+		for {
+			m, err := s.Receive(context.Background())
+			if err != nil {
+				srvErr <- err
+				return
+			}
+			m.Payload = bytes.Clone(m.Payload)
+			got <- m
+		}
+	}))
+	t.Cleanup(srv.Close)
+	conns := make(chan *holdConn, 1)
+	hcl := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		h := &holdConn{Conn: c}
+		conns <- h
+		return h, nil
+	}}}
+	opts := WebSocketOptions{Cork: func(*http.Request) Corker { return <-conns }}
+	s, err := DialWebSocket(ctxT(t), "ws"+strings.TrimPrefix(srv.URL, "http")+"/transport-io", &websocket.DialOptions{HTTPClient: hcl}, Config{Contract: testContract, Role: RoleClient}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close(CloseNoError, "")
+		s.Wait()
+	})
+	if err := s.WaitHandshake(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	// The Corker is the one socket the dial made.
+	return s, s.car.(*wsCarrier).cork.(*holdConn), got, srvErr
+}
+
+// receive returns the next emit the server got, or fails after 10 s.
+func receive(t *testing.T, got chan Message) Message {
+	t.Helper()
+	select {
+	case m := <-got:
+		return m
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing received")
+		return Message{}
+	}
+}
+
+// TestEmitFramedHeld: on the WebSocket mapping over a Corker, a framed
+// emit stays in the socket's buffer until Flush, a write of the writer
+// goroutine, or the close, so a run of them leaves in one system call;
+// what is held never exceeds maxWriteBatch (256 KiB) of frames.
+func TestEmitFramedHeld(t *testing.T) {
+	s, hc, got, srvErr := heldPair(t)
+	ctx := ctxT(t)
+	p := pattern(64<<10, 1)
+	if err := s.EmitFramedWaitQueue(ctx, "blob", framedBuf(p), 32, 0); err != nil {
+		t.Fatal(err)
+	}
+	if hc.held() < len(p) {
+		t.Fatalf("%d bytes held after a framed emit of %d, want all of it", hc.held(), len(p))
+	}
+	select {
+	case m := <-got:
+		t.Fatalf("received %d bytes before Flush", len(m.Payload))
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if m := receive(t, got); !bytes.Equal(m.Payload, p) || hc.held() != 0 {
+		t.Fatalf("after Flush: received %d bytes, %d held; want the payload, none", len(m.Payload), hc.held())
+	}
+
+	// A run: held up to the bound, then a write sends it all.
+	var sent [][]byte
+	for i := range 6 {
+		p := pattern(64<<10+i, byte(i))
+		sent = append(sent, p)
+		if err := s.EmitFramedWaitQueue(ctx, "blob", framedBuf(p), 32, 0); err != nil {
+			t.Fatal(err)
+		}
+		if h := hc.held(); h > maxWriteBatch+16*(i+1) {
+			t.Fatalf("%d bytes held after %d framed emits, bound %d", h, i+1, maxWriteBatch)
+		}
+	}
+	// A plain emit goes through the writer goroutine: its write sends
+	// what was held first.
+	if err := s.Emit("ahp", []byte(`{"after":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range sent {
+		if m := receive(t, got); !bytes.Equal(m.Payload, p) {
+			t.Fatalf("framed emit %d of the run: %d bytes, not the payload", i, len(m.Payload))
+		}
+	}
+	if m := receive(t, got); string(m.Payload) != `{"after":1}` {
+		t.Fatalf("then %q, want the plain emit", m.Payload)
+	}
+
+	// The close sends what is held before its close frame.
+	if err := s.EmitFramedWaitQueue(ctx, "blob", framedBuf(p), 32, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.Close(CloseNoError, "done")
+	if m := receive(t, got); !bytes.Equal(m.Payload, p) {
+		t.Fatalf("the held emit at the close: %d bytes, not the payload", len(m.Payload))
+	}
+	select {
+	case err := <-srvErr:
+		var se *SessionError
+		if !errors.As(err, &se) || se.Lost || se.Code != CloseNoError || se.Reason != "done" {
+			t.Fatalf("the server's session ended with %v, want the client's clean close", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server's session did not end")
+	}
 }

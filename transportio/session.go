@@ -117,8 +117,11 @@ type Session struct {
 	// caller of EmitFramedWaitQueue is writing to it (the writer waits).
 	emitW  io.Writer
 	direct bool
-	ring   DatagramRing
-	seq    map[uint32]uint32
+	// held counts the bytes of frames written with heldWriter.WriteHeld
+	// and not flushed yet (at most maxWriteBatch).
+	held int
+	ring DatagramRing
+	seq  map[uint32]uint32
 
 	gateMu sync.Mutex
 	gate   SequenceGate
@@ -542,15 +545,27 @@ func (s *Session) writeDirect(ctx context.Context, frame []byte) error {
 		s.mu.Lock()
 	}
 	w := s.emitW // set before frame 0 was written
+	hw, hold := w.(heldWriter)
+	hold = hold && s.held+len(frame) < maxWriteBatch
 	s.inflight = 1
 	s.direct = true
 	s.pendingBytes += len(frame)
 	s.mu.Unlock()
 	s.emitsSent.Add(1)
 
-	_, err := w.Write(frame)
+	var err error
+	if hold {
+		_, err = hw.WriteHeld(frame)
+	} else {
+		_, err = w.Write(frame) // sends what was held too
+	}
 
 	s.mu.Lock()
+	if hold && err == nil {
+		s.held += len(frame)
+	} else {
+		s.held = 0
+	}
 	s.inflight = 0
 	s.direct = false
 	s.pendingBytes -= len(frame)
@@ -569,6 +584,70 @@ func (s *Session) writeDirect(ctx context.Context, frame []byte) error {
 		return err
 	}
 	return nil
+}
+
+// heldWriter is an emit stream that can hold frames back to send them
+// together (the WebSocket mapping over a Corker): WriteHeld writes p as
+// Write does (p is free on return) but may keep the bytes until Flush or
+// the next Write.
+type heldWriter interface {
+	WriteHeld(p []byte) (int, error)
+	Flush() error
+}
+
+// Flush sends what EmitFramedWaitQueue left held: on the WebSocket
+// mapping over a Corker, frames it writes stay in the Corker's buffer
+// (up to 256 KiB) so that a run of them leaves in one system call, until
+// Flush, the next frame the writer goroutine writes, or the session's
+// close. Call it when nothing more is about to be emitted (delivery's
+// Scheduler does, before it waits). It returns the write's error.
+func (s *Session) Flush() error {
+	s.mu.Lock()
+	for {
+		if s.held == 0 || s.Err() != nil {
+			s.mu.Unlock()
+			return nil
+		}
+		if s.inflight == 0 {
+			break
+		}
+		// A direct write on another goroutine (the writer goroutine
+		// clears held when it takes frames: its write sends them).
+		sp := s.space
+		s.mu.Unlock()
+		select {
+		case <-sp:
+		case <-s.ctx.Done():
+			return nil
+		}
+		s.mu.Lock()
+	}
+	// Hold the writer goroutine off as a direct write does.
+	hw := s.emitW.(heldWriter)
+	s.held = 0
+	s.inflight = 1
+	s.direct = true
+	s.mu.Unlock()
+
+	err := hw.Flush()
+
+	s.mu.Lock()
+	s.inflight = 0
+	s.direct = false
+	close(s.space)
+	s.space = make(chan struct{})
+	more := len(s.q) > 0
+	s.mu.Unlock()
+	if more {
+		notify(s.wake)
+	}
+	if err != nil {
+		s.failRead(err)
+		if e := s.Err(); e != nil {
+			return e
+		}
+	}
+	return err
 }
 
 // enqueue appends frame b to the emit lane. With mark 0 it never waits and
@@ -676,6 +755,7 @@ func (s *Session) writer() {
 		}
 		s.q = s.q[n:]
 		s.inflight = n
+		s.held = 0 // this write sends it
 		s.mu.Unlock()
 
 		_, err := w.Write(out)
