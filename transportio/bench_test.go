@@ -210,29 +210,48 @@ func BenchmarkFraming(b *testing.B) {
 }
 
 // BenchmarkEmitFramed: bulk 64 KiB EMITs over the WebSocket mapping on
-// loopback (plain and TLS), one direction, the way transport sends data
+// loopback (plain, TLS, and TLS over a corking socket as the sidecar's
+// transport.CorkConn is), one direction, the way transport sends data
 // messages (EmitQueueMark 32, 256 KiB): "copy" builds each frame in the
 // emit lane's buffer (EmitWaitQueue), "framed" writes it from the
-// caller's buffer, built behind header room (EmitFramedWaitQueue).
-// cpu-ns/op is the process's user+system CPU per message, both ends.
+// caller's buffer, built behind header room (EmitFramedWaitQueue; over
+// the cork, held until Flush or 256 KiB). cpu-ns/op is the process's
+// user+system CPU per message, both ends.
 func BenchmarkEmitFramed(b *testing.B) {
 	const size = 64 << 10
-	for _, tlsOn := range []bool{false, true} {
+	for _, mapping := range []string{"ws", "wss", "wss-cork"} {
 		for _, framed := range []bool{false, true} {
-			name := map[bool]string{false: "ws", true: "wss"}[tlsOn] + "/" + map[bool]string{false: "copy", true: "framed"}[framed]
+			name := mapping + "/" + map[bool]string{false: "copy", true: "framed"}[framed]
 			b.Run(name, func(b *testing.B) {
 				k := &sink{want: int64(b.N) * size, done: make(chan struct{})}
 				l := &Listener{Session: Config{Contract: benchContract}}
 				var srv *httptest.Server
 				var dopts *websocket.DialOptions
-				if tlsOn {
+				var opts WebSocketOptions
+				switch mapping {
+				case "ws":
+					srv = httptest.NewServer(l.WebSocketHandler(k.session))
+				case "wss":
 					srv = httptest.NewTLSServer(l.WebSocketHandler(k.session))
 					dopts = &websocket.DialOptions{HTTPClient: srv.Client()}
-				} else {
-					srv = httptest.NewServer(l.WebSocketHandler(k.session))
+				default:
+					srv = httptest.NewTLSServer(l.WebSocketHandler(k.session))
+					tr := srv.Client().Transport.(*http.Transport).Clone()
+					conns := make(chan *holdConn, 1)
+					tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+						c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+						if err != nil {
+							return nil, err
+						}
+						h := &holdConn{Conn: c}
+						conns <- h
+						return h, nil
+					}
+					dopts = &websocket.DialOptions{HTTPClient: &http.Client{Transport: tr}}
+					opts.Cork = func(*http.Request) Corker { return <-conns }
 				}
 				defer srv.Close()
-				s, err := DialWebSocket(context.Background(), "ws"+strings.TrimPrefix(srv.URL, "http"), dopts, Config{Contract: benchContract}, WebSocketOptions{})
+				s, err := DialWebSocket(context.Background(), "ws"+strings.TrimPrefix(srv.URL, "http"), dopts, Config{Contract: benchContract}, opts)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -256,6 +275,9 @@ func BenchmarkEmitFramed(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
+				}
+				if err := s.Flush(); err != nil {
+					b.Fatal(err)
 				}
 				<-k.done
 				b.StopTimer()

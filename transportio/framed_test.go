@@ -304,12 +304,11 @@ func (c *holdConn) Uncork() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.corked = false
-	b := c.buf
-	c.buf = nil
-	if len(b) == 0 {
+	if len(c.buf) == 0 {
 		return nil
 	}
-	_, err := c.Conn.Write(b)
+	_, err := c.Conn.Write(c.buf)
+	c.buf = c.buf[:0] // kept for the next, as CorkConn's pool does
 	return err
 }
 
