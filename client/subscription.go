@@ -672,6 +672,9 @@ func (q *outQueue) Recycle(m delivery.Message) {
 	ok := q.recyclable != nil && unsafe.SliceData(q.recyclable) == unsafe.SliceData(b)
 	q.recyclable = nil
 	q.mu.Unlock()
+	if ok && m.Framed != nil {
+		b = m.Framed // the buffer starts at the frame room
+	}
 	if ok {
 		bytestream.Recycle(b)
 	}

@@ -27,6 +27,22 @@ type BinaryWriter interface {
 	WriteBinary(ctx context.Context, payload []byte) error
 }
 
+// Flusher is a MessageWriter that may hold back what it wrote, to send a
+// run of messages in fewer system calls, until Flush: the Scheduler calls
+// Flush each time it has written and finds nothing more to write.
+type Flusher interface {
+	Flush() error
+}
+
+// FramedWriter is a BinaryWriter that writes a binary form from the buffer
+// it was built in (Message.Framed): framed[FrameRoom:] is the binary form,
+// and the writer may write its frame header into framed[:FrameRoom]. Like
+// WriteBinary it keeps no reference to framed once it returns.
+type FramedWriter interface {
+	BinaryWriter
+	WriteFramed(ctx context.Context, framed []byte) error
+}
+
 // SchedulerConfig bounds one connection's outbound queues.
 type SchedulerConfig struct {
 	// ProtectedMessages bounds what PushProtected queues (responses and
@@ -135,8 +151,12 @@ type Scheduler struct {
 	// takes it (ownBuf), Run gives it back once WriteMessage returned.
 	// One message is in flight at a time, so one buffer is enough; without
 	// WriterReleases each message gets a new one.
-	own        []byte
-	ownOut     bool // the message being written is in own
+	own    []byte
+	ownOut bool // the message being written is in own
+	// flusher is Run's writer when it is a Flusher; unflushed says a
+	// message was written since its last Flush.
+	flusher    Flusher
+	unflushed  bool
 	rr         int  // index into the participant ring
 	fresh      bool // the participant at rr has not had its quantum yet
 	ordDeficit UTF16Bytes
@@ -452,14 +472,18 @@ func (s *Scheduler) CloseWhenFlushed(err error) {
 // Run writes messages to w until ctx ends, Close is called, or a write
 // fails; it returns the reason. Call it once, from the connection's writer
 // goroutine. A message with a binary form goes out in that form when
-// SchedulerConfig.Binary is set and w is a BinaryWriter; otherwise its
+// SchedulerConfig.Binary is set and w is a BinaryWriter (written from its
+// Framed buffer when it has one and w is a FramedWriter); otherwise its
 // text is written (built from the binary form where the source built only
-// that).
+// that). A writer that is a Flusher is flushed whenever Run has written
+// and finds nothing more to write.
 func (s *Scheduler) Run(ctx context.Context, w MessageWriter) error {
 	bw, _ := w.(BinaryWriter)
 	if !s.cfg.Binary {
 		bw = nil
 	}
+	fw, _ := bw.(FramedWriter)
+	s.flusher, _ = w.(Flusher)
 	for {
 		m, err := s.next(ctx)
 		if err != nil {
@@ -467,7 +491,9 @@ func (s *Scheduler) Run(ctx context.Context, w MessageWriter) error {
 		}
 		rec := s.recycle
 		s.recycle = nil
-		if m.Binary != nil && bw != nil {
+		if m.Framed != nil && fw != nil {
+			err = fw.WriteFramed(ctx, m.Framed)
+		} else if m.Binary != nil && bw != nil {
 			err = bw.WriteBinary(ctx, m.Binary)
 		} else {
 			if m.Text == nil {
@@ -480,6 +506,7 @@ func (s *Scheduler) Run(ctx context.Context, w MessageWriter) error {
 			s.Close(err)
 			return err
 		}
+		s.unflushed = s.flusher != nil
 		if s.cfg.OnSent != nil {
 			s.cfg.OnSent(m)
 		}
@@ -591,6 +618,15 @@ func (s *Scheduler) next(ctx context.Context) (Message, error) {
 		clear(s.picking)
 		if !m.IsZero() {
 			return m, nil
+		}
+		if s.unflushed {
+			// Nothing more to write now: what the writer held goes.
+			s.unflushed = false
+			if err := s.flusher.Flush(); err != nil {
+				s.Close(err)
+				return Message{}, err
+			}
+			continue // more may have come meanwhile
 		}
 		select {
 		case <-s.wake:

@@ -54,9 +54,20 @@ type Message struct {
 	// transport carries as it is where the connection negotiated it
 	// (SchedulerConfig.Binary, BinaryWriter).
 	Binary []byte
+	// Framed, when not nil, is Binary's buffer from FrameRoom bytes before
+	// Binary: Binary == Framed[FrameRoom:]. A FramedWriter writes its frame
+	// header into that room and the frame from the one buffer, so the
+	// binary form is not copied on its way to the socket. The buffer to give
+	// back to a pool is Framed.
+	Framed []byte
 	// Form rebuilds the text from Binary; set whenever Binary is.
 	Form TextForm
 }
+
+// FrameRoom is the room a Message's Framed buffer leaves in front of its
+// binary form: a transport-io frame header (transportio.FrameHeaderLen,
+// seed 002 §5.1: Length, Type, Codec, Reserved, Event ID).
+const FrameRoom = 12
 
 // TextForm rebuilds the exact text that a binary form stands for.
 type TextForm interface {

@@ -201,3 +201,100 @@ func fragmentData(t *testing.T, frame string) string {
 	}
 	return f.Params.Data
 }
+
+// framedWriter is a binaryWriter that also writes from a message's frame
+// room (delivery.FramedWriter), recorded as "framed:…" with the room.
+type framedWriter struct{ *binaryWriter }
+
+func (w framedWriter) WriteFramed(_ context.Context, framed []byte) error {
+	w.add("framed:" + string(framed))
+	return nil
+}
+
+// TestFramedForm: a binary form built behind FrameRoom bytes of room
+// (Message.Framed) goes to a FramedWriter as the whole buffer, and to a
+// writer that is only a BinaryWriter as the binary form; a Recycler gets
+// the message back with its Framed buffer either way.
+func TestFramedForm(t *testing.T) {
+	text := `{"jsonrpc":"2.0","method":"x/data","params":{"channel":"C","n":1}}`
+	bin := reverse(text)
+	framed := append([]byte("ROOM-0123456"), bin...)
+	if len(framed) != delivery.FrameRoom+len(bin) {
+		t.Fatal("the fixture's room is not FrameRoom bytes")
+	}
+	for _, tc := range []struct {
+		name   string
+		framed bool
+		want   string
+	}{
+		{"framed writer", true, "framed:" + string(framed)},
+		{"binary writer", false, "binary:" + bin},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := delivery.NewScheduler(delivery.SchedulerConfig{Binary: true, WriterReleases: true})
+			m := delivery.Message{Binary: framed[delivery.FrameRoom:], Framed: framed, Form: reverseForm{}, Size: delivery.Measure([]byte(text))}
+			src := &formSource{msgs: []delivery.Message{m}}
+			s.AddStream("C", delivery.Limits{WindowBytes: 4096, MaximumFrameBytes: 1024}, src)
+			bw := newBinaryWriter()
+			var w delivery.MessageWriter = bw
+			if tc.framed {
+				w = framedWriter{bw}
+			}
+			stop := run(t, s, w)
+			got := bw.wait(t, 1)
+			if err := stop(); !errors.Is(err, context.Canceled) {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || got[0] != tc.want {
+				t.Fatalf("wrote %q, want %q", got, tc.want)
+			}
+			src.mu.Lock()
+			defer src.mu.Unlock()
+			if len(src.back) != 1 || string(src.back[0].Framed) != string(framed) || string(src.back[0].Binary) != bin {
+				t.Fatalf("recycled %+v, want the message with its Framed buffer", src.back)
+			}
+		})
+	}
+}
+
+// flushWriter is a framedWriter that is also a delivery.Flusher,
+// recording each Flush as "flush".
+type flushWriter struct{ framedWriter }
+
+func (w flushWriter) Flush() error {
+	w.add("flush")
+	return nil
+}
+
+// TestFlushWhenIdle: a writer that holds what it writes (a Flusher) is
+// flushed once the Scheduler has written every message ready and finds
+// nothing more, not after each message, and not again while idle.
+func TestFlushWhenIdle(t *testing.T) {
+	text := `{"jsonrpc":"2.0","method":"x/data","params":{"channel":"C","n":1}}`
+	var msgs []delivery.Message
+	for i := range 3 {
+		framed := append([]byte("ROOM-0123456"), reverse(text)...)
+		framed[0] = byte('0' + i)
+		msgs = append(msgs, delivery.Message{Binary: framed[delivery.FrameRoom:], Framed: framed, Form: reverseForm{}, Size: delivery.Measure([]byte(text))})
+	}
+	s := delivery.NewScheduler(delivery.SchedulerConfig{Binary: true, WriterReleases: true})
+	s.AddStream("C", delivery.Limits{WindowBytes: 1 << 20, MaximumFrameBytes: 1024}, &formSource{msgs: msgs})
+	w := flushWriter{framedWriter{newBinaryWriter()}}
+	stop := run(t, s, w)
+	w.wait(t, 4)
+	if err := stop(); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	got := append([]string(nil), w.got...)
+	w.mu.Unlock()
+	want := []string{"framed:0", "framed:1", "framed:2", "flush"}
+	if len(got) != len(want) {
+		t.Fatalf("wrote %d times, want %d: %.12q", len(got), len(want), got)
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Fatalf("write %d is %.12q, want %q", i, got[i], want[i])
+		}
+	}
+}

@@ -242,6 +242,31 @@ func (c *countingConn) WriteBinary(ctx context.Context, payload []byte) error {
 	return err
 }
 
+// WriteFramed implements delivery.FramedWriter: the wrapped conn writes
+// the binary form framed[delivery.FrameRoom:] from framed when it is a
+// FramedWriter (transport-io), else with WriteBinary; counted as
+// WriteBinary counts it.
+func (c *countingConn) WriteFramed(ctx context.Context, framed []byte) error {
+	fw, ok := c.MessageConn.(delivery.FramedWriter)
+	if !ok {
+		return c.WriteBinary(ctx, framed[delivery.FrameRoom:])
+	}
+	err := fw.WriteFramed(ctx, framed)
+	if err == nil {
+		c.sentBytes.Add(uint64(len(framed) - delivery.FrameRoom))
+		c.sentMessages.Add(1)
+	}
+	return err
+}
+
+// Flush implements delivery.Flusher as the wrapped conn does.
+func (c *countingConn) Flush() error {
+	if f, ok := c.MessageConn.(delivery.Flusher); ok {
+		return f.Flush()
+	}
+	return nil
+}
+
 // stats is one reading of the host's counters and gauges.
 type stats struct {
 	connections [len(transportKinds)]int // open, by transport

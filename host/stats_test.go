@@ -1,10 +1,12 @@
 package host
 
 import (
+	"context"
 	"errors"
 	"io"
 	"testing"
 
+	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/transport"
 )
 
@@ -54,5 +56,85 @@ func TestEndReasonOf(t *testing.T) {
 				t.Errorf("reason %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// writeRec is a MessageConn that records how a binary form was written.
+type writeRec struct {
+	transport.BinaryConn // nil: only the writes below are called
+	how                  string
+	got                  []byte
+}
+
+func (w *writeRec) WriteBinary(_ context.Context, p []byte) error {
+	w.how, w.got = "binary", p
+	return nil
+}
+
+// framedRec is a writeRec that is also a delivery.FramedWriter.
+type framedRec struct{ writeRec }
+
+func (w *framedRec) WriteFramed(_ context.Context, framed []byte) error {
+	w.how, w.got = "framed", framed
+	return nil
+}
+
+// TestCountingWriteFramed: countingConn hands a framed binary form to a
+// conn that writes from the frame room (transport-io) as it is, and to
+// one that does not (/ahp) as the form alone; either way it counts the
+// form's bytes and one message, as WriteBinary does.
+func TestCountingWriteFramed(t *testing.T) {
+	framed := []byte("ROOM-0123456binary-form")
+	form := framed[delivery.FrameRoom:]
+	for _, tc := range []struct {
+		inner interface {
+			transport.MessageConn
+			rec() *writeRec
+		}
+		how  string
+		want []byte
+	}{
+		{&framedRec{}, "framed", framed},
+		{&plainRec{}, "binary", form},
+	} {
+		c := &countingConn{MessageConn: tc.inner}
+		if err := c.WriteFramed(context.Background(), framed); err != nil {
+			t.Fatal(err)
+		}
+		r := tc.inner.rec()
+		if r.how != tc.how || string(r.got) != string(tc.want) {
+			t.Fatalf("written as %s %q, want %s %q", r.how, r.got, tc.how, tc.want)
+		}
+		if c.sentBytes.Load() != uint64(len(form)) || c.sentMessages.Load() != 1 {
+			t.Fatalf("counted %d bytes in %d messages, want %d in 1", c.sentBytes.Load(), c.sentMessages.Load(), len(form))
+		}
+	}
+}
+
+type plainRec struct{ writeRec }
+
+func (w *plainRec) rec() *writeRec  { return &w.writeRec }
+func (w *framedRec) rec() *writeRec { return &w.writeRec }
+
+// flushRec counts Flush calls.
+type flushRec struct {
+	writeRec
+	flushes int
+}
+
+func (w *flushRec) Flush() error {
+	w.flushes++
+	return nil
+}
+
+// TestCountingFlush: countingConn flushes a conn that holds writes back
+// (delivery.Flusher: transport-io) and does nothing for one that does not.
+func TestCountingFlush(t *testing.T) {
+	f := &flushRec{}
+	if err := (&countingConn{MessageConn: f}).Flush(); err != nil || f.flushes != 1 {
+		t.Fatalf("Flush: %v, %d flushes of the conn, want 1", err, f.flushes)
+	}
+	if err := (&countingConn{MessageConn: &plainRec{}}).Flush(); err != nil {
+		t.Fatalf("Flush of a conn that holds nothing: %v", err)
 	}
 }

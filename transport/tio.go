@@ -15,6 +15,7 @@ import (
 
 	"github.com/sidecar-dev/sidecar/audit"
 	"github.com/sidecar-dev/sidecar/auth"
+	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/delivery/bytestream"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transportio"
@@ -133,8 +134,27 @@ func (c *tioConn) WriteBinary(ctx context.Context, payload []byte) error {
 	return tioError(c.s.EmitWaitQueue(ctx, rpc.EventBinaryData, payload, EmitQueueMark, EmitQueueBytes))
 }
 
+// WriteFramed implements delivery.FramedWriter: one rpc.EventBinaryData
+// EMIT whose header goes into framed's room, written from framed itself
+// when its payload is large (transportio.EmitFramedWaitQueue: no copy),
+// else as WriteBinary writes it.
+func (c *tioConn) WriteFramed(ctx context.Context, framed []byte) error {
+	if !c.binary {
+		return errNoBinary
+	}
+	return tioError(c.s.EmitFramedWaitQueue(ctx, rpc.EventBinaryData, framed, EmitQueueMark, EmitQueueBytes))
+}
+
+// Flush implements delivery.Flusher: the frames WriteFramed left held
+// (transportio.Session.Flush) go to the socket.
+func (c *tioConn) Flush() error { return tioError(c.s.Flush()) }
+
+// The room a delivery.Message leaves in front of its binary form is one
+// EMIT header (a compile error unless the two are equal).
+const _ = uint(delivery.FrameRoom-transportio.FrameHeaderLen) + uint(transportio.FrameHeaderLen-delivery.FrameRoom)
+
 // WriteReleases implements Releaser: the session copies each payload into
-// its EMIT frame.
+// its EMIT frame, or has written it (WriteFramed), when a write returns.
 func (c *tioConn) WriteReleases() bool { return true }
 
 // RecycleRead implements ReadRecycler: a message is an EMIT payload in a

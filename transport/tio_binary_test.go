@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidecar-dev/sidecar/delivery"
+	"github.com/sidecar-dev/sidecar/delivery/bytestream"
 	"github.com/sidecar-dev/sidecar/internal/tiopipe"
 	"github.com/sidecar-dev/sidecar/rpc"
 	"github.com/sidecar-dev/sidecar/transportio"
@@ -133,5 +135,42 @@ func TestBinaryDocExample(t *testing.T) {
 	hs := transportio.AppendHandshake(nil, transportio.Handshake{V: transportio.Version, Feat: []string{}, Events: Contract.Table()})
 	if table := `"events":[["ahp",95909084,"reliable"],["ahp-tcp-data",1617290925,"reliable"]]`; !bytes.Contains(hs, []byte(table)) {
 		t.Fatalf("handshake %s, want the table %s", hs[transportio.FrameHeaderLen:], table)
+	}
+}
+
+// TestTIOWriteFramed: WriteFramed puts on the wire exactly the EMIT that
+// WriteBinary puts there for the same binary form (the header written
+// into the message's frame room; a large form written from its buffer, a
+// small one copied), and the peer reads the form back as it was built.
+func TestTIOWriteFramed(t *testing.T) {
+	ev, _ := Contract.Lookup(rpc.EventBinaryData)
+	for _, n := range []int{100, 64 << 10} {
+		c, s, tap := tioPair(t, Contract, Contract)
+		cc, sc := newTIOConn(c, false), newTIOConn(s, false)
+		e := bytestream.NewEncoder(rpc.TCPStream, "ahp-tcp:/c1")
+		m := e.Data(777, bytes.Repeat([]byte("framed\x00\xff"), n/8), true)
+		if len(m.Framed) != delivery.FrameRoom+len(m.Binary) {
+			t.Fatalf("a binary form with %d bytes of frame room, want %d", len(m.Framed)-len(m.Binary), delivery.FrameRoom)
+		}
+		form := bytes.Clone(m.Binary)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		before := len(tap.Bytes())
+		if err := cc.WriteBinary(ctx, m.Binary); err != nil {
+			t.Fatal(err)
+		}
+		if err := cc.WriteFramed(ctx, m.Framed); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			b, binary, err := sc.ReadMessageOrBinary(ctx)
+			if err != nil || !binary || !bytes.Equal(b, form) {
+				t.Fatalf("%d bytes: received %d bytes binary %v %v, want the form", n, len(b), binary, err)
+			}
+		}
+		frame := transportio.AppendFrame(nil, transportio.Frame{Type: transportio.FrameEmit, Codec: transportio.CodecBytes, EventID: ev.ID, Payload: form})
+		if wire := tap.Bytes()[before:]; !bytes.Equal(wire, append(bytes.Clone(frame), frame...)) {
+			t.Fatalf("%d bytes: the wire has %d bytes, want the same EMIT of %d bytes twice", n, len(wire), len(frame))
+		}
 	}
 }

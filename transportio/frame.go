@@ -45,10 +45,15 @@ func (f Frame) Len() int { return FrameHeaderLen + len(f.Payload) }
 // AppendFrame appends the encoding of f to b. It does not validate f; use
 // Frame.Check first where the fields come from outside.
 func AppendFrame(b []byte, f Frame) []byte {
+	return append(appendHeader(b, f), f.Payload...)
+}
+
+// appendHeader appends the 12-byte header of f (its Length counts
+// f.Payload) to b.
+func appendHeader(b []byte, f Frame) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(8+len(f.Payload)))
 	b = append(b, byte(f.Type), byte(f.Codec), 0, 0)
-	b = binary.BigEndian.AppendUint32(b, f.EventID)
-	return append(b, f.Payload...)
+	return binary.BigEndian.AppendUint32(b, f.EventID)
 }
 
 // Check validates f for sending: a defined type, a version 0 codec, and a

@@ -113,8 +113,15 @@ type Session struct {
 	pendingBytes int
 	space        chan struct{} // closed and replaced whenever pending shrinks
 	wake         chan struct{} // 1-slot: the writer has work
-	ring         DatagramRing
-	seq          map[uint32]uint32
+	// emitW is the emit stream once the writer opened it; direct says a
+	// caller of EmitFramedWaitQueue is writing to it (the writer waits).
+	emitW  io.Writer
+	direct bool
+	// held counts the bytes of frames written with heldWriter.WriteHeld
+	// and not flushed yet (at most maxWriteBatch).
+	held int
+	ring DatagramRing
+	seq  map[uint32]uint32
 
 	gateMu sync.Mutex
 	gate   SequenceGate
@@ -398,16 +405,25 @@ func (s *Session) EmitQueueLen() int {
 
 // ----- emit lane -----
 
-func (s *Session) emitFrame(event string, payload []byte) ([]byte, error) {
+// emitCheck returns the EMIT frame of event carrying payload, checked.
+func (s *Session) emitCheck(event string, payload []byte) (Frame, error) {
 	ev, ok := s.cfg.Contract.Lookup(event)
 	if !ok {
-		return nil, fmt.Errorf("%w: '%s'", ErrUnknownEvent, event)
+		return Frame{}, fmt.Errorf("%w: '%s'", ErrUnknownEvent, event)
 	}
 	if ev.Lane != LaneReliable || ev.Shape != ShapeEmit {
-		return nil, fmt.Errorf("%w: '%s' is not a reliable emit event", ErrWrongShape, event)
+		return Frame{}, fmt.Errorf("%w: '%s' is not a reliable emit event", ErrWrongShape, event)
 	}
 	f := Frame{Type: FrameEmit, Codec: ev.Payload, EventID: ev.ID, Payload: payload}
 	if err := f.Check(); err != nil {
+		return Frame{}, err
+	}
+	return f, nil
+}
+
+func (s *Session) emitFrame(event string, payload []byte) ([]byte, error) {
+	f, err := s.emitCheck(event, payload)
+	if err != nil {
 		return nil, err
 	}
 	return AppendFrame(getFrame(f.Len()), f), nil
@@ -460,6 +476,178 @@ func (s *Session) EmitWaitQueue(ctx context.Context, event string, payload []byt
 		mark = MaxEmitQueue
 	}
 	return s.enqueue(ctx, b, mark, bytes)
+}
+
+// FramedMin is the smallest payload EmitFramedWaitQueue writes from the
+// caller's buffer. A smaller one is copied onto the emit lane, where the
+// writer coalesces it with the frames queued beside it into one carrier
+// write (a copy costs little there, and a write per small frame much).
+const FramedMin = 16 << 10
+
+// EmitFramedWaitQueue is EmitWaitQueue for a payload built behind
+// FrameHeaderLen bytes of room in its buffer: frame[FrameHeaderLen:] is
+// the payload, and the session writes the EMIT's header into
+// frame[:FrameHeaderLen], so the frame on the wire is the one
+// EmitWaitQueue sends. A payload of FramedMin bytes or more is written
+// from frame itself, on the calling goroutine, once every frame queued
+// before it has been written (no payload byte is copied, frames keep
+// their order, and nothing else is pending meanwhile: the bounds mark and
+// bytes hold); a smaller one is queued as EmitWaitQueue queues it. Either
+// way the session keeps no reference to frame once it returns, and the
+// caller must not touch frame until then. Errors are EmitWaitQueue's (the
+// session's error once it ended, ctx's while waiting), or a frame of no
+// payload.
+func (s *Session) EmitFramedWaitQueue(ctx context.Context, event string, frame []byte, mark, bytes int) error {
+	if len(frame) <= FrameHeaderLen {
+		return fmt.Errorf("transportio: a framed emit of %d bytes carries no payload", len(frame))
+	}
+	payload := frame[FrameHeaderLen:]
+	if len(payload) < FramedMin {
+		return s.EmitWaitQueue(ctx, event, payload, mark, bytes)
+	}
+	f, err := s.emitCheck(event, payload)
+	if err != nil {
+		return err
+	}
+	appendHeader(frame[:0], f)
+	return s.writeDirect(ctx, frame)
+}
+
+// writeDirect writes frame, an encoded frame, to the emit stream from
+// the calling goroutine once this side's frame 0 was written and nothing
+// else is pending; the writer goroutine waits meanwhile (direct).
+func (s *Session) writeDirect(ctx context.Context, frame []byte) error {
+	select {
+	case <-s.hsSent:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.ctx.Done():
+		return s.Err()
+	}
+	s.mu.Lock()
+	for {
+		if err := s.Err(); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		if len(s.q)+s.inflight == 0 {
+			break
+		}
+		sp := s.space
+		s.mu.Unlock()
+		select {
+		case <-sp:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.ctx.Done():
+			return s.Err()
+		}
+		s.mu.Lock()
+	}
+	w := s.emitW // set before frame 0 was written
+	hw, hold := w.(heldWriter)
+	hold = hold && s.held+len(frame) < maxWriteBatch
+	s.inflight = 1
+	s.direct = true
+	s.pendingBytes += len(frame)
+	s.mu.Unlock()
+	s.emitsSent.Add(1)
+
+	var err error
+	if hold {
+		_, err = hw.WriteHeld(frame)
+	} else {
+		_, err = w.Write(frame) // sends what was held too
+	}
+
+	s.mu.Lock()
+	if hold && err == nil {
+		s.held += len(frame)
+	} else {
+		s.held = 0
+	}
+	s.inflight = 0
+	s.direct = false
+	s.pendingBytes -= len(frame)
+	close(s.space)
+	s.space = make(chan struct{})
+	more := len(s.q) > 0
+	s.mu.Unlock()
+	if more {
+		notify(s.wake) // what was queued meanwhile
+	}
+	if err != nil {
+		s.failRead(err)
+		if e := s.Err(); e != nil {
+			return e
+		}
+		return err
+	}
+	return nil
+}
+
+// heldWriter is an emit stream that can hold frames back to send them
+// together (the WebSocket mapping over a Corker): WriteHeld writes p as
+// Write does (p is free on return) but may keep the bytes until Flush or
+// the next Write.
+type heldWriter interface {
+	WriteHeld(p []byte) (int, error)
+	Flush() error
+}
+
+// Flush sends what EmitFramedWaitQueue left held: on the WebSocket
+// mapping over a Corker, frames it writes stay in the Corker's buffer
+// (up to 256 KiB) so that a run of them leaves in one system call, until
+// Flush, the next frame the writer goroutine writes, or the session's
+// close. Call it when nothing more is about to be emitted (delivery's
+// Scheduler does, before it waits). It returns the write's error.
+func (s *Session) Flush() error {
+	s.mu.Lock()
+	for {
+		if s.held == 0 || s.Err() != nil {
+			s.mu.Unlock()
+			return nil
+		}
+		if s.inflight == 0 {
+			break
+		}
+		// A direct write on another goroutine (the writer goroutine
+		// clears held when it takes frames: its write sends them).
+		sp := s.space
+		s.mu.Unlock()
+		select {
+		case <-sp:
+		case <-s.ctx.Done():
+			return nil
+		}
+		s.mu.Lock()
+	}
+	// Hold the writer goroutine off as a direct write does.
+	hw := s.emitW.(heldWriter)
+	s.held = 0
+	s.inflight = 1
+	s.direct = true
+	s.mu.Unlock()
+
+	err := hw.Flush()
+
+	s.mu.Lock()
+	s.inflight = 0
+	s.direct = false
+	close(s.space)
+	s.space = make(chan struct{})
+	more := len(s.q) > 0
+	s.mu.Unlock()
+	if more {
+		notify(s.wake)
+	}
+	if err != nil {
+		s.failRead(err)
+		if e := s.Err(); e != nil {
+			return e
+		}
+	}
+	return err
 }
 
 // enqueue appends frame b to the emit lane. With mark 0 it never waits and
@@ -527,12 +715,15 @@ func (s *Session) writer() {
 	ws := s.car.Kind() == KindWebSocket
 	var buf []byte
 	sent := false
+	s.mu.Lock()
+	s.emitW = w
+	s.mu.Unlock()
 	for {
 		s.mu.Lock()
 		if ws {
 			s.moveDatagramsLocked()
 		}
-		for len(s.q) == 0 {
+		for len(s.q) == 0 || s.direct {
 			s.mu.Unlock()
 			select {
 			case <-s.wake:
@@ -564,6 +755,7 @@ func (s *Session) writer() {
 		}
 		s.q = s.q[n:]
 		s.inflight = n
+		s.held = 0 // this write sends it
 		s.mu.Unlock()
 
 		_, err := w.Write(out)

@@ -150,6 +150,9 @@ func (w *wsCarrier) closeWith(e *SessionError) {
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
+		if w.cork != nil {
+			_ = w.cork.Uncork() // what WriteHeld held, before the close frame
+		}
 		t := time.AfterFunc(w.opts.CloseWait, func() { _ = w.c.CloseNow() })
 		_ = w.c.Close(websocket.StatusCode(e.Code.WebSocketCode()), TruncateReason(e.Reason, MaxWebSocketCloseReason))
 		t.Stop()
@@ -301,6 +304,41 @@ func (x wsWriter) Write(p []byte) (int, error) {
 	}
 	x.w.lastSend.Store(time.Now().UnixNano())
 	return len(p), nil
+}
+
+// WriteHeld implements heldWriter: p goes as one binary message, as
+// Write sends it, but with a Corker it stays in the Corker's buffer (the
+// bytes are copied there: p is free on return) until Flush or the next
+// Write, so consecutive frames leave in one system call. Once the carrier
+// has ended nothing is held (its close frame must not wait).
+func (x wsWriter) WriteHeld(p []byte) (int, error) {
+	ck := x.w.cork
+	if ck == nil {
+		return x.Write(p)
+	}
+	ck.Cork()
+	err := x.w.c.Write(x.w.ctx, websocket.MessageBinary, p)
+	select {
+	case <-x.w.done:
+		if uerr := ck.Uncork(); err == nil {
+			err = uerr
+		}
+	default:
+	}
+	if err != nil {
+		_ = ck.Uncork()
+		return 0, err
+	}
+	x.w.lastSend.Store(time.Now().UnixNano())
+	return len(p), nil
+}
+
+// Flush implements heldWriter: what WriteHeld held goes to the socket.
+func (x wsWriter) Flush() error {
+	if ck := x.w.cork; ck != nil {
+		return ck.Uncork()
+	}
+	return nil
 }
 
 // liveness sends a keepalive at last-send + Keepalive and closes as

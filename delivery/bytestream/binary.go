@@ -62,14 +62,15 @@ func plainJSONString(s []byte) bool {
 // binary form when binary is true and the channel has one (Binary), else
 // its text; in a buffer from Buffer, and with its exact size (the text's
 // UTF-16 bytes, known from the length: nothing is measured). Its Form
-// rebuilds the text from the binary form (AppendText).
+// rebuilds the text from the binary form (AppendText). A binary form is
+// built behind delivery.FrameRoom bytes of room (Message.Framed).
 func (e *Encoder) Data(off DecodedOffset, p []byte, binary bool) delivery.Message {
 	textLen := e.DataLen(off, len(p))
 	size := e.DataSize(textLen)
 	if binary && e.binary {
-		b := Buffer(binaryFixed + len(e.channel) + len(p))
+		b := Buffer(delivery.FrameRoom + binaryFixed + len(e.channel) + len(p))[:delivery.FrameRoom]
 		b = appendBinary(b, off, e.channel, p)
-		return delivery.Message{Binary: b, Size: size, Form: e}
+		return delivery.Message{Binary: b[delivery.FrameRoom:], Framed: b, Size: size, Form: e}
 	}
 	return delivery.Message{Text: e.AppendData(Buffer(textLen), off, p), Size: size}
 }
@@ -81,7 +82,7 @@ func (e *Encoder) Data(off DecodedOffset, p []byte, binary bool) delivery.Messag
 type Payload struct {
 	e    *Encoder
 	b    []byte // the buffer: head room then the bytes (binary), or the bytes
-	head int    // the head room (binary form), or -1 (text form)
+	head int    // the head room (binary form: frame room and the form's head), or -1 (text form)
 }
 
 // ReadPayload reads once from r, at most limit stream bytes (limit >= 1),
@@ -92,7 +93,7 @@ type Payload struct {
 func (e *Encoder) ReadPayload(r io.Reader, limit int, binary bool) (Payload, error) {
 	head := -1
 	if binary && e.binary {
-		head = binaryFixed + len(e.channel)
+		head = delivery.FrameRoom + binaryFixed + len(e.channel)
 	}
 	room := max(head, 0)
 	b := Buffer(room + limit)[:room+limit]
@@ -126,8 +127,8 @@ func (p Payload) Message(off DecodedOffset) delivery.Message {
 		Recycle(p.b)
 		return m
 	}
-	b := appendBinary(p.b[:0], off, p.e.channel, nil)[:len(p.b)]
-	return delivery.Message{Binary: b, Size: p.e.DataSize(p.e.DataLen(off, p.Len())), Form: p.e}
+	b := appendBinary(p.b[:delivery.FrameRoom], off, p.e.channel, nil)[:len(p.b)]
+	return delivery.Message{Binary: b[delivery.FrameRoom:], Framed: b, Size: p.e.DataSize(p.e.DataLen(off, p.Len())), Form: p.e}
 }
 
 // Release gives the buffer back without sending it.

@@ -190,8 +190,16 @@ func TestReadPayload(t *testing.T) {
 				t.Fatalf("binary %v, %d bytes: message %d+%d bytes size %d, want Data's %d+%d size %d",
 					binary, c.want, len(m.Binary), len(m.Text), m.Size, len(want.Binary), len(want.Text), want.Size)
 			}
-			if binary && cap(m.Binary) > 2*len(m.Binary) {
-				t.Fatalf("%d bytes read into a buffer of %d: a short read must not hold a long buffer", len(m.Binary), cap(m.Binary))
+			if binary && cap(m.Framed) > 2*len(m.Framed) {
+				t.Fatalf("%d bytes read into a buffer of %d: a short read must not hold a long buffer", len(m.Framed), cap(m.Framed))
+			}
+			for _, m := range []delivery.Message{m, want} {
+				if binary != (m.Framed != nil) {
+					t.Fatalf("binary %v: Framed %d bytes", binary, len(m.Framed))
+				}
+				if binary && (len(m.Framed) != delivery.FrameRoom+len(m.Binary) || &m.Framed[delivery.FrameRoom] != &m.Binary[0]) {
+					t.Fatalf("Framed is not the binary form's buffer from FrameRoom bytes before it")
+				}
 			}
 		}
 	}

@@ -137,7 +137,10 @@ func (r *Retained) Resend(received DecodedOffset, eof bool) ([]Resend, error) {
 			// Never recycled, even once credited on the new connection:
 			// the lost connection's writer may still be reading it (a
 			// write in progress at the cut), unordered with anything of
-			// the new connection.
+			// the new connection. For the same reason it goes without
+			// its frame room (Framed): a FramedWriter writes a header
+			// there.
+			m.m.Framed = nil
 			out = append(out, Resend{Msg: m.m, End: m.end, EOF: m.eof})
 		}
 		// The others are left to the collector too, for the same reason.

@@ -198,3 +198,40 @@ func TestRetainedBound(t *testing.T) {
 		t.Fatalf("resent up to %d, want %d", next, off)
 	}
 }
+
+// TestRetainedFramed: a retained binary form goes back to the pool from
+// the start of its frame room once credited, and is sent again without
+// its room (Framed nil: the lost connection's writer may still be reading
+// the buffer, room included, so no header may be written there).
+func TestRetainedFramed(t *testing.T) {
+	enc := NewEncoder(rpc.TCPStream, "ahp-tcp:/r1")
+	var r Retained
+	var sent delivery.UTF16Bytes
+	var msgs []delivery.Message
+	for i := range 2 {
+		m := enc.Data(DecodedOffset(8000*i), bytes.Repeat([]byte{byte('a' + i)}, 8000), true)
+		if m.Framed == nil {
+			t.Fatal("Data built no frame room")
+		}
+		r.Sent(m, sent, DecodedOffset(8000*(i+1)), false, true)
+		sent += m.Size
+		msgs = append(msgs, m)
+	}
+	for msgBufs.Len() > 0 { // an empty pool: what Credit gives back is all there is
+		msgBufs.Get(1 << 20) // takes one, whatever its size
+	}
+	r.Credit(msgs[0].Size)
+	if n := msgBufs.Len(); n != 1 {
+		t.Fatalf("the pool holds %d buffers after the credit, want 1", n)
+	}
+	if b := Buffer(4 << 10); cap(b) != cap(msgs[0].Framed) || &b[:1][0] != &msgs[0].Framed[0] {
+		t.Fatal("the buffer given back is not the first message's from its frame room")
+	}
+	again, err := r.Resend(8000, false)
+	if err != nil || len(again) != 1 {
+		t.Fatalf("Resend: %v, %d messages", err, len(again))
+	}
+	if m := again[0].Msg; m.Framed != nil || !bytes.Equal(m.Binary, msgs[1].Binary) {
+		t.Fatalf("sent again with Framed %d bytes and a binary form of %d, want none and the form", len(m.Framed), len(m.Binary))
+	}
+}

@@ -100,8 +100,12 @@ func Buffer(n int) []byte { return msgBufs.Get(n) }
 func Recycle(b []byte) { msgBufs.Put(b) }
 
 // RecycleMessage gives back the buffer of a message Data built: its binary
-// form's, or its text's.
+// form's (from its frame room: Framed), or its text's.
 func RecycleMessage(m delivery.Message) {
+	if m.Framed != nil {
+		Recycle(m.Framed)
+		return
+	}
 	if m.Binary != nil {
 		Recycle(m.Binary)
 		return
