@@ -58,7 +58,11 @@ func (s tcpState) owes() bool { return s.inFlight > 0 || s.probes >= 2 }
 //     message is being written (a ping waiting behind data the peer does
 //     not take would only time out, and coder/websocket closes the
 //     connection under a control frame whose write outlives its context:
-//     the ping's timeout, or 5 s), and waits timeout for the pong.
+//     the ping's timeout, or 5 s), and waits timeout for the pong. A
+//     ping whose pong does not come while bytes from the peer were read
+//     since it was sent proves the peer alive all the same (a peer
+//     answers a ping only when its socket takes the pong at once, and
+//     not while it writes a message: answerPing).
 //   - Meanwhile, and while the peer does not answer, the peer's TCP
 //     decides. One that stopped acknowledging (silent) is gone: a live
 //     peer's kernel acknowledges whether its program reads or not (a
@@ -75,11 +79,13 @@ func (s tcpState) owes() bool { return s.inFlight > 0 || s.probes >= 2 }
 //     the host).
 //
 // Without the kernel's word (another system, a connection not over a
-// CorkConn) a ping unanswered within timeout is a peer gone, as ever.
+// CorkConn) a ping unanswered within timeout, with nothing read since, is
+// a peer gone, as ever.
 func (w *wsConn) keepalive(interval, timeout time.Duration) {
 	t := time.NewTicker(min(interval, timeout) / 4)
 	defer t.Stop()
-	var pong chan error // the ping out's result; nil when none is out
+	var pong chan error    // the ping out's result; nil when none is out
+	var pingSent time.Time // when the ping out (or the last one) was sent
 	noPong := fmt.Errorf("the peer stopped answering: no pong within %s of a ping (nothing read for %s)", timeout, interval)
 	for {
 		unanswered := false // a ping's wait just ended without a pong
@@ -93,6 +99,12 @@ func (w *wsConn) keepalive(interval, timeout time.Duration) {
 				continue
 			}
 			unanswered = true
+			if w.idle() < time.Since(pingSent) {
+				// Read from the peer since the ping: alive, whatever
+				// became of its pong (one the peer could not write at
+				// once, answerPing, is never sent).
+				continue
+			}
 		case <-t.C:
 			if pong == nil && w.idle() < interval {
 				w.owedSince = time.Time{}
@@ -105,6 +117,7 @@ func (w *wsConn) keepalive(interval, timeout time.Duration) {
 		case !known && unanswered:
 		case !known:
 			if pong == nil {
+				pingSent = time.Now()
 				pong = w.ping(timeout)
 			}
 			continue
@@ -125,6 +138,7 @@ func (w *wsConn) keepalive(interval, timeout time.Duration) {
 			if w.owedSince.IsZero() {
 				w.owedSince = time.Now() // the ping leaves at once: owed from now
 			}
+			pingSent = time.Now()
 			pong = w.pingNow(timeout)
 			continue
 		default: // the socket is full: the peer has not taken what we wrote

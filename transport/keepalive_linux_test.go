@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -345,5 +346,73 @@ func TestNoPongBehindFullSocket(t *testing.T) {
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("the host's reader did not go on within 3 s of the ping")
+	}
+}
+
+// TestKeepaliveReadSinceUnansweredPing: a client whose ping goes
+// unanswered (a host answers only when its socket takes the pong at once
+// and no message is being written: answerPing) but which read a message
+// from the host after sending it keeps the connection; the host's next
+// ping answer comes and both ways still work.
+func TestKeepaliveReadSinceUnansweredPing(t *testing.T) {
+	shortKeepalive(t)
+	pings := make(chan int, 16)
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(rw, r, &websocket.AcceptOptions{OnPingReceived: func(context.Context, []byte) bool {
+			i := int(n.Add(1))
+			pings <- i
+			return i > 1 // the first ping gets no pong
+		}})
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		ctx := r.Context()
+		gone := make(chan struct{}) // the client's end closed
+		go func() {                 // the reader: answers control frames, echoes
+			defer close(gone)
+			for {
+				_, b, err := c.Read(ctx)
+				if err != nil {
+					return
+				}
+				_ = c.Write(ctx, websocket.MessageText, append([]byte("echo "), b...))
+			}
+		}()
+		for i := 1; i <= 2; i++ {
+			// A message after each ping: the first while its pong
+			// does not come; the second once the first's wait ended
+			// (the client sends one ping at a time).
+			select {
+			case <-pings:
+			case <-gone:
+				return
+			}
+			if err := c.Write(ctx, websocket.MessageText, fmt.Appendf(nil, "after ping %d", i)); err != nil {
+				return
+			}
+		}
+		<-gone
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mc, err := DialWebSocket(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil, nil, 1<<20, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = mc.Close(CloseNormal, "") }()
+	for _, want := range []string{"after ping 1", "after ping 2"} {
+		b, err := mc.ReadMessage(ctx)
+		if err != nil || string(b) != want {
+			t.Fatalf("read %q, %v; want %q (the client gave up on a host that sent it a message since its ping)", b, err, want)
+		}
+	}
+	if err := mc.WriteMessage(ctx, []byte("still here")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := mc.ReadMessage(ctx); err != nil || string(b) != "echo still here" {
+		t.Fatalf("after the unanswered ping: read %q, %v; want the host's echo", b, err)
 	}
 }
