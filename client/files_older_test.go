@@ -137,12 +137,16 @@ func TestUploadOlderHost(t *testing.T) {
 			if commits != 0 {
 				t.Errorf("%d files/commit calls to a host that does not serve it", commits)
 			}
-			if len(opens) != len(tt.resumes) {
+			// The open again without resume may be tried more than once:
+			// the host can take it before the reset of the first and
+			// find the file still being written (uploadOnce retries).
+			if len(opens) < len(tt.resumes) || (len(tt.resumes) == 1 && len(opens) != 1) {
 				t.Fatalf("write opens %+v, want %d", opens, len(tt.resumes))
 			}
 			for i, p := range opens {
-				if p.SHA256 != sum || p.Resume != tt.resumes[i] || p.Size == nil || *p.Size != int64(len(data)) {
-					t.Errorf("write open %d: sha256 %q, resume %v, size %v; want %s, %v, %d", i, p.SHA256, p.Resume, p.Size, sum, tt.resumes[i], len(data))
+				want := tt.resumes[min(i, len(tt.resumes)-1)]
+				if p.SHA256 != sum || p.Resume != want || p.Size == nil || *p.Size != int64(len(data)) {
+					t.Errorf("write open %d: sha256 %q, resume %v, size %v; want %s, %v, %d", i, p.SHA256, p.Resume, p.Size, sum, want, len(data))
 				}
 			}
 			got, err := os.ReadFile(dst)
