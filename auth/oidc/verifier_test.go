@@ -247,8 +247,26 @@ func TestKeysUnavailable(t *testing.T) {
 		t.Fatalf("key set unreachable: %v; want a failure to decide", err)
 	}
 	f.is.SetDown(false)
-	if _, err := f.v.Authenticate(ctx(t), f.is.Sign(f.claims(nil))); err != nil {
-		t.Fatal(err)
+	// go-oidc hands a key fetch's result to every request that asks until
+	// the fetch's goroutine has forgotten it (RemoteKeySet.inflight, which
+	// notifies no one): a request just after the failure may still get
+	// it. The issuer back, a later request decides; polled, at most 10 s.
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for {
+		_, err := f.v.Authenticate(ctx(t), f.is.Sign(f.claims(nil)))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrIssuerUnavailable) {
+			t.Fatal(err)
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("the issuer back: %v after 10 s", err)
+		}
 	}
 }
 
