@@ -29,6 +29,8 @@ interface Entry {
 export interface FilesHost {
   /** client is the page's client of the moment: null between sessions and while one is being set up (initialize, reconnect). */
   client(): Client | null;
+  /** connected: whether the page has a session, even one being set up (an upload queued then waits for it). */
+  connected(): boolean;
   /** cwd is the working directory of the terminal at the drop (or the active one): a path, or null when unknown. */
   cwd(target: EventTarget | null): string | null;
   /** home is the host's defaultDirectory (a path), asked for when a terminal's is unknown. */
@@ -107,7 +109,7 @@ export class Files {
   /** start queues one upload (tests call it with a Source). */
   start(f: Source, dir: string): Upload | null {
     const name = uploadName(f.name);
-    if (!this.host.client() || !name) return null;
+    if (!this.host.connected() || !name) return null;
     // Each try asks for the client of the moment: one started on a
     // session that ends continues on the next.
     const u = new Upload(() => this.host.client(), f, dir, name, () => this.render());

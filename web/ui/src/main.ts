@@ -590,6 +590,7 @@ function focusBack(): void {
 const files = new Files({
   // Not while a session is being set up: an upload's try then fails and is tried again later.
   client: () => (busy ? null : client),
+  connected: () => client !== null,
   cwd: (target) => {
     const el = target instanceof Element ? target.closest<HTMLElement>(".term") : null;
     const p = (el?.dataset.resource ? panes.get(el.dataset.resource) : null) ?? active();
