@@ -141,15 +141,18 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 
 	// The client leaves (1000): a disconnect "client_close", nothing open.
+	// The disconnect is counted as the connection ends, the open gauge
+	// lowered once its teardown is done: wait for both.
 	_ = rc.c.Close(1000, "done")
 	deadline := time.Now().Add(waitTimeout)
 	for {
 		got = scrapeMetrics(t, addr)
-		if got[`sidecar_disconnects_total{reason="client_close"}`] == 1 {
+		if got[`sidecar_disconnects_total{reason="client_close"}`] == 1 && got[`sidecar_connections_open{transport="websocket"}`] == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no client_close disconnect within %v: %v", waitTimeout, got[`sidecar_disconnects_total{reason="client_close"}`])
+			t.Fatalf("no client_close disconnect with nothing open within %v: disconnects %v, open %v", waitTimeout,
+				got[`sidecar_disconnects_total{reason="client_close"}`], got[`sidecar_connections_open{transport="websocket"}`])
 		}
 		time.Sleep(20 * time.Millisecond) // polling the endpoint: it has no event to wait on
 	}
