@@ -75,7 +75,7 @@ func tcpCuts(r *fault.TCP) faulter {
 	return faulter{
 		traffic: func() int64 { return r.Bytes(fault.Up) + r.Bytes(fault.Down) },
 		fault:   func(*testing.T) { r.Cut() },
-		every:   cpFileSize / (cpFaults + 4),
+		every:   cpFileSize / (2*cpFaults + 4),
 	}
 }
 
