@@ -533,16 +533,9 @@ func (s *Session) writeDirect(ctx context.Context, frame []byte) error {
 		if len(s.q)+s.inflight == 0 {
 			break
 		}
-		sp := s.space
-		s.mu.Unlock()
-		select {
-		case <-sp:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.ctx.Done():
-			return s.Err()
+		if err := s.awaitSpace(ctx); err != nil {
+			return err
 		}
-		s.mu.Lock()
 	}
 	w := s.emitW // set before frame 0 was written
 	hw, hold := w.(heldWriter)
@@ -673,16 +666,9 @@ func (s *Session) enqueue(ctx context.Context, b []byte, mark, bytes int) error 
 		if pending < mark && (bytes <= 0 || pending == 0 || s.pendingBytes < bytes) {
 			break
 		}
-		sp := s.space
-		s.mu.Unlock()
-		select {
-		case <-sp:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.ctx.Done():
-			return s.Err()
+		if err := s.awaitSpace(ctx); err != nil {
+			return err
 		}
-		s.mu.Lock()
 	}
 	s.q = append(s.q, b)
 	s.pendingBytes += len(b)
@@ -966,4 +952,21 @@ func (s *Session) Receive(ctx context.Context) (Message, error) {
 		}
 		return Message{}, s.Err()
 	}
+}
+
+// awaitSpace releases s.mu (held by the caller), waits for the emit
+// queue's next change (s.space), ctx's end or the session's, and takes
+// s.mu again when it returns nil; with an error s.mu is not held.
+func (s *Session) awaitSpace(ctx context.Context) error {
+	sp := s.space
+	s.mu.Unlock()
+	select {
+	case <-sp:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.ctx.Done():
+		return s.Err()
+	}
+	s.mu.Lock()
+	return nil
 }
