@@ -96,8 +96,7 @@ func TestWebPageFiles(t *testing.T) {
 
 	// The shell says where it is with OSC 7, as bash or zsh set up for it do.
 	dir := t.TempDir()
-	b.typeText(fmt.Sprintf("cd %s && printf '\\033]7;file://localhost%s\\007'\r", dir, dir))
-	b.poll("cwd from OSC 7", fmt.Sprintf(`sidecarPage.tabs()[0].detail === %q`, filepath.Base(dir)), waitTimeout)
+	b.cdWithOSC7(dir)
 
 	const name = "up load.bin"
 	src, sum := randomFile(t, t.TempDir(), name, 5<<20+123)

@@ -29,8 +29,7 @@ func TestWebPageUploadCut(t *testing.T) {
 	chromiumPath(t)
 	s, relay, b := relayedPage(t, "")
 	dir := t.TempDir()
-	b.typeText(fmt.Sprintf("cd %s && printf '\\033]7;file://localhost%s\\007'\r", dir, dir))
-	b.poll("cwd from OSC 7", fmt.Sprintf(`sidecarPage.tabs()[0].detail === %q`, filepath.Base(dir)), waitTimeout)
+	b.cdWithOSC7(dir)
 
 	const name, size = "cut.bin", 48 << 20
 	const cutAfter = 16 << 20 // bytes up, counted from the arm

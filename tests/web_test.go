@@ -180,6 +180,15 @@ func (b *browser) login(url, token string) {
 // typeText types into the terminal (xterm.js's textarea has the focus).
 // Text goes in as Input.insertText (xterm.js takes it once; key events
 // with text would type each character twice), "\r" as the Enter key.
+// cdWithOSC7 types into the page's terminal a cd to dir and the OSC 7
+// report of it (as bash or zsh set up for it send), and waits until the
+// page's first tab shows dir's name as its directory.
+func (b *browser) cdWithOSC7(dir string) {
+	b.t.Helper()
+	b.typeText(fmt.Sprintf("cd %s && printf '\\033]7;file://localhost%s\\007'\r", dir, dir))
+	b.poll("cwd from OSC 7", fmt.Sprintf(`sidecarPage.tabs()[0].detail === %q`, filepath.Base(dir)), waitTimeout)
+}
+
 func (b *browser) typeText(text string) {
 	b.t.Helper()
 	var actions []chromedp.Action
