@@ -259,7 +259,16 @@ func (Base) Receive(m Message) { m.Release() }
 // SnapshotNotification encodes channel/snapshot of ch for a windowed
 // subscriber, and the serverSeq its snapshot was taken at.
 func SnapshotNotification(ch Channel) (text []byte, fromSeq uint64) {
+	return SnapshotNotificationView(ch, nil)
+}
+
+// SnapshotNotificationView is SnapshotNotification with the state as v
+// sees it (v nil: as it is).
+func SnapshotNotificationView(ch Channel, v View) (text []byte, fromSeq uint64) {
 	ch.Snapshot(func(s rpc.Snapshot) {
+		if v != nil {
+			s.State = v.State(s.State)
+		}
 		text, _ = rpc.Notification(rpc.MethodChannelSnapshot, rpc.ChannelSnapshotParams{Channel: ch.URI(), Snapshot: s})
 		fromSeq = s.FromSeq
 	})
@@ -276,4 +285,39 @@ func HostAction(channel string, action any) func(seq uint64) ([]byte, error) {
 		}
 		return rpc.AppendActionEnvelope(nil, channel, a, seq), nil
 	}
+}
+
+// Viewed is implemented by a Journaled channel whose state and actions
+// depend on who looks: the root catalogue lists a terminal only to those
+// who may attach to it (docs/protocol.md "Roles and sharing"). The journal
+// keeps one encoding for every subscriber; the host passes each snapshot
+// state and action of the channel it sends to a subscriber (subscribe and
+// reconnect results, ordinary actions, channel/page, a windowed
+// subscription's LogSource) through that subscriber's View.
+type Viewed interface {
+	// View returns id's view of the channel, nil when id sees it as it is.
+	View(id auth.Identity) View
+}
+
+// View rewrites a Viewed channel's state and actions for one subscriber.
+// Its methods are called under the channel's and the journal's locks:
+// they must not call back into either.
+type View interface {
+	// State returns a snapshot's state (rpc.Snapshot.State: the channel's
+	// state JSON) as the subscriber sees it.
+	State(state json.RawMessage) json.RawMessage
+	// Action returns an action notification (a journal entry's text:
+	// the JSON-RPC "action" notification, UTF-8) as the subscriber sees
+	// it: text itself when it is unchanged. It never modifies text (the
+	// journal's, shared by every subscriber).
+	Action(text []byte) []byte
+}
+
+// ViewOf returns ch's view for id: nil when ch is not Viewed or id sees
+// it as it is.
+func ViewOf(ch Channel, id auth.Identity) View {
+	if v, ok := ch.(Viewed); ok {
+		return v.View(id)
+	}
+	return nil
 }

@@ -29,6 +29,9 @@ type LogSource struct {
 	// them (Shared); wait is the build this source waits for (writer's).
 	snaps *Snapshots
 	wait  uint64
+	// view, if set, is the subscriber's view of a Viewed channel
+	// (Viewed): each snapshot and action passes through it.
+	view View
 	// wake wakes the stream the source feeds, from Attach on: when the
 	// journal has a new action of the channel or a shared snapshot it
 	// waited for was built.
@@ -66,6 +69,14 @@ func NewLogSourceAt(ch Channel, j *journal.Journal, lastSeq uint64) *LogSource {
 // used; it returns ls.
 func (ls *LogSource) Shared(snaps *Snapshots) *LogSource {
 	ls.snaps = snaps
+	return ls
+}
+
+// Viewed makes the source send the channel as v sees it (v nil: as it
+// is): its snapshots are built for it alone (not Shared) and each action
+// passes through v. Call it before the source is used; it returns ls.
+func (ls *LogSource) Viewed(v View) *LogSource {
+	ls.view = v
 	return ls
 }
 
@@ -135,14 +146,17 @@ func (ls *LogSource) Next() delivery.Message {
 		return delivery.Message{}
 	}
 	ls.cursor.Store(e.Seq)
+	if ls.view != nil {
+		return delivery.Message{Text: ls.view.Action(e.Text)}
+	}
 	return delivery.Message{Text: e.Text}
 }
 
 func (ls *LogSource) snapshot() []byte {
 	var text []byte
 	var seq uint64
-	if ls.snaps == nil {
-		text, seq = SnapshotNotification(ls.ch)
+	if ls.snaps == nil || ls.view != nil {
+		text, seq = SnapshotNotificationView(ls.ch, ls.view)
 	} else {
 		var ok bool
 		if text, seq, ok = ls.snaps.take(ls, &ls.wait); !ok {

@@ -45,7 +45,8 @@ func (c *conn) channelPage(params json.RawMessage) (any, *rpc.Error) {
 	if ch.Traits().Delivery != adapters.Journaled {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "invalid params: %s is live only: it keeps no journal to page", p.Channel)
 	}
-	if c.subscription(p.Channel) == nil {
+	sub := c.subscription(p.Channel)
+	if sub == nil {
 		return nil, rpc.Errorf(rpc.CodeInvalidRequest, "not subscribed to %s: subscribe first", p.Channel)
 	}
 	if seq := c.s.journal.Seq(); after > seq {
@@ -57,6 +58,9 @@ func (c *conn) channelPage(params json.RawMessage) (any, *rpc.Error) {
 	}
 	res := rpc.ChannelPageResult{Actions: make([]json.RawMessage, 0, len(entries)), ToSeq: after, HeadSeq: head}
 	for _, e := range entries {
+		if sub.view != nil {
+			e.Text = sub.view.Action(e.Text)
+		}
 		res.Actions = append(res.Actions, json.RawMessage(gjson.GetBytes(e.Text, "params").Raw))
 		res.ToSeq = e.Seq
 	}

@@ -347,3 +347,97 @@ func TestShareLimit(t *testing.T) {
 		t.Errorf("%d shares, the first %+v", len(shares), shares[0])
 	}
 }
+
+// rootUntil reads until a root/terminalsChanged for which pred (the
+// terminals' resources and the action's serverSeq) holds, and returns
+// them with every message read on the way, the match included.
+func (hc *hostConn) rootUntil(what string, pred func(res []string, seq uint64) bool) (res []string, seq uint64, read string) {
+	hc.t.Helper()
+	m, seen := hc.until(what, func(m *msg) bool {
+		typ, raw, env := m.action()
+		return typ == rpc.ActionRootTerminals && pred(resources(rootTerminals(hc.t, raw)), env.ServerSeq)
+	})
+	_, raw, env := m.action()
+	return resources(rootTerminals(hc.t, raw)), env.ServerSeq, raws(append(seen, m))
+}
+
+// listed waits for the catalogue to list ch and returns it.
+func (hc *hostConn) listed(ch string) (res []string, seq uint64, read string) {
+	hc.t.Helper()
+	return hc.rootUntil("root/terminalsChanged with "+ch, func(res []string, _ uint64) bool { return slices.Contains(res, ch) })
+}
+
+// TestCatalogueView: the root catalogue lists to a non-owner only the
+// terminals they hold and those shared with them or their role, wherever
+// it is sent: the initialize snapshot, each root/terminalsChanged on an
+// ordinary and on a windowed subscription (whose snapshot too),
+// channel/page and a reconnect's replay. An owner sees every terminal.
+func TestCatalogueView(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const secret, mine = "ahp-terminal:/secret", "ahp-terminal:/mine"
+	owner := connectID(t, srv, ownerID)
+	owner.initialize("o1", rpc.RootChannel)
+	owner.mustCall(rpc.MethodCreateTerminal, rpc.CreateTerminalParams{Channel: secret, Command: []string{"cat"}})
+	owner.listed(secret)
+
+	u := connectID(t, srv, userID)
+	init := u.initialize("u1", rpc.RootChannel)
+	if len(init.Snapshots) != 1 || !strings.Contains(string(init.Snapshots[0].State), `"terminals":[]`) {
+		t.Fatalf("a user's initialize snapshot %+v, want no terminals", init.Snapshots)
+	}
+	u.mustCall(rpc.MethodCreateTerminal, rpc.CreateTerminalParams{Channel: mine, Command: []string{"cat"}})
+	got, _, read := u.listed(mine)
+	if !slices.Equal(got, []string{mine}) || strings.Contains(read, secret) {
+		t.Errorf("the user's catalogue %v (read %s), want only %s", got, read, mine)
+	}
+	if got, _, _ := owner.listed(mine); !slices.Equal(got, []string{mine, secret}) {
+		t.Errorf("the owner's catalogue %v, want both", got)
+	}
+
+	// A viewer, windowed: its snapshot lists nothing, then the user's
+	// terminal once it is shared with the viewer role.
+	v := connectID(t, srv, viewerID)
+	v.initialize("v1")
+	v.mustCall(rpc.MethodSubscribe, windowed(rpc.RootChannel, 64<<10, 16<<10))
+	snap, _ := v.until("the root's snapshot", func(m *msg) bool { return m.Method == rpc.MethodChannelSnapshot })
+	if !strings.Contains(snap.Raw, `"terminals":[]`) {
+		t.Fatalf("a viewer's windowed snapshot %s, want no terminals", snap.Raw)
+	}
+	u.mustCall(rpc.MethodTerminalShare, rpc.TerminalShareParams{Channel: mine, With: rpc.ShareWith{Role: "viewer"}, Access: rpc.AccessRead})
+	if got, _, read := v.listed(mine); !slices.Equal(got, []string{mine}) || strings.Contains(read, secret) {
+		t.Errorf("the viewer's catalogue %v (read %s), want only %s", got, read, mine)
+	}
+
+	// The owner's next terminal changes the catalogue: each of the others
+	// is sent that action with their own terminal only.
+	owner.mustCall(rpc.MethodCreateTerminal, rpc.CreateTerminalParams{Channel: secret + "2", Command: []string{"cat"}})
+	_, at, _ := owner.listed(secret + "2")
+	for _, c := range []*hostConn{u, v} {
+		got, _, read := c.rootUntil("the action that listed "+secret+"2", func(_ []string, seq uint64) bool { return seq >= at })
+		if !slices.Equal(got, []string{mine}) || strings.Contains(read, secret) {
+			t.Errorf("catalogue %v (read %s), want only %s", got, read, mine)
+		}
+	}
+
+	// channel/page and a reconnect's replay: the same view.
+	page := u.page(rpc.RootChannel, init.ServerSeq, 0)
+	if len(page.Actions) < 3 {
+		t.Fatalf("channel/page gave %d actions, want the root's since initialize", len(page.Actions))
+	}
+	for _, a := range page.Actions {
+		if strings.Contains(string(a), secret) {
+			t.Errorf("channel/page gave the user %s", a)
+		}
+	}
+	u.cut()
+	u2 := connectID(t, srv, userID)
+	m, res := u2.reconnect(rpc.ReconnectParams{Channel: rpc.RootChannel, ClientID: "u1", ResumeToken: init.Resume.Token,
+		LastSeenServerSeq: init.ServerSeq, Subscriptions: []string{rpc.RootChannel}})
+	if m.Error != nil || res.Type != rpc.ReconnectReplay || res.Actions == nil || len(*res.Actions) < 3 {
+		t.Fatalf("reconnect: %s", m.Raw)
+	}
+	if strings.Contains(m.Raw, secret) || !strings.Contains(m.Raw, mine) {
+		t.Errorf("the user's replay %s: want %s and nothing of %s", m.Raw, mine, secret)
+	}
+}

@@ -1,12 +1,14 @@
 package host
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 	"sort"
 	"sync"
 
 	"github.com/sidecar-dev/sidecar/adapters"
+	"github.com/sidecar-dev/sidecar/auth"
 	"github.com/sidecar-dev/sidecar/delivery"
 	"github.com/sidecar-dev/sidecar/rpc"
 )
@@ -35,8 +37,8 @@ func (r *root) Traits() adapters.Traits {
 }
 
 // Source implements adapters.Channel: the journal, read by cursor.
-func (r *root) Source(adapters.Subscriber) delivery.Source {
-	return adapters.NewLogSource(r, r.s.journal)
+func (r *root) Source(sub adapters.Subscriber) delivery.Source {
+	return adapters.NewLogSource(r, r.s.journal).Viewed(r.View(sub.Identity()))
 }
 
 // Subscribe implements adapters.Channel: nothing to start.
@@ -46,8 +48,8 @@ func (r *root) Subscribe(adapters.Subscriber) {}
 func (r *root) Unsubscribe(adapters.Subscriber) {}
 
 // Resume implements adapters.Channel: by the journal, as a terminal.
-func (r *root) Resume(_ adapters.Subscriber, lastSeq uint64) delivery.Source {
-	return adapters.ResumeLog(r, r.s.journal, lastSeq)
+func (r *root) Resume(sub adapters.Subscriber, lastSeq uint64) delivery.Source {
+	return adapters.ResumeLog(r, r.s.journal, lastSeq).Viewed(r.View(sub.Identity()))
 }
 
 // Recover implements adapters.Channel.
@@ -120,7 +122,87 @@ func (r *root) SetPorts(ports []rpc.ListeningPort) {
 	_, _ = r.s.journal.Append(rpc.RootChannel, adapters.HostAction(rpc.RootChannel, action))
 }
 
+// View implements adapters.Viewed: an owner sees the whole catalogue;
+// anyone else sees the terminals they may attach to, the ones they hold
+// and the ones shared with them or their role (docs/protocol.md "Roles
+// and sharing"): another's terminal's title, clients and shares are not
+// theirs to read. The ports are the same for everyone.
+func (r *root) View(id auth.Identity) adapters.View {
+	if id.Role == auth.Owner {
+		return nil
+	}
+	return catalogueView{id: id}
+}
+
+// catalogueView is the root as a non-owner sees it (root.View).
+type catalogueView struct{ id auth.Identity }
+
+// sees reports whether the catalogue entry t is one v.id may attach to,
+// as the entry itself says (holder and shares): the same rule as the
+// terminal's own (pty.Terminal.Access), so a replayed action shows what
+// it showed when it was appended.
+func (v catalogueView) sees(t rpc.TerminalInfo) bool {
+	if v.id.Name != "" && t.Holder == v.id.Name {
+		return true
+	}
+	for _, s := range t.Shares {
+		if (s.With.Principal != "" && s.With.Principal == v.id.Name) || (s.With.Role != "" && s.With.Role == string(v.id.Role)) {
+			return true
+		}
+	}
+	return false
+}
+
+func (v catalogueView) filter(list []rpc.TerminalInfo) []rpc.TerminalInfo {
+	seen := make([]rpc.TerminalInfo, 0, len(list))
+	for _, t := range list {
+		if v.sees(t) {
+			seen = append(seen, t)
+		}
+	}
+	return seen
+}
+
+// State implements adapters.View: RootState with v's terminals.
+func (v catalogueView) State(state json.RawMessage) json.RawMessage {
+	var st rpc.RootState
+	if json.Unmarshal(state, &st) != nil {
+		return state // the root's own encoding: never
+	}
+	st.Terminals = v.filter(st.Terminals)
+	out, err := rpc.Marshal(st)
+	if err != nil {
+		return state
+	}
+	return out
+}
+
+// terminalsAction marks the actions State's terminals change by.
+var terminalsAction = []byte(`"` + rpc.ActionRootTerminals + `"`)
+
+// Action implements adapters.View: root/terminalsChanged, appended by
+// the host (SetTerminal), with v's terminals; any other action as it is.
+func (v catalogueView) Action(text []byte) []byte {
+	if !bytes.Contains(text, terminalsAction) {
+		return text
+	}
+	var n struct {
+		Params rpc.ActionEnvelope `json:"params"`
+	}
+	var a rpc.RootTerminalsAction
+	if json.Unmarshal(text, &n) != nil || n.Params.Origin != nil || json.Unmarshal(n.Params.Action, &a) != nil || a.Type != rpc.ActionRootTerminals {
+		return text // a client's rejected action echoed: its own words
+	}
+	a.Terminals = v.filter(a.Terminals)
+	enc, err := rpc.Marshal(a)
+	if err != nil {
+		return text
+	}
+	return rpc.AppendActionEnvelope(nil, n.Params.Channel, enc, n.Params.ServerSeq)
+}
+
 var (
 	_ adapters.Channel = (*root)(nil)
 	_ adapters.Root    = (*root)(nil)
+	_ adapters.Viewed  = (*root)(nil)
 )

@@ -21,6 +21,10 @@ type subscription struct {
 	c       *conn
 	ch      adapters.Channel
 	channel string
+	// view is the connection's view of a Viewed channel (the root
+	// catalogue), nil when it sees the channel as it is: snapshots and
+	// actions sent for this subscription pass through it.
+	view adapters.View
 
 	// Windowed: out/src send host→client, in receives client→host.
 	out *delivery.Stream
@@ -111,6 +115,9 @@ func (sub *subscription) onEntry(_ string, e journal.Entry) {
 	if sub.ended || sub.gapped {
 		return
 	}
+	if sub.view != nil {
+		e.Text = sub.view.Action(e.Text)
+	}
 	if !sub.active {
 		if len(sub.held) >= maxHeldActions {
 			sub.gapped, sub.held = true, nil
@@ -180,7 +187,7 @@ func (c *conn) register(sub *subscription) {
 // actions are held until activate. A stateless channel has no snapshot
 // (snap is nil) and is subscribed at once by after.
 func (c *conn) startOrdinary(ch adapters.Channel) (sub *subscription, snap *rpc.Snapshot, after func()) {
-	sub = &subscription{c: c, ch: ch, channel: ch.URI()}
+	sub = &subscription{c: c, ch: ch, channel: ch.URI(), view: adapters.ViewOf(ch, c.identity)}
 	if ch.Traits().Delivery == adapters.Stateless {
 		sub.active = true
 		c.register(sub)
@@ -188,6 +195,9 @@ func (c *conn) startOrdinary(ch adapters.Channel) (sub *subscription, snap *rpc.
 	}
 	snap = new(rpc.Snapshot)
 	ch.Snapshot(func(s rpc.Snapshot) {
+		if sub.view != nil {
+			s.State = sub.view.State(s.State)
+		}
 		*snap = s
 		sub.gapFrom = s.FromSeq
 		c.sched.StartOrdinary(sub.channel, s.FromSeq)
@@ -215,7 +225,7 @@ func (c *conn) startResumed(ch adapters.Channel, limits delivery.Limits, lastSeq
 // startStream registers a windowed subscription to ch whose Source
 // source gives, with its stream and inbound side.
 func (c *conn) startStream(ch adapters.Channel, limits delivery.Limits, source func(adapters.Subscriber) delivery.Source) {
-	sub := &subscription{c: c, ch: ch, channel: ch.URI()}
+	sub := &subscription{c: c, ch: ch, channel: ch.URI(), view: adapters.ViewOf(ch, c.identity)}
 	sub.src = source(sub)
 	sub.in = c.sched.NewInbound(sub.channel, limits, int(c.s.cfg.Delivery.MaxMessageBytes))
 	sub.out = c.sched.AddStream(sub.channel, limits, sub.src) // a journal's source wakes it itself (delivery.Attacher)
@@ -230,11 +240,16 @@ func (c *conn) startStream(ch adapters.Channel, limits delivery.Limits, source f
 // later ones are held until activate. ok is false (nothing registered)
 // when the journal no longer reaches back to lastSeq.
 func (c *conn) startOrdinaryAfter(ch adapters.Channel, lastSeq uint64) (sub *subscription, entries []journal.Entry, ok bool) {
-	sub = &subscription{c: c, ch: ch, channel: ch.URI()}
+	sub = &subscription{c: c, ch: ch, channel: ch.URI(), view: adapters.ViewOf(ch, c.identity)}
 	ch.Snapshot(func(s rpc.Snapshot) {
 		var err error
 		if entries, err = c.s.journal.Read(sub.channel, lastSeq, 0); err != nil {
 			return
+		}
+		if sub.view != nil {
+			for i := range entries {
+				entries[i].Text = sub.view.Action(entries[i].Text)
+			}
 		}
 		ok = true
 		sub.gapFrom = s.FromSeq

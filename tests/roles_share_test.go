@@ -1,8 +1,10 @@
 package tests
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -112,6 +114,27 @@ func TestRolesShareAttach(t *testing.T) {
 	<-again.done
 	if code := exitCode(again.err); code != 255 {
 		t.Errorf("ulla's second attach exited %d, want 255", code)
+	}
+	// The catalogue follows the shares: ulla's ls no longer lists the
+	// terminal (nor its title), vera's still does.
+	listed := func(tok string) []string {
+		t.Helper()
+		out, errOut, code := s.run(t, "ls", s.url, "--json", "--token", tok, "--cert-hash", s.hash)
+		var st struct{ Terminals []struct{ Resource string } }
+		if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
+			t.Fatalf("ls --json: exit %d, %v, stderr %q\n%s", code, err, errOut, out)
+		}
+		var res []string
+		for _, ti := range st.Terminals {
+			res = append(res, ti.Resource)
+		}
+		return res
+	}
+	if got := listed(ullaTok); len(got) != 0 {
+		t.Errorf("ulla's ls after the revoke lists %v, want nothing", got)
+	}
+	if got := listed(veraTok); !slices.Equal(got, []string{uri}) {
+		t.Errorf("vera's ls after ulla's revoke lists %v, want %s", got, uri)
 	}
 
 	// Each refusal is logged once per identity and permission, with the
