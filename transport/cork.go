@@ -174,6 +174,29 @@ func (c *CorkConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// closeFlushWait bounds how long Close spends sending what is held back.
+const closeFlushWait = 500 * time.Millisecond
+
+// Close implements net.Conn. What is held back (the last messages of a
+// run, a close frame, TLS's close_notify: whatever was written while
+// corked) is sent first, under a write deadline of closeFlushWait, when no
+// write is in progress; a write in progress (blocked on a full socket) is
+// not waited for: closing the socket ends it. coder/websocket closes the
+// connection itself once it has answered a peer's close frame, so without
+// this a close that found frames held lost them and the answer with them
+// (the peer saw the TCP connection end, not a close).
+func (c *CorkConn) Close() error {
+	if c.mu.TryLock() {
+		if c.buf != nil {
+			_ = c.Conn.SetWriteDeadline(time.Now().Add(closeFlushWait))
+			_ = c.flushLocked()
+		}
+		c.corked = false // a later write fails at once on the closed socket
+		c.mu.Unlock()
+	}
+	return c.Conn.Close()
+}
+
 // CorkListener returns a listener whose connections are *CorkConn.
 func CorkListener(ln net.Listener) net.Listener { return corkListener{ln} }
 

@@ -2,10 +2,19 @@ package transport
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
 )
 
 // countConn records every Write that reaches the socket.
@@ -128,5 +137,138 @@ func TestCorkConnReadAhead(t *testing.T) {
 	}
 	if len(c.rbuf) != readAheadBytes || cap(c.rbuf) != readAheadBytes {
 		t.Fatalf("read-ahead buffer %d/%d bytes, bound %d", len(c.rbuf), cap(c.rbuf), readAheadBytes)
+	}
+}
+
+// TestCorkConnCloseSendsHeld: Close sends what was held back before it
+// closes the socket; with no reader it gives up after its write deadline;
+// a write in progress is not waited for (closing the socket ends it).
+func TestCorkConnCloseSendsHeld(t *testing.T) {
+	a, b := net.Pipe()
+	c := NewCorkConn(b)
+	c.Cork()
+	for _, s := range []string{"close ", "frame"} {
+		if _, err := c.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		all, _ := io.ReadAll(a)
+		got <- all
+	}()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case all := <-got:
+		if string(all) != "close frame" {
+			t.Fatalf("the peer read %q before the end, want the held %q", all, "close frame")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the peer saw no end")
+	}
+	if _, err := c.Write([]byte("late")); err == nil {
+		t.Fatal("a write after Close succeeded")
+	}
+
+	// Nobody reads: the held bytes cannot go; Close still returns.
+	_, b = net.Pipe()
+	c = NewCorkConn(b)
+	c.Cork()
+	if _, err := c.Write([]byte("stuck")); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close with an unread peer did not return")
+	}
+
+	// A write blocked on the socket holds the lock: Close does not wait
+	// for it, and the write ends with an error.
+	_, b = net.Pipe()
+	c = NewCorkConn(b)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := c.Write([]byte("blocked"))
+		wrote <- err
+	}()
+	for i := 0; c.mu.TryLock(); i++ { // until the write holds it
+		c.mu.Unlock()
+		if i > 10_000_000 {
+			t.Fatal("the write never took the lock")
+		}
+		runtime.Gosched()
+	}
+	go func() { closed <- c.Close() }()
+	for _, ch := range []chan error{closed, wrote} {
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Close during a blocked write: Close or the write did not return")
+		}
+	}
+}
+
+// TestWebSocketPeerCloseWhileCorked: a peer's close frame that arrives
+// while the host holds frames back (a run of messages not yet flushed) is
+// answered: the held frames and coder/websocket's close reply leave before
+// the library closes the socket, so the peer's Close gets its answer
+// (without it, the peer saw the TCP connection end: 1006 in a browser).
+func TestWebSocketPeerCloseWhileCorked(t *testing.T) {
+	held := make(chan struct{})
+	ended := make(chan error, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			ended <- err
+			return
+		}
+		defer c.CloseNow()
+		ck := corkFrom(r.Context())
+		if ck == nil {
+			ended <- errors.New("no CorkConn under the request")
+			return
+		}
+		ck.Cork()
+		if err := c.Write(r.Context(), websocket.MessageBinary, bytes.Repeat([]byte("h"), 1000)); err != nil {
+			ended <- err
+			return
+		}
+		close(held)
+		_, _, err = c.Read(context.Background()) // until the peer's close, answered
+		ended <- err
+	}))
+	srv.Listener = CorkListener(srv.Listener)
+	srv.Config.ConnContext = CorkContext
+	srv.Start()
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	select {
+	case <-held:
+	case err := <-ended:
+		t.Fatal(err)
+	case <-ctx.Done():
+		t.Fatal("the host held nothing")
+	}
+	if err := c.Close(websocket.StatusNormalClosure, "bye"); err != nil {
+		t.Fatalf("the client's close was not answered: %v", err)
+	}
+	select {
+	case err := <-ended:
+		if websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+			t.Fatalf("the host's read ended with %v, want the client's close", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the host's read did not end")
 	}
 }
