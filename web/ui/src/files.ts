@@ -186,7 +186,7 @@ export class Files {
   private update(u: Upload, d: { li: HTMLLIElement; sig: string }): void {
     const pct = `${Math.floor(100 * u.fraction)} %`;
     const text =
-      u.phase === "hashing" ? (u.hashed > 0 ? `checking the part the host kept, ${Math.floor((100 * u.hashed) / Math.max(1, u.size))} %` : "opening…") : u.phase === "sending" ? `sending ${pct}` : u.phase === "verifying" ? "verifying…" : u.phase === "done" ? `uploaded to ${u.dir}` : u.phase === "cancelled" ? "cancelled" : `failed: ${u.error}`;
+      u.phase === "waiting" ? `waiting for the host, ${pct} sent` : u.phase === "hashing" ? (u.hashed > 0 ? `checking the part the host kept, ${Math.floor((100 * u.hashed) / Math.max(1, u.size))} %` : "opening…") : u.phase === "sending" ? `sending ${pct}` : u.phase === "verifying" ? "verifying…" : u.phase === "done" ? `uploaded to ${u.dir}` : u.phase === "cancelled" ? "cancelled" : `failed: ${u.error}`;
     const sig = `${u.phase}\u0000${text}`;
     if (sig === d.sig) return;
     d.sig = sig;
@@ -195,7 +195,7 @@ export class Files {
     li.querySelector("progress")!.value = u.fraction;
     li.querySelector(".what")!.textContent = text;
     const b = li.querySelector("button")!;
-    const live = u.phase === "hashing" || u.phase === "sending" || u.phase === "verifying";
+    const live = u.phase === "waiting" || u.phase === "hashing" || u.phase === "sending" || u.phase === "verifying";
     if (live && b.className !== "cancel") {
       b.className = "cancel";
       b.textContent = "Cancel";

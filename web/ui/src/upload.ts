@@ -31,7 +31,15 @@ export interface UploadClient {
 export const FILE_WINDOW: FlowOffer = { windowBytes: 4 << 20, maximumFrameBytes: 512 << 10 };
 /** HASH_SLICE is the slice read at a time to hash a kept prefix. */
 export const HASH_SLICE = 1 << 20;
-/** ATTEMPTS bounds the tries of one upload cut by lost links (a try without a client counts); the waits between them grow from RETRY_MS to 8 s. */
+/**
+ * ATTEMPTS bounds the tries in a row of one upload cut by lost links that
+ * moved it no further (a try that got more of the file to the host starts
+ * the count again); the waits between them grow from RETRY_MS to 8 s. A
+ * time without a client (between sessions: the host restarted, the link
+ * is down) spends no try: the upload waits for the next session, polling
+ * every RETRY_MS, until it comes or the upload is cancelled (the host
+ * keeps the partial file).
+ */
 export const ATTEMPTS = 8;
 export const RETRY_MS = 250;
 
@@ -45,7 +53,7 @@ function retryable(err: unknown): boolean {
   return typeof code !== "number" || code === -32010;
 }
 
-export type Phase = "hashing" | "sending" | "verifying" | "done" | "failed" | "cancelled";
+export type Phase = "waiting" | "hashing" | "sending" | "verifying" | "done" | "failed" | "cancelled";
 
 /** A file to upload: a File, or anything with its shape (tests). */
 export interface Source {
@@ -191,22 +199,50 @@ export class Upload {
     this.opened = false;
   }
 
-  /** transfer tries until the file is in place, the host tells why not, or ATTEMPTS cuts. */
+  /** waitMs is the wait between looks for a client while there is none, retryMs the first wait before a try again (both RETRY_MS; tests shorten them). */
+  waitMs = RETRY_MS;
+  retryMs = RETRY_MS;
+
+  /** transfer tries until the file is in place, the host tells why not, or ATTEMPTS tries in a row are cut without progress. */
   private async transfer(): Promise<void> {
-    for (let attempt = 1; ; attempt++) {
+    let reached = 0; // the most of the file the host had or was sent so far
+    for (let attempt = 1; ; ) {
       try {
         await this.attempt();
         return;
       } catch (err) {
         this.check();
-        if (!retryable(err) || attempt >= ATTEMPTS) throw err;
+        if (!retryable(err)) throw err;
         this.end();
         this.channel = newChannel();
         this.outcome = null;
-        await new Promise((r) => setTimeout(r, Math.min(8000, RETRY_MS * 2 ** (attempt - 1))));
+        if (!this.clientOf()) {
+          await this.waitClient(); // no session: waiting spends no try
+          continue;
+        }
+        if (this.sent > reached) {
+          reached = this.sent;
+          attempt = 1; // progress: the count starts again
+        }
+        if (attempt >= ATTEMPTS) throw err;
+        await new Promise((r) => setTimeout(r, Math.min(8000, this.retryMs * 2 ** (attempt - 1))));
+        attempt++;
         this.check();
       }
     }
+  }
+
+  /** waitClient waits until the page has a client again (phase "waiting"), or the upload is cancelled. */
+  private async waitClient(): Promise<void> {
+    const was = this.phase;
+    this.phase = "waiting";
+    this.onProgress(this);
+    while (!this.clientOf()) {
+      await new Promise((r) => setTimeout(r, this.waitMs));
+      this.check();
+    }
+    this.phase = was;
+    this.onProgress(this);
   }
 
   /** open opens the channel for writing, continuing the host's partial file when asked. */

@@ -246,7 +246,7 @@ async function replaced(bytes: Uint8Array, after: number, keeps: (got: Buffer) =
     return { offset: kept.length, prefixSha256: createHash("sha256").update(kept).digest("hex") };
   };
   let current: UploadClient | null = old.c;
-  let without = 0; // tries that found no client
+  let without = 0; // looks for a client that found none
   const clientOf = () => {
     if (current === null && ++without === 1) setTimeout(() => (current = neu.c)); // the next session is up for the try after
     return current;
@@ -273,7 +273,7 @@ test("an upload whose session is replaced continues on the new client from the p
   assert.ok(kept.length >= 700 * 1024 && kept.length < bytes.length, `the old host got ${kept.length} bytes`);
   assert.equal(old.opens.length, 1, "no try went to the old client after its session ended");
   assert.equal(old.commit, null);
-  assert.equal(without, 1, "the try without a client was tried again");
+  assert.ok(without >= 1, "the upload looked for a client while there was none");
   assert.deepEqual(neu.opens.map((o: any) => o.resume), [true]);
   assert.ok(Buffer.concat(neu.got).equals(Buffer.from(bytes.subarray(kept.length))), "the new host got the rest, from the kept offset");
   assert.equal(neu.eof, bytes.length - kept.length);
@@ -288,11 +288,89 @@ test("an upload whose session is replaced by a host that kept nothing starts ove
   const bytes = new Uint8Array(1024 * 1024 + 3).map((_, i) => (i * 17 + (i >> 8)) & 255);
   const { old, neu, without, u } = await replaced(bytes, 300 * 1024, () => Buffer.alloc(0));
   assert.equal(old.opens.length, 1);
-  assert.equal(without, 1);
+  assert.ok(without >= 1);
   assert.deepEqual(neu.opens.map((o: any) => o.resume), [true]);
   assert.ok(Buffer.concat(neu.got).equals(Buffer.from(bytes)), "the new host got every byte");
   assert.equal(neu.eof, bytes.length);
   assert.equal(neu.commit.sha256, createHash("sha256").update(bytes).digest("hex"));
   assert.equal(u.hashed, 0);
   assert.equal(u.phase, "done");
+});
+
+test("an upload waits for a session as long as it takes, spending no try, and says so", async () => {
+  const bytes = new Uint8Array(512 * 1024 + 7).map((_, i) => (i * 31 + (i >> 9)) & 255);
+  const ended = (h: { push: (m: string, p: object) => void }) => setTimeout(() => h.push("tcp/eof", { offset: 0 }));
+  const old = fakeHost(256 * 1024, 64 * 1024, ended);
+  const neu = fakeHost(256 * 1024, 64 * 1024, ended);
+  let current: UploadClient | null = old.c;
+  let looks = 0; // looks for a client while there was none
+  const phases = new Set<string>();
+  const u = new Upload(
+    () => {
+      if (current === null && ++looks === 5 * 8) current = neu.c; // five times the tries an upload may spend
+      return current;
+    },
+    source(bytes),
+    "/srv",
+    "a.bin",
+    (x) => phases.add(x.phase),
+  );
+  u.waitMs = 1;
+  const done = u.run();
+  while (u.phase !== "done" && u.phase !== "failed") {
+    await new Promise((r) => setTimeout(r, 0));
+    if (!old.dead && Buffer.concat(old.got).length >= 100 * 1024) {
+      old.die();
+      current = null;
+    }
+    old.credit(64 * 1024);
+    neu.credit(64 * 1024);
+  }
+  await done;
+  assert.equal(looks, 40);
+  assert.ok(phases.has("waiting"), `phases ${[...phases]}: never "waiting"`);
+  assert.equal(u.phase, "done");
+  assert.ok(Buffer.concat(neu.got).equals(Buffer.from(bytes)), "the new host (which kept nothing) got every byte");
+  assert.equal(neu.commit.sha256, createHash("sha256").update(bytes).digest("hex"));
+});
+
+test("a cancel while waiting for a session ends the upload", async () => {
+  const u = new Upload(() => null, source(new Uint8Array(10)), "/srv", "a.bin");
+  u.waitMs = 1;
+  const done = u.run().catch((e) => e);
+  while (u.phase !== "waiting") await new Promise((r) => setTimeout(r, 0));
+  u.cancel();
+  assert.equal(String(await done), "Error: cancelled");
+  assert.equal(u.phase, "cancelled");
+});
+
+test("tries that move the upload on do not use the tries up; tries in a row that do not, do", async () => {
+  const bytes = new Uint8Array(1024 * 1024).map((_, i) => (i * 3 + (i >> 11)) & 255);
+  const h = fakeHost(1 << 20, 64 * 1024, (h) => setTimeout(() => h.push("tcp/eof", { offset: 0 })));
+  // Every try is cut after one more 64 KiB message reached the host: far
+  // more cuts than ATTEMPTS, each with progress.
+  let host = Buffer.alloc(0);
+  h.open = (p: any) => {
+    assert.ok(p.resume);
+    return host.length === 0 ? { offset: 0 } : { offset: host.length, prefixSha256: createHash("sha256").update(host).digest("hex") };
+  };
+  const write = h.c.sendData;
+  h.c.sendData = (ch, method, params: any) => {
+    write(ch, method, params);
+    if (method === "tcp/data") {
+      host = Buffer.concat([host, Buffer.from(params.data, "base64")]);
+      h.lose = true; // the next write finds the link lost
+    }
+  };
+  const u = new Upload(() => h.c, source(bytes), "/srv", "a.bin");
+  u.retryMs = 1;
+  const done = u.run();
+  while (u.phase !== "done" && u.phase !== "failed") {
+    await new Promise((r) => setTimeout(r, 0));
+    h.credit(64 * 1024);
+  }
+  await done;
+  assert.ok(h.opens.length > 3 * 8, `${h.opens.length} tries`);
+  assert.ok(host.equals(Buffer.from(bytes)));
+  assert.equal(h.commit.sha256, createHash("sha256").update(bytes).digest("hex"));
 });
