@@ -32,6 +32,9 @@ type LogSource struct {
 	// view, if set, is the subscriber's view of a Viewed channel
 	// (Viewed): each snapshot and action passes through it.
 	view View
+	// client is the subscriber's clientId (For): another client's
+	// rejection echo (journal.Entry.To) is skipped.
+	client string
 	// wake wakes the stream the source feeds, from Attach on: when the
 	// journal has a new action of the channel or a shared snapshot it
 	// waited for was built.
@@ -77,6 +80,15 @@ func (ls *LogSource) Shared(snaps *Snapshots) *LogSource {
 // passes through v. Call it before the source is used; it returns ls.
 func (ls *LogSource) Viewed(v View) *LogSource {
 	ls.view = v
+	return ls
+}
+
+// For makes the source the subscription of client (its clientId): the
+// journal's entries for another client only (journal.Entry.To: the echo
+// of an action the host rejected) are skipped. Call it before the source
+// is used; it returns ls.
+func (ls *LogSource) For(client string) *LogSource {
+	ls.client = client
 	return ls
 }
 
@@ -133,6 +145,10 @@ func (ls *LogSource) Next() delivery.Message {
 		return delivery.Message{Text: ls.snapshot()}
 	}
 	e, ok, err := ls.j.Next(ls.ch.URI(), ls.cursor.Load())
+	for ok && !e.For(ls.client) { // another client's rejection echo
+		ls.cursor.Store(e.Seq)
+		e, ok, err = ls.j.Next(ls.ch.URI(), e.Seq)
+	}
 	if err == journal.ErrTruncated {
 		ls.resyncs.Add(1)
 		ls.snap.Store(true)

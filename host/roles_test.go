@@ -441,3 +441,52 @@ func TestCatalogueView(t *testing.T) {
 		t.Errorf("the user's replay %s: want %s and nothing of %s", m.Raw, mine, secret)
 	}
 }
+
+// TestRejectionToSenderOnly: the echo of an action the host rejects goes
+// to the client that dispatched it, nowhere else: a read-only viewer's
+// keystrokes, forged terminal output (terminal/data, host-only) and a
+// forged catalogue (root/terminalsChanged) never reach the terminal's
+// holder, on its windowed terminal subscription, its ordinary root
+// subscription or in channel/page, while the viewer gets each rejection.
+func TestRejectionToSenderOnly(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, nil)
+	const ch = "ahp-terminal:/o"
+	owner := connectID(t, srv, ownerID)
+	init := owner.initialize("o1", rpc.RootChannel)
+	owner.mustCall(rpc.MethodCreateTerminal, rpc.CreateTerminalParams{Channel: ch, Command: []string{"cat"}})
+	owner.watch(ch)
+	owner.mustCall(rpc.MethodTerminalShare, rpc.TerminalShareParams{Channel: ch, With: rpc.ShareWith{Role: "viewer"}, Access: rpc.AccessRead})
+
+	v := connectID(t, srv, viewerID)
+	v.initialize("v1", rpc.RootChannel)
+	v.watch(ch)
+	for i, a := range []struct{ ch, action, reason string }{
+		{ch, `{"type":"terminal/input","data":"typed-secret\n"}`, "permission denied: terminal.input needs role user or owner; vera is viewer"},
+		{ch, `{"type":"terminal/data","data":"INJECTED-OUTPUT"}`, "terminal/data is a host-only action"},
+		{rpc.RootChannel, `{"type":"root/terminalsChanged","terminals":[{"resource":"ahp-terminal:/o","title":"FORGED-TITLE"}]}`, "root actions are not client-dispatchable on this host"},
+	} {
+		if reason, _ := v.rejection(a.ch, a.action, uint64(i+1)); reason != a.reason {
+			t.Errorf("%s: rejected %q, want %q", a.action, reason, a.reason)
+		}
+	}
+	// The owner types after them: everything up to its own output was
+	// sent before it, and none of it is the viewer's.
+	owner.act(ch, `{"type":"terminal/input","data":"mine\n"}`, 1)
+	_, seen := owner.until("the owner's output", func(m *msg) bool {
+		_, d, ok := termData(m)
+		return ok && strings.Contains(d, "mine")
+	})
+	page := owner.page(ch, 0, 0)
+	rootPage := owner.page(rpc.RootChannel, init.ServerSeq, 0)
+	all := raws(seen) + fmt.Sprintf("%s %s", page.Actions, rootPage.Actions)
+	for _, s := range []string{"typed-secret", "INJECTED-OUTPUT", "FORGED-TITLE", "rejectionReason"} {
+		if strings.Contains(all, s) {
+			t.Errorf("the holder was sent %q:\n%s", s, all)
+		}
+	}
+	// The viewer's own page of the terminal has its rejections.
+	if vp := v.page(ch, 0, 0); !strings.Contains(fmt.Sprintf("%s", vp.Actions), "INJECTED-OUTPUT") {
+		t.Errorf("the viewer's channel/page lacks its own rejection: %s", vp.Actions)
+	}
+}

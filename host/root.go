@@ -38,7 +38,7 @@ func (r *root) Traits() adapters.Traits {
 
 // Source implements adapters.Channel: the journal, read by cursor.
 func (r *root) Source(sub adapters.Subscriber) delivery.Source {
-	return adapters.NewLogSource(r, r.s.journal).Viewed(r.View(sub.Identity()))
+	return adapters.NewLogSource(r, r.s.journal).Viewed(r.View(sub.Identity())).For(sub.ClientID())
 }
 
 // Subscribe implements adapters.Channel: nothing to start.
@@ -49,7 +49,7 @@ func (r *root) Unsubscribe(adapters.Subscriber) {}
 
 // Resume implements adapters.Channel: by the journal, as a terminal.
 func (r *root) Resume(sub adapters.Subscriber, lastSeq uint64) delivery.Source {
-	return adapters.ResumeLog(r, r.s.journal, lastSeq).Viewed(r.View(sub.Identity()))
+	return adapters.ResumeLog(r, r.s.journal, lastSeq).Viewed(r.View(sub.Identity())).For(sub.ClientID())
 }
 
 // Recover implements adapters.Channel.
@@ -58,7 +58,8 @@ func (r *root) Recover(lastSeq uint64) adapters.Recovery {
 }
 
 // Receive implements adapters.Channel: root actions are not
-// client-dispatchable here; each is echoed rejected (ahp.md §3).
+// client-dispatchable here; each is echoed rejected (ahp.md §3), to its
+// sender only.
 func (r *root) Receive(m adapters.Message) {
 	defer m.Release()
 	if m.Header.Method != rpc.MethodDispatchAction {
@@ -71,7 +72,7 @@ func (r *root) Receive(m adapters.Message) {
 		return
 	}
 	origin := &rpc.Origin{ClientID: m.ClientID, ClientSeq: p.ClientSeq}
-	_, _ = r.s.journal.Append(rpc.RootChannel, func(seq uint64) ([]byte, error) {
+	_, _ = r.s.journal.AppendTo(rpc.RootChannel, m.ClientID, func(seq uint64) ([]byte, error) { // its sender only
 		return rpc.Notification(rpc.MethodAction, rpc.ActionEnvelope{Channel: rpc.RootChannel, Action: p.Action, ServerSeq: seq, Origin: origin,
 			RejectionReason: "root actions are not client-dispatchable on this host"})
 	})

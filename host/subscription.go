@@ -1,6 +1,7 @@
 package host
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/sidecar-dev/sidecar/adapters"
@@ -21,6 +22,10 @@ type subscription struct {
 	c       *conn
 	ch      adapters.Channel
 	channel string
+	// client is the subscribing client's clientId (fixed once it has
+	// initialized): the journal's entries for another client only (a
+	// rejection's echo: journal.Entry.To) are not sent.
+	client string
 	// view is the connection's view of a Viewed channel (the root
 	// catalogue), nil when it sees the channel as it is: snapshots and
 	// actions sent for this subscription pass through it.
@@ -112,7 +117,7 @@ func (sub *subscription) PushControl(text []byte) {
 func (sub *subscription) onEntry(_ string, e journal.Entry) {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
-	if sub.ended || sub.gapped {
+	if sub.ended || sub.gapped || !e.For(sub.client) {
 		return
 	}
 	if sub.view != nil {
@@ -187,7 +192,7 @@ func (c *conn) register(sub *subscription) {
 // actions are held until activate. A stateless channel has no snapshot
 // (snap is nil) and is subscribed at once by after.
 func (c *conn) startOrdinary(ch adapters.Channel) (sub *subscription, snap *rpc.Snapshot, after func()) {
-	sub = &subscription{c: c, ch: ch, channel: ch.URI(), view: adapters.ViewOf(ch, c.identity)}
+	sub = &subscription{c: c, ch: ch, channel: ch.URI(), view: adapters.ViewOf(ch, c.identity), client: c.id()}
 	if ch.Traits().Delivery == adapters.Stateless {
 		sub.active = true
 		c.register(sub)
@@ -225,7 +230,7 @@ func (c *conn) startResumed(ch adapters.Channel, limits delivery.Limits, lastSeq
 // startStream registers a windowed subscription to ch whose Source
 // source gives, with its stream and inbound side.
 func (c *conn) startStream(ch adapters.Channel, limits delivery.Limits, source func(adapters.Subscriber) delivery.Source) {
-	sub := &subscription{c: c, ch: ch, channel: ch.URI(), view: adapters.ViewOf(ch, c.identity)}
+	sub := &subscription{c: c, ch: ch, channel: ch.URI(), view: adapters.ViewOf(ch, c.identity), client: c.id()}
 	sub.src = source(sub)
 	sub.in = c.sched.NewInbound(sub.channel, limits, int(c.s.cfg.Delivery.MaxMessageBytes))
 	sub.out = c.sched.AddStream(sub.channel, limits, sub.src) // a journal's source wakes it itself (delivery.Attacher)
@@ -240,12 +245,13 @@ func (c *conn) startStream(ch adapters.Channel, limits delivery.Limits, source f
 // later ones are held until activate. ok is false (nothing registered)
 // when the journal no longer reaches back to lastSeq.
 func (c *conn) startOrdinaryAfter(ch adapters.Channel, lastSeq uint64) (sub *subscription, entries []journal.Entry, ok bool) {
-	sub = &subscription{c: c, ch: ch, channel: ch.URI(), view: adapters.ViewOf(ch, c.identity)}
+	sub = &subscription{c: c, ch: ch, channel: ch.URI(), view: adapters.ViewOf(ch, c.identity), client: c.id()}
 	ch.Snapshot(func(s rpc.Snapshot) {
 		var err error
 		if entries, err = c.s.journal.Read(sub.channel, lastSeq, 0); err != nil {
 			return
 		}
+		entries = slices.DeleteFunc(entries, func(e journal.Entry) bool { return !e.For(sub.client) })
 		if sub.view != nil {
 			for i := range entries {
 				entries[i].Text = sub.view.Action(entries[i].Text)

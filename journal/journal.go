@@ -39,8 +39,17 @@ var ErrTruncated = errors.New("journal: entries after cursor are no longer retai
 type Entry struct {
 	Seq  uint64
 	Text []byte // the complete notification text, shared: never modify
-	at   time.Time
+	// To is the one clientId the entry is for (AppendTo: the echo of an
+	// action the host rejected goes to the client that dispatched it);
+	// empty, every subscriber of the channel. Readers skip an entry for
+	// another client (For).
+	To string
+	at time.Time
 }
+
+// For reports whether the entry is one client's to receive: every entry
+// but another client's rejection echo (To).
+func (e Entry) For(client string) bool { return e.To == "" || e.To == client }
 
 // Listener receives every entry appended to a channel, under the journal
 // lock and in serverSeq order. It must not block or call back into the
@@ -85,13 +94,20 @@ func (j *Journal) Seq() uint64 {
 // keeps it in channel's log and hands it to the channel's listeners. If
 // encode fails nothing is assigned and the error is returned.
 func (j *Journal) Append(channel string, encode func(seq uint64) ([]byte, error)) (Entry, error) {
+	return j.AppendTo(channel, "", encode)
+}
+
+// AppendTo is Append for an entry only the client to receives (Entry.To;
+// "" is every subscriber): it takes a serverSeq of the channel like any
+// other, and the channel's other subscribers skip it.
+func (j *Journal) AppendTo(channel, to string, encode func(seq uint64) ([]byte, error)) (Entry, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	text, err := encode(j.seq + 1)
 	if err != nil {
 		return Entry{}, err
 	}
-	return j.appendLocked(channel, text), nil
+	return j.appendLocked(channel, to, text), nil
 }
 
 // AppendSeq is Append for a text that ends with its serverSeq, as an
@@ -110,13 +126,13 @@ func (j *Journal) AppendSeq(channel string, head []byte, tail string) Entry {
 	text = append(text, head...)
 	text = append(text, seq...)
 	text = append(text, tail...)
-	return j.appendLocked(channel, text)
+	return j.appendLocked(channel, "", text)
 }
 
 // appendLocked logs text as the entry with the next seq.
-func (j *Journal) appendLocked(channel string, text []byte) Entry {
+func (j *Journal) appendLocked(channel, to string, text []byte) Entry {
 	j.seq++
-	e := Entry{Seq: j.seq, Text: text, at: time.Now()}
+	e := Entry{Seq: j.seq, Text: text, To: to, at: time.Now()}
 	l := j.logs[channel]
 	if l == nil {
 		l = &channelLog{}

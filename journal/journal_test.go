@@ -611,3 +611,27 @@ func TestListeners(t *testing.T) {
 		t.Fatalf("Listeners = %d after Unlisten, want 0", n)
 	}
 }
+
+// TestAppendTo: an entry for one client takes the next serverSeq like any
+// other, is read and listened to with its addressee, and is for that
+// client only (For); an entry for everyone is for every client.
+func TestAppendTo(t *testing.T) {
+	j := New(DefaultLimits)
+	var heard []Entry
+	j.Listen("c", "k", func(_ string, e Entry) { heard = append(heard, e) }, nil)
+	all := mustAppend(t, j, "c", text(8))
+	one, err := j.AppendTo("c", "v1", text(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all.To != "" || one.To != "v1" || one.Seq != all.Seq+1 {
+		t.Fatalf("entries %+v %+v: want To \"\" then v1, consecutive seqs", all, one)
+	}
+	got, err := j.Read("c", 0, 0)
+	if err != nil || len(got) != 2 || got[1].To != "v1" || len(heard) != 2 || heard[1].To != "v1" {
+		t.Fatalf("read %+v (%v), heard %+v: want the addressee kept", got, err, heard)
+	}
+	if !all.For("v1") || !all.For("o1") || !all.For("") || !one.For("v1") || one.For("o1") || one.For("") {
+		t.Fatal("For: an entry for everyone is every client's; one for v1 is v1's only")
+	}
+}

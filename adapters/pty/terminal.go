@@ -265,7 +265,7 @@ func (t *Terminal) Recover(lastSeq uint64) adapters.Recovery {
 
 // Resume implements adapters.Channel.
 func (t *Terminal) Resume(sub adapters.Subscriber, lastSeq uint64) delivery.Source {
-	src := adapters.ResumeLog(t, t.j, lastSeq).Shared(t.snaps)
+	src := adapters.ResumeLog(t, t.j, lastSeq).Shared(t.snaps).For(sub.ClientID())
 	t.mu.Lock()
 	t.subs[sub] = src
 	t.mu.Unlock()
@@ -290,9 +290,14 @@ func (t *Terminal) appendLocked(action any) {
 	}
 }
 
-// echoLocked logs an accepted client action with its origin.
+// echoLocked logs a client action with its origin: applied, for every
+// subscriber; rejected (rejection set), for its sender only.
 func (t *Terminal) echoLocked(action json.RawMessage, origin *rpc.Origin, rejection string, code int64) {
-	_, _ = t.j.Append(t.cfg.URI, func(seq uint64) ([]byte, error) {
+	to := "" // an applied action: every subscriber
+	if rejection != "" {
+		to = origin.ClientID // a rejection: its sender only
+	}
+	_, _ = t.j.AppendTo(t.cfg.URI, to, func(seq uint64) ([]byte, error) {
 		return rpc.Notification(rpc.MethodAction, rpc.ActionEnvelope{Channel: t.cfg.URI, Action: action, ServerSeq: seq, Origin: origin, RejectionReason: rejection, RejectionCode: code})
 	})
 }
@@ -345,7 +350,7 @@ func (t *Terminal) WaitFlushed(wait time.Duration) {
 
 // Source implements adapters.Channel: the journal, read by cursor.
 func (t *Terminal) Source(sub adapters.Subscriber) delivery.Source {
-	src := adapters.NewLogSource(t, t.j).Shared(t.snaps)
+	src := adapters.NewLogSource(t, t.j).Shared(t.snaps).For(sub.ClientID())
 	t.mu.Lock()
 	t.subs[sub] = src
 	t.mu.Unlock()

@@ -36,8 +36,8 @@ func (ch *channel) Snapshot(fn func(rpc.Snapshot)) {
 }
 
 // Source implements adapters.Channel: the journal, read by cursor.
-func (ch *channel) Source(adapters.Subscriber) delivery.Source {
-	return adapters.NewLogSource(ch, ch.k.j)
+func (ch *channel) Source(sub adapters.Subscriber) delivery.Source {
+	return adapters.NewLogSource(ch, ch.k.j).For(sub.ClientID())
 }
 
 // Subscribe implements adapters.Channel.
@@ -47,8 +47,8 @@ func (ch *channel) Subscribe(adapters.Subscriber) {}
 func (ch *channel) Unsubscribe(adapters.Subscriber) {}
 
 // Resume implements adapters.Channel: by the journal.
-func (ch *channel) Resume(_ adapters.Subscriber, lastSeq uint64) delivery.Source {
-	return adapters.ResumeLog(ch, ch.k.j, lastSeq)
+func (ch *channel) Resume(sub adapters.Subscriber, lastSeq uint64) delivery.Source {
+	return adapters.ResumeLog(ch, ch.k.j, lastSeq).For(sub.ClientID())
 }
 
 // Recover implements adapters.Channel.
@@ -89,7 +89,11 @@ func (ch *channel) Receive(m adapters.Message) {
 		reason = err.Error()
 	}
 	origin := &rpc.Origin{ClientID: m.ClientID, ClientSeq: p.ClientSeq}
-	_, _ = k.j.Append(rpc.TunnelsChannel, func(seq uint64) ([]byte, error) {
+	to := "" // applied: every subscriber; rejected: its sender only
+	if reason != "" {
+		to = m.ClientID
+	}
+	_, _ = k.j.AppendTo(rpc.TunnelsChannel, to, func(seq uint64) ([]byte, error) {
 		return rpc.Notification(rpc.MethodAction, rpc.ActionEnvelope{Channel: rpc.TunnelsChannel, Action: p.Action,
 			ServerSeq: seq, Origin: origin, RejectionReason: reason, RejectionCode: code})
 	})
