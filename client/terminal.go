@@ -239,6 +239,9 @@ func (t *Terminal) Copy(ctx context.Context, w io.Writer, scrollback bool) (exit
 			}
 			_ = json.Unmarshal(m.Params, &env)
 			a := env.Action
+			if env.RejectionReason != "" && (a.Type == rpc.ActionTerminalData || a.Type == rpc.ActionTerminalExited) {
+				a.Type = "" // rejected, so not applied: never output or an exit
+			}
 			switch a.Type {
 			case rpc.ActionTerminalData:
 				if _, err := io.WriteString(w, a.Data); err != nil {

@@ -339,7 +339,7 @@ function catalogued(): void {
 function rootMessage(m: ahp.Message): void {
   if (m.method === "channel/snapshot") return showRoot(m.params.snapshot?.state);
   const a = m.params?.action;
-  if (m.method !== "action" || !a) return;
+  if (m.method !== "action" || !a || m.params.rejectionReason !== undefined) return; // a rejected action was not applied
   if (a.type === "root/terminalsChanged") {
     terminals = a.terminals ?? [];
     catalogued();

@@ -16,6 +16,8 @@ import { Pacer } from "./pace.js";
 // A small window: what is in flight when Ctrl-C is typed must still be
 // rendered before the prompt shows, so it bounds that delay (and memory).
 const TERMINAL_WINDOW: ahp.FlowOffer = { windowBytes: 65536, maximumFrameBytes: 16384 };
+/** HOST_STATE: the actions a pane applies as the host sends them (output, title, directory, exit); rejected, they were not applied and are ignored. */
+const HOST_STATE = new Set<string | undefined>(["terminal/data", "terminal/titleChanged", "terminal/cwdChanged", "terminal/exited"]);
 
 export const THEME = {
   background: "#181818",
@@ -192,6 +194,10 @@ export class Pane {
         return;
       }
       const a = m.params?.action;
+      if (m.method === "action" && m.params.rejectionReason !== undefined && HOST_STATE.has(a?.type)) {
+        release(); // a rejected action was not applied: never output, a title or an exit
+        return;
+      }
       if (m.method === "action" && a?.type === "terminal/data") {
         this.received += a.data.length;
         if (!this.visible && !this.activity) {
