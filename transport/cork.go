@@ -27,6 +27,11 @@ type CorkConn struct {
 	mu     sync.Mutex
 	corked bool
 	buf    []byte // nil while nothing is held back
+	// writing is set while a write to the socket is under way (mu held):
+	// Close does not wait for one, which may be blocked on a full socket.
+	writing atomic.Bool
+	// closed is set by Close: later writes fail and Cork holds nothing.
+	closed atomic.Bool
 
 	// Reads are read ahead, readAheadBytes at a time: TLS reads a record
 	// (at most 16 KiB) per Read, and one system call per record was a
@@ -115,7 +120,7 @@ func NewCorkConn(c net.Conn) *CorkConn {
 // Cork holds back the writes that follow until Uncork.
 func (c *CorkConn) Cork() {
 	c.mu.Lock()
-	c.corked = true
+	c.corked = !c.closed.Load()
 	c.mu.Unlock()
 }
 
@@ -134,10 +139,19 @@ func (c *CorkConn) flushLocked() error {
 	}
 	b := c.buf
 	c.buf = nil
-	_, err := c.Conn.Write(b)
+	_, err := c.socketWrite(b)
 	corkBufs.Put(b)
-	c.signalWrote()
 	return err
+}
+
+// socketWrite writes p to the socket (c.mu held), marked as under way for
+// Close, and signals it.
+func (c *CorkConn) socketWrite(p []byte) (int, error) {
+	c.writing.Store(true)
+	n, err := c.Conn.Write(p)
+	c.writing.Store(false)
+	c.signalWrote()
+	return n, err
 }
 
 // signalWrote leaves a token in wrote, if there is room (c.mu held).
@@ -152,10 +166,11 @@ func (c *CorkConn) signalWrote() {
 func (c *CorkConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
 	if !c.corked {
-		n, err := c.Conn.Write(p)
-		c.signalWrote()
-		return n, err
+		return c.socketWrite(p)
 	}
 	if c.buf != nil && len(c.buf)+len(p) > corkMaxBytes {
 		if err := c.flushLocked(); err != nil {
@@ -163,9 +178,7 @@ func (c *CorkConn) Write(p []byte) (int, error) {
 		}
 	}
 	if len(p) > corkMaxBytes {
-		n, err := c.Conn.Write(p)
-		c.signalWrote()
-		return n, err
+		return c.socketWrite(p)
 	}
 	if c.buf == nil {
 		c.buf = corkBufs.Get(max(len(p), 64<<10))
@@ -179,21 +192,29 @@ const closeFlushWait = 500 * time.Millisecond
 
 // Close implements net.Conn. What is held back (the last messages of a
 // run, a close frame, TLS's close_notify: whatever was written while
-// corked) is sent first, under a write deadline of closeFlushWait, when no
-// write is in progress; a write in progress (blocked on a full socket) is
-// not waited for: closing the socket ends it. coder/websocket closes the
-// connection itself once it has answered a peer's close frame, so without
-// this a close that found frames held lost them and the answer with them
-// (the peer saw the TCP connection end, not a close).
+// corked) is sent first, under a write deadline of closeFlushWait. A
+// write to the socket under way (perhaps blocked on a full socket) is not
+// waited for: closing the socket ends it; another goroutine only adding
+// to the held bytes is (bounded by the same deadline, should it go on to
+// write). coder/websocket closes the connection itself once it has
+// answered a peer's close frame, so without the flush a close that found
+// frames held lost them and the answer with them (the peer saw the TCP
+// connection end, not a close). Later writes fail with net.ErrClosed.
 func (c *CorkConn) Close() error {
-	if c.mu.TryLock() {
-		if c.buf != nil {
-			_ = c.Conn.SetWriteDeadline(time.Now().Add(closeFlushWait))
-			_ = c.flushLocked()
+	c.closed.Store(true)
+	if !c.mu.TryLock() {
+		if c.writing.Load() {
+			return c.Conn.Close() // ends the write; nothing more goes
 		}
-		c.corked = false // a later write fails at once on the closed socket
-		c.mu.Unlock()
+		_ = c.Conn.SetWriteDeadline(time.Now().Add(closeFlushWait))
+		c.mu.Lock()
 	}
+	if c.buf != nil {
+		_ = c.Conn.SetWriteDeadline(time.Now().Add(closeFlushWait))
+		_ = c.flushLocked()
+	}
+	c.corked = false
+	c.mu.Unlock()
 	return c.Conn.Close()
 }
 

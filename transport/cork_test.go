@@ -140,9 +140,25 @@ func TestCorkConnReadAhead(t *testing.T) {
 	}
 }
 
+// deadlineConn signals each SetWriteDeadline.
+type deadlineConn struct {
+	net.Conn
+	set chan struct{}
+}
+
+func (c *deadlineConn) SetWriteDeadline(t time.Time) error {
+	select {
+	case c.set <- struct{}{}:
+	default:
+	}
+	return c.Conn.SetWriteDeadline(t)
+}
+
 // TestCorkConnCloseSendsHeld: Close sends what was held back before it
-// closes the socket; with no reader it gives up after its write deadline;
-// a write in progress is not waited for (closing the socket ends it).
+// closes the socket, also what another goroutine was adding as it began;
+// later writes fail; with no reader it gives up after its write deadline;
+// a socket write in progress is not waited for (closing the socket ends
+// it).
 func TestCorkConnCloseSendsHeld(t *testing.T) {
 	a, b := net.Pipe()
 	c := NewCorkConn(b)
@@ -168,8 +184,44 @@ func TestCorkConnCloseSendsHeld(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the peer saw no end")
 	}
-	if _, err := c.Write([]byte("late")); err == nil {
-		t.Fatal("a write after Close succeeded")
+	c.Cork() // as a message write starts with
+	if _, err := c.Write([]byte("late")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("a write after Close: %v, want net.ErrClosed", err)
+	}
+
+	// Another goroutine adding to the held bytes (it holds the lock, no
+	// socket write under way): Close waits for it, then sends it all.
+	a, b = net.Pipe()
+	dc := &deadlineConn{Conn: b, set: make(chan struct{}, 4)}
+	c = NewCorkConn(dc)
+	c.Cork()
+	if _, err := c.Write([]byte("held")); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		all, _ := io.ReadAll(a)
+		got <- all
+	}()
+	c.mu.Lock() // the other goroutine's append begins
+	closing := make(chan error, 1)
+	go func() { closing <- c.Close() }()
+	select {
+	case <-dc.set: // Close bounded its wait, and waits for the lock
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not wait for the append under way")
+	}
+	c.buf = append(c.buf, "+more"...)
+	c.mu.Unlock()
+	select {
+	case all := <-got:
+		if string(all) != "held+more" {
+			t.Fatalf("the peer read %q, want %q", all, "held+more")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the peer saw no end")
+	}
+	if err := <-closing; err != nil {
+		t.Fatal(err)
 	}
 
 	// Nobody reads: the held bytes cannot go; Close still returns.
