@@ -142,6 +142,8 @@ export class Upload {
   private cancelled = false;
   private opened = false;
   private c: UploadClient | null = null; // the client of the try under way
+  private confirmed = 0; // the bytes of the file the host held when the last try opened (its kept part, verified)
+  private wake: (() => void) | null = null; // ends the wait under way early (cancel)
   private outcome: { resolve: () => void; reject: (e: Error) => void } | null = null;
 
   constructor(
@@ -186,6 +188,7 @@ export class Upload {
   cancel(): void {
     if (this.cancelled || this.phase === "done" || this.phase === "failed") return;
     this.cancelled = true;
+    this.wake?.();
     if (this.opened) this.c?.control(this.channel, "tcp/reset");
     this.outcome?.reject(new Error("cancelled"));
   }
@@ -203,10 +206,16 @@ export class Upload {
   waitMs = RETRY_MS;
   retryMs = RETRY_MS;
 
-  /** transfer tries until the file is in place, the host tells why not, or ATTEMPTS tries in a row are cut without progress. */
+  /**
+   * transfer tries until the file is in place, the host tells why not, or
+   * ATTEMPTS tries in a row ran (a try that found no client did not) and
+   * got no more of the file to the host, as the host's kept part says when
+   * the next try opens; a try that ended its session counts like any other.
+   */
   private async transfer(): Promise<void> {
-    let reached = 0; // the most of the file the host had or was sent so far
-    for (let attempt = 1; ; ) {
+    let reached = 0; // the most of the file the host was seen to hold
+    let failures = 0; // tries in a row since it last grew
+    for (;;) {
       try {
         await this.attempt();
         return;
@@ -216,20 +225,35 @@ export class Upload {
         this.end();
         this.channel = newChannel();
         this.outcome = null;
+        if (!(err instanceof NoClient)) {
+          if (this.confirmed > reached) {
+            reached = this.confirmed;
+            failures = 0; // the tries before this one moved it on
+          }
+          if (++failures >= ATTEMPTS) throw err;
+        }
         if (!this.clientOf()) {
           await this.waitClient(); // no session: waiting spends no try
           continue;
         }
-        if (this.sent > reached) {
-          reached = this.sent;
-          attempt = 1; // progress: the count starts again
-        }
-        if (attempt >= ATTEMPTS) throw err;
-        await new Promise((r) => setTimeout(r, Math.min(8000, this.retryMs * 2 ** (attempt - 1))));
-        attempt++;
+        await this.sleep(Math.min(8000, this.retryMs * 2 ** (Math.max(1, failures) - 1)));
         this.check();
       }
     }
+  }
+
+  /** sleep waits ms, or until the upload is cancelled. */
+  private sleep(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const t = setTimeout(done, ms);
+      const self = this;
+      function done(): void {
+        clearTimeout(t);
+        self.wake = null;
+        resolve();
+      }
+      this.wake = done;
+    });
   }
 
   /** waitClient waits until the page has a client again (phase "waiting"), or the upload is cancelled. */
@@ -238,7 +262,7 @@ export class Upload {
     this.phase = "waiting";
     this.onProgress(this);
     while (!this.clientOf()) {
-      await new Promise((r) => setTimeout(r, this.waitMs));
+      await this.sleep(this.waitMs);
       this.check();
     }
     this.phase = was;
@@ -293,6 +317,7 @@ export class Upload {
         start = 0;
       }
     }
+    this.confirmed = start; // the host holds the file's first start bytes
     const reason: string[] = [];
     const done = new Promise<void>((resolve, reject) => (this.outcome = { resolve, reject }));
     done.catch(() => {}); // awaited below; a failure before then is not unhandled

@@ -297,7 +297,7 @@ test("an upload whose session is replaced by a host that kept nothing starts ove
   assert.equal(u.phase, "done");
 });
 
-test("an upload waits for a session as long as it takes, spending no try, and says so", async () => {
+test("an upload waits for a session as long as it takes, spending no try, and says so", { timeout: 20_000 }, async () => {
   const bytes = new Uint8Array(512 * 1024 + 7).map((_, i) => (i * 31 + (i >> 9)) & 255);
   const ended = (h: { push: (m: string, p: object) => void }) => setTimeout(() => h.push("tcp/eof", { offset: 0 }));
   const old = fakeHost(256 * 1024, 64 * 1024, ended);
@@ -334,7 +334,7 @@ test("an upload waits for a session as long as it takes, spending no try, and sa
   assert.equal(neu.commit.sha256, createHash("sha256").update(bytes).digest("hex"));
 });
 
-test("a cancel while waiting for a session ends the upload", async () => {
+test("a cancel while waiting for a session ends the upload", { timeout: 20_000 }, async () => {
   const u = new Upload(() => null, source(new Uint8Array(10)), "/srv", "a.bin");
   u.waitMs = 1;
   const done = u.run().catch((e) => e);
@@ -344,7 +344,7 @@ test("a cancel while waiting for a session ends the upload", async () => {
   assert.equal(u.phase, "cancelled");
 });
 
-test("tries that move the upload on do not use the tries up; tries in a row that do not, do", async () => {
+test("tries that move the upload on do not use the tries up; tries in a row that do not, do", { timeout: 20_000 }, async () => {
   const bytes = new Uint8Array(1024 * 1024).map((_, i) => (i * 3 + (i >> 11)) & 255);
   const h = fakeHost(1 << 20, 64 * 1024, (h) => setTimeout(() => h.push("tcp/eof", { offset: 0 })));
   // Every try is cut after one more 64 KiB message reached the host: far
@@ -373,4 +373,64 @@ test("tries that move the upload on do not use the tries up; tries in a row that
   assert.ok(h.opens.length > 3 * 8, `${h.opens.length} tries`);
   assert.ok(host.equals(Buffer.from(bytes)));
   assert.equal(h.commit.sha256, createHash("sha256").update(bytes).digest("hex"));
+});
+
+test("tries that each end their session and get nothing more across use the tries up", { timeout: 20_000 }, async () => {
+  const bytes = new Uint8Array(256 * 1024).map((_, i) => (i * 5) & 255);
+  const hosts: ReturnType<typeof fakeHost>[] = [];
+  let current: UploadClient | null = null;
+  const next = () => {
+    // Each session's host dies at the upload's first write and keeps nothing.
+    const h = fakeHost(1 << 20, 64 * 1024);
+    h.lose = true;
+    h.c.writable = () => {
+      h.die();
+      current = null;
+      return Promise.reject(new Error("connection lost"));
+    };
+    hosts.push(h);
+    current = h.c;
+  };
+  next();
+  let gone = false; // the page saw the session end: no client at the first look after
+  const u = new Upload(
+    () => {
+      if (current === null && !gone) {
+        gone = true;
+        return null;
+      }
+      if (current === null) next(); // the page's next session comes then
+      gone = false;
+      return current;
+    },
+    source(bytes),
+    "/srv",
+    "a.bin",
+  );
+  u.waitMs = 1;
+  u.retryMs = 1;
+  const err = await u.run().then(
+    () => null,
+    (e) => e,
+  );
+  assert.ok(err instanceof Error, "the upload failed");
+  assert.equal(u.phase, "failed");
+  assert.equal(hosts.filter((h) => h.opens.length > 0).length, 8, "8 tries, one per session");
+});
+
+test("a cancel during the wait between tries ends the upload at once", { timeout: 20_000 }, async () => {
+  const h = fakeHost(1 << 20, 64 * 1024);
+  h.lose = true; // the first try is cut; the next would wait a minute first
+  const u = new Upload(() => h.c, source(new Uint8Array(1000)), "/srv", "a.bin");
+  u.retryMs = 60_000;
+  const done = u.run().catch((e) => e);
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  while (!(u as any).wake) await new Promise((r) => setTimeout(r, 0)); // in the wait
+  u.cancel();
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise((r) => (timer = setTimeout(() => r("still waiting after 10 s"), 10_000)));
+  const got = await Promise.race([done, late]);
+  clearTimeout(timer);
+  assert.equal(String(got), "Error: cancelled");
+  assert.equal(u.phase, "cancelled");
 });
