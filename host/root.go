@@ -24,6 +24,8 @@ type root struct {
 	terminals map[string]rpc.TerminalInfo
 	// ports is RootState.ports.
 	ports []rpc.ListeningPort
+	// views caches the catalogue actions as non-owners see them (View).
+	views viewCache
 }
 
 func newRoot(s *Server) *root { return &root{s: s, terminals: map[string]rpc.TerminalInfo{}} }
@@ -132,11 +134,31 @@ func (r *root) View(id auth.Identity) adapters.View {
 	if id.Role == auth.Owner {
 		return nil
 	}
-	return catalogueView{id: id}
+	return catalogueView{id: id, cache: &r.views}
 }
 
 // catalogueView is the root as a non-owner sees it (root.View).
-type catalogueView struct{ id auth.Identity }
+type catalogueView struct {
+	id    auth.Identity
+	cache *viewCache
+}
+
+// viewCache keeps the last root/terminalsChanged decoded and its text as
+// each identity sees it, so that a change of the catalogue is decoded
+// once and encoded once per identity, not once per subscriber: the
+// ordinary subscriptions' views run under the journal's lock.
+type viewCache struct {
+	mu   sync.Mutex
+	text []byte // the action decoded (held: its address is not reused while cached)
+	env  rpc.ActionEnvelope
+	list []rpc.TerminalInfo
+	// seen is text as each identity ("name\x00role") sees it, at most
+	// maxCachedViews of them (past it the map starts again).
+	seen map[string][]byte
+}
+
+// maxCachedViews bounds viewCache.seen.
+const maxCachedViews = 256
 
 // sees reports whether the catalogue entry t is one v.id may attach to,
 // as the entry itself says (holder and shares): the same rule as the
@@ -187,19 +209,33 @@ func (v catalogueView) Action(text []byte) []byte {
 	if !bytes.Contains(text, terminalsAction) {
 		return text
 	}
-	var n struct {
-		Params rpc.ActionEnvelope `json:"params"`
+	c := v.cache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.text) != len(text) || len(text) == 0 || &c.text[0] != &text[0] {
+		var n struct {
+			Params rpc.ActionEnvelope `json:"params"`
+		}
+		var a rpc.RootTerminalsAction
+		if json.Unmarshal(text, &n) != nil || n.Params.Origin != nil || json.Unmarshal(n.Params.Action, &a) != nil || a.Type != rpc.ActionRootTerminals {
+			return text // not the host's: a client's rejected action, which only its sender gets
+		}
+		c.text, c.env, c.list, c.seen = text, n.Params, a.Terminals, nil
 	}
-	var a rpc.RootTerminalsAction
-	if json.Unmarshal(text, &n) != nil || n.Params.Origin != nil || json.Unmarshal(n.Params.Action, &a) != nil || a.Type != rpc.ActionRootTerminals {
-		return text // a client's rejected action echoed: its own words
+	key := v.id.Name + "\x00" + string(v.id.Role)
+	if out, ok := c.seen[key]; ok {
+		return out
 	}
-	a.Terminals = v.filter(a.Terminals)
-	enc, err := rpc.Marshal(a)
+	enc, err := rpc.Marshal(rpc.RootTerminalsAction{Type: rpc.ActionRootTerminals, Terminals: v.filter(c.list)})
 	if err != nil {
 		return text
 	}
-	return rpc.AppendActionEnvelope(nil, n.Params.Channel, enc, n.Params.ServerSeq)
+	out := rpc.AppendActionEnvelope(nil, c.env.Channel, enc, c.env.ServerSeq)
+	if c.seen == nil || len(c.seen) >= maxCachedViews {
+		c.seen = map[string][]byte{}
+	}
+	c.seen[key] = out
+	return out
 }
 
 var (
