@@ -28,13 +28,14 @@ SIDECAR=${SIDECAR:-$here/bin/sidecar}
 SIDECAR_PORT=${SIDECAR_PORT:-47400}
 NETPROBE=${NETPROBE:-/tmp/netprobe}
 dir=$(mktemp -d /tmp/bench-sidecar.XXXXXX)
-spid=; cpid=; shp=
+spid=; cpid=; shp=; tcpshp=
 cleanup() {
   trap - EXIT
   cpu_log "${CPU_NAME:-sidecar}-serve" "$spid"
   cpu_log "${CPU_NAME:-sidecar}-forward" "$cpid"
   [ -n "$cpid" ] && kill "$cpid" 2>/dev/null
   [ -n "$shp" ] && kill "$shp" 2>/dev/null
+  [ -n "$tcpshp" ] && kill "$tcpshp" 2>/dev/null
   [ -n "$spid" ] && kill "$spid" 2>/dev/null
   wait 2>/dev/null
   rm -rf "$dir"
@@ -67,6 +68,12 @@ connect=$SIDECAR_PORT
 if [ -n "${LINK_RATE:-}" ] && [ "${SIDECAR_TRANSPORT:-}" = wt ]; then
   # WebTransport is UDP: bench/udpshape, netprobe shape's counterpart.
   udpshape_start "$SIDECAR_PORT" "$dir" || exit 1
+  # The client also dials the port over TCP while it sets up WebTransport
+  # (a refusal there means no daemon: client/dial_transportio.go
+  # probeRefused), as the daemon serves both on one port: relay that too.
+  "$NETPROBE" shape -listen "127.0.0.1:$SHAPE_PORT" -to "127.0.0.1:$SIDECAR_PORT" \
+    -rate "$LINK_RATE" -delay "${LINK_DELAY:-0s}" &
+  tcpshp=$!
 elif [ -n "${LINK_RATE:-}" ]; then
   SHAPE_PORT=${SHAPE_PORT:-47300}
   "$NETPROBE" shape -listen "127.0.0.1:$SHAPE_PORT" -to "127.0.0.1:$SIDECAR_PORT" \
