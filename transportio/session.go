@@ -559,9 +559,17 @@ func (s *Session) writeDirect(ctx context.Context, frame []byte) error {
 	} else {
 		s.held = 0
 	}
+	s.pendingBytes -= len(frame)
+	return s.endDirectLocked(err)
+}
+
+// endDirectLocked ends a write made outside the writer goroutine
+// (writeDirect, Flush; s.mu held, released on return): the writer
+// goroutine and those waiting for room go on, and the session fails on
+// the write's error, which it returns (the session's own if it ended).
+func (s *Session) endDirectLocked(err error) error {
 	s.inflight = 0
 	s.direct = false
-	s.pendingBytes -= len(frame)
 	close(s.space)
 	s.space = make(chan struct{})
 	more := len(s.q) > 0
@@ -574,9 +582,8 @@ func (s *Session) writeDirect(ctx context.Context, frame []byte) error {
 		if e := s.Err(); e != nil {
 			return e
 		}
-		return err
 	}
-	return nil
+	return err
 }
 
 // heldWriter is an emit stream that can hold frames back to send them
@@ -606,14 +613,9 @@ func (s *Session) Flush() error {
 		}
 		// A direct write on another goroutine (the writer goroutine
 		// clears held when it takes frames: its write sends them).
-		sp := s.space
-		s.mu.Unlock()
-		select {
-		case <-sp:
-		case <-s.ctx.Done():
-			return nil
+		if s.awaitSpace(context.Background()) != nil {
+			return nil // the session ended: its close sends what is held
 		}
-		s.mu.Lock()
 	}
 	// Hold the writer goroutine off as a direct write does.
 	hw := s.emitW.(heldWriter)
@@ -625,22 +627,7 @@ func (s *Session) Flush() error {
 	err := hw.Flush()
 
 	s.mu.Lock()
-	s.inflight = 0
-	s.direct = false
-	close(s.space)
-	s.space = make(chan struct{})
-	more := len(s.q) > 0
-	s.mu.Unlock()
-	if more {
-		notify(s.wake)
-	}
-	if err != nil {
-		s.failRead(err)
-		if e := s.Err(); e != nil {
-			return e
-		}
-	}
-	return err
+	return s.endDirectLocked(err)
 }
 
 // enqueue appends frame b to the emit lane. With mark 0 it never waits and
