@@ -238,15 +238,7 @@ func BenchmarkEmitFramed(b *testing.B) {
 					srv = httptest.NewTLSServer(l.WebSocketHandler(k.session))
 					tr := srv.Client().Transport.(*http.Transport).Clone()
 					conns := make(chan *holdConn, 1)
-					tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-						c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-						if err != nil {
-							return nil, err
-						}
-						h := &holdConn{Conn: c}
-						conns <- h
-						return h, nil
-					}
+					tr.DialContext = holdDial(conns)
 					dopts = &websocket.DialOptions{HTTPClient: &http.Client{Transport: tr}}
 					opts.Cork = func(*http.Request) Corker { return <-conns }
 				}

@@ -328,6 +328,20 @@ func (c *holdConn) held() int {
 	return len(c.buf)
 }
 
+// holdDial is a DialContext whose connections are holdConns, each also
+// sent on conns (the test's Corker for the socket it dialled).
+func holdDial(conns chan<- *holdConn) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		h := &holdConn{Conn: c}
+		conns <- h
+		return h, nil
+	}
+}
+
 // heldPair dials a WebSocket mapping whose client socket is a holdConn;
 // the server session's emits arrive on the returned channel, and srv
 // reports how the server's session ended.
@@ -348,15 +362,7 @@ func heldPair(t *testing.T) (s *Session, hc *holdConn, got chan Message, srvErr 
 	}))
 	t.Cleanup(srv.Close)
 	conns := make(chan *holdConn, 1)
-	hcl := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		h := &holdConn{Conn: c}
-		conns <- h
-		return h, nil
-	}}}
+	hcl := &http.Client{Transport: &http.Transport{DialContext: holdDial(conns)}}
 	opts := WebSocketOptions{Cork: func(*http.Request) Corker { return <-conns }}
 	s, err := DialWebSocket(ctxT(t), "ws"+strings.TrimPrefix(srv.URL, "http")+"/transport-io", &websocket.DialOptions{HTTPClient: hcl}, Config{Contract: testContract, Role: RoleClient}, opts)
 	if err != nil {
