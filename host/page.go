@@ -59,13 +59,11 @@ func (c *conn) channelPage(params json.RawMessage) (any, *rpc.Error) {
 	res := rpc.ChannelPageResult{Actions: make([]json.RawMessage, 0, len(entries)), ToSeq: after, HeadSeq: head}
 	for _, e := range entries {
 		res.ToSeq = e.Seq
-		if !e.For(sub.client) {
+		text, ok := sub.textOf(e)
+		if !ok {
 			continue // another client's rejection echo
 		}
-		if sub.view != nil {
-			e.Text = sub.view.Action(e.Text)
-		}
-		res.Actions = append(res.Actions, json.RawMessage(gjson.GetBytes(e.Text, "params").Raw))
+		res.Actions = append(res.Actions, json.RawMessage(gjson.GetBytes(text, "params").Raw))
 	}
 	c.log.Debug("channel page", "channel", peerText(p.Channel), "after", after, "actions", len(res.Actions), "to", res.ToSeq, "head", head)
 	return res, nil

@@ -1,7 +1,6 @@
 package host
 
 import (
-	"slices"
 	"sync"
 
 	"github.com/sidecar-dev/sidecar/adapters"
@@ -117,12 +116,14 @@ func (sub *subscription) PushControl(text []byte) {
 func (sub *subscription) onEntry(_ string, e journal.Entry) {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
-	if sub.ended || sub.gapped || !e.For(sub.client) {
+	if sub.ended || sub.gapped {
 		return
 	}
-	if sub.view != nil {
-		e.Text = sub.view.Action(e.Text)
+	text, ok := sub.textOf(e)
+	if !ok {
+		return
 	}
+	e.Text = text
 	if !sub.active {
 		if len(sub.held) >= maxHeldActions {
 			sub.gapped, sub.held = true, nil
@@ -134,6 +135,19 @@ func (sub *subscription) onEntry(_ string, e journal.Entry) {
 	if err := sub.c.sched.PushOrdinary(sub.channel, e.Seq, e.Text); err != nil {
 		sub.c.failLater(err)
 	}
+}
+
+// textOf returns e's text as this subscription is sent it (through its
+// view), and false for an entry it is not sent (another client's
+// rejection echo: journal.Entry.For).
+func (sub *subscription) textOf(e journal.Entry) ([]byte, bool) {
+	switch {
+	case !e.For(sub.client):
+		return nil, false
+	case sub.view != nil:
+		return sub.view.Action(e.Text), true
+	}
+	return e.Text, true
 }
 
 // activate moves held actions to the FIFO once the result is queued, or
@@ -251,18 +265,20 @@ func (c *conn) startOrdinaryAfter(ch adapters.Channel, lastSeq uint64) (sub *sub
 		if entries, err = c.s.journal.Read(sub.channel, lastSeq, 0); err != nil {
 			return
 		}
-		entries = slices.DeleteFunc(entries, func(e journal.Entry) bool { return !e.For(sub.client) })
-		if sub.view != nil {
-			for i := range entries {
-				entries[i].Text = sub.view.Action(entries[i].Text)
-			}
-		}
-		ok = true
-		sub.gapFrom = s.FromSeq
 		from := lastSeq
 		if len(entries) > 0 {
 			from = entries[len(entries)-1].Seq
 		}
+		sent := entries[:0]
+		for _, e := range entries {
+			if text, yes := sub.textOf(e); yes {
+				e.Text = text
+				sent = append(sent, e)
+			}
+		}
+		entries = sent
+		ok = true
+		sub.gapFrom = s.FromSeq
 		c.sched.StartOrdinary(sub.channel, from)
 		c.s.journal.Listen(sub.channel, sub, sub.onEntry, nil)
 	})
