@@ -2,6 +2,7 @@ package host
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/sidecar-dev/sidecar/adapters"
@@ -35,6 +36,28 @@ func BenchmarkCatalogueViewAction(b *testing.B) {
 			if out := v.Action(text); len(out) >= len(text) {
 				b.Fatal("nothing filtered")
 			}
+		}
+	}
+}
+
+// TestViewCacheBound: the catalogue views cache a change's text for at
+// most maxCachedViews identities; past it the cache starts again, and
+// every identity still gets its own view.
+func TestViewCacheBound(t *testing.T) {
+	r := &root{}
+	list := []rpc.TerminalInfo{{Resource: "ahp-terminal:/t", Holder: "user7"}}
+	enc, err := rpc.Marshal(rpc.RootTerminalsAction{Type: rpc.ActionRootTerminals, Terminals: list})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := rpc.AppendActionEnvelope(nil, rpc.RootChannel, enc, 1)
+	for i := range 3 * maxCachedViews {
+		out := string(r.View(auth.Identity{Name: fmt.Sprintf("user%d", i), Role: auth.User}).Action(text))
+		if got, want := strings.Contains(out, "ahp-terminal:/t"), i == 7; got != want {
+			t.Fatalf("user%d sees the terminal: %v, want %v (%s)", i, got, want, out)
+		}
+		if n := len(r.views.seen); n > maxCachedViews {
+			t.Fatalf("%d identities cached, bound %d", n, maxCachedViews)
 		}
 	}
 }
