@@ -182,6 +182,12 @@ type Options struct {
 	// each attempt, then Resumed or GaveUp. It must not block for long
 	// (the reconnection waits for it).
 	OnReconnect func(ReconnectStatus)
+	// OnDialRetry, when set, is told each time Dial tries the first
+	// connection again because the host reached no decision on the
+	// credential (Undecided: its identity provider could not be
+	// reached), with the error and the wait before the next try. Dial
+	// tries again until ctx ends.
+	OnDialRetry func(err error, wait time.Duration)
 	// OnSync, when set, is told each change of an ordinary
 	// subscription's SyncState after a channel/gap (gap.go): Stale,
 	// Paging, then Current (with what recovered it), one call at a time
@@ -307,7 +313,9 @@ func CheckURL(rawURL, transportMode string) (*url.URL, error) {
 // wss://HOST/vm1/ahp is dialled as given; a path that ends at /ahp or
 // /transport-io names that endpoint. http:// and ws:// are the same
 // without TLS. Errors say what a person can do about them (a 404 names
-// the URLs to use).
+// the URLs to use). A host that reaches no decision on the credential
+// (Undecided: HTTP 503, or "authorize failed") is dialled again until ctx
+// ends (Options.OnDialRetry); its last answer is then the error.
 func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 	if opts.MaxMessageBytes <= 0 {
 		opts.MaxMessageBytes = 16 << 20
@@ -423,7 +431,7 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 		return mc, err
 	}
 	opts.Dialer = redial
-	mc, err := redial(ctx)
+	mc, err := dialUndecided(ctx, redial, opts.OnDialRetry)
 	if err != nil {
 		var he *transport.HTTPError
 		switch {
@@ -505,6 +513,9 @@ func explainDial(u *url.URL, err error) error {
 		return fmt.Errorf("%s refused the connection (HTTP 403): origin not allowed", u.Host)
 	case errors.As(err, &he) && he.StatusCode == http.StatusNotFound:
 		return fmt.Errorf("%s has no endpoint %s (HTTP 404): %s", u.Host, u.Path, whichURLs(u))
+	case errors.As(err, &he) && he.StatusCode == http.StatusServiceUnavailable:
+		// Still the 503 to errors.As (Undecided: worth another try).
+		return &wordedError{msg: fmt.Sprintf("%s could not decide on the credential (HTTP 503): its identity provider may be unreachable", u.Host), err: err}
 	case errors.As(err, &he) && he.StatusCode < 400:
 		// A page (200) or a redirect to one (wss://HOST/vm1 of a
 		// daemon under /vm1 redirects to its page at /vm1/).

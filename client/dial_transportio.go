@@ -271,6 +271,11 @@ func explainTIO(u *url.URL, err error) error {
 	if transport.IsUnauthorized(err) {
 		return &refusalError{msg: fmt.Sprintf("%s refused the token (WT_UNAUTHORIZED: %s): check --token, --token-file or SIDECAR_TOKEN", u.Host, transport.CloseReason(err)), err: err}
 	}
+	if Undecided(err) {
+		// Still the session's close to errors.As (Undecided: worth
+		// another try).
+		return &wordedError{msg: fmt.Sprintf("%s could not decide on the credential (WT_NO_ERROR: authorize failed): its identity provider may be unreachable", u.Host), err: err}
+	}
 	var ce *transport.TIOCloseError
 	if errors.As(err, &ce) {
 		return fmt.Errorf("%s closed the transport-io session: %v", u.Host, ce.SessionError)

@@ -1,10 +1,16 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"syscall"
+	"time"
+
+	"github.com/sidecar-dev/sidecar/transport"
+	"github.com/sidecar-dev/sidecar/transportio"
 )
 
 // Sentinel errors of the client's reconnection (docs/protocol.md
@@ -122,3 +128,55 @@ func (e *wordedError) Unwrap() error { return e.err }
 // refused the connection (ECONNREFUSED), not for a path that does not
 // answer or a refusal of our credentials.
 func dialRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// Undecided reports whether a dial failed because the host reached no
+// decision on the credential, not because it refused it: /ahp answered
+// HTTP 503, transport-io closed the session as WT_NO_ERROR with reason
+// "authorize failed" (transportio.Authorize), as a daemon whose OIDC
+// issuer cannot be reached does. Trying again later may succeed.
+func Undecided(err error) bool {
+	var he *transport.HTTPError
+	if errors.As(err, &he) {
+		return he.StatusCode == http.StatusServiceUnavailable
+	}
+	var se *transportio.SessionError
+	return errors.As(err, &se) && se.Code == transportio.CloseNoError && se.Reason == "authorize failed"
+}
+
+// Waits between the first connection's tries while the host cannot
+// decide on the credential (dialUndecided): doubled from the first to
+// the last, each with jitter.
+const (
+	undecidedFirstWait = 250 * time.Millisecond
+	undecidedMaxWait   = 2 * time.Second
+)
+
+// dialUndecided dials, and dials again while the host cannot decide on
+// the credential (Undecided), waiting between tries, until ctx ends: an
+// identity provider that is down for a moment is no reason to fail a
+// command. Any other error, or the last try's once ctx ends, is
+// returned. tell, when set, hears of each wait.
+func dialUndecided(ctx context.Context, dial func(context.Context) (transport.MessageConn, error), tell func(error, time.Duration)) (transport.MessageConn, error) {
+	wait := undecidedFirstWait
+	for {
+		mc, err := dial(ctx)
+		if err == nil || !Undecided(err) {
+			return mc, err
+		}
+		w := jitter(wait)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < w {
+			return nil, err // no time for another try
+		}
+		if tell != nil {
+			tell(err, w)
+		}
+		t := time.NewTimer(w)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		wait = min(2*wait, undecidedMaxWait)
+	}
+}

@@ -242,7 +242,23 @@ func (f *connFlags) options() client.Options {
 	}
 	return client.Options{Token: token, CertHash: pin, Ordinary: f.ordinary, ClientName: "sidecar-cli/" + version,
 		Transport: f.transport, TransportMemory: client.DefaultTransportMemory(), Via: f.via, OnReconnect: f.onReconnect, Compress: f.compress,
-		ReconnectAfterShutdown: f.reconnectAfterShutdown, GiveUpWhenRefused: f.giveUpWhenRefused, RefusedRetry: f.refusedRetry}
+		ReconnectAfterShutdown: f.reconnectAfterShutdown, GiveUpWhenRefused: f.giveUpWhenRefused, RefusedRetry: f.refusedRetry,
+		OnDialRetry: f.onDialRetry()}
+}
+
+// onDialRetry returns the client's OnDialRetry for one Dial: the first
+// time the host cannot decide on the credential, one line on stderr says
+// that the CLI waits for it (within --connect-timeout), so that a command
+// that seems to hang says why.
+func (f *connFlags) onDialRetry() func(error, time.Duration) {
+	told := false
+	return func(error, time.Duration) {
+		if told {
+			return
+		}
+		told = true
+		fmt.Fprintf(os.Stderr, "sidecar: the host could not decide on the credential (its identity provider may be unreachable); trying again for up to %v (--connect-timeout)\n", f.timeout)
+	}
 }
 
 // dial connects and initializes within --connect-timeout.
