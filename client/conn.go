@@ -185,9 +185,10 @@ type Options struct {
 	// OnDialRetry, when set, is told each time Dial tries the first
 	// connection again because the host reached no decision on the
 	// credential (Undecided: its identity provider could not be
-	// reached), with the error and the wait before the next try. Dial
-	// tries again until ctx ends.
-	OnDialRetry func(err error, wait time.Duration)
+	// reached), with the error, the wait before the next try and what is
+	// left of Dial's context (0: no deadline). Dial tries again until
+	// ctx ends.
+	OnDialRetry func(err error, wait, left time.Duration)
 	// OnSync, when set, is told each change of an ordinary
 	// subscription's SyncState after a channel/gap (gap.go): Stale,
 	// Paging, then Current (with what recovered it), one call at a time
@@ -408,7 +409,11 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 		tlsConf.InsecureSkipVerify = true // the pin replaces chain verification
 		tlsConf.VerifyPeerCertificate = tlscert.VerifyPin(pin)
 	}
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf, Proxy: http.ProxyFromEnvironment},
+	// No keep-alive: every request here is a dial (an upgrade, whose
+	// connection becomes the session's), and a refused one's connection
+	// would otherwise idle in the pool for the Conn's life, on both ends
+	// (undecided answers are tried again: one each).
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf, Proxy: http.ProxyFromEnvironment, DisableKeepAlives: true},
 		// A WebSocket upgrade is not redirected: an answer other than
 		// 101 (a redirect to the page at the base path: wss://HOST/vm1)
 		// is the error, which explainDial words.
@@ -437,7 +442,7 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 		switch {
 		case opts.Token == "" && strings.Contains(err.Error(), "refused the token"):
 			return nil, &refusalError{msg: fmt.Sprintf("%s wants a token and none was given: pass --token or --token-file, or set SIDECAR_TOKEN", u.Host), err: err}
-		case (typed == "ws" || typed == "http") && (errors.As(err, &he) || strings.Contains(err.Error(), "HTTP 400")):
+		case (typed == "ws" || typed == "http") && (errors.As(err, &he) && he.StatusCode == http.StatusBadRequest || strings.Contains(err.Error(), "HTTP 400")):
 			return nil, fmt.Errorf("%s answered plain %s:// with HTTP 400: the sidecar always speaks TLS: use %s://", u.Host, typed, map[string]string{"ws": "wss", "http": "https"}[typed])
 		}
 		return nil, err
@@ -513,9 +518,11 @@ func explainDial(u *url.URL, err error) error {
 		return fmt.Errorf("%s refused the connection (HTTP 403): origin not allowed", u.Host)
 	case errors.As(err, &he) && he.StatusCode == http.StatusNotFound:
 		return fmt.Errorf("%s has no endpoint %s (HTTP 404): %s", u.Host, u.Path, whichURLs(u))
-	case errors.As(err, &he) && he.StatusCode == http.StatusServiceUnavailable:
+	case undecidedHTTP(err):
 		// Still the 503 to errors.As (Undecided: worth another try).
 		return &wordedError{msg: fmt.Sprintf("%s could not decide on the credential (HTTP 503): its identity provider may be unreachable", u.Host), err: err}
+	case errors.As(err, &he) && he.StatusCode == http.StatusServiceUnavailable:
+		return &wordedError{msg: fmt.Sprintf("%s answered HTTP 503 (unavailable): a proxy in front of the daemon with nothing behind it, or the daemon starting or stopping?", u.Host), err: err}
 	case errors.As(err, &he) && he.StatusCode < 400:
 		// A page (200) or a redirect to one (wss://HOST/vm1 of a
 		// daemon under /vm1 redirects to its page at /vm1/).

@@ -169,7 +169,9 @@ func dialAuto(ctx context.Context, u *url.URL, wt, ws func(context.Context) (tra
 			case r.err != nil:
 				errs[r.transport] = r.err
 				switch {
-				case transport.IsUnauthorized(r.err) || r.transport == TransportWebSocket && errors.Is(r.err, syscall.ECONNREFUSED):
+				case transport.IsUnauthorized(r.err) || Undecided(r.err) || r.transport == TransportWebSocket && errors.Is(r.err, syscall.ECONNREFUSED):
+					// The same token before the same authenticator: the
+					// other transport gets the same answer.
 					final = r.err
 				case wsWaiting != nil:
 					winner = wsWaiting // WebTransport failed in the grace
@@ -271,7 +273,7 @@ func explainTIO(u *url.URL, err error) error {
 	if transport.IsUnauthorized(err) {
 		return &refusalError{msg: fmt.Sprintf("%s refused the token (WT_UNAUTHORIZED: %s): check --token, --token-file or SIDECAR_TOKEN", u.Host, transport.CloseReason(err)), err: err}
 	}
-	if Undecided(err) {
+	if undecidedSession(err) {
 		// Still the session's close to errors.As (Undecided: worth
 		// another try).
 		return &wordedError{msg: fmt.Sprintf("%s could not decide on the credential (WT_NO_ERROR: authorize failed): its identity provider may be unreachable", u.Host), err: err}

@@ -131,14 +131,21 @@ func dialRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
 
 // Undecided reports whether a dial failed because the host reached no
 // decision on the credential, not because it refused it: /ahp answered
-// HTTP 503, transport-io closed the session as WT_NO_ERROR with reason
-// "authorize failed" (transportio.Authorize), as a daemon whose OIDC
-// issuer cannot be reached does. Trying again later may succeed.
+// HTTP 503 "authorize failed: try again" (transport.ReasonTryAgain; a
+// proxy's 503 is not this), transport-io closed the session as
+// WT_NO_ERROR with reason "authorize failed" (transportio.Authorize), as
+// a daemon whose OIDC issuer cannot be reached does. Trying again later
+// may succeed.
 func Undecided(err error) bool {
+	return undecidedHTTP(err) || undecidedSession(err)
+}
+
+func undecidedHTTP(err error) bool {
 	var he *transport.HTTPError
-	if errors.As(err, &he) {
-		return he.StatusCode == http.StatusServiceUnavailable
-	}
+	return errors.As(err, &he) && he.StatusCode == http.StatusServiceUnavailable && he.Reason == transport.ReasonTryAgain
+}
+
+func undecidedSession(err error) bool {
 	var se *transportio.SessionError
 	return errors.As(err, &se) && se.Code == transportio.CloseNoError && se.Reason == "authorize failed"
 }
@@ -154,29 +161,68 @@ const (
 // dialUndecided dials, and dials again while the host cannot decide on
 // the credential (Undecided), waiting between tries, until ctx ends: an
 // identity provider that is down for a moment is no reason to fail a
-// command. Any other error, or the last try's once ctx ends, is
-// returned. tell, when set, hears of each wait.
-func dialUndecided(ctx context.Context, dial func(context.Context) (transport.MessageConn, error), tell func(error, time.Duration)) (transport.MessageConn, error) {
+// command. A try starts only while what is left of ctx covers the wait
+// and as long again as the last try took. Any other error is returned
+// as it is; when ctx ends first, the last undecided answer, saying how
+// long it was tried, wrapping ctx's error too. tell, when set, hears of
+// each wait.
+func dialUndecided(ctx context.Context, dial func(context.Context) (transport.MessageConn, error), tell func(err error, wait, left time.Duration)) (transport.MessageConn, error) {
+	start := time.Now()
 	wait := undecidedFirstWait
+	var undecided error // the last undecided answer
 	for {
+		began := time.Now()
 		mc, err := dial(ctx)
-		if err == nil || !Undecided(err) {
-			return mc, err
+		switch {
+		case err == nil:
+			return mc, nil
+		case Undecided(err):
+			undecided = err
+		case undecided != nil && ctx.Err() != nil:
+			// This try was cut short by the end: the host's answer
+			// until then is what to tell.
+			return nil, gaveUp(undecided, start, ctx.Err())
+		default:
+			return nil, err
 		}
 		w := jitter(wait)
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < w {
-			return nil, err // no time for another try
+		var left time.Duration
+		if dl, ok := ctx.Deadline(); ok {
+			if left = time.Until(dl); left < w+time.Since(began) {
+				return nil, gaveUp(undecided, start, context.DeadlineExceeded)
+			}
 		}
 		if tell != nil {
-			tell(err, w)
+			tell(err, w, left)
 		}
 		t := time.NewTimer(w)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, err
+			return nil, gaveUp(undecided, start, ctx.Err())
 		case <-t.C:
 		}
 		wait = min(2*wait, undecidedMaxWait)
 	}
 }
+
+// gaveUp is the error of a first connection given up on while the host
+// could not decide: the last answer (still Undecided to errors.As) and
+// why it stopped (errors.Is: context.DeadlineExceeded or Canceled).
+func gaveUp(undecided error, start time.Time, why error) error {
+	return &undecidedError{err: undecided, why: why, after: time.Since(start).Round(100 * time.Millisecond)}
+}
+
+type undecidedError struct {
+	err, why error
+	after    time.Duration
+}
+
+func (e *undecidedError) Error() string {
+	if e.after < 100*time.Millisecond {
+		return e.err.Error()
+	}
+	return fmt.Sprintf("%v; no decision after trying for %v", e.err, e.after)
+}
+
+func (e *undecidedError) Unwrap() []error { return []error{e.err, e.why} }

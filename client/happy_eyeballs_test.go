@@ -205,6 +205,18 @@ func TestDialAutoRace(t *testing.T) {
 			t.Fatalf("dialAuto = %v (WebTransport canceled %v); want the refusal at once", r.err, wt.wasCanceled())
 		}
 	})
+	t.Run("no decision on the token ends the race", func(t *testing.T) {
+		// Over WebTransport while the WebSocket hangs (a path that takes
+		// TCP and never answers): the undecided answer, at once.
+		wt, ws := newFakeDial("wt"), newFakeDial("ws")
+		out := autoRace(t, raceURL, wt, ws, testMemory(t))
+		waitClosed(t, ws.started, "WebSocket to start")
+		wt.release <- &transport.TIOCloseError{SessionError: &transportio.SessionError{Code: transportio.CloseNoError, Reason: "authorize failed", Remote: true}}
+		r := waitChan(t, out, "dialAuto")
+		if !Undecided(r.err) || !strings.Contains(r.err.Error(), "could not decide on the credential (WT_NO_ERROR: authorize failed)") || !ws.wasCanceled() {
+			t.Fatalf("dialAuto = %v (WebSocket canceled %v); want the undecided answer at once", r.err, ws.wasCanceled())
+		}
+	})
 }
 
 // TestDialAutoRemembered: a remembered transport is tried alone first;

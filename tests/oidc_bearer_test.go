@@ -260,17 +260,22 @@ func TestOIDCBearer(t *testing.T) {
 	pending := oidcToken(is, "alice@example.com", "devs", time.Hour)
 	tokens = append(tokens, pending)
 	undecidedAtDoor(t, s, "a token while the issuer is down", pending)
-	// The CLI tries again within --connect-timeout, says why it waits,
-	// and in the end fails on the 503: not a refusal.
-	if out, stderr, code := s.run(t, "ls", s.url, "--token", pending, "--cert-hash", s.hash, "--connect-timeout", "1500ms"); code == 0 || strings.Contains(stderr, "refused the token") ||
-		!strings.Contains(stderr, "503") || !strings.Contains(stderr, "could not decide on the credential (its identity provider may be unreachable); trying again for up to 1.5s") {
-		t.Fatalf("ls while the issuer is down: exit %d, want a failure that is not a refusal, after a notice of the wait\n%s%s", code, out, stderr)
+	// The CLI tries again within --connect-timeout, says once why it
+	// waits, and in the end fails on the 503: not a refusal.
+	notice := "sidecar: the host could not decide on the credential (its identity provider may be unreachable); trying again for up to "
+	noticedOnce := func(stderr string) bool {
+		i := strings.Index(stderr, notice)
+		return i >= 0 && strings.Count(stderr, notice) == 1 && strings.Contains(stderr[i:], " (--connect-timeout)\n")
+	}
+	if out, stderr, code := s.run(t, "ls", s.url, "--token", pending, "--cert-hash", s.hash, "--connect-timeout", "2s"); code != 255 || strings.Contains(stderr, "refused the token") ||
+		!strings.Contains(stderr, "could not decide on the credential (HTTP 503)") || !strings.Contains(stderr, "no decision after trying for") || !noticedOnce(stderr) {
+		t.Fatalf("ls while the issuer is down: exit %d, want 255 on the 503 (not a refusal), after one notice of the wait\n%s%s", code, out, stderr)
 	}
 	// So over WebTransport, where no decision is a session closed as
 	// WT_NO_ERROR "authorize failed".
-	if out, stderr, code := s.run(t, "ls", "https://"+s.host, "--transport", "webtransport", "--token", pending, "--cert-hash", s.hash, "--connect-timeout", "1500ms"); code == 0 ||
-		strings.Contains(stderr, "refused") || !strings.Contains(stderr, "trying again for up to 1.5s") || !strings.Contains(stderr, "could not decide on the credential (WT_NO_ERROR: authorize failed)") {
-		t.Fatalf("ls over WebTransport while the issuer is down: exit %d, want a failure that is not a refusal, after a notice of the wait\n%s%s", code, out, stderr)
+	if out, stderr, code := s.run(t, "ls", "https://"+s.host, "--transport", "webtransport", "--token", pending, "--cert-hash", s.hash, "--connect-timeout", "2s"); code != 255 ||
+		strings.Contains(stderr, "refused") || !strings.Contains(stderr, "could not decide on the credential (WT_NO_ERROR: authorize failed)") || !noticedOnce(stderr) {
+		t.Fatalf("ls over WebTransport while the issuer is down: exit %d, want 255 (not a refusal), after one notice of the wait\n%s%s", code, out, stderr)
 	}
 	// An ls that starts while the issuer is down lists once it is back:
 	// its first try was undecided (the daemon's audit line, the CLI's
@@ -278,7 +283,7 @@ func TestOIDCBearer(t *testing.T) {
 	from := len(s.p.stderr.String())
 	ls := start(t, "ls", s.url, "--token", pending, "--cert-hash", s.hash, "--connect-timeout", "60s")
 	s.p.stderr.waitFor(t, "an undecided try of the waiting ls", from, `"reason":"authorize failed"`)
-	ls.stderr.waitFor(t, "the ls's notice of its wait", 0, "trying again for up to 1m0s")
+	ls.stderr.waitFor(t, "the ls's notice of its wait", 0, notice)
 	is.SetDown(false)
 	if code := ls.wait(t, waitTimeout); code != 0 || !strings.Contains(ls.stdout.String(), "oidc-alice") {
 		t.Fatalf("ls started while the issuer was down, after it came back: exit %d, want the terminals\n%s%s", code, ls.stdout.String(), ls.stderr.String())

@@ -26,6 +26,11 @@ const (
 	ReasonExpired = "expired"
 )
 
+// ReasonTryAgain is the reason of /ahp's 503 when the daemon reached no
+// decision on the credential (its body: "503 authorize failed: try
+// again"), which tells it from a proxy's 503.
+const ReasonTryAgain = "try again"
+
 // identityKey carries the Identity a door decided in a serve context.
 type identityKey struct{}
 

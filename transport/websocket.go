@@ -348,7 +348,7 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 				w.Header().Set("WWW-Authenticate", `Bearer realm="sidecar"`)
 				http.Error(w, "401 unauthorized: "+why, status)
 			} else {
-				http.Error(w, "503 authorize failed: try again", status)
+				http.Error(w, "503 authorize failed: "+ReasonTryAgain, status)
 			}
 			return
 		}

@@ -248,16 +248,20 @@ func (f *connFlags) options() client.Options {
 
 // onDialRetry returns the client's OnDialRetry for one Dial: the first
 // time the host cannot decide on the credential, one line on stderr says
-// that the CLI waits for it (within --connect-timeout), so that a command
-// that seems to hang says why.
-func (f *connFlags) onDialRetry() func(error, time.Duration) {
+// that the CLI waits for it and how long at most (--connect-timeout), so
+// that a command that seems to hang says why.
+func (f *connFlags) onDialRetry() func(error, time.Duration, time.Duration) {
 	told := false
-	return func(error, time.Duration) {
+	return func(_ error, _, left time.Duration) {
 		if told {
 			return
 		}
 		told = true
-		fmt.Fprintf(os.Stderr, "sidecar: the host could not decide on the credential (its identity provider may be unreachable); trying again for up to %v (--connect-timeout)\n", f.timeout)
+		until := "until it decides"
+		if left > 0 {
+			until = fmt.Sprintf("for up to %v (--connect-timeout)", left.Round(100*time.Millisecond))
+		}
+		fmt.Fprintf(os.Stderr, "sidecar: the host could not decide on the credential (its identity provider may be unreachable); trying again %s\n", until)
 	}
 }
 

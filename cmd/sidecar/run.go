@@ -238,7 +238,9 @@ func runCommand(ctx context.Context, cf *connFlags, url string, argv []string) e
 func hostHasTerminal(ctx context.Context, cf *connFlags, url, uri string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := cf.dial(ctx, url)
+	opts := cf.options()
+	opts.OnDialRetry = nil // a question of its own: nothing to say while it waits
+	conn, err := cf.dialOptions(ctx, url, opts)
 	if err != nil {
 		return true
 	}
