@@ -426,3 +426,56 @@ func TestEntryLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowChecksBound: at most MaxSlowChecks slow verifications run at
+// once. With every slot taken, a token that needs one (bob's, bcrypt)
+// waits its turn, and the wait ends with the caller's context; a SHA-256
+// entry's token needs no slot and passes meanwhile; once a slot is free
+// the waiting check runs and matches.
+func TestSlowChecksBound(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.hcl")
+	write(t, path, threeKinds)
+	f, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cap(f.sem) != MaxSlowChecks {
+		t.Fatalf("%d slots, want MaxSlowChecks (%d)", cap(f.sem), MaxSlowChecks)
+	}
+	for range MaxSlowChecks { // every slot held, as by slow checks under way
+		f.sem <- struct{}{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := f.Authenticate(ctx, "bob-secret"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a slow check with every slot taken: %v, want it to wait until the context ends", err)
+	}
+	if got, err := f.Authenticate(context.Background(), "alice-secret"); err != nil || got.Name != "alice" {
+		t.Fatalf("a SHA-256 token with every slot taken: %+v %v, want alice at once", got, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		got, err := f.Authenticate(context.Background(), "bob-secret")
+		if err == nil && got.Name != "bob" {
+			err = errors.New("matched " + got.Name)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("a slow check ran with every slot taken: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	<-f.sem // one check ends
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the waiting check, once a slot was free: %v, want bob", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting check did not run within 10 s of a free slot")
+	}
+	if n := len(f.sem); n != MaxSlowChecks-1 {
+		t.Errorf("%d slots held after the check, want %d (its own given back)", n, MaxSlowChecks-1)
+	}
+}
