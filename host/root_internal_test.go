@@ -61,3 +61,40 @@ func TestViewCacheBound(t *testing.T) {
 		}
 	}
 }
+
+// TestChangeLogBound: the catalogue changes kept for the views are the
+// last maxTrackedChanges; an older one is not known, and its action is
+// then sent (as filtered) rather than hidden.
+func TestChangeLogBound(t *testing.T) {
+	r := &root{}
+	hidden := rpc.TerminalInfo{Resource: "ahp-terminal:/other", Holder: "someone"}
+	for seq := uint64(1); seq <= maxTrackedChanges+10; seq++ {
+		r.changes.add(seq, change{after: &hidden})
+		if n, m := len(r.changes.bySeq), len(r.changes.seqs); n > maxTrackedChanges || m != n {
+			t.Fatalf("after %d changes: %d kept (%d in order), bound %d", seq, n, m, maxTrackedChanges)
+		}
+	}
+	if _, ok := r.changes.get(10); ok {
+		t.Error("change 10 kept past the bound")
+	}
+	if _, ok := r.changes.get(11); !ok {
+		t.Error("change 11, among the last maxTrackedChanges, not kept")
+	}
+	enc, err := rpc.Marshal(rpc.RootTerminalsAction{Type: rpc.ActionRootTerminals, Terminals: []rpc.TerminalInfo{hidden}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	view := r.View(auth.Identity{Name: "user7", Role: auth.User})
+	if out := view.Action(rpc.AppendActionEnvelope(nil, rpc.RootChannel, enc, 11)); out != nil {
+		t.Errorf("a known change of a terminal user7 never sees: sent %s, want nothing", out)
+	}
+	if out := string(view.Action(rpc.AppendActionEnvelope(nil, rpc.RootChannel, enc, 10))); !strings.Contains(out, `"terminals":[]`) {
+		t.Errorf("a change no longer known: %q, want it sent with user7's terminals (none)", out)
+	}
+	mine := rpc.TerminalInfo{Resource: "ahp-terminal:/mine", Holder: "user7"}
+	r.changes.add(2000, change{before: &mine})
+	enc, _ = rpc.Marshal(rpc.RootTerminalsAction{Type: rpc.ActionRootTerminals, Terminals: []rpc.TerminalInfo{hidden}})
+	if out := string(view.Action(rpc.AppendActionEnvelope(nil, rpc.RootChannel, enc, 2000))); !strings.Contains(out, `"terminals":[]`) {
+		t.Errorf("user7's own terminal removed: %q, want the list without it sent", out)
+	}
+}

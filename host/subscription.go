@@ -139,13 +139,15 @@ func (sub *subscription) onEntry(_ string, e journal.Entry) {
 
 // textOf returns e's text as this subscription is sent it (through its
 // view), and false for an entry it is not sent (another client's
-// rejection echo: journal.Entry.For).
+// rejection echo: journal.Entry.For; a change its view hides entirely:
+// adapters.View.Action).
 func (sub *subscription) textOf(e journal.Entry) ([]byte, bool) {
 	switch {
 	case !e.For(sub.client):
 		return nil, false
 	case sub.view != nil:
-		return sub.view.Action(e.Text), true
+		text := sub.view.Action(e.Text)
+		return text, text != nil
 	}
 	return e.Text, true
 }
