@@ -308,9 +308,7 @@ type View interface {
 	State(state json.RawMessage) json.RawMessage
 	// Action returns an action notification (a journal entry's text:
 	// the JSON-RPC "action" notification, UTF-8) as the subscriber sees
-	// it: text itself when it is unchanged, nil when the subscriber is
-	// not sent it at all (nothing it sees changed: its state is the same
-	// with or without it, on every path). It never modifies text (the
+	// it: text itself when it is unchanged. It never modifies text (the
 	// journal's, shared by every subscriber).
 	Action(text []byte) []byte
 }

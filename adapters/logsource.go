@@ -145,16 +145,7 @@ func (ls *LogSource) Next() delivery.Message {
 		return delivery.Message{Text: ls.snapshot()}
 	}
 	e, ok, err := ls.j.Next(ls.ch.URI(), ls.cursor.Load())
-	var text []byte
-	for ok {
-		if e.For(ls.client) { // else another client's rejection echo
-			if text = e.Text; ls.view != nil {
-				text = ls.view.Action(e.Text) // nil: nothing this subscriber sees changed
-			}
-			if text != nil {
-				break
-			}
-		}
+	for ok && !e.For(ls.client) { // another client's rejection echo
 		ls.cursor.Store(e.Seq)
 		e, ok, err = ls.j.Next(ls.ch.URI(), e.Seq)
 	}
@@ -171,7 +162,10 @@ func (ls *LogSource) Next() delivery.Message {
 		return delivery.Message{}
 	}
 	ls.cursor.Store(e.Seq)
-	return delivery.Message{Text: text}
+	if ls.view != nil {
+		return delivery.Message{Text: ls.view.Action(e.Text)}
+	}
+	return delivery.Message{Text: e.Text}
 }
 
 func (ls *LogSource) snapshot() []byte {

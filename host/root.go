@@ -26,50 +26,6 @@ type root struct {
 	ports []rpc.ListeningPort
 	// views caches the catalogue actions as non-owners see them (View).
 	views viewCache
-	// changes says which terminal each recent root/terminalsChanged
-	// changed (by serverSeq), so that a view can leave out one that
-	// changed nothing it sees (View).
-	changes changeLog
-}
-
-// change is what one root/terminalsChanged changed: a terminal's entry
-// before (none when it was added) and after (none when it was removed).
-type change struct {
-	before, after *rpc.TerminalInfo
-}
-
-// changeLog keeps the changes of the last maxTrackedChanges catalogue
-// actions by serverSeq; an older one is not known (its action is sent to
-// every subscriber, as it always was: safe, only not minimal).
-type changeLog struct {
-	mu    sync.Mutex
-	bySeq map[uint64]change
-	seqs  []uint64 // in order, at most maxTrackedChanges
-}
-
-// maxTrackedChanges bounds changeLog: a journal's worth of catalogue
-// actions is far fewer.
-const maxTrackedChanges = 1024
-
-func (l *changeLog) add(seq uint64, c change) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.bySeq == nil {
-		l.bySeq = map[uint64]change{}
-	}
-	if len(l.seqs) >= maxTrackedChanges {
-		delete(l.bySeq, l.seqs[0])
-		l.seqs = l.seqs[1:]
-	}
-	l.bySeq[seq] = c
-	l.seqs = append(l.seqs, seq)
-}
-
-func (l *changeLog) get(seq uint64) (change, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	c, ok := l.bySeq[seq]
-	return c, ok
 }
 
 func newRoot(s *Server) *root { return &root{s: s, terminals: map[string]rpc.TerminalInfo{}} }
@@ -147,24 +103,13 @@ func (r *root) Snapshot(fn func(rpc.Snapshot)) {
 func (r *root) SetTerminal(info rpc.TerminalInfo, remove bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var c change
-	if old, ok := r.terminals[info.Resource]; ok {
-		c.before = &old
-	}
 	if remove {
 		delete(r.terminals, info.Resource)
 	} else {
 		r.terminals[info.Resource] = info
-		c.after = &info
 	}
 	action := rpc.RootTerminalsAction{Type: rpc.ActionRootTerminals, Terminals: r.listLocked()}
-	encode := adapters.HostAction(rpc.RootChannel, action)
-	_, _ = r.s.journal.Append(rpc.RootChannel, func(seq uint64) ([]byte, error) {
-		// Known before any subscriber reads the entry (they read it
-		// once Append has it, under the journal's lock).
-		r.changes.add(seq, c)
-		return encode(seq)
-	})
+	_, _ = r.s.journal.Append(rpc.RootChannel, adapters.HostAction(rpc.RootChannel, action))
 }
 
 // SetPorts implements adapters.Root: it replaces RootState.ports and,
@@ -189,14 +134,13 @@ func (r *root) View(id auth.Identity) adapters.View {
 	if id.Role == auth.Owner {
 		return nil
 	}
-	return catalogueView{id: id, cache: &r.views, changes: &r.changes}
+	return catalogueView{id: id, cache: &r.views}
 }
 
 // catalogueView is the root as a non-owner sees it (root.View).
 type catalogueView struct {
-	id      auth.Identity
-	cache   *viewCache
-	changes *changeLog
+	id    auth.Identity
+	cache *viewCache
 }
 
 // viewCache keeps the last root/terminalsChanged decoded and its text as
@@ -260,10 +204,7 @@ func (v catalogueView) State(state json.RawMessage) json.RawMessage {
 var terminalsAction = []byte(`"` + rpc.ActionRootTerminals + `"`)
 
 // Action implements adapters.View: root/terminalsChanged, appended by
-// the host (SetTerminal), with v's terminals, or nil when the terminal it
-// changed is one v sees neither before nor after (v's list is the same:
-// being sent it would only tell v when others' terminals change); any
-// other action as it is.
+// the host (SetTerminal), with v's terminals; any other action as it is.
 func (v catalogueView) Action(text []byte) []byte {
 	if !bytes.Contains(text, terminalsAction) {
 		return text
@@ -285,14 +226,11 @@ func (v catalogueView) Action(text []byte) []byte {
 	if out, ok := c.seen[key]; ok {
 		return out
 	}
-	var out []byte // nil: hidden
-	if ch, known := v.changes.get(c.env.ServerSeq); !known || ch.before != nil && v.sees(*ch.before) || ch.after != nil && v.sees(*ch.after) {
-		enc, err := rpc.Marshal(rpc.RootTerminalsAction{Type: rpc.ActionRootTerminals, Terminals: v.filter(c.list)})
-		if err != nil {
-			return text
-		}
-		out = rpc.AppendActionEnvelope(nil, c.env.Channel, enc, c.env.ServerSeq)
+	enc, err := rpc.Marshal(rpc.RootTerminalsAction{Type: rpc.ActionRootTerminals, Terminals: v.filter(c.list)})
+	if err != nil {
+		return text
 	}
+	out := rpc.AppendActionEnvelope(nil, c.env.Channel, enc, c.env.ServerSeq)
 	if c.seen == nil || len(c.seen) >= maxCachedViews {
 		c.seen = map[string][]byte{}
 	}

@@ -139,15 +139,13 @@ func (sub *subscription) onEntry(_ string, e journal.Entry) {
 
 // textOf returns e's text as this subscription is sent it (through its
 // view), and false for an entry it is not sent (another client's
-// rejection echo: journal.Entry.For; a change its view hides entirely:
-// adapters.View.Action).
+// rejection echo: journal.Entry.For).
 func (sub *subscription) textOf(e journal.Entry) ([]byte, bool) {
 	switch {
 	case !e.For(sub.client):
 		return nil, false
 	case sub.view != nil:
-		text := sub.view.Action(e.Text)
-		return text, text != nil
+		return sub.view.Action(e.Text), true
 	}
 	return e.Text, true
 }
