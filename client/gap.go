@@ -199,9 +199,14 @@ func (s *Subscription) recover() {
 			s.end(fmt.Errorf("client: gap recovery on %s failed: %w", s.Channel, err))
 		}
 	}
+	// pagedTo is the toSeq of the last page read: the next page's afterSeq
+	// (seed 003) when it is past the last action applied, as when a page
+	// held only entries this client is not sent (another client's
+	// rejection echo), so that such a page never ends the catch-up.
+	var pagedTo uint64
 	for {
 		s.mu.Lock()
-		epoch, after, overflow, live := s.gapEpoch, s.lastApplied, s.overflow, s.live
+		epoch, after, overflow, live := s.gapEpoch, max(s.lastApplied, pagedTo), s.overflow, s.live
 		s.mu.Unlock()
 		if !live || s.c.Err() != nil {
 			stop(nil)
@@ -251,7 +256,8 @@ func (s *Subscription) recover() {
 					paged++
 				}
 			}
-			if page.ToSeq < page.HeadSeq && len(page.Actions) > 0 {
+			if page.ToSeq < page.HeadSeq && page.ToSeq > after {
+				pagedTo = page.ToSeq
 				continue // more to read
 			}
 		}

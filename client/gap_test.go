@@ -192,6 +192,62 @@ func TestGapPagesInOrder(t *testing.T) {
 	<-served
 }
 
+// TestGapEmptyPageGoesOn: a page that holds none of this client's
+// actions (every entry in it was another client's rejection echo) but
+// ends below the head is not the end of the catch-up: the next page
+// starts at its toSeq (seed 003: toSeq is the afterSeq of the next
+// page), and the actions after it are delivered.
+func TestGapEmptyPageGoesOn(t *testing.T) {
+	ctx := testCtx(t)
+	a, b := transport.Pipe(64)
+	var log syncLog
+	c := client.NewConn(a, client.Options{ClientID: "c1", Ordinary: true, OnSync: log.add})
+	defer c.Close()
+	const ch = "ahp-terminal:/gap-empty"
+	var pages []string
+	served := gapHost(t, b, func(send func(string), method, id string, params json.RawMessage, attempt int) {
+		switch method {
+		case "subscribe":
+			send(`{"jsonrpc":"2.0","id":` + id + `,"result":{"snapshot":{"resource":"` + ch + `","state":{"content":[],"lifecycle":{"status":"running"}},"fromSeq":1}}}`)
+			send(`{"jsonrpc":"2.0","method":"action","params":` + data(ch, 2) + `}`)
+			send(`{"jsonrpc":"2.0","method":"channel/gap","params":{"channel":"` + ch + `","afterSeq":2}}`)
+		case "channel/page":
+			pages = append(pages, string(params))
+			switch attempt {
+			case 1:
+				send(pageResult(id, 4, 5)) // 3 and 4: not for this client
+			case 2:
+				send(pageResult(id, 5, 5, data(ch, 5)))
+				send(termAction(ch, 6, `{"type":"terminal/exited","exitCode":0}`))
+			}
+		}
+	})
+	if err := c.Initialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	term, err := client.OpenTerminal(ctx, c, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if code, err := term.Copy(ctx, &out, true); err != nil || code == nil || *code != 0 {
+		t.Fatalf("Copy = %v, %v", code, err)
+	}
+	if want := "d2 d5 "; out.String() != want {
+		t.Errorf("output %q, want %q", out.String(), want)
+	}
+	wantPages := []string{
+		`{"channel":"ahp-terminal:/gap-empty","afterSeq":2,"limit":512}`,
+		`{"channel":"ahp-terminal:/gap-empty","afterSeq":4,"limit":512}`,
+	}
+	if strings.Join(pages, "\n") != strings.Join(wantPages, "\n") {
+		t.Errorf("page requests:\n%s\nwant:\n%s", strings.Join(pages, "\n"), strings.Join(wantPages, "\n"))
+	}
+	_ = c.Close()
+	_ = b.Close(transport.CloseNormal, "")
+	<-served
+}
+
 // TestGapTruncatedResubscribes: when the journal no longer reaches back
 // (-32051) the subscription subscribes again; Copy redraws from the fresh
 // snapshot (after the notice), the held actions it covers are dropped
