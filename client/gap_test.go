@@ -121,6 +121,47 @@ func (l *syncLog) String() string {
 	return b.String()
 }
 
+// gapCopy opens a terminal subscription to ch on an ordinary Conn that
+// tells log of its sync states, against a scripted host (answer, as for
+// gapHost: subscribe and channel/page), and copies its output until the
+// terminal exits with 0: the output, and each channel/page's params in
+// order.
+func gapCopy(t *testing.T, ch string, log *syncLog, answer func(send func(string), method, id string, params json.RawMessage, attempt int)) (out string, pages []string) {
+	t.Helper()
+	ctx := testCtx(t)
+	a, b := transport.Pipe(64)
+	c := client.NewConn(a, client.Options{ClientID: "c1", Ordinary: true, OnSync: log.add})
+	defer c.Close()
+	var recorded []string // by the host's goroutine until served
+	served := gapHost(t, b, func(send func(string), method, id string, params json.RawMessage, attempt int) {
+		if method == "channel/page" {
+			recorded = append(recorded, string(params))
+		}
+		answer(send, method, id, params, attempt)
+	})
+	defer func() {
+		_ = c.Close()
+		_ = b.Close(transport.CloseNormal, "")
+		<-served
+		pages = recorded
+	}()
+	if err := c.Initialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	term, err := client.OpenTerminal(ctx, c, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w strings.Builder
+	if code, err := term.Copy(ctx, &w, true); err != nil || code == nil || *code != 0 {
+		t.Fatalf("Copy = %v, %v", code, err)
+	}
+	if st := term.Subscription().State(); st != client.Current {
+		t.Errorf("State() = %v, want current", st)
+	}
+	return w.String(), nil // pages: set once the host is done
+}
+
 // TestGapPagesInOrder (issue 16, seed 003 "treat view/gap as a state
 // machine input"): after a channel/gap the subscription is Stale, pages
 // the missing actions from the last it delivered (an Overloaded answer
@@ -128,14 +169,9 @@ func (l *syncLog) String() string {
 // everything in serverSeq order, each once; then it is Current again.
 // Copy writes the output as if no gap had happened.
 func TestGapPagesInOrder(t *testing.T) {
-	ctx := testCtx(t)
-	a, b := transport.Pipe(64)
-	var log syncLog
-	c := client.NewConn(a, client.Options{ClientID: "c1", Ordinary: true, OnSync: log.add})
-	defer c.Close()
 	const ch = "ahp-terminal:/gap"
-	var pages []string
-	served := gapHost(t, b, func(send func(string), method, id string, params json.RawMessage, attempt int) {
+	var log syncLog
+	out, pages := gapCopy(t, ch, &log, func(send func(string), method, id string, params json.RawMessage, attempt int) {
 		switch method {
 		case "subscribe":
 			send(`{"jsonrpc":"2.0","id":` + id + `,"result":{"snapshot":{"resource":"` + ch + `","state":{"content":[],"lifecycle":{"status":"running"}},"fromSeq":1}}}`)
@@ -144,7 +180,6 @@ func TestGapPagesInOrder(t *testing.T) {
 			send(`{"jsonrpc":"2.0","method":"channel/gap","params":{"channel":"` + ch + `","afterSeq":3}}`)
 			send(`{"jsonrpc":"2.0","method":"action","params":` + data(ch, 6) + `}`) // live, after the hole
 		case "channel/page":
-			pages = append(pages, string(params))
 			switch attempt {
 			case 1:
 				send(string(rpc.ErrorResponse(json.RawMessage(id), rpc.OverloadedError(4))))
@@ -158,19 +193,8 @@ func TestGapPagesInOrder(t *testing.T) {
 			}
 		}
 	})
-	if err := c.Initialize(ctx); err != nil {
-		t.Fatal(err)
-	}
-	term, err := client.OpenTerminal(ctx, c, ch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	if code, err := term.Copy(ctx, &out, true); err != nil || code == nil || *code != 0 {
-		t.Fatalf("Copy = %v, %v", code, err)
-	}
-	if want := "d2 d3 d4 d5 d6 d7 d8 "; out.String() != want {
-		t.Errorf("output %q, want %q", out.String(), want)
+	if want := "d2 d3 d4 d5 d6 d7 d8 "; out != want {
+		t.Errorf("output %q, want %q", out, want)
 	}
 	wantPages := []string{
 		`{"channel":"ahp-terminal:/gap","afterSeq":3,"limit":512}`,
@@ -181,15 +205,9 @@ func TestGapPagesInOrder(t *testing.T) {
 		t.Errorf("page requests:\n%s\nwant:\n%s", strings.Join(pages, "\n"), strings.Join(wantPages, "\n"))
 	}
 	if want := ch + " stale after=3 paged=0 resub=false err=<nil>; " + ch + " paging after=0 paged=0 resub=false err=<nil>; " +
-		ch + " current after=0 paged=4 resub=false err=<nil>; "; log.waitCurrent(ctx) != want {
+		ch + " current after=0 paged=4 resub=false err=<nil>; "; log.waitCurrent(testCtx(t)) != want {
 		t.Errorf("OnSync told:\n%s\nwant:\n%s", log.String(), want)
 	}
-	if st := term.Subscription().State(); st != client.Current {
-		t.Errorf("State() = %v, want current", st)
-	}
-	_ = c.Close()
-	_ = b.Close(transport.CloseNormal, "")
-	<-served
 }
 
 // TestGapEmptyPageGoesOn: a page that holds none of this client's
@@ -198,21 +216,15 @@ func TestGapPagesInOrder(t *testing.T) {
 // starts at its toSeq (seed 003: toSeq is the afterSeq of the next
 // page), and the actions after it are delivered.
 func TestGapEmptyPageGoesOn(t *testing.T) {
-	ctx := testCtx(t)
-	a, b := transport.Pipe(64)
-	var log syncLog
-	c := client.NewConn(a, client.Options{ClientID: "c1", Ordinary: true, OnSync: log.add})
-	defer c.Close()
 	const ch = "ahp-terminal:/gap-empty"
-	var pages []string
-	served := gapHost(t, b, func(send func(string), method, id string, params json.RawMessage, attempt int) {
+	var log syncLog
+	out, pages := gapCopy(t, ch, &log, func(send func(string), method, id string, params json.RawMessage, attempt int) {
 		switch method {
 		case "subscribe":
 			send(`{"jsonrpc":"2.0","id":` + id + `,"result":{"snapshot":{"resource":"` + ch + `","state":{"content":[],"lifecycle":{"status":"running"}},"fromSeq":1}}}`)
 			send(`{"jsonrpc":"2.0","method":"action","params":` + data(ch, 2) + `}`)
 			send(`{"jsonrpc":"2.0","method":"channel/gap","params":{"channel":"` + ch + `","afterSeq":2}}`)
 		case "channel/page":
-			pages = append(pages, string(params))
 			switch attempt {
 			case 1:
 				send(pageResult(id, 4, 5)) // 3 and 4: not for this client
@@ -222,19 +234,8 @@ func TestGapEmptyPageGoesOn(t *testing.T) {
 			}
 		}
 	})
-	if err := c.Initialize(ctx); err != nil {
-		t.Fatal(err)
-	}
-	term, err := client.OpenTerminal(ctx, c, ch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	if code, err := term.Copy(ctx, &out, true); err != nil || code == nil || *code != 0 {
-		t.Fatalf("Copy = %v, %v", code, err)
-	}
-	if want := "d2 d5 "; out.String() != want {
-		t.Errorf("output %q, want %q", out.String(), want)
+	if want := "d2 d5 "; out != want {
+		t.Errorf("output %q, want %q", out, want)
 	}
 	wantPages := []string{
 		`{"channel":"ahp-terminal:/gap-empty","afterSeq":2,"limit":512}`,
@@ -243,9 +244,6 @@ func TestGapEmptyPageGoesOn(t *testing.T) {
 	if strings.Join(pages, "\n") != strings.Join(wantPages, "\n") {
 		t.Errorf("page requests:\n%s\nwant:\n%s", strings.Join(pages, "\n"), strings.Join(wantPages, "\n"))
 	}
-	_ = c.Close()
-	_ = b.Close(transport.CloseNormal, "")
-	<-served
 }
 
 // TestGapTruncatedResubscribes: when the journal no longer reaches back
@@ -253,13 +251,9 @@ func TestGapEmptyPageGoesOn(t *testing.T) {
 // snapshot (after the notice), the held actions it covers are dropped
 // and the later ones follow it.
 func TestGapTruncatedResubscribes(t *testing.T) {
-	ctx := testCtx(t)
-	a, b := transport.Pipe(64)
-	var log syncLog
-	c := client.NewConn(a, client.Options{ClientID: "c1", Ordinary: true, OnSync: log.add})
-	defer c.Close()
 	const ch = "ahp-terminal:/trunc"
-	served := gapHost(t, b, func(send func(string), method, id string, params json.RawMessage, attempt int) {
+	var log syncLog
+	out, _ := gapCopy(t, ch, &log, func(send func(string), method, id string, params json.RawMessage, attempt int) {
 		switch {
 		case method == "subscribe" && attempt == 1:
 			send(`{"jsonrpc":"2.0","id":` + id + `,"result":{"snapshot":{"resource":"` + ch + `","state":{"content":[{"type":"unclassified","value":"old\r\n"}],"lifecycle":{"status":"running"}},"fromSeq":1}}}`)
@@ -277,28 +271,14 @@ func TestGapTruncatedResubscribes(t *testing.T) {
 			send(termAction(ch, 12, `{"type":"terminal/exited","exitCode":0}`))
 		}
 	})
-	if err := c.Initialize(ctx); err != nil {
-		t.Fatal(err)
-	}
-	term, err := client.OpenTerminal(ctx, c, ch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	if code, err := term.Copy(ctx, &out, true); err != nil || code == nil || *code != 0 {
-		t.Fatalf("Copy = %v, %v", code, err)
-	}
 	notice := "\r\n[sidecar: output skipped: the terminal's journal no longer held it]\r\n"
-	if want := "old\r\nd2 " + client.TerminalReset + notice + "fresh\r\n$ d11 "; out.String() != want {
-		t.Errorf("output %q, want %q", out.String(), want)
+	if want := "old\r\nd2 " + client.TerminalReset + notice + "fresh\r\n$ d11 "; out != want {
+		t.Errorf("output %q, want %q", out, want)
 	}
 	if want := ch + " stale after=2 paged=0 resub=false err=<nil>; " + ch + " paging after=0 paged=0 resub=false err=<nil>; " +
-		ch + " current after=0 paged=0 resub=true err=<nil>; "; log.waitCurrent(ctx) != want {
+		ch + " current after=0 paged=0 resub=true err=<nil>; "; log.waitCurrent(testCtx(t)) != want {
 		t.Errorf("OnSync told:\n%s\nwant:\n%s", log.String(), want)
 	}
-	_ = c.Close()
-	_ = b.Close(transport.CloseNormal, "")
-	<-served
 }
 
 // TestGapHeldBound: live actions held while a page is awaited are
