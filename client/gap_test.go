@@ -285,14 +285,10 @@ func TestGapTruncatedResubscribes(t *testing.T) {
 // bounded; past the bound they are dropped and the subscription
 // subscribes again (its snapshot covers them) instead of holding more.
 func TestGapHeldBound(t *testing.T) {
-	ctx := testCtx(t)
-	a, b := transport.Pipe(64)
-	var log syncLog
-	c := client.NewConn(a, client.Options{ClientID: "c1", Ordinary: true, OnSync: log.add})
-	defer c.Close()
 	const ch = "ahp-terminal:/bound"
 	const flood = client.MaxHeldActions + 10
-	served := gapHost(t, b, func(send func(string), method, id string, params json.RawMessage, attempt int) {
+	var log syncLog
+	out, _ := gapCopy(t, ch, &log, func(send func(string), method, id string, params json.RawMessage, attempt int) {
 		switch {
 		case method == "subscribe" && attempt == 1:
 			send(`{"jsonrpc":"2.0","id":` + id + `,"result":{"snapshot":{"resource":"` + ch + `","state":{"content":[],"lifecycle":{"status":"running"}},"fromSeq":1}}}`)
@@ -307,25 +303,11 @@ func TestGapHeldBound(t *testing.T) {
 			send(termAction(ch, 4+flood, `{"type":"terminal/exited","exitCode":0}`))
 		}
 	})
-	if err := c.Initialize(ctx); err != nil {
-		t.Fatal(err)
-	}
-	term, err := client.OpenTerminal(ctx, c, ch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	if code, err := term.Copy(ctx, &out, true); err != nil || code == nil || *code != 0 {
-		t.Fatalf("Copy = %v, %v", code, err)
-	}
 	notice := "\r\n[sidecar: output skipped: the terminal's journal no longer held it]\r\n"
-	if want := "d2 " + client.TerminalReset + notice + "now$ "; out.String() != want {
-		t.Errorf("output %q, want %q", out.String(), want)
+	if want := "d2 " + client.TerminalReset + notice + "now$ "; out != want {
+		t.Errorf("output %q, want %q", out, want)
 	}
-	if !strings.HasSuffix(log.waitCurrent(ctx), "current after=0 paged=1 resub=true err=<nil>; ") {
+	if !strings.HasSuffix(log.waitCurrent(testCtx(t)), "current after=0 paged=1 resub=true err=<nil>; ") {
 		t.Errorf("OnSync told %s, want current after 1 paged and a resubscribe", log.String())
 	}
-	_ = c.Close()
-	_ = b.Close(transport.CloseNormal, "")
-	<-served
 }
