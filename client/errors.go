@@ -147,7 +147,7 @@ func undecidedHTTP(err error) bool {
 
 func undecidedSession(err error) bool {
 	var se *transportio.SessionError
-	return errors.As(err, &se) && se.Code == transportio.CloseNoError && se.Reason == "authorize failed"
+	return errors.As(err, &se) && se.Code == transportio.CloseNoError && se.Reason == transportio.ReasonAuthorizeFailed
 }
 
 // Waits between the first connection's tries while the host cannot

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sidecar-dev/sidecar/audit"
 	"github.com/sidecar-dev/sidecar/auth"
+	"github.com/sidecar-dev/sidecar/transportio"
 )
 
 // CloseUnauthorized closes a connection whose credential stopped being
@@ -74,13 +75,14 @@ func authenticate(a auth.Authenticator, sink audit.Sink, r *http.Request, transp
 	return id, nil
 }
 
-// failureReason is err's refusal reason, or "authorize failed".
+// failureReason is err's refusal reason, or "authorize failed"
+// (transportio.ReasonAuthorizeFailed) when no decision was reached.
 func failureReason(err error) string {
 	var ref *auth.Refusal
 	if errors.As(err, &ref) {
 		return ref.Reason
 	}
-	return "authorize failed"
+	return transportio.ReasonAuthorizeFailed
 }
 
 // RecordSuccess records an "auth.success" of id at a door (method: how

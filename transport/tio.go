@@ -355,7 +355,7 @@ func (o TIOOptions) authorize(r *http.Request) error {
 			return transportio.Refuse(te.Reason)
 		}
 		if err != nil {
-			RecordFailure(o.Audit, r, tioTransport(r), "authorize failed")
+			RecordFailure(o.Audit, r, tioTransport(r), transportio.ReasonAuthorizeFailed)
 			return err
 		}
 		RecordSuccess(o.Audit, r, tioTransport(r), id, "ticket")

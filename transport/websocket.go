@@ -336,7 +336,7 @@ func AHPHandler(opts AcceptOptions, serve func(ctx context.Context, mc MessageCo
 		id, err := authenticate(opts.Auth, opts.Audit, r, "ahp", TokenFromRequest(r))
 		if err != nil {
 			status, why := http.StatusUnauthorized, "missing or wrong token"
-			if ref := failureReason(err); ref == "authorize failed" {
+			if ref := failureReason(err); ref == transportio.ReasonAuthorizeFailed {
 				status, why = http.StatusServiceUnavailable, "authorize failed: "+err.Error()
 			} else if ref != auth.ErrUnknown.Reason {
 				why = ref

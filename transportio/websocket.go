@@ -391,8 +391,12 @@ func earlier(a, b time.Time) time.Time {
 // query, headers, peer address) before the session is accepted. nil
 // accepts; a *RefusalError (Refuse, Refused) closes as WT_UNAUTHORIZED with
 // its reason before this side's frame 0; any other error means no decision
-// was reached and closes as WT_NO_ERROR with "authorize failed".
+// was reached and closes as WT_NO_ERROR with ReasonAuthorizeFailed.
 type Authorize func(r *http.Request) error
+
+// ReasonAuthorizeFailed is the reason of the WT_NO_ERROR close of a
+// session whose Authorize reached no decision (§4): a peer may try again.
+const ReasonAuthorizeFailed = "authorize failed"
 
 // refusal turns an authorize error into the close it causes.
 func refusal(err error) (CloseCode, string) {
@@ -400,7 +404,7 @@ func refusal(err error) (CloseCode, string) {
 	if errors.As(err, &re) {
 		return CloseUnauthorized, re.Reason
 	}
-	return CloseNoError, "authorize failed"
+	return CloseNoError, ReasonAuthorizeFailed
 }
 
 // Listener holds what every accepted session shares.
