@@ -68,6 +68,20 @@ func pageResult(id string, toSeq, headSeq int, actions ...string) string {
 	return `{"jsonrpc":"2.0","id":` + id + `,"result":{"actions":[` + strings.Join(actions, ",") + `],"toSeq":` + fmt.Sprint(toSeq) + `,"headSeq":` + fmt.Sprint(headSeq) + `}}`
 }
 
+// subscribed is the subscribe result for request id: a snapshot of ch
+// with state (JSON) from fromSeq.
+func subscribed(id, ch, state string, fromSeq int) string {
+	return `{"jsonrpc":"2.0","id":` + id + `,"result":{"snapshot":{"resource":"` + ch + `","state":` + state + `,"fromSeq":` + fmt.Sprint(fromSeq) + `}}}`
+}
+
+// samePages checks the channel/page params sent against want, in order.
+func samePages(t *testing.T, pages, want []string) {
+	t.Helper()
+	if strings.Join(pages, "\n") != strings.Join(want, "\n") {
+		t.Errorf("page requests:\n%s\nwant:\n%s", strings.Join(pages, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // syncLog collects OnSync's statuses.
 type syncLog struct {
 	mu      sync.Mutex
@@ -174,7 +188,7 @@ func TestGapPagesInOrder(t *testing.T) {
 	out, pages := gapCopy(t, ch, &log, func(send func(string), method, id string, params json.RawMessage, attempt int) {
 		switch method {
 		case "subscribe":
-			send(`{"jsonrpc":"2.0","id":` + id + `,"result":{"snapshot":{"resource":"` + ch + `","state":{"content":[],"lifecycle":{"status":"running"}},"fromSeq":1}}}`)
+			send(subscribed(id, ch, `{"content":[],"lifecycle":{"status":"running"}}`, 1))
 			send(`{"jsonrpc":"2.0","method":"action","params":` + data(ch, 2) + `}`)
 			send(`{"jsonrpc":"2.0","method":"action","params":` + data(ch, 3) + `}`)
 			send(`{"jsonrpc":"2.0","method":"channel/gap","params":{"channel":"` + ch + `","afterSeq":3}}`)
@@ -201,9 +215,7 @@ func TestGapPagesInOrder(t *testing.T) {
 		`{"channel":"ahp-terminal:/gap","afterSeq":3,"limit":512}`, // the Overloaded one again
 		`{"channel":"ahp-terminal:/gap","afterSeq":5,"limit":512}`,
 	}
-	if strings.Join(pages, "\n") != strings.Join(wantPages, "\n") {
-		t.Errorf("page requests:\n%s\nwant:\n%s", strings.Join(pages, "\n"), strings.Join(wantPages, "\n"))
-	}
+	samePages(t, pages, wantPages)
 	if want := ch + " stale after=3 paged=0 resub=false err=<nil>; " + ch + " paging after=0 paged=0 resub=false err=<nil>; " +
 		ch + " current after=0 paged=4 resub=false err=<nil>; "; log.waitCurrent(testCtx(t)) != want {
 		t.Errorf("OnSync told:\n%s\nwant:\n%s", log.String(), want)
@@ -221,7 +233,7 @@ func TestGapEmptyPageGoesOn(t *testing.T) {
 	out, pages := gapCopy(t, ch, &log, func(send func(string), method, id string, params json.RawMessage, attempt int) {
 		switch method {
 		case "subscribe":
-			send(`{"jsonrpc":"2.0","id":` + id + `,"result":{"snapshot":{"resource":"` + ch + `","state":{"content":[],"lifecycle":{"status":"running"}},"fromSeq":1}}}`)
+			send(subscribed(id, ch, `{"content":[],"lifecycle":{"status":"running"}}`, 1))
 			send(`{"jsonrpc":"2.0","method":"action","params":` + data(ch, 2) + `}`)
 			send(`{"jsonrpc":"2.0","method":"channel/gap","params":{"channel":"` + ch + `","afterSeq":2}}`)
 		case "channel/page":
@@ -241,9 +253,7 @@ func TestGapEmptyPageGoesOn(t *testing.T) {
 		`{"channel":"ahp-terminal:/gap-empty","afterSeq":2,"limit":512}`,
 		`{"channel":"ahp-terminal:/gap-empty","afterSeq":4,"limit":512}`,
 	}
-	if strings.Join(pages, "\n") != strings.Join(wantPages, "\n") {
-		t.Errorf("page requests:\n%s\nwant:\n%s", strings.Join(pages, "\n"), strings.Join(wantPages, "\n"))
-	}
+	samePages(t, pages, wantPages)
 }
 
 // TestGapTruncatedResubscribes: when the journal no longer reaches back
@@ -256,7 +266,7 @@ func TestGapTruncatedResubscribes(t *testing.T) {
 	out, _ := gapCopy(t, ch, &log, func(send func(string), method, id string, params json.RawMessage, attempt int) {
 		switch {
 		case method == "subscribe" && attempt == 1:
-			send(`{"jsonrpc":"2.0","id":` + id + `,"result":{"snapshot":{"resource":"` + ch + `","state":{"content":[{"type":"unclassified","value":"old\r\n"}],"lifecycle":{"status":"running"}},"fromSeq":1}}}`)
+			send(subscribed(id, ch, `{"content":[{"type":"unclassified","value":"old\r\n"}],"lifecycle":{"status":"running"}}`, 1))
 			send(`{"jsonrpc":"2.0","method":"action","params":` + data(ch, 2) + `}`)
 			send(`{"jsonrpc":"2.0","method":"channel/gap","params":{"channel":"` + ch + `","afterSeq":2}}`)
 			send(`{"jsonrpc":"2.0","method":"action","params":` + data(ch, 9) + `}`) // covered by the new snapshot
@@ -266,7 +276,7 @@ func TestGapTruncatedResubscribes(t *testing.T) {
 			if string(params) != `{"channel":"ahp-terminal:/trunc"}` {
 				t.Errorf("subscribed again with %s, want ordinary", params)
 			}
-			send(`{"jsonrpc":"2.0","id":` + id + `,"result":{"snapshot":{"resource":"` + ch + `","state":{"rows":2,"content":[{"type":"unclassified","value":"old\r\nd2 lost\r\n"},{"type":"unclassified","value":"fresh\r\n$ "}],"lifecycle":{"status":"running"}},"fromSeq":10}}}`)
+			send(subscribed(id, ch, `{"rows":2,"content":[{"type":"unclassified","value":"old\r\nd2 lost\r\n"},{"type":"unclassified","value":"fresh\r\n$ "}],"lifecycle":{"status":"running"}}`, 10))
 			send(`{"jsonrpc":"2.0","method":"action","params":` + data(ch, 11) + `}`)
 			send(termAction(ch, 12, `{"type":"terminal/exited","exitCode":0}`))
 		}
@@ -291,7 +301,7 @@ func TestGapHeldBound(t *testing.T) {
 	out, _ := gapCopy(t, ch, &log, func(send func(string), method, id string, params json.RawMessage, attempt int) {
 		switch {
 		case method == "subscribe" && attempt == 1:
-			send(`{"jsonrpc":"2.0","id":` + id + `,"result":{"snapshot":{"resource":"` + ch + `","state":{"content":[],"lifecycle":{"status":"running"}},"fromSeq":1}}}`)
+			send(subscribed(id, ch, `{"content":[],"lifecycle":{"status":"running"}}`, 1))
 			send(`{"jsonrpc":"2.0","method":"channel/gap","params":{"channel":"` + ch + `","afterSeq":1}}`)
 		case method == "channel/page":
 			for i := range flood { // live, while the page is awaited
@@ -299,7 +309,7 @@ func TestGapHeldBound(t *testing.T) {
 			}
 			send(pageResult(id, 2, 2, data(ch, 2)))
 		case method == "subscribe" && attempt == 2:
-			send(`{"jsonrpc":"2.0","id":` + id + `,"result":{"snapshot":{"resource":"` + ch + `","state":{"rows":1,"content":[{"type":"unclassified","value":"now$ "}],"lifecycle":{"status":"running"}},"fromSeq":` + fmt.Sprint(3+flood) + `}}}`)
+			send(subscribed(id, ch, `{"rows":1,"content":[{"type":"unclassified","value":"now$ "}],"lifecycle":{"status":"running"}}`, 3+flood))
 			send(termAction(ch, 4+flood, `{"type":"terminal/exited","exitCode":0}`))
 		}
 	})
